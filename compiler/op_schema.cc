@@ -1,0 +1,117 @@
+#include "compiler/op_schema.h"
+
+namespace foundry {
+
+void OpSchemaTable::Add(OpSchema schema) {
+  schema.domain = CanonicalDomain(schema.domain);
+  rows_.push_back(std::move(schema));
+}
+
+const OpSchema* OpSchemaTable::Find(std::string_view domain, std::string_view op_type) const {
+  std::string d = CanonicalDomain(domain);
+  for (const auto& row : rows_)
+    if (row.op_type == op_type && row.domain == d) return &row;
+  return nullptr;
+}
+
+std::vector<const OpSchema*> OpSchemaTable::All() const {
+  std::vector<const OpSchema*> all;
+  for (const auto& row : rows_) all.push_back(&row);
+  return all;
+}
+
+const OpSchemaTable& OpSchemas() {
+  static const OpSchemaTable table = [] {
+    OpSchemaTable t;
+    RegisterElementwiseSchemas(t);
+    RegisterShapeOpSchemas(t);
+    RegisterMathSchemas(t);
+    return t;
+  }();
+  return table;
+}
+
+std::string CanonicalDomain(std::string_view domain) {
+  if (domain == "ai.onnx") return "";
+  return std::string(domain);
+}
+
+StatusOr<std::vector<TypeInfo>> InferNodeTypes(const Graph& graph, const Node& node) {
+  const OpSchema* schema = OpSchemas().Find(node.domain, node.op_type);
+  if (!schema) {
+    std::string d = node.domain.empty() ? "" : " (domain " + node.domain + ")";
+    return Error(node.Describe() + ": operator " + node.op_type + d +
+                 " is not supported by foundry; supported ops are listed by "
+                 "`foundry-compile --list-ops`");
+  }
+  int n_in = static_cast<int>(node.inputs.size());
+  if (n_in < schema->min_inputs || n_in > schema->max_inputs)
+    return Error(node.Describe() + ": expects " + std::to_string(schema->min_inputs) + ".." +
+                 std::to_string(schema->max_inputs) + " inputs, has " + std::to_string(n_in));
+  int n_out = static_cast<int>(node.outputs.size());
+  if (n_out < schema->min_outputs || n_out > schema->max_outputs)
+    return Error(node.Describe() + ": expects " + std::to_string(schema->min_outputs) + ".." +
+                 std::to_string(schema->max_outputs) + " outputs, has " + std::to_string(n_out));
+  InferContext ctx{node, {}};
+  for (const auto& in : node.inputs) {
+    if (in.empty()) {
+      ctx.inputs.push_back(nullptr);
+      continue;
+    }
+    const Value* v = graph.FindValue(in);
+    if (!v) return Error(node.Describe() + ": input '" + in + "' is not defined");
+    ctx.inputs.push_back(v);
+  }
+  ASSIGN_OR_RETURN(std::vector<TypeInfo> types, schema->infer(ctx));
+  if (types.size() < node.outputs.size())
+    return Error(node.Describe() + ": shape inference produced " + std::to_string(types.size()) +
+                 " outputs for " + std::to_string(node.outputs.size()));
+  types.resize(node.outputs.size());
+  return types;
+}
+
+Status InferAndSetTypes(Graph& graph, const Node& node) {
+  ASSIGN_OR_RETURN(std::vector<TypeInfo> types, InferNodeTypes(graph, node));
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    if (node.outputs[i].empty()) continue;
+    Value& v = graph.GetOrAddValue(node.outputs[i]);
+    v.dtype = types[i].dtype;
+    v.rank_known = types[i].rank_known;
+    v.shape = types[i].shape;
+    v.dim_params.clear();
+  }
+  return Status::Ok();
+}
+
+StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
+  size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da == 1) {
+      out[i] = db;
+    } else if (db == 1) {
+      out[i] = da;
+    } else if (da < 0 || db < 0) {
+      out[i] = da < 0 ? db : da;
+    } else if (da == db) {
+      out[i] = da;
+    } else {
+      return Error("shapes " + ShapeToString(a) + " and " + ShapeToString(b) +
+                   " do not broadcast");
+    }
+  }
+  return out;
+}
+
+StatusOr<int64_t> NormalizeAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank)
+    return Error("axis " + std::to_string(axis) + " is out of range for rank " +
+                 std::to_string(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+TypeInfo SameAs(const Value& v) { return TypeInfo{v.dtype, v.shape, v.rank_known}; }
+
+}  // namespace foundry

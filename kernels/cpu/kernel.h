@@ -1,0 +1,52 @@
+// The CPU reference backend's op table: one function per (domain, op_type) that computes a node's
+// outputs from its inputs. Outputs arrive allocated, with the dtype and shape that shape inference
+// gave them; kernels write every element (`=`, never `+=` into a caller's buffer). Kernels are
+// deterministic: the same inputs give the same bits on every run.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "base/tensor.h"
+#include "compiler/ir.h"
+
+namespace foundry {
+
+struct KernelContext {
+  uint64_t seed = 0;      // run seed for random ops (Dropout)
+  uint64_t node_key = 0;  // stable per-node key; recompute clones reuse their original's key
+  bool training = true;
+};
+
+using CpuKernelFn = Status (*)(const Node& node, std::span<const Tensor* const> inputs,
+                               std::span<Tensor* const> outputs, const KernelContext& ctx);
+
+class CpuKernelTable {
+ public:
+  void Add(std::string_view domain, std::string_view op_type, CpuKernelFn fn);
+  CpuKernelFn Find(std::string_view domain, std::string_view op_type) const;
+
+ private:
+  struct Row {
+    std::string domain, op_type;
+    CpuKernelFn fn;
+  };
+  std::vector<Row> rows_;
+};
+
+const CpuKernelTable& CpuKernels();
+
+// Runs one node on the CPU: looks up the kernel and calls it. Omitted inputs are null; outputs
+// must be preallocated by the caller. Errors name the node.
+Status RunCpuKernel(const Node& node, std::span<const Tensor* const> inputs,
+                    std::span<Tensor* const> outputs, const KernelContext& ctx);
+
+// Registration entry points, one per op family file under kernels/cpu/.
+void RegisterElementwiseKernels(CpuKernelTable& table);
+void RegisterShapeOpKernels(CpuKernelTable& table);
+void RegisterMathKernels(CpuKernelTable& table);
+
+}  // namespace foundry

@@ -1,0 +1,7 @@
+#include "passes/grad/grad_rule.h"
+
+namespace foundry {
+
+void RegisterMathGradRules(GradRuleTable& table) {}
+
+}  // namespace foundry

@@ -1,0 +1,7 @@
+#include "passes/grad/grad_rule.h"
+
+namespace foundry {
+
+void RegisterShapeOpGradRules(GradRuleTable& table) {}
+
+}  // namespace foundry
