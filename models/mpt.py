@@ -398,9 +398,9 @@ class MPTModel(nn.Module):
                                  not config.no_bias)
         if self.alibi:
             # H floats: a buffer (never a gradient), not an S x S or H x S table.
+            # Always real (CPU) values, also when the rest is built on the meta device.
             self.register_buffer("alibi_slopes", gen_slopes(
-                config.n_heads, config.attn_config["alibi_bias_max"], device="cpu").to(
-                    device if device is not None else "cpu"))
+                config.n_heads, config.attn_config["alibi_bias_max"]))
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         seq_len = input_ids.size(1)
@@ -472,28 +472,3 @@ FUNCTION_CLASSES = {MPTBlock, GroupedQueryAttention, MultiheadAttention, MultiQu
 def build_model(config: Dict[str, Any], device=None) -> MPTForCausalLM:
     return MPTForCausalLM(MPTConfig.from_dict(config), device=device)
 
-
-def init_weights(model: nn.Module, seed: int, perturb_affine: bool = True) -> None:
-    """Deterministic init: N(0, 0.02) for Linear/Embedding weights; norms' weights 1, biases 0.
-
-    With `perturb_affine` (the fixtures) every bias and norm weight gets N(0, 0.02) noise on top,
-    so a dropped bias or scale changes the numbers. Parameters are visited in `named_parameters`
-    order with one generator, so the same seed gives the same bits on any machine.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    linear_like = {}
-    for mod_name, mod in model.named_modules():
-        if isinstance(mod, (nn.Linear, nn.Embedding)):
-            linear_like[id(mod.weight)] = True
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if id(p) in linear_like:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
-            elif name.endswith("bias"):
-                p.zero_()
-                if perturb_affine:
-                    p.add_(torch.randn(p.shape, generator=gen) * 0.02)
-            else:
-                p.fill_(1.0)
-                if perturb_affine:
-                    p.add_(torch.randn(p.shape, generator=gen) * 0.02)

@@ -1,0 +1,1 @@
+"""foundry models: PyTorch definitions, the annotated ONNX exporter, configs and fixtures."""

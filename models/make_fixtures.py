@@ -1,0 +1,293 @@
+#!/usr/bin/python3
+"""Regenerates the committed fixtures in models/fixtures/<config>/, or checks them.
+
+    /usr/bin/python3 models/make_fixtures.py            # rewrite every fixture
+    /usr/bin/python3 models/make_fixtures.py --check    # regenerate into a temp dir and compare
+    /usr/bin/python3 models/make_fixtures.py --only mpt_tiny llama_tiny
+
+Layout of one fixture (the C++ tests read it):
+    model.onnx              scopes format (TorchScript scoped names + foundry.* metadata)
+    model.functions.onnx    functions format (absent where torch's extraction fails)
+    model.metadata.onnx     dynamo-style node metadata_props (IR 10)
+    inputs/input_ids.pb     int64 [batch, seq] TensorProto named input_ids
+    inputs/labels.pb        int64 [batch, seq] raw labels (the graph shifts them), named labels
+    reference/loss.pb       float32 scalar, PyTorch's loss           (dropout-off configs only)
+    reference/grads/<initializer>_grad.pb  PyTorch's fp32 gradient of every trainable parameter,
+                            named <initializer>_grad                  (dropout-off configs only)
+    config.json             the config the fixture was made from
+
+Each fixture is made in a fresh process (torch 1.13 keeps export state between exports) with one
+thread and deterministic algorithms, from the config's seed, so regeneration reproduces the bits.
+--check compares numbers with max|a-b|/max|b| <= 1e-6 per tensor, the scopes and metadata
+graphs exactly, and the functions graph by function names and op sequences (torch names function
+internals differently from run to run).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+FIXTURES_DIR = os.path.join(REPO, "models", "fixtures")
+FIXTURES = [
+    "mpt_tiny",
+    "mpt_tiny_mqa",
+    "mpt_tiny_gqa_glu",
+    "mpt_tiny_dropout",
+    "mpt_tiny_4layer",
+    "mpt_tiny_qkln",
+    "llama_tiny",
+]
+REL_TOL = 1e-6
+
+
+def has_dropout(config) -> bool:
+    attn = config.get("attn_config", {})
+    return any(float(x or 0) > 0 for x in (config.get("emb_pdrop"), config.get("resid_pdrop"),
+                                           attn.get("attn_pdrop")))
+
+
+# --------------------------------------------------------------------------------------------
+# Generation (runs in a child process per fixture).
+
+
+def _write_tensor(path: str, array, name: str) -> None:
+    from onnx import numpy_helper
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(numpy_helper.from_array(array, name).SerializeToString())
+
+
+def generate_one(name: str, out_dir: str) -> None:
+    import torch
+
+    from models import families
+    from models.foundry_export import export_with_annotations, parameter_names
+
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(0)
+    config = families.load_config(name)
+    os.makedirs(out_dir, exist_ok=True)
+    shutil.copyfile(os.path.join(families.CONFIGS_DIR, name + ".json"),
+                    os.path.join(out_dir, "config.json"))
+    model = families.seeded_model(config)
+    input_ids, labels = families.make_inputs(config)
+    _write_tensor(os.path.join(out_dir, "inputs", "input_ids.pb"), input_ids.numpy(), "input_ids")
+    _write_tensor(os.path.join(out_dir, "inputs", "labels.pb"), labels.numpy(), "labels")
+
+    common = dict(input_names=["input_ids", "labels"], output_names=["loss"],
+                  dynamic_axes=families.DYNAMIC_AXES,
+                  function_classes=families.function_classes(config))
+    export_with_annotations(model, (input_ids, labels), os.path.join(out_dir, "model.onnx"),
+                            annotations="scopes", **common)
+    export_with_annotations(model, (input_ids, labels),
+                            os.path.join(out_dir, "model.metadata.onnx"),
+                            annotations="metadata", **common)
+    # Functions last: a failed or finished extraction may leave torch state behind.
+    functions_path = os.path.join(out_dir, "model.functions.onnx")
+    info = export_with_annotations(model, (input_ids, labels), None, annotations="functions",
+                                   **common)
+    if info["fallback"]:
+        print(f"make_fixtures: {name}: {info['fallback']}; no model.functions.onnx",
+              file=sys.stderr)
+    else:
+        with open(functions_path, "wb") as f:
+            f.write(info["proto"].SerializeToString())
+
+    if has_dropout(config):
+        return
+    model.zero_grad(set_to_none=True)
+    loss = model(input_ids, labels)
+    loss.backward()
+    _write_tensor(os.path.join(out_dir, "reference", "loss.pb"),
+                  loss.detach().numpy().astype("float32"), "loss")
+    params = dict(model.named_parameters())
+    for pname in parameter_names(model):
+        grad = params[pname].grad
+        if grad is None or not bool(grad.abs().max() > 0):
+            raise RuntimeError(f"{name}: gradient of {pname} is zero or missing")
+        _write_tensor(os.path.join(out_dir, "reference", "grads", pname + "_grad.pb"),
+                      grad.numpy().astype("float32"), pname + "_grad")
+
+
+def generate(names, out_root: str, jobs: int) -> None:
+    def run(name):
+        cmd = [sys.executable, os.path.abspath(__file__), "--one", name, "--out",
+               os.path.join(out_root, name)]
+        proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+        return name, proc
+
+    failed = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for name, proc in pool.map(run, names):
+            for line in proc.stderr.splitlines():
+                if line.startswith("make_fixtures:"):
+                    print(line, file=sys.stderr)
+            if proc.returncode != 0:
+                failed.append(name)
+                print(f"make_fixtures: {name}: generation failed:\n{proc.stderr[-3000:]}",
+                      file=sys.stderr)
+    if failed:
+        raise SystemExit(f"make_fixtures: generation failed for {', '.join(failed)}")
+
+
+# --------------------------------------------------------------------------------------------
+# Comparison.
+
+
+def rel_diff(a, b) -> float:
+    import numpy as np
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    denom = float(np.max(np.abs(b))) if b.size else 0.0
+    diff = float(np.max(np.abs(a - b))) if b.size else 0.0
+    if denom == 0.0:
+        return 0.0 if diff == 0.0 else float("inf")
+    return diff / denom
+
+
+def _compare_tensor(new, old, what: str):
+    import numpy as np
+    from onnx import numpy_helper
+    if new.name != old.name:
+        return f"{what}: tensor name {new.name!r} != committed {old.name!r}"
+    a, b = numpy_helper.to_array(new), numpy_helper.to_array(old)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return f"{what}: {a.dtype}{list(a.shape)} != committed {b.dtype}{list(b.shape)}"
+    if np.issubdtype(a.dtype, np.integer) or a.dtype == bool:
+        return None if np.array_equal(a, b) else f"{what}: integer values differ"
+    r = rel_diff(a, b)
+    if not r <= REL_TOL:
+        return f"{what}: max|a-b|/max|b| = {r:.3g} > {REL_TOL:g}"
+    return None
+
+
+def _structure(model):
+    """The model with initializer contents removed (names, types and shapes stay)."""
+    import onnx
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for init in m.graph.initializer:
+        dims, dtype, name = list(init.dims), init.data_type, init.name
+        init.Clear()
+        init.name, init.data_type = name, dtype
+        init.dims.extend(dims)
+    return m
+
+
+def _op_outline(model):
+    main = [(n.domain, n.op_type) for n in model.graph.node]
+    funcs = [(f.domain, f.name, [(n.domain, n.op_type) for n in f.node]) for f in model.functions]
+    meta = sorted((p.key, p.value) for p in model.metadata_props if p.key != "foundry.scopes")
+    return main, funcs, meta
+
+
+def compare_model(new_path: str, old_path: str, what: str, exact_structure: bool):
+    import onnx
+    new, old = onnx.load(new_path), onnx.load(old_path)
+    problems = []
+    if exact_structure:
+        if _structure(new).SerializeToString() != _structure(old).SerializeToString():
+            problems.append(f"{what}: graph structure differs from the committed file")
+    elif _op_outline(new) != _op_outline(old):
+        problems.append(f"{what}: functions, op sequence or metadata differ from the committed file")
+    old_inits = {i.name: i for i in old.graph.initializer}
+    new_inits = {i.name: i for i in new.graph.initializer}
+    if set(old_inits) != set(new_inits):
+        problems.append(f"{what}: initializer names differ: "
+                        f"{sorted(set(old_inits) ^ set(new_inits))[:10]}")
+    for name in sorted(set(old_inits) & set(new_inits)):
+        p = _compare_tensor(new_inits[name], old_inits[name], f"{what}: initializer {name}")
+        if p:
+            problems.append(p)
+    return problems
+
+
+def compare_dirs(new_root: str, old_root: str, names):
+    import onnx
+    problems = []
+    for name in names:
+        new_dir, old_dir = os.path.join(new_root, name), os.path.join(old_root, name)
+        if not os.path.isdir(old_dir):
+            problems.append(f"{name}: no committed fixture at {old_dir}")
+            continue
+        files = lambda d: {os.path.relpath(os.path.join(r, f), d)  # noqa: E731
+                           for r, _, fs in os.walk(d) for f in fs}
+        new_files, old_files = files(new_dir), files(old_dir)
+        if new_files != old_files:
+            problems.append(f"{name}: files differ: only regenerated "
+                            f"{sorted(new_files - old_files)[:5]}, only committed "
+                            f"{sorted(old_files - new_files)[:5]}")
+        for rel in sorted(new_files & old_files):
+            what = f"{name}/{rel}"
+            a, b = os.path.join(new_dir, rel), os.path.join(old_dir, rel)
+            if rel.endswith(".pb"):
+                ta, tb = onnx.TensorProto(), onnx.TensorProto()
+                with open(a, "rb") as f:
+                    ta.ParseFromString(f.read())
+                with open(b, "rb") as f:
+                    tb.ParseFromString(f.read())
+                p = _compare_tensor(ta, tb, what)
+                if p:
+                    problems.append(p)
+            elif rel.endswith(".onnx"):
+                problems += compare_model(a, b, what, exact_structure=not rel.endswith(
+                    "functions.onnx"))
+            else:
+                with open(a, "rb") as fa, open(b, "rb") as fb:
+                    if fa.read() != fb.read():
+                        problems.append(f"{what}: contents differ")
+    return problems
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true",
+                    help="regenerate into a temp dir and compare with the committed fixtures")
+    ap.add_argument("--only", nargs="+", metavar="CONFIG", help="only these fixtures")
+    ap.add_argument("--out", help="output root (default models/fixtures)")
+    ap.add_argument("--jobs", type=int, default=2, help="fixtures generated in parallel")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.one:
+        generate_one(args.one, args.out)
+        return 0
+    names = args.only or FIXTURES
+    unknown = [n for n in names if n not in FIXTURES]
+    if unknown:
+        ap.error(f"unknown fixture(s) {unknown}; known: {FIXTURES}")
+    if args.check:
+        committed = args.out or FIXTURES_DIR
+        with tempfile.TemporaryDirectory(prefix="foundry-fixtures-") as tmp:
+            generate(names, tmp, args.jobs)
+            problems = compare_dirs(tmp, committed, names)
+        if problems:
+            print("make_fixtures --check: regenerated fixtures do not match the committed ones:",
+                  file=sys.stderr)
+            for p in problems:
+                print("  " + p, file=sys.stderr)
+            print("If the change is intended, run /usr/bin/python3 models/make_fixtures.py and "
+                  "commit models/fixtures.", file=sys.stderr)
+            return 1
+        print(f"make_fixtures --check: {len(names)} fixtures match (rel tol {REL_TOL:g})")
+        return 0
+    out_root = args.out or FIXTURES_DIR
+    for name in names:
+        shutil.rmtree(os.path.join(out_root, name), ignore_errors=True)
+    generate(names, out_root, args.jobs)
+    print(f"make_fixtures: wrote {len(names)} fixtures to {out_root}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

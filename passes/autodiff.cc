@@ -1,0 +1,360 @@
+#include "passes/autodiff.h"
+
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/op_schema.h"
+#include "passes/grad/grad_rule.h"
+
+namespace foundry {
+
+bool GlobMatch(std::string_view p, std::string_view t) {
+  size_t pi = 0, ti = 0, star = std::string_view::npos, mark = 0;
+  while (ti < t.size()) {
+    if (pi < p.size() && (p[pi] == '?' || p[pi] == t[ti])) {
+      ++pi;
+      ++ti;
+    } else if (pi < p.size() && p[pi] == '*') {
+      star = pi++;
+      mark = ti;
+    } else if (star != std::string_view::npos) {
+      pi = star + 1;
+      ti = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+namespace {
+
+bool IsFloatValue(const Graph& g, const std::string& name) {
+  const Value* v = g.FindValue(name);
+  return v && IsFloat(v->dtype);
+}
+
+// Step 1: find or append the loss. Returns its value name.
+StatusOr<std::string> EnsureLoss(Graph& g, const std::string& labels_input) {
+  std::string loss;
+  for (const auto& out : g.outputs) {
+    const Value* v = g.FindValue(out);
+    if (v && IsFloat(v->dtype) && v->rank_known && NumElements(v->shape) == 1 &&
+        (loss.empty() || out == "loss"))
+      loss = out;
+  }
+  if (!loss.empty()) return loss;
+  std::string logits;
+  for (const auto& out : g.outputs) {
+    const Value* v = g.FindValue(out);
+    if (v && IsFloat(v->dtype) && v->shape.size() >= 2) {
+      logits = out;
+      break;
+    }
+  }
+  if (logits.empty())
+    return Error(
+        "autodiff: the model has no scalar loss output and no logits output to put a "
+        "cross-entropy loss on; export the model with its loss (as models/export_mpt.py does)");
+  const Value& lv = *g.FindValue(logits);
+  int64_t classes = lv.shape.back();
+  int64_t rows = NumElements(lv.shape) / classes;
+  if (g.FindValue(labels_input))
+    return Error("autodiff: cannot add a '" + labels_input +
+                 "' input for the loss: the model already has a value of that name");
+  Value& labels = g.GetOrAddValue(labels_input);
+  labels.dtype = DType::kInt64;
+  labels.shape = Shape(lv.shape.begin(), lv.shape.end() - 1);
+  labels.rank_known = true;
+  g.inputs.push_back(labels_input);
+
+  auto add_const = [&](const std::string& name, Shape s) {
+    std::string n = g.UniqueValueName(name);
+    Value& v = g.GetOrAddValue(n);
+    v.dtype = DType::kInt64;
+    v.shape = {static_cast<int64_t>(s.size())};
+    v.rank_known = true;
+    v.data = std::make_shared<const Tensor>(Tensor::FromVector<int64_t>(DType::kInt64, v.shape, s));
+    g.initializers.push_back(n);
+    return n;
+  };
+  std::string s2 = add_const("loss/logits_shape", {rows, classes});
+  std::string s1 = add_const("loss/labels_shape", {rows});
+  auto add_node = [&](const std::string& op, std::vector<std::string> ins,
+                      std::vector<std::string> outs) -> Status {
+    Node n;
+    n.op_type = op;
+    n.name = g.UniqueNodeName("loss/" + op);
+    n.inputs = std::move(ins);
+    for (auto& o : outs) o = g.UniqueValueName(o);
+    n.outputs = outs;
+    for (const auto& o : outs) g.GetOrAddValue(o);
+    if (op == "SoftmaxCrossEntropyLoss") {
+      n.attrs["ignore_index"] = Attribute::Int(-100);
+      n.attrs["reduction"] = Attribute::String("mean");
+    }
+    RETURN_IF_ERROR(InferAndSetTypes(g, n));
+    g.nodes.push_back(std::move(n));
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(add_node("Reshape", {logits, s2}, {"loss/logits_2d"}));
+  std::string logits2d = g.nodes.back().outputs[0];
+  RETURN_IF_ERROR(add_node("Reshape", {labels_input, s1}, {"loss/labels_1d"}));
+  std::string labels1d = g.nodes.back().outputs[0];
+  RETURN_IF_ERROR(add_node("SoftmaxCrossEntropyLoss", {logits2d, labels1d}, {"loss", "loss/log_prob"}));
+  g.metadata["foundry.loss_appended"] = "1";
+  return g.nodes.back().outputs[0];
+}
+
+// Step 3: make the optional outputs that gradient rules read explicit.
+Status ExposeSavedStatistics(Graph& g) {
+  for (Node& n : g.nodes) {
+    size_t want = 0;
+    if (n.domain.empty() && n.op_type == "LayerNormalization") want = 3;
+    if (n.domain.empty() && n.op_type == "Dropout") want = 2;
+    if (n.domain.empty() && n.op_type == "SoftmaxCrossEntropyLoss") want = 2;
+    if (n.domain == "com.microsoft" && n.op_type == "SimplifiedLayerNormalization") want = 2;
+    if (want == 0) continue;
+    bool changed = false;
+    if (n.outputs.size() < want) n.outputs.resize(want);
+    for (size_t i = 1; i < want; ++i) {
+      if (!n.outputs[i].empty()) continue;
+      n.outputs[i] = g.UniqueValueName(n.outputs[0] + "_saved_" + std::to_string(i));
+      g.GetOrAddValue(n.outputs[i]);
+      changed = true;
+    }
+    if (changed) RETURN_IF_ERROR(InferAndSetTypes(g, n));
+  }
+  return Status::Ok();
+}
+
+void RenameValue(Graph& g, std::vector<Node>& nodes, const std::string& from,
+                 const std::string& to) {
+  Value v = *g.FindValue(from);
+  g.EraseValue(from);
+  v.name = to;
+  g.GetOrAddValue(to) = v;
+  for (Node& n : nodes) {
+    for (auto& o : n.outputs)
+      if (o == from) o = to;
+    for (auto& i : n.inputs)
+      if (i == from) i = to;
+  }
+}
+
+}  // namespace
+
+StatusOr<bool> AutodiffPass::Run(Graph& g) {
+  forward_nodes_ = static_cast<int>(g.nodes.size());
+  ASSIGN_OR_RETURN(std::string loss, EnsureLoss(g, options_.labels_input));
+  RETURN_IF_ERROR(ExposeSavedStatistics(g));
+  const int num_forward = static_cast<int>(g.nodes.size());
+
+  // Step 2: trainable parameters.
+  std::vector<std::string> trainable;
+  for (const auto& init : g.initializers) {
+    if (!IsFloatValue(g, init)) continue;
+    bool is_param = g.IsParameter(init);
+    for (const auto& pat : options_.trainable) is_param |= GlobMatch(pat, init);
+    for (const auto& pat : options_.freeze) is_param &= !GlobMatch(pat, init);
+    if (is_param) trainable.push_back(init);
+  }
+  for (const auto& pat : options_.freeze) {
+    bool any = false;
+    for (const auto& p : g.parameters) any |= GlobMatch(pat, p);
+    if (!any) return Error("autodiff: --freeze " + pat + " matches no parameter");
+  }
+  for (const auto& pat : options_.trainable) {
+    bool any = false;
+    for (const auto& p : g.initializers) any |= GlobMatch(pat, p) && IsFloatValue(g, p);
+    if (!any) return Error("autodiff: --trainable " + pat + " matches no float initializer");
+  }
+  g.parameters = trainable;
+  trainable_ = static_cast<int>(trainable.size());
+  if (trainable.empty())
+    return Error("autodiff: the model has no trainable parameters (every initializer is frozen "
+                 "or a buffer); nothing to train");
+
+  // Step 4: which values depend on a trainable parameter, and which reach the loss.
+  std::unordered_set<std::string> requires_grad(trainable.begin(), trainable.end());
+  for (int i = 0; i < num_forward; ++i) {
+    const Node& n = g.nodes[i];
+    bool any = false;
+    for (const auto& in : n.inputs) any |= requires_grad.count(in) > 0;
+    if (!any) continue;
+    for (const auto& out : n.outputs)
+      if (!out.empty() && IsFloatValue(g, out)) requires_grad.insert(out);
+  }
+  if (!requires_grad.count(loss))
+    return Error("autodiff: the loss '" + loss + "' does not depend on any trainable parameter");
+  std::unordered_set<std::string> reaches_loss = {loss};
+  std::vector<bool> on_path(num_forward, false);
+  for (int i = num_forward - 1; i >= 0; --i) {
+    const Node& n = g.nodes[i];
+    bool reaches = false;
+    for (const auto& out : n.outputs) reaches |= !out.empty() && reaches_loss.count(out) > 0;
+    if (!reaches) continue;
+    bool any_input = false;
+    for (const auto& in : n.inputs)
+      if (!in.empty() && requires_grad.count(in)) {
+        reaches_loss.insert(in);
+        any_input = true;
+      }
+    on_path[i] = any_input;
+  }
+
+  // Step 5: reverse walk.
+  std::unordered_map<std::string, std::vector<std::string>> contributions;
+  std::unordered_set<std::string> finalized_names;
+  std::vector<Node> backward;
+  {
+    std::string seed = GradName(loss);
+    Value& v = g.GetOrAddValue(seed);
+    const Value& lv = *g.FindValue(loss);
+    v.dtype = lv.dtype;
+    v.shape = lv.shape;
+    v.rank_known = true;
+    Tensor one(lv.dtype, lv.shape);
+    one.data<float>()[0] = 1.0f;
+    v.data = std::make_shared<const Tensor>(std::move(one));
+    g.initializers.push_back(seed);
+    contributions[loss].push_back(seed);
+    finalized_names.insert(seed);
+  }
+  // Turns the contributions to `value` into one gradient value, named <value>_grad when possible.
+  std::unordered_set<std::string> produced_by_rules;
+  // How many contribution lists name a value: only a value used once may be renamed.
+  std::unordered_map<std::string, int> uses;
+  auto renamable = [&](const std::string& v) {
+    return produced_by_rules.count(v) && !finalized_names.count(v) && uses[v] == 1;
+  };
+  auto finalize = [&](const std::string& value) -> StatusOr<std::string> {
+    auto it = contributions.find(value);
+    if (it == contributions.end() || it->second.empty()) return std::string();
+    std::vector<std::string>& parts = it->second;
+    std::string target = GradName(value);
+    if (g.FindValue(target) && !produced_by_rules.count(target) && parts.size() == 1 &&
+        parts[0] != target)
+      target = g.UniqueValueName(target);
+    if (parts.size() == 1) {
+      const std::string& only = parts[0];
+      if (only == target || !renamable(only)) return only;
+      RenameValue(g, backward, only, target);
+      produced_by_rules.erase(only);
+      finalized_names.insert(target);
+      return target;
+    }
+    for (size_t k = 0; k < parts.size(); ++k) {
+      if (!renamable(parts[k])) continue;
+      std::string renamed = g.UniqueValueName(target + "_" + std::to_string(k));
+      RenameValue(g, backward, parts[k], renamed);
+      produced_by_rules.erase(parts[k]);
+      parts[k] = renamed;
+    }
+    Node sum;
+    sum.op_type = "Sum";
+    sum.name = g.UniqueNodeName(target + "/Sum");
+    const Node* producer = nullptr;
+    for (int i = 0; i < num_forward; ++i)
+      for (const auto& out : g.nodes[i].outputs)
+        if (out == value) producer = &g.nodes[i];
+    sum.scope = producer ? producer->scope : "";
+    sum.inputs = parts;
+    std::string out = g.FindValue(target) ? g.UniqueValueName(target) : target;
+    g.GetOrAddValue(out);
+    sum.outputs = {out};
+    RETURN_IF_ERROR(InferAndSetTypes(g, sum));
+    backward.push_back(std::move(sum));
+    finalized_names.insert(out);
+    return out;
+  };
+
+  for (int i = num_forward - 1; i >= 0; --i) {
+    if (!on_path[i]) continue;
+    const Node fwd = g.nodes[i];  // copy: g.nodes is stable, but rules hold a reference
+    std::vector<std::string> out_grads;
+    bool any = false;
+    for (const auto& out : fwd.outputs) {
+      std::string gname;
+      if (!out.empty()) {
+        ASSIGN_OR_RETURN(gname, finalize(out));
+      }
+      any |= !gname.empty();
+      out_grads.push_back(gname);
+    }
+    if (!any) continue;
+    std::vector<bool> needs;
+    for (const auto& in : fwd.inputs)
+      needs.push_back(!in.empty() && requires_grad.count(in) && reaches_loss.count(in));
+    GradFn rule = GradRules().Find(fwd.domain, fwd.op_type);
+    if (!rule) {
+      std::string param;
+      for (const auto& p : trainable)
+        if (param.empty()) param = p;
+      return Error("autodiff: no gradient rule for " + fwd.Describe() +
+                   ", which lies between a trainable parameter and the loss; freeze the "
+                   "parameters before it (--freeze GLOB) or file an issue for the op");
+    }
+    std::vector<Node> emitted;
+    GradBuilder b(g, fwd, out_grads, needs, emitted);
+    Status st = rule(b);
+    if (!st.ok()) return st.Prepend("autodiff: ");
+    for (auto& e : emitted) {
+      for (const auto& o : e.outputs) produced_by_rules.insert(o);
+      backward.push_back(std::move(e));
+    }
+    for (size_t k = 0; k < fwd.inputs.size(); ++k) {
+      if (!needs[k]) continue;
+      const std::string& gin = b.input_grads()[k];
+      if (gin.empty())
+        return Error("autodiff: gradient rule of " + fwd.Describe() +
+                     " gave no gradient for input '" + fwd.inputs[k] + "'");
+      contributions[fwd.inputs[k]].push_back(gin);
+      ++uses[gin];
+    }
+  }
+
+  // Step 6: outputs.
+  std::vector<std::string> outputs = {loss};
+  for (const auto& p : trainable) {
+    ASSIGN_OR_RETURN(std::string gname, finalize(p));
+    if (gname.empty()) {
+      // The parameter does not reach the loss (unused): its gradient is zero.
+      Tensor zero(g.FindValue(p)->dtype, g.FindValue(p)->shape);
+      gname = g.UniqueValueName(GradName(p));
+      Value& v = g.GetOrAddValue(gname);
+      v.dtype = zero.dtype();
+      v.shape = zero.shape();
+      v.rank_known = true;
+      v.data = std::make_shared<const Tensor>(std::move(zero));
+      g.initializers.push_back(gname);
+    } else if (gname != GradName(p) && !g.FindValue(GradName(p))) {
+      // A rule passed another value through (dB of an Add whose shapes match): name it anyway.
+      Node id;
+      id.op_type = "Identity";
+      id.name = g.UniqueNodeName(GradName(p) + "/Identity");
+      id.inputs = {gname};
+      id.outputs = {GradName(p)};
+      g.GetOrAddValue(GradName(p));
+      RETURN_IF_ERROR(InferAndSetTypes(g, id));
+      backward.push_back(std::move(id));
+      gname = GradName(p);
+    }
+    outputs.push_back(gname);
+  }
+  backward_nodes_ = static_cast<int>(backward.size());
+  for (auto& n : backward) g.nodes.push_back(std::move(n));
+  g.outputs = outputs;
+  g.metadata["foundry.loss"] = loss;
+  return true;
+}
+
+std::string AutodiffPass::Stats() const {
+  return std::to_string(trainable_) + " trainable parameters; " + std::to_string(forward_nodes_) +
+         " forward nodes, " + std::to_string(backward_nodes_) + " backward nodes";
+}
+
+}  // namespace foundry

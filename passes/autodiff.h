@@ -1,0 +1,58 @@
+// Builds the training graph: appends the loss when the model has none, then the backward graph
+// (reverse-mode, one gradient rule per op from passes/grad/), producing the gradient of the loss
+// with respect to every trainable parameter.
+//
+// Algorithm:
+//  1. Loss: the model's scalar float output (preferring one named "loss"); otherwise
+//     SoftmaxCrossEntropyLoss(ignore_index=-100, mean) over the logits output and a new int64
+//     input `labels` shaped like the logits without their last dimension (no shift: the labels
+//     are taken as already aligned with the logits).
+//  2. Trainable set: graph.parameters, minus --freeze globs, plus --trainable globs (float
+//     initializers only). Nothing else gets a gradient: a buffer never does.
+//  3. Ops whose gradient needs a saved statistic get that optional output made explicit
+//     (LayerNormalization's Mean/InvStdDev, Dropout's mask, SoftmaxCrossEntropyLoss's log_prob).
+//  4. Only nodes on a path from a trainable parameter to the loss are differentiated; a node on
+//     such a path without a gradient rule is an error naming it.
+//  5. Walking those nodes in reverse, each rule turns output gradients into input gradients.
+//     Several contributions to one value are summed explicitly by a Sum node named `<x>_grad`
+//     (contributions `<x>_grad_0`, `<x>_grad_1`, ...); a single contribution is renamed `<x>_grad`
+//     when the rule produced it, and is used as is when a rule passed its input through.
+//  6. Graph outputs become: the loss, then `<p>_grad` for every trainable parameter p (in
+//     parameter order); Graph::metadata["foundry.loss"] names the loss.
+// Backward nodes keep the forward node's scope and are named `<fwd name>_Grad/<Op>_<i>`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "passes/pass.h"
+
+namespace foundry {
+
+class AutodiffPass : public Pass {
+ public:
+  struct Options {
+    std::string labels_input = "labels";
+    std::vector<std::string> freeze;     // globs over parameter names
+    std::vector<std::string> trainable;  // globs over initializer names
+  };
+  explicit AutodiffPass(Options options) : options_(std::move(options)) {}
+
+  std::string_view name() const override { return "autodiff"; }
+  StatusOr<bool> Run(Graph& graph) override;
+  std::string Stats() const override;
+
+ private:
+  Options options_;
+  int forward_nodes_ = 0;
+  int backward_nodes_ = 0;
+  int trainable_ = 0;
+};
+
+// fnmatch-style glob: '*' any run of characters, '?' one character.
+bool GlobMatch(std::string_view pattern, std::string_view text);
+
+// The name of the gradient of `value` in a training graph ("<value>_grad").
+inline std::string GradName(const std::string& value) { return value + "_grad"; }
+
+}  // namespace foundry

@@ -1,0 +1,142 @@
+#include "passes/fold.h"
+
+#include <set>
+
+#include "compiler/op_schema.h"
+#include "kernels/cpu/kernel.h"
+
+namespace foundry {
+
+Status BindDims(Graph& graph, const std::map<std::string, int64_t>& dims) {
+  for (const auto& [name, v] : graph.values()) {
+    Value& value = *graph.FindValue(name);
+    for (size_t i = 0; i < value.dim_params.size() && i < value.shape.size(); ++i) {
+      const std::string& p = value.dim_params[i];
+      if (p.empty()) continue;
+      auto it = dims.find(p);
+      if (it != dims.end()) {
+        value.shape[i] = it->second;
+      } else if (graph.IsInitializer(name) || std::find(graph.inputs.begin(), graph.inputs.end(),
+                                                        name) != graph.inputs.end()) {
+        return Error("symbolic dimension '" + p + "' of input '" + name +
+                     "' is not bound; pass --dim " + p + "=N");
+      }
+    }
+    value.dim_params.clear();
+  }
+  for (const auto& [p, n] : dims)
+    if (n <= 0)
+      return Error("--dim " + p + "=" + std::to_string(n) + ": dimensions must be positive");
+  return Status::Ok();
+}
+
+namespace {
+
+bool IsRandom(const Node& n) { return n.op_type == "Dropout" || n.op_type == "RandomNormal" ||
+                                      n.op_type == "RandomUniform" ||
+                                      n.op_type == "RandomNormalLike" ||
+                                      n.op_type == "RandomUniformLike"; }
+
+}  // namespace
+
+StatusOr<bool> FoldPass::Run(Graph& graph) {
+  folded_ = kept_large_ = remaining_ = 0;
+  RETURN_IF_ERROR(BindDims(graph, options_.dims));
+  std::set<std::string> params(graph.parameters.begin(), graph.parameters.end());
+  auto is_constant = [&](const std::string& name) {
+    if (name.empty()) return true;
+    const Value* v = graph.FindValue(name);
+    return v && v->data && !params.count(name);
+  };
+
+  std::vector<Node> kept;
+  std::vector<std::string> new_constants;
+  for (Node& node : graph.nodes) {
+    RETURN_IF_ERROR(InferAndSetTypes(graph, node));
+    bool all_constant = true;
+    for (const auto& in : node.inputs) all_constant &= is_constant(in);
+    bool shape_only = (node.op_type == "Shape" || node.op_type == "Size") && node.domain.empty() &&
+                      graph.FindValue(node.inputs[0])->ShapeKnown();
+    int64_t out_bytes = 0;
+    bool outputs_known = true;
+    for (const auto& out : node.outputs) {
+      if (out.empty()) continue;
+      int64_t b = graph.FindValue(out)->NumBytes();
+      if (b < 0) outputs_known = false;
+      out_bytes += std::max<int64_t>(b, 0);
+    }
+    bool foldable = (all_constant || shape_only) && !IsRandom(node) && outputs_known;
+    if (foldable && out_bytes > options_.max_folded_bytes && node.op_type != "Constant") {
+      ++kept_large_;
+      foldable = false;
+    }
+    if (!foldable) {
+      kept.push_back(std::move(node));
+      continue;
+    }
+    std::vector<const Tensor*> ins;
+    Tensor placeholder;  // Shape/Size read only the shape of an activation input
+    for (const auto& in : node.inputs) {
+      if (in.empty()) {
+        ins.push_back(nullptr);
+        continue;
+      }
+      const Value* v = graph.FindValue(in);
+      if (v->data) {
+        ins.push_back(v->data.get());
+      } else {
+        placeholder = Tensor(v->dtype, Shape(v->shape.size(), 0));
+        placeholder.Reshape(v->shape);
+        ins.push_back(&placeholder);
+      }
+    }
+    std::vector<Tensor> outs;
+    for (const auto& out : node.outputs) {
+      const Value* v = out.empty() ? nullptr : graph.FindValue(out);
+      outs.emplace_back(v ? Tensor(v->dtype, v->shape) : Tensor());
+    }
+    std::vector<Tensor*> out_ptrs;
+    for (auto& t : outs) out_ptrs.push_back(&t);
+    Status st = RunCpuKernel(node, ins, out_ptrs, KernelContext{});
+    if (!st.ok()) return st.Prepend("fold: ");
+    for (size_t i = 0; i < node.outputs.size(); ++i) {
+      if (node.outputs[i].empty()) continue;
+      graph.FindValue(node.outputs[i])->data = std::make_shared<const Tensor>(std::move(outs[i]));
+      new_constants.push_back(node.outputs[i]);
+    }
+    ++folded_;
+  }
+  graph.nodes = std::move(kept);
+
+  // Folded results become initializers; initializers nothing uses any more are dropped (but
+  // never a parameter: it keeps its place in the optimizer state even when unused).
+  std::set<std::string> used(graph.outputs.begin(), graph.outputs.end());
+  for (const Node& n : graph.nodes) used.insert(n.inputs.begin(), n.inputs.end());
+  std::vector<std::string> inits;
+  for (const auto& name : graph.initializers)
+    if (used.count(name) || params.count(name)) inits.push_back(name);
+  for (const auto& name : new_constants)
+    if (used.count(name)) inits.push_back(name);
+  graph.initializers = std::move(inits);
+  // A graph input whose only consumers folded away (a tracing artefact) stays an input.
+  graph.PruneUnusedValues();
+
+  for (const Node& n : graph.nodes)
+    for (const auto& out : n.outputs) {
+      if (out.empty()) continue;
+      const Value* v = graph.FindValue(out);
+      if (!v->ShapeKnown())
+        return Error("fold: could not infer a concrete shape for '" + out + "' (" +
+                     v->TypeString() + ") produced by " + n.Describe());
+    }
+  remaining_ = static_cast<int>(graph.nodes.size());
+  return folded_ > 0;
+}
+
+std::string FoldPass::Stats() const {
+  return "folded " + std::to_string(folded_) + " nodes, " + std::to_string(remaining_) +
+         " remain (" + std::to_string(kept_large_) + " kept at run time: result above " +
+         std::to_string(options_.max_folded_bytes) + " bytes)";
+}
+
+}  // namespace foundry

@@ -1,0 +1,52 @@
+// Binds symbolic dimensions, infers every value's type and folds compile-time computation.
+//
+// Exports are full of shape arithmetic (Shape -> Gather -> Unsqueeze -> Concat -> Reshape, or
+// ConstantOfShape/Equal/Where/Expand chains from repeat_interleave). Once `batch` and `seq` are
+// bound, all of it has constant inputs: the pass walks nodes in order, infers each node's output
+// types from its (now typed, possibly constant) inputs, and evaluates every node whose inputs are
+// all constants on the CPU kernels, replacing it by an initializer.
+//
+// What is never folded:
+//  - anything depending on a trainable parameter (its value changes every step), even though the
+//    parameter's initial value is known;
+//  - random ops (Dropout in training mode);
+//  - a result larger than `max_folded_bytes`: a causal mask or ALiBi bias over S x S is a run-time
+//    computation, not a 17 GB constant (the arithmetic that computes it stays in the graph).
+// Shape and Size need only their input's type, so they fold even on activations.
+//
+// Run it first; everything after relies on concrete shapes.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "passes/pass.h"
+
+namespace foundry {
+
+class FoldPass : public Pass {
+ public:
+  struct Options {
+    std::map<std::string, int64_t> dims;  // symbolic dimension bindings (--dim seq=2048)
+    int64_t max_folded_bytes = 1 << 20;
+  };
+  explicit FoldPass(Options options) : options_(std::move(options)) {}
+
+  std::string_view name() const override { return "fold"; }
+  StatusOr<bool> Run(Graph& graph) override;
+  std::string Stats() const override;
+
+  int folded() const { return folded_; }
+
+ private:
+  Options options_;
+  int folded_ = 0;
+  int kept_large_ = 0;
+  int remaining_ = 0;
+};
+
+// Binds the symbolic dimensions of the graph inputs (and of any other value carrying them) from
+// `dims`. An unbound one is an error naming it and showing --dim.
+Status BindDims(Graph& graph, const std::map<std::string, int64_t>& dims);
+
+}  // namespace foundry

@@ -1,0 +1,43 @@
+#include "passes/pipeline.h"
+
+#include "compiler/text.h"
+#include "compiler/verifier.h"
+#include "passes/canonicalize.h"
+
+namespace foundry {
+
+Status RunPasses(Graph& graph, const std::vector<std::unique_ptr<Pass>>& passes,
+                 const PipelineOptions& options) {
+  bool dumped = options.dump_after.empty();
+  for (const auto& pass : passes) {
+    ASSIGN_OR_RETURN(bool changed, pass->Run(graph));
+    if (options.log) {
+      std::string stats = pass->Stats();
+      *options.log << "  " << pass->name() << ": " << (stats.empty() ? "done" : stats) << "\n";
+    }
+    if (changed && options.verify) {
+      Status st = VerifyGraph(graph);
+      if (!st.ok())
+        return Error("internal error after pass '" + std::string(pass->name()) +
+                     "': " + st.message());
+    }
+    if (!dumped && pass->name() == options.dump_after && options.dump) {
+      *options.dump << PrintGraph(graph);
+      dumped = true;
+    }
+  }
+  if (!dumped)
+    return Error("--dump-after " + options.dump_after +
+                 ": no such pass (passes: fold, canonicalize, autodiff)");
+  return Status::Ok();
+}
+
+std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options) {
+  std::vector<std::unique_ptr<Pass>> passes;
+  passes.push_back(std::make_unique<FoldPass>(options.fold));
+  passes.push_back(std::make_unique<CanonicalizePass>());
+  if (options.training) passes.push_back(std::make_unique<AutodiffPass>(options.autodiff));
+  return passes;
+}
+
+}  // namespace foundry

@@ -1,0 +1,35 @@
+// Orders the passes: fold (bind dims, infer, fold) -> canonicalize -> autodiff. The verifier
+// runs after every pass that changed the graph; the IR can be dumped after a named pass.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "passes/autodiff.h"
+#include "passes/fold.h"
+#include "passes/pass.h"
+
+namespace foundry {
+
+struct PipelineOptions {
+  bool verify = true;
+  std::string dump_after;      // pass name; its output IR goes to `dump`
+  std::ostream* dump = nullptr;
+  std::ostream* log = nullptr;  // one line of statistics per pass
+};
+
+Status RunPasses(Graph& graph, const std::vector<std::unique_ptr<Pass>>& passes,
+                 const PipelineOptions& options);
+
+struct CompileOptions {
+  FoldPass::Options fold;
+  AutodiffPass::Options autodiff;
+  bool training = true;  // false: forward graph only (fold + canonicalize)
+};
+
+std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options);
+
+}  // namespace foundry

@@ -1,0 +1,50 @@
+// Finite-difference check of one op's gradient rule, without the autodiff pass: builds a one-node
+// graph, asks the op's rule for its backward nodes through a GradBuilder, runs both on the CPU
+// reference kernels, and compares the analytic gradient of L = sum_i <dY_i, Y_i> (random dY) with
+// central differences of L.
+//
+// Tolerance derivation (fp32 kernels, L accumulated in double): central differences have
+// truncation error eps^2 * |f'''| / 6 (~1e-5 relative for eps = 1e-2 on O(1) smooth functions) and
+// rounding error ~ u * |L| / eps where u = 6e-8 is fp32's unit roundoff of each Y element: with
+// |L| <= 1e2 that is ~6e-4. Hence atol 2e-3 + rtol 1e-2 by default; ops with kinks (Relu, Clip,
+// Where on ties) are checked away from the kinks by the caller's choice of inputs.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/tensor.h"
+#include "compiler/ir.h"
+
+namespace foundry {
+
+struct GradCheckOptions {
+  double eps = 1e-2;
+  double rtol = 1e-2;
+  double atol = 2e-3;
+  uint64_t seed = 1;
+  // At most this many elements per input are perturbed (chosen evenly spread); the rest are
+  // still compared against... nothing: they are covered by other shapes in the same test.
+  int max_elements = 200;
+  // Inputs to differentiate with respect to; empty = every float input in `inputs`.
+  std::vector<std::string> wrt;
+};
+
+// Seeded uniform [lo, hi) tensor.
+Tensor RandomTensor(Shape shape, uint64_t seed, float lo = -1.f, float hi = 1.f);
+
+// `inputs` are run-time inputs (float ones are differentiated); `constants` become initializers
+// with data (shape operands, axes, indices that shape inference must see). Returns OK or an error
+// describing the worst mismatch.
+Status CheckGradients(const Node& node, const std::map<std::string, Tensor>& inputs,
+                      const std::map<std::string, Tensor>& constants = {},
+                      const GradCheckOptions& options = {});
+
+// Runs a single node forward on the CPU kernels (types inferred from the given tensors).
+StatusOr<std::vector<Tensor>> RunSingleNode(const Node& node,
+                                            const std::map<std::string, Tensor>& inputs,
+                                            const std::map<std::string, Tensor>& constants = {});
+
+}  // namespace foundry
