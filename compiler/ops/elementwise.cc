@@ -1,7 +1,267 @@
+// Shape and type inference for the elementwise family: numpy-broadcasting binary and variadic ops,
+// comparisons and logic (bool out), unary math, Where, Cast/CastLike, Clip, Dropout, and the
+// com.microsoft activations and activation gradients (Gelu, GeluGrad, ReluGrad, SigmoidGrad,
+// TanhGrad, DropoutGrad) that the gradient rules of this family emit.
+//
+// Element types are checked here, once, so a model with an op on a type the CPU kernels do not
+// handle fails at compile time with the node's name rather than in the middle of a run.
+#include <climits>
+#include <cmath>
+#include <string>
+#include <vector>
+
 #include "compiler/op_schema.h"
 
 namespace foundry {
+namespace {
 
-void RegisterElementwiseSchemas(OpSchemaTable& table) {}
+constexpr uint32_t Bit(DType t) { return 1u << static_cast<int>(t); }
+constexpr uint32_t kFloatTypes = Bit(DType::kFloat32) | Bit(DType::kFloat64);
+constexpr uint32_t kIntTypes = Bit(DType::kInt32) | Bit(DType::kInt64);
+constexpr uint32_t kNumericTypes = kFloatTypes | kIntTypes;
+constexpr uint32_t kBoolType = Bit(DType::kBool);
+// Every type Cast converts between (and Where / Identity move).
+constexpr uint32_t kAllTypes =
+    kNumericTypes | kBoolType | Bit(DType::kUint8) | Bit(DType::kInt8);
+
+constexpr int kVariadic = INT_MAX;
+
+std::string TypeList(uint32_t mask) {
+  std::string s;
+  for (int code = 0; code < 32; ++code) {
+    if (!(mask & (1u << code))) continue;
+    if (!s.empty()) s += ", ";
+    s += DTypeName(static_cast<DType>(code));
+  }
+  return s;
+}
+
+Status CheckType(const InferContext& ctx, size_t i, uint32_t allowed) {
+  DType t = ctx.input(i).dtype;
+  if (allowed & Bit(t)) return Status::Ok();
+  return ctx.Fail("input '" + ctx.input(i).name + "' has element type " +
+                  std::string(DTypeName(t)) + "; expected one of " + TypeList(allowed));
+}
+
+// Inputs [first, last) that are present must all have input `first`'s element type.
+Status CheckSameType(const InferContext& ctx, size_t first, size_t last) {
+  for (size_t i = first + 1; i < last; ++i) {
+    if (!ctx.has_input(i)) continue;
+    if (ctx.input(i).dtype != ctx.input(first).dtype)
+      return ctx.Fail("inputs '" + ctx.input(first).name + "' (" +
+                      std::string(DTypeName(ctx.input(first).dtype)) + ") and '" +
+                      ctx.input(i).name + "' (" + std::string(DTypeName(ctx.input(i).dtype)) +
+                      ") must have the same element type");
+  }
+  return Status::Ok();
+}
+
+// Numpy broadcast of the present inputs among [first, last).
+StatusOr<TypeInfo> Broadcast(const InferContext& ctx, size_t first, size_t last, DType dtype) {
+  TypeInfo out{dtype, {}, true};
+  bool have_shape = false;
+  std::string shape_from;
+  for (size_t i = first; i < last; ++i) {
+    if (!ctx.has_input(i)) continue;
+    const Value& v = ctx.input(i);
+    if (!v.rank_known) {
+      out.rank_known = false;
+      continue;
+    }
+    if (!have_shape) {
+      out.shape = v.shape;
+      have_shape = true;
+      shape_from = "'" + v.name + "' " + ShapeToString(v.shape);
+      continue;
+    }
+    StatusOr<Shape> s = BroadcastShapes(out.shape, v.shape);
+    if (!s.ok())
+      return ctx.Fail("input '" + v.name + "' of shape " + ShapeToString(v.shape) +
+                      " does not broadcast with " + shape_from);
+    out.shape = *s;
+    shape_from = "the shape " + ShapeToString(out.shape) + " of the inputs before it";
+  }
+  if (!out.rank_known) out.shape.clear();
+  return out;
+}
+
+// A scalar operand (Clip bounds, Dropout ratio/training_mode): one element when the shape is
+// known.
+Status CheckScalar(const InferContext& ctx, size_t i, const std::string& what) {
+  if (!ctx.has_input(i)) return Status::Ok();
+  const Value& v = ctx.input(i);
+  if (v.ShapeKnown() && NumElements(v.shape) != 1)
+    return ctx.Fail(what + " '" + v.name + "' must be a scalar, has shape " +
+                    ShapeToString(v.shape));
+  return Status::Ok();
+}
+
+// Same-shape com.microsoft gradient ops: (dY, X or Y) -> dX.
+Status CheckSameShape(const InferContext& ctx, size_t a, size_t b) {
+  const Value& va = ctx.input(a);
+  const Value& vb = ctx.input(b);
+  if (va.ShapeKnown() && vb.ShapeKnown() && va.shape != vb.shape)
+    return ctx.Fail("inputs '" + va.name + "' " + ShapeToString(va.shape) + " and '" + vb.name +
+                    "' " + ShapeToString(vb.shape) + " must have the same shape");
+  return Status::Ok();
+}
+
+using Types = std::vector<TypeInfo>;
+
+// Binary or variadic op whose inputs share one type from `allowed`; the output has `out` type
+// (kUndefined: the inputs' type).
+InferFn BroadcastOp(uint32_t allowed, DType out = DType::kUndefined) {
+  return [allowed, out](const InferContext& ctx) -> StatusOr<Types> {
+    RETURN_IF_ERROR(CheckType(ctx, 0, allowed));
+    RETURN_IF_ERROR(CheckSameType(ctx, 0, ctx.num_inputs()));
+    DType t = out == DType::kUndefined ? ctx.input(0).dtype : out;
+    ASSIGN_OR_RETURN(TypeInfo info, Broadcast(ctx, 0, ctx.num_inputs(), t));
+    return Types{info};
+  };
+}
+
+InferFn UnaryOp(uint32_t allowed, DType out = DType::kUndefined) {
+  return [allowed, out](const InferContext& ctx) -> StatusOr<Types> {
+    RETURN_IF_ERROR(CheckType(ctx, 0, allowed));
+    TypeInfo info = SameAs(ctx.input(0));
+    if (out != DType::kUndefined) info.dtype = out;
+    return Types{info};
+  };
+}
+
+// (dY, other) -> dX, both float and of one shape.
+StatusOr<Types> InferActivationGrad(const InferContext& ctx) {
+  RETURN_IF_ERROR(CheckType(ctx, 0, kFloatTypes));
+  RETURN_IF_ERROR(CheckSameType(ctx, 0, 2));
+  RETURN_IF_ERROR(CheckSameShape(ctx, 0, 1));
+  return Types{SameAs(ctx.input(0))};
+}
+
+StatusOr<Types> InferPow(const InferContext& ctx) {
+  RETURN_IF_ERROR(CheckType(ctx, 0, kNumericTypes));
+  RETURN_IF_ERROR(CheckType(ctx, 1, kNumericTypes));
+  ASSIGN_OR_RETURN(TypeInfo info, Broadcast(ctx, 0, 2, ctx.input(0).dtype));
+  return Types{info};
+}
+
+StatusOr<Types> InferMod(const InferContext& ctx) {
+  RETURN_IF_ERROR(CheckType(ctx, 0, kNumericTypes));
+  RETURN_IF_ERROR(CheckSameType(ctx, 0, 2));
+  if (IsFloat(ctx.input(0).dtype) && ctx.node.GetInt("fmod", 0) != 1)
+    return ctx.Fail("floating-point Mod needs attribute fmod=1 (C fmod semantics)");
+  ASSIGN_OR_RETURN(TypeInfo info, Broadcast(ctx, 0, 2, ctx.input(0).dtype));
+  return Types{info};
+}
+
+StatusOr<Types> InferWhere(const InferContext& ctx) {
+  RETURN_IF_ERROR(CheckType(ctx, 0, kBoolType));
+  RETURN_IF_ERROR(CheckType(ctx, 1, kAllTypes));
+  RETURN_IF_ERROR(CheckSameType(ctx, 1, 3));
+  ASSIGN_OR_RETURN(TypeInfo info, Broadcast(ctx, 0, 3, ctx.input(1).dtype));
+  return Types{info};
+}
+
+StatusOr<Types> InferCast(const InferContext& ctx) {
+  RETURN_IF_ERROR(CheckType(ctx, 0, kAllTypes));
+  if (!ctx.node.HasAttr("to")) return ctx.Fail("attribute 'to' is required");
+  int64_t to = ctx.node.GetInt("to", 0);
+  if (to < 0 || to >= 32 || !(kAllTypes & (1u << to)))
+    return ctx.Fail("cannot cast to element type " + std::to_string(to) + "; supported: " +
+                    TypeList(kAllTypes));
+  TypeInfo info = SameAs(ctx.input(0));
+  info.dtype = static_cast<DType>(to);
+  return Types{info};
+}
+
+StatusOr<Types> InferCastLike(const InferContext& ctx) {
+  RETURN_IF_ERROR(CheckType(ctx, 0, kAllTypes));
+  RETURN_IF_ERROR(CheckType(ctx, 1, kAllTypes));
+  TypeInfo info = SameAs(ctx.input(0));
+  info.dtype = ctx.input(1).dtype;
+  return Types{info};
+}
+
+StatusOr<Types> InferClip(const InferContext& ctx) {
+  RETURN_IF_ERROR(CheckType(ctx, 0, kNumericTypes));
+  RETURN_IF_ERROR(CheckSameType(ctx, 0, ctx.num_inputs()));
+  RETURN_IF_ERROR(CheckScalar(ctx, 1, "min"));
+  RETURN_IF_ERROR(CheckScalar(ctx, 2, "max"));
+  return Types{SameAs(ctx.input(0))};
+}
+
+StatusOr<Types> InferDropout(const InferContext& ctx) {
+  RETURN_IF_ERROR(CheckType(ctx, 0, kFloatTypes));
+  if (ctx.has_input(1)) {
+    RETURN_IF_ERROR(CheckType(ctx, 1, kFloatTypes));
+    RETURN_IF_ERROR(CheckScalar(ctx, 1, "ratio"));
+    if (const Tensor* r = ctx.constant(1)) {
+      double ratio = r->GetAsDouble(0);
+      if (!(ratio >= 0 && ratio < 1))
+        return ctx.Fail("ratio " + std::to_string(ratio) + " is outside [0, 1)");
+    }
+  }
+  if (ctx.has_input(2)) {
+    RETURN_IF_ERROR(CheckType(ctx, 2, kBoolType));
+    RETURN_IF_ERROR(CheckScalar(ctx, 2, "training_mode"));
+  }
+  TypeInfo out = SameAs(ctx.input(0));
+  TypeInfo mask = out;
+  mask.dtype = DType::kBool;
+  return Types{out, mask};
+}
+
+// com.microsoft DropoutGrad (dY, mask[, ratio, training_mode]) -> dX.
+StatusOr<Types> InferDropoutGrad(const InferContext& ctx) {
+  RETURN_IF_ERROR(CheckType(ctx, 0, kFloatTypes));
+  RETURN_IF_ERROR(CheckType(ctx, 1, kBoolType));
+  RETURN_IF_ERROR(CheckSameShape(ctx, 0, 1));
+  if (ctx.has_input(2)) RETURN_IF_ERROR(CheckScalar(ctx, 2, "ratio"));
+  if (ctx.has_input(3)) RETURN_IF_ERROR(CheckType(ctx, 3, kBoolType));
+  return Types{SameAs(ctx.input(0))};
+}
+
+void Add(OpSchemaTable& table, const std::string& domain, const std::string& op, int min_in,
+         int max_in, InferFn infer, int min_out = 1, int max_out = 1) {
+  table.Add(OpSchema{domain, op, min_in, max_in, min_out, max_out, std::move(infer)});
+}
+
+}  // namespace
+
+void RegisterElementwiseSchemas(OpSchemaTable& table) {
+  for (const char* op : {"Add", "Sub", "Mul", "Div"})
+    Add(table, "", op, 2, 2, BroadcastOp(kNumericTypes));
+  Add(table, "", "Pow", 2, 2, InferPow);
+  Add(table, "", "Mod", 2, 2, InferMod);
+  for (const char* op : {"Min", "Max", "Sum"})
+    Add(table, "", op, 1, kVariadic, BroadcastOp(kNumericTypes));
+  Add(table, "", "Mean", 1, kVariadic, BroadcastOp(kFloatTypes));
+
+  for (const char* op : {"Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
+    Add(table, "", op, 2, 2, BroadcastOp(kNumericTypes, DType::kBool));
+  Add(table, "", "Equal", 2, 2, BroadcastOp(kNumericTypes | kBoolType, DType::kBool));
+  for (const char* op : {"And", "Or", "Xor"})
+    Add(table, "", op, 2, 2, BroadcastOp(kBoolType, DType::kBool));
+
+  for (const char* op : {"Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Tanh", "Sigmoid", "Sin",
+                         "Cos", "Floor", "Ceil", "Softplus"})
+    Add(table, "", op, 1, 1, UnaryOp(kFloatTypes));
+  for (const char* op : {"Neg", "Abs", "Sign", "Relu"})
+    Add(table, "", op, 1, 1, UnaryOp(kNumericTypes));
+  Add(table, "", "Not", 1, 1, UnaryOp(kBoolType));
+  Add(table, "", "IsNaN", 1, 1, UnaryOp(kFloatTypes, DType::kBool));
+  Add(table, "", "IsInf", 1, 1, UnaryOp(kFloatTypes, DType::kBool));
+  Add(table, "", "Identity", 1, 1, UnaryOp(kAllTypes));
+
+  Add(table, "", "Where", 3, 3, InferWhere);
+  Add(table, "", "Cast", 1, 1, InferCast);
+  Add(table, "", "CastLike", 2, 2, InferCastLike);
+  Add(table, "", "Clip", 1, 3, InferClip);
+  Add(table, "", "Dropout", 1, 3, InferDropout, 1, 2);
+
+  Add(table, "com.microsoft", "Gelu", 1, 1, UnaryOp(kFloatTypes));
+  for (const char* op : {"GeluGrad", "ReluGrad", "SigmoidGrad", "TanhGrad"})
+    Add(table, "com.microsoft", op, 2, 2, InferActivationGrad);
+  Add(table, "com.microsoft", "DropoutGrad", 2, 4, InferDropoutGrad);
+}
 
 }  // namespace foundry

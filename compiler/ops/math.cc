@@ -1,7 +1,365 @@
+// Shape and type inference for the math family: matrix products (MatMul, Gemm, com.microsoft
+// FusedMatMul), Softmax/LogSoftmax, the Reduce* ops, the normalizations (LayerNormalization,
+// com.microsoft SimplifiedLayerNormalization = RMSNorm), SoftmaxCrossEntropyLoss, and the
+// com.microsoft gradient ops their gradient rules emit (ONNX Runtime's names and signatures).
+//
+// Reduce* axes: ReduceSum takes them as input 1 since opset 13, the others since opset 18 (an
+// attribute before). The node does not record its opset, so every Reduce* accepts both: the
+// `axes` attribute when present, else input 1. An axes input that is not a constant leaves the
+// output rank (keepdims=0) or its dimensions (keepdims=1) unknown.
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "compiler/op_schema.h"
 
 namespace foundry {
 
-void RegisterMathSchemas(OpSchemaTable& table) {}
+namespace {
+
+constexpr char kMs[] = "com.microsoft";
+
+bool IsFloatOrDouble(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
+
+std::string TypeName(DType t) { return std::string(DTypeName(t)); }
+
+Status RequireFloat(const InferContext& ctx, size_t i, const char* what) {
+  DType t = ctx.input(i).dtype;
+  if (!IsFloatOrDouble(t))
+    return ctx.Fail(std::string(what) + " must be f32 or f64, got " + TypeName(t));
+  return Status::Ok();
+}
+
+Status RequireSameDType(const InferContext& ctx, size_t i, size_t j) {
+  if (ctx.input(i).dtype != ctx.input(j).dtype)
+    return ctx.Fail("inputs " + std::to_string(i) + " and " + std::to_string(j) +
+                    " have different element types (" + TypeName(ctx.input(i).dtype) + " vs " +
+                    TypeName(ctx.input(j).dtype) + ")");
+  return Status::Ok();
+}
+
+TypeInfo UnknownRank(DType t) { return TypeInfo{t, {}, false}; }
+
+bool DimsDiffer(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
+
+// --- matrix products ---
+
+// Numpy matmul shape rule with ONNX Runtime's FusedMatMul transposes of the last two dimensions.
+StatusOr<std::vector<TypeInfo>> InferMatMul(const InferContext& ctx) {
+  const Value& a = ctx.input(0);
+  const Value& b = ctx.input(1);
+  RETURN_IF_ERROR(RequireFloat(ctx, 0, "A"));
+  RETURN_IF_ERROR(RequireSameDType(ctx, 0, 1));
+  const Node& n = ctx.node;
+  bool ta = n.GetInt("transA", 0) != 0, tb = n.GetInt("transB", 0) != 0;
+  if (n.GetInt("transBatchA", 0) != 0 || n.GetInt("transBatchB", 0) != 0)
+    return ctx.Fail("transBatchA/transBatchB are not supported");
+  if (!a.rank_known || !b.rank_known) return std::vector<TypeInfo>{UnknownRank(a.dtype)};
+  if (a.shape.empty() || b.shape.empty())
+    return ctx.Fail("operands must have rank >= 1, got " + ShapeToString(a.shape) + " and " +
+                    ShapeToString(b.shape));
+  if ((ta && a.shape.size() < 2) || (tb && b.shape.size() < 2))
+    return ctx.Fail("transA/transB need an operand of rank >= 2");
+  bool a_vec = a.shape.size() == 1, b_vec = b.shape.size() == 1;
+  Shape as = a_vec ? Shape{1, a.shape[0]} : a.shape;
+  Shape bs = b_vec ? Shape{b.shape[0], 1} : b.shape;
+  size_t ra = as.size(), rb = bs.size();
+  int64_t m = ta ? as[ra - 1] : as[ra - 2];
+  int64_t ka = ta ? as[ra - 2] : as[ra - 1];
+  int64_t kb = tb ? bs[rb - 1] : bs[rb - 2];
+  int64_t nn = tb ? bs[rb - 2] : bs[rb - 1];
+  if (DimsDiffer(ka, kb))
+    return ctx.Fail("inner dimensions do not match: A is " + ShapeToString(a.shape) +
+                    (ta ? " (transposed)" : "") + ", B is " + ShapeToString(b.shape) +
+                    (tb ? " (transposed)" : ""));
+  auto batch = BroadcastShapes(Shape(as.begin(), as.end() - 2), Shape(bs.begin(), bs.end() - 2));
+  if (!batch.ok()) return ctx.Fail("batch dimensions: " + batch.status().message());
+  Shape out = *batch;
+  if (!a_vec) out.push_back(m);
+  if (!b_vec) out.push_back(nn);
+  return std::vector<TypeInfo>{{a.dtype, out}};
+}
+
+StatusOr<std::vector<TypeInfo>> InferGemm(const InferContext& ctx) {
+  const Value& a = ctx.input(0);
+  const Value& b = ctx.input(1);
+  RETURN_IF_ERROR(RequireFloat(ctx, 0, "A"));
+  RETURN_IF_ERROR(RequireSameDType(ctx, 0, 1));
+  if (!a.rank_known || !b.rank_known) return std::vector<TypeInfo>{{a.dtype, {-1, -1}}};
+  if (a.shape.size() != 2 || b.shape.size() != 2)
+    return ctx.Fail("A and B must be matrices, got " + ShapeToString(a.shape) + " and " +
+                    ShapeToString(b.shape));
+  bool ta = ctx.node.GetInt("transA", 0) != 0, tb = ctx.node.GetInt("transB", 0) != 0;
+  int64_t m = ta ? a.shape[1] : a.shape[0], ka = ta ? a.shape[0] : a.shape[1];
+  int64_t kb = tb ? b.shape[1] : b.shape[0], nn = tb ? b.shape[0] : b.shape[1];
+  if (DimsDiffer(ka, kb))
+    return ctx.Fail("inner dimensions do not match: A is " + ShapeToString(a.shape) +
+                    (ta ? " (transposed)" : "") + ", B is " + ShapeToString(b.shape) +
+                    (tb ? " (transposed)" : ""));
+  Shape out = {m, nn};
+  if (ctx.has_input(2)) {
+    RETURN_IF_ERROR(RequireSameDType(ctx, 0, 2));
+    const Value& c = ctx.input(2);
+    if (c.rank_known) {
+      if (c.shape.size() > 2)
+        return ctx.Fail("C must have rank <= 2, got " + ShapeToString(c.shape));
+      // Unidirectional broadcast: C's dims are 1 or equal to Y's.
+      for (size_t i = 0; i < c.shape.size(); ++i) {
+        int64_t cd = c.shape[c.shape.size() - 1 - i], yd = out[1 - i];
+        if (cd != 1 && DimsDiffer(cd, yd))
+          return ctx.Fail("C of shape " + ShapeToString(c.shape) +
+                          " does not broadcast to the product's shape " + ShapeToString(out));
+      }
+    }
+  }
+  return std::vector<TypeInfo>{{a.dtype, out}};
+}
+
+// --- softmax ---
+
+StatusOr<std::vector<TypeInfo>> InferSoftmax(const InferContext& ctx) {
+  RETURN_IF_ERROR(RequireFloat(ctx, 0, "input"));
+  const Value& x = ctx.input(0);
+  if (x.rank_known) {
+    auto axis = NormalizeAxis(ctx.node.GetInt("axis", -1), static_cast<int64_t>(x.shape.size()));
+    if (!axis.ok()) return ctx.Fail(axis.status().message());
+  }
+  return std::vector<TypeInfo>{SameAs(x)};
+}
+
+// SoftmaxGrad_13 / LogSoftmaxGrad_13 (dY, Y) -> dX.
+StatusOr<std::vector<TypeInfo>> InferSoftmaxGrad(const InferContext& ctx) {
+  RETURN_IF_ERROR(RequireFloat(ctx, 0, "dY"));
+  RETURN_IF_ERROR(RequireSameDType(ctx, 0, 1));
+  const Value& dy = ctx.input(0);
+  const Value& y = ctx.input(1);
+  if (dy.rank_known && y.rank_known) {
+    if (dy.shape.size() != y.shape.size())
+      return ctx.Fail("dY " + ShapeToString(dy.shape) + " and Y " + ShapeToString(y.shape) +
+                      " differ in shape");
+    for (size_t i = 0; i < dy.shape.size(); ++i)
+      if (DimsDiffer(dy.shape[i], y.shape[i]))
+        return ctx.Fail("dY " + ShapeToString(dy.shape) + " and Y " + ShapeToString(y.shape) +
+                        " differ in shape");
+    auto axis = NormalizeAxis(ctx.node.GetInt("axis", -1), static_cast<int64_t>(y.shape.size()));
+    if (!axis.ok()) return ctx.Fail(axis.status().message());
+  }
+  return std::vector<TypeInfo>{SameAs(y)};
+}
+
+// --- reductions ---
+
+enum class ReduceDTypes { kAny, kFloatOnly };
+
+InferFn MakeInferReduce(ReduceDTypes allowed) {
+  return [allowed](const InferContext& ctx) -> StatusOr<std::vector<TypeInfo>> {
+    const Node& n = ctx.node;
+    const Value& x = ctx.input(0);
+    DType t = x.dtype;
+    bool ok_type = IsFloatOrDouble(t) ||
+                   (allowed == ReduceDTypes::kAny && (t == DType::kInt64 || t == DType::kInt32));
+    if (!ok_type) return ctx.Fail("unsupported element type " + TypeName(t));
+    bool keepdims = n.GetInt("keepdims", 1) != 0;
+    bool noop = n.GetInt("noop_with_empty_axes", 0) != 0;
+    if (n.HasAttr("axes") && ctx.has_input(1))
+      return ctx.Fail("axes given both as an attribute and as input 1");
+    std::vector<int64_t> axes;
+    if (n.HasAttr("axes")) {
+      axes = n.GetInts("axes");
+    } else if (ctx.has_input(1)) {
+      const Value& av = ctx.input(1);
+      if (av.dtype != DType::kInt64)
+        return ctx.Fail("axes input must be i64, got " + TypeName(av.dtype));
+      const Tensor* c = ctx.constant(1);
+      if (!c) {
+        if (!x.rank_known || !keepdims) return std::vector<TypeInfo>{UnknownRank(t)};
+        return std::vector<TypeInfo>{{t, Shape(x.shape.size(), -1)}};
+      }
+      axes = c->ToInt64Vector();
+    }
+    if (!x.rank_known) return std::vector<TypeInfo>{UnknownRank(t)};
+    int64_t rank = static_cast<int64_t>(x.shape.size());
+    if (axes.empty() && noop) return std::vector<TypeInfo>{SameAs(x)};
+    std::vector<bool> reduced(rank, axes.empty());
+    for (int64_t a : axes) {
+      auto na = NormalizeAxis(a, rank);
+      if (!na.ok()) return ctx.Fail(na.status().message());
+      if (reduced[*na]) return ctx.Fail("axis " + std::to_string(a) + " appears twice in axes");
+      reduced[*na] = true;
+    }
+    Shape out;
+    for (int64_t i = 0; i < rank; ++i) {
+      if (!reduced[i])
+        out.push_back(x.shape[i]);
+      else if (keepdims)
+        out.push_back(1);
+    }
+    return std::vector<TypeInfo>{{t, out}};
+  };
+}
+
+// --- normalizations ---
+
+// Statistics (Mean, InvStdDev, inv_std_var) keep X's leading dims and set the normalized ones to 1.
+Shape StatsShape(const Shape& x, int64_t axis) {
+  Shape s = x;
+  for (size_t i = static_cast<size_t>(axis); i < s.size(); ++i) s[i] = 1;
+  return s;
+}
+
+// Checks that `param` (scale or bias) has as many elements as the normalized dims.
+Status CheckNormParam(const InferContext& ctx, size_t i, const char* what, const Shape& x,
+                      int64_t axis) {
+  const Value& p = ctx.input(i);
+  if (p.dtype != ctx.input(0).dtype)
+    return ctx.Fail(std::string(what) + " has element type " + TypeName(p.dtype) + ", X has " +
+                    TypeName(ctx.input(0).dtype));
+  Shape norm(x.begin() + axis, x.end());
+  if (!p.ShapeKnown() || std::any_of(norm.begin(), norm.end(), [](int64_t d) { return d < 0; }))
+    return Status::Ok();
+  if (NumElements(p.shape) != NumElements(norm))
+    return ctx.Fail(std::string(what) + " of shape " + ShapeToString(p.shape) +
+                    " does not match the normalized shape " + ShapeToString(norm));
+  return Status::Ok();
+}
+
+// LayerNormalization (X, Scale[, B]) -> (Y[, Mean, InvStdDev]) and SimplifiedLayerNormalization
+// (X, scale) -> (Y[, inv_std_var]).
+StatusOr<std::vector<TypeInfo>> InferLayerNorm(const InferContext& ctx) {
+  RETURN_IF_ERROR(RequireFloat(ctx, 0, "X"));
+  const Value& x = ctx.input(0);
+  if (ctx.node.GetInt("stash_type", 1) != 1)
+    return ctx.Fail("only stash_type=1 (f32 statistics) is supported");
+  if (!x.rank_known) return std::vector<TypeInfo>(3, UnknownRank(x.dtype));
+  auto axis = NormalizeAxis(ctx.node.GetInt("axis", -1), static_cast<int64_t>(x.shape.size()));
+  if (!axis.ok()) return ctx.Fail(axis.status().message());
+  RETURN_IF_ERROR(CheckNormParam(ctx, 1, "scale", x.shape, *axis));
+  if (ctx.has_input(2)) RETURN_IF_ERROR(CheckNormParam(ctx, 2, "bias", x.shape, *axis));
+  TypeInfo stats{DType::kFloat32, StatsShape(x.shape, *axis)};
+  if (ctx.node.op_type == "SimplifiedLayerNormalization")
+    return std::vector<TypeInfo>{SameAs(x), stats};
+  return std::vector<TypeInfo>{SameAs(x), stats, stats};
+}
+
+// LayerNormalizationGrad (dY, X, scale, mean, inv_std_dev) -> (dX, dscale, dbias);
+// SimplifiedLayerNormalizationGrad (dY, X, scale, inv_std_var) -> (dX, dscale).
+StatusOr<std::vector<TypeInfo>> InferLayerNormGrad(const InferContext& ctx) {
+  RETURN_IF_ERROR(RequireFloat(ctx, 0, "dY"));
+  RETURN_IF_ERROR(RequireSameDType(ctx, 0, 1));
+  RETURN_IF_ERROR(RequireSameDType(ctx, 0, 2));
+  const Value& x = ctx.input(1);
+  const Value& scale = ctx.input(2);
+  if (x.rank_known) {
+    auto axis = NormalizeAxis(ctx.node.GetInt("axis", -1), static_cast<int64_t>(x.shape.size()));
+    if (!axis.ok()) return ctx.Fail(axis.status().message());
+    RETURN_IF_ERROR(CheckNormParam(ctx, 2, "scale", x.shape, *axis));
+  }
+  return std::vector<TypeInfo>{SameAs(x), SameAs(scale), SameAs(scale)};
+}
+
+// --- softmax cross-entropy ---
+
+Status CheckReduction(const InferContext& ctx) {
+  std::string r = ctx.node.GetString("reduction", "mean");
+  if (r != "mean" && r != "sum" && r != "none")
+    return ctx.Fail("reduction must be \"mean\", \"sum\" or \"none\", got \"" + r + "\"");
+  return Status::Ok();
+}
+
+// Labels are scores' shape without dimension 1 (the classes).
+Status CheckLabels(const InferContext& ctx, const Value& scores, const Value& labels) {
+  if (labels.dtype != DType::kInt64 && labels.dtype != DType::kInt32)
+    return ctx.Fail("labels must be i64 or i32, got " + TypeName(labels.dtype));
+  if (!scores.rank_known || !labels.rank_known) return Status::Ok();
+  if (scores.shape.size() < 2)
+    return ctx.Fail("scores must have shape [N, C, d1, ...], got " + ShapeToString(scores.shape));
+  Shape expect = scores.shape;
+  expect.erase(expect.begin() + 1);
+  bool match = labels.shape.size() == expect.size();
+  for (size_t i = 0; match && i < expect.size(); ++i)
+    if (DimsDiffer(labels.shape[i], expect[i])) match = false;
+  if (!match)
+    return ctx.Fail("labels of shape " + ShapeToString(labels.shape) + " do not match scores " +
+                    ShapeToString(scores.shape) + " (expected " + ShapeToString(expect) + ")");
+  return Status::Ok();
+}
+
+Status CheckClassWeights(const InferContext& ctx, size_t i, const Value& scores) {
+  if (!ctx.has_input(i)) return Status::Ok();
+  const Value& w = ctx.input(i);
+  if (w.dtype != scores.dtype)
+    return ctx.Fail("weights have element type " + TypeName(w.dtype) + ", scores have " +
+                    TypeName(scores.dtype));
+  if (w.rank_known && scores.rank_known && scores.shape.size() >= 2 &&
+      (w.shape.size() != 1 || DimsDiffer(w.shape[0], scores.shape[1])))
+    return ctx.Fail("weights must have shape [C] = [" + std::to_string(scores.shape[1]) +
+                    "], got " + ShapeToString(w.shape));
+  return Status::Ok();
+}
+
+// SoftmaxCrossEntropyLoss (scores, labels[, weights]) -> (loss[, log_prob]).
+StatusOr<std::vector<TypeInfo>> InferSoftmaxCrossEntropy(const InferContext& ctx) {
+  RETURN_IF_ERROR(RequireFloat(ctx, 0, "scores"));
+  RETURN_IF_ERROR(CheckReduction(ctx));
+  const Value& scores = ctx.input(0);
+  const Value& labels = ctx.input(1);
+  RETURN_IF_ERROR(CheckLabels(ctx, scores, labels));
+  RETURN_IF_ERROR(CheckClassWeights(ctx, 2, scores));
+  TypeInfo loss{scores.dtype, {}};
+  if (ctx.node.GetString("reduction", "mean") == "none") {
+    if (labels.rank_known) {
+      loss.shape = labels.shape;
+    } else {
+      loss.rank_known = false;
+    }
+  }
+  return std::vector<TypeInfo>{loss, SameAs(scores)};
+}
+
+// SoftmaxCrossEntropyLossGrad (dY, log_prob, label[, weight]) -> d_scores.
+StatusOr<std::vector<TypeInfo>> InferSoftmaxCrossEntropyGrad(const InferContext& ctx) {
+  RETURN_IF_ERROR(RequireFloat(ctx, 0, "dY"));
+  RETURN_IF_ERROR(RequireSameDType(ctx, 0, 1));
+  RETURN_IF_ERROR(CheckReduction(ctx));
+  const Value& dy = ctx.input(0);
+  const Value& log_prob = ctx.input(1);
+  const Value& labels = ctx.input(2);
+  RETURN_IF_ERROR(CheckLabels(ctx, log_prob, labels));
+  RETURN_IF_ERROR(CheckClassWeights(ctx, 3, log_prob));
+  bool none = ctx.node.GetString("reduction", "mean") == "none";
+  if (dy.rank_known && labels.rank_known) {
+    bool ok = none ? dy.shape == labels.shape : dy.shape.empty();
+    if (!ok)
+      return ctx.Fail("dY has shape " + ShapeToString(dy.shape) + ", expected " +
+                      (none ? ShapeToString(labels.shape) : std::string("[] (a scalar loss)")));
+  }
+  return std::vector<TypeInfo>{SameAs(log_prob)};
+}
+
+}  // namespace
+
+void RegisterMathSchemas(OpSchemaTable& table) {
+  table.Add({"", "MatMul", 2, 2, 1, 1, InferMatMul});
+  table.Add({kMs, "FusedMatMul", 2, 2, 1, 1, InferMatMul});
+  table.Add({"", "Gemm", 2, 3, 1, 1, InferGemm});
+
+  table.Add({"", "Softmax", 1, 1, 1, 1, InferSoftmax});
+  table.Add({"", "LogSoftmax", 1, 1, 1, 1, InferSoftmax});
+  table.Add({kMs, "SoftmaxGrad_13", 2, 2, 1, 1, InferSoftmaxGrad});
+  table.Add({kMs, "LogSoftmaxGrad_13", 2, 2, 1, 1, InferSoftmaxGrad});
+
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"})
+    table.Add({"", op, 1, 2, 1, 1, MakeInferReduce(ReduceDTypes::kAny)});
+  for (const char* op : {"ReduceL1", "ReduceL2", "ReduceSumSquare"})
+    table.Add({"", op, 1, 2, 1, 1, MakeInferReduce(ReduceDTypes::kFloatOnly)});
+
+  table.Add({"", "LayerNormalization", 2, 3, 1, 3, InferLayerNorm});
+  table.Add({kMs, "LayerNormalizationGrad", 5, 5, 1, 3, InferLayerNormGrad});
+  table.Add({kMs, "SimplifiedLayerNormalization", 2, 2, 1, 2, InferLayerNorm});
+  table.Add({kMs, "SimplifiedLayerNormalizationGrad", 4, 4, 1, 2, InferLayerNormGrad});
+
+  table.Add({"", "SoftmaxCrossEntropyLoss", 2, 3, 1, 2, InferSoftmaxCrossEntropy});
+  table.Add({kMs, "SoftmaxCrossEntropyLossGrad", 3, 4, 1, 1, InferSoftmaxCrossEntropyGrad});
+}
 
 }  // namespace foundry

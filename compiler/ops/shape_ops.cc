@@ -304,17 +304,11 @@ int64_t Length1D(const InferContext& ctx, size_t i) {
 }
 
 // Prefixes the node to a helper's error.
-Status Named(const InferContext& ctx, const Status& st) {
-  return st.ok() ? st : ctx.Fail(st.message());
+template <class T>
+StatusOr<T> Named(const InferContext& ctx, StatusOr<T> r) {
+  if (!r.ok()) return ctx.Fail(r.status().message());
+  return r;
 }
-
-#define ASSIGN_OR_FAIL(lhs, expr)                                                    \
-  ASSIGN_OR_RETURN_IMPL_(FOUNDRY_CONCAT_(_or_fail_, __LINE__), lhs,                  \
-                         ([&]() -> decltype(expr) {                                  \
-                           auto _r = (expr);                                         \
-                           if (!_r.ok()) return Named(ctx, _r.status());             \
-                           return _r;                                                \
-                         }()))
 
 Status RequireIndexType(const InferContext& ctx, size_t i, const std::string& what) {
   if (!ctx.has_input(i)) return Status::Ok();
@@ -379,8 +373,7 @@ StatusOr<Types> InferRange(const InferContext& ctx) {
                       std::string(DTypeName(dt)) + " and " +
                       std::string(DTypeName(ctx.input(i).dtype)));
   if (ctx.constant(0) && ctx.constant(1) && ctx.constant(2)) {
-    ASSIGN_OR_FAIL(int64_t n,
-                   shape_ops::RangeLength(*ctx.constant(0), *ctx.constant(1), *ctx.constant(2)));
+    ASSIGN_OR_RETURN(int64_t n, Named(ctx, shape_ops::RangeLength(*ctx.constant(0), *ctx.constant(1), *ctx.constant(2))));
     return Types{TypeInfo{dt, {n}, true}};
   }
   return Types{TypeInfo{dt, {-1}, true}};
@@ -404,7 +397,7 @@ StatusOr<Types> InferReshape(const InferContext& ctx) {
       if ((*requested)[i] > 0 || (allowzero && (*requested)[i] == 0)) out[i] = (*requested)[i];
     return Types{TypeInfo{x.dtype, out, true}};
   }
-  ASSIGN_OR_FAIL(Shape out, shape_ops::ReshapeOutputShape(x.shape, *requested, allowzero));
+  ASSIGN_OR_RETURN(Shape out, Named(ctx, shape_ops::ReshapeOutputShape(x.shape, *requested, allowzero)));
   return Types{TypeInfo{x.dtype, out, true}};
 }
 
@@ -464,7 +457,7 @@ StatusOr<Types> InferSqueeze(const InferContext& ctx) {
   }
   if (!axes.values)
     return Types{axes.count < 0 ? UnknownRank(x.dtype) : RankOnly(x.dtype, r - axes.count)};
-  ASSIGN_OR_FAIL(std::vector<int64_t> norm, shape_ops::NormalizeAxes(*axes.values, r));
+  ASSIGN_OR_RETURN(std::vector<int64_t> norm, Named(ctx, shape_ops::NormalizeAxes(*axes.values, r)));
   Shape out;
   for (int64_t i = 0; i < r; ++i) {
     bool squeezed = std::binary_search(norm.begin(), norm.end(), i);
@@ -488,7 +481,7 @@ StatusOr<Types> InferUnsqueeze(const InferContext& ctx) {
   if (!axes.values)
     return Types{axes.count < 0 ? UnknownRank(x.dtype) : RankOnly(x.dtype, r + axes.count)};
   const int64_t out_rank = r + static_cast<int64_t>(axes.values->size());
-  ASSIGN_OR_FAIL(std::vector<int64_t> norm, shape_ops::NormalizeAxes(*axes.values, out_rank));
+  ASSIGN_OR_RETURN(std::vector<int64_t> norm, Named(ctx, shape_ops::NormalizeAxes(*axes.values, out_rank)));
   Shape out;
   size_t next = 0;
   for (int64_t i = 0; i < out_rank; ++i)
@@ -505,8 +498,7 @@ StatusOr<Types> InferTranspose(const InferContext& ctx) {
       return Types{RankOnly(x.dtype, static_cast<int64_t>(ctx.node.GetInts("perm").size()))};
     return Types{UnknownRank(x.dtype)};
   }
-  ASSIGN_OR_FAIL(std::vector<int64_t> perm,
-                 shape_ops::TransposePerm(ctx.node, static_cast<int64_t>(x.shape.size())));
+  ASSIGN_OR_RETURN(std::vector<int64_t> perm, Named(ctx, shape_ops::TransposePerm(ctx.node, static_cast<int64_t>(x.shape.size()))));
   Shape out;
   for (int64_t p : perm) out.push_back(x.shape[p]);
   return Types{TypeInfo{x.dtype, out, true}};
@@ -578,7 +570,7 @@ StatusOr<Types> InferConcat(const InferContext& ctx) {
     rank = static_cast<int64_t>(v.shape.size());
   }
   if (rank < 0) return Types{UnknownRank(dt)};
-  ASSIGN_OR_FAIL(int64_t axis, NormalizeAxis(ctx.node.GetInt("axis", 0), rank));
+  ASSIGN_OR_RETURN(int64_t axis, Named(ctx, NormalizeAxis(ctx.node.GetInt("axis", 0), rank)));
   Shape out(rank, -1);
   out[axis] = 0;
   int ref = -1;  // first input whose dims outside the axis we matched against
@@ -610,7 +602,7 @@ StatusOr<Types> InferSplit(const InferContext& ctx) {
                     " but the node has " + std::to_string(n_out) + " outputs");
   if (!x.rank_known) return Types(n_out, UnknownRank(x.dtype));
   const int64_t r = static_cast<int64_t>(x.shape.size());
-  ASSIGN_OR_FAIL(int64_t axis, NormalizeAxis(ctx.node.GetInt("axis", 0), r));
+  ASSIGN_OR_RETURN(int64_t axis, Named(ctx, NormalizeAxis(ctx.node.GetInt("axis", 0), r)));
   const int64_t dim = x.shape[axis];
   std::vector<int64_t> sizes;
   RETURN_IF_ERROR(RequireIndexType(ctx, 1, "input 'split'"));
@@ -634,7 +626,7 @@ StatusOr<Types> InferSplit(const InferContext& ctx) {
   } else if (ctx.has_input(1)) {
     sizes.assign(n_out, -1);
   } else {
-    ASSIGN_OR_FAIL(sizes, shape_ops::EqualSplitSizes(dim, n_out));
+    ASSIGN_OR_RETURN(sizes, Named(ctx, shape_ops::EqualSplitSizes(dim, n_out)));
   }
   Types out;
   for (int64_t s : sizes) {
@@ -676,10 +668,9 @@ StatusOr<TypeInfo> SliceType(const InferContext& ctx, const SliceArgs& a, DType 
   const int64_t r = static_cast<int64_t>(x.shape.size());
   bool args_known = a.starts && a.ends && (!a.has_axes || a.axes) && (!a.has_steps || a.steps);
   if (args_known) {
-    ASSIGN_OR_FAIL(std::vector<SliceDim> dims,
-                   shape_ops::ResolveSlice(x.shape, *a.starts, *a.ends,
+    ASSIGN_OR_RETURN(std::vector<SliceDim> dims, Named(ctx, shape_ops::ResolveSlice(x.shape, *a.starts, *a.ends,
                                            a.has_axes ? *a.axes : std::vector<int64_t>{},
-                                           a.has_steps ? *a.steps : std::vector<int64_t>{}));
+                                           a.has_steps ? *a.steps : std::vector<int64_t>{})));
     Shape out;
     for (const auto& d : dims) out.push_back(d.len);
     return TypeInfo{dt, out, true};
@@ -697,15 +688,16 @@ StatusOr<TypeInfo> SliceType(const InferContext& ctx, const SliceArgs& a, DType 
     return RankOnly(dt, r);
   }
   for (int64_t ax : axes) {
-    ASSIGN_OR_FAIL(int64_t k, NormalizeAxis(ax, r));
+    ASSIGN_OR_RETURN(int64_t k, Named(ctx, NormalizeAxis(ax, r)));
     out[k] = -1;
   }
   return TypeInfo{dt, out, true};
 }
 
 StatusOr<Types> InferSlice(const InferContext& ctx) {
-  if (ctx.num_inputs() == 2)
-    return ctx.Fail("needs starts and ends (inputs 1 and 2), or the opset-1 attributes");
+  if (ctx.num_inputs() == 2 ||
+      (ctx.num_inputs() == 1 && (!ctx.node.HasAttr("starts") || !ctx.node.HasAttr("ends"))))
+    return ctx.Fail("needs starts and ends (inputs 1 and 2, or attributes before opset 10)");
   for (size_t i = 1; i < ctx.num_inputs(); ++i)
     RETURN_IF_ERROR(RequireIndexType(ctx, i, "input " + std::to_string(i)));
   const Value& x = ctx.input(0);
@@ -720,7 +712,7 @@ StatusOr<Types> InferGather(const InferContext& ctx) {
   if (!data.rank_known || !idx.rank_known) return Types{UnknownRank(data.dtype)};
   const int64_t r = static_cast<int64_t>(data.shape.size());
   if (r == 0) return ctx.Fail("data must have rank >= 1");
-  ASSIGN_OR_FAIL(int64_t axis, NormalizeAxis(ctx.node.GetInt("axis", 0), r));
+  ASSIGN_OR_RETURN(int64_t axis, Named(ctx, NormalizeAxis(ctx.node.GetInt("axis", 0), r)));
   Shape out(data.shape.begin(), data.shape.begin() + axis);
   out.insert(out.end(), idx.shape.begin(), idx.shape.end());
   out.insert(out.end(), data.shape.begin() + axis + 1, data.shape.end());
@@ -736,8 +728,8 @@ StatusOr<Types> InferGatherElements(const InferContext& ctx) {
     if (data.shape.size() != idx.shape.size())
       return ctx.Fail("data " + ShapeToString(data.shape) + " and indices " +
                       ShapeToString(idx.shape) + " must have the same rank");
-    ASSIGN_OR_FAIL(int64_t axis, NormalizeAxis(ctx.node.GetInt("axis", 0),
-                                               static_cast<int64_t>(data.shape.size())));
+    ASSIGN_OR_RETURN(int64_t axis, Named(ctx, NormalizeAxis(ctx.node.GetInt("axis", 0),
+                                               static_cast<int64_t>(data.shape.size()))));
     (void)axis;
   }
   return Types{TypeInfo{data.dtype, idx.shape, true}};
@@ -772,8 +764,7 @@ StatusOr<Types> InferPad(const InferContext& ctx) {
     if (!axes) return Types{RankOnly(x.dtype, r)};
   }
   if (!pads) return Types{RankOnly(x.dtype, r)};
-  ASSIGN_OR_FAIL(std::vector<int64_t> full,
-                 shape_ops::FullPads(r, *pads, axes ? &*axes : nullptr));
+  ASSIGN_OR_RETURN(std::vector<int64_t> full, Named(ctx, shape_ops::FullPads(r, *pads, axes ? &*axes : nullptr)));
   Shape out(r);
   for (int64_t i = 0; i < r; ++i) {
     if (x.shape[i] < 0) {
@@ -890,7 +881,7 @@ StatusOr<Types> InferGatherGrad(const InferContext& ctx) {
   if (t.rank_known) {
     const int64_t r = static_cast<int64_t>(t.shape.size());
     if (r == 0) return ctx.Fail("shape must have rank >= 1");
-    ASSIGN_OR_FAIL(int64_t axis, NormalizeAxis(ctx.node.GetInt("axis", 0), r));
+    ASSIGN_OR_RETURN(int64_t axis, Named(ctx, NormalizeAxis(ctx.node.GetInt("axis", 0), r)));
     const Value& idx = ctx.input(1);
     if (dy.rank_known && idx.rank_known &&
         dy.shape.size() != t.shape.size() - 1 + idx.shape.size())
@@ -916,8 +907,6 @@ StatusOr<Types> InferGatherElementsGrad(const InferContext& ctx) {
                     ShapeToString(t.shape) + " must have the same rank");
   return Types{t};
 }
-
-#undef ASSIGN_OR_FAIL
 
 constexpr int kMany = 1 << 20;
 

@@ -1,0 +1,38 @@
+// Internal to the ONNX edges (onnx_import, onnx_export, tensor_proto): the only header besides
+// their .cc files that includes the ONNX protobuf types. Nothing above compiler/ includes it.
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "base/tensor.h"
+
+namespace foundry {
+namespace onnx_util {
+
+// The whole file, or `cannot open 'X': <strerror>`.
+StatusOr<std::string> ReadFile(const std::string& path);
+
+// Writes `bytes` to `path.tmp.<pid>` and renames it over `path`, so a reader never sees half a
+// file and a failed write leaves the old file in place.
+Status WriteFileAtomic(const std::string& path, std::string_view bytes);
+
+// "dir/model.onnx" -> "dir"; "model.onnx" -> "".
+std::string DirName(const std::string& path);
+// `base_dir` joined with a relative `name` ("" base -> name itself).
+std::string JoinPath(const std::string& base_dir, const std::string& name);
+
+// "FLOAT (1)", "STRING (8)": a TensorProto element type for messages.
+std::string ElemTypeName(int32_t elem_type);
+
+// NodeProto.metadata_props (field 9, ONNX >= 1.16). Debian's ONNX 1.12 does not know the field and
+// keeps it among the message's unknown fields; a newer ONNX knows it. Both are read here.
+std::vector<std::pair<std::string, std::string>> NodeMetadataProps(const onnx::NodeProto& node);
+
+}  // namespace onnx_util
+}  // namespace foundry

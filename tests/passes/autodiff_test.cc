@@ -1,0 +1,188 @@
+#include "passes/autodiff.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "compiler/text.h"
+#include "compiler/verifier.h"
+#include "passes/fold.h"
+#include "runtime/interpreter.h"
+#include "tests/support/grad_check.h"
+
+namespace foundry {
+namespace {
+
+// w is used twice (two gradient contributions, summed), b is broadcast over rows, buf is a
+// buffer (never differentiated), and the loss is the model's own scalar output.
+constexpr const char* kModel = R"(graph g {
+  input x : f32[3,4]
+  param w : f32[4,4]
+  param b : f32[4]
+  const buf : f32[4] = [0.5, -1.0, 2.0, 1.5]
+  h = MatMul(x, w)
+  h2 = Add(h, b)
+  t = Tanh(h2)
+  u = MatMul(t, w)
+  v = Mul(u, buf)
+  loss = ReduceSum(v) {keepdims=0}
+  output loss
+})";
+
+Graph Parsed(const char* text) {
+  auto g = ParseGraph(text);
+  EXPECT_TRUE(g.ok()) << g.status().message();
+  EXPECT_TRUE(FoldPass({}).Run(*g).ok());
+  return *g;
+}
+
+std::map<std::string, Tensor> RandomFeeds(const Graph& g) {
+  std::map<std::string, Tensor> feeds;
+  uint64_t seed = 100;
+  for (const auto& name : g.inputs)
+    if (g.FindValue(name)->dtype == DType::kFloat32)
+      feeds[name] = RandomTensor(g.FindValue(name)->shape, ++seed);
+  for (const auto& p : g.parameters) feeds[p] = RandomTensor(g.FindValue(p)->shape, ++seed);
+  return feeds;
+}
+
+// Central differences of the forward graph's loss w.r.t. every element of every parameter,
+// against the training graph's gradients. Tolerances as in tests/support/grad_check.h.
+void ExpectGradientsMatchFiniteDifferences(const Graph& fwd, const Graph& train,
+                                           std::map<std::string, Tensor> feeds) {
+  auto analytic = Interpret(train, feeds);
+  ASSERT_TRUE(analytic.ok()) << analytic.status().message();
+  const std::string loss = train.outputs[0];
+  for (size_t k = 0; k < train.parameters.size(); ++k) {
+    const std::string& p = train.parameters[k];
+    const Tensor& grad = analytic->at(train.outputs[k + 1]);
+    for (int64_t e = 0; e < feeds[p].numel(); ++e) {
+      const float saved = feeds[p].data<float>()[e];
+      const float eps = 1e-2f;
+      feeds[p].data<float>()[e] = saved + eps;
+      double lp = Interpret(fwd, feeds)->at(loss).data<float>()[0];
+      feeds[p].data<float>()[e] = saved - eps;
+      double lm = Interpret(fwd, feeds)->at(loss).data<float>()[0];
+      feeds[p].data<float>()[e] = saved;
+      double numeric = (lp - lm) / (2 * eps);
+      EXPECT_NEAR(grad.data<float>()[e], numeric, 2e-3 + 1e-2 * std::fabs(numeric))
+          << p << "[" << e << "]";
+    }
+  }
+}
+
+TEST(AutodiffTest, GradientsOfEveryParameterMatchFiniteDifferences) {
+  Graph fwd = Parsed(kModel);
+  Graph train = fwd;
+  AutodiffPass pass({});
+  auto changed = pass.Run(train);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(VerifyGraph(train).ok()) << VerifyGraph(train).message();
+  EXPECT_EQ(train.outputs, (std::vector<std::string>{"loss", "w_grad", "b_grad"}));
+  EXPECT_EQ(train.metadata.at("foundry.loss"), "loss");
+  // Two contributions to w's gradient, summed explicitly.
+  bool found_sum = false;
+  for (const Node& n : train.nodes)
+    if (n.op_type == "Sum" && n.outputs[0] == "w_grad") {
+      found_sum = true;
+      EXPECT_EQ(n.inputs, (std::vector<std::string>{"w_grad_0", "w_grad_1"}));
+    }
+  EXPECT_TRUE(found_sum) << PrintGraph(train);
+  EXPECT_EQ(train.FindValue("buf_grad"), nullptr) << "a buffer got a gradient";
+  ExpectGradientsMatchFiniteDifferences(fwd, train, RandomFeeds(fwd));
+}
+
+TEST(AutodiffTest, BackwardNodesKeepForwardScopeAndNaming) {
+  Graph train = Parsed(R"(graph g {
+  input x : f32[2,3]
+  param w : f32[3,3]
+  h = MatMul(x, w) @"transformer.blocks.0.attn" #"/blocks.0/attn/MatMul"
+  loss = ReduceSum(h) {keepdims=0} #"/ReduceSum"
+  output loss
+})");
+  ASSERT_TRUE(AutodiffPass({}).Run(train).ok());
+  int in_scope = 0;
+  for (const Node& n : train.nodes)
+    if (n.name.rfind("/blocks.0/attn/MatMul_Grad/", 0) == 0) {
+      EXPECT_EQ(n.scope, "transformer.blocks.0.attn");
+      ++in_scope;
+    }
+  EXPECT_GT(in_scope, 0) << PrintGraph(train);
+}
+
+TEST(AutodiffTest, AppendsCrossEntropyWhenTheModelHasOnlyLogits) {
+  Graph fwd = Parsed(R"(graph g {
+  input x : f32[2,3,4]
+  param w : f32[4,5]
+  logits = MatMul(x, w)
+  output logits
+})");
+  Graph train = fwd;
+  auto changed = AutodiffPass({}).Run(train);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_EQ(train.inputs, (std::vector<std::string>{"x", "labels"}));
+  EXPECT_EQ(train.FindValue("labels")->shape, (Shape{2, 3}));
+  EXPECT_EQ(train.FindValue("labels")->dtype, DType::kInt64);
+  EXPECT_EQ(train.metadata.at("foundry.loss_appended"), "1");
+  auto feeds = RandomFeeds(fwd);
+  feeds["labels"] = Tensor::FromVector<int64_t>(DType::kInt64, {2, 3}, {0, 4, -100, 2, 1, 3});
+  auto out = Interpret(train, feeds);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  // Reference: mean over the 5 non-ignored rows of -log_softmax(logits)[label], in double.
+  auto logits = Interpret(fwd, feeds);
+  ASSERT_TRUE(logits.ok());
+  const Tensor& l = logits->at("logits");
+  const int64_t labels[] = {0, 4, -100, 2, 1, 3};
+  double total = 0;
+  for (int r = 0; r < 6; ++r) {
+    if (labels[r] < 0) continue;
+    double mx = -1e30, z = 0;
+    for (int c = 0; c < 5; ++c) mx = std::max(mx, double(l.data<float>()[r * 5 + c]));
+    for (int c = 0; c < 5; ++c) z += std::exp(l.data<float>()[r * 5 + c] - mx);
+    total += -(l.data<float>()[r * 5 + labels[r]] - mx - std::log(z));
+  }
+  EXPECT_NEAR(out->at(train.outputs[0]).data<float>()[0], total / 5, 1e-5);
+}
+
+TEST(AutodiffTest, FreezeAndTrainableGlobs) {
+  Graph train = Parsed(kModel);
+  ASSERT_TRUE(AutodiffPass({.freeze = {"b"}}).Run(train).ok());
+  EXPECT_EQ(train.outputs, (std::vector<std::string>{"loss", "w_grad"}));
+  EXPECT_EQ(train.FindValue("b_grad"), nullptr);
+
+  Graph with_buffer = Parsed(kModel);
+  ASSERT_TRUE(AutodiffPass({.trainable = {"bu?"}}).Run(with_buffer).ok());
+  EXPECT_EQ(with_buffer.outputs, (std::vector<std::string>{"loss", "w_grad", "b_grad", "buf_grad"}));
+
+  Graph bad = Parsed(kModel);
+  auto st = AutodiffPass({.freeze = {"nope*"}}).Run(bad);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().message(), "autodiff: --freeze nope* matches no parameter");
+}
+
+TEST(AutodiffTest, OpWithoutGradientRuleOnThePathIsAnError) {
+  Graph g = Parsed(R"(graph g {
+  input x : f32[3]
+  param w : f32[3]
+  h = Mul(x, w)
+  k = com.microsoft::GeluGrad(h, h) @"transformer.blocks.1.ffn" #"odd"
+  loss = ReduceSum(k) {keepdims=0}
+  output loss
+})");
+  auto st = AutodiffPass({}).Run(g);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().message(),
+            "autodiff: no gradient rule for GeluGrad node 'odd' (module transformer.blocks.1.ffn), "
+            "which lies between a trainable parameter and the loss; freeze the parameters before "
+            "it (--freeze GLOB) or file an issue for the op");
+}
+
+TEST(GlobTest, Matches) {
+  EXPECT_TRUE(GlobMatch("transformer.blocks.*.attn.*", "transformer.blocks.3.attn.Wqkv.weight"));
+  EXPECT_FALSE(GlobMatch("transformer.blocks.*.attn", "transformer.blocks.3.attn.Wqkv"));
+  EXPECT_TRUE(GlobMatch("*", ""));
+  EXPECT_TRUE(GlobMatch("a?c", "abc"));
+}
+
+}  // namespace
+}  // namespace foundry
