@@ -4,7 +4,7 @@ It runs exactly the op set listed in models/OPS.md (opset 17 semantics), inlines
 functions (format 1), and ignores node names and metadata (formats 2 and 3), so the three files of
 a fixture can be checked to compute the same loss as PyTorch, at the traced shape and at others
 (which proves `batch` and `seq` are really symbolic). Dropout runs only with ratio 0 or
-training_mode false: a random mask cannot match PyTorch's.
+training_mode false (a random mask cannot match PyTorch's), or as identity when asked.
 """
 
 import math
@@ -87,15 +87,15 @@ def _sce_loss(scores, labels, weights=None, ignore_index=None, reduction=b"mean"
     return np.asarray(loss, dtype=scores.dtype), log_prob.astype(scores.dtype)
 
 
-def _dropout(x, ratio=None, training_mode=None, seed=None):
+def _dropout(x, ratio=None, training_mode=None, as_identity=False):
     r = 0.0 if ratio is None else float(ratio)
     training = False if training_mode is None else bool(training_mode)
-    if training and r > 0:
+    if training and r > 0 and not as_identity:
         raise NotImplementedError("Dropout with ratio > 0 in training mode (random mask)")
     return x, np.ones(x.shape, dtype=bool)
 
 
-def _run_op(node, ins: List, attrs: Dict):
+def _run_op(node, ins: List, attrs: Dict, dropout_as_identity: bool = False):
     op = node.op_type
     a = attrs
     if op == "Constant":
@@ -164,7 +164,7 @@ def _run_op(node, ins: List, attrs: Dict):
     if op == "Expand":
         return [ins[0] * np.ones([int(d) for d in ins[1]], dtype=ins[0].dtype)]
     if op == "Dropout":
-        return list(_dropout(*ins))
+        return list(_dropout(*ins, as_identity=dropout_as_identity))
     if op == "LayerNormalization":
         return list(_layer_norm(ins[0], ins[1], ins[2] if len(ins) > 2 else None,
                                 a.get("axis", -1), a.get("epsilon", 1e-5)))
@@ -176,8 +176,10 @@ def _run_op(node, ins: List, attrs: Dict):
 
 class Evaluator:
 
-    def __init__(self, model: onnx.ModelProto):
+    def __init__(self, model: onnx.ModelProto, dropout_as_identity: bool = False):
+        """`dropout_as_identity` runs Dropout with ratio > 0 as identity (as in eval mode)."""
         self.model = model
+        self.dropout_as_identity = dropout_as_identity
         self.functions = {(f.domain, f.name): f for f in model.functions}
 
     def _run_nodes(self, nodes, env: Dict[str, np.ndarray]):
@@ -190,7 +192,7 @@ class Evaluator:
                 self._run_nodes(f.node, sub)
                 outs = [sub[o] for o in f.output]
             else:
-                outs = _run_op(node, ins, _attrs(node))
+                outs = _run_op(node, ins, _attrs(node), self.dropout_as_identity)
             for name, value in zip(node.output, outs):
                 if name:
                     env[name] = value

@@ -1,7 +1,772 @@
+// CPU kernels of the shape-op family. Most of these ops move elements without looking at them, so
+// they are written once over element *bytes* (1, 2, 4 or 8 per element) and work unchanged for
+// every dtype: f32 activations, i64 indices and shapes, bool masks. One strided-copy primitive
+// (StridedCopy) does Transpose, Slice, SliceGrad, Expand, Tile, Concat and Split: each is a choice
+// of base offset and per-axis strides (0 to broadcast, negative to walk backwards).
+//
+// Every output is written in full with `=`; the scatter-adds of the gradient ops (GatherGrad,
+// GatherElementsGrad) first zero their output and then accumulate `+=` in index order, one thread,
+// so repeated indices sum in a fixed order and the bits never change between runs.
+#include <algorithm>
+#include <cstring>
+
+#include "compiler/op_schema.h"
+#include "compiler/ops/shape_ops.h"
 #include "kernels/cpu/kernel.h"
 
 namespace foundry {
+namespace {
 
-void RegisterShapeOpKernels(CpuKernelTable& table) {}
+using shape_ops::SliceDim;
+using Inputs = std::span<const Tensor* const>;
+using Outputs = std::span<Tensor* const>;
+
+Status Fail(const Node& node, const std::string& what) {
+  return Error(node.Describe() + ": " + what);
+}
+
+template <class T>
+StatusOr<T> Named(const Node& node, StatusOr<T> r) {
+  if (!r.ok()) return Fail(node, r.status().message());
+  return r;
+}
+
+std::vector<int64_t> Strides(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int64_t i = static_cast<int64_t>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
+  return st;
+}
+
+std::string TypeString(DType t, const Shape& s) {
+  return std::string(DTypeName(t)) + ShapeToString(s);
+}
+
+// The caller allocated outputs from shape inference; a kernel that computes a different type from
+// the actual input values must not write past them.
+Status CheckOutput(const Node& node, const Tensor& out, DType dtype, const Shape& shape) {
+  if (out.dtype() == dtype && out.shape() == shape) return Status::Ok();
+  return Fail(node, "output was allocated as " + TypeString(out.dtype(), out.shape()) +
+                        " but the inputs give " + TypeString(dtype, shape));
+}
+
+// One side of a strided copy, in elements.
+struct View {
+  int64_t base = 0;
+  std::vector<int64_t> strides;
+};
+
+View Dense(const Shape& s) { return View{0, Strides(s)}; }
+
+template <class T>
+void StridedCopyT(T* dst, const View& dv, const T* src, const View& sv, const Shape& shape) {
+  const size_t r = shape.size();
+  if (NumElements(shape) == 0) return;
+  if (r == 0) {
+    dst[dv.base] = src[sv.base];
+    return;
+  }
+  const int64_t inner = shape[r - 1], di = dv.strides[r - 1], si = sv.strides[r - 1];
+  std::vector<int64_t> idx(r - 1, 0);
+  int64_t d = dv.base, s = sv.base;
+  while (true) {
+    if (di == 1 && si == 1) {
+      std::memcpy(dst + d, src + s, inner * sizeof(T));
+    } else {
+      for (int64_t j = 0; j < inner; ++j) dst[d + j * di] = src[s + j * si];
+    }
+    int64_t k = static_cast<int64_t>(r) - 2;
+    for (; k >= 0; --k) {
+      d += dv.strides[k];
+      s += sv.strides[k];
+      if (++idx[k] < shape[k]) break;
+      d -= dv.strides[k] * shape[k];
+      s -= sv.strides[k] * shape[k];
+      idx[k] = 0;
+    }
+    if (k < 0) return;
+  }
+}
+
+// For every index tuple i over `shape`: dst[dv.base + i·dv.strides] = src[sv.base + i·sv.strides].
+void StridedCopy(Tensor& dst, const View& dv, const Tensor& src, const View& sv,
+                 const Shape& shape) {
+  switch (DTypeSize(dst.dtype())) {
+    case 1: return StridedCopyT(dst.data<uint8_t>(), dv, src.data<uint8_t>(), sv, shape);
+    case 2: return StridedCopyT(dst.data<uint16_t>(), dv, src.data<uint16_t>(), sv, shape);
+    case 4: return StridedCopyT(dst.data<uint32_t>(), dv, src.data<uint32_t>(), sv, shape);
+    case 8: return StridedCopyT(dst.data<uint64_t>(), dv, src.data<uint64_t>(), sv, shape);
+    default: return;
+  }
+}
+
+Status CheckSameDType(const Node& node, const Tensor& a, const Tensor& b) {
+  if (a.dtype() == b.dtype() && DTypeSize(a.dtype()) != 0) return Status::Ok();
+  return Fail(node, "element types " + std::string(DTypeName(a.dtype())) + " and " +
+                        std::string(DTypeName(b.dtype())) + " do not match");
+}
+
+// --- creation and inspection ---
+
+Status ConstantKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  auto v = node.attrs.find("value");
+  if (v != node.attrs.end() && v->second.kind == Attribute::Kind::kTensor && v->second.t) {
+    const Tensor& t = *v->second.t;
+    RETURN_IF_ERROR(CheckOutput(node, *out[0], t.dtype(), t.shape()));
+    if (t.nbytes()) std::memcpy(out[0]->raw(), t.raw(), t.nbytes());
+    return Status::Ok();
+  }
+  ASSIGN_OR_RETURN(Tensor t, Named(node, shape_ops::ConstantAttrTensor(node)));
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], t.dtype(), t.shape()));
+  if (t.nbytes()) std::memcpy(out[0]->raw(), t.raw(), t.nbytes());
+  return Status::Ok();
+}
+
+Status ShapeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Shape& s = in[0]->shape();
+  const int64_t r = static_cast<int64_t>(s.size());
+  auto clamp = [r](int64_t a) { return std::clamp<int64_t>(a < 0 ? a + r : a, 0, r); };
+  int64_t start = clamp(node.GetInt("start", 0));
+  int64_t end = node.HasAttr("end") ? clamp(node.GetInt("end", r)) : r;
+  end = std::max(end, start);
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], DType::kInt64, {end - start}));
+  for (int64_t i = start; i < end; ++i) out[0]->data<int64_t>()[i - start] = s[i];
+  return Status::Ok();
+}
+
+Status SizeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], DType::kInt64, {}));
+  *out[0]->data<int64_t>() = in[0]->numel();
+  return Status::Ok();
+}
+
+Status ConstantOfShapeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  Tensor value = Tensor::Scalar(0.f);
+  if (node.HasAttr("value")) {
+    const Attribute& a = node.attrs.at("value");
+    if (a.kind != Attribute::Kind::kTensor || !a.t || a.t->numel() != 1)
+      return Fail(node, "attribute 'value' must be a one-element tensor");
+    value = *a.t;
+  }
+  Shape shape = in[0]->ToInt64Vector();
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], value.dtype(), shape));
+  const size_t elem = DTypeSize(value.dtype());
+  const auto* v = static_cast<const uint8_t*>(value.raw());
+  bool zero = std::all_of(v, v + elem, [](uint8_t b) { return b == 0; });
+  auto* dst = static_cast<uint8_t*>(out[0]->raw());
+  if (zero) {
+    std::memset(dst, 0, out[0]->nbytes());
+  } else {
+    for (int64_t i = 0; i < out[0]->numel(); ++i) std::memcpy(dst + i * elem, v, elem);
+  }
+  return Status::Ok();
+}
+
+template <class T>
+void FillRange(T start, T delta, Tensor& out) {
+  // Accumulated as in the ONNX function body (and ONNX Runtime), not start + i * delta.
+  T v = start;
+  for (int64_t i = 0; i < out.numel(); ++i, v += delta) out.data<T>()[i] = v;
+}
+
+Status RangeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  ASSIGN_OR_RETURN(int64_t n, Named(node, shape_ops::RangeLength(*in[0], *in[1], *in[2])));
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], in[0]->dtype(), {n}));
+  switch (in[0]->dtype()) {
+    case DType::kFloat32: FillRange(*in[0]->data<float>(), *in[2]->data<float>(), *out[0]); break;
+    case DType::kFloat64: FillRange(*in[0]->data<double>(), *in[2]->data<double>(), *out[0]); break;
+    case DType::kInt16: FillRange(*in[0]->data<int16_t>(), *in[2]->data<int16_t>(), *out[0]); break;
+    case DType::kInt32: FillRange(*in[0]->data<int32_t>(), *in[2]->data<int32_t>(), *out[0]); break;
+    case DType::kInt64: FillRange(*in[0]->data<int64_t>(), *in[2]->data<int64_t>(), *out[0]); break;
+    default: return Fail(node, "unsupported element type");
+  }
+  return Status::Ok();
+}
+
+// --- reshaping: the bytes stay as they are ---
+
+Status CopyBytes(const Node& node, const Tensor& in, Tensor& out) {
+  RETURN_IF_ERROR(CheckSameDType(node, in, out));
+  if (in.numel() != out.numel())
+    return Fail(node, "output was allocated as " + ShapeToString(out.shape()) + " (" +
+                          std::to_string(out.numel()) + " elements) for an input of shape " +
+                          ShapeToString(in.shape()) + " (" + std::to_string(in.numel()) +
+                          " elements)");
+  if (in.nbytes()) std::memcpy(out.raw(), in.raw(), in.nbytes());
+  return Status::Ok();
+}
+
+Status ReshapeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  ASSIGN_OR_RETURN(Shape shape,
+                   Named(node, shape_ops::ReshapeOutputShape(in[0]->shape(),
+                                                             in[1]->ToInt64Vector(),
+                                                             node.GetInt("allowzero", 0) != 0)));
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], in[0]->dtype(), shape));
+  return CopyBytes(node, *in[0], *out[0]);
+}
+
+// Flatten, Squeeze, Unsqueeze: shape inference already decided the output shape.
+Status SameBytesKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  return CopyBytes(node, *in[0], *out[0]);
+}
+
+// --- moving elements ---
+
+Status TransposeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Tensor& x = *in[0];
+  ASSIGN_OR_RETURN(std::vector<int64_t> perm, Named(node, shape_ops::TransposePerm(node, x.rank())));
+  Shape shape;
+  View src{0, {}};
+  std::vector<int64_t> st = Strides(x.shape());
+  for (int64_t p : perm) {
+    shape.push_back(x.shape()[p]);
+    src.strides.push_back(st[p]);
+  }
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), shape));
+  StridedCopy(*out[0], Dense(shape), x, src, shape);
+  return Status::Ok();
+}
+
+// Strides that read `x` broadcast (right-aligned, numpy style) to `shape`.
+View BroadcastView(const Shape& x, const Shape& shape) {
+  std::vector<int64_t> st = Strides(x);
+  View v{0, std::vector<int64_t>(shape.size(), 0)};
+  const size_t lead = shape.size() - x.size();
+  for (size_t k = lead; k < shape.size(); ++k)
+    v.strides[k] = x[k - lead] == 1 ? 0 : st[k - lead];
+  return v;
+}
+
+Status ExpandKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Tensor& x = *in[0];
+  Shape target = in[1]->ToInt64Vector();
+  auto shape = BroadcastShapes(x.shape(), target);
+  if (!shape.ok())
+    return Fail(node, "cannot expand input of shape " + ShapeToString(x.shape()) + " to " +
+                          ShapeToString(target) + ": " + shape.status().message());
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), *shape));
+  StridedCopy(*out[0], Dense(*shape), x, BroadcastView(x.shape(), *shape), *shape);
+  return Status::Ok();
+}
+
+Status TileKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Tensor& x = *in[0];
+  std::vector<int64_t> reps = in[1]->ToInt64Vector();
+  if (static_cast<int64_t>(reps.size()) != x.rank())
+    return Fail(node, "repeats has " + std::to_string(reps.size()) +
+                          " values for an input of rank " + std::to_string(x.rank()));
+  // The output [r0*d0, r1*d1, ...] is, in row-major order, the array [r0, d0, r1, d1, ...] whose
+  // repeat axes read the input with stride 0.
+  Shape shape, inter;
+  View src{0, {}};
+  std::vector<int64_t> st = Strides(x.shape());
+  for (int64_t k = 0; k < x.rank(); ++k) {
+    if (reps[k] < 0) return Fail(node, "repeats " + ShapeToString(reps) + " has a negative value");
+    shape.push_back(x.shape()[k] * reps[k]);
+    inter.push_back(reps[k]);
+    inter.push_back(x.shape()[k]);
+    src.strides.push_back(0);
+    src.strides.push_back(st[k]);
+  }
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), shape));
+  StridedCopy(*out[0], Dense(inter), x, src, inter);
+  return Status::Ok();
+}
+
+Status ConcatKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  Tensor& y = *out[0];
+  ASSIGN_OR_RETURN(int64_t axis, Named(node, NormalizeAxis(node.GetInt("axis", 0), y.rank())));
+  std::vector<int64_t> st = Strides(y.shape());
+  int64_t offset = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Tensor& x = *in[i];
+    RETURN_IF_ERROR(CheckSameDType(node, x, y));
+    Shape expect = y.shape();
+    expect[axis] = x.rank() == y.rank() ? x.shape()[axis] : -1;
+    if (x.shape() != expect || offset + x.shape()[axis] > y.shape()[axis])
+      return Fail(node, "input " + std::to_string(i) + " of shape " + ShapeToString(x.shape()) +
+                            " does not fit the output " + ShapeToString(y.shape()) +
+                            " along axis " + std::to_string(axis));
+    StridedCopy(y, View{offset * st[axis], st}, x, Dense(x.shape()), x.shape());
+    offset += x.shape()[axis];
+  }
+  if (offset != y.shape()[axis])
+    return Fail(node, "inputs fill " + std::to_string(offset) + " of the " +
+                          std::to_string(y.shape()[axis]) + " positions along axis " +
+                          std::to_string(axis));
+  return Status::Ok();
+}
+
+Status SplitKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Tensor& x = *in[0];
+  ASSIGN_OR_RETURN(int64_t axis, Named(node, NormalizeAxis(node.GetInt("axis", 0), x.rank())));
+  std::vector<int64_t> sizes;
+  if (in.size() > 1 && in[1]) {
+    sizes = in[1]->ToInt64Vector();
+  } else if (node.HasAttr("split")) {
+    sizes = node.GetInts("split");
+  } else {
+    ASSIGN_OR_RETURN(sizes,
+                     Named(node, shape_ops::EqualSplitSizes(x.shape()[axis],
+                                                            static_cast<int64_t>(out.size()))));
+  }
+  if (sizes.size() != out.size())
+    return Fail(node, "split " + ShapeToString(sizes) + " has " + std::to_string(sizes.size()) +
+                          " values for " + std::to_string(out.size()) + " outputs");
+  std::vector<int64_t> st = Strides(x.shape());
+  int64_t offset = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (sizes[i] < 0 || offset + sizes[i] > x.shape()[axis])
+      return Fail(node, "split " + ShapeToString(sizes) + " does not fit axis " +
+                            std::to_string(axis) + " of size " +
+                            std::to_string(x.shape()[axis]));
+    Shape shape = x.shape();
+    shape[axis] = sizes[i];
+    RETURN_IF_ERROR(CheckOutput(node, *out[i], x.dtype(), shape));
+    StridedCopy(*out[i], Dense(shape), x, View{offset * st[axis], st}, shape);
+    offset += sizes[i];
+  }
+  if (offset != x.shape()[axis])
+    return Fail(node, "split " + ShapeToString(sizes) + " sums to " + std::to_string(offset) +
+                          " but axis " + std::to_string(axis) + " has size " +
+                          std::to_string(x.shape()[axis]));
+  return Status::Ok();
+}
+
+std::vector<int64_t> OptionalInts(Inputs in, size_t i) {
+  return i < in.size() && in[i] ? in[i]->ToInt64Vector() : std::vector<int64_t>{};
+}
+
+// The strided view of `shape` that Slice reads (or SliceGrad writes), and the slice's shape.
+StatusOr<std::pair<View, Shape>> SliceView(const Node& node, const Shape& shape,
+                                           const std::vector<int64_t>& starts,
+                                           const std::vector<int64_t>& ends,
+                                           const std::vector<int64_t>& axes,
+                                           const std::vector<int64_t>& steps) {
+  ASSIGN_OR_RETURN(std::vector<SliceDim> dims,
+                   Named(node, shape_ops::ResolveSlice(shape, starts, ends, axes, steps)));
+  std::vector<int64_t> st = Strides(shape);
+  View v{0, {}};
+  Shape out;
+  for (size_t k = 0; k < dims.size(); ++k) {
+    v.base += dims[k].start * st[k];
+    v.strides.push_back(dims[k].step * st[k]);
+    out.push_back(dims[k].len);
+  }
+  return std::make_pair(v, out);
+}
+
+Status SliceKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Tensor& x = *in[0];
+  std::pair<View, Shape> view;
+  if (in.size() == 1) {
+    ASSIGN_OR_RETURN(view, SliceView(node, x.shape(), node.GetInts("starts"), node.GetInts("ends"),
+                                     node.GetInts("axes"), {}));
+  } else {
+    ASSIGN_OR_RETURN(view, SliceView(node, x.shape(), in[1]->ToInt64Vector(),
+                                     in[2]->ToInt64Vector(), OptionalInts(in, 3),
+                                     OptionalInts(in, 4)));
+  }
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), view.second));
+  StridedCopy(*out[0], Dense(view.second), x, view.first, view.second);
+  return Status::Ok();
+}
+
+// SliceGrad (dY, shape, starts, ends[, axes, steps]) -> dX.
+Status SliceGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Tensor& dy = *in[0];
+  Shape shape = in[1]->ToInt64Vector();
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], dy.dtype(), shape));
+  ASSIGN_OR_RETURN(auto view, SliceView(node, shape, in[2]->ToInt64Vector(),
+                                        in[3]->ToInt64Vector(), OptionalInts(in, 4),
+                                        OptionalInts(in, 5)));
+  if (view.second != dy.shape())
+    return Fail(node, "dY has shape " + ShapeToString(dy.shape()) + " but slicing " +
+                          ShapeToString(shape) + " gives " + ShapeToString(view.second));
+  // Slice positions are distinct (steps are nonzero), so a plain copy after zeroing suffices.
+  std::memset(out[0]->raw(), 0, out[0]->nbytes());
+  StridedCopy(*out[0], view.first, dy, Dense(dy.shape()), dy.shape());
+  return Status::Ok();
+}
+
+// Reads index i of an int32/int64 tensor, normalized into [0, dim); error when out of range.
+StatusOr<int64_t> IndexAt(const Node& node, const Tensor& idx, int64_t i, int64_t axis,
+                          int64_t dim) {
+  int64_t v = idx.GetAsInt64(i);
+  if (v < -dim || v >= dim)
+    return Fail(node, "indices[" + std::to_string(i) + "] = " + std::to_string(v) +
+                          " is out of range for axis " + std::to_string(axis) + " of size " +
+                          std::to_string(dim));
+  return v < 0 ? v + dim : v;
+}
+
+Status CheckIndexType(const Node& node, const Tensor& idx) {
+  if (idx.dtype() == DType::kInt64 || idx.dtype() == DType::kInt32) return Status::Ok();
+  return Fail(node, "indices must be int64 or int32, got " + std::string(DTypeName(idx.dtype())));
+}
+
+// Gather viewed as [outer, axis_dim, inner] -> [outer, n, inner].
+struct GatherDims {
+  int64_t axis, outer = 1, dim, inner = 1;
+};
+
+StatusOr<GatherDims> GetGatherDims(const Node& node, const Shape& data) {
+  GatherDims g;
+  ASSIGN_OR_RETURN(g.axis, Named(node, NormalizeAxis(node.GetInt("axis", 0),
+                                                     static_cast<int64_t>(data.size()))));
+  for (int64_t k = 0; k < g.axis; ++k) g.outer *= data[k];
+  g.dim = data[g.axis];
+  for (size_t k = g.axis + 1; k < data.size(); ++k) g.inner *= data[k];
+  return g;
+}
+
+Shape GatherShape(const Shape& data, const Shape& idx, int64_t axis) {
+  Shape out(data.begin(), data.begin() + axis);
+  out.insert(out.end(), idx.begin(), idx.end());
+  out.insert(out.end(), data.begin() + axis + 1, data.end());
+  return out;
+}
+
+Status GatherKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Tensor& x = *in[0];
+  const Tensor& idx = *in[1];
+  RETURN_IF_ERROR(CheckIndexType(node, idx));
+  ASSIGN_OR_RETURN(GatherDims g, GetGatherDims(node, x.shape()));
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), GatherShape(x.shape(), idx.shape(), g.axis)));
+  const int64_t n = idx.numel();
+  std::vector<int64_t> rows(n);
+  for (int64_t j = 0; j < n; ++j) {
+    ASSIGN_OR_RETURN(rows[j], IndexAt(node, idx, j, g.axis, g.dim));
+  }
+  const size_t row_bytes = g.inner * DTypeSize(x.dtype());
+  const auto* src = static_cast<const uint8_t*>(x.raw());
+  auto* dst = static_cast<uint8_t*>(out[0]->raw());
+  for (int64_t o = 0; o < g.outer; ++o)
+    for (int64_t j = 0; j < n; ++j)
+      std::memcpy(dst + (o * n + j) * row_bytes, src + (o * g.dim + rows[j]) * row_bytes,
+                  row_bytes);
+  return Status::Ok();
+}
+
+template <class T>
+void GatherGradT(const GatherDims& g, const std::vector<int64_t>& rows, const T* dy, T* dx) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  std::fill(dx, dx + g.outer * g.dim * g.inner, T(0));
+  for (int64_t o = 0; o < g.outer; ++o)
+    for (int64_t j = 0; j < n; ++j) {
+      const T* s = dy + (o * n + j) * g.inner;
+      T* d = dx + (o * g.dim + rows[j]) * g.inner;
+      for (int64_t i = 0; i < g.inner; ++i) d[i] += s[i];
+    }
+}
+
+// GatherGrad (shape, indices, dY) -> dX: rows of dY added into zeros, indices in order.
+Status GatherGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  Shape shape = in[0]->ToInt64Vector();
+  const Tensor& idx = *in[1];
+  const Tensor& dy = *in[2];
+  RETURN_IF_ERROR(CheckIndexType(node, idx));
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], dy.dtype(), shape));
+  if (shape.empty()) return Fail(node, "shape must have rank >= 1");
+  ASSIGN_OR_RETURN(GatherDims g, GetGatherDims(node, shape));
+  Shape expect = GatherShape(shape, idx.shape(), g.axis);
+  if (dy.shape() != expect)
+    return Fail(node, "dY has shape " + ShapeToString(dy.shape()) + ", expected " +
+                          ShapeToString(expect));
+  std::vector<int64_t> rows(idx.numel());
+  for (int64_t j = 0; j < idx.numel(); ++j) {
+    ASSIGN_OR_RETURN(rows[j], IndexAt(node, idx, j, g.axis, g.dim));
+  }
+  switch (dy.dtype()) {
+    case DType::kFloat32: GatherGradT(g, rows, dy.data<float>(), out[0]->data<float>()); break;
+    case DType::kFloat64: GatherGradT(g, rows, dy.data<double>(), out[0]->data<double>()); break;
+    default: return Fail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
+  }
+  return Status::Ok();
+}
+
+// For GatherElements and its gradient: the data offset each element of `indices` refers to.
+StatusOr<std::vector<int64_t>> ElementOffsets(const Node& node, const Shape& data,
+                                              const Tensor& idx) {
+  RETURN_IF_ERROR(CheckIndexType(node, idx));
+  const int64_t r = static_cast<int64_t>(data.size());
+  if (idx.rank() != r)
+    return Fail(node, "indices " + ShapeToString(idx.shape()) + " and data " +
+                          ShapeToString(data) + " must have the same rank");
+  ASSIGN_OR_RETURN(int64_t axis, Named(node, NormalizeAxis(node.GetInt("axis", 0), r)));
+  for (int64_t k = 0; k < r; ++k)
+    if (k != axis && idx.shape()[k] > data[k])
+      return Fail(node, "indices " + ShapeToString(idx.shape()) + " exceed data " +
+                            ShapeToString(data) + " on axis " + std::to_string(k));
+  std::vector<int64_t> ds = Strides(data);
+  std::vector<int64_t> pos(r, 0);
+  std::vector<int64_t> offsets(idx.numel());
+  for (int64_t e = 0; e < idx.numel(); ++e) {
+    ASSIGN_OR_RETURN(int64_t v, IndexAt(node, idx, e, axis, data[axis]));
+    int64_t off = 0;
+    for (int64_t k = 0; k < r; ++k) off += (k == axis ? v : pos[k]) * ds[k];
+    offsets[e] = off;
+    for (int64_t k = r - 1; k >= 0; --k) {
+      if (++pos[k] < idx.shape()[k]) break;
+      pos[k] = 0;
+    }
+  }
+  return offsets;
+}
+
+Status GatherElementsKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Tensor& x = *in[0];
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), in[1]->shape()));
+  ASSIGN_OR_RETURN(std::vector<int64_t> offsets, ElementOffsets(node, x.shape(), *in[1]));
+  const size_t elem = DTypeSize(x.dtype());
+  const auto* src = static_cast<const uint8_t*>(x.raw());
+  auto* dst = static_cast<uint8_t*>(out[0]->raw());
+  for (size_t e = 0; e < offsets.size(); ++e)
+    std::memcpy(dst + e * elem, src + offsets[e] * elem, elem);
+  return Status::Ok();
+}
+
+template <class T>
+void ScatterAddT(const std::vector<int64_t>& offsets, const T* dy, T* dx, int64_t n) {
+  std::fill(dx, dx + n, T(0));
+  for (size_t e = 0; e < offsets.size(); ++e) dx[offsets[e]] += dy[e];
+}
+
+// GatherElementsGrad (dY, shape, indices) -> dX.
+Status GatherElementsGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Tensor& dy = *in[0];
+  Shape shape = in[1]->ToInt64Vector();
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], dy.dtype(), shape));
+  if (dy.shape() != in[2]->shape())
+    return Fail(node, "dY " + ShapeToString(dy.shape()) + " and indices " +
+                          ShapeToString(in[2]->shape()) + " must have the same shape");
+  ASSIGN_OR_RETURN(std::vector<int64_t> offsets, ElementOffsets(node, shape, *in[2]));
+  const int64_t n = out[0]->numel();
+  switch (dy.dtype()) {
+    case DType::kFloat32: ScatterAddT(offsets, dy.data<float>(), out[0]->data<float>(), n); break;
+    case DType::kFloat64: ScatterAddT(offsets, dy.data<double>(), out[0]->data<double>(), n); break;
+    default: return Fail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
+  }
+  return Status::Ok();
+}
+
+Status TriluKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Tensor& x = *in[0];
+  if (x.rank() < 2) return Fail(node, "input must have rank >= 2, got " + ShapeToString(x.shape()));
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), x.shape()));
+  int64_t k = 0;
+  if (in.size() > 1 && in[1]) {
+    if (in[1]->numel() != 1) return Fail(node, "k must be a scalar");
+    k = in[1]->GetAsInt64(0);
+  }
+  const bool upper = node.GetInt("upper", 1) != 0;
+  const int64_t rows = x.shape()[x.rank() - 2], cols = x.shape()[x.rank() - 1];
+  const int64_t mats = rows * cols == 0 ? 0 : x.numel() / (rows * cols);
+  const size_t elem = DTypeSize(x.dtype());
+  const auto* src = static_cast<const uint8_t*>(x.raw());
+  auto* dst = static_cast<uint8_t*>(out[0]->raw());
+  // Clamp k so that i + k cannot overflow; beyond +-cols it keeps or drops whole rows anyway.
+  k = std::clamp<int64_t>(k, -rows - 1, cols + 1);
+  for (int64_t m = 0; m < mats; ++m)
+    for (int64_t i = 0; i < rows; ++i) {
+      // Kept columns: j - i >= k (upper) or j - i <= k (lower).
+      int64_t lo = upper ? std::clamp<int64_t>(i + k, 0, cols) : 0;
+      int64_t hi = upper ? cols : std::clamp<int64_t>(i + k + 1, 0, cols);
+      size_t row = (m * rows + i) * cols * elem;
+      std::memset(dst + row, 0, cols * elem);
+      if (hi > lo) std::memcpy(dst + row + lo * elem, src + row + lo * elem, (hi - lo) * elem);
+    }
+  return Status::Ok();
+}
+
+Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Tensor& x = *in[0];
+  const int64_t r = x.rank();
+  std::vector<int64_t> pads = in.size() > 1 && in[1] ? in[1]->ToInt64Vector() : node.GetInts("pads");
+  std::vector<int64_t> axes = OptionalInts(in, 3);
+  ASSIGN_OR_RETURN(pads, Named(node, shape_ops::FullPads(r, pads, in.size() > 3 && in[3] ? &axes
+                                                                                         : nullptr)));
+  const std::string mode = node.GetString("mode", "constant");
+  Shape shape(r);
+  for (int64_t k = 0; k < r; ++k) shape[k] = x.shape()[k] + pads[k] + pads[k + r];
+  for (int64_t k = 0; k < r; ++k)
+    if (shape[k] < 0)
+      return Fail(node, "pads " + ShapeToString(pads) + " remove more than axis " +
+                            std::to_string(k) + " of " + ShapeToString(x.shape()) + " holds");
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), shape));
+
+  const size_t elem = DTypeSize(x.dtype());
+  std::vector<uint8_t> fill(elem, 0);
+  if (in.size() > 2 && in[2]) {
+    RETURN_IF_ERROR(CheckSameDType(node, *in[2], x));
+    std::memcpy(fill.data(), in[2]->raw(), elem);
+  } else if (node.HasAttr("value") && x.dtype() == DType::kFloat32) {
+    float v = node.GetFloat("value", 0.f);
+    std::memcpy(fill.data(), &v, elem);
+  }
+  // Per axis, the input index each output index reads (-1: the constant).
+  std::vector<std::vector<int64_t>> map(r);
+  for (int64_t k = 0; k < r; ++k) {
+    const int64_t d = x.shape()[k];
+    for (int64_t o = 0; o < shape[k]; ++o) {
+      int64_t i = o - pads[k];
+      if (mode == "constant") {
+        if (i < 0 || i >= d) i = -1;
+      } else if (d == 0) {
+        return Fail(node, "mode '" + mode + "' cannot pad the empty axis " + std::to_string(k));
+      } else if (mode == "edge") {
+        i = std::clamp<int64_t>(i, 0, d - 1);
+      } else if (mode == "reflect") {
+        if (d == 1) i = 0;
+        const int64_t period = 2 * (d - 1);
+        if (d > 1) {
+          i = ((i % period) + period) % period;
+          if (i >= d) i = period - i;
+        }
+      } else {
+        return Fail(node, "mode '" + mode + "' is not supported (constant, reflect, edge are)");
+      }
+      map[k].push_back(i);
+    }
+  }
+  std::vector<int64_t> st = Strides(x.shape());
+  std::vector<int64_t> pos(r, 0);
+  const auto* src = static_cast<const uint8_t*>(x.raw());
+  auto* dst = static_cast<uint8_t*>(out[0]->raw());
+  for (int64_t e = 0; e < out[0]->numel(); ++e) {
+    int64_t off = 0;
+    bool inside = true;
+    for (int64_t k = 0; k < r && inside; ++k) {
+      int64_t i = map[k][pos[k]];
+      inside = i >= 0;
+      off += i * st[k];
+    }
+    std::memcpy(dst + e * elem, inside ? src + off * elem : fill.data(), elem);
+    for (int64_t k = r - 1; k >= 0; --k) {
+      if (++pos[k] < shape[k]) break;
+      pos[k] = 0;
+    }
+  }
+  return Status::Ok();
+}
+
+Status OneHotKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Tensor& idx = *in[0];
+  const Tensor& values = *in[2];
+  if (in[1]->numel() != 1) return Fail(node, "depth must be a scalar");
+  if (values.numel() != 2) return Fail(node, "values must hold two elements [off, on]");
+  const int64_t depth = static_cast<int64_t>(in[1]->GetAsDouble(0));
+  const int64_t r = idx.rank();
+  int64_t axis = node.GetInt("axis", -1);
+  if (axis < -(r + 1) || axis > r)
+    return Fail(node, "axis " + std::to_string(axis) + " is out of range for output rank " +
+                          std::to_string(r + 1));
+  if (axis < 0) axis += r + 1;
+  Shape shape = idx.shape();
+  shape.insert(shape.begin() + axis, depth);
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], values.dtype(), shape));
+  int64_t outer = 1, inner = 1;
+  for (int64_t k = 0; k < axis; ++k) outer *= idx.shape()[k];
+  for (int64_t k = axis; k < r; ++k) inner *= idx.shape()[k];
+  const size_t elem = DTypeSize(values.dtype());
+  const auto* off = static_cast<const uint8_t*>(values.raw());
+  const uint8_t* on = off + elem;
+  auto* dst = static_cast<uint8_t*>(out[0]->raw());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t d = 0; d < depth; ++d)
+      for (int64_t i = 0; i < inner; ++i) {
+        int64_t v = static_cast<int64_t>(idx.GetAsDouble(o * inner + i));
+        if (v < 0) v += depth;
+        std::memcpy(dst + ((o * depth + d) * inner + i) * elem, v == d ? on : off, elem);
+      }
+  return Status::Ok();
+}
+
+template <class T>
+void ScatterReduce(T* dst, const T* src, int64_t n, const std::string& red) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (red == "add") dst[i] += src[i];
+    else if (red == "mul") dst[i] *= src[i];
+    else if (red == "max") dst[i] = std::max(dst[i], src[i]);
+    else dst[i] = std::min(dst[i], src[i]);
+  }
+}
+
+Status ScatterNDKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Tensor& x = *in[0];
+  const Tensor& idx = *in[1];
+  const Tensor& upd = *in[2];
+  RETURN_IF_ERROR(CheckIndexType(node, idx));
+  RETURN_IF_ERROR(CheckSameDType(node, x, upd));
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), x.shape()));
+  if (idx.rank() == 0) return Fail(node, "indices must have rank >= 1");
+  const int64_t k = idx.shape().back();
+  if (k > x.rank())
+    return Fail(node, "indices' last dimension " + std::to_string(k) + " exceeds the rank of data " +
+                          std::to_string(x.rank()));
+  int64_t slice = 1;
+  for (int64_t d = k; d < x.rank(); ++d) slice *= x.shape()[d];
+  const int64_t tuples = k == 0 ? idx.numel() : idx.numel() / k;
+  if (upd.numel() != tuples * slice)
+    return Fail(node, "updates has " + std::to_string(upd.numel()) + " elements, expected " +
+                          std::to_string(tuples * slice));
+  const std::string red = node.GetString("reduction", "none");
+  std::memcpy(out[0]->raw(), x.raw(), x.nbytes());
+  std::vector<int64_t> st = Strides(x.shape());
+  const size_t elem = DTypeSize(x.dtype());
+  auto* dst = static_cast<uint8_t*>(out[0]->raw());
+  const auto* src = static_cast<const uint8_t*>(upd.raw());
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t off = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      ASSIGN_OR_RETURN(int64_t v, IndexAt(node, idx, t * k + j, j, x.shape()[j]));
+      off += v * st[j];
+    }
+    uint8_t* d = dst + off * elem;
+    const uint8_t* s = src + t * slice * elem;
+    if (red == "none") {
+      std::memcpy(d, s, slice * elem);
+      continue;
+    }
+    switch (x.dtype()) {
+      case DType::kFloat32: ScatterReduce(reinterpret_cast<float*>(d), reinterpret_cast<const float*>(s), slice, red); break;
+      case DType::kFloat64: ScatterReduce(reinterpret_cast<double*>(d), reinterpret_cast<const double*>(s), slice, red); break;
+      case DType::kInt32: ScatterReduce(reinterpret_cast<int32_t*>(d), reinterpret_cast<const int32_t*>(s), slice, red); break;
+      case DType::kInt64: ScatterReduce(reinterpret_cast<int64_t*>(d), reinterpret_cast<const int64_t*>(s), slice, red); break;
+      default:
+        return Fail(node, "reduction '" + red + "' is not supported for " +
+                              std::string(DTypeName(x.dtype())));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterShapeOpKernels(CpuKernelTable& table) {
+  table.Add("", "Constant", ConstantKernel);
+  table.Add("", "Shape", ShapeKernel);
+  table.Add("", "Size", SizeKernel);
+  table.Add("", "ConstantOfShape", ConstantOfShapeKernel);
+  table.Add("", "Range", RangeKernel);
+  table.Add("", "Reshape", ReshapeKernel);
+  table.Add("", "Flatten", SameBytesKernel);
+  table.Add("", "Squeeze", SameBytesKernel);
+  table.Add("", "Unsqueeze", SameBytesKernel);
+  table.Add("", "Transpose", TransposeKernel);
+  table.Add("", "Expand", ExpandKernel);
+  table.Add("", "Tile", TileKernel);
+  table.Add("", "Concat", ConcatKernel);
+  table.Add("", "Split", SplitKernel);
+  table.Add("", "Slice", SliceKernel);
+  table.Add("", "Gather", GatherKernel);
+  table.Add("", "GatherElements", GatherElementsKernel);
+  table.Add("", "Trilu", TriluKernel);
+  table.Add("", "Pad", PadKernel);
+  table.Add("", "OneHot", OneHotKernel);
+  table.Add("", "ScatterND", ScatterNDKernel);
+  table.Add("com.microsoft", "SliceGrad", SliceGradKernel);
+  table.Add("com.microsoft", "GatherGrad", GatherGradKernel);
+  table.Add("com.microsoft", "GatherElementsGrad", GatherElementsGradKernel);
+}
 
 }  // namespace foundry

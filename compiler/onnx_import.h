@@ -1,0 +1,74 @@
+// ONNX model -> IR (DESIGN §2). The importer reads what PyTorch exporters write and attaches to
+// every node the module instance it came from (Node::scope) and to the graph the classes of those
+// instances (Graph::modules), from whichever annotation the file carries:
+//
+//   "functions"  ONNX local functions (torch.onnx.export(export_modules_as_functions=...)). Calls
+//                are inlined; each inlined node gets the call's instance path, recovered from the
+//                parameter names the call consumes (common module prefix of
+//                `transformer.blocks.3.attn.Wqkv.weight`, ... -> `transformer.blocks.3.attn`), and
+//                checked against `foundry.module_classes` when the file has it (the path is walked
+//                up to the nearest module of the function's class). A call that consumes no
+//                parameter takes, inside the caller's instance, the k-th not yet used module of the
+//                function's class from `foundry.module_classes` (k = how many such calls the caller
+//                made before); without that table, or with no such module, its nodes keep the
+//                caller's path (no module is invented). Top-level nodes keep their scoped names'
+//                paths, as in "scopes".
+//   "scopes"     TorchScript scoped node names (`/transformer/blocks.0/attn/Wqkv/MatMul`). Paths are
+//                resolved segment by segment against `foundry.scopes` / `foundry.module_classes`
+//                when present (torch names a module relative to its caller, not its parent), else
+//                the segments are joined with '.'.
+//   "metadata"   The dynamo exporter's NodeProto.metadata_props (field 9):
+//                `pkg.torch.onnx.name_scopes` / `pkg.torch.onnx.class_hierarchy`.
+//   "foundry"    foundry's own export (onnx_export.h): `scope=` in each node's doc_string and the
+//                module table in `foundry.module_classes`, restored verbatim.
+//   "none"       No annotation: Graph::modules stays empty and every scope is "".
+// The format found is recorded in Graph::metadata["foundry.annotation_format"].
+//
+// Graph::modules holds every module on the call chain of some node (root "" included), with its
+// classes from `foundry.module_classes` when the file has it, else from the annotation itself
+// (class_hierarchy; the function's domain + name) or none (scoped names alone name no class).
+//
+// Trainable parameters: `foundry.parameters` (JSON list) if present; else the PARAMETER entries of
+// `pkg.torch.export.ExportedProgram.graph_signature`; else every floating-point initializer.
+// Parameters (and buffers) exported by shape only (export_params=False) are graph inputs; those
+// named by the lists above, by `foundry.buffers`, or as `<module path>.<name>` of a module in
+// `foundry.module_classes` become initializers without data.
+//
+// Accepted: IR versions 7-10, ai.onnx opsets 13-18 (ONNX 1.12's checker runs on IR <= 8 / opset
+// <= 17; the importer's own structural checks run on every model). Ops are not checked here: shape
+// inference reports the ones foundry does not implement.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "compiler/ir.h"
+
+namespace foundry {
+
+struct ImportOptions {
+  // --dim bindings: a symbolic dimension named here becomes this size. Naming a dimension the
+  // model does not have is an error (it is almost always a typo).
+  std::map<std::string, int64_t> dims;
+  // False: trainable parameters are declared by shape only (Value::data null); buffers and other
+  // initializers are still loaded (shape arithmetic may need them).
+  bool load_weights = true;
+  // False accepts any IR version >= 3 and any ai.onnx opset (the ONNX backend node tests are
+  // written against old opsets); the op semantics are then the caller's concern.
+  bool check_versions = true;
+  // Run ONNX 1.12's checker where it understands the model (IR <= 8, opset <= 17).
+  bool run_checker = true;
+};
+
+StatusOr<Graph> ImportOnnx(const std::string& path, const ImportOptions& options = {});
+
+// The same, from the bytes of a model file. `model_dir` is where external data files live;
+// `display_name` names the model in error messages.
+StatusOr<Graph> ImportOnnxFromBytes(std::string_view bytes, const ImportOptions& options = {},
+                                    const std::string& model_dir = "",
+                                    const std::string& display_name = "<memory>");
+
+}  // namespace foundry

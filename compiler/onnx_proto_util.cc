@@ -1,0 +1,106 @@
+#include "compiler/onnx_proto_util.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/unknown_field_set.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace foundry {
+namespace onnx_util {
+
+StatusOr<std::string> ReadFile(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return Error("cannot open '" + path + "': " + std::strerror(errno));
+  std::string bytes;
+  char buf[1 << 16];
+  for (;;) {
+    size_t n = std::fread(buf, 1, sizeof buf, f);
+    bytes.append(buf, n);
+    if (n < sizeof buf) break;
+  }
+  bool failed = std::ferror(f) != 0;
+  int err = errno;
+  std::fclose(f);
+  // A directory opens fine on Linux and fails on the first read (EISDIR).
+  if (failed) return Error("cannot read '" + path + "': " + std::strerror(err));
+  return bytes;
+}
+
+Status WriteFileAtomic(const std::string& path, std::string_view bytes) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return Error("cannot write '" + path + "': " + std::strerror(errno));
+  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  int err = errno;
+  ok = (std::fflush(f) == 0) && ok;
+  if (!ok) err = errno;
+  if (std::fclose(f) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ok = false;
+    err = errno;
+  }
+  if (!ok) {
+    std::remove(tmp.c_str());
+    return Error("cannot write '" + path + "': " + std::strerror(err));
+  }
+  return Status::Ok();
+}
+
+std::string DirName(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return "";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string JoinPath(const std::string& base_dir, const std::string& name) {
+  if (base_dir.empty()) return name;
+  if (base_dir.back() == '/') return base_dir + name;
+  return base_dir + "/" + name;
+}
+
+std::string ElemTypeName(int32_t elem_type) {
+  std::string name = onnx::TensorProto_DataType_IsValid(elem_type)
+                         ? onnx::TensorProto_DataType_Name(
+                               static_cast<onnx::TensorProto_DataType>(elem_type))
+                         : "UNKNOWN";
+  return name + " (" + std::to_string(elem_type) + ")";
+}
+
+std::vector<std::pair<std::string, std::string>> NodeMetadataProps(const onnx::NodeProto& node) {
+  constexpr int kMetadataPropsField = 9;
+  std::vector<std::pair<std::string, std::string>> entries;
+  const google::protobuf::Reflection* reflection = node.GetReflection();
+  const google::protobuf::FieldDescriptor* known =
+      node.GetDescriptor()->FindFieldByNumber(kMetadataPropsField);
+  if (known && known->is_repeated() &&
+      known->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE) {
+    // A newer ONNX that knows the field: read the StringStringEntryProto messages by reflection.
+    for (int i = 0; i < reflection->FieldSize(node, known); ++i) {
+      onnx::StringStringEntryProto entry;
+      entry.ParseFromString(reflection->GetRepeatedMessage(node, known, i).SerializeAsString());
+      entries.emplace_back(entry.key(), entry.value());
+    }
+    return entries;
+  }
+  const google::protobuf::UnknownFieldSet& unknown = reflection->GetUnknownFields(node);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const google::protobuf::UnknownField& field = unknown.field(i);
+    if (field.number() != kMetadataPropsField ||
+        field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED)
+      continue;
+    onnx::StringStringEntryProto entry;
+    if (!entry.ParseFromString(field.length_delimited())) continue;
+    entries.emplace_back(entry.key(), entry.value());
+  }
+  return entries;
+}
+
+}  // namespace onnx_util
+}  // namespace foundry

@@ -1,0 +1,364 @@
+#!/usr/bin/python3
+"""Checks the committed fixtures in models/fixtures/ and the exporter that makes them.
+
+Run from anywhere: /usr/bin/python3 tests/models/fixtures_test.py
+Exits 77 (skip) where torch, onnx or numpy are not importable.
+
+For every fixture:
+- parameters map one-to-one to initializers (name, shape, exact values) against a fresh PyTorch
+  model built from config.json with the same seed, in all three formats; no renamed (`onnx::`) or
+  Identity-merged copies; foundry.parameters / foundry.module_classes / the graph signature agree
+  with the module tree; every non-parameter initializer is a named buffer of at most 64 KiB;
+- the metadata-format file carries NodeProto field 9 entries on every node;
+- the three files compute PyTorch's loss (NumPy interpreter, models/onnx_eval.py) at the fixture
+  shape and at another (batch, seq), so `batch` and `seq` really are symbolic (dropout fixtures:
+  Dropout as identity against PyTorch in eval mode);
+- reference gradients exist for exactly the trainable parameters, are named `<init>_grad`, have
+  the parameter's shape and are not all zero;
+- only the op types documented in models/OPS.md occur;
+and `make_fixtures.py --check` reproduces every committed number within relative 1e-6.
+"""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
+
+try:
+    import numpy as np
+    import onnx
+    import torch
+    from onnx import numpy_helper
+except ImportError:
+    print("SKIP: torch not available (install python3-torch with scripts/setup.sh)")
+    sys.exit(77)
+
+from models import families  # noqa: E402
+from models.foundry_export import (  # noqa: E402
+    CLASS_HIERARCHY_KEY, GRAPH_SIGNATURE_KEY, NAME_SCOPES_KEY, ScopeResolver, buffer_names,
+    class_chain, encode_metadata_entry, module_classes, parameter_names, read_node_metadata)
+from models.make_fixtures import FIXTURES, FIXTURES_DIR, has_dropout, rel_diff  # noqa: E402
+from models.onnx_eval import Evaluator  # noqa: E402
+
+MAX_BUFFER_BYTES = 64 * 1024
+LOSS_RTOL = 1e-5
+# Every op type an export may contain (models/OPS.md); all in the default ONNX domain, opset 17.
+KNOWN_OPS = {
+    "Add", "Cast", "Clip", "Concat", "Constant", "ConstantOfShape", "Cos", "Div", "Dropout",
+    "Erf", "Gather", "Greater", "LayerNormalization", "MatMul", "Mul", "Neg", "Pow", "Range",
+    "ReduceMean", "Reshape", "Shape", "Sigmoid", "Sin", "Slice", "Softmax",
+    "SoftmaxCrossEntropyLoss", "Sqrt", "Sub", "Transpose", "Unsqueeze", "Where",
+}
+
+_models = {}
+
+
+def fixture_dir(name):
+    return os.path.join(FIXTURES_DIR, name)
+
+
+def load_tensor(path):
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    return t
+
+
+def fresh_model(name):
+    if name not in _models:
+        with open(os.path.join(fixture_dir(name), "config.json")) as f:
+            config = json.load(f)
+        config.setdefault("name", name)
+        _models[name] = (config, families.seeded_model(config))
+    return _models[name]
+
+
+def model_files(name):
+    d = fixture_dir(name)
+    files = {"scopes": os.path.join(d, "model.onnx"),
+             "metadata": os.path.join(d, "model.metadata.onnx"),
+             "functions": os.path.join(d, "model.functions.onnx")}
+    return {k: v for k, v in files.items() if os.path.exists(v)}
+
+
+def all_nodes(model):
+    yield from model.graph.node
+    for f in model.functions:
+        yield from f.node
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def check_layout(name):
+    d = fixture_dir(name)
+    config, _ = fresh_model(name)
+    with open(os.path.join(d, "config.json")) as f, \
+            open(os.path.join(families.CONFIGS_DIR, name + ".json")) as g:
+        assert f.read() == g.read(), "config.json differs from models/configs/" + name + ".json"
+    for fmt in ("scopes", "metadata", "functions"):
+        assert fmt in model_files(name), f"missing the {fmt} model file"
+    s = families.settings(config)
+    for input_name in ("input_ids", "labels"):
+        t = load_tensor(os.path.join(d, "inputs", input_name + ".pb"))
+        assert t.name == input_name, f"inputs/{input_name}.pb is named {t.name!r}"
+        assert t.data_type == onnx.TensorProto.INT64
+        assert list(t.dims) == [s["batch_size"], s["seq_len"]], list(t.dims)
+    has_ref = os.path.isdir(os.path.join(d, "reference"))
+    assert has_ref != has_dropout(config), "reference/ must exist exactly for dropout-off configs"
+
+
+def check_parameters_one_to_one(name):
+    config, model = fresh_model(name)
+    params = dict(model.named_parameters())
+    trainable = parameter_names(model)
+    buffers = dict(model.named_buffers())
+    for fmt, path in model_files(name).items():
+        proto = onnx.load(path)
+        inits = [i.name for i in proto.graph.initializer]
+        assert len(inits) == len(set(inits)), f"{fmt}: duplicate initializer names"
+        by_name = {i.name: i for i in proto.graph.initializer}
+        for pname in trainable:
+            assert pname in by_name, f"{fmt}: parameter {pname} is not an initializer"
+            value = numpy_helper.to_array(by_name[pname])
+            expected = params[pname].detach().numpy()
+            assert value.shape == expected.shape, f"{fmt}: {pname} shape {value.shape}"
+            assert np.array_equal(value, expected), f"{fmt}: {pname} values differ from PyTorch"
+        for iname, init in by_name.items():
+            if iname in params:
+                continue
+            assert not iname.startswith("onnx::"), f"{fmt}: renamed initializer {iname}"
+            assert iname in buffers, f"{fmt}: initializer {iname} is neither parameter nor buffer"
+            nbytes = numpy_helper.to_array(init).nbytes
+            assert nbytes <= MAX_BUFFER_BYTES, f"{fmt}: buffer {iname} has {nbytes} bytes"
+            assert np.array_equal(numpy_helper.to_array(init), buffers[iname].numpy())
+        for node in all_nodes(proto):
+            assert node.op_type != "Identity" or not set(node.input) & set(params), \
+                f"{fmt}: Identity node {node.name} copies a parameter"
+        meta = {p.key: p.value for p in proto.metadata_props}
+        if fmt == "metadata":
+            assert not [k for k in meta if k.startswith("foundry.")], "foundry.* in format 3"
+            sig = meta[GRAPH_SIGNATURE_KEY]
+            sig_params = [line.split("target='")[1].rstrip("'") for line in sig.splitlines()
+                          if ": PARAMETER " in line]
+            sig_buffers = [line.split("target='")[1].split("'")[0] for line in sig.splitlines()
+                           if ": BUFFER " in line]
+            assert sig_params == trainable, "graph signature parameters differ"
+            assert sig_buffers == buffer_names(model), "graph signature buffers differ"
+        else:
+            assert json.loads(meta["foundry.parameters"]) == trainable
+            assert json.loads(meta["foundry.module_classes"]) == module_classes(model)
+            resolver = ScopeResolver(dict(model.named_modules()))
+            for scope, path in json.loads(meta["foundry.scopes"]).items():
+                assert resolver.resolve(scope) == path, (scope, path)
+
+
+def check_graph_io_and_ops(name):
+    for fmt, path in model_files(name).items():
+        proto = onnx.load(path)
+        inputs = {i.name: i for i in proto.graph.input}
+        for input_name in ("input_ids", "labels"):
+            dims = inputs[input_name].type.tensor_type.shape.dim
+            assert [d.dim_param for d in dims] == ["batch", "seq"], f"{fmt}: {input_name} dims"
+            assert inputs[input_name].type.tensor_type.elem_type == onnx.TensorProto.INT64
+        assert [o.name for o in proto.graph.output] == ["loss"], f"{fmt}: outputs"
+        assert [(o.domain, o.version) for o in proto.opset_import if o.domain == ""] == [("", 17)]
+        function_ops = {(f.domain, f.name) for f in proto.functions}
+        for node in all_nodes(proto):
+            if (node.domain, node.op_type) in function_ops:
+                continue
+            assert node.domain == "", f"{fmt}: op {node.domain}::{node.op_type}"
+            assert node.op_type in KNOWN_OPS, \
+                f"{fmt}: op {node.op_type} is not documented in models/OPS.md"
+
+
+def check_metadata_format(name):
+    _, model = fresh_model(name)
+    classes = module_classes(model)
+    proto = onnx.load(model_files(name)["metadata"])
+    assert proto.ir_version == 10, proto.ir_version
+    values = set()
+    for node in proto.graph.node:
+        entries = dict(read_node_metadata(node))
+        assert NAME_SCOPES_KEY in entries and CLASS_HIERARCHY_KEY in entries, \
+            f"node {node.name} lacks field-9 metadata"
+        scopes = ast.literal_eval(entries[NAME_SCOPES_KEY])
+        hierarchy = ast.literal_eval(entries[CLASS_HIERARCHY_KEY])
+        assert len(scopes) == len(hierarchy) >= 2, (node.name, scopes, hierarchy)
+        assert scopes[0] == "" and hierarchy[0] == classes[""][0]
+        for path, cls in zip(scopes[:-1], hierarchy[:-1]):
+            assert classes[path][0] == cls, (path, cls)
+        assert not node.name.startswith("/") and "/" not in node.name, node.name
+        values.update(node.output)
+    assert not [v for v in values if "/" in v], "value names still carry scopes"
+    # Unknown fields survive a parse/serialise round trip of the whole model.
+    again = onnx.ModelProto()
+    again.ParseFromString(proto.SerializeToString())
+    assert read_node_metadata(again.graph.node[-1]) == read_node_metadata(proto.graph.node[-1])
+
+
+def check_loss_matches_pytorch(name):
+    """With dropout on, Dropout nodes run as identity and PyTorch runs in eval mode."""
+    config, model = fresh_model(name)
+    dropout = has_dropout(config)
+    d = fixture_dir(name)
+    ids = numpy_helper.to_array(load_tensor(os.path.join(d, "inputs", "input_ids.pb")))
+    labels = numpy_helper.to_array(load_tensor(os.path.join(d, "inputs", "labels.pb")))
+    other_ids, other_labels = families.make_inputs(config, 3, 5)
+    model.train(not dropout)
+    with torch.no_grad():
+        fresh = float(model(torch.tensor(ids), torch.tensor(labels)))
+        other_ref = float(model(other_ids, other_labels))
+    model.train()
+    if dropout:
+        ref = fresh
+    else:
+        ref = float(numpy_helper.to_array(load_tensor(os.path.join(d, "reference", "loss.pb"))))
+        assert abs(fresh - ref) <= LOSS_RTOL * abs(ref), f"PyTorch gives {fresh}, reference {ref}"
+    for fmt, path in model_files(name).items():
+        ev = Evaluator(onnx.load(path), dropout_as_identity=dropout)
+        loss = float(ev.run({"input_ids": ids, "labels": labels})["loss"])
+        assert abs(loss - ref) <= LOSS_RTOL * abs(ref), f"{fmt}: ONNX loss {loss} != {ref}"
+        loss = float(ev.run({"input_ids": other_ids.numpy(),
+                             "labels": other_labels.numpy()})["loss"])
+        assert abs(loss - other_ref) <= LOSS_RTOL * abs(other_ref), \
+            f"{fmt}: at batch 3, seq 5 ONNX loss {loss} != PyTorch {other_ref}"
+
+
+def check_reference_grads(name):
+    config, model = fresh_model(name)
+    if has_dropout(config):
+        return
+    grads_dir = os.path.join(fixture_dir(name), "reference", "grads")
+    params = dict(model.named_parameters())
+    files = sorted(os.listdir(grads_dir))
+    assert files == sorted(p + "_grad.pb" for p in parameter_names(model)), "grad file set"
+    for fname in files:
+        t = load_tensor(os.path.join(grads_dir, fname))
+        pname = fname[:-len("_grad.pb")]
+        assert t.name == pname + "_grad", t.name
+        assert t.data_type == onnx.TensorProto.FLOAT
+        assert list(t.dims) == list(params[pname].shape), (pname, list(t.dims))
+        assert np.abs(numpy_helper.to_array(t)).max() > 0, f"{pname}: gradient is all zero"
+
+
+# --------------------------------------------------------------------------------------------
+# Exporter pieces that the fixtures do not pin down on their own.
+
+
+def test_class_chain_and_registry():
+    from models import mpt
+    assert class_chain(mpt.MultiheadAttention) == [
+        "models.mpt.MultiheadAttention", "models.mpt.GroupedQueryAttention"]
+    assert class_chain(mpt.LPLayerNorm) == [
+        "models.mpt.LPLayerNorm", "torch.nn.modules.normalization.LayerNorm"]
+    assert class_chain(mpt.MPTGLU) == ["models.mpt.MPTGLU", "models.mpt.MPTMLP"]
+    assert set(mpt.MODULE_REGISTRY) == {
+        "mptblock", "grouped_query_attention", "multihead_attention", "multiquery_attention",
+        "mptmlp", "mptglu", "layernorm", "low_precision_layernorm", "rmsnorm",
+        "low_precision_rmsnorm"}
+    for key, cls in mpt.MODULE_REGISTRY.items():
+        assert isinstance(key, str) and issubclass(cls, torch.nn.Module)
+    assert issubclass(mpt.MultiQueryAttention, mpt.GroupedQueryAttention)
+    assert issubclass(mpt.LPRMSNorm, mpt.RMSNorm)
+
+
+def test_alibi_slopes_match_llm_foundry():
+    from models import mpt
+    # llm-foundry's gen_slopes for 8 heads: 1/2^1 ... 1/2^8; for 5 heads (n=8): odd then even.
+    s8 = mpt.gen_slopes(8).flatten().tolist()
+    assert s8 == [2.0 ** -i for i in range(1, 9)], s8
+    s5 = mpt.gen_slopes(5).flatten().tolist()
+    assert s5 == [2.0 ** -i for i in (2, 4, 6, 8, 1)], s5
+    bias = mpt.build_alibi_bias(mpt.gen_slopes(4), 3)
+    assert list(bias.shape) == [1, 4, 1, 3]
+    assert bias[0, 0, 0].tolist() == [-0.5, -0.25, 0.0]  # slope 1/4, distances -2 -1 0
+
+
+def test_scope_resolution():
+    resolver = ScopeResolver(["", "transformer", "transformer.wte", "transformer.blocks",
+                              "transformer.blocks.0", "transformer.blocks.0.attn"])
+    assert resolver.resolve("/wte") == "transformer.wte"
+    assert resolver.chain("/transformer/blocks.0/attn") == [
+        "", "transformer", "transformer.blocks.0", "transformer.blocks.0.attn"]
+    try:
+        resolver.resolve("/transformer/nope")
+    except ValueError as e:
+        assert "nope" in str(e)
+    else:
+        raise AssertionError("unknown scope segment accepted")
+
+
+def test_node_metadata_round_trip():
+    node = onnx.helper.make_node("Relu", ["x"], ["y"], name="node_relu")
+    node.MergeFromString(encode_metadata_entry("k", "v" * 200) + encode_metadata_entry("a", ""))
+    again = onnx.NodeProto()
+    again.ParseFromString(node.SerializeToString())
+    assert read_node_metadata(again) == [("k", "v" * 200), ("a", "")]
+
+
+def test_no_weights_export():
+    """The --no-weights path: real structure, parameters as graph inputs, nothing big stored."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "m.onnx")
+        proc = subprocess.run([sys.executable, os.path.join(REPO, "models", "export_mpt.py"),
+                               "--config", "mpt_tiny_gqa_glu", "-o", out, "--no-weights",
+                               "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        proto = onnx.load(out)
+    config = families.load_config("mpt_tiny_gqa_glu")
+    model = families.build(config)
+    meta = {p.key: p.value for p in proto.metadata_props}
+    trainable = parameter_names(model)
+    assert json.loads(meta["foundry.parameters"]) == trainable
+    inputs = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim]
+              for i in proto.graph.input}
+    for pname, p in model.named_parameters():
+        assert inputs.get(pname) == list(p.shape), pname
+    assert all(i.name in dict(model.named_buffers()) for i in proto.graph.initializer)
+
+
+def test_make_fixtures_check():
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "models", "make_fixtures.py"),
+                           "--check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+
+
+PER_FIXTURE = [check_layout, check_parameters_one_to_one, check_graph_io_and_ops,
+               check_metadata_format, check_loss_matches_pytorch, check_reference_grads]
+GLOBAL = [test_class_chain_and_registry, test_alibi_slopes_match_llm_foundry,
+          test_scope_resolution, test_node_metadata_round_trip, test_no_weights_export,
+          test_make_fixtures_check]
+
+
+def main() -> int:
+    torch.set_num_threads(1)
+    cases = [(f"{check.__name__}[{name}]", check, (name,))
+             for name in FIXTURES for check in PER_FIXTURE]
+    cases += [(t.__name__, t, ()) for t in GLOBAL]
+    passed = failed = 0
+    for label, fn, args in cases:
+        start = time.time()
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - report every failure, keep going
+            failed += 1
+            print(f"FAIL {label}")
+            traceback.print_exc(file=sys.stdout)
+        else:
+            passed += 1
+            print(f"ok   {label} ({time.time() - start:.2f}s)")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+// The training graph against PyTorch: for every committed fixture with reference numbers
+// (models/fixtures/<config>/reference/, made by models/make_fixtures.py from torch autograd),
+// compile the exported model (fold, canonicalize, autodiff), run one forward+backward on the CPU
+// backend with the fixture's inputs and compare the loss and every parameter's gradient:
+// per tensor, max|foundry - torch| / max|torch| <= 1e-4. Each annotation format of a fixture is
+// compiled and must give the same bits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+
+#include "compiler/onnx_import.h"
+#include "compiler/tensor_proto.h"
+#include "passes/pipeline.h"
+#include "runtime/interpreter.h"
+
+namespace fs = std::filesystem;
+
+namespace foundry {
+namespace {
+
+double RelativeError(const Tensor& got, const Tensor& want) {
+  double max_diff = 0, max_ref = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(got.GetAsDouble(i) - want.GetAsDouble(i)));
+    max_ref = std::max(max_ref, std::fabs(want.GetAsDouble(i)));
+  }
+  return max_ref == 0 ? max_diff : max_diff / max_ref;
+}
+
+struct Outcome {
+  std::map<std::string, Tensor> outputs;
+  Graph graph;
+};
+
+StatusOr<Outcome> CompileAndRun(const fs::path& model, const std::map<std::string, Tensor>& feeds) {
+  ASSIGN_OR_RETURN(Graph g, ImportOnnx(model.string(), {}));
+  std::map<std::string, int64_t> dims;
+  for (const auto& in : g.inputs) {
+    const Value* v = g.FindValue(in);
+    auto it = feeds.find(in);
+    if (it == feeds.end()) continue;
+    for (size_t d = 0; d < v->dim_params.size(); ++d)
+      if (!v->dim_params[d].empty()) dims[v->dim_params[d]] = it->second.shape()[d];
+  }
+  CompileOptions options;
+  options.fold.dims = dims;
+  RETURN_IF_ERROR(RunPasses(g, BuildPipeline(options), {}));
+  ASSIGN_OR_RETURN(auto out, Interpret(g, feeds));
+  return Outcome{std::move(out), std::move(g)};
+}
+
+TEST(PyTorchReferenceTest, LossAndEveryGradientMatchTorch) {
+  fs::path root = fs::path(FOUNDRY_SOURCE_DIR) / "models" / "fixtures";
+  ASSERT_TRUE(fs::exists(root)) << "no fixtures under " << root;
+  std::vector<fs::path> fixtures;
+  for (const auto& e : fs::directory_iterator(root))
+    if (fs::exists(e.path() / "reference" / "loss.pb")) fixtures.push_back(e.path());
+  std::sort(fixtures.begin(), fixtures.end());
+  ASSERT_GE(fixtures.size(), 5u);
+  for (const auto& dir : fixtures) {
+    SCOPED_TRACE(dir.filename().string());
+    std::map<std::string, Tensor> feeds;
+    for (const auto& e : fs::directory_iterator(dir / "inputs")) {
+      std::string name;
+      auto t = ReadTensorFile(e.path().string(), &name);
+      ASSERT_TRUE(t.ok()) << t.status().message();
+      feeds[e.path().stem().string()] = std::move(*t);
+    }
+    auto ref_loss = ReadTensorFile((dir / "reference" / "loss.pb").string());
+    ASSERT_TRUE(ref_loss.ok());
+    std::optional<Outcome> first;
+    for (const char* file : {"model.onnx", "model.functions.onnx", "model.metadata.onnx"}) {
+      if (!fs::exists(dir / file)) continue;
+      SCOPED_TRACE(file);
+      auto run = CompileAndRun(dir / file, feeds);
+      ASSERT_TRUE(run.ok()) << run.status().message();
+      const Graph& g = run->graph;
+      double worst = RelativeError(run->outputs.at(g.outputs[0]), *ref_loss);
+      std::string worst_name = "loss";
+      EXPECT_LE(worst, 1e-4) << "loss " << run->outputs.at(g.outputs[0]).GetAsDouble(0)
+                             << " vs torch " << ref_loss->GetAsDouble(0);
+      int compared = 0;
+      for (size_t k = 0; k < g.parameters.size(); ++k) {
+        const std::string& p = g.parameters[k];
+        fs::path ref_file = dir / "reference" / "grads" / (p + "_grad.pb");
+        ASSERT_TRUE(fs::exists(ref_file)) << "no torch gradient for parameter " << p;
+        auto ref = ReadTensorFile(ref_file.string());
+        ASSERT_TRUE(ref.ok()) << ref.status().message();
+        const Tensor& got = run->outputs.at(g.outputs[k + 1]);
+        ASSERT_EQ(got.shape(), ref->shape()) << p;
+        double err = RelativeError(got, *ref);
+        EXPECT_LE(err, 1e-4) << p;
+        if (err > worst) {
+          worst = err;
+          worst_name = p;
+        }
+        ++compared;
+      }
+      size_t ref_count = std::distance(fs::directory_iterator(dir / "reference" / "grads"),
+                                       fs::directory_iterator{});
+      EXPECT_EQ(static_cast<size_t>(compared), ref_count)
+          << "torch has gradients foundry does not train";
+      std::cout << dir.filename().string() << " (" << file << "): loss "
+                << run->outputs.at(g.outputs[0]).GetAsDouble(0) << ", " << compared
+                << " gradients, worst relative error " << worst << " (" << worst_name << ")\n";
+      if (!first) {
+        first = std::move(*run);
+      } else {
+        // Same model, another annotation format: the same bits.
+        for (size_t k = 0; k < first->graph.outputs.size(); ++k)
+          EXPECT_TRUE(first->outputs.at(first->graph.outputs[k])
+                          .BitwiseEqual(run->outputs.at(g.outputs[k])))
+              << first->graph.outputs[k];
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace foundry
