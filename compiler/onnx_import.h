@@ -3,16 +3,20 @@
 // instances (Graph::modules), from whichever annotation the file carries:
 //
 //   "functions"  ONNX local functions (torch.onnx.export(export_modules_as_functions=...)). Calls
-//                are inlined; each inlined node gets the call's instance path, recovered from the
-//                parameter names the call consumes (common module prefix of
-//                `transformer.blocks.3.attn.Wqkv.weight`, ... -> `transformer.blocks.3.attn`), and
-//                checked against `foundry.module_classes` when the file has it (the path is walked
-//                up to the nearest module of the function's class). A call that consumes no
-//                parameter takes, inside the caller's instance, the k-th not yet used module of the
-//                function's class from `foundry.module_classes` (k = how many such calls the caller
-//                made before); without that table, or with no such module, its nodes keep the
+//                are inlined (inner values renamed `<call node>/<name>`, formal inputs, outputs and
+//                attribute references bound); each inlined node gets the call's instance path,
+//                recovered from the parameters the call consumes: the common module prefix of the
+//                owners of the parameters its body reads directly (`...attn.Wqkv.weight` ->
+//                `...attn.Wqkv`) and of the parents of the instances of its nested calls
+//                (`transformer.blocks.3.attn` -> `transformer.blocks.3`). With
+//                `foundry.module_classes` the path is walked up to the nearest module of the
+//                function's class (op_type without its `.N` variant suffix). A call that consumes no
+//                parameter takes, inside its caller's instance, the k-th shallowest module of its
+//                class in `foundry.module_classes` (k = how many such calls of that class the caller
+//                made before it); without the table, or with no such module, its nodes keep the
 //                caller's path (no module is invented). Top-level nodes keep their scoped names'
-//                paths, as in "scopes".
+//                paths, as in "scopes". Without the table, an instance's class is the function's
+//                domain (the Python module) + its name.
 //   "scopes"     TorchScript scoped node names (`/transformer/blocks.0/attn/Wqkv/MatMul`). Paths are
 //                resolved segment by segment against `foundry.scopes` / `foundry.module_classes`
 //                when present (torch names a module relative to its caller, not its parent), else
@@ -27,6 +31,9 @@
 // Graph::modules holds every module on the call chain of some node (root "" included), with its
 // classes from `foundry.module_classes` when the file has it, else from the annotation itself
 // (class_hierarchy; the function's domain + name) or none (scoped names alone name no class).
+// A root-level Constant node whose readers all lie inside one module moves into the deepest such
+// module: TorchScript leaves many constants unscoped, and the functions export has them inside the
+// module bodies.
 //
 // Trainable parameters: `foundry.parameters` (JSON list) if present; else the PARAMETER entries of
 // `pkg.torch.export.ExportedProgram.graph_signature`; else every floating-point initializer.
@@ -34,8 +41,9 @@
 // named by the lists above, by `foundry.buffers`, or as `<module path>.<name>` of a module in
 // `foundry.module_classes` become initializers without data.
 //
-// Accepted: IR versions 7-10, ai.onnx opsets 13-18 (ONNX 1.12's checker runs on IR <= 8 / opset
-// <= 17; the importer's own structural checks run on every model). Ops are not checked here: shape
+// Accepted: IR versions 7-10, ai.onnx opsets 13-18. ONNX 1.12's graph and function checks run on
+// IR <= 8 / opset <= 17; the importer's own structural checks (every input defined before use,
+// one producer per value, outputs produced) run on every model. Ops are not checked here: shape
 // inference reports the ones foundry does not implement.
 #pragma once
 

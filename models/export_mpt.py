@@ -47,8 +47,9 @@ def main(argv=None) -> int:
     config = families.load_config(args.config)
     s = families.settings(config)
     start = time.time()
+    buffer_values = None
     if args.no_weights:
-        model = families.zero_storage_model(config)
+        model, buffer_values = families.meta_model(config)
         batch, seq = args.batch or 1, args.seq or s["trace_seq_len"]
     else:
         model = families.seeded_model(config)
@@ -61,7 +62,7 @@ def main(argv=None) -> int:
         input_names=["input_ids", "labels"], output_names=output_names,
         dynamic_axes=families.DYNAMIC_AXES,
         function_classes=families.function_classes(config),
-        export_params=not args.no_weights)
+        export_params=not args.no_weights, buffer_values=buffer_values)
     proto = info.pop("proto")
     summary = {
         "config": config["name"],

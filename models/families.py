@@ -107,10 +107,12 @@ def make_inputs(config: Dict[str, Any], batch_size=None, seq_len=None) -> Tuple[
     return input_ids, labels
 
 
-def zero_storage_model(config: Dict[str, Any]) -> nn.Module:
-    """The model with its real structure but no weight memory (for --no-weights exports)."""
-    from models.foundry_export import materialize_zero_storage
+def meta_model(config: Dict[str, Any]):
+    """(model, buffer values): the real structure on the meta device, no weight memory at all,
+    for --no-weights exports (`export_with_annotations(..., export_params=False,
+    buffer_values=...)`)."""
+    from models.foundry_export import to_meta
     model = build(config, device="meta")
-    materialize_zero_storage(model)
+    buffer_values = to_meta(model)
     model.train()
-    return model
+    return model, buffer_values

@@ -29,6 +29,7 @@ parent (`self.transformer.wte(x, True)` called from the root gives `/wte/MatMul`
 """
 
 import ast
+import contextlib
 import io
 import json
 import time
@@ -401,8 +402,13 @@ def export_with_annotations(module: nn.Module, args: Tuple[Any, ...], path: Opti
                             dynamic_axes: Optional[Dict[str, Dict[int, str]]] = None,
                             function_classes: Optional[Iterable[type]] = None,
                             export_params: bool = True,
+                            buffer_values: Optional[Dict[str, torch.Tensor]] = None,
                             check_values: bool = True) -> Dict[str, Any]:
     """Exports `module(*args)` to `path` with foundry's annotations (see the module doc).
+
+    `export_params=False` leaves weights out (parameters become graph inputs); `buffer_values`
+    then puts the named buffers back as initializers. A module whose parameters are on the meta
+    device (see `to_meta`) is exported that way without allocating any weight.
 
     Returns {"annotations": format written, "fallback": reason or None, "seconds": export time,
     "proto": the ModelProto written}. `path=None` writes nothing.
@@ -415,17 +421,16 @@ def export_with_annotations(module: nn.Module, args: Tuple[Any, ...], path: Opti
     start = time.time()
     kwargs = dict(input_names=input_names, output_names=output_names, dynamic_axes=dynamic_axes,
                   export_params=export_params)
-    proto = None
-    if annotations == "functions":
-        try:
-            proto = _torch_export(module, args, function_classes=function_classes, **kwargs)
-            canonicalize_functions(proto)
-        except RuntimeError as e:  # torch's function extraction is fragile (REFERENCE.md)
-            first = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
-            info["fallback"] = f"function extraction failed ({first}); wrote scopes instead"
-            info["annotations"] = "scopes"
-    if proto is None:
-        proto = _torch_export(module, args, function_classes=None, **kwargs)
+    on_meta = any(p.device.type == "meta" for p in module.parameters())
+    if on_meta:
+        if export_params:
+            raise ValueError("a module on the meta device has no weights: pass export_params=False")
+        args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
+    patches = _MetaExportPatches() if on_meta else contextlib.nullcontext()
+    with patches:
+        proto, info = _export_proto(module, args, annotations, function_classes, kwargs, info)
+    if not export_params and buffer_values:
+        _restore_buffers(proto, buffer_values)
     info["seconds"] = time.time() - start
     check_parameters(proto, module, export_params, check_values=check_values)
     if info["annotations"] == "metadata":
@@ -439,6 +444,21 @@ def export_with_annotations(module: nn.Module, args: Tuple[Any, ...], path: Opti
     return info
 
 
+def _export_proto(module, args, annotations, function_classes, kwargs, info):
+    proto = None
+    if annotations == "functions":
+        try:
+            proto = _torch_export(module, args, function_classes=function_classes, **kwargs)
+            canonicalize_functions(proto)
+        except RuntimeError as e:  # torch's function extraction is fragile (REFERENCE.md)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+            info["fallback"] = f"function extraction failed ({first}); wrote scopes instead"
+            info["annotations"] = "scopes"
+    if proto is None:
+        proto = _torch_export(module, args, function_classes=None, **kwargs)
+    return proto, info
+
+
 def parse_repr_list(text: str) -> List[str]:
     """Reads a `pkg.torch.onnx.*` value (a Python repr list)."""
     value = ast.literal_eval(text)
@@ -447,22 +467,72 @@ def parse_repr_list(text: str) -> List[str]:
     return value
 
 
-def materialize_zero_storage(module: nn.Module) -> None:
-    """Replaces every parameter by a zero-storage view (`zeros(1).expand(shape)`), keeping ties.
+def to_meta(module: nn.Module) -> Dict[str, torch.Tensor]:
+    """Moves every buffer of a module built on the meta device to meta; returns their values.
 
-    Use with a module built on the meta device and `export_params=False`: the export traces the
-    real graph while no weight is ever allocated (parameters become graph inputs with shapes).
-    Buffers on the meta device become zero views as well.
+    Build the model with `device="meta"` (no weight memory at all), call this, and export with
+    `export_params=False, buffer_values=<the returned dict>`: the export traces the real graph,
+    parameters become graph inputs declared by shape, and the (small) buffers stay initializers
+    with their real values.
     """
-    replaced: Dict[int, nn.Parameter] = {}
+    values = {}
+    for name, buf in module.named_buffers():
+        values[name] = buf.detach().clone()
     for mod in module.modules():
-        for name, p in list(mod._parameters.items()):
-            if p is None:
-                continue
-            if id(p) not in replaced:
-                view = torch.zeros(1, dtype=p.dtype).expand(p.shape)
-                replaced[id(p)] = nn.Parameter(view, requires_grad=p.requires_grad)
-            mod._parameters[name] = replaced[id(p)]
-        for name, b in list(mod._buffers.items()):
-            if b is not None and b.device.type == "meta":
-                mod._buffers[name] = torch.zeros(1, dtype=b.dtype).expand(b.shape)
+        for name, buf in list(mod._buffers.items()):
+            if buf is not None:
+                mod._buffers[name] = buf.to("meta")
+    return values
+
+
+class _MetaExportPatches:
+    """Makes torch 1.13's TorchScript exporter work on a module whose parameters are on meta.
+
+    Two passes touch parameter *data*: ONNX shape inference copies every initializer it is given
+    (minutes and the full weight size in memory for MPT-1B, impossible for 30B; on meta it raises
+    "Cannot copy out of meta tensor"), and initializer deduplication merges tensors with equal
+    data pointers (all meta tensors have none, so every same-shaped parameter would collapse into
+    one behind Identity nodes). During the export, shape inference sees no meta tensors and
+    deduplication is skipped; both are restored afterwards.
+    """
+
+    def __enter__(self):
+        C = torch._C
+        self._saved = {}
+        name = "_jit_pass_onnx_graph_shape_type_inference"
+        if hasattr(C, name):
+            orig = getattr(C, name)
+            self._saved[name] = orig
+
+            def shape_inference(graph, params_dict, *rest):
+                real = {k: v for k, v in params_dict.items() if v.device.type != "meta"}
+                return orig(graph, real, *rest)
+
+            setattr(C, name, shape_inference)
+        name = "_jit_pass_onnx_deduplicate_initializers"
+        if hasattr(C, name):
+            self._saved[name] = getattr(C, name)
+            setattr(C, name, lambda graph, params_dict, *rest: params_dict)
+        return self
+
+    def __exit__(self, *exc):
+        for name, fn in self._saved.items():
+            setattr(torch._C, name, fn)
+        return False
+
+
+def _restore_buffers(proto: onnx.ModelProto, buffer_values: Dict[str, torch.Tensor]) -> None:
+    """Turns graph inputs that are buffers back into initializers with their values."""
+    keep = []
+    for value_info in proto.graph.input:
+        if value_info.name in buffer_values:
+            array = buffer_values[value_info.name].cpu().numpy()
+            proto.graph.initializer.append(numpy_helper.from_array(array, value_info.name))
+        else:
+            keep.append(value_info)
+    if len(keep) != len(proto.graph.input):
+        copies = [onnx.ValueInfoProto() for _ in keep]
+        for c, v in zip(copies, keep):
+            c.CopyFrom(v)
+        del proto.graph.input[:]
+        proto.graph.input.extend(copies)

@@ -4,6 +4,7 @@
     /usr/bin/python3 models/make_fixtures.py            # rewrite every fixture
     /usr/bin/python3 models/make_fixtures.py --check    # regenerate into a temp dir and compare
     /usr/bin/python3 models/make_fixtures.py --only mpt_tiny llama_tiny
+    /usr/bin/python3 models/make_fixtures.py --big      # also models/exports/ (~3 min)
 
 Layout of one fixture (the C++ tests read it):
     model.onnx              scopes format (TorchScript scoped names + foundry.* metadata)
@@ -15,6 +16,9 @@ Layout of one fixture (the C++ tests read it):
     reference/grads/<initializer>_grad.pb  PyTorch's fp32 gradient of every trainable parameter,
                             named <initializer>_grad                  (dropout-off configs only)
     config.json             the config the fixture was made from
+
+models/exports/<config>.onnx and <config>.functions.onnx are the big shapes (MPT-125M, 1B, 7B,
+30B) exported without weights (parameters are graph inputs); only --big touches them.
 
 Each fixture is made in a fresh process (torch 1.13 keeps export state between exports) with one
 thread and deterministic algorithms, from the config's seed, so regeneration reproduces the bits.
@@ -45,6 +49,8 @@ FIXTURES = [
     "mpt_tiny_qkln",
     "llama_tiny",
 ]
+BIG = ["mpt_125m", "mpt_1b", "mpt_7b", "mpt_30b"]
+EXPORTS_DIR = os.path.join(REPO, "models", "exports")
 REL_TOL = 1e-6
 
 
@@ -138,6 +144,33 @@ def generate(names, out_root: str, jobs: int) -> None:
                       file=sys.stderr)
     if failed:
         raise SystemExit(f"make_fixtures: generation failed for {', '.join(failed)}")
+
+
+def generate_big(names, out_root: str, jobs: int) -> None:
+    """No-weights exports of the big shapes, scopes and functions formats, one process each."""
+    os.makedirs(out_root, exist_ok=True)
+    exporter = os.path.join(REPO, "models", "export_mpt.py")
+    tasks = [(n, fmt) for n in names for fmt in ("scopes", "functions")]
+
+    def run(task):
+        name, fmt = task
+        suffix = ".onnx" if fmt == "scopes" else ".functions.onnx"
+        cmd = [sys.executable, exporter, "--config", name, "--no-weights", "--annotations", fmt,
+               "-o", os.path.join(out_root, name + suffix)]
+        return task, subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+
+    failed = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for (name, fmt), proc in pool.map(run, tasks):
+            for line in proc.stderr.splitlines():
+                if line.startswith("export_mpt:"):
+                    print(line, file=sys.stderr)
+            if proc.returncode != 0:
+                failed.append(f"{name} ({fmt})")
+                print(proc.stderr[-3000:], file=sys.stderr)
+    if failed:
+        raise SystemExit(f"make_fixtures: export failed for {', '.join(failed)}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,6 +282,19 @@ def compare_dirs(new_root: str, old_root: str, names):
     return problems
 
 
+def compare_big(new_root: str, old_root: str, names):
+    problems = []
+    for name in names:
+        for suffix in (".onnx", ".functions.onnx"):
+            a, b = os.path.join(new_root, name + suffix), os.path.join(old_root, name + suffix)
+            if not os.path.exists(b):
+                problems.append(f"exports/{name}{suffix}: not committed")
+                continue
+            problems += compare_model(a, b, f"exports/{name}{suffix}",
+                                      exact_structure=suffix == ".onnx")
+    return problems
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true",
@@ -256,6 +302,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="+", metavar="CONFIG", help="only these fixtures")
     ap.add_argument("--out", help="output root (default models/fixtures)")
     ap.add_argument("--jobs", type=int, default=2, help="fixtures generated in parallel")
+    ap.add_argument("--big", action="store_true",
+                    help="also (re)make or check the no-weights exports in models/exports")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -271,21 +319,28 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory(prefix="foundry-fixtures-") as tmp:
             generate(names, tmp, args.jobs)
             problems = compare_dirs(tmp, committed, names)
+            if args.big:
+                generate_big(BIG, os.path.join(tmp, "exports"), args.jobs)
+                problems += compare_big(os.path.join(tmp, "exports"), EXPORTS_DIR, BIG)
         if problems:
             print("make_fixtures --check: regenerated fixtures do not match the committed ones:",
                   file=sys.stderr)
             for p in problems:
                 print("  " + p, file=sys.stderr)
-            print("If the change is intended, run /usr/bin/python3 models/make_fixtures.py and "
-                  "commit models/fixtures.", file=sys.stderr)
+            print("If the change is intended, run /usr/bin/python3 models/make_fixtures.py "
+                  "[--big] and commit models/fixtures (and models/exports).", file=sys.stderr)
             return 1
-        print(f"make_fixtures --check: {len(names)} fixtures match (rel tol {REL_TOL:g})")
+        what = f"{len(names)} fixtures" + (f" and {len(BIG)} big exports" if args.big else "")
+        print(f"make_fixtures --check: {what} match (rel tol {REL_TOL:g})")
         return 0
     out_root = args.out or FIXTURES_DIR
     for name in names:
         shutil.rmtree(os.path.join(out_root, name), ignore_errors=True)
     generate(names, out_root, args.jobs)
     print(f"make_fixtures: wrote {len(names)} fixtures to {out_root}")
+    if args.big:
+        generate_big(BIG, EXPORTS_DIR, args.jobs)
+        print(f"make_fixtures: wrote {len(BIG)} no-weights exports to {EXPORTS_DIR}")
     return 0
 
 

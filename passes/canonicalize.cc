@@ -120,54 +120,50 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
     }
   }
 
-  // RMSNorm: the root is Div(x, Sqrt(Add(ReduceMean(Pow(x, 2)), eps))), optionally * w.
+  // RMSNorm: Mul(Mul(x, Div(1, Sqrt(Add(ReduceMean(Pow(x, 2)), eps)))), w), either operand
+  // order of each Mul (IEEE multiplication commutes exactly).
   {
     Matcher m(g);
-    for (Node& div : g.nodes) {
-      if (div.op_type != "Div" || !div.domain.empty()) continue;
-      Node* sqrt = m.SoleProducer(div.inputs[1], "Sqrt");
+    for (Node& root : g.nodes) {
+      if (root.op_type != "Mul" || !root.domain.empty()) continue;
+      auto [mul_x, w] = OneSide(m, root, "Mul");
+      if (!mul_x) continue;
+      const Value* wv = g.FindValue(w);
+      auto [div, x] = OneSide(m, *mul_x, "Div");
+      if (!div || !m.IsConstantScalar(div->inputs[0], 1.0f)) continue;
+      const Value* xv = g.FindValue(x);
+      if (!wv || !xv || wv->shape.size() != 1 || xv->shape.empty() ||
+          wv->shape[0] != xv->shape.back())
+        continue;
+      Node* sqrt = m.SoleProducer(div->inputs[1], "Sqrt");
       if (!sqrt) continue;
       Node* add = m.SoleProducer(sqrt->inputs[0], "Add");
       if (!add) continue;
-      double eps = m.ScalarConstant(add->inputs[1]);
-      if (std::isnan(eps)) continue;
+      const Value* eps_value = g.FindValue(add->inputs[1]);
+      if (!eps_value || eps_value->dtype != DType::kFloat32 ||
+          std::isnan(m.ScalarConstant(add->inputs[1])))
+        continue;
+      float eps = eps_value->data->data<float>()[0];
       Node* mean = m.SoleProducer(add->inputs[0], "ReduceMean");
       if (!mean || mean->GetInt("keepdims", 1) != 1) continue;
       std::vector<int64_t> axes = mean->GetInts("axes");
-      if (mean->inputs.size() > 1 && mean->HasInput(1)) {
+      if (mean->HasInput(1)) {
         const Value* a = g.FindValue(mean->inputs[1]);
         if (!a || !a->data) continue;
         axes = a->data->ToInt64Vector();
       }
-      const Value* xv = g.FindValue(div.inputs[0]);
       int64_t rank = static_cast<int64_t>(xv->shape.size());
       if (axes.size() != 1 || (axes[0] != -1 && axes[0] != rank - 1)) continue;
       Node* pow = m.SoleProducer(mean->inputs[0], "Pow");
-      if (!pow || pow->inputs[0] != div.inputs[0] || !m.IsConstantScalar(pow->inputs[1], 2.0f))
-        continue;
-      // With a following Mul by a weight the weight is the scale; otherwise a constant one.
-      std::string scale;
-      Node* root = &div;
-      const auto& consumers = m.ud().Consumers(div.outputs[0]);
-      if (consumers.size() == 1 && !m.IsGraphOutput(div.outputs[0])) {
-        Node& mul = g.nodes[consumers[0]];
-        if (mul.op_type == "Mul" && mul.domain.empty() && mul.inputs[0] == div.outputs[0]) {
-          const Value* w = g.FindValue(mul.inputs[1]);
-          if (w && w->shape.size() == 1 && w->shape[0] == xv->shape.back()) {
-            scale = mul.inputs[1];
-            root = &mul;
-          }
-        }
-      }
-      if (scale.empty()) continue;  // a bare normalisation: not worth an op of its own
+      if (!pow || pow->inputs[0] != x || !m.IsConstantScalar(pow->inputs[1], 2.0f)) continue;
       Node rms;
       rms.op_type = "SimplifiedLayerNormalization";
       rms.domain = "com.microsoft";
-      rms.name = root->name + "/SimplifiedLayerNormalization";
-      rms.inputs = {div.inputs[0], scale};
+      rms.name = root.name + "/SimplifiedLayerNormalization";
+      rms.inputs = {x, w};
       rms.attrs["axis"] = Attribute::Int(-1);
-      rms.attrs["epsilon"] = Attribute::Float(static_cast<float>(eps));
-      Replace(*root, std::move(rms));
+      rms.attrs["epsilon"] = Attribute::Float(eps);
+      Replace(root, std::move(rms));
       ++rmsnorm_;
     }
   }

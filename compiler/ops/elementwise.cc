@@ -21,8 +21,7 @@ constexpr uint32_t kIntTypes = Bit(DType::kInt32) | Bit(DType::kInt64);
 constexpr uint32_t kNumericTypes = kFloatTypes | kIntTypes;
 constexpr uint32_t kBoolType = Bit(DType::kBool);
 // Every type Cast converts between (and Where / Identity move).
-constexpr uint32_t kAllTypes =
-    kNumericTypes | kBoolType | Bit(DType::kUint8) | Bit(DType::kInt8);
+constexpr uint32_t kAllTypes = kNumericTypes | kBoolType | Bit(DType::kUint8) | Bit(DType::kInt8);
 
 constexpr int kVariadic = INT_MAX;
 
@@ -166,8 +165,8 @@ StatusOr<Types> InferCast(const InferContext& ctx) {
   if (!ctx.node.HasAttr("to")) return ctx.Fail("attribute 'to' is required");
   int64_t to = ctx.node.GetInt("to", 0);
   if (to < 0 || to >= 32 || !(kAllTypes & (1u << to)))
-    return ctx.Fail("cannot cast to element type " + std::to_string(to) + "; supported: " +
-                    TypeList(kAllTypes));
+    return ctx.Fail("cannot cast to element type " + std::to_string(to) +
+                    "; supported: " + TypeList(kAllTypes));
   TypeInfo info = SameAs(ctx.input(0));
   info.dtype = static_cast<DType>(to);
   return Types{info};
@@ -242,8 +241,8 @@ void RegisterElementwiseSchemas(OpSchemaTable& table) {
   for (const char* op : {"And", "Or", "Xor"})
     Add(table, "", op, 2, 2, BroadcastOp(kBoolType, DType::kBool));
 
-  for (const char* op : {"Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Tanh", "Sigmoid", "Sin",
-                         "Cos", "Floor", "Ceil", "Softplus"})
+  for (const char* op : {"Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Tanh", "Sigmoid", "Sin", "Cos",
+                         "Floor", "Ceil", "Softplus"})
     Add(table, "", op, 1, 1, UnaryOp(kFloatTypes));
   for (const char* op : {"Neg", "Abs", "Sign", "Relu"})
     Add(table, "", op, 1, 1, UnaryOp(kNumericTypes));

@@ -22,8 +22,6 @@ namespace {
 
 std::string IntsToString(const std::vector<int64_t>& v) { return ShapeToString(v); }
 
-bool IsIndexType(DType t) { return t == DType::kInt64 || t == DType::kInt32; }
-
 }  // namespace
 
 StatusOr<Tensor> ConstantAttrTensor(const Node& node) {
@@ -34,14 +32,14 @@ StatusOr<Tensor> ConstantAttrTensor(const Node& node) {
     return *it->second.t;
   }
   if ((it = node.attrs.find("value_float")) != node.attrs.end())
-    return Tensor::Scalar(it->second.kind == Attribute::Kind::kInt
-                              ? static_cast<float>(it->second.i)
-                              : it->second.f);
+    return Tensor::Scalar(
+        it->second.kind == Attribute::Kind::kInt ? static_cast<float>(it->second.i) : it->second.f);
   if ((it = node.attrs.find("value_floats")) != node.attrs.end()) {
     const auto& f = it->second.floats;
     return Tensor::FromVector<float>(DType::kFloat32, {static_cast<int64_t>(f.size())}, f);
   }
-  if ((it = node.attrs.find("value_int")) != node.attrs.end()) return Tensor::ScalarInt64(it->second.i);
+  if ((it = node.attrs.find("value_int")) != node.attrs.end())
+    return Tensor::ScalarInt64(it->second.i);
   if ((it = node.attrs.find("value_ints")) != node.attrs.end()) {
     const auto& v = it->second.ints;
     return Tensor::FromVector<int64_t>(DType::kInt64, {static_cast<int64_t>(v.size())}, v);
@@ -88,20 +86,19 @@ StatusOr<Shape> ReshapeOutputShape(const Shape& in, const std::vector<int64_t>& 
   for (size_t j = 0; j < in.size(); ++j) {
     if (in[j] < 0) all_in_known = false;
     if (j < copied.size() && copied[j]) continue;
-    if (in[j] < 0) in_known = false;
-    else in_rest *= in[j];
+    if (in[j] < 0)
+      in_known = false;
+    else
+      in_rest *= in[j];
   }
-  bool out_known = true;
   for (size_t j = 0; j < out.size(); ++j) {
     if (copied[j] || static_cast<int64_t>(j) == infer_at) continue;
     out_rest *= out[j];
   }
-  for (size_t j = 0; j < out.size(); ++j)
-    if (out[j] < 0 && static_cast<int64_t>(j) != infer_at) out_known = false;
 
-  const std::string in_desc = "a tensor of shape " + ShapeToString(in) +
-                              (all_in_known ? " (" + std::to_string(NumElements(in)) + " elements)"
-                                            : "");
+  const std::string in_desc =
+      "a tensor of shape " + ShapeToString(in) +
+      (all_in_known ? " (" + std::to_string(NumElements(in)) + " elements)" : "");
   if (infer_at >= 0) {
     if (!in_known) return out;
     if (out_rest == 0)
@@ -113,7 +110,7 @@ StatusOr<Shape> ReshapeOutputShape(const Shape& in, const std::vector<int64_t>& 
     out[infer_at] = in_rest / out_rest;
     return out;
   }
-  if (in_known && out_known && in_rest != out_rest)
+  if (in_known && in_rest != out_rest)
     return Error("cannot reshape " + in_desc + " to shape " + req +
                  (all_in_known ? " (" + std::to_string(NumElements(out)) + " elements)" : ""));
   return out;
@@ -184,8 +181,8 @@ StatusOr<std::vector<SliceDim>> ResolveSlice(const Shape& in, const std::vector<
       s = std::clamp<int64_t>(s, 0, d - 1);
       e = std::clamp<int64_t>(e, -1, d - 1);
       // -step may overflow for INT64_MIN; such a step takes at most one element anyway.
-      int64_t mag = step == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max()
-                                                                : -step;
+      int64_t mag =
+          step == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max() : -step;
       len = s > e ? (s - e - 1) / mag + 1 : 0;
     }
     dims[axis] = SliceDim{s, step, len};
@@ -230,8 +227,7 @@ StatusOr<int64_t> RangeLength(const Tensor& start, const Tensor& limit, const Te
     case DType::kFloat32:
       return FloatRangeLength(*start.data<float>(), *limit.data<float>(), *delta.data<float>());
     case DType::kFloat64:
-      return FloatRangeLength(*start.data<double>(), *limit.data<double>(),
-                              *delta.data<double>());
+      return FloatRangeLength(*start.data<double>(), *limit.data<double>(), *delta.data<double>());
     case DType::kInt16:
     case DType::kInt32:
     case DType::kInt64: {
@@ -321,8 +317,7 @@ Status RequireIndexType(const InferContext& ctx, size_t i, const std::string& wh
 StatusOr<TypeInfo> ShapeFromInput(const InferContext& ctx, size_t i, DType dt) {
   if (auto s = ConstInts(ctx, i)) {
     for (int64_t d : *s)
-      if (d < 0)
-        return ctx.Fail("shape " + ShapeToString(*s) + " has a negative dimension");
+      if (d < 0) return ctx.Fail("shape " + ShapeToString(*s) + " has a negative dimension");
     return TypeInfo{dt, *s, true};
   }
   int64_t n = Length1D(ctx, i);
@@ -373,7 +368,9 @@ StatusOr<Types> InferRange(const InferContext& ctx) {
                       std::string(DTypeName(dt)) + " and " +
                       std::string(DTypeName(ctx.input(i).dtype)));
   if (ctx.constant(0) && ctx.constant(1) && ctx.constant(2)) {
-    ASSIGN_OR_RETURN(int64_t n, Named(ctx, shape_ops::RangeLength(*ctx.constant(0), *ctx.constant(1), *ctx.constant(2))));
+    ASSIGN_OR_RETURN(
+        int64_t n,
+        Named(ctx, shape_ops::RangeLength(*ctx.constant(0), *ctx.constant(1), *ctx.constant(2))));
     return Types{TypeInfo{dt, {n}, true}};
   }
   return Types{TypeInfo{dt, {-1}, true}};
@@ -397,7 +394,8 @@ StatusOr<Types> InferReshape(const InferContext& ctx) {
       if ((*requested)[i] > 0 || (allowzero && (*requested)[i] == 0)) out[i] = (*requested)[i];
     return Types{TypeInfo{x.dtype, out, true}};
   }
-  ASSIGN_OR_RETURN(Shape out, Named(ctx, shape_ops::ReshapeOutputShape(x.shape, *requested, allowzero)));
+  ASSIGN_OR_RETURN(Shape out,
+                   Named(ctx, shape_ops::ReshapeOutputShape(x.shape, *requested, allowzero)));
   return Types{TypeInfo{x.dtype, out, true}};
 }
 
@@ -457,7 +455,8 @@ StatusOr<Types> InferSqueeze(const InferContext& ctx) {
   }
   if (!axes.values)
     return Types{axes.count < 0 ? UnknownRank(x.dtype) : RankOnly(x.dtype, r - axes.count)};
-  ASSIGN_OR_RETURN(std::vector<int64_t> norm, Named(ctx, shape_ops::NormalizeAxes(*axes.values, r)));
+  ASSIGN_OR_RETURN(std::vector<int64_t> norm,
+                   Named(ctx, shape_ops::NormalizeAxes(*axes.values, r)));
   Shape out;
   for (int64_t i = 0; i < r; ++i) {
     bool squeezed = std::binary_search(norm.begin(), norm.end(), i);
@@ -465,8 +464,7 @@ StatusOr<Types> InferSqueeze(const InferContext& ctx) {
       out.push_back(x.shape[i]);
     } else if (x.shape[i] >= 0 && x.shape[i] != 1) {
       return ctx.Fail("cannot squeeze axis " + std::to_string(i) + " of size " +
-                      std::to_string(x.shape[i]) + " (input shape " + ShapeToString(x.shape) +
-                      ")");
+                      std::to_string(x.shape[i]) + " (input shape " + ShapeToString(x.shape) + ")");
     }
   }
   return Types{TypeInfo{x.dtype, out, true}};
@@ -481,7 +479,8 @@ StatusOr<Types> InferUnsqueeze(const InferContext& ctx) {
   if (!axes.values)
     return Types{axes.count < 0 ? UnknownRank(x.dtype) : RankOnly(x.dtype, r + axes.count)};
   const int64_t out_rank = r + static_cast<int64_t>(axes.values->size());
-  ASSIGN_OR_RETURN(std::vector<int64_t> norm, Named(ctx, shape_ops::NormalizeAxes(*axes.values, out_rank)));
+  ASSIGN_OR_RETURN(std::vector<int64_t> norm,
+                   Named(ctx, shape_ops::NormalizeAxes(*axes.values, out_rank)));
   Shape out;
   size_t next = 0;
   for (int64_t i = 0; i < out_rank; ++i)
@@ -498,7 +497,9 @@ StatusOr<Types> InferTranspose(const InferContext& ctx) {
       return Types{RankOnly(x.dtype, static_cast<int64_t>(ctx.node.GetInts("perm").size()))};
     return Types{UnknownRank(x.dtype)};
   }
-  ASSIGN_OR_RETURN(std::vector<int64_t> perm, Named(ctx, shape_ops::TransposePerm(ctx.node, static_cast<int64_t>(x.shape.size()))));
+  ASSIGN_OR_RETURN(
+      std::vector<int64_t> perm,
+      Named(ctx, shape_ops::TransposePerm(ctx.node, static_cast<int64_t>(x.shape.size()))));
   Shape out;
   for (int64_t p : perm) out.push_back(x.shape[p]);
   return Types{TypeInfo{x.dtype, out, true}};
@@ -540,8 +541,8 @@ StatusOr<Types> InferTile(const InferContext& ctx) {
   auto reps = ConstInts(ctx, 1);
   if (!reps) return Types{RankOnly(x.dtype, r)};
   if (static_cast<int64_t>(reps->size()) != r)
-    return ctx.Fail("repeats has " + std::to_string(reps->size()) + " values for an input of rank " +
-                    std::to_string(r));
+    return ctx.Fail("repeats has " + std::to_string(reps->size()) +
+                    " values for an input of rank " + std::to_string(r));
   Shape out(r);
   for (int64_t i = 0; i < r; ++i) {
     if ((*reps)[i] < 0)
@@ -564,9 +565,8 @@ StatusOr<Types> InferConcat(const InferContext& ctx) {
                       std::string(DTypeName(dt)));
     if (!v.rank_known) continue;
     if (rank >= 0 && static_cast<int64_t>(v.shape.size()) != rank)
-      return ctx.Fail("input " + std::to_string(i) + " has rank " +
-                      std::to_string(v.shape.size()) + ", others have rank " +
-                      std::to_string(rank));
+      return ctx.Fail("input " + std::to_string(i) + " has rank " + std::to_string(v.shape.size()) +
+                      ", others have rank " + std::to_string(rank));
     rank = static_cast<int64_t>(v.shape.size());
   }
   if (rank < 0) return Types{UnknownRank(dt)};
@@ -585,8 +585,8 @@ StatusOr<Types> InferConcat(const InferContext& ctx) {
       if (k == axis || v.shape[k] < 0) continue;
       if (out[k] >= 0 && out[k] != v.shape[k])
         return ctx.Fail("input " + std::to_string(i) + " has shape " + ShapeToString(v.shape) +
-                        ", which differs from input " + std::to_string(ref) +
-                        " outside axis " + std::to_string(axis));
+                        ", which differs from input " + std::to_string(ref) + " outside axis " +
+                        std::to_string(axis));
       out[k] = v.shape[k];
     }
     if (ref < 0) ref = static_cast<int>(i);
@@ -607,13 +607,14 @@ StatusOr<Types> InferSplit(const InferContext& ctx) {
   std::vector<int64_t> sizes;
   RETURN_IF_ERROR(RequireIndexType(ctx, 1, "input 'split'"));
   std::optional<std::vector<int64_t>> split;
-  if (ctx.has_input(1)) split = ConstInts(ctx, 1);
-  else if (ctx.node.HasAttr("split")) split = ctx.node.GetInts("split");
+  if (ctx.has_input(1))
+    split = ConstInts(ctx, 1);
+  else if (ctx.node.HasAttr("split"))
+    split = ctx.node.GetInts("split");
   if (split) {
     if (static_cast<int64_t>(split->size()) != n_out)
-      return ctx.Fail("split " + ShapeToString(*split) + " has " +
-                      std::to_string(split->size()) + " values for " + std::to_string(n_out) +
-                      " outputs");
+      return ctx.Fail("split " + ShapeToString(*split) + " has " + std::to_string(split->size()) +
+                      " values for " + std::to_string(n_out) + " outputs");
     int64_t sum = 0;
     for (int64_t s : *split) {
       if (s < 0) return ctx.Fail("split " + ShapeToString(*split) + " has a negative size");
@@ -668,7 +669,9 @@ StatusOr<TypeInfo> SliceType(const InferContext& ctx, const SliceArgs& a, DType 
   const int64_t r = static_cast<int64_t>(x.shape.size());
   bool args_known = a.starts && a.ends && (!a.has_axes || a.axes) && (!a.has_steps || a.steps);
   if (args_known) {
-    ASSIGN_OR_RETURN(std::vector<SliceDim> dims, Named(ctx, shape_ops::ResolveSlice(x.shape, *a.starts, *a.ends,
+    ASSIGN_OR_RETURN(
+        std::vector<SliceDim> dims,
+        Named(ctx, shape_ops::ResolveSlice(x.shape, *a.starts, *a.ends,
                                            a.has_axes ? *a.axes : std::vector<int64_t>{},
                                            a.has_steps ? *a.steps : std::vector<int64_t>{})));
     Shape out;
@@ -728,8 +731,9 @@ StatusOr<Types> InferGatherElements(const InferContext& ctx) {
     if (data.shape.size() != idx.shape.size())
       return ctx.Fail("data " + ShapeToString(data.shape) + " and indices " +
                       ShapeToString(idx.shape) + " must have the same rank");
-    ASSIGN_OR_RETURN(int64_t axis, Named(ctx, NormalizeAxis(ctx.node.GetInt("axis", 0),
-                                               static_cast<int64_t>(data.shape.size()))));
+    ASSIGN_OR_RETURN(int64_t axis,
+                     Named(ctx, NormalizeAxis(ctx.node.GetInt("axis", 0),
+                                              static_cast<int64_t>(data.shape.size()))));
     (void)axis;
   }
   return Types{TypeInfo{data.dtype, idx.shape, true}};
@@ -764,7 +768,8 @@ StatusOr<Types> InferPad(const InferContext& ctx) {
     if (!axes) return Types{RankOnly(x.dtype, r)};
   }
   if (!pads) return Types{RankOnly(x.dtype, r)};
-  ASSIGN_OR_RETURN(std::vector<int64_t> full, Named(ctx, shape_ops::FullPads(r, *pads, axes ? &*axes : nullptr)));
+  ASSIGN_OR_RETURN(std::vector<int64_t> full,
+                   Named(ctx, shape_ops::FullPads(r, *pads, axes ? &*axes : nullptr)));
   Shape out(r);
   for (int64_t i = 0; i < r; ++i) {
     if (x.shape[i] < 0) {
@@ -779,8 +784,8 @@ StatusOr<Types> InferPad(const InferContext& ctx) {
       return ctx.Fail("mode '" + mode + "' cannot pad the empty axis " + std::to_string(i));
     if (mode == "reflect" && (full[i] >= x.shape[i] || full[i + r] >= x.shape[i]) &&
         (full[i] > 0 || full[i + r] > 0))
-      return ctx.Fail("mode 'reflect' needs pads smaller than the axis; axis " +
-                      std::to_string(i) + " has size " + std::to_string(x.shape[i]));
+      return ctx.Fail("mode 'reflect' needs pads smaller than the axis; axis " + std::to_string(i) +
+                      " has size " + std::to_string(x.shape[i]));
   }
   return Types{TypeInfo{x.dtype, out, true}};
 }
@@ -823,8 +828,9 @@ StatusOr<Types> InferScatterND(const InferContext& ctx) {
   if (data.rank_known && idx.rank_known && upd.rank_known && !idx.shape.empty()) {
     int64_t k = idx.shape.back();
     const int64_t r = static_cast<int64_t>(data.shape.size());
-    if (k > r) return ctx.Fail("indices' last dimension " + std::to_string(k) +
-                               " exceeds the rank of data " + std::to_string(r));
+    if (k > r)
+      return ctx.Fail("indices' last dimension " + std::to_string(k) +
+                      " exceeds the rank of data " + std::to_string(r));
     if (k >= 0) {
       Shape want(idx.shape.begin(), idx.shape.end() - 1);
       want.insert(want.end(), data.shape.begin() + k, data.shape.end());
@@ -883,8 +889,7 @@ StatusOr<Types> InferGatherGrad(const InferContext& ctx) {
     if (r == 0) return ctx.Fail("shape must have rank >= 1");
     ASSIGN_OR_RETURN(int64_t axis, Named(ctx, NormalizeAxis(ctx.node.GetInt("axis", 0), r)));
     const Value& idx = ctx.input(1);
-    if (dy.rank_known && idx.rank_known &&
-        dy.shape.size() != t.shape.size() - 1 + idx.shape.size())
+    if (dy.rank_known && idx.rank_known && dy.shape.size() != t.shape.size() - 1 + idx.shape.size())
       return ctx.Fail("dY has rank " + std::to_string(dy.shape.size()) + "; gathering axis " +
                       std::to_string(axis) + " of " + ShapeToString(t.shape) + " with indices " +
                       ShapeToString(idx.shape) + " gives rank " +
@@ -903,8 +908,8 @@ StatusOr<Types> InferGatherElementsGrad(const InferContext& ctx) {
   ASSIGN_OR_RETURN(TypeInfo t, ShapeFromInput(ctx, 1, dy.dtype));
   const Value& idx = ctx.input(2);
   if (t.rank_known && idx.rank_known && idx.shape.size() != t.shape.size())
-    return ctx.Fail("indices " + ShapeToString(idx.shape) + " and shape " +
-                    ShapeToString(t.shape) + " must have the same rank");
+    return ctx.Fail("indices " + ShapeToString(idx.shape) + " and shape " + ShapeToString(t.shape) +
+                    " must have the same rank");
   return Types{t};
 }
 

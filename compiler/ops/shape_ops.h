@@ -37,8 +37,7 @@ struct SliceDim {
 // spec says for the step's sign. Empty `axes` means 0..n-1, empty `steps` means all 1.
 StatusOr<std::vector<SliceDim>> ResolveSlice(const Shape& in, const std::vector<int64_t>& starts,
                                              const std::vector<int64_t>& ends,
-                                             std::vector<int64_t> axes,
-                                             std::vector<int64_t> steps);
+                                             std::vector<int64_t> axes, std::vector<int64_t> steps);
 
 // Split sizes of a dimension of size `dim` into `num_outputs` pieces when no `split` is given:
 // ceil(dim / n) each, the last one smaller (opset 18). Errors when the pieces cannot cover `dim`.

@@ -1,7 +1,745 @@
+// CPU reference kernels of the math family: matrix products (OpenBLAS), softmax, reductions,
+// normalizations and softmax cross-entropy, forward and backward side by side.
+//
+// Determinism (DESIGN §5: loss and gradients bitwise identical with and without checkpointing):
+// - GEMMs go to OpenBLAS pinned to ONE thread (openblas_set_num_threads(1) when the kernel table
+//   is built, before any GEMM runs). A single-threaded OpenBLAS call performs a fixed sequence of
+//   operations for given sizes and transposes (operands are packed, so pointer alignment does not
+//   matter), so the same product gives the same bits on every run, in the forward and in a
+//   recompute clone.
+// - Every other reduction runs sequentially in a fixed order: for each output element, the reduced
+//   elements in row-major order of their indices. Float sums accumulate in double and round once;
+//   no threads, no unordered partial sums.
+//
+// Statistics conventions (documented because fusions and gradients depend on them):
+// - ReduceMean(x) = float(sum_double(x) / count).
+// - LayerNormalization: two passes in double (mean, then mean of squared deviations); Y is
+//   computed in double from the double statistics and rounded once; Mean and InvStdDev are
+//   stored rounded to f32.
+// - SimplifiedLayerNormalization reproduces, bit for bit, the decomposition torch exports for
+//   `x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w`:
+//   Pow(x,2) -> ReduceMean -> Add(eps) -> Sqrt -> Div(1, .) -> Mul(x, .) -> Mul(., w), each an f32
+//   op, with ReduceMean as above. Its inv_std_var output is the Div(1, .) value.
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "compiler/op_schema.h"
 #include "kernels/cpu/kernel.h"
+
+// Also declared by OpenBLAS's cblas.h; repeated so the dependency is explicit.
+extern "C" void openblas_set_num_threads(int);
 
 namespace foundry {
 
-void RegisterMathKernels(CpuKernelTable& table) {}
+namespace {
+
+constexpr char kMs[] = "com.microsoft";
+
+Status Fail(const Node& n, const std::string& what) { return Error(n.Describe() + ": " + what); }
+
+Status UnsupportedType(const Node& n, DType t) {
+  return Fail(n, "the cpu kernel does not support element type " + std::string(DTypeName(t)));
+}
+
+// Normalizes `axis` against `rank` with an error naming the node.
+StatusOr<int64_t> Axis(const Node& n, int64_t axis, int64_t rank) {
+  auto a = NormalizeAxis(axis, rank);
+  if (!a.ok()) return Fail(n, a.status().message());
+  return a;
+}
+
+// Outer x n x inner view of a shape around one axis.
+struct AxisLayout {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+AxisLayout LayoutAround(const Shape& s, int64_t axis) {
+  AxisLayout l;
+  for (int64_t i = 0; i < axis; ++i) l.outer *= s[i];
+  l.n = s[axis];
+  for (size_t i = static_cast<size_t>(axis) + 1; i < s.size(); ++i) l.inner *= s[i];
+  return l;
+}
+
+// Rows x cols view: rows = prod(s[:axis]), cols = prod(s[axis:]).
+std::pair<int64_t, int64_t> SplitAt(const Shape& s, int64_t axis) {
+  int64_t rows = 1, cols = 1;
+  for (int64_t i = 0; i < static_cast<int64_t>(s.size()); ++i) (i < axis ? rows : cols) *= s[i];
+  return {rows, cols};
+}
+
+// ============================== matrix products ==============================
+
+void Blas(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+          const float* b, int ldb, float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void Blas(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, int lda,
+          const double* b, int ldb, double beta, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// C[m,n] = alpha * op(A) op(B) + beta * C, row-major; A is stored [m,k] ([k,m] when ta), B is
+// stored [k,n] ([n,k] when tb). Handles the empty sizes BLAS rejects.
+template <class T>
+Status GemmOne(const Node& node, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
+               const T* a, const T* b, T beta, T* c) {
+  if (m == 0 || n == 0) return Status::Ok();
+  if (k == 0) {
+    for (int64_t i = 0; i < m * n; ++i) c[i] = beta == T(0) ? T(0) : beta * c[i];
+    return Status::Ok();
+  }
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+    return Fail(node, "matrix dimensions exceed the BLAS int range");
+  int64_t lda = ta ? m : k, ldb = tb ? k : n;
+  Blas(ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+       static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(n));
+  return Status::Ok();
+}
+
+// Numpy matmul with FusedMatMul's transposes of the last two dims: a 1-D A is a [1,K] row, a 1-D B
+// a [K,1] column; batch dims broadcast.
+template <class T>
+Status MatMulTyped(const Node& node, const Tensor& A, const Tensor& B, Tensor& Y, bool ta, bool tb,
+                   T alpha) {
+  Shape as = A.shape(), bs = B.shape();
+  if (as.size() == 1) as = {1, as[0]};
+  if (bs.size() == 1) bs = {bs[0], 1};
+  size_t ra = as.size(), rb = bs.size();
+  int64_t rows_a = as[ra - 2], cols_a = as[ra - 1], rows_b = bs[rb - 2], cols_b = bs[rb - 1];
+  int64_t m = ta ? cols_a : rows_a, k = ta ? rows_a : cols_a;
+  int64_t kb = tb ? cols_b : rows_b, n = tb ? rows_b : cols_b;
+  if (k != kb)
+    return Fail(node, "inner dimensions do not match: " + ShapeToString(A.shape()) + " x " +
+                          ShapeToString(B.shape()));
+  size_t nb = std::max(ra, rb) - 2;
+  Shape ba(nb, 1), bb(nb, 1), by(nb);
+  std::copy(as.begin(), as.end() - 2, ba.begin() + (nb - (ra - 2)));
+  std::copy(bs.begin(), bs.end() - 2, bb.begin() + (nb - (rb - 2)));
+  for (size_t i = 0; i < nb; ++i) {
+    if (ba[i] != bb[i] && ba[i] != 1 && bb[i] != 1)
+      return Fail(node, "batch dimensions of " + ShapeToString(A.shape()) + " and " +
+                            ShapeToString(B.shape()) + " do not broadcast");
+    by[i] = ba[i] == 1 ? bb[i] : ba[i];
+  }
+  int64_t batches = NumElements(by);
+  if (Y.numel() != batches * m * n)
+    return Fail(node, "output has shape " + ShapeToString(Y.shape()) + ", the product needs " +
+                          std::to_string(batches * m * n) + " elements");
+  const T* a = A.data<T>();
+  const T* b = B.data<T>();
+  T* y = Y.data<T>();
+  bool b_shared = std::all_of(bb.begin(), bb.end(), [](int64_t d) { return d == 1; });
+  if (b_shared && !ta) {
+    // [batch.., M, K] x [K, N]: the batch folds into the rows of one GEMM.
+    return GemmOne<T>(node, false, tb, batches * m, n, k, alpha, a, b, T(0), y);
+  }
+  // Per batch dim, the matrix stride of each operand (0 where it broadcasts).
+  std::vector<int64_t> sa(nb), sb(nb);
+  for (int64_t i = static_cast<int64_t>(nb) - 1, pa = 1, pb = 1; i >= 0; --i) {
+    sa[i] = ba[i] == 1 ? 0 : pa;
+    sb[i] = bb[i] == 1 ? 0 : pb;
+    pa *= ba[i];
+    pb *= bb[i];
+  }
+  std::vector<int64_t> idx(nb, 0);
+  for (int64_t bi = 0; bi < batches; ++bi) {
+    int64_t oa = 0, ob = 0;
+    for (size_t d = 0; d < nb; ++d) {
+      oa += idx[d] * sa[d];
+      ob += idx[d] * sb[d];
+    }
+    RETURN_IF_ERROR(GemmOne<T>(node, ta, tb, m, n, k, alpha, a + oa * rows_a * cols_a,
+                               b + ob * rows_b * cols_b, T(0), y + bi * m * n));
+    for (int64_t d = static_cast<int64_t>(nb) - 1; d >= 0; --d) {
+      if (++idx[d] < by[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return Status::Ok();
+}
+
+// MatMul (A, B) -> Y and com.microsoft FusedMatMul (A, B) -> Y {transA, transB, alpha}.
+Status MatMulKernel(const Node& node, std::span<const Tensor* const> in,
+                    std::span<Tensor* const> out, const KernelContext&) {
+  bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
+  float alpha = node.GetFloat("alpha", 1.0f);
+  switch (in[0]->dtype()) {
+    case DType::kFloat32: return MatMulTyped<float>(node, *in[0], *in[1], *out[0], ta, tb, alpha);
+    case DType::kFloat64: return MatMulTyped<double>(node, *in[0], *in[1], *out[0], ta, tb, alpha);
+    default: return UnsupportedType(node, in[0]->dtype());
+  }
+}
+
+// Gemm (A, B[, C]) -> Y = alpha * op(A) op(B) + beta * C, C broadcast to [M, N].
+template <class T>
+Status GemmTyped(const Node& node, const Tensor& A, const Tensor& B, const Tensor* C, Tensor& Y) {
+  bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
+  T alpha = node.GetFloat("alpha", 1.0f), beta = node.GetFloat("beta", 1.0f);
+  int64_t m = ta ? A.shape()[1] : A.shape()[0], k = ta ? A.shape()[0] : A.shape()[1];
+  int64_t n = tb ? B.shape()[0] : B.shape()[1];
+  T* y = Y.data<T>();
+  bool use_c = C != nullptr && beta != T(0);
+  if (use_c) {
+    Shape cs = C->shape();
+    while (cs.size() < 2) cs.insert(cs.begin(), 1);
+    int64_t si = cs[0] == 1 ? 0 : cs[1], sj = cs[1] == 1 ? 0 : 1;
+    const T* c = C->data<T>();
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) y[i * n + j] = c[i * si + j * sj];
+  }
+  return GemmOne<T>(node, ta, tb, m, n, k, alpha, A.data<T>(), B.data<T>(), use_c ? beta : T(0),
+                    y);
+}
+
+Status GemmKernel(const Node& node, std::span<const Tensor* const> in,
+                  std::span<Tensor* const> out, const KernelContext&) {
+  const Tensor* c = in.size() > 2 ? in[2] : nullptr;
+  switch (in[0]->dtype()) {
+    case DType::kFloat32: return GemmTyped<float>(node, *in[0], *in[1], c, *out[0]);
+    case DType::kFloat64: return GemmTyped<double>(node, *in[0], *in[1], c, *out[0]);
+    default: return UnsupportedType(node, in[0]->dtype());
+  }
+}
+
+// ============================== softmax ==============================
+
+// Calls f(base, stride, n) for every 1-D lane along `axis`.
+template <class F>
+void ForEachLane(const AxisLayout& l, F f) {
+  for (int64_t o = 0; o < l.outer; ++o)
+    for (int64_t i = 0; i < l.inner; ++i) f(o * l.n * l.inner + i, l.inner, l.n);
+}
+
+// Softmax / LogSoftmax (opset 13): max-shifted, exp and sum in double, one rounding per output.
+template <class T, bool kLog>
+Status SoftmaxTyped(const Node& node, const Tensor& X, Tensor& Y) {
+  ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), X.rank()));
+  const T* x = X.data<T>();
+  T* y = Y.data<T>();
+  std::vector<double> e;
+  ForEachLane(LayoutAround(X.shape(), axis), [&](int64_t base, int64_t stride, int64_t n) {
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<double>(x[base + j * stride]));
+    e.resize(n);
+    double sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      e[j] = std::exp(static_cast<double>(x[base + j * stride]) - m);
+      sum += e[j];
+    }
+    double log_sum = std::log(sum);
+    for (int64_t j = 0; j < n; ++j) {
+      double v = kLog ? (static_cast<double>(x[base + j * stride]) - m) - log_sum : e[j] / sum;
+      y[base + j * stride] = static_cast<T>(v);
+    }
+  });
+  return Status::Ok();
+}
+
+template <bool kLog>
+Status SoftmaxKernel(const Node& node, std::span<const Tensor* const> in,
+                     std::span<Tensor* const> out, const KernelContext&) {
+  switch (in[0]->dtype()) {
+    case DType::kFloat32: return SoftmaxTyped<float, kLog>(node, *in[0], *out[0]);
+    case DType::kFloat64: return SoftmaxTyped<double, kLog>(node, *in[0], *out[0]);
+    default: return UnsupportedType(node, in[0]->dtype());
+  }
+}
+
+// SoftmaxGrad_13 (dY, Y): dX = Y * (dY - sum(dY * Y)).
+// LogSoftmaxGrad_13 (dY, Y) with Y = log_softmax: dX = dY - exp(Y) * sum(dY).
+template <class T, bool kLog>
+Status SoftmaxGradTyped(const Node& node, const Tensor& DY, const Tensor& Y, Tensor& DX) {
+  ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), Y.rank()));
+  const T* dy = DY.data<T>();
+  const T* y = Y.data<T>();
+  T* dx = DX.data<T>();
+  ForEachLane(LayoutAround(Y.shape(), axis), [&](int64_t base, int64_t stride, int64_t n) {
+    double s = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t p = base + j * stride;
+      s += kLog ? static_cast<double>(dy[p]) : static_cast<double>(dy[p]) * y[p];
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t p = base + j * stride;
+      double v = kLog ? dy[p] - std::exp(static_cast<double>(y[p])) * s
+                      : static_cast<double>(y[p]) * (dy[p] - s);
+      dx[p] = static_cast<T>(v);
+    }
+  });
+  return Status::Ok();
+}
+
+template <bool kLog>
+Status SoftmaxGradKernel(const Node& node, std::span<const Tensor* const> in,
+                         std::span<Tensor* const> out, const KernelContext&) {
+  switch (in[0]->dtype()) {
+    case DType::kFloat32: return SoftmaxGradTyped<float, kLog>(node, *in[0], *in[1], *out[0]);
+    case DType::kFloat64: return SoftmaxGradTyped<double, kLog>(node, *in[0], *in[1], *out[0]);
+    default: return UnsupportedType(node, in[0]->dtype());
+  }
+}
+
+// ============================== reductions ==============================
+
+enum class ReduceOp { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSumSquare };
+
+// Which axes a Reduce* node reduces: the `axes` attribute (opset < 18, ReduceSum < 13), else
+// input 1; empty means all axes, or none with noop_with_empty_axes.
+StatusOr<std::vector<bool>> ReducedAxes(const Node& node, const Tensor* axes_input,
+                                        int64_t rank) {
+  std::vector<int64_t> axes;
+  if (node.HasAttr("axes")) {
+    axes = node.GetInts("axes");
+  } else if (axes_input != nullptr) {
+    axes = axes_input->ToInt64Vector();
+  }
+  bool noop = node.GetInt("noop_with_empty_axes", 0) != 0;
+  std::vector<bool> reduced(rank, axes.empty() && !noop);
+  for (int64_t a : axes) {
+    ASSIGN_OR_RETURN(int64_t na, Axis(node, a, rank));
+    if (reduced[na]) return Fail(node, "axis " + std::to_string(a) + " appears twice in axes");
+    reduced[na] = true;
+  }
+  return reduced;
+}
+
+// Accumulator type: double for floats, int64 for integers.
+template <class T>
+using AccOf = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+
+template <class T, ReduceOp kOp>
+struct Reducer {
+  using Acc = AccOf<T>;
+  static Acc Init() {
+    if constexpr (kOp == ReduceOp::kProd) return Acc(1);
+    if constexpr (kOp == ReduceOp::kMax)
+      return std::is_floating_point_v<T> ? -std::numeric_limits<Acc>::infinity()
+                                         : std::numeric_limits<Acc>::lowest();
+    if constexpr (kOp == ReduceOp::kMin)
+      return std::is_floating_point_v<T> ? std::numeric_limits<Acc>::infinity()
+                                         : std::numeric_limits<Acc>::max();
+    return Acc(0);
+  }
+  static Acc Step(Acc acc, T x) {
+    Acc v = static_cast<Acc>(x);
+    switch (kOp) {
+      case ReduceOp::kSum:
+      case ReduceOp::kMean: return acc + v;
+      case ReduceOp::kProd: return acc * v;
+      // NaN propagates, as numpy and torch.amax do.
+      case ReduceOp::kMax: return (v > acc || v != v) ? v : acc;
+      case ReduceOp::kMin: return (v < acc || v != v) ? v : acc;
+      case ReduceOp::kL1: return acc + (v < 0 ? -v : v);
+      case ReduceOp::kL2:
+      case ReduceOp::kSumSquare: return acc + v * v;
+    }
+    return acc;
+  }
+  static T Finish(Acc acc, int64_t count) {
+    if constexpr (kOp == ReduceOp::kMean) {
+      if constexpr (std::is_floating_point_v<T>) {
+        return static_cast<T>(acc / static_cast<double>(count));
+      } else {
+        return static_cast<T>(count == 0 ? 0 : acc / count);
+      }
+    }
+    if constexpr (kOp == ReduceOp::kL2) return static_cast<T>(std::sqrt(static_cast<double>(acc)));
+    return static_cast<T>(acc);
+  }
+};
+
+template <class T, ReduceOp kOp>
+Status ReduceTyped(const Node& node, const Tensor& X, const Tensor* axes_input, Tensor& Y) {
+  using R = Reducer<T, kOp>;
+  using Acc = typename R::Acc;
+  const Shape& xs = X.shape();
+  int64_t rank = X.rank();
+  ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedAxes(node, axes_input, rank));
+  bool keepdims = node.GetInt("keepdims", 1) != 0;
+  Shape expect;
+  int64_t out_n = 1, red_n = 1;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (!reduced[i]) {
+      expect.push_back(xs[i]);
+      out_n *= xs[i];
+    } else {
+      red_n *= xs[i];
+      if (keepdims) expect.push_back(1);
+    }
+  }
+  if (Y.shape() != expect)
+    return Fail(node, "output was allocated as " + ShapeToString(Y.shape()) + ", the reduction gives " +
+                          ShapeToString(expect));
+  const T* x = X.data<T>();
+  T* y = Y.data<T>();
+  // Each output accumulates its reduced elements in row-major order of their indices.
+  int64_t first_kept = rank;
+  for (int64_t i = 0; i < rank; ++i)
+    if (!reduced[i]) {
+      first_kept = i;
+      break;
+    }
+  bool leading_reduced = std::all_of(reduced.begin() + first_kept, reduced.end(),
+                                     [](bool r) { return !r; });
+  if (leading_reduced) {
+    // Reduced dims all before the kept ones ([R, O] view): sweep rows so memory is read in order.
+    // Same per-output order (r ascending) as the general path.
+    std::vector<Acc> acc(out_n, R::Init());
+    for (int64_t r = 0; r < red_n; ++r) {
+      const T* row = x + r * out_n;
+      for (int64_t o = 0; o < out_n; ++o) acc[o] = R::Step(acc[o], row[o]);
+    }
+    for (int64_t o = 0; o < out_n; ++o) y[o] = R::Finish(acc[o], red_n);
+    return Status::Ok();
+  }
+  // General path: offsets of the kept and of the reduced index combinations.
+  std::vector<int64_t> stride(rank, 1);
+  for (int64_t i = rank - 2; i >= 0; --i) stride[i] = stride[i + 1] * xs[i + 1];
+  auto offsets = [&](bool want_reduced, int64_t count) {
+    std::vector<int64_t> offs(count, 0);
+    std::vector<int64_t> idx(rank, 0);
+    for (int64_t c = 0; c < count; ++c) {
+      int64_t off = 0;
+      for (int64_t d = 0; d < rank; ++d)
+        if (reduced[d] == want_reduced) off += idx[d] * stride[d];
+      offs[c] = off;
+      for (int64_t d = rank - 1; d >= 0; --d) {
+        if (reduced[d] != want_reduced) continue;
+        if (++idx[d] < xs[d]) break;
+        idx[d] = 0;
+      }
+    }
+    return offs;
+  };
+  std::vector<int64_t> out_offs = offsets(false, out_n), red_offs = offsets(true, red_n);
+  for (int64_t o = 0; o < out_n; ++o) {
+    Acc acc = R::Init();
+    const T* base = x + out_offs[o];
+    for (int64_t r = 0; r < red_n; ++r) acc = R::Step(acc, base[red_offs[r]]);
+    y[o] = R::Finish(acc, red_n);
+  }
+  return Status::Ok();
+}
+
+template <ReduceOp kOp>
+Status ReduceKernel(const Node& node, std::span<const Tensor* const> in,
+                    std::span<Tensor* const> out, const KernelContext&) {
+  const Tensor* axes = in.size() > 1 ? in[1] : nullptr;
+  constexpr bool kFloatOnly =
+      kOp == ReduceOp::kL1 || kOp == ReduceOp::kL2 || kOp == ReduceOp::kSumSquare;
+  switch (in[0]->dtype()) {
+    case DType::kFloat32: return ReduceTyped<float, kOp>(node, *in[0], axes, *out[0]);
+    case DType::kFloat64: return ReduceTyped<double, kOp>(node, *in[0], axes, *out[0]);
+    case DType::kInt64:
+      if (kFloatOnly) break;
+      return ReduceTyped<int64_t, kOp>(node, *in[0], axes, *out[0]);
+    case DType::kInt32:
+      if (kFloatOnly) break;
+      return ReduceTyped<int32_t, kOp>(node, *in[0], axes, *out[0]);
+    default: break;
+  }
+  return UnsupportedType(node, in[0]->dtype());
+}
+
+// ============================== normalizations ==============================
+
+Status CheckParam(const Node& node, const Tensor* p, const char* what, int64_t cols) {
+  if (p && p->numel() != cols)
+    return Fail(node, std::string(what) + " has " + std::to_string(p->numel()) +
+                          " elements, the normalized dims have " + std::to_string(cols));
+  return Status::Ok();
+}
+
+// LayerNormalization (X, Scale[, B]) -> (Y[, Mean, InvStdDev]), over dims [axis, rank).
+Status LayerNormKernel(const Node& node, std::span<const Tensor* const> in,
+                       std::span<Tensor* const> out, const KernelContext&) {
+  const Tensor& X = *in[0];
+  if (X.dtype() != DType::kFloat32) return UnsupportedType(node, X.dtype());
+  ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), X.rank()));
+  auto [rows, cols] = SplitAt(X.shape(), axis);
+  const Tensor* bias_t = in.size() > 2 ? in[2] : nullptr;
+  RETURN_IF_ERROR(CheckParam(node, in[1], "scale", cols));
+  RETURN_IF_ERROR(CheckParam(node, bias_t, "bias", cols));
+  double eps = node.GetFloat("epsilon", 1e-5f);
+  const float* x = X.data<float>();
+  const float* scale = in[1]->data<float>();
+  const float* bias = bias_t ? bias_t->data<float>() : nullptr;
+  float* y = out[0]->data<float>();
+  float* mean_out = out.size() > 1 && out[1]->numel() == rows ? out[1]->data<float>() : nullptr;
+  float* inv_out = out.size() > 2 && out[2]->numel() == rows ? out[2]->data<float>() : nullptr;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    double sum = 0;
+    for (int64_t j = 0; j < cols; ++j) sum += xr[j];
+    double mean = sum / static_cast<double>(cols);
+    double sq = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      double d = xr[j] - mean;
+      sq += d * d;
+    }
+    double inv = 1.0 / std::sqrt(sq / static_cast<double>(cols) + eps);
+    float* yr = y + r * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      double v = (xr[j] - mean) * inv * scale[j];
+      if (bias) v += bias[j];
+      yr[j] = static_cast<float>(v);
+    }
+    if (mean_out) mean_out[r] = static_cast<float>(mean);
+    if (inv_out) inv_out[r] = static_cast<float>(inv);
+  }
+  return Status::Ok();
+}
+
+// LayerNormalizationGrad (dY, X, scale, mean, inv_std_dev) -> (dX, dscale, dbias). Per row, with
+// xhat = (x - mean) * inv and g = dY * scale:
+//   dX = inv * (g - mean(g) - xhat * mean(g * xhat));  dscale = sum_rows dY * xhat;
+//   dbias = sum_rows dY.
+// Row sums and the column sums over rows accumulate in double, rows in order.
+Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
+                           std::span<Tensor* const> out, const KernelContext&) {
+  const Tensor& X = *in[1];
+  if (X.dtype() != DType::kFloat32) return UnsupportedType(node, X.dtype());
+  ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), X.rank()));
+  auto [rows, cols] = SplitAt(X.shape(), axis);
+  RETURN_IF_ERROR(CheckParam(node, in[2], "scale", cols));
+  bool simplified = node.op_type == "SimplifiedLayerNormalizationGrad";
+  const Tensor* mean_t = simplified ? nullptr : in[3];
+  const Tensor* inv_t = simplified ? in[3] : in[4];
+  if ((mean_t && mean_t->numel() != rows) || inv_t->numel() != rows)
+    return Fail(node, "the saved statistics need " + std::to_string(rows) + " elements");
+  const float* dy = in[0]->data<float>();
+  const float* x = X.data<float>();
+  const float* scale = in[2]->data<float>();
+  const float* mean = mean_t ? mean_t->data<float>() : nullptr;
+  const float* inv = inv_t->data<float>();
+  float* dx = out[0]->data<float>();
+  std::vector<double> dscale(cols, 0.0), dbias(cols, 0.0), xhat(cols), g(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    const float* dyr = dy + r * cols;
+    double m = mean ? mean[r] : 0.0, iv = inv[r];
+    double s1 = 0, s2 = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      xhat[j] = (xr[j] - m) * iv;
+      g[j] = static_cast<double>(dyr[j]) * scale[j];
+      s1 += g[j];
+      s2 += g[j] * xhat[j];
+      dscale[j] += static_cast<double>(dyr[j]) * xhat[j];
+      dbias[j] += dyr[j];
+    }
+    // RMSNorm has no mean subtraction, so no mean(g) term.
+    double c1 = simplified ? 0.0 : s1 / static_cast<double>(cols);
+    double c2 = s2 / static_cast<double>(cols);
+    float* dxr = dx + r * cols;
+    for (int64_t j = 0; j < cols; ++j) dxr[j] = static_cast<float>(iv * (g[j] - c1 - xhat[j] * c2));
+  }
+  for (size_t k = 1; k < out.size(); ++k) {
+    if (out[k]->numel() != cols) continue;
+    const std::vector<double>& src = k == 1 ? dscale : dbias;
+    float* o = out[k]->data<float>();
+    for (int64_t j = 0; j < cols; ++j) o[j] = static_cast<float>(src[j]);
+  }
+  return Status::Ok();
+}
+
+// com.microsoft SimplifiedLayerNormalization (X, scale) -> (Y[, inv_std_var]), RMSNorm over dims
+// [axis, rank). The arithmetic is exactly the exported decomposition's (file comment), so that
+// canonicalization may fuse it without changing a bit: every step below is one f32 op except the
+// mean, which is computed as the ReduceMean kernel computes it.
+Status SimplifiedLayerNormKernel(const Node& node, std::span<const Tensor* const> in,
+                                 std::span<Tensor* const> out, const KernelContext&) {
+  const Tensor& X = *in[0];
+  if (X.dtype() != DType::kFloat32) return UnsupportedType(node, X.dtype());
+  ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), X.rank()));
+  auto [rows, cols] = SplitAt(X.shape(), axis);
+  RETURN_IF_ERROR(CheckParam(node, in[1], "scale", cols));
+  float eps = node.GetFloat("epsilon", 1e-5f);
+  const float* x = X.data<float>();
+  const float* w = in[1]->data<float>();
+  float* y = out[0]->data<float>();
+  float* inv_out = out.size() > 1 && out[1]->numel() == rows ? out[1]->data<float>() : nullptr;
+  using Mean = Reducer<float, ReduceOp::kMean>;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    Mean::Acc acc = Mean::Init();
+    for (int64_t j = 0; j < cols; ++j) {
+      float sq = xr[j] * xr[j];  // Pow(x, 2)
+      acc = Mean::Step(acc, sq);
+    }
+    float ms = Mean::Finish(acc, cols);  // ReduceMean
+    float denom = std::sqrt(ms + eps);   // Add, Sqrt
+    float inv = 1.0f / denom;            // Div(1, .)
+    float* yr = y + r * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      float normed = xr[j] * inv;  // Mul(x, .)
+      yr[j] = normed * w[j];       // Mul(., weight)
+    }
+    if (inv_out) inv_out[r] = inv;
+  }
+  return Status::Ok();
+}
+
+// ============================== softmax cross-entropy ==============================
+
+struct CeLayout {
+  int64_t n = 0, c = 0, inner = 1;  // scores [N, C, inner]
+};
+
+StatusOr<CeLayout> CeLayoutOf(const Node& node, const Tensor& scores, const Tensor& labels) {
+  if (scores.rank() < 2) return Fail(node, "scores must have rank >= 2");
+  CeLayout l;
+  l.n = scores.shape()[0];
+  l.c = scores.shape()[1];
+  for (int64_t i = 2; i < scores.rank(); ++i) l.inner *= scores.shape()[i];
+  if (labels.numel() != l.n * l.inner)
+    return Fail(node, "labels of shape " + ShapeToString(labels.shape()) + " do not match scores " +
+                          ShapeToString(scores.shape()));
+  return l;
+}
+
+// The class of each target, or -1 when it is ignored; errors on labels outside [0, C).
+StatusOr<std::vector<int64_t>> CeTargets(const Node& node, const Tensor& labels, int64_t classes) {
+  bool has_ignore = node.HasAttr("ignore_index");
+  int64_t ignore = node.GetInt("ignore_index", 0);
+  std::vector<int64_t> t(labels.numel());
+  for (int64_t i = 0; i < labels.numel(); ++i) {
+    int64_t v = labels.GetAsInt64(i);
+    if (has_ignore && v == ignore) {
+      t[i] = -1;
+    } else if (v < 0 || v >= classes) {
+      return Fail(node, "label " + std::to_string(v) + " at position " + std::to_string(i) +
+                            " is outside [0, " + std::to_string(classes) + ")" +
+                            (has_ignore ? " and is not ignore_index " + std::to_string(ignore)
+                                        : std::string(" and there is no ignore_index")));
+    } else {
+      t[i] = v;
+    }
+  }
+  return t;
+}
+
+// SoftmaxCrossEntropyLoss (scores, labels[, weights]) -> (loss[, log_prob]). loss_i =
+// -w[label_i] * log_softmax(scores_i)[label_i], 0 for ignored targets; "mean" divides the sum by
+// the sum of the non-ignored targets' weights, and is 0 (not NaN) when every target is ignored.
+Status SoftmaxCrossEntropyKernel(const Node& node, std::span<const Tensor* const> in,
+                                 std::span<Tensor* const> out, const KernelContext&) {
+  const Tensor& S = *in[0];
+  if (S.dtype() != DType::kFloat32) return UnsupportedType(node, S.dtype());
+  ASSIGN_OR_RETURN(CeLayout l, CeLayoutOf(node, S, *in[1]));
+  ASSIGN_OR_RETURN(std::vector<int64_t> target, CeTargets(node, *in[1], l.c));
+  const float* w = in.size() > 2 && in[2] ? in[2]->data<float>() : nullptr;
+  std::string reduction = node.GetString("reduction", "mean");
+  const float* s = S.data<float>();
+  float* log_prob = out.size() > 1 && out[1]->numel() == S.numel() ? out[1]->data<float>() : nullptr;
+  float* loss = out[0]->data<float>();
+  std::vector<double> lp(l.c);
+  double total = 0, weight_sum = 0;
+  for (int64_t n = 0; n < l.n; ++n) {
+    for (int64_t i = 0; i < l.inner; ++i) {
+      int64_t base = n * l.c * l.inner + i;
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t c = 0; c < l.c; ++c) m = std::max(m, static_cast<double>(s[base + c * l.inner]));
+      double sum = 0;
+      for (int64_t c = 0; c < l.c; ++c) sum += std::exp(s[base + c * l.inner] - m);
+      double log_sum = std::log(sum);
+      for (int64_t c = 0; c < l.c; ++c) {
+        lp[c] = (s[base + c * l.inner] - m) - log_sum;
+        if (log_prob) log_prob[base + c * l.inner] = static_cast<float>(lp[c]);
+      }
+      int64_t k = n * l.inner + i;
+      double li = 0;
+      if (target[k] >= 0) {
+        double wk = w ? w[target[k]] : 1.0;
+        li = -lp[target[k]] * wk;
+        weight_sum += wk;
+      }
+      total += li;
+      if (reduction == "none") loss[k] = static_cast<float>(li);
+    }
+  }
+  if (reduction == "sum") loss[0] = static_cast<float>(total);
+  if (reduction == "mean") loss[0] = weight_sum == 0 ? 0.0f : static_cast<float>(total / weight_sum);
+  return Status::Ok();
+}
+
+// SoftmaxCrossEntropyLossGrad (dY, log_prob, label[, weight]) -> d_scores:
+//   d_scores[n,c,i] = (exp(log_prob[n,c,i]) - [c == label]) * w[label] * g,
+// g = dY ("sum"), dY / sum of non-ignored weights ("mean"; 0 when all are ignored), dY[n,i]
+// ("none"); 0 for ignored targets.
+Status SoftmaxCrossEntropyGradKernel(const Node& node, std::span<const Tensor* const> in,
+                                     std::span<Tensor* const> out, const KernelContext&) {
+  const Tensor& LP = *in[1];
+  if (LP.dtype() != DType::kFloat32) return UnsupportedType(node, LP.dtype());
+  ASSIGN_OR_RETURN(CeLayout l, CeLayoutOf(node, LP, *in[2]));
+  ASSIGN_OR_RETURN(std::vector<int64_t> target, CeTargets(node, *in[2], l.c));
+  const float* w = in.size() > 3 && in[3] ? in[3]->data<float>() : nullptr;
+  std::string reduction = node.GetString("reduction", "mean");
+  const float* dy = in[0]->data<float>();
+  const float* lp = LP.data<float>();
+  float* ds = out[0]->data<float>();
+  double scale = reduction == "none" ? 1.0 : dy[0];
+  if (reduction == "mean") {
+    double weight_sum = 0;
+    for (int64_t t : target)
+      if (t >= 0) weight_sum += w ? w[t] : 1.0;
+    scale = weight_sum == 0 ? 0.0 : scale / weight_sum;
+  }
+  for (int64_t n = 0; n < l.n; ++n) {
+    for (int64_t i = 0; i < l.inner; ++i) {
+      int64_t k = n * l.inner + i, base = n * l.c * l.inner + i;
+      double g = 0;
+      if (target[k] >= 0) g = (w ? w[target[k]] : 1.0) * (reduction == "none" ? dy[k] : scale);
+      for (int64_t c = 0; c < l.c; ++c) {
+        int64_t p = base + c * l.inner;
+        double v = g == 0 ? 0.0 : (std::exp(static_cast<double>(lp[p])) - (c == target[k])) * g;
+        ds[p] = static_cast<float>(v);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterMathKernels(CpuKernelTable& table) {
+  // Runs once, when the kernel table is first built, i.e. before any GEMM (file comment).
+  openblas_set_num_threads(1);
+
+  table.Add("", "MatMul", MatMulKernel);
+  table.Add(kMs, "FusedMatMul", MatMulKernel);
+  table.Add("", "Gemm", GemmKernel);
+
+  table.Add("", "Softmax", SoftmaxKernel<false>);
+  table.Add("", "LogSoftmax", SoftmaxKernel<true>);
+  table.Add(kMs, "SoftmaxGrad_13", SoftmaxGradKernel<false>);
+  table.Add(kMs, "LogSoftmaxGrad_13", SoftmaxGradKernel<true>);
+
+  table.Add("", "ReduceSum", ReduceKernel<ReduceOp::kSum>);
+  table.Add("", "ReduceMean", ReduceKernel<ReduceOp::kMean>);
+  table.Add("", "ReduceMax", ReduceKernel<ReduceOp::kMax>);
+  table.Add("", "ReduceMin", ReduceKernel<ReduceOp::kMin>);
+  table.Add("", "ReduceProd", ReduceKernel<ReduceOp::kProd>);
+  table.Add("", "ReduceL1", ReduceKernel<ReduceOp::kL1>);
+  table.Add("", "ReduceL2", ReduceKernel<ReduceOp::kL2>);
+  table.Add("", "ReduceSumSquare", ReduceKernel<ReduceOp::kSumSquare>);
+
+  table.Add("", "LayerNormalization", LayerNormKernel);
+  table.Add(kMs, "LayerNormalizationGrad", LayerNormGradKernel);
+  table.Add(kMs, "SimplifiedLayerNormalization", SimplifiedLayerNormKernel);
+  table.Add(kMs, "SimplifiedLayerNormalizationGrad", LayerNormGradKernel);
+
+  table.Add("", "SoftmaxCrossEntropyLoss", SoftmaxCrossEntropyKernel);
+  table.Add(kMs, "SoftmaxCrossEntropyLossGrad", SoftmaxCrossEntropyGradKernel);
+}
 
 }  // namespace foundry

@@ -1,12 +1,15 @@
 // Philox4x32-10 (Salmon et al., "Parallel Random Numbers: As Easy as 1, 2, 3", SC'11): the
 // counter-based generator every backend uses for random ops (DESIGN §5.4). A draw is a pure
 // function of (run seed, node key, element index), so the recompute of a Dropout in the backward
-// pass, on any backend, reproduces the forward mask bit for bit without storing any generator state.
+// pass, on any backend, reproduces the forward mask bit for bit without storing any generator
+// state.
 //
 // Mapping: element e of a random op reads lane e % 4 of the Philox block with
-//   counter = {lo32(e / 4), hi32(e / 4), lo32(node_key), hi32(node_key)},  key = {lo32(seed), hi32(seed)}
+//   counter = {lo32(e / 4), hi32(e / 4), lo32(node_key), hi32(node_key)},  key = {lo32(seed),
+//   hi32(seed)}
 // so one block feeds four consecutive elements (a CUDA thread per 4 elements, or per element, gets
-// the same bits). Header-only and free of the standard library so nvcc can compile it for the device.
+// the same bits). Header-only and free of the standard library so nvcc can compile it for the
+// device.
 #pragma once
 
 #include <cstdint>

@@ -7,11 +7,12 @@
 // Every output is written in full with `=`; the scatter-adds of the gradient ops (GatherGrad,
 // GatherElementsGrad) first zero their output and then accumulate `+=` in index order, one thread,
 // so repeated indices sum in a fixed order and the bits never change between runs.
+#include "compiler/ops/shape_ops.h"
+
 #include <algorithm>
 #include <cstring>
 
 #include "compiler/op_schema.h"
-#include "compiler/ops/shape_ops.h"
 #include "kernels/cpu/kernel.h"
 
 namespace foundry {
@@ -91,11 +92,16 @@ void StridedCopyT(T* dst, const View& dv, const T* src, const View& sv, const Sh
 void StridedCopy(Tensor& dst, const View& dv, const Tensor& src, const View& sv,
                  const Shape& shape) {
   switch (DTypeSize(dst.dtype())) {
-    case 1: return StridedCopyT(dst.data<uint8_t>(), dv, src.data<uint8_t>(), sv, shape);
-    case 2: return StridedCopyT(dst.data<uint16_t>(), dv, src.data<uint16_t>(), sv, shape);
-    case 4: return StridedCopyT(dst.data<uint32_t>(), dv, src.data<uint32_t>(), sv, shape);
-    case 8: return StridedCopyT(dst.data<uint64_t>(), dv, src.data<uint64_t>(), sv, shape);
-    default: return;
+    case 1:
+      return StridedCopyT(dst.data<uint8_t>(), dv, src.data<uint8_t>(), sv, shape);
+    case 2:
+      return StridedCopyT(dst.data<uint16_t>(), dv, src.data<uint16_t>(), sv, shape);
+    case 4:
+      return StridedCopyT(dst.data<uint32_t>(), dv, src.data<uint32_t>(), sv, shape);
+    case 8:
+      return StridedCopyT(dst.data<uint64_t>(), dv, src.data<uint64_t>(), sv, shape);
+    default:
+      return;
   }
 }
 
@@ -135,7 +141,8 @@ Status ShapeKernel(const Node& node, Inputs in, Outputs out, const KernelContext
 
 Status SizeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   RETURN_IF_ERROR(CheckOutput(node, *out[0], DType::kInt64, {}));
-  *out[0]->data<int64_t>() = in[0]->numel();
+  // From the shape, not numel(): constant folding passes a shape-only placeholder.
+  *out[0]->data<int64_t>() = NumElements(in[0]->shape());
   return Status::Ok();
 }
 
@@ -172,12 +179,23 @@ Status RangeKernel(const Node& node, Inputs in, Outputs out, const KernelContext
   ASSIGN_OR_RETURN(int64_t n, Named(node, shape_ops::RangeLength(*in[0], *in[1], *in[2])));
   RETURN_IF_ERROR(CheckOutput(node, *out[0], in[0]->dtype(), {n}));
   switch (in[0]->dtype()) {
-    case DType::kFloat32: FillRange(*in[0]->data<float>(), *in[2]->data<float>(), *out[0]); break;
-    case DType::kFloat64: FillRange(*in[0]->data<double>(), *in[2]->data<double>(), *out[0]); break;
-    case DType::kInt16: FillRange(*in[0]->data<int16_t>(), *in[2]->data<int16_t>(), *out[0]); break;
-    case DType::kInt32: FillRange(*in[0]->data<int32_t>(), *in[2]->data<int32_t>(), *out[0]); break;
-    case DType::kInt64: FillRange(*in[0]->data<int64_t>(), *in[2]->data<int64_t>(), *out[0]); break;
-    default: return Fail(node, "unsupported element type");
+    case DType::kFloat32:
+      FillRange(*in[0]->data<float>(), *in[2]->data<float>(), *out[0]);
+      break;
+    case DType::kFloat64:
+      FillRange(*in[0]->data<double>(), *in[2]->data<double>(), *out[0]);
+      break;
+    case DType::kInt16:
+      FillRange(*in[0]->data<int16_t>(), *in[2]->data<int16_t>(), *out[0]);
+      break;
+    case DType::kInt32:
+      FillRange(*in[0]->data<int32_t>(), *in[2]->data<int32_t>(), *out[0]);
+      break;
+    case DType::kInt64:
+      FillRange(*in[0]->data<int64_t>(), *in[2]->data<int64_t>(), *out[0]);
+      break;
+    default:
+      return Fail(node, "unsupported element type");
   }
   return Status::Ok();
 }
@@ -197,8 +215,7 @@ Status CopyBytes(const Node& node, const Tensor& in, Tensor& out) {
 
 Status ReshapeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   ASSIGN_OR_RETURN(Shape shape,
-                   Named(node, shape_ops::ReshapeOutputShape(in[0]->shape(),
-                                                             in[1]->ToInt64Vector(),
+                   Named(node, shape_ops::ReshapeOutputShape(in[0]->shape(), in[1]->ToInt64Vector(),
                                                              node.GetInt("allowzero", 0) != 0)));
   RETURN_IF_ERROR(CheckOutput(node, *out[0], in[0]->dtype(), shape));
   return CopyBytes(node, *in[0], *out[0]);
@@ -213,7 +230,8 @@ Status SameBytesKernel(const Node& node, Inputs in, Outputs out, const KernelCon
 
 Status TransposeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const Tensor& x = *in[0];
-  ASSIGN_OR_RETURN(std::vector<int64_t> perm, Named(node, shape_ops::TransposePerm(node, x.rank())));
+  ASSIGN_OR_RETURN(std::vector<int64_t> perm,
+                   Named(node, shape_ops::TransposePerm(node, x.rank())));
   Shape shape;
   View src{0, {}};
   std::vector<int64_t> st = Strides(x.shape());
@@ -231,8 +249,7 @@ View BroadcastView(const Shape& x, const Shape& shape) {
   std::vector<int64_t> st = Strides(x);
   View v{0, std::vector<int64_t>(shape.size(), 0)};
   const size_t lead = shape.size() - x.size();
-  for (size_t k = lead; k < shape.size(); ++k)
-    v.strides[k] = x[k - lead] == 1 ? 0 : st[k - lead];
+  for (size_t k = lead; k < shape.size(); ++k) v.strides[k] = x[k - lead] == 1 ? 0 : st[k - lead];
   return v;
 }
 
@@ -305,9 +322,8 @@ Status SplitKernel(const Node& node, Inputs in, Outputs out, const KernelContext
   } else if (node.HasAttr("split")) {
     sizes = node.GetInts("split");
   } else {
-    ASSIGN_OR_RETURN(sizes,
-                     Named(node, shape_ops::EqualSplitSizes(x.shape()[axis],
-                                                            static_cast<int64_t>(out.size()))));
+    ASSIGN_OR_RETURN(sizes, Named(node, shape_ops::EqualSplitSizes(
+                                            x.shape()[axis], static_cast<int64_t>(out.size()))));
   }
   if (sizes.size() != out.size())
     return Fail(node, "split " + ShapeToString(sizes) + " has " + std::to_string(sizes.size()) +
@@ -317,8 +333,7 @@ Status SplitKernel(const Node& node, Inputs in, Outputs out, const KernelContext
   for (size_t i = 0; i < out.size(); ++i) {
     if (sizes[i] < 0 || offset + sizes[i] > x.shape()[axis])
       return Fail(node, "split " + ShapeToString(sizes) + " does not fit axis " +
-                            std::to_string(axis) + " of size " +
-                            std::to_string(x.shape()[axis]));
+                            std::to_string(axis) + " of size " + std::to_string(x.shape()[axis]));
     Shape shape = x.shape();
     shape[axis] = sizes[i];
     RETURN_IF_ERROR(CheckOutput(node, *out[i], x.dtype(), shape));
@@ -362,9 +377,9 @@ Status SliceKernel(const Node& node, Inputs in, Outputs out, const KernelContext
     ASSIGN_OR_RETURN(view, SliceView(node, x.shape(), node.GetInts("starts"), node.GetInts("ends"),
                                      node.GetInts("axes"), {}));
   } else {
-    ASSIGN_OR_RETURN(view, SliceView(node, x.shape(), in[1]->ToInt64Vector(),
-                                     in[2]->ToInt64Vector(), OptionalInts(in, 3),
-                                     OptionalInts(in, 4)));
+    ASSIGN_OR_RETURN(view,
+                     SliceView(node, x.shape(), in[1]->ToInt64Vector(), in[2]->ToInt64Vector(),
+                               OptionalInts(in, 3), OptionalInts(in, 4)));
   }
   RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), view.second));
   StridedCopy(*out[0], Dense(view.second), x, view.first, view.second);
@@ -376,9 +391,8 @@ Status SliceGradKernel(const Node& node, Inputs in, Outputs out, const KernelCon
   const Tensor& dy = *in[0];
   Shape shape = in[1]->ToInt64Vector();
   RETURN_IF_ERROR(CheckOutput(node, *out[0], dy.dtype(), shape));
-  ASSIGN_OR_RETURN(auto view, SliceView(node, shape, in[2]->ToInt64Vector(),
-                                        in[3]->ToInt64Vector(), OptionalInts(in, 4),
-                                        OptionalInts(in, 5)));
+  ASSIGN_OR_RETURN(auto view, SliceView(node, shape, in[2]->ToInt64Vector(), in[3]->ToInt64Vector(),
+                                        OptionalInts(in, 4), OptionalInts(in, 5)));
   if (view.second != dy.shape())
     return Fail(node, "dY has shape " + ShapeToString(dy.shape()) + " but slicing " +
                           ShapeToString(shape) + " gives " + ShapeToString(view.second));
@@ -431,7 +445,8 @@ Status GatherKernel(const Node& node, Inputs in, Outputs out, const KernelContex
   const Tensor& idx = *in[1];
   RETURN_IF_ERROR(CheckIndexType(node, idx));
   ASSIGN_OR_RETURN(GatherDims g, GetGatherDims(node, x.shape()));
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), GatherShape(x.shape(), idx.shape(), g.axis)));
+  RETURN_IF_ERROR(
+      CheckOutput(node, *out[0], x.dtype(), GatherShape(x.shape(), idx.shape(), g.axis)));
   const int64_t n = idx.numel();
   std::vector<int64_t> rows(n);
   for (int64_t j = 0; j < n; ++j) {
@@ -470,16 +485,21 @@ Status GatherGradKernel(const Node& node, Inputs in, Outputs out, const KernelCo
   ASSIGN_OR_RETURN(GatherDims g, GetGatherDims(node, shape));
   Shape expect = GatherShape(shape, idx.shape(), g.axis);
   if (dy.shape() != expect)
-    return Fail(node, "dY has shape " + ShapeToString(dy.shape()) + ", expected " +
-                          ShapeToString(expect));
+    return Fail(
+        node, "dY has shape " + ShapeToString(dy.shape()) + ", expected " + ShapeToString(expect));
   std::vector<int64_t> rows(idx.numel());
   for (int64_t j = 0; j < idx.numel(); ++j) {
     ASSIGN_OR_RETURN(rows[j], IndexAt(node, idx, j, g.axis, g.dim));
   }
   switch (dy.dtype()) {
-    case DType::kFloat32: GatherGradT(g, rows, dy.data<float>(), out[0]->data<float>()); break;
-    case DType::kFloat64: GatherGradT(g, rows, dy.data<double>(), out[0]->data<double>()); break;
-    default: return Fail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
+    case DType::kFloat32:
+      GatherGradT(g, rows, dy.data<float>(), out[0]->data<float>());
+      break;
+    case DType::kFloat64:
+      GatherGradT(g, rows, dy.data<double>(), out[0]->data<double>());
+      break;
+    default:
+      return Fail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
   }
   return Status::Ok();
 }
@@ -490,8 +510,8 @@ StatusOr<std::vector<int64_t>> ElementOffsets(const Node& node, const Shape& dat
   RETURN_IF_ERROR(CheckIndexType(node, idx));
   const int64_t r = static_cast<int64_t>(data.size());
   if (idx.rank() != r)
-    return Fail(node, "indices " + ShapeToString(idx.shape()) + " and data " +
-                          ShapeToString(data) + " must have the same rank");
+    return Fail(node, "indices " + ShapeToString(idx.shape()) + " and data " + ShapeToString(data) +
+                          " must have the same rank");
   ASSIGN_OR_RETURN(int64_t axis, Named(node, NormalizeAxis(node.GetInt("axis", 0), r)));
   for (int64_t k = 0; k < r; ++k)
     if (k != axis && idx.shape()[k] > data[k])
@@ -542,9 +562,14 @@ Status GatherElementsGradKernel(const Node& node, Inputs in, Outputs out, const 
   ASSIGN_OR_RETURN(std::vector<int64_t> offsets, ElementOffsets(node, shape, *in[2]));
   const int64_t n = out[0]->numel();
   switch (dy.dtype()) {
-    case DType::kFloat32: ScatterAddT(offsets, dy.data<float>(), out[0]->data<float>(), n); break;
-    case DType::kFloat64: ScatterAddT(offsets, dy.data<double>(), out[0]->data<double>(), n); break;
-    default: return Fail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
+    case DType::kFloat32:
+      ScatterAddT(offsets, dy.data<float>(), out[0]->data<float>(), n);
+      break;
+    case DType::kFloat64:
+      ScatterAddT(offsets, dy.data<double>(), out[0]->data<double>(), n);
+      break;
+    default:
+      return Fail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
   }
   return Status::Ok();
 }
@@ -581,10 +606,11 @@ Status TriluKernel(const Node& node, Inputs in, Outputs out, const KernelContext
 Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const Tensor& x = *in[0];
   const int64_t r = x.rank();
-  std::vector<int64_t> pads = in.size() > 1 && in[1] ? in[1]->ToInt64Vector() : node.GetInts("pads");
+  std::vector<int64_t> pads =
+      in.size() > 1 && in[1] ? in[1]->ToInt64Vector() : node.GetInts("pads");
   std::vector<int64_t> axes = OptionalInts(in, 3);
-  ASSIGN_OR_RETURN(pads, Named(node, shape_ops::FullPads(r, pads, in.size() > 3 && in[3] ? &axes
-                                                                                         : nullptr)));
+  ASSIGN_OR_RETURN(
+      pads, Named(node, shape_ops::FullPads(r, pads, in.size() > 3 && in[3] ? &axes : nullptr)));
   const std::string mode = node.GetString("mode", "constant");
   Shape shape(r);
   for (int64_t k = 0; k < r; ++k) shape[k] = x.shape()[k] + pads[k] + pads[k + r];
@@ -684,10 +710,14 @@ Status OneHotKernel(const Node& node, Inputs in, Outputs out, const KernelContex
 template <class T>
 void ScatterReduce(T* dst, const T* src, int64_t n, const std::string& red) {
   for (int64_t i = 0; i < n; ++i) {
-    if (red == "add") dst[i] += src[i];
-    else if (red == "mul") dst[i] *= src[i];
-    else if (red == "max") dst[i] = std::max(dst[i], src[i]);
-    else dst[i] = std::min(dst[i], src[i]);
+    if (red == "add")
+      dst[i] += src[i];
+    else if (red == "mul")
+      dst[i] *= src[i];
+    else if (red == "max")
+      dst[i] = std::max(dst[i], src[i]);
+    else
+      dst[i] = std::min(dst[i], src[i]);
   }
 }
 
@@ -701,8 +731,8 @@ Status ScatterNDKernel(const Node& node, Inputs in, Outputs out, const KernelCon
   if (idx.rank() == 0) return Fail(node, "indices must have rank >= 1");
   const int64_t k = idx.shape().back();
   if (k > x.rank())
-    return Fail(node, "indices' last dimension " + std::to_string(k) + " exceeds the rank of data " +
-                          std::to_string(x.rank()));
+    return Fail(node, "indices' last dimension " + std::to_string(k) +
+                          " exceeds the rank of data " + std::to_string(x.rank()));
   int64_t slice = 1;
   for (int64_t d = k; d < x.rank(); ++d) slice *= x.shape()[d];
   const int64_t tuples = k == 0 ? idx.numel() : idx.numel() / k;
@@ -728,10 +758,20 @@ Status ScatterNDKernel(const Node& node, Inputs in, Outputs out, const KernelCon
       continue;
     }
     switch (x.dtype()) {
-      case DType::kFloat32: ScatterReduce(reinterpret_cast<float*>(d), reinterpret_cast<const float*>(s), slice, red); break;
-      case DType::kFloat64: ScatterReduce(reinterpret_cast<double*>(d), reinterpret_cast<const double*>(s), slice, red); break;
-      case DType::kInt32: ScatterReduce(reinterpret_cast<int32_t*>(d), reinterpret_cast<const int32_t*>(s), slice, red); break;
-      case DType::kInt64: ScatterReduce(reinterpret_cast<int64_t*>(d), reinterpret_cast<const int64_t*>(s), slice, red); break;
+      case DType::kFloat32:
+        ScatterReduce(reinterpret_cast<float*>(d), reinterpret_cast<const float*>(s), slice, red);
+        break;
+      case DType::kFloat64:
+        ScatterReduce(reinterpret_cast<double*>(d), reinterpret_cast<const double*>(s), slice, red);
+        break;
+      case DType::kInt32:
+        ScatterReduce(reinterpret_cast<int32_t*>(d), reinterpret_cast<const int32_t*>(s), slice,
+                      red);
+        break;
+      case DType::kInt64:
+        ScatterReduce(reinterpret_cast<int64_t*>(d), reinterpret_cast<const int64_t*>(s), slice,
+                      red);
+        break;
       default:
         return Fail(node, "reduction '" + red + "' is not supported for " +
                               std::string(DTypeName(x.dtype())));

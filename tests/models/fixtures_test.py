@@ -304,26 +304,37 @@ def test_node_metadata_round_trip():
 
 
 def test_no_weights_export():
-    """The --no-weights path: real structure, parameters as graph inputs, nothing big stored."""
+    """The --no-weights path (meta device): real structure, parameters as graph inputs declared by
+    shape, buffers kept as initializers, and the same loss as PyTorch once weights are fed."""
     import tempfile
+    name = "mpt_tiny_gqa_glu"
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "m.onnx")
         proc = subprocess.run([sys.executable, os.path.join(REPO, "models", "export_mpt.py"),
-                               "--config", "mpt_tiny_gqa_glu", "-o", out, "--no-weights",
-                               "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+                               "--config", name, "-o", out, "--no-weights", "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert proc.returncode == 0, proc.stderr[-2000:]
         proto = onnx.load(out)
-    config = families.load_config("mpt_tiny_gqa_glu")
-    model = families.build(config)
+    config, model = fresh_model(name)
     meta = {p.key: p.value for p in proto.metadata_props}
     trainable = parameter_names(model)
     assert json.loads(meta["foundry.parameters"]) == trainable
     inputs = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim]
               for i in proto.graph.input}
+    assert sorted(inputs) == sorted(trainable + ["input_ids", "labels"]), sorted(inputs)
     for pname, p in model.named_parameters():
-        assert inputs.get(pname) == list(p.shape), pname
-    assert all(i.name in dict(model.named_buffers()) for i in proto.graph.initializer)
+        assert inputs[pname] == list(p.shape), pname
+    buffers = dict(model.named_buffers())
+    assert sorted(i.name for i in proto.graph.initializer) == sorted(buffers)
+    for init in proto.graph.initializer:
+        assert np.array_equal(numpy_helper.to_array(init), buffers[init.name].numpy())
+    weights = {n: p.detach().numpy() for n, p in model.named_parameters()}
+    ids, labels = families.make_inputs(config, 2, 9)
+    with torch.no_grad():
+        ref = float(model(ids, labels))
+    loss = float(Evaluator(proto).run({"input_ids": ids.numpy(), "labels": labels.numpy()},
+                                      weights)["loss"])
+    assert abs(loss - ref) <= LOSS_RTOL * abs(ref), (loss, ref)
 
 
 def test_make_fixtures_check():

@@ -62,12 +62,14 @@ TEST(CanonicalizeTest, RmsNormDecompositionBecomesOneExactOp) {
   param w : f32[24]
   const two : f32[] = [2.0]
   const eps : f32[] = [1e-05]
+  const one : f32[] = [1.0]
   p = Pow(x, two)
   m = ReduceMean(p) {axes=[-1], keepdims=1}
   a = Add(m, eps)
   s = Sqrt(a)
-  d = Div(x, s)
-  y = Mul(d, w)
+  r = Div(one, s)
+  n = Mul(x, r)
+  y = Mul(w, n)
   output y
 })",
                  {"com.microsoft::SimplifiedLayerNormalization"});

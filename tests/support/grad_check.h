@@ -30,6 +30,9 @@ struct GradCheckOptions {
   int max_elements = 200;
   // Inputs to differentiate with respect to; empty = every float input in `inputs`.
   std::vector<std::string> wrt;
+  // Outputs that get no incoming gradient, as when only the backward reads them (saved statistics
+  // such as LayerNormalization's Mean/InvStdDev); every other float output gets a random one.
+  std::vector<std::string> no_grad_outputs;
 };
 
 // Seeded uniform [lo, hi) tensor.

@@ -1,0 +1,221 @@
+#include "compiler/module_tree.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace foundry {
+
+namespace {
+
+// llm-foundry's activation_checkpointing_target names for the classes that carry them.
+struct RegistryEntry {
+  const char* bare_class;
+  const char* key;
+};
+constexpr RegistryEntry kRegistry[] = {
+    {"MPTBlock", "mptblock"},
+    {"GroupedQueryAttention", "grouped_query_attention"},
+    {"MultiheadAttention", "multihead_attention"},
+    {"MultiQueryAttention", "multiquery_attention"},
+    {"MPTMLP", "mptmlp"},
+    {"MPTGLU", "mptglu"},
+    {"LayerNorm", "layernorm"},
+    {"LPLayerNorm", "low_precision_layernorm"},
+    {"RMSNorm", "rmsnorm"},
+    {"LPRMSNorm", "low_precision_rmsnorm"},
+};
+
+// Base classes llm-foundry defines, for exports that name a class without its bases (the dynamo
+// exporter's class_hierarchy, ONNX functions): the keys still match as isinstance would.
+struct KnownBase {
+  const char* bare_class;
+  const char* base;
+};
+constexpr KnownBase kKnownBases[] = {
+    {"MultiheadAttention", "GroupedQueryAttention"},
+    {"MultiQueryAttention", "GroupedQueryAttention"},
+    {"LPLayerNorm", "LayerNorm"},
+    {"LPRMSNorm", "RMSNorm"},
+    {"MPTGLU", "MPTMLP"},
+};
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<std::string> Segments(const std::string& path) {
+  std::vector<std::string> out;
+  if (path.empty()) return out;
+  size_t start = 0;
+  for (;;) {
+    size_t dot = path.find('.', start);
+    out.push_back(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) return out;
+    start = dot + 1;
+  }
+}
+
+bool IsNumber(const std::string& s) {
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+}
+
+// Natural order of one path segment: numbers by value, before names.
+bool SegmentLess(const std::string& a, const std::string& b) {
+  bool na = IsNumber(a), nb = IsNumber(b);
+  if (na && nb) {
+    std::string ta = a.substr(std::min(a.find_first_not_of('0'), a.size() - 1));
+    std::string tb = b.substr(std::min(b.find_first_not_of('0'), b.size() - 1));
+    if (ta.size() != tb.size()) return ta.size() < tb.size();
+    if (ta != tb) return ta < tb;
+    return a < b;
+  }
+  if (na != nb) return na;
+  return a < b;
+}
+
+bool PathLess(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), SegmentLess);
+}
+
+bool IsInside(const std::string& name, const std::string& module) {
+  if (module.empty()) return true;
+  return name.size() > module.size() && name.compare(0, module.size(), module) == 0 &&
+         name[module.size()] == '.';
+}
+
+bool IsRegistryKey(const std::string& key) {
+  for (const auto& r : kRegistry)
+    if (key == r.key) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> RegistryKeys(const std::vector<std::string>& classes) {
+  std::vector<std::string> bare;
+  auto add_bare = [&](const std::string& name) {
+    if (!name.empty() && std::find(bare.begin(), bare.end(), name) == bare.end())
+      bare.push_back(name);
+  };
+  for (const auto& c : classes) add_bare(BareClassName(c));
+  for (size_t i = 0; i < bare.size(); ++i)  // grows while known bases are appended
+    for (const auto& kb : kKnownBases)
+      if (bare[i] == kb.bare_class) add_bare(kb.base);
+  std::vector<std::string> keys;
+  auto add_key = [&](const std::string& k) {
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  };
+  for (const auto& b : bare)
+    for (const auto& r : kRegistry)
+      if (b == r.bare_class) add_key(r.key);
+  for (const auto& b : bare) add_key(Lower(b));
+  return keys;
+}
+
+std::vector<ModuleInfo> ListModules(const Graph& graph) {
+  std::vector<std::pair<std::vector<std::string>, std::string>> order;
+  for (const auto& [path, mod] : graph.modules) order.emplace_back(Segments(path), path);
+  std::sort(order.begin(), order.end(),
+            [](const auto& a, const auto& b) { return PathLess(a.first, b.first); });
+
+  // Node counts: each node counts for its scope and every listed ancestor of it.
+  std::unordered_map<std::string, int> direct;
+  for (const Node& n : graph.nodes) ++direct[n.scope];
+  std::map<std::string, int> counts;
+  for (const auto& [scope, count] : direct) {
+    for (const auto& [path, mod] : graph.modules)
+      if (scope == path || IsInside(scope, path)) counts[path] += count;
+  }
+
+  std::vector<ModuleInfo> out;
+  for (const auto& [segments, path] : order) {
+    ModuleInfo info;
+    info.path = path;
+    info.classes = graph.modules.at(path).classes;
+    info.qualified_class = info.classes.empty() ? "" : info.classes.front();
+    info.registry_keys = RegistryKeys(info.classes);
+    info.node_count = counts.count(path) ? counts.at(path) : 0;
+    for (const auto& p : graph.parameters) {
+      if (!IsInside(p, path)) continue;
+      const Value* v = graph.FindValue(p);
+      if (!v) continue;
+      int64_t bytes = v->NumBytes();
+      if (bytes < 0 && v->data) bytes = static_cast<int64_t>(v->data->nbytes());
+      if (bytes > 0) info.param_bytes += bytes;
+    }
+    for (const auto& [other, mod] : graph.modules)
+      if (other != path && (other.empty() ? !path.empty() : IsInside(path, other))) ++info.depth;
+    for (size_t i = 0; i + 1 < segments.size(); ++i) {
+      const std::string& s = segments[i];
+      if ((s == "blocks" || s == "layers" || s == "h") && IsNumber(segments[i + 1])) {
+        info.block_index = std::stoll(segments[i + 1]);
+        info.is_block = i + 2 == segments.size();
+        break;
+      }
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::string HumanBytes(int64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes);
+  int u = -1;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string FormatModuleTree(const std::vector<ModuleInfo>& modules) {
+  struct Row {
+    std::string module, cls, keys, nodes, params;
+  };
+  std::vector<Row> rows = {{"module", "class", "--ckpt keys", "nodes", "params"}};
+  for (const auto& m : modules) {
+    Row r;
+    r.module = std::string(2 * m.depth, ' ') + (m.path.empty() ? "(root)" : m.path);
+    r.cls = m.qualified_class.empty() ? "-" : BareClassName(m.qualified_class);
+    for (const auto& k : m.registry_keys)
+      if (IsRegistryKey(k)) r.keys += (r.keys.empty() ? "" : ",") + k;
+    if (r.keys.empty()) r.keys = "-";
+    r.nodes = std::to_string(m.node_count);
+    r.params = HumanBytes(m.param_bytes);
+    rows.push_back(std::move(r));
+  }
+  size_t w[5] = {};
+  for (const auto& r : rows) {
+    w[0] = std::max(w[0], r.module.size());
+    w[1] = std::max(w[1], r.cls.size());
+    w[2] = std::max(w[2], r.keys.size());
+    w[3] = std::max(w[3], r.nodes.size());
+    w[4] = std::max(w[4], r.params.size());
+  }
+  auto pad_right = [](const std::string& s, size_t width) {
+    return s + std::string(width - s.size(), ' ');
+  };
+  auto pad_left = [](const std::string& s, size_t width) {
+    return std::string(width - s.size(), ' ') + s;
+  };
+  std::string out;
+  for (const auto& r : rows) {
+    std::string line = pad_right(r.module, w[0]) + "  " + pad_right(r.cls, w[1]) + "  " +
+                       pad_right(r.keys, w[2]) + "  " + pad_left(r.nodes, w[3]) + "  " +
+                       pad_left(r.params, w[4]);
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace foundry

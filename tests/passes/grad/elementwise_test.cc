@@ -1,0 +1,340 @@
+// Gradient rules of the elementwise family: every rule against central finite differences
+// (CheckGradients, tolerance derivation in tests/support/grad_check.h) on random shapes with
+// broadcasting, with inputs kept away from kinks; plus the exact routing at ties and bounds, which
+// finite differences cannot see, and the rules that deliberately give no gradient.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "compiler/op_schema.h"
+#include "passes/grad/grad_rule.h"
+#include "runtime/interpreter.h"
+#include "tests/support/grad_check.h"
+
+namespace foundry {
+namespace {
+
+Node MakeNode(const std::string& op, std::vector<std::string> inputs,
+              std::vector<std::string> outputs = {"y"}, std::map<std::string, Attribute> attrs = {},
+              const std::string& domain = "") {
+  Node n;
+  n.name = op + "_node";
+  n.op_type = op;
+  n.domain = domain;
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+#define EXPECT_GRADS_OK(...)                  \
+  do {                                        \
+    Status _st = CheckGradients(__VA_ARGS__); \
+    EXPECT_TRUE(_st.ok()) << _st.message();   \
+  } while (0)
+
+// Values on a grid of step 0.1 shifted by `offset`: two tensors with different offsets never
+// come within |offset difference| of each other, so Min/Max/Relu/Clip stay away from their kinks
+// under the 1e-2 finite-difference step.
+Tensor GridTensor(Shape shape, uint64_t seed, float offset, int lo = -10, int hi = 10) {
+  Tensor t(DType::kFloat32, std::move(shape));
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> dist(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng) * 0.1f + offset;
+  return t;
+}
+
+Tensor Scalar(float v) { return Tensor::Scalar(v); }
+Tensor BoolScalar(bool v) { return Tensor::FromVector<uint8_t>(DType::kBool, {}, {v}); }
+
+const std::vector<std::pair<Shape, Shape>> kShapes = {
+    {{3, 1, 5}, {4, 1}}, {{}, {3, 4}},     {{3, 4}, {}},
+    {{2, 3}, {2, 3}},    {{2, 3, 4}, {4}}, {{5}, {2, 1}},
+};
+
+TEST(ElementwiseGradTest, AddSubMulDivBroadcast) {
+  uint64_t seed = 1;
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    for (const auto& [sa, sb] : kShapes) {
+      Tensor a = RandomTensor(sa, ++seed);
+      Tensor b = std::string(op) == "Div" ? RandomTensor(sb, ++seed, 0.5f, 1.5f)
+                                          : RandomTensor(sb, ++seed);
+      SCOPED_TRACE(std::string(op) + " " + ShapeToString(sa) + " " + ShapeToString(sb));
+      EXPECT_GRADS_OK(MakeNode(op, {"a", "b"}), {{"a", a}, {"b", b}});
+    }
+  }
+  // Only one side differentiated.
+  GradCheckOptions only_b;
+  only_b.wrt = {"b"};
+  EXPECT_GRADS_OK(MakeNode("Div", {"a", "b"}),
+                  {{"a", RandomTensor({3, 4}, 90)}, {"b", RandomTensor({4}, 91, 0.5f, 1.5f)}}, {},
+                  only_b);
+}
+
+TEST(ElementwiseGradTest, PowBaseAndExponent) {
+  uint64_t seed = 10;
+  for (const auto& [sa, sb] : kShapes) {
+    SCOPED_TRACE(ShapeToString(sa) + " " + ShapeToString(sb));
+    EXPECT_GRADS_OK(MakeNode("Pow", {"a", "b"}), {{"a", RandomTensor(sa, ++seed, 0.5f, 2.f)},
+                                                  {"b", RandomTensor(sb, ++seed, -2.f, 2.f)}});
+  }
+  // Constant exponents (the x^2 of a norm), float and integer, and a run-time integer exponent.
+  Tensor x = RandomTensor({4, 5}, 20, -2.f, 2.f);
+  EXPECT_GRADS_OK(MakeNode("Pow", {"x", "e"}), {{"x", x}}, {{"e", Scalar(2.f)}});
+  EXPECT_GRADS_OK(MakeNode("Pow", {"x", "e"}), {{"x", x}}, {{"e", Tensor::ScalarInt64(3)}});
+  EXPECT_GRADS_OK(MakeNode("Pow", {"x", "e"}),
+                  {{"x", RandomTensor({4, 5}, 21, 0.5f, 2.f)},
+                   {"e", Tensor::FromVector<int64_t>(DType::kInt64, {5}, {0, 1, 2, 3, -1})}});
+}
+
+TEST(ElementwiseGradTest, MinMaxAwayFromTies) {
+  for (const char* op : {"Min", "Max"}) {
+    for (const auto& [sa, sb] : kShapes) {
+      SCOPED_TRACE(std::string(op) + " " + ShapeToString(sa) + " " + ShapeToString(sb));
+      EXPECT_GRADS_OK(MakeNode(op, {"a", "b"}),
+                      {{"a", GridTensor(sa, 30, 0.f)}, {"b", GridTensor(sb, 31, 0.05f)}});
+    }
+    EXPECT_GRADS_OK(MakeNode(op, {"a", "b", "c"}), {{"a", GridTensor({3, 1, 5}, 32, 0.f)},
+                                                    {"b", GridTensor({4, 1}, 33, 0.03f)},
+                                                    {"c", GridTensor({5}, 34, 0.06f)}});
+    EXPECT_GRADS_OK(MakeNode(op, {"a"}), {{"a", RandomTensor({3}, 35)}});
+  }
+}
+
+TEST(ElementwiseGradTest, SumAndMean) {
+  std::map<std::string, Tensor> in = {{"a", RandomTensor({3, 1, 5}, 40)},
+                                      {"b", RandomTensor({4, 1}, 41)},
+                                      {"c", RandomTensor({}, 42)}};
+  EXPECT_GRADS_OK(MakeNode("Sum", {"a", "b", "c"}), in);
+  EXPECT_GRADS_OK(MakeNode("Mean", {"a", "b", "c"}), in);
+  EXPECT_GRADS_OK(MakeNode("Sum", {"a"}), in);
+}
+
+TEST(ElementwiseGradTest, WhereRoutesToTheSelectedBranch) {
+  Tensor cond = Tensor::FromVector<uint8_t>(DType::kBool, {3, 1}, {1, 0, 1});
+  EXPECT_GRADS_OK(MakeNode("Where", {"c", "x", "y"}, {"out"}),
+                  {{"x", RandomTensor({1, 4}, 50)}, {"y", RandomTensor({}, 51)}}, {{"c", cond}});
+  EXPECT_GRADS_OK(MakeNode("Where", {"c", "x", "y"}, {"out"}),
+                  {{"x", RandomTensor({3, 4}, 52)}, {"y", RandomTensor({2, 3, 4}, 53)}},
+                  {{"c", cond}});
+}
+
+TEST(ElementwiseGradTest, UnaryOps) {
+  struct Case {
+    const char* op;
+    float lo, hi;
+    const char* domain = "";
+  };
+  const Case cases[] = {
+      {"Neg", -2, 2},
+      {"Sqrt", 0.5f, 2},
+      {"Reciprocal", 0.5f, 2},
+      {"Exp", -2, 2},
+      {"Log", 0.5f, 2},
+      {"Erf", -2, 2},
+      {"Tanh", -2, 2},
+      {"Sigmoid", -3, 3},
+      {"Sin", -3, 3},
+      {"Cos", -3, 3},
+      {"Softplus", -3, 3},
+      {"Identity", -2, 2},
+      {"Gelu", -3, 3, "com.microsoft"},
+  };
+  uint64_t seed = 60;
+  for (const Case& c : cases) {
+    for (const Shape& s : {Shape{}, Shape{7}, Shape{3, 1, 5}}) {
+      SCOPED_TRACE(std::string(c.op) + " " + ShapeToString(s));
+      EXPECT_GRADS_OK(MakeNode(c.op, {"x"}, {"y"}, {}, c.domain),
+                      {{"x", RandomTensor(s, ++seed, c.lo, c.hi)}});
+    }
+  }
+  EXPECT_GRADS_OK(MakeNode("Reciprocal", {"x"}), {{"x", RandomTensor({6}, 70, -2.f, -0.5f)}});
+  // Kinked ops, on grids that stay 0.05 away from the kink at 0.
+  EXPECT_GRADS_OK(MakeNode("Abs", {"x"}), {{"x", GridTensor({4, 6}, 71, 0.05f)}});
+  EXPECT_GRADS_OK(MakeNode("Relu", {"x"}), {{"x", GridTensor({4, 6}, 72, 0.05f)}});
+}
+
+TEST(ElementwiseGradTest, CastFloatToFloatPassesThrough) {
+  Node cast = MakeNode("Cast", {"x"}, {"y"}, {{"to", Attribute::Int(1)}});
+  EXPECT_GRADS_OK(cast, {{"x", RandomTensor({3, 4}, 80)}});
+}
+
+TEST(ElementwiseGradTest, ClipAwayFromTheBounds) {
+  // Bounds at +-0.5 and x on the grid 0.1 k + 0.05: no x within 0.05 of a bound.
+  Tensor x = GridTensor({4, 6}, 81, 0.05f);
+  EXPECT_GRADS_OK(MakeNode("Clip", {"x", "lo", "hi"}), {{"x", x}},
+                  {{"lo", Scalar(-0.5f)}, {"hi", Scalar(0.5f)}});
+  EXPECT_GRADS_OK(MakeNode("Clip", {"x", "", "hi"}), {{"x", x}}, {{"hi", Scalar(0.5f)}});
+  EXPECT_GRADS_OK(MakeNode("Clip", {"x", "lo"}), {{"x", x}}, {{"lo", Scalar(-0.5f)}});
+  EXPECT_GRADS_OK(MakeNode("Clip", {"x"}, {"y"},
+                           {{"min", Attribute::Float(-0.5f)}, {"max", Attribute::Float(0.5f)}}),
+                  {{"x", x}});
+  // Bounds that are run-time float values get gradients too.
+  EXPECT_GRADS_OK(MakeNode("Clip", {"x", "lo", "hi"}),
+                  {{"x", x}, {"lo", Scalar(-0.5f)}, {"hi", Scalar(0.5f)}});
+}
+
+TEST(ElementwiseGradTest, DropoutTrainingIsLinearInItsInput) {
+  Node d = MakeNode("Dropout", {"x", "r", "t"}, {"y", "mask"});
+  EXPECT_GRADS_OK(d, {{"x", RandomTensor({5, 37}, 90)}},
+                  {{"r", Scalar(0.3f)}, {"t", BoolScalar(true)}});
+  // Ratio and training mode as run-time values.
+  EXPECT_GRADS_OK(d, {{"x", RandomTensor({5, 37}, 91)}, {"t", BoolScalar(true)}},
+                  {{"r", Scalar(0.5f)}});
+}
+
+TEST(ElementwiseGradTest, FloatModTruncatedQuotient) {
+  // a / b in (1.07, 1.9): the truncated quotient is 1 everywhere near the inputs.
+  EXPECT_GRADS_OK(
+      MakeNode("Mod", {"a", "b"}, {"y"}, {{"fmod", Attribute::Int(1)}}),
+      {{"a", RandomTensor({3, 4}, 95, 3.2f, 3.8f)}, {"b", RandomTensor({4}, 96, 2.f, 3.f)}});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact checks at the points finite differences cannot judge, and rules that give no gradient.
+
+struct Backward {
+  std::vector<Node> emitted;
+  std::vector<std::string> input_grads;
+  std::map<std::string, Tensor> values;  // input name -> its gradient
+};
+
+// Runs `node`'s rule with dY = `dy` on output 0 and evaluates the input gradients.
+StatusOr<Backward> RunRule(const Node& node, const std::map<std::string, Tensor>& inputs,
+                           const std::map<std::string, Tensor>& constants, const Tensor& dy) {
+  Graph g;
+  auto declare = [&](const std::string& name, const Tensor& t, bool constant) {
+    Value& v = g.GetOrAddValue(name);
+    v.dtype = t.dtype();
+    v.shape = t.shape();
+    v.rank_known = true;
+    if (constant) {
+      v.data = std::make_shared<const Tensor>(t);
+      g.initializers.push_back(name);
+    } else {
+      g.inputs.push_back(name);
+    }
+  };
+  for (const auto& [name, t] : constants) declare(name, t, true);
+  for (const auto& [name, t] : inputs) declare(name, t, false);
+  declare("dy", dy, false);
+  g.nodes.push_back(node);
+  RETURN_IF_ERROR(InferAndSetTypes(g, g.nodes[0]));
+  std::vector<bool> needs;
+  for (const auto& in : node.inputs)
+    needs.push_back(inputs.count(in) && IsFloat(inputs.at(in).dtype()));
+  std::vector<std::string> out_grads(node.outputs.size());
+  out_grads[0] = "dy";
+  Backward result;
+  GradBuilder b(g, g.nodes[0], out_grads, needs, result.emitted);
+  GradFn rule = GradRules().Find(node.domain, node.op_type);
+  if (!rule) return Error("no rule");
+  RETURN_IF_ERROR(rule(b));
+  result.input_grads = b.input_grads();
+  for (const auto& e : result.emitted) g.nodes.push_back(e);
+  for (const auto& gname : result.input_grads)
+    if (!gname.empty()) g.outputs.push_back(gname);
+  std::map<std::string, Tensor> feeds = inputs;
+  feeds["dy"] = dy;
+  ASSIGN_OR_RETURN(auto outs, Interpret(g, feeds));
+  for (size_t i = 0; i < node.inputs.size(); ++i)
+    if (!result.input_grads[i].empty())
+      result.values[node.inputs[i]] = outs.at(result.input_grads[i]);
+  return result;
+}
+
+std::vector<float> Floats(const Tensor& t) {
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+TEST(ElementwiseGradTest, MaxTiesGoToTheFirstInput) {
+  Tensor a = Tensor::FromVector<float>(DType::kFloat32, {4}, {1, 2, 3, 4});
+  Tensor b = Tensor::FromVector<float>(DType::kFloat32, {4}, {1, 5, 3, 0});
+  Tensor c = Tensor::FromVector<float>(DType::kFloat32, {4}, {1, 5, 0, 4});
+  Tensor dy = Tensor::FromVector<float>(DType::kFloat32, {4}, {10, 20, 30, 40});
+  auto r = RunRule(MakeNode("Max", {"a", "b", "c"}), {{"a", a}, {"b", b}, {"c", c}}, {}, dy);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(Floats(r->values.at("a")), (std::vector<float>{10, 0, 30, 40}));
+  EXPECT_EQ(Floats(r->values.at("b")), (std::vector<float>{0, 20, 0, 0}));
+  EXPECT_EQ(Floats(r->values.at("c")), (std::vector<float>{0, 0, 0, 0}));
+}
+
+TEST(ElementwiseGradTest, ClipPassesTheGradientAtTheBounds) {
+  Tensor x = Tensor::FromVector<float>(DType::kFloat32, {5}, {-2, -1, 0, 1, 2});
+  Tensor dy = Tensor::FromVector<float>(DType::kFloat32, {5}, {1, 2, 3, 4, 5});
+  auto r = RunRule(MakeNode("Clip", {"x", "lo", "hi"}), {{"x", x}},
+                   {{"lo", Scalar(-1)}, {"hi", Scalar(1)}}, dy);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(Floats(r->values.at("x")), (std::vector<float>{0, 2, 3, 4, 0}));
+}
+
+TEST(ElementwiseGradTest, ActivationsEmitOnnxRuntimeGradientOps) {
+  Tensor x = RandomTensor({3}, 100);
+  Tensor dy = RandomTensor({3}, 101);
+  const std::pair<const char*, const char*> cases[] = {
+      {"Relu", "ReluGrad"}, {"Sigmoid", "SigmoidGrad"}, {"Tanh", "TanhGrad"}, {"Gelu", "GeluGrad"}};
+  for (const auto& [op, grad] : cases) {
+    Node n = MakeNode(op, {"x"}, {"y"}, {}, std::string(op) == "Gelu" ? "com.microsoft" : "");
+    auto r = RunRule(n, {{"x", x}}, {}, dy);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    ASSERT_EQ(r->emitted.size(), 1u) << op;
+    EXPECT_EQ(r->emitted[0].op_type, grad);
+    EXPECT_EQ(r->emitted[0].domain, "com.microsoft");
+    // ReluGrad and GeluGrad read X, SigmoidGrad and TanhGrad read Y.
+    EXPECT_EQ(r->emitted[0].inputs[1],
+              std::string(grad) == "ReluGrad" || std::string(grad) == "GeluGrad" ? "x" : "y");
+  }
+}
+
+TEST(ElementwiseGradTest, PiecewiseConstantOpsAndIntegerCastsGiveNoGradient) {
+  Tensor x = RandomTensor({3}, 110);
+  Tensor dy = RandomTensor({3}, 111);
+  for (const char* op : {"Floor", "Ceil", "Sign"}) {
+    auto r = RunRule(MakeNode(op, {"x"}), {{"x", x}}, {}, dy);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_TRUE(r->input_grads[0].empty()) << op;
+    EXPECT_TRUE(r->emitted.empty()) << op;
+  }
+  auto r = RunRule(MakeNode("Cast", {"x"}, {"y"}, {{"to", Attribute::Int(7)}}), {{"x", x}}, {},
+                   Tensor::FromVector<int64_t>(DType::kInt64, {3}, {1, 2, 3}));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r->input_grads[0].empty());
+  // f32 -> f64: the gradient is cast back to f32.
+  Tensor dy64 = Tensor::FromVector<double>(DType::kFloat64, {3}, {0.5, -1.5, 2.25});
+  auto back =
+      RunRule(MakeNode("Cast", {"x"}, {"y"}, {{"to", Attribute::Int(11)}}), {{"x", x}}, {}, dy64);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(Floats(back->values.at("x")), (std::vector<float>{0.5f, -1.5f, 2.25f}));
+}
+
+TEST(ElementwiseGradTest, DropoutNeedsItsMaskOnlyWhenActive) {
+  Tensor x = RandomTensor({4}, 120);
+  Tensor dy = RandomTensor({4}, 121);
+  // Active without a mask output: the autodiff pass must expose the mask first.
+  auto missing = RunRule(MakeNode("Dropout", {"x", "r", "t"}, {"y"}), {{"x", x}},
+                         {{"r", Scalar(0.1f)}, {"t", BoolScalar(true)}}, dy);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(),
+            "Dropout node 'Dropout_node' has no mask output; give every training "
+            "Dropout a mask output before differentiating");
+  // Inactive (no training_mode, training_mode false, ratio 0): the gradient is dY itself.
+  const std::vector<std::pair<std::vector<std::string>, std::map<std::string, Tensor>>> inactive = {
+      {{"x", "r"}, {{"r", Scalar(0.1f)}}},
+      {{"x", "r", "t"}, {{"r", Scalar(0.1f)}, {"t", BoolScalar(false)}}},
+      {{"x", "r", "t"}, {{"r", Scalar(0.f)}, {"t", BoolScalar(true)}}}};
+  for (const auto& [inputs, constants] : inactive) {
+    auto r = RunRule(MakeNode("Dropout", inputs, {"y"}), {{"x", x}}, constants, dy);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->input_grads[0], "dy");
+  }
+  // Active with a mask: one com.microsoft DropoutGrad reading the forward's mask, ratio, mode.
+  auto active = RunRule(MakeNode("Dropout", {"x", "r", "t"}, {"y", "m"}), {{"x", x}},
+                        {{"r", Scalar(0.1f)}, {"t", BoolScalar(true)}}, dy);
+  ASSERT_TRUE(active.ok()) << active.status().message();
+  ASSERT_EQ(active->emitted.size(), 1u);
+  EXPECT_EQ(active->emitted[0].op_type, "DropoutGrad");
+  EXPECT_EQ(active->emitted[0].inputs, (std::vector<std::string>{"dy", "m", "r", "t"}));
+}
+
+}  // namespace
+}  // namespace foundry

@@ -1,0 +1,326 @@
+// foundry-run: trains a compiled plan for N steps (runtime/trainer.h), or runs any ONNX model
+// forward (--forward). A thin main: option parsing and printing here, everything else in the
+// libraries. Every error is one line `foundry-run: error: <message>` on stderr; exit code 1, or 2
+// for a command-line usage error.
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/onnx_import.h"
+#include "compiler/tensor_proto.h"
+#include "passes/fold.h"
+#include "runtime/interpreter.h"
+#include "runtime/trainer.h"
+#ifdef FOUNDRY_HAVE_CUDA
+#include "kernels/cuda/device.h"
+#endif
+
+namespace fs = std::filesystem;
+using namespace foundry;
+
+namespace {
+
+int Fail(const std::string& message, int code = 1) {
+  std::cerr << "foundry-run: error: " << message << "\n";
+  return code;
+}
+
+std::string Format(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+Status CheckDevice(const std::string& device) {
+  if (device == "cpu") return Status::Ok();
+#ifdef FOUNDRY_HAVE_CUDA
+  if (CudaDeviceCount() == 0)
+    return Error("--device cuda: no CUDA device found (" + CudaDeviceDescription(0) +
+                 "); use --device cpu");
+#endif
+  return Error("--device cuda: the CUDA backend is not built yet; use --device cpu");
+}
+
+StatusOr<std::map<std::string, int64_t>> ParseDims(const std::vector<std::string>& specs) {
+  std::map<std::string, int64_t> dims;
+  for (const auto& s : specs) {
+    size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Error("--dim " + s + ": expected NAME=VALUE, e.g. --dim seq=2048");
+    std::string value = s.substr(eq + 1);
+    char* end = nullptr;
+    long long v = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || v <= 0)
+      return Error("--dim " + s + ": VALUE must be a positive integer");
+    dims[s.substr(0, eq)] = v;
+  }
+  return dims;
+}
+
+double PeakRssMiB() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+// --forward MODEL: import, bind dims (--dim, else from the feeds' shapes), fold, interpret.
+int RunForward(const std::string& model, const std::vector<std::string>& feed_specs,
+               const std::vector<std::string>& dim_specs, const std::string& dump_dir,
+               uint64_t seed) {
+  auto dims = ParseDims(dim_specs);
+  if (!dims.ok()) return Fail(dims.status().message());
+  ImportOptions io;
+  io.dims = *dims;
+  auto graph = ImportOnnx(model, io);
+  if (!graph.ok()) return Fail(graph.status().message());
+  Graph& g = *graph;
+
+  std::vector<Feed> feeds;
+  for (const auto& spec : feed_specs) {
+    auto f = ReadFeed(spec);
+    if (!f.ok()) return Fail(f.status().message());
+    feeds.push_back(std::move(f).value());
+  }
+  // A symbolic dimension not given with --dim takes its size from the first feed that has it.
+  FoldPass::Options fold;
+  fold.dims = *dims;
+  for (const auto& f : feeds) {
+    const Value* v = g.FindValue(f.name);
+    if (!v || std::find(g.inputs.begin(), g.inputs.end(), f.name) == g.inputs.end()) continue;
+    for (size_t i = 0; i < v->dim_params.size() && i < f.tensor.shape().size(); ++i)
+      if (!v->dim_params[i].empty() && !fold.dims.count(v->dim_params[i]))
+        fold.dims[v->dim_params[i]] = f.tensor.shape()[i];
+  }
+  FoldPass pass(fold);
+  auto changed = pass.Run(g);
+  if (!changed.ok()) return Fail(changed.status().message());
+
+  std::map<std::string, Tensor> bound;
+  for (auto& f : feeds) {
+    Status st = CheckFeed(f, g, g.inputs);
+    if (!st.ok()) return Fail(st.message());
+    bound[f.name] = std::move(f.tensor);
+  }
+  for (const auto& init : g.initializers) {
+    const Value* v = g.FindValue(init);
+    if (v && !v->data && !bound.count(init))
+      return Fail("initializer '" + init + "' has no data (a --no-weights export?); --forward "
+                  "needs the weights, or --feed " + init + "=FILE.pb");
+  }
+  InterpretOptions options;
+  options.ctx.seed = seed;
+  auto outputs = Interpret(g, bound, options);
+  if (!outputs.ok()) return Fail(outputs.status().message());
+
+  if (!dump_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(dump_dir, ec);
+    if (ec) return Fail("--dump-outputs " + dump_dir + ": cannot create it: " + ec.message());
+  }
+  std::cout << "foundry-run --forward " << model << "\n";
+  for (const auto& name : g.outputs) {
+    const Tensor& t = outputs->at(name);
+    std::cout << "  " << name << "  " << DTypeName(t.dtype()) << ShapeToString(t.shape());
+    if (t.numel() == 1 && IsFloat(t.dtype())) std::cout << "  = " << t.GetAsDouble(0);
+    if (!dump_dir.empty()) {
+      std::string path = (fs::path(dump_dir) / (FileNameForValue(name) + ".pb")).string();
+      Status st = WriteTensorFile(path, t, name);
+      if (!st.ok()) return Fail(st.message());
+      std::cout << "  -> " << path;
+    }
+    std::cout << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "foundry-run: train a compiled plan (PREFIX.plan + PREFIX.train.onnx from foundry-compile)\n"
+      "for N steps, or run an ONNX model forward (--forward MODEL.onnx)."};
+  std::string target, device = "cpu", optimizer = "adamw", data, data_dtype = "uint16";
+  std::string save_dir, resume_dir, dump_grads, dump_outputs;
+  std::vector<std::string> feeds, dim_specs;
+  int64_t steps = 1;
+  uint64_t seed = 0, init_seed = 0;
+  bool forward = false;
+  OptimizerOptions opt;
+  app.add_option("target", target,
+                 "PREFIX of a compiled plan (or the .plan file); with --forward, an ONNX model");
+  app.add_flag("--forward", forward,
+               "run the model given as target forward once (no plan needed) and print its outputs");
+  app.add_option("--device", device, "cpu or cuda")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            return s == "cpu" || s == "cuda" ? "" : "unknown device '" + s + "' (choose cpu or cuda)";
+          },
+          "cpu|cuda"))
+      ->capture_default_str();
+  app.add_option("--steps", steps, "training steps to run")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  auto* o_lr = app.add_option("--lr", opt.lr, "learning rate")->capture_default_str();
+  auto* o_optimizer = app.add_option("--optimizer", optimizer, "sgd or adamw")
+                          ->check(CLI::IsMember({"sgd", "adamw"}))
+                          ->capture_default_str();
+  auto* o_momentum =
+      app.add_option("--momentum", opt.momentum, "SGD momentum (0: none)")->capture_default_str();
+  auto* o_beta1 = app.add_option("--beta1", opt.beta1, "AdamW beta1")->capture_default_str();
+  auto* o_beta2 = app.add_option("--beta2", opt.beta2, "AdamW beta2")->capture_default_str();
+  auto* o_eps = app.add_option("--eps", opt.eps, "AdamW epsilon")->capture_default_str();
+  auto* o_wd = app.add_option("--weight-decay", opt.weight_decay,
+                              "weight decay (decoupled for AdamW, L2 for SGD)")
+                   ->capture_default_str();
+  auto* o_feed = app.add_option("--feed", feeds, "an input from an ONNX TensorProto file (repeatable)")
+                     ->type_name("NAME=FILE.pb");
+  auto* o_data = app.add_option("--data", data,
+                                "flat token file: windows of seq+1 tokens, batch rows per step");
+  auto* o_data_dtype = app.add_option("--data-dtype", data_dtype, "token width in --data")
+                           ->check(CLI::IsMember({"uint16", "int32"}))
+                           ->capture_default_str();
+  auto* o_seed = app.add_option("--seed", seed, "seed of dropout masks and synthetic tokens")
+                     ->capture_default_str();
+  auto* o_init_seed =
+      app.add_option("--init-seed", init_seed, "seed of the initialisation of weightless parameters")
+          ->capture_default_str();
+  auto* o_save = app.add_option("--save", save_dir,
+                                "after the run, save weights + optimizer state to DIR");
+  auto* o_resume = app.add_option("--resume", resume_dir, "continue the run saved in DIR");
+  auto* o_dump_grads = app.add_option("--dump-grads", dump_grads,
+                                      "write the first step's gradients to DIR/<param>_grad.pb");
+  app.add_option("--dump-outputs", dump_outputs,
+                 "write the first step's graph outputs (--forward: the outputs) to DIR/<name>.pb");
+  auto* o_dim = app.add_option("--dim", dim_specs, "with --forward: bind a symbolic dimension")
+                    ->type_name("NAME=VALUE");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    while (!what.empty() && what.back() == '\n') what.pop_back();
+    for (char& c : what)
+      if (c == '\n') c = ' ';
+    return Fail(what + " (run foundry-run --help)", 2);
+  }
+
+  Status st = CheckDevice(device);
+  if (!st.ok()) return Fail(st.message());
+
+  if (forward) {
+    if (target.empty()) return Fail("--forward needs a model: foundry-run --forward MODEL.onnx", 2);
+    for (auto* o : {o_save, o_resume, o_dump_grads, o_data})
+      if (o->count()) return Fail(o->get_name() + " is for training runs, not --forward", 2);
+    return RunForward(target, feeds, dim_specs, dump_outputs, seed);
+  }
+  if (o_dim->count())
+    return Fail("--dim is for --forward; a plan's dimensions are fixed by foundry-compile --dim",
+                2);
+
+  // Options: a resumed run continues with its saved settings; flags given now override them.
+  TrainerOptions options;
+  if (!resume_dir.empty()) {
+    auto state = ReadTrainState(resume_dir);
+    if (!state.ok()) return Fail(state.status().message());
+    if (target.empty()) target = state->plan_path;
+    options.optimizer = state->optimizer;
+    options.seed = state->seed;
+    options.init_seed = state->init_seed;
+    options.feeds = state->feeds;
+    options.data_path = state->data_path;
+    options.data_dtype = state->data_dtype;
+  }
+  if (target.empty())
+    return Fail("no plan given: foundry-run PREFIX (the -o PREFIX of foundry-compile)", 2);
+  if (resume_dir.empty() || o_optimizer->count())
+    options.optimizer.kind = *ParseOptimizerName(optimizer);
+  auto set = [&](CLI::Option* o, double& into, double value) {
+    if (resume_dir.empty() || o->count()) into = value;
+  };
+  set(o_lr, options.optimizer.lr, opt.lr);
+  set(o_momentum, options.optimizer.momentum, opt.momentum);
+  set(o_beta1, options.optimizer.beta1, opt.beta1);
+  set(o_beta2, options.optimizer.beta2, opt.beta2);
+  set(o_eps, options.optimizer.eps, opt.eps);
+  set(o_wd, options.optimizer.weight_decay, opt.weight_decay);
+  if (resume_dir.empty() || o_seed->count()) options.seed = seed;
+  if (resume_dir.empty() || o_init_seed->count()) options.init_seed = init_seed;
+  if (resume_dir.empty() || o_feed->count()) options.feeds = feeds;
+  if (resume_dir.empty() || o_data->count()) options.data_path = data;
+  if (resume_dir.empty() || o_data_dtype->count())
+    options.data_dtype = *ParseTokenDType(data_dtype);
+  options.dump_grads_dir = dump_grads;
+  options.dump_outputs_dir = dump_outputs;
+
+  auto plan = LoadPlan(target);
+  if (!plan.ok()) return Fail(plan.status().message());
+  auto trainer = Trainer::Create(std::move(plan).value(), options);
+  if (!trainer.ok()) return Fail(trainer.status().message());
+  Trainer& t = **trainer;
+  if (!resume_dir.empty()) {
+    st = t.Resume(resume_dir);
+    if (!st.ok()) return Fail(st.message());
+  }
+
+  const LoadedPlan& lp = t.plan();
+  const OptimizerOptions& o = t.options().optimizer;
+  const int64_t elements = t.num_parameter_elements();
+  std::cout << "foundry-run " << lp.plan_path << "\n"
+            << "  model      " << lp.plan.graph_file << " (from " << lp.plan.source_model << ")\n"
+            << "  params     " << lp.plan.parameters.size() << " tensors, " << elements
+            << " elements (" << Format("%.2f", elements * 4.0 / (1 << 20)) << " MiB)\n";
+  if (t.batch() > 0)
+    std::cout << "  batch      " << t.batch() << " x " << t.seq() << " ("
+              << t.batch() * t.seq() << " tokens/step)\n";
+  std::cout << "  data       " << t.DataDescription() << "\n"
+            << "  optimizer  " << OptimizerName(o.kind) << "  lr " << o.lr;
+  if (o.kind == OptimizerKind::kAdamW)
+    std::cout << "  betas (" << o.beta1 << ", " << o.beta2 << ")  eps " << o.eps;
+  else
+    std::cout << "  momentum " << o.momentum;
+  std::cout << "  weight_decay " << o.weight_decay << "\n"
+            << "  device     " << device << "\n";
+  if (!resume_dir.empty())
+    std::cout << "  resumed    " << resume_dir << " at step " << t.step() << "\n";
+
+  const int64_t first = t.step(), last = t.step() + steps;
+  double total_seconds = 0;
+  float first_loss = 0, last_loss = 0;
+  for (int64_t i = 0; i < steps; ++i) {
+    auto r = t.Step();
+    if (!r.ok()) return Fail(r.status().message());
+    total_seconds += r->seconds;
+    if (i == 0) first_loss = r->loss;
+    last_loss = r->loss;
+    std::cout << "step " << r->step << "/" << last << "  loss " << Format("%.4f", r->loss) << "  "
+              << Format("%.1f", r->seconds * 1e3) << " ms  "
+              << Format("%.0f", r->tokens_per_second) << " tok/s\n"
+              << std::flush;
+  }
+  if (steps > 0) {
+    double tokens = static_cast<double>(t.batch() * t.seq() * steps);
+    std::cout << "done: " << steps << " steps (" << first + 1 << ".." << last << "), loss "
+              << Format("%.4f", first_loss) << " -> " << Format("%.4f", last_loss) << ", "
+              << Format("%.1f", total_seconds / steps * 1e3) << " ms/step, "
+              << Format("%.0f", total_seconds > 0 ? tokens / total_seconds : 0) << " tok/s, peak RSS "
+              << Format("%.0f", PeakRssMiB()) << " MiB\n";
+  }
+  if (!dump_grads.empty() && steps > 0) std::cout << "gradients of step " << first + 1 << " in " << dump_grads << "\n";
+  if (!dump_outputs.empty() && steps > 0)
+    std::cout << "outputs of step " << first + 1 << " in " << dump_outputs << "\n";
+  if (!save_dir.empty()) {
+    st = t.Save(save_dir);
+    if (!st.ok()) return Fail(st.message());
+    std::cout << "saved " << save_dir << " (step " << t.step() << ")\n";
+  }
+  return 0;
+}
