@@ -38,7 +38,8 @@ def main(argv=None) -> int:
                     help="do not materialise weights; parameters become graph inputs")
     ap.add_argument("--logits", action="store_true", help="also output `logits`")
     ap.add_argument("--batch", type=int, help="trace batch size (the graph keeps `batch` symbolic)")
-    ap.add_argument("--seq", type=int, help="trace sequence length (the graph keeps `seq` symbolic)")
+    ap.add_argument("--seq", type=int,
+                    help="trace sequence length (the graph keeps `seq` symbolic)")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = ap.parse_args(argv)
 
@@ -60,7 +61,8 @@ def main(argv=None) -> int:
     info = export_with_annotations(
         model, inputs, args.output, annotations=args.annotations,
         input_names=["input_ids", "labels"], output_names=output_names,
-        dynamic_axes=families.DYNAMIC_AXES,
+        dynamic_axes=dict(families.DYNAMIC_AXES,
+                          **({"logits": {0: "batch", 1: "seq"}} if args.logits else {})),
         function_classes=families.function_classes(config),
         export_params=not args.no_weights, buffer_values=buffer_values)
     proto = info.pop("proto")

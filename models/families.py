@@ -94,7 +94,8 @@ def seeded_model(config: Dict[str, Any]) -> nn.Module:
     return model
 
 
-def make_inputs(config: Dict[str, Any], batch_size=None, seq_len=None) -> Tuple[torch.Tensor, torch.Tensor]:
+def make_inputs(config: Dict[str, Any], batch_size=None,
+                seq_len=None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Seeded token ids and raw labels (= the ids; the model shifts them). The last three labels
     of the last row are -100 (padding), so ignore_index is exercised."""
     s = settings(config)

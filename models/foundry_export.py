@@ -30,6 +30,7 @@ parent (`self.transformer.wte(x, True)` called from the root gives `/wte/MatMul`
 
 import ast
 import contextlib
+import inspect
 import io
 import json
 import time
@@ -116,7 +117,8 @@ class ScopeResolver:
         found = [p for p in self._paths
                  if p.startswith(prefix) and p != cur and unqualified_name(p) == seg]
         if not found:
-            raise ValueError(f"scope {scope!r}: no module below {cur or '<root>'!r} is named {seg!r}")
+            raise ValueError(f"scope {scope!r}: no module below {cur or '<root>'!r} "
+                             f"is named {seg!r}")
         depth = min(p.count(".") for p in found)
         nearest = [p for p in found if p.count(".") == depth]
         if len(nearest) > 1:
@@ -209,8 +211,11 @@ def read_node_metadata(node: onnx.NodeProto) -> List[Tuple[str, str]]:
 def _torch_export(module, args, *, input_names, output_names, dynamic_axes, export_params,
                   function_classes) -> onnx.ModelProto:
     buf = io.BytesIO()
+    extra = {}
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        extra["dynamo"] = False  # torch >= 2.9 defaults to the dynamo exporter; we trace
     torch.onnx.export(
-        module, args, buf,
+        module, args, buf, **extra,
         export_params=export_params,
         training=torch.onnx.TrainingMode.TRAINING,
         do_constant_folding=False,
@@ -288,11 +293,13 @@ def check_parameters(proto: onnx.ModelProto, module: nn.Module, export_params: b
                 problems.append(f"parameter {name} is not an initializer")
                 continue
             if list(inits[name].dims) != list(p.shape):
-                problems.append(f"parameter {name}: shape {list(inits[name].dims)} != {list(p.shape)}")
+                problems.append(f"parameter {name}: shape {list(inits[name].dims)} != "
+                                f"{list(p.shape)}")
             elif check_values:
                 value = numpy_helper.to_array(inits[name])
                 if not np.array_equal(value, p.detach().cpu().numpy()):
-                    problems.append(f"parameter {name}: initializer values differ from the module's")
+                    problems.append(f"parameter {name}: initializer values differ from the "
+                                    "module's")
         else:
             if name not in inputs:
                 problems.append(f"parameter {name} is not a graph input")
@@ -303,12 +310,14 @@ def check_parameters(proto: onnx.ModelProto, module: nn.Module, export_params: b
     for node in proto.graph.node:
         if node.op_type == "Identity" and any(i in params for i in node.input):
             problems.append(f"Identity node {node.name} copies a parameter")
-    renamed = [n for n in inits if n.startswith("onnx::") and inits[n].data_type == onnx.TensorProto.FLOAT
-               and len(inits[n].dims) >= 2]
+    renamed = [n for n in inits if n.startswith("onnx::") and len(inits[n].dims) >= 2
+               and inits[n].data_type == onnx.TensorProto.FLOAT]
     if renamed:
-        problems.append(f"renamed float initializers (a folded or duplicated parameter?): {renamed}")
+        problems.append(f"renamed float initializers (a folded or duplicated parameter?): "
+                        f"{renamed}")
     if problems:
-        raise ValueError("parameters do not map one-to-one to the export:\n  " + "\n  ".join(problems))
+        raise ValueError("parameters do not map one-to-one to the export:\n  "
+                         + "\n  ".join(problems))
 
 
 def _set_metadata(proto: onnx.ModelProto, entries: Dict[str, str]) -> None:

@@ -28,7 +28,6 @@ internals differently from run to run).
 """
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -232,7 +231,8 @@ def compare_model(new_path: str, old_path: str, what: str, exact_structure: bool
         if _structure(new).SerializeToString() != _structure(old).SerializeToString():
             problems.append(f"{what}: graph structure differs from the committed file")
     elif _op_outline(new) != _op_outline(old):
-        problems.append(f"{what}: functions, op sequence or metadata differ from the committed file")
+        problems.append(f"{what}: functions, op sequence or metadata differ from the committed "
+                        "file")
     old_inits = {i.name: i for i in old.graph.initializer}
     new_inits = {i.name: i for i in new.graph.initializer}
     if set(old_inits) != set(new_inits):
@@ -246,7 +246,6 @@ def compare_model(new_path: str, old_path: str, what: str, exact_structure: bool
 
 
 def compare_dirs(new_root: str, old_root: str, names):
-    import onnx
     problems = []
     for name in names:
         new_dir, old_dir = os.path.join(new_root, name), os.path.join(old_root, name)
@@ -261,25 +260,26 @@ def compare_dirs(new_root: str, old_root: str, names):
                             f"{sorted(new_files - old_files)[:5]}, only committed "
                             f"{sorted(old_files - new_files)[:5]}")
         for rel in sorted(new_files & old_files):
-            what = f"{name}/{rel}"
-            a, b = os.path.join(new_dir, rel), os.path.join(old_dir, rel)
-            if rel.endswith(".pb"):
-                ta, tb = onnx.TensorProto(), onnx.TensorProto()
-                with open(a, "rb") as f:
-                    ta.ParseFromString(f.read())
-                with open(b, "rb") as f:
-                    tb.ParseFromString(f.read())
-                p = _compare_tensor(ta, tb, what)
-                if p:
-                    problems.append(p)
-            elif rel.endswith(".onnx"):
-                problems += compare_model(a, b, what, exact_structure=not rel.endswith(
-                    "functions.onnx"))
-            else:
-                with open(a, "rb") as fa, open(b, "rb") as fb:
-                    if fa.read() != fb.read():
-                        problems.append(f"{what}: contents differ")
+            problems += compare_file(os.path.join(new_dir, rel), os.path.join(old_dir, rel),
+                                     f"{name}/{rel}")
     return problems
+
+
+def compare_file(a: str, b: str, what: str):
+    """Problems (empty when equal) between a regenerated file `a` and a committed file `b`."""
+    import onnx
+    if a.endswith(".pb"):
+        ta, tb = onnx.TensorProto(), onnx.TensorProto()
+        with open(a, "rb") as f:
+            ta.ParseFromString(f.read())
+        with open(b, "rb") as f:
+            tb.ParseFromString(f.read())
+        p = _compare_tensor(ta, tb, what)
+        return [p] if p else []
+    if a.endswith(".onnx"):
+        return compare_model(a, b, what, exact_structure=not a.endswith("functions.onnx"))
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return [] if fa.read() == fb.read() else [f"{what}: contents differ"]
 
 
 def compare_big(new_root: str, old_root: str, names):
@@ -290,8 +290,7 @@ def compare_big(new_root: str, old_root: str, names):
             if not os.path.exists(b):
                 problems.append(f"exports/{name}{suffix}: not committed")
                 continue
-            problems += compare_model(a, b, f"exports/{name}{suffix}",
-                                      exact_structure=suffix == ".onnx")
+            problems += compare_file(a, b, f"exports/{name}{suffix}")
     return problems
 
 
@@ -334,14 +333,40 @@ def main(argv=None) -> int:
         print(f"make_fixtures --check: {what} match (rel tol {REL_TOL:g})")
         return 0
     out_root = args.out or FIXTURES_DIR
-    for name in names:
-        shutil.rmtree(os.path.join(out_root, name), ignore_errors=True)
-    generate(names, out_root, args.jobs)
-    print(f"make_fixtures: wrote {len(names)} fixtures to {out_root}")
-    if args.big:
-        generate_big(BIG, EXPORTS_DIR, args.jobs)
-        print(f"make_fixtures: wrote {len(BIG)} no-weights exports to {EXPORTS_DIR}")
+    with tempfile.TemporaryDirectory(prefix="foundry-fixtures-") as tmp:
+        generate(names, tmp, args.jobs)
+        changed = sum(install(os.path.join(tmp, n), os.path.join(out_root, n)) for n in names)
+        print(f"make_fixtures: {len(names)} fixtures in {out_root}, {changed} files changed")
+        if args.big:
+            generate_big(BIG, os.path.join(tmp, "exports"), args.jobs)
+            changed = install(os.path.join(tmp, "exports"), EXPORTS_DIR)
+            print(f"make_fixtures: {len(BIG)} no-weights exports in {EXPORTS_DIR}, "
+                  f"{changed} files changed")
     return 0
+
+
+def install(new_dir: str, old_dir: str) -> int:
+    """Copies regenerated files over the committed ones, except those that compare equal (same
+    numbers within REL_TOL, same structure): functions exports differ in internal names from run
+    to run, and rewriting them would only churn the repository. Stale files are removed."""
+    changed = 0
+    new_files = {os.path.relpath(os.path.join(r, f), new_dir)
+                 for r, _, fs in os.walk(new_dir) for f in fs}
+    if os.path.isdir(old_dir):
+        for r, _, fs in os.walk(old_dir):
+            for f in fs:
+                rel = os.path.relpath(os.path.join(r, f), old_dir)
+                if rel not in new_files:
+                    os.remove(os.path.join(old_dir, rel))
+                    changed += 1
+    for rel in sorted(new_files):
+        a, b = os.path.join(new_dir, rel), os.path.join(old_dir, rel)
+        if os.path.exists(b) and not compare_file(a, b, rel):
+            continue
+        os.makedirs(os.path.dirname(b), exist_ok=True)
+        shutil.copyfile(a, b)
+        changed += 1
+    return changed
 
 
 if __name__ == "__main__":

@@ -1,19 +1,23 @@
 """MPT as llm-foundry defines it, rebuilt for ONNX export.
 
 Module attribute names and class names follow llm-foundry
-(`llmfoundry/models/mpt/modeling_mpt.py`, `llmfoundry/models/layers/{attention,blocks,ffn,norm}.py`),
+(`llmfoundry/models/mpt/modeling_mpt.py`,
+`llmfoundry/models/layers/{attention,blocks,ffn,norm}.py`),
 so an export of this model carries the same scopes (`transformer.blocks.3.attn.Wqkv`) and the same
 class hierarchy (MultiheadAttention -> GroupedQueryAttention, LPLayerNorm -> LayerNorm,
 MPTGLU -> MPTMLP) as a user's export of the real thing.
 
 Differences from llm-foundry, all chosen so that the exported graph is small and plain:
 - only the torch attention implementation; no KV cache, no padding masks, no sequence ids,
-  no RoPE, no MoE, no autocast handling in the low-precision norms (they compute in the input dtype);
+  no RoPE, no MoE, no autocast handling in the low-precision norms (they compute in the input
+  dtype);
 - the causal mask is `arange(S)[None, :] > arange(S)[:, None]` (Range, Unsqueeze, Greater, Where)
   instead of `ones(S, S).tril()` (Trilu), and the ALiBi bias is computed from the runtime sequence
   length inside the graph (llm-foundry caches a (1, H, 1, max_seq_len) tensor and slices it);
 - labels are shifted with `cat(labels[:, 1:], -100)` instead of `roll` + index assignment
   (same values, no ScatterND);
+- q, k and v are three Slices of Wqkv's output, not `split` (torch 1.13 leaves the Split's size
+  constant without a scope, which breaks function extraction for 3+ blocks);
 - attention modules return only the output tensor (no attention weights / past key values);
 - k/v are repeated to n_heads for every kv_n_heads < n_heads, MQA included (llm-foundry lets
   matmul broadcast the single kv head), so every attention MatMul has equal batch dims.
@@ -22,7 +26,7 @@ Only APIs present in both PyTorch 1.13 and 2.x are used.
 """
 
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import torch
 import torch.nn as nn
@@ -234,8 +238,9 @@ def scaled_multihead_dot_product_attention(query, key, value, n_heads: int, kv_n
 
 class GroupedQueryAttention(nn.Module):
 
-    def __init__(self, d_model: int, n_heads: int, kv_n_heads: int, clip_qkv: Optional[float] = None,
-                 qk_ln: bool = False, softmax_scale: Optional[float] = None, attn_pdrop: float = 0.0,
+    def __init__(self, d_model: int, n_heads: int, kv_n_heads: int,
+                 clip_qkv: Optional[float] = None, qk_ln: bool = False,
+                 softmax_scale: Optional[float] = None, attn_pdrop: float = 0.0,
                  norm_type: str = "low_precision_layernorm", norm_eps: float = 1e-5,
                  device=None, bias: bool = True):
         super().__init__()

@@ -43,7 +43,7 @@ from models import families  # noqa: E402
 from models.foundry_export import (  # noqa: E402
     CLASS_HIERARCHY_KEY, GRAPH_SIGNATURE_KEY, NAME_SCOPES_KEY, ScopeResolver, buffer_names,
     class_chain, encode_metadata_entry, module_classes, parameter_names, read_node_metadata)
-from models.make_fixtures import FIXTURES, FIXTURES_DIR, has_dropout, rel_diff  # noqa: E402
+from models.make_fixtures import FIXTURES, FIXTURES_DIR, has_dropout  # noqa: E402
 from models.onnx_eval import Evaluator  # noqa: E402
 
 MAX_BUFFER_BYTES = 64 * 1024
@@ -337,6 +337,45 @@ def test_no_weights_export():
     assert abs(loss - ref) <= LOSS_RTOL * abs(ref), (loss, ref)
 
 
+def test_tied_embedding_is_one_initializer():
+    """mpt_tiny ties wte as the LM head: one initializer, read by the Gather and the head."""
+    proto = onnx.load(model_files("mpt_tiny")["scopes"])
+    name = "transformer.wte.weight"
+    assert [i.name for i in proto.graph.initializer].count(name) == 1
+    users = sorted(n.op_type for n in proto.graph.node if name in n.input)
+    assert users == ["Gather", "Transpose"], users
+
+
+def test_big_exports():
+    """The committed no-weights exports (models/exports): real structure, parameters as graph
+    inputs with the model's shapes, buffers as initializers, symbolic batch/seq, known ops."""
+    from models.make_fixtures import BIG, EXPORTS_DIR
+    for name in BIG:
+        config = families.load_config(name)
+        model = families.build(config, device="meta")
+        shapes = {n: list(p.shape) for n, p in model.named_parameters()}
+        buffers = dict(model.named_buffers())  # built on CPU even in a meta model (small)
+        for suffix in (".onnx", ".functions.onnx"):
+            path = os.path.join(EXPORTS_DIR, name + suffix)
+            assert os.path.exists(path), f"missing {path} (make_fixtures.py --big)"
+            assert os.path.getsize(path) < 2 * 1024 * 1024, f"{path} is over 2 MB"
+            proto = onnx.load(path)
+            meta = {p.key: p.value for p in proto.metadata_props}
+            assert json.loads(meta["foundry.parameters"]) == list(shapes), name
+            inputs = {i.name: i.type.tensor_type.shape.dim for i in proto.graph.input}
+            for pname, shape in shapes.items():
+                assert [d.dim_value for d in inputs[pname]] == shape, (name, pname)
+            for input_name in ("input_ids", "labels"):
+                assert [d.dim_param for d in inputs[input_name]] == ["batch", "seq"]
+            assert sorted(i.name for i in proto.graph.initializer) == sorted(buffers), name
+            for init in proto.graph.initializer:
+                assert np.array_equal(numpy_helper.to_array(init), buffers[init.name].numpy())
+            function_ops = {(f.domain, f.name) for f in proto.functions}
+            for node in all_nodes(proto):
+                if (node.domain, node.op_type) not in function_ops:
+                    assert node.domain == "" and node.op_type in KNOWN_OPS, node.op_type
+
+
 def test_make_fixtures_check():
     proc = subprocess.run([sys.executable, os.path.join(REPO, "models", "make_fixtures.py"),
                            "--check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -347,7 +386,7 @@ PER_FIXTURE = [check_layout, check_parameters_one_to_one, check_graph_io_and_ops
                check_metadata_format, check_loss_matches_pytorch, check_reference_grads]
 GLOBAL = [test_class_chain_and_registry, test_alibi_slopes_match_llm_foundry,
           test_scope_resolution, test_node_metadata_round_trip, test_no_weights_export,
-          test_make_fixtures_check]
+          test_tied_embedding_is_one_initializer, test_big_exports, test_make_fixtures_check]
 
 
 def main() -> int:
