@@ -51,7 +51,7 @@ class Tensor {
   template <class T>
   static Tensor FromVector(DType dtype, Shape shape, const std::vector<T>& values) {
     Tensor t(dtype, std::move(shape));
-    std::memcpy(t.raw(), values.data(), t.nbytes());
+    if (t.nbytes()) std::memcpy(t.raw(), values.data(), t.nbytes());  // data() may be null
     return t;
   }
   static Tensor Scalar(float v) { return FromVector<float>(DType::kFloat32, {}, {v}); }

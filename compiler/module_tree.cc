@@ -61,8 +61,9 @@ std::vector<std::string> Segments(const std::string& path) {
 }
 
 bool IsNumber(const std::string& s) {
-  return !s.empty() &&
-         std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c));
+  });
 }
 
 // Natural order of one path segment: numbers by value, before names.

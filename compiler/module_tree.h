@@ -1,7 +1,8 @@
 // The module tree of an imported model, as `foundry-compile --list-modules` prints it and as
 // target selection (--ckpt) matches against it: per module instance its classes, the --ckpt names
 // that select it (llm-foundry's activation_checkpointing_target registry keys, DESIGN §3), the
-// forward nodes it owns and the parameter bytes it holds, and the layer index of the block it is in.
+// forward nodes it owns and the parameter bytes it holds, and the layer index of the block it is
+// in.
 #pragma once
 
 #include <cstdint>
@@ -13,11 +14,12 @@
 namespace foundry {
 
 struct ModuleInfo {
-  std::string path;             // "transformer.blocks.0.attn"; "" = the root module
-  std::string qualified_class;  // classes[0], or "" when the export named no class
+  std::string path;                  // "transformer.blocks.0.attn"; "" = the root module
+  std::string qualified_class;       // classes[0], or "" when the export named no class
   std::vector<std::string> classes;  // qualified class, then its bases (when known)
   // Names `--ckpt` accepts for this module, lowercase: registry keys first (`mptblock`,
-  // `grouped_query_attention`, ...), then the bare names of its class and bases (`multiheadattention`).
+  // `grouped_query_attention`, ...), then the bare names of its class and bases
+  // (`multiheadattention`).
   std::vector<std::string> registry_keys;
   int node_count = 0;       // nodes whose scope is this module or inside it
   int64_t param_bytes = 0;  // bytes of parameters named `<path>.*` (all of them for the root)
@@ -25,7 +27,7 @@ struct ModuleInfo {
   // N of the enclosing block `...blocks.N` / `...layers.N` / `...h.N` (the block itself included),
   // -1 outside blocks.
   int64_t block_index = -1;
-  bool is_block = false;    // the path is a block itself (`transformer.blocks.3`)
+  bool is_block = false;  // the path is a block itself (`transformer.blocks.3`)
 };
 
 // Every module of Graph::modules, in tree order: parents before children, siblings in natural

@@ -18,7 +18,6 @@ namespace foundry {
 
 namespace {
 
-constexpr int64_t kExternalMinBytes = 1024;
 constexpr int64_t kExternalAlign = 64;
 
 void WriteType(const Value& v, onnx::TypeProto* type) {
@@ -79,9 +78,12 @@ void WriteAttr(const std::string& name, const Attribute& a, onnx::AttributeProto
 std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -260,7 +262,8 @@ Status ExportOnnx(const Graph& graph, const std::string& path, const ExportOptio
   if (total > options.external_data_threshold) {
     for (const auto& name : graph.initializers) {
       const Value* v = graph.FindValue(name);
-      if (v && v->data && static_cast<int64_t>(v->data->nbytes()) >= kExternalMinBytes)
+      if (v && v->data &&
+          static_cast<int64_t>(v->data->nbytes()) >= options.external_data_min_bytes)
         external.insert(name);
     }
   }
@@ -269,8 +272,8 @@ Status ExportOnnx(const Graph& graph, const std::string& path, const ExportOptio
   if (!external_protos.empty()) {
     std::string location = BaseName(path) + ".data";
     // The data file goes first: a model file never refers to data that is not there yet.
-    RETURN_IF_ERROR(WriteExternalData(graph, onnx_util::JoinPath(onnx_util::DirName(path), location),
-                                      location, external_protos));
+    RETURN_IF_ERROR(WriteExternalData(
+        graph, onnx_util::JoinPath(onnx_util::DirName(path), location), location, external_protos));
   }
   ASSIGN_OR_RETURN(std::string bytes, Serialize(m, "'" + path + "'"));
   return onnx_util::WriteFileAtomic(path, bytes);

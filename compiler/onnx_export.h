@@ -23,10 +23,11 @@
 namespace foundry {
 
 struct ExportOptions {
-  // When the initializers hold more than this many bytes in total, every initializer of 1 KiB or
-  // more goes to `<model file name>.data` beside the model (ONNX external data), which keeps the
-  // .onnx file under protobuf's 2 GiB limit.
+  // When the initializers hold more than this many bytes in total, every initializer of at least
+  // `external_data_min_bytes` goes to `<model file name>.data` beside the model (ONNX external
+  // data, 64-byte aligned), which keeps the .onnx file under protobuf's 2 GiB limit.
   int64_t external_data_threshold = int64_t{1} << 30;
+  int64_t external_data_min_bytes = 1024;
 };
 
 Status ExportOnnx(const Graph& graph, const std::string& path, const ExportOptions& options = {});

@@ -31,6 +31,8 @@ constexpr const char* kNameScopesKey = "pkg.torch.onnx.name_scopes";
 constexpr const char* kClassHierarchyKey = "pkg.torch.onnx.class_hierarchy";
 constexpr const char* kExportHint = "pass a .onnx file exported with torch.onnx.export";
 constexpr int kMaxFunctionDepth = 64;
+// Inlining is exponential in the nesting of calls; a file that expands past this is rejected.
+constexpr int64_t kMaxInlinedNodes = 20'000'000;
 
 // ---------------------------------------------------------------------------------------------
 // Small parsers.
@@ -65,10 +67,14 @@ std::optional<std::vector<std::string>> ParsePyStringList(std::string_view s) {
     for (int k = 0; k < digits; ++k) {
       char c = s[i + k];
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= c - '0';
-      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-      else return std::nullopt;
+      if (c >= '0' && c <= '9')
+        v |= c - '0';
+      else if (c >= 'a' && c <= 'f')
+        v |= c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F')
+        v |= c - 'A' + 10;
+      else
+        return std::nullopt;
     }
     i += digits;
     return v;
@@ -98,13 +104,27 @@ std::optional<std::vector<std::string>> ParsePyStringList(std::string_view s) {
       if (i >= s.size()) return std::nullopt;
       char e = s[i++];
       switch (e) {
-        case 'n': item += '\n'; break;
-        case 't': item += '\t'; break;
-        case 'r': item += '\r'; break;
-        case '0': item += '\0'; break;
-        case '\\': item += '\\'; break;
-        case '\'': item += '\''; break;
-        case '"': item += '"'; break;
+        case 'n':
+          item += '\n';
+          break;
+        case 't':
+          item += '\t';
+          break;
+        case 'r':
+          item += '\r';
+          break;
+        case '0':
+          item += '\0';
+          break;
+        case '\\':
+          item += '\\';
+          break;
+        case '\'':
+          item += '\'';
+          break;
+        case '"':
+          item += '"';
+          break;
         case 'x':
         case 'u':
         case 'U': {
@@ -284,15 +304,13 @@ class ScopeResolver {
 
 // ---------------------------------------------------------------------------------------------
 
-using AttrList = std::vector<onnx::AttributeProto>;
-
 // What a function body is inlined under.
 struct CallFrame {
-  std::unordered_map<std::string, std::string> rename;   // body name -> graph name
-  std::unordered_map<std::string, std::string> out_map;  // formal output -> graph name
+  std::unordered_map<std::string, std::string> rename;       // body name -> graph name
+  std::unordered_map<std::string, std::string> out_map;      // formal output -> graph name
   std::map<std::string, const onnx::AttributeProto*> attrs;  // the call's attributes
-  std::vector<std::string> chain;  // module paths from the root to this instance
-  std::string prefix;              // for names of inlined nodes and values
+  std::vector<std::string> chain;              // module paths from the root to this instance
+  std::string prefix;                          // for names of inlined nodes and values
   std::map<std::string, int> paramless_calls;  // per class, for matching modules in order
 };
 
@@ -306,6 +324,7 @@ class Importer {
     RETURN_IF_ERROR(CheckModel());
     RETURN_IF_ERROR(ReadMetadata());
     RETURN_IF_ERROR(ReadInitializersAndInputs());
+    RETURN_IF_ERROR(RunChecker());
     RETURN_IF_ERROR(ReadValueInfo());
     RETURN_IF_ERROR(ReadNodes());
     RETURN_IF_ERROR(Validate());
@@ -340,37 +359,37 @@ class Importer {
       return Error("'" + display_ + "' has ONNX IR version " + std::to_string(ir) +
                    "; foundry reads IR versions 3 to 10");
     }
-    if (!have_default)
-      return Error("'" + display_ + "' imports no ai.onnx opset; " + kExportHint);
+    if (!have_default) return Error("'" + display_ + "' imports no ai.onnx opset; " + kExportHint);
     if (opts_.check_versions && (opset < 13 || opset > 18))
       return Error("'" + display_ + "' uses ai.onnx opset " + std::to_string(opset) +
                    "; foundry supports opsets 13 to 18 (export with torch.onnx.export(..., "
                    "opset_version=17))");
     if (graph.node_size() == 0) return Error("'" + display_ + "' has a graph with no nodes");
-    if (graph.sparse_initializer_size() > 0)
-      return Fail("sparse initializers are not supported");
+    if (graph.sparse_initializer_size() > 0) return Fail("sparse initializers are not supported");
     g_.ir_version = ir;
     g_.opset = opset;
     g_.name = graph.name().empty() ? "graph" : graph.name();
 
-    if (opts_.run_checker && ir <= 8 && opset <= 17) {
-      // check_model() itself would look for external data relative to the working directory and
-      // warn on stderr about op names it deems experimental; its graph and function checks take
-      // the model's directory.
-      try {
-        onnx::checker::CheckerContext ctx;
-        ctx.set_ir_version(static_cast<int>(ir));
-        std::unordered_map<std::string, int> imports;
-        for (const auto& imp : m_.opset_import())
-          imports[imp.domain()] = static_cast<int>(imp.version());
-        ctx.set_opset_imports(imports);
-        ctx.set_model_dir(dir_);
-        onnx::checker::LexicalScopeContext lex;
-        onnx::checker::check_graph(graph, ctx, lex);
-        if (m_.functions_size() > 0) onnx::checker::check_model_local_functions(m_, ctx, lex);
-      } catch (const std::exception& e) {
-        return Error("'" + display_ + "' failed the ONNX checker: " + OneLine(e.what()));
-      }
+    return Status::Ok();
+  }
+
+  // After the importer's own checks of the initializers, whose messages are more specific.
+  Status RunChecker() {
+    if (!opts_.run_checker || g_.ir_version > 8 || g_.opset > 17) return Status::Ok();
+    // Not check_model(): it looks for external data relative to the working directory.
+    try {
+      onnx::checker::CheckerContext ctx;
+      ctx.set_ir_version(static_cast<int>(g_.ir_version));
+      std::unordered_map<std::string, int> imports;
+      for (const auto& imp : m_.opset_import())
+        imports[imp.domain()] = static_cast<int>(imp.version());
+      ctx.set_opset_imports(imports);
+      ctx.set_model_dir(dir_);
+      onnx::checker::LexicalScopeContext lex;
+      onnx::checker::check_graph(m_.graph(), ctx, lex);
+      if (m_.functions_size() > 0) onnx::checker::check_model_local_functions(m_, ctx, lex);
+    } catch (const std::exception& e) {
+      return Error("'" + display_ + "' failed the ONNX checker: " + OneLine(e.what()));
     }
     return Status::Ok();
   }
@@ -420,8 +439,9 @@ class Importer {
     }
     if (g_.metadata.count(kScopesKey)) {
       ASSIGN_OR_RETURN(nlohmann::ordered_json j, ParseJson(kScopesKey));
-      if (!j.is_object()) return Fail(std::string("model metadata '") + kScopesKey +
-                                      "' is not a JSON object of scope -> module path");
+      if (!j.is_object())
+        return Fail(std::string("model metadata '") + kScopesKey +
+                    "' is not a JSON object of scope -> module path");
       for (auto it = j.begin(); it != j.end(); ++it)
         if (it.value().is_string()) scopes_[it.key()] = it.value().get<std::string>();
     }
@@ -434,8 +454,8 @@ class Importer {
       listed_buffers_.insert(buffers.begin(), buffers.end());
     }
     if (!have_param_list_ && g_.metadata.count(kGraphSignatureKey)) ParseGraphSignature();
-    doc_string_scopes_ = g_.metadata.count(kScopeSourceKey) &&
-                         g_.metadata.at(kScopeSourceKey) == "doc_string";
+    doc_string_scopes_ =
+        g_.metadata.count(kScopeSourceKey) && g_.metadata.at(kScopeSourceKey) == "doc_string";
     return Status::Ok();
   }
 
@@ -604,7 +624,8 @@ class Importer {
       if (!v.ShapeKnown() || v.dtype == DType::kUndefined)
         return Fail("'" + in->name() +
                     "' is a parameter exported by shape only (export_params=False) but its "
-                    "type is not fully known: " + v.TypeString());
+                    "type is not fully known: " +
+                    v.TypeString());
     }
     for (const auto& out : graph.output()) {
       if (out.name().empty()) return Fail("a graph output has no name");
@@ -631,24 +652,40 @@ class Importer {
     using A = onnx::AttributeProto;
     A::AttributeType type = a.type();
     if (type == A::UNDEFINED) {  // old exporters leave the type out; infer it from the payload
-      if (a.has_f()) type = A::FLOAT;
-      else if (a.has_i()) type = A::INT;
-      else if (a.has_s()) type = A::STRING;
-      else if (a.has_t()) type = A::TENSOR;
-      else if (a.has_g()) type = A::GRAPH;
-      else if (a.floats_size()) type = A::FLOATS;
-      else if (a.ints_size()) type = A::INTS;
-      else if (a.strings_size()) type = A::STRINGS;
-      else if (a.graphs_size()) type = A::GRAPHS;
-      else return Fail("attribute '" + a.name() + "' of " + node + " has no type");
+      if (a.has_f())
+        type = A::FLOAT;
+      else if (a.has_i())
+        type = A::INT;
+      else if (a.has_s())
+        type = A::STRING;
+      else if (a.has_t())
+        type = A::TENSOR;
+      else if (a.has_g())
+        type = A::GRAPH;
+      else if (a.floats_size())
+        type = A::FLOATS;
+      else if (a.ints_size())
+        type = A::INTS;
+      else if (a.strings_size())
+        type = A::STRINGS;
+      else if (a.graphs_size())
+        type = A::GRAPHS;
+      else
+        return Fail("attribute '" + a.name() + "' of " + node + " has no type");
     }
     switch (type) {
-      case A::FLOAT: return Attribute::Float(a.f());
-      case A::INT: return Attribute::Int(a.i());
-      case A::STRING: return Attribute::String(a.s());
-      case A::FLOATS: return Attribute::Floats({a.floats().begin(), a.floats().end()});
-      case A::INTS: return Attribute::Ints({a.ints().begin(), a.ints().end()});
-      case A::STRINGS: return Attribute::Strings({a.strings().begin(), a.strings().end()});
+      case A::FLOAT:
+        return Attribute::Float(a.f());
+      case A::INT:
+        return Attribute::Int(a.i());
+      case A::STRING:
+        return Attribute::String(a.s());
+      case A::FLOATS:
+        return Attribute::Floats({a.floats().begin(), a.floats().end()});
+      case A::INTS:
+        return Attribute::Ints({a.ints().begin(), a.ints().end()});
+      case A::STRINGS:
+        return Attribute::Strings({a.strings().begin(), a.strings().end()});
       case A::TENSOR: {
         auto t = TensorFromProto(a.t(), dir_);
         if (!t.ok())
@@ -737,11 +774,16 @@ class Importer {
           if (k == kNameScopesKey) have_metadata_ = true;
     }
     resolver_ = std::make_unique<ScopeResolver>(table_, scopes_);
-    if (doc_string_scopes_) format_ = "foundry";
-    else if (any_call) format_ = "functions";
-    else if (have_metadata_) format_ = "metadata";
-    else if (have_scoped_names_) format_ = "scopes";
-    else format_ = "none";
+    if (doc_string_scopes_)
+      format_ = "foundry";
+    else if (any_call)
+      format_ = "functions";
+    else if (have_metadata_)
+      format_ = "metadata";
+    else if (have_scoped_names_)
+      format_ = "scopes";
+    else
+      format_ = "none";
     g_.metadata[kFormatKey] = format_;
 
     for (const auto& n : graph.node()) {
@@ -754,9 +796,18 @@ class Importer {
         attrs[a.name()] = &a;
       }
       if (const onnx::FunctionProto* f = FindFunction(n)) {
+        std::set<const onnx::FunctionProto*> visiting;
+        int64_t size = ExpandedSize(f, visiting);
+        if (size < 0) return Fail(desc + ": function " + f->name() + " calls itself");
+        if (size > kMaxInlinedNodes ||
+            static_cast<int64_t>(g_.nodes.size()) + size > kMaxInlinedNodes)
+          return Fail(desc + ": inlining its functions makes more than " +
+                      std::to_string(kMaxInlinedNodes) + " nodes");
         std::vector<std::string> chain;
-        if (doc_string_scopes_) chain = {ParseDocString(n).scope};
-        else RETURN_IF_ERROR(TopLevelChain(n, chain));
+        if (doc_string_scopes_)
+          chain = {ParseDocString(n).scope};
+        else
+          RETURN_IF_ERROR(TopLevelChain(n, chain));
         if (chain.empty()) chain.push_back("");
         // A top-level call's scoped name already names its own module; its caller is the parent.
         CallFrame root;
@@ -804,8 +855,7 @@ class Importer {
       for (const auto& in : n.inputs)
         if (!in.empty()) readers[in].push_back(&n);
     for (Node& n : g_.nodes) {
-      if (n.op_type != "Constant" || !n.domain.empty() || !n.scope.empty() ||
-          n.outputs.size() != 1)
+      if (n.op_type != "Constant" || !n.domain.empty() || !n.scope.empty() || n.outputs.size() != 1)
         continue;
       auto it = readers.find(n.outputs[0]);
       if (it == readers.end()) continue;
@@ -844,10 +894,32 @@ class Importer {
           value += raw[i];
         }
       }
-      if (key == "scope") d.scope = value;
-      else if (key.rfind("mark.", 0) == 0) d.marks[key.substr(5)] = value;
+      if (key == "scope")
+        d.scope = value;
+      else if (key.rfind("mark.", 0) == 0)
+        d.marks[key.substr(5)] = value;
     }
     return d;
+  }
+
+  // The number of nodes a call of `f` inlines to (saturating past kMaxInlinedNodes); -1 when `f`
+  // (transitively) calls itself.
+  int64_t ExpandedSize(const onnx::FunctionProto* f,
+                       std::set<const onnx::FunctionProto*>& visiting) {
+    auto memo = expanded_size_.find(f);
+    if (memo != expanded_size_.end()) return memo->second;
+    if (!visiting.insert(f).second) return -1;
+    int64_t total = 0;
+    for (const auto& n : f->node()) {
+      int64_t add = 1;
+      if (const onnx::FunctionProto* nested = FindFunction(n)) {
+        add = ExpandedSize(nested, visiting);
+        if (add < 0) return -1;
+      }
+      total = std::min(total + add, kMaxInlinedNodes + 1);
+    }
+    visiting.erase(f);
+    return expanded_size_[f] = total;
   }
 
   // Where the parameters a call consumes live: `ParentPath(p)` for each parameter its body reads
@@ -932,8 +1004,8 @@ class Importer {
                 bool top_level, int depth) {
     std::string call_desc = call.op_type() + " node '" + call.name() + "'";
     if (depth >= kMaxFunctionDepth)
-      return Fail(call_desc + ": functions nest deeper than " +
-                  std::to_string(kMaxFunctionDepth) + " calls (a recursive function?)");
+      return Fail(call_desc + ": functions nest deeper than " + std::to_string(kMaxFunctionDepth) +
+                  " calls (a recursive function?)");
     std::pair<std::string, std::string> key{f.domain(), f.name()};
     if (std::find(call_stack_.begin(), call_stack_.end(), key) != call_stack_.end())
       return Fail("function " + f.domain() + "::" + f.name() + " calls itself");
@@ -944,8 +1016,10 @@ class Importer {
     std::string path = InstancePath(f, call, inputs, caller, top_level, identified);
     frame.chain = caller.chain;
     auto pos = std::find(frame.chain.begin(), frame.chain.end(), path);
-    if (pos != frame.chain.end()) frame.chain.erase(pos + 1, frame.chain.end());
-    else frame.chain.push_back(path);
+    if (pos != frame.chain.end())
+      frame.chain.erase(pos + 1, frame.chain.end());
+    else
+      frame.chain.push_back(path);
     RecordChain(frame.chain);
     std::string cls = StripVariant(f.name());
     if (identified && !annotated_class_.count(path))
@@ -989,8 +1063,8 @@ class Importer {
           continue;
         }
         auto formal = frame.out_map.find(out);
-        std::string name = formal != frame.out_map.end() ? formal->second
-                                                         : NewValueName(frame.prefix + "/" + out);
+        std::string name =
+            formal != frame.out_map.end() ? formal->second : NewValueName(frame.prefix + "/" + out);
         if (formal != frame.out_map.end()) produced.insert(out);
         frame.rename[out] = name;
         out_names.push_back(name);
@@ -1143,6 +1217,7 @@ class Importer {
   std::unordered_set<std::string> param_set_, init_names_;
   std::map<std::pair<std::string, std::string>, const onnx::FunctionProto*> functions_;
   std::vector<std::pair<std::string, std::string>> call_stack_;
+  std::map<const onnx::FunctionProto*, int64_t> expanded_size_;
   std::unordered_set<std::string> used_names_;
   bool have_scoped_names_ = false;
   bool have_metadata_ = false;
@@ -1155,10 +1230,8 @@ class Importer {
 }  // namespace
 
 StatusOr<Graph> ImportOnnxFromBytes(std::string_view bytes, const ImportOptions& options,
-                                    const std::string& model_dir,
-                                    const std::string& display_name) {
-  if (bytes.empty())
-    return Error("'" + display_name + "' is empty; " + kExportHint);
+                                    const std::string& model_dir, const std::string& display_name) {
+  if (bytes.empty()) return Error("'" + display_name + "' is empty; " + kExportHint);
   onnx::ModelProto model;
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
     return Error("'" + display_name +
@@ -1173,7 +1246,19 @@ StatusOr<Graph> ImportOnnxFromBytes(std::string_view bytes, const ImportOptions&
     return Error("'" + display_name + "' is not an ONNX model (no graph or IR version); " +
                  kExportHint);
   Importer importer(model, options, model_dir, display_name);
-  return importer.Run();
+  auto graph = importer.Run();
+  if (graph.ok()) return graph;
+  // Names come from the file: keep the message on one line whatever they hold.
+  std::string message;
+  for (char c : graph.status().message()) {
+    if (c == '\n')
+      message += "\\n";
+    else if (c == '\r')
+      message += "\\r";
+    else
+      message += c;
+  }
+  return Error(message);
 }
 
 StatusOr<Graph> ImportOnnx(const std::string& path, const ImportOptions& options) {

@@ -10,17 +10,17 @@
 //                `...attn.Wqkv`) and of the parents of the instances of its nested calls
 //                (`transformer.blocks.3.attn` -> `transformer.blocks.3`). With
 //                `foundry.module_classes` the path is walked up to the nearest module of the
-//                function's class (op_type without its `.N` variant suffix). A call that consumes no
-//                parameter takes, inside its caller's instance, the k-th shallowest module of its
-//                class in `foundry.module_classes` (k = how many such calls of that class the caller
-//                made before it); without the table, or with no such module, its nodes keep the
-//                caller's path (no module is invented). Top-level nodes keep their scoped names'
-//                paths, as in "scopes". Without the table, an instance's class is the function's
-//                domain (the Python module) + its name.
-//   "scopes"     TorchScript scoped node names (`/transformer/blocks.0/attn/Wqkv/MatMul`). Paths are
-//                resolved segment by segment against `foundry.scopes` / `foundry.module_classes`
-//                when present (torch names a module relative to its caller, not its parent), else
-//                the segments are joined with '.'.
+//                function's class (op_type without its `.N` variant suffix). A call that consumes
+//                no parameter takes, inside its caller's instance, the k-th shallowest module of
+//                its class in `foundry.module_classes` (k = how many such calls of that class the
+//                caller made before it); without the table, or with no such module, its nodes keep
+//                the caller's path (no module is invented). Top-level nodes keep their scoped
+//                names' paths, as in "scopes". Without the table, an instance's class is the
+//                function's domain (the Python module) + its name.
+//   "scopes"     TorchScript scoped node names (`/transformer/blocks.0/attn/Wqkv/MatMul` ->
+//                `transformer.blocks.0.attn.Wqkv`). Paths are resolved segment by segment against
+//                `foundry.scopes` / `foundry.module_classes` when present (torch names a module
+//                relative to its caller, not its parent), else the segments are joined with '.'.
 //   "metadata"   The dynamo exporter's NodeProto.metadata_props (field 9):
 //                `pkg.torch.onnx.name_scopes` / `pkg.torch.onnx.class_hierarchy`.
 //   "foundry"    foundry's own export (onnx_export.h): `scope=` in each node's doc_string and the

@@ -66,10 +66,10 @@ std::string JoinPath(const std::string& base_dir, const std::string& name) {
 }
 
 std::string ElemTypeName(int32_t elem_type) {
-  std::string name = onnx::TensorProto_DataType_IsValid(elem_type)
-                         ? onnx::TensorProto_DataType_Name(
-                               static_cast<onnx::TensorProto_DataType>(elem_type))
-                         : "UNKNOWN";
+  std::string name =
+      onnx::TensorProto_DataType_IsValid(elem_type)
+          ? onnx::TensorProto_DataType_Name(static_cast<onnx::TensorProto_DataType>(elem_type))
+          : "UNKNOWN";
   return name + " (" + std::to_string(elem_type) + ")";
 }
 

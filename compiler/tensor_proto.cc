@@ -53,9 +53,9 @@ Status ReadExternal(const onnx::TensorProto& p, const std::string& base_dir, Ten
                  "' must be a relative path inside the model's directory");
   int64_t need = static_cast<int64_t>(t.nbytes());
   if (length >= 0 && length != need)
-    return Error(Describe(p) + ": external data length " + std::to_string(length) +
-                 " but dims " + ShapeToString(t.shape()) + " of " +
-                 std::string(DTypeName(t.dtype())) + " need " + std::to_string(need) + " bytes");
+    return Error(Describe(p) + ": external data length " + std::to_string(length) + " but dims " +
+                 ShapeToString(t.shape()) + " of " + std::string(DTypeName(t.dtype())) + " need " +
+                 std::to_string(need) + " bytes");
   std::string file = onnx_util::JoinPath(base_dir, location);
   std::FILE* f = std::fopen(file.c_str(), "rb");
   if (!f) {
@@ -195,7 +195,8 @@ StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& 
         for (int64_t i = 0; i < numel; ++i) t.data<uint8_t>()[i] = t.data<uint8_t>()[i] != 0;
       return t;
     }
-    default: break;
+    default:
+      break;
   }
   return Error(Describe(p) + " has element type " + onnx_util::ElemTypeName(p.data_type()) +
                ", which foundry does not support");
@@ -211,7 +212,8 @@ void TensorToProto(const Tensor& tensor, const std::string& name, onnx::TensorPr
 
 StatusOr<Tensor> ReadTensorFile(const std::string& path, std::string* name) {
   ASSIGN_OR_RETURN(std::string bytes, onnx_util::ReadFile(path));
-  if (bytes.empty()) return Error("'" + path + "' is empty; expected a serialized ONNX TensorProto");
+  if (bytes.empty())
+    return Error("'" + path + "' is empty; expected a serialized ONNX TensorProto");
   onnx::TensorProto proto;
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
       !proto.ParseFromString(bytes))

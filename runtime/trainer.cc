@@ -161,8 +161,8 @@ Status CheckPlan(const Plan& plan, const Graph& g, const std::string& plan_path)
 
 StatusOr<LoadedPlan> LoadPlan(const std::string& prefix_or_plan_path) {
   LoadedPlan lp;
-  lp.plan_path = EndsWith(prefix_or_plan_path, ".plan") ? prefix_or_plan_path
-                                                        : prefix_or_plan_path + ".plan";
+  lp.plan_path =
+      EndsWith(prefix_or_plan_path, ".plan") ? prefix_or_plan_path : prefix_or_plan_path + ".plan";
   ASSIGN_OR_RETURN(lp.plan, ReadPlan(lp.plan_path));
   fs::path graph_path = fs::path(lp.plan.graph_file);
   if (graph_path.is_relative()) graph_path = fs::path(lp.plan_path).parent_path() / graph_path;
@@ -237,8 +237,8 @@ StatusOr<OptimizerKind> ParseOptimizerName(std::string_view name) {
   return Error("unknown optimizer '" + std::string(name) + "' (choose sgd or adamw)");
 }
 
-void AdamWUpdate(const OptimizerOptions& o, int64_t step, float* param, const float* grad,
-                 float* m, float* v, int64_t n) {
+void AdamWUpdate(const OptimizerOptions& o, int64_t step, float* param, const float* grad, float* m,
+                 float* v, int64_t n) {
   const double t = static_cast<double>(step);
   const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
   const double bias_correction2 = 1.0 - std::pow(o.beta2, t);
@@ -296,8 +296,10 @@ StatusOr<TokenFile> TokenFile::Open(const std::string& path, TokenDType dtype) {
   if (ec) return Error("--data " + path + ": cannot open it: " + ec.message());
   const int64_t width = dtype == TokenDType::kUint16 ? 2 : 4;
   if (size % width != 0)
-    return Error("--data " + path + ": " + std::to_string(size) + " bytes is not a whole number "
-                 "of " + std::string(TokenDTypeName(dtype)) + " tokens; is --data-dtype right?");
+    return Error("--data " + path + ": " + std::to_string(size) +
+                 " bytes is not a whole number "
+                 "of " +
+                 std::string(TokenDTypeName(dtype)) + " tokens; is --data-dtype right?");
   TokenFile f;
   f.path_ = path;
   f.dtype_ = dtype;
@@ -323,12 +325,12 @@ Status TokenFile::ReadWindow(int64_t k, int64_t window, int64_t vocab, int64_t* 
                  " (was the file truncated?)");
   for (int64_t t = 0; t < window; ++t) {
     const unsigned char* b = &bytes[static_cast<size_t>(t * width)];
-    int64_t id = dtype_ == TokenDType::kUint16
-                     ? static_cast<int64_t>(b[0] | (b[1] << 8))
-                     : static_cast<int64_t>(static_cast<int32_t>(
-                           static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8) |
-                           (static_cast<uint32_t>(b[2]) << 16) |
-                           (static_cast<uint32_t>(b[3]) << 24)));
+    int64_t id =
+        dtype_ == TokenDType::kUint16
+            ? static_cast<int64_t>(b[0] | (b[1] << 8))
+            : static_cast<int64_t>(static_cast<int32_t>(
+                  static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8) |
+                  (static_cast<uint32_t>(b[2]) << 16) | (static_cast<uint32_t>(b[3]) << 24)));
     if (vocab > 0 && (id < 0 || id >= vocab))
       return Error("--data " + path_ + ": token " + std::to_string(id) + " at position " +
                    std::to_string(start + t) + " is outside the vocabulary [0, " +
@@ -342,7 +344,8 @@ void SyntheticWindow(uint64_t seed, int64_t k, int64_t window, int64_t vocab, in
   static const uint64_t key = Fnv1a("synthetic");
   for (int64_t t = 0; t < window; ++t) {
     uint32_t bits = PhiloxRandom(seed, key, static_cast<uint64_t>(k * window + t));
-    out[t] = static_cast<int64_t>((static_cast<uint64_t>(bits) * static_cast<uint64_t>(vocab)) >> 32);
+    out[t] =
+        static_cast<int64_t>((static_cast<uint64_t>(bits) * static_cast<uint64_t>(vocab)) >> 32);
   }
 }
 
@@ -427,11 +430,14 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
   std::stringstream ss;
   ss << in.rdbuf();
   nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || j.value("format", "") != "foundry-train-state")
+  // Compare as JSON values: value("format", "") would throw on a non-string.
+  if (j.is_discarded() || !j.is_object() || !j.contains("format") ||
+      j["format"] != "foundry-train-state")
     return Error("--resume " + dir + ": '" + path + "' is not a foundry-run state file");
-  if (j.value("version", 0) != 1)
+  if (!j.contains("version") || j["version"] != 1)
     return Error("--resume " + dir + ": '" + path + "' has state format version " +
-                 j.value("version", nlohmann::json(0)).dump() + "; this foundry-run reads 1");
+                 (j.contains("version") ? j["version"].dump() : std::string("(none)")) +
+                 "; this foundry-run reads 1");
   TrainState s;
   try {
     s.step = j.at("step").get<int64_t>();
@@ -463,8 +469,7 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
 
 // ---- trainer -------------------------------------------------------------------------------
 
-StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan,
-                                                   const TrainerOptions& options) {
+StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const TrainerOptions& options) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->plan_ = std::move(plan);
   t->options_ = options;
@@ -480,14 +485,15 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan,
                    "; the trainer updates f32 parameters only");
     if (!v->ShapeKnown())
       return Error("parameter '" + name + "' has no concrete shape (" + v->TypeString() + ")");
-    t->params_[name] = v->data ? *v->data : InitParameter(name, v->shape, options.init_seed);
+    t->bindings_[name] = v->data ? *v->data : InitParameter(name, v->shape, options.init_seed);
     v->data = nullptr;
   }
   std::set<std::string> trained(p.parameters.begin(), p.parameters.end());
   for (const auto& init : g.initializers) {
     const Value* v = g.FindValue(init);
     if (v && !v->data && !trained.count(init))
-      return Error("initializer '" + init + "' has no data and is not a trained parameter; "
+      return Error("initializer '" + init +
+                   "' has no data and is not a trained parameter; "
                    "export the model with its buffers");
   }
 
@@ -504,25 +510,29 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan,
   if (std::find(p.inputs.begin(), p.inputs.end(), "labels") != p.inputs.end())
     t->labels_input_ = "labels";
 
+  // Token batches fill the token input and, from the same windows, the labels; any other input
+  // must be fed.
   std::vector<std::string> unfed;
   for (const auto& in : p.inputs)
     if (!t->fed_.count(in)) unfed.push_back(in);
-  bool need_tokens = false;
+  if (!unfed.empty() && t->tokens_input_.empty())
+    return Error(
+        "cannot tell which input takes token ids (no Gather on an embedding consumes one); give "
+        "the inputs with --feed NAME=FILE.pb (inputs: " +
+        JoinNames(p.inputs) + ")");
+  const bool need_tokens = !t->fed_.count(t->tokens_input_) && !t->tokens_input_.empty();
   for (const auto& in : unfed) {
-    if (in == t->tokens_input_ || in == t->labels_input_) {
-      need_tokens = true;
-      continue;
-    }
+    if (in == t->tokens_input_ || (in == t->labels_input_ && need_tokens)) continue;
+    if (in == t->labels_input_)
+      return Error("input '" + in + "' has no data: pass it with --feed " + in +
+                   "=FILE.pb (with --feed " + t->tokens_input_ +
+                   " given, labels cannot come from token windows)");
     return Error("input '" + in + "' has no data: pass it with --feed " + in + "=FILE.pb");
   }
   if (!options.data_path.empty() && !need_tokens)
-    return Error("--data " + options.data_path +
-                 ": every input of the plan is given with --feed; drop one or the other");
+    return Error("--data " + options.data_path + ": --feed " + t->tokens_input_ +
+                 " already gives the tokens; drop one or the other");
   if (need_tokens) {
-    if (t->tokens_input_.empty())
-      return Error("cannot tell which input takes token ids (no Gather on an embedding consumes "
-                   "one); give the inputs with --feed NAME=FILE.pb (inputs: " +
-                   JoinNames(p.inputs) + ")");
     if (options.data_path.empty() && t->vocab_ <= 0)
       return Error("synthetic tokens need the vocabulary size, and no embedding Gather consumes '" +
                    t->tokens_input_ + "'; pass --data FILE or --feed " + t->tokens_input_ +
@@ -536,8 +546,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan,
     t->seq_ = ids->shape[1];
     if (!t->labels_input_.empty() && !t->fed_.count(t->labels_input_)) {
       const Value* lv = g.FindValue(t->labels_input_);
-      if (lv->shape != ids->shape ||
-          (lv->dtype != DType::kInt64 && lv->dtype != DType::kInt32))
+      if (lv->shape != ids->shape || (lv->dtype != DType::kInt64 && lv->dtype != DType::kInt32))
         return Error("input '" + t->labels_input_ + "' is " + lv->TypeString() + " but '" +
                      t->tokens_input_ + "' is " + ids->TypeString() +
                      "; token batches need labels shaped like the token ids; give them with "
@@ -560,8 +569,6 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan,
     }
   }
   for (auto& [name, tensor] : t->fed_) t->bindings_[name] = tensor;
-  for (auto& [name, tensor] : t->params_) t->bindings_[name] = tensor;
-  t->params_.clear();
   return t;
 }
 
@@ -580,8 +587,7 @@ std::map<std::string, Tensor> Trainer::parameters() const {
 const Tensor& Trainer::parameter(const std::string& name) const { return bindings_.at(name); }
 
 std::string Trainer::DataDescription() const {
-  bool tokens = !tokens_input_.empty() && !fed_.count(tokens_input_);
-  if (!tokens) return "--feed";
+  if (tokens_input_.empty() || fed_.count(tokens_input_)) return "--feed";
   std::string s = data_ ? "--data " + data_->path() + " (" +
                               std::string(TokenDTypeName(data_->dtype())) + ", " +
                               std::to_string(data_->num_tokens()) + " tokens)"
@@ -591,8 +597,7 @@ std::string Trainer::DataDescription() const {
 }
 
 Status Trainer::BuildBatch() {
-  bool tokens = !tokens_input_.empty() && !fed_.count(tokens_input_);
-  if (!tokens) return Status::Ok();
+  if (tokens_input_.empty() || fed_.count(tokens_input_)) return Status::Ok();
   const int64_t window = seq_ + 1;
   std::vector<int64_t> windows(static_cast<size_t>(batch_ * window));
   for (int64_t b = 0; b < batch_; ++b) {
@@ -605,10 +610,9 @@ Status Trainer::BuildBatch() {
   }
   const Graph& g = plan_.graph;
   DType ids_dtype = g.FindValue(tokens_input_)->dtype;
-  DType labels_dtype =
-      labels_input_.empty() ? DType::kInt64 : g.FindValue(labels_input_)->dtype;
-  TokenBatch tb = MakeTokenBatch(windows, batch_, seq_, plan_.plan.loss_in_model, ids_dtype,
-                                 labels_dtype);
+  DType labels_dtype = labels_input_.empty() ? DType::kInt64 : g.FindValue(labels_input_)->dtype;
+  TokenBatch tb =
+      MakeTokenBatch(windows, batch_, seq_, plan_.plan.loss_in_model, ids_dtype, labels_dtype);
   bindings_[tokens_input_] = std::move(tb.input_ids);
   if (!labels_input_.empty() && !fed_.count(labels_input_))
     bindings_[labels_input_] = std::move(tb.labels);
@@ -619,7 +623,8 @@ Status Trainer::NonFiniteError(int64_t step, const InterpretOptions& base) const
   InterpretOptions io = base;
   io.check_finite = true;
   auto replay = Interpret(plan_.graph, bindings_, io);
-  const std::string prefix = "step " + std::to_string(step) + ": non-finite value first produced by ";
+  const std::string prefix =
+      "step " + std::to_string(step) + ": non-finite value first produced by ";
   if (replay.ok()) {
     // Every node produced finite values: a non-finite weight was fed in.
     for (const auto& name : plan_.plan.parameters)
@@ -797,19 +802,17 @@ Status Trainer::Resume(const std::string& dir) {
                    "'; was it saved from another model?");
     if (sv->data->dtype() != cur.dtype() || sv->data->shape() != cur.shape())
       return Error("--resume " + dir + ": parameter '" + name + "' is " +
-                   TypeOf(sv->data->dtype(), sv->data->shape()) + " in '" + model +
-                   "' but " + TypeOf(cur.dtype(), cur.shape()) + " in the plan");
+                   TypeOf(sv->data->dtype(), sv->data->shape()) + " in '" + model + "' but " +
+                   TypeOf(cur.dtype(), cur.shape()) + " in the plan");
     params[name] = *sv->data;
-    auto load_slot = [&](const std::string& suffix,
-                         std::map<std::string, Tensor>& into) -> Status {
+    auto load_slot = [&](const std::string& suffix, std::map<std::string, Tensor>& into) -> Status {
       const std::string path =
           (fs::path(dir) / "optimizer" / (FileNameForValue(name) + suffix)).string();
       auto t = ReadTensorFile(path);
       if (!t.ok()) return t.status().Prepend("--resume " + dir + ": optimizer state: ");
       if (t->dtype() != DType::kFloat32 || t->shape() != cur.shape())
-        return Error("--resume " + dir + ": '" + path + "' is " +
-                     TypeOf(t->dtype(), t->shape()) + ", expected " +
-                     TypeOf(DType::kFloat32, cur.shape()));
+        return Error("--resume " + dir + ": '" + path + "' is " + TypeOf(t->dtype(), t->shape()) +
+                     ", expected " + TypeOf(DType::kFloat32, cur.shape()));
       into[name] = std::move(t).value();
       return Status::Ok();
     };

@@ -40,7 +40,7 @@ struct InterpretOptions;
 // ---- plan ----------------------------------------------------------------------------------
 
 // A plan and its training graph, cross-checked: every plan input is a graph input, every parameter
-// an initializer, every gradient a graph value, the loss a graph output.
+// an initializer, every gradient and the loss a graph output.
 struct LoadedPlan {
   std::string plan_path;
   Plan plan;
@@ -102,8 +102,8 @@ struct OptimizerOptions {
 //   v = fma(f32(1 - b2) * g, g, v * f32(b2))        exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
 //   p = p + (f32(-lr / (1 - b1^t)) * m) / (sqrt(v) / f32(sqrt(1 - b2^t)) + f32(eps))
 // with the bias corrections computed in double, as Python does.
-void AdamWUpdate(const OptimizerOptions& o, int64_t step, float* param, const float* grad,
-                 float* m, float* v, int64_t n);
+void AdamWUpdate(const OptimizerOptions& o, int64_t step, float* param, const float* grad, float* m,
+                 float* v, int64_t n);
 
 // One SGD step, torch.optim.SGD (dampening 0, no Nesterov): coupled weight decay
 // d = fma(p, f32(wd), g) when wd != 0; with momentum, buf = d on the first step, else
@@ -170,8 +170,8 @@ Status CheckFeed(const Feed& feed, const Graph& graph, const std::vector<std::st
 
 struct TrainerOptions {
   OptimizerOptions optimizer;
-  uint64_t seed = 0;       // dropout masks and synthetic tokens
-  uint64_t init_seed = 0;  // parameters without data
+  uint64_t seed = 0;               // dropout masks and synthetic tokens
+  uint64_t init_seed = 0;          // parameters without data
   std::vector<std::string> feeds;  // NAME=FILE.pb
   std::string data_path;           // flat token file; "" = synthetic tokens (unless fed)
   TokenDType data_dtype = TokenDType::kUint16;
@@ -244,7 +244,6 @@ class Trainer {
   // What every step feeds the interpreter: the parameters (updated in place by the optimizer),
   // the --feed tensors and the current token batch.
   std::map<std::string, Tensor> bindings_;
-  std::map<std::string, Tensor> params_;  // only while Create runs
   std::map<std::string, Tensor> slot_m_;  // AdamW exp_avg / SGD momentum buffer
   std::map<std::string, Tensor> slot_v_;  // AdamW exp_avg_sq
   std::map<std::string, Tensor> fed_;     // --feed tensors

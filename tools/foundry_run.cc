@@ -110,8 +110,10 @@ int RunForward(const std::string& model, const std::vector<std::string>& feed_sp
   for (const auto& init : g.initializers) {
     const Value* v = g.FindValue(init);
     if (v && !v->data && !bound.count(init))
-      return Fail("initializer '" + init + "' has no data (a --no-weights export?); --forward "
-                  "needs the weights, or --feed " + init + "=FILE.pb");
+      return Fail("initializer '" + init +
+                  "' has no data (a --no-weights export?); --forward "
+                  "needs the weights, or --feed " +
+                  init + "=FILE.pb");
   }
   InterpretOptions options;
   options.ctx.seed = seed;
@@ -139,9 +141,7 @@ int RunForward(const std::string& model, const std::vector<std::string>& feed_sp
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   CLI::App app{
       "foundry-run: train a compiled plan (PREFIX.plan + PREFIX.train.onnx from foundry-compile)\n"
       "for N steps, or run an ONNX model forward (--forward MODEL.onnx)."};
@@ -159,11 +159,12 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "cpu or cuda")
       ->check(CLI::Validator(
           [](std::string& s) -> std::string {
-            return s == "cpu" || s == "cuda" ? "" : "unknown device '" + s + "' (choose cpu or cuda)";
+            return s == "cpu" || s == "cuda" ? ""
+                                             : "unknown device '" + s + "' (choose cpu or cuda)";
           },
           "cpu|cuda"))
       ->capture_default_str();
-  app.add_option("--steps", steps, "training steps to run")
+  app.add_option("--steps", steps, "training steps to run (after --resume: more steps)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   auto* o_lr = app.add_option("--lr", opt.lr, "learning rate")->capture_default_str();
@@ -178,25 +179,31 @@ int main(int argc, char** argv) {
   auto* o_wd = app.add_option("--weight-decay", opt.weight_decay,
                               "weight decay (decoupled for AdamW, L2 for SGD)")
                    ->capture_default_str();
-  auto* o_feed = app.add_option("--feed", feeds, "an input from an ONNX TensorProto file (repeatable)")
-                     ->type_name("NAME=FILE.pb");
+  auto* o_feed =
+      app.add_option("--feed", feeds, "an input from an ONNX TensorProto file (repeatable)")
+          ->type_name("NAME=FILE.pb");
   auto* o_data = app.add_option("--data", data,
-                                "flat token file: windows of seq+1 tokens, batch rows per step");
+                                "flat token file: windows of seq+1 tokens, batch rows per step")
+                     ->type_name("FILE");
   auto* o_data_dtype = app.add_option("--data-dtype", data_dtype, "token width in --data")
                            ->check(CLI::IsMember({"uint16", "int32"}))
                            ->capture_default_str();
   auto* o_seed = app.add_option("--seed", seed, "seed of dropout masks and synthetic tokens")
                      ->capture_default_str();
-  auto* o_init_seed =
-      app.add_option("--init-seed", init_seed, "seed of the initialisation of weightless parameters")
-          ->capture_default_str();
-  auto* o_save = app.add_option("--save", save_dir,
-                                "after the run, save weights + optimizer state to DIR");
-  auto* o_resume = app.add_option("--resume", resume_dir, "continue the run saved in DIR");
+  auto* o_init_seed = app.add_option("--init-seed", init_seed,
+                                     "seed of the initialisation of weightless parameters")
+                          ->capture_default_str();
+  auto* o_save =
+      app.add_option("--save", save_dir, "after the run, save weights + optimizer state to DIR")
+          ->type_name("DIR");
+  auto* o_resume =
+      app.add_option("--resume", resume_dir, "continue the run saved in DIR")->type_name("DIR");
   auto* o_dump_grads = app.add_option("--dump-grads", dump_grads,
-                                      "write the first step's gradients to DIR/<param>_grad.pb");
+                                      "write the first step's gradients to DIR/<param>_grad.pb")
+                           ->type_name("DIR");
   app.add_option("--dump-outputs", dump_outputs,
-                 "write the first step's graph outputs (--forward: the outputs) to DIR/<name>.pb");
+                 "write the first step's graph outputs (--forward: the outputs) to DIR/<name>.pb")
+      ->type_name("DIR");
   auto* o_dim = app.add_option("--dim", dim_specs, "with --forward: bind a symbolic dimension")
                     ->type_name("NAME=VALUE");
   try {
@@ -279,8 +286,8 @@ int main(int argc, char** argv) {
             << "  params     " << lp.plan.parameters.size() << " tensors, " << elements
             << " elements (" << Format("%.2f", elements * 4.0 / (1 << 20)) << " MiB)\n";
   if (t.batch() > 0)
-    std::cout << "  batch      " << t.batch() << " x " << t.seq() << " ("
-              << t.batch() * t.seq() << " tokens/step)\n";
+    std::cout << "  batch      " << t.batch() << " x " << t.seq() << " (" << t.batch() * t.seq()
+              << " tokens/step)\n";
   std::cout << "  data       " << t.DataDescription() << "\n"
             << "  optimizer  " << OptimizerName(o.kind) << "  lr " << o.lr;
   if (o.kind == OptimizerKind::kAdamW)
@@ -302,8 +309,8 @@ int main(int argc, char** argv) {
     if (i == 0) first_loss = r->loss;
     last_loss = r->loss;
     std::cout << "step " << r->step << "/" << last << "  loss " << Format("%.4f", r->loss) << "  "
-              << Format("%.1f", r->seconds * 1e3) << " ms  "
-              << Format("%.0f", r->tokens_per_second) << " tok/s\n"
+              << Format("%.1f", r->seconds * 1e3) << " ms  " << Format("%.0f", r->tokens_per_second)
+              << " tok/s\n"
               << std::flush;
   }
   if (steps > 0) {
@@ -311,10 +318,11 @@ int main(int argc, char** argv) {
     std::cout << "done: " << steps << " steps (" << first + 1 << ".." << last << "), loss "
               << Format("%.4f", first_loss) << " -> " << Format("%.4f", last_loss) << ", "
               << Format("%.1f", total_seconds / steps * 1e3) << " ms/step, "
-              << Format("%.0f", total_seconds > 0 ? tokens / total_seconds : 0) << " tok/s, peak RSS "
-              << Format("%.0f", PeakRssMiB()) << " MiB\n";
+              << Format("%.0f", total_seconds > 0 ? tokens / total_seconds : 0)
+              << " tok/s, peak RSS " << Format("%.0f", PeakRssMiB()) << " MiB\n";
   }
-  if (!dump_grads.empty() && steps > 0) std::cout << "gradients of step " << first + 1 << " in " << dump_grads << "\n";
+  if (!dump_grads.empty() && steps > 0)
+    std::cout << "gradients of step " << first + 1 << " in " << dump_grads << "\n";
   if (!dump_outputs.empty() && steps > 0)
     std::cout << "outputs of step " << first + 1 << " in " << dump_outputs << "\n";
   if (!save_dir.empty()) {
@@ -323,4 +331,16 @@ int main(int argc, char** argv) {
     std::cout << "saved " << save_dir << " (step " << t.step() << ")\n";
   }
   return 0;
+}
+
+}  // namespace
+
+// The libraries report errors as Status; an exception reaching here is a bug, but the user still
+// gets the one-line error contract rather than std::terminate.
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    return Fail(std::string("internal error: ") + e.what());
+  }
 }

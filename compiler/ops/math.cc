@@ -350,7 +350,8 @@ void RegisterMathSchemas(OpSchemaTable& table) {
 
   for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"})
     table.Add({"", op, 1, 2, 1, 1, MakeInferReduce(ReduceDTypes::kAny)});
-  for (const char* op : {"ReduceL1", "ReduceL2", "ReduceSumSquare"})
+  for (const char* op :
+       {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
     table.Add({"", op, 1, 2, 1, 1, MakeInferReduce(ReduceDTypes::kFloatOnly)});
 
   table.Add({"", "LayerNormalization", 2, 3, 1, 3, InferLayerNorm});

@@ -174,9 +174,12 @@ Status MatMulKernel(const Node& node, std::span<const Tensor* const> in,
   bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
   float alpha = node.GetFloat("alpha", 1.0f);
   switch (in[0]->dtype()) {
-    case DType::kFloat32: return MatMulTyped<float>(node, *in[0], *in[1], *out[0], ta, tb, alpha);
-    case DType::kFloat64: return MatMulTyped<double>(node, *in[0], *in[1], *out[0], ta, tb, alpha);
-    default: return UnsupportedType(node, in[0]->dtype());
+    case DType::kFloat32:
+      return MatMulTyped<float>(node, *in[0], *in[1], *out[0], ta, tb, alpha);
+    case DType::kFloat64:
+      return MatMulTyped<double>(node, *in[0], *in[1], *out[0], ta, tb, alpha);
+    default:
+      return UnsupportedType(node, in[0]->dtype());
   }
 }
 
@@ -197,17 +200,19 @@ Status GemmTyped(const Node& node, const Tensor& A, const Tensor& B, const Tenso
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) y[i * n + j] = c[i * si + j * sj];
   }
-  return GemmOne<T>(node, ta, tb, m, n, k, alpha, A.data<T>(), B.data<T>(), use_c ? beta : T(0),
-                    y);
+  return GemmOne<T>(node, ta, tb, m, n, k, alpha, A.data<T>(), B.data<T>(), use_c ? beta : T(0), y);
 }
 
-Status GemmKernel(const Node& node, std::span<const Tensor* const> in,
-                  std::span<Tensor* const> out, const KernelContext&) {
+Status GemmKernel(const Node& node, std::span<const Tensor* const> in, std::span<Tensor* const> out,
+                  const KernelContext&) {
   const Tensor* c = in.size() > 2 ? in[2] : nullptr;
   switch (in[0]->dtype()) {
-    case DType::kFloat32: return GemmTyped<float>(node, *in[0], *in[1], c, *out[0]);
-    case DType::kFloat64: return GemmTyped<double>(node, *in[0], *in[1], c, *out[0]);
-    default: return UnsupportedType(node, in[0]->dtype());
+    case DType::kFloat32:
+      return GemmTyped<float>(node, *in[0], *in[1], c, *out[0]);
+    case DType::kFloat64:
+      return GemmTyped<double>(node, *in[0], *in[1], c, *out[0]);
+    default:
+      return UnsupportedType(node, in[0]->dtype());
   }
 }
 
@@ -249,9 +254,12 @@ template <bool kLog>
 Status SoftmaxKernel(const Node& node, std::span<const Tensor* const> in,
                      std::span<Tensor* const> out, const KernelContext&) {
   switch (in[0]->dtype()) {
-    case DType::kFloat32: return SoftmaxTyped<float, kLog>(node, *in[0], *out[0]);
-    case DType::kFloat64: return SoftmaxTyped<double, kLog>(node, *in[0], *out[0]);
-    default: return UnsupportedType(node, in[0]->dtype());
+    case DType::kFloat32:
+      return SoftmaxTyped<float, kLog>(node, *in[0], *out[0]);
+    case DType::kFloat64:
+      return SoftmaxTyped<double, kLog>(node, *in[0], *out[0]);
+    default:
+      return UnsupportedType(node, in[0]->dtype());
   }
 }
 
@@ -283,20 +291,22 @@ template <bool kLog>
 Status SoftmaxGradKernel(const Node& node, std::span<const Tensor* const> in,
                          std::span<Tensor* const> out, const KernelContext&) {
   switch (in[0]->dtype()) {
-    case DType::kFloat32: return SoftmaxGradTyped<float, kLog>(node, *in[0], *in[1], *out[0]);
-    case DType::kFloat64: return SoftmaxGradTyped<double, kLog>(node, *in[0], *in[1], *out[0]);
-    default: return UnsupportedType(node, in[0]->dtype());
+    case DType::kFloat32:
+      return SoftmaxGradTyped<float, kLog>(node, *in[0], *in[1], *out[0]);
+    case DType::kFloat64:
+      return SoftmaxGradTyped<double, kLog>(node, *in[0], *in[1], *out[0]);
+    default:
+      return UnsupportedType(node, in[0]->dtype());
   }
 }
 
 // ============================== reductions ==============================
 
-enum class ReduceOp { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSumSquare };
+enum class ReduceOp { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSumSquare, kLogSum, kLogSumExp };
 
 // Which axes a Reduce* node reduces: the `axes` attribute (opset < 18, ReduceSum < 13), else
 // input 1; empty means all axes, or none with noop_with_empty_axes.
-StatusOr<std::vector<bool>> ReducedAxes(const Node& node, const Tensor* axes_input,
-                                        int64_t rank) {
+StatusOr<std::vector<bool>> ReducedAxes(const Node& node, const Tensor* axes_input, int64_t rank) {
   std::vector<int64_t> axes;
   if (node.HasAttr("axes")) {
     axes = node.GetInts("axes");
@@ -334,14 +344,25 @@ struct Reducer {
     Acc v = static_cast<Acc>(x);
     switch (kOp) {
       case ReduceOp::kSum:
-      case ReduceOp::kMean: return acc + v;
-      case ReduceOp::kProd: return acc * v;
+      case ReduceOp::kMean:
+        return acc + v;
+      case ReduceOp::kProd:
+        return acc * v;
       // NaN propagates, as numpy and torch.amax do.
-      case ReduceOp::kMax: return (v > acc || v != v) ? v : acc;
-      case ReduceOp::kMin: return (v < acc || v != v) ? v : acc;
-      case ReduceOp::kL1: return acc + (v < 0 ? -v : v);
+      case ReduceOp::kMax:
+        return (v > acc || v != v) ? v : acc;
+      case ReduceOp::kMin:
+        return (v < acc || v != v) ? v : acc;
+      case ReduceOp::kL1:
+        return acc + (v < 0 ? -v : v);
       case ReduceOp::kL2:
-      case ReduceOp::kSumSquare: return acc + v * v;
+      case ReduceOp::kSumSquare:
+        return acc + v * v;
+      case ReduceOp::kLogSum:
+        return acc + v;
+      // In double, exp overflows only for inputs above ~709, far beyond what f32 models produce.
+      case ReduceOp::kLogSumExp:
+        return acc + std::exp(static_cast<double>(v));
     }
     return acc;
   }
@@ -354,6 +375,8 @@ struct Reducer {
       }
     }
     if constexpr (kOp == ReduceOp::kL2) return static_cast<T>(std::sqrt(static_cast<double>(acc)));
+    if constexpr (kOp == ReduceOp::kLogSum || kOp == ReduceOp::kLogSumExp)
+      return static_cast<T>(std::log(static_cast<double>(acc)));
     return static_cast<T>(acc);
   }
 };
@@ -378,8 +401,8 @@ Status ReduceTyped(const Node& node, const Tensor& X, const Tensor* axes_input, 
     }
   }
   if (Y.shape() != expect)
-    return Fail(node, "output was allocated as " + ShapeToString(Y.shape()) + ", the reduction gives " +
-                          ShapeToString(expect));
+    return Fail(node, "output was allocated as " + ShapeToString(Y.shape()) +
+                          ", the reduction gives " + ShapeToString(expect));
   const T* x = X.data<T>();
   T* y = Y.data<T>();
   // Each output accumulates its reduced elements in row-major order of their indices.
@@ -389,8 +412,8 @@ Status ReduceTyped(const Node& node, const Tensor& X, const Tensor* axes_input, 
       first_kept = i;
       break;
     }
-  bool leading_reduced = std::all_of(reduced.begin() + first_kept, reduced.end(),
-                                     [](bool r) { return !r; });
+  bool leading_reduced =
+      std::all_of(reduced.begin() + first_kept, reduced.end(), [](bool r) { return !r; });
   if (leading_reduced) {
     // Reduced dims all before the kept ones ([R, O] view): sweep rows so memory is read in order.
     // Same per-output order (r ascending) as the general path.
@@ -435,18 +458,22 @@ template <ReduceOp kOp>
 Status ReduceKernel(const Node& node, std::span<const Tensor* const> in,
                     std::span<Tensor* const> out, const KernelContext&) {
   const Tensor* axes = in.size() > 1 ? in[1] : nullptr;
-  constexpr bool kFloatOnly =
-      kOp == ReduceOp::kL1 || kOp == ReduceOp::kL2 || kOp == ReduceOp::kSumSquare;
+  constexpr bool kFloatOnly = kOp == ReduceOp::kL1 || kOp == ReduceOp::kL2 ||
+                              kOp == ReduceOp::kSumSquare || kOp == ReduceOp::kLogSum ||
+                              kOp == ReduceOp::kLogSumExp;
   switch (in[0]->dtype()) {
-    case DType::kFloat32: return ReduceTyped<float, kOp>(node, *in[0], axes, *out[0]);
-    case DType::kFloat64: return ReduceTyped<double, kOp>(node, *in[0], axes, *out[0]);
+    case DType::kFloat32:
+      return ReduceTyped<float, kOp>(node, *in[0], axes, *out[0]);
+    case DType::kFloat64:
+      return ReduceTyped<double, kOp>(node, *in[0], axes, *out[0]);
     case DType::kInt64:
       if (kFloatOnly) break;
       return ReduceTyped<int64_t, kOp>(node, *in[0], axes, *out[0]);
     case DType::kInt32:
       if (kFloatOnly) break;
       return ReduceTyped<int32_t, kOp>(node, *in[0], axes, *out[0]);
-    default: break;
+    default:
+      break;
   }
   return UnsupportedType(node, in[0]->dtype());
 }
@@ -640,7 +667,8 @@ Status SoftmaxCrossEntropyKernel(const Node& node, std::span<const Tensor* const
   const float* w = in.size() > 2 && in[2] ? in[2]->data<float>() : nullptr;
   std::string reduction = node.GetString("reduction", "mean");
   const float* s = S.data<float>();
-  float* log_prob = out.size() > 1 && out[1]->numel() == S.numel() ? out[1]->data<float>() : nullptr;
+  float* log_prob =
+      out.size() > 1 && out[1]->numel() == S.numel() ? out[1]->data<float>() : nullptr;
   float* loss = out[0]->data<float>();
   std::vector<double> lp(l.c);
   double total = 0, weight_sum = 0;
@@ -668,7 +696,8 @@ Status SoftmaxCrossEntropyKernel(const Node& node, std::span<const Tensor* const
     }
   }
   if (reduction == "sum") loss[0] = static_cast<float>(total);
-  if (reduction == "mean") loss[0] = weight_sum == 0 ? 0.0f : static_cast<float>(total / weight_sum);
+  if (reduction == "mean")
+    loss[0] = weight_sum == 0 ? 0.0f : static_cast<float>(total / weight_sum);
   return Status::Ok();
 }
 
@@ -732,6 +761,8 @@ void RegisterMathKernels(CpuKernelTable& table) {
   table.Add("", "ReduceL1", ReduceKernel<ReduceOp::kL1>);
   table.Add("", "ReduceL2", ReduceKernel<ReduceOp::kL2>);
   table.Add("", "ReduceSumSquare", ReduceKernel<ReduceOp::kSumSquare>);
+  table.Add("", "ReduceLogSum", ReduceKernel<ReduceOp::kLogSum>);
+  table.Add("", "ReduceLogSumExp", ReduceKernel<ReduceOp::kLogSumExp>);
 
   table.Add("", "LayerNormalization", LayerNormKernel);
   table.Add(kMs, "LayerNormalizationGrad", LayerNormGradKernel);

@@ -25,8 +25,8 @@ Status RuleError(GradBuilder& b, const std::string& what) {
 }
 
 std::string I64Const(GradBuilder& b, const std::vector<int64_t>& v, const std::string& hint) {
-  return b.Constant(
-      Tensor::FromVector<int64_t>(DType::kInt64, {static_cast<int64_t>(v.size())}, v), hint);
+  return b.Constant(Tensor::FromVector<int64_t>(DType::kInt64, {static_cast<int64_t>(v.size())}, v),
+                    hint);
 }
 
 std::string ScalarConst(GradBuilder& b, DType t, double v, const std::string& hint) {
@@ -71,18 +71,21 @@ Status MatMulGrad(GradBuilder& b) {
   Shape a2 = a.size() == 1 ? Shape{1, a[0]} : a;
   Shape b2 = bs.size() == 1 ? Shape{bs[0], 1} : bs;
   const std::string& dy = b.OutputGrad(0);
-  // dY viewed as batch + [M, N].
-  std::string dy2 = dy;
   int64_t m = ta ? a2.back() : a2[a2.size() - 2];
   int64_t n = tb ? b2[b2.size() - 2] : b2.back();
-  if (a.size() == 1 || bs.size() == 1) {
+  // dY viewed as batch + [M, N] (a Reshape only with a 1-D operand, emitted on first use).
+  std::string dy2;
+  auto dy_matrix = [&]() -> StatusOr<std::string> {
+    if (!dy2.empty()) return dy2;
+    if (a.size() != 1 && bs.size() != 1) return dy2 = dy;
     auto batch = BroadcastShapes(Shape(a2.begin(), a2.end() - 2), Shape(b2.begin(), b2.end() - 2));
     if (!batch.ok()) return RuleError(b, batch.status().message());
     Shape y2 = *batch;
     y2.push_back(m);
     y2.push_back(n);
     ASSIGN_OR_RETURN(dy2, ReshapeTo(b, dy, y2));
-  }
+    return dy2;
+  };
   auto mm = [&](const std::string& x, const std::string& y, bool t1,
                 bool t2) -> StatusOr<std::string> {
     std::map<std::string, Attribute> attrs;
@@ -97,11 +100,12 @@ Status MatMulGrad(GradBuilder& b) {
     if (bs.size() == 1) {
       ASSIGN_OR_RETURN(bm, ReshapeTo(b, bm, b2));
     }
+    ASSIGN_OR_RETURN(std::string dym, dy_matrix());
     std::string g;
     if (ta) {
-      ASSIGN_OR_RETURN(g, mm(bm, dy2, tb, true));
+      ASSIGN_OR_RETURN(g, mm(bm, dym, tb, true));
     } else {
-      ASSIGN_OR_RETURN(g, mm(dy2, bm, false, !tb));
+      ASSIGN_OR_RETURN(g, mm(dym, bm, false, !tb));
     }
     ASSIGN_OR_RETURN(g, b.ReduceToShape(g, a2));
     if (a.size() == 1) {
@@ -128,10 +132,11 @@ Status MatMulGrad(GradBuilder& b) {
         ASSIGN_OR_RETURN(g, mm(a_rows, dy_rows, true, false));
       }
     } else {
+      ASSIGN_OR_RETURN(std::string dym, dy_matrix());
       if (tb) {
-        ASSIGN_OR_RETURN(g, mm(dy2, am, true, ta));
+        ASSIGN_OR_RETURN(g, mm(dym, am, true, ta));
       } else {
-        ASSIGN_OR_RETURN(g, mm(am, dy2, !ta, false));
+        ASSIGN_OR_RETURN(g, mm(am, dym, !ta, false));
       }
       ASSIGN_OR_RETURN(g, b.ReduceToShape(g, b2));
     }
@@ -195,10 +200,9 @@ template <bool kLog>
 Status SoftmaxGrad(GradBuilder& b) {
   if (!b.NeedsInputGrad(0)) return Status::Ok();
   const Node& fwd = b.fwd();
-  ASSIGN_OR_RETURN(
-      std::string g,
-      b.Emit1(kLog ? "LogSoftmaxGrad_13" : "SoftmaxGrad_13", {b.OutputGrad(0), fwd.outputs[0]},
-              {{"axis", Attribute::Int(fwd.GetInt("axis", -1))}}, kMs));
+  ASSIGN_OR_RETURN(std::string g, b.Emit1(kLog ? "LogSoftmaxGrad_13" : "SoftmaxGrad_13",
+                                          {b.OutputGrad(0), fwd.outputs[0]},
+                                          {{"axis", Attribute::Int(fwd.GetInt("axis", -1))}}, kMs));
   return b.SetInputGrad(0, g);
 }
 
@@ -267,8 +271,8 @@ Status ReduceSumMeanGrad(GradBuilder& b) {
   if (geo.identity) return b.SetInputGrad(0, g);
   const Value& x = b.InputValue(0);
   if (kMean) {
-    ASSIGN_OR_RETURN(g, b.Emit1("Div", {g, ScalarConst(b, x.dtype, static_cast<double>(geo.count),
-                                                       "count")}));
+    ASSIGN_OR_RETURN(
+        g, b.Emit1("Div", {g, ScalarConst(b, x.dtype, static_cast<double>(geo.count), "count")}));
   }
   ASSIGN_OR_RETURN(g, WithKeptDims(b, geo, g));
   if (geo.keep_shape != x.shape) {
@@ -291,9 +295,8 @@ Status ReduceMaxMinGrad(GradBuilder& b) {
   ASSIGN_OR_RETURN(std::string eq, b.Emit1("Equal", {fwd.inputs[0], y}));
   ASSIGN_OR_RETURN(std::string mask,
                    b.Emit1("Cast", {eq}, {{"to", Attribute::Int(static_cast<int64_t>(x.dtype))}}));
-  ASSIGN_OR_RETURN(std::string count,
-                   b.Emit1("ReduceSum", {mask, I64Const(b, geo.axes, "axes")},
-                           {{"keepdims", Attribute::Int(1)}}));
+  ASSIGN_OR_RETURN(std::string count, b.Emit1("ReduceSum", {mask, I64Const(b, geo.axes, "axes")},
+                                              {{"keepdims", Attribute::Int(1)}}));
   ASSIGN_OR_RETURN(std::string share, b.Emit1("Div", {dy, count}));
   ASSIGN_OR_RETURN(std::string g, b.Emit1("Mul", {mask, share}));
   return b.SetInputGrad(0, g);
@@ -314,8 +317,9 @@ Status NoGradIntoStats(GradBuilder& b, size_t first, const char* names) {
 Status LayerNormGrad(GradBuilder& b) {
   const Node& fwd = b.fwd();
   if (!fwd.HasOutput(1) || !fwd.HasOutput(2))
-    return RuleError(b, "the node has no Mean/InvStdDev outputs (outputs 1 and 2); the autodiff "
-                        "pass must add them before differentiating");
+    return RuleError(b,
+                     "the node has no Mean/InvStdDev outputs (outputs 1 and 2); the autodiff "
+                     "pass must add them before differentiating");
   RETURN_IF_ERROR(NoGradIntoStats(b, 1, "Mean/InvStdDev"));
   ASSIGN_OR_RETURN(
       std::vector<std::string> g,
@@ -331,8 +335,9 @@ Status LayerNormGrad(GradBuilder& b) {
 Status SimplifiedLayerNormGrad(GradBuilder& b) {
   const Node& fwd = b.fwd();
   if (!fwd.HasOutput(1))
-    return RuleError(b, "the node has no inv_std_var output (output 1); the autodiff pass must add "
-                        "it before differentiating");
+    return RuleError(b,
+                     "the node has no inv_std_var output (output 1); the autodiff pass must add "
+                     "it before differentiating");
   RETURN_IF_ERROR(NoGradIntoStats(b, 1, "inv_std_var"));
   ASSIGN_OR_RETURN(std::vector<std::string> g,
                    b.Emit("SimplifiedLayerNormalizationGrad",
@@ -350,8 +355,9 @@ Status SimplifiedLayerNormGrad(GradBuilder& b) {
 Status SoftmaxCrossEntropyGrad(GradBuilder& b) {
   const Node& fwd = b.fwd();
   if (!fwd.HasOutput(1))
-    return RuleError(b, "the node has no log_prob output (output 1); the autodiff pass must add it "
-                        "before differentiating");
+    return RuleError(b,
+                     "the node has no log_prob output (output 1); the autodiff pass must add it "
+                     "before differentiating");
   if (fwd.HasInput(2) && b.NeedsInputGrad(2))
     return RuleError(b, "gradients with respect to the class weights are not supported");
   if (!b.NeedsInputGrad(0)) return Status::Ok();
@@ -367,7 +373,7 @@ Status SoftmaxCrossEntropyGrad(GradBuilder& b) {
   }
   if (b.HasOutputGrad(1)) {
     ASSIGN_OR_RETURN(std::string t, b.Emit1("LogSoftmaxGrad_13", {b.OutputGrad(1), fwd.outputs[1]},
-                                             {{"axis", Attribute::Int(1)}}, kMs));
+                                            {{"axis", Attribute::Int(1)}}, kMs));
     if (g.empty()) {
       g = t;
     } else {

@@ -4,8 +4,9 @@
     /usr/bin/python3 tests/data/make_test_models.py
 
 Needs torch 1.13 and onnx 1.12 (Debian's). Each torch export runs in its own process (torch 1.13
-keeps state between exports). The outputs are deterministic (seeded weights) and committed; rerun
-this script only to change them.
+keeps state between exports). The outputs are committed; rerun this script only to change them.
+They are deterministic (seeded weights) except for the value names inside toy.functions.onnx's
+function bodies: torch keeps the names of one of the calls, not always the same one.
 
   toy.scopes.onnx      a 2-block toy transformer (d 8, classes named like llm-foundry's) with
                        TorchScript scoped names + foundry.* metadata (annotation format 2)
@@ -233,7 +234,7 @@ def quoted_ir10():
 
 
 def func_refs():
-    """Root calls Block (domain toy.layers) twice; Block calls Act (no parameter) and Scale."""
+    """Root calls Block (domain toy.layers) twice; Block calls Act (no parameter) and Scaler."""
     dom = "toy.layers"
     # Act(x) = LeakyRelu(x, alpha=@alpha): an attribute reference.
     act = helper.make_function(
@@ -244,11 +245,11 @@ def func_refs():
     act_variant.CopyFrom(act)
     act_variant.name = "Act.1"
     scale = helper.make_function(
-        dom, "Scale", ["x", "blocks.0.scale.weight"], ["y"],
+        dom, "Scaler", ["x", "blocks.0.scale.weight"], ["y"],
         [helper.make_node("Mul", ["x", "blocks.0.scale.weight"], ["y"], name="Mul_0")],
         [helper.make_opsetid("", 17)])
     block_nodes = [
-        helper.make_node("Scale", ["x", "blocks.0.scale.weight"], ["s"], name="Scale_0", domain=dom),
+        helper.make_node("Scaler", ["x", "blocks.0.scale.weight"], ["s"], name="Scale_0", domain=dom),
         helper.make_node("Act", ["s"], ["a"], name="Act_1", domain=dom,
                          alpha=0.5),
         helper.make_node("Act.1", ["a"], ["b"], name="Act.1_2", domain=dom),
@@ -272,9 +273,9 @@ def func_refs():
     classes = {
         "": ["toy.Root"],
         "blocks": ["torch.nn.modules.container.ModuleList"],
-        "blocks.0": ["toy.layers.Block"], "blocks.0.scale": ["toy.layers.Scale"],
+        "blocks.0": ["toy.layers.Block"], "blocks.0.scale": ["toy.layers.Scaler"],
         "blocks.0.act_in": ["toy.layers.Act"], "blocks.0.act_out": ["toy.layers.Act"],
-        "blocks.1": ["toy.layers.Block"], "blocks.1.scale": ["toy.layers.Scale"],
+        "blocks.1": ["toy.layers.Block"], "blocks.1.scale": ["toy.layers.Scaler"],
         "blocks.1.act_in": ["toy.layers.Act"], "blocks.1.act_out": ["toy.layers.Act"],
     }
     helper.set_model_props(model, {"foundry.module_classes": json.dumps(classes),

@@ -45,7 +45,8 @@ bool BitwiseEqual(const float* a, const float* b, int64_t n) {
 // ---- optimizer -----------------------------------------------------------------------------
 
 // Reference values from torch 1.13 (torch.optim.AdamW / SGD, foreach=False, CPU, float32):
-//   torch.manual_seed(7); p = torch.randn(6) * 0.5; grads = [torch.randn(6) * s for s in (1, .01, 5)]
+//   torch.manual_seed(7); p = torch.randn(6) * 0.5; grads = [torch.randn(6) * s for s in (1, .01,
+//   5)]
 // printed with float.hex().
 const std::vector<float> kP0 = {-0x1.2ca2e8p-4f, 0x1.92811cp-2f, 0x1.e4c5cep-2f,
                                 -0x1.1d45a6p-1f, 0x1.b0d7a0p-1f, -0x1.ca26e2p-2f};
@@ -59,14 +60,13 @@ const std::vector<std::vector<float>> kGrads = {
 
 TEST(OptimizerTest, AdamWMatchesTorchBitwise) {
   // AdamW(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
-  const std::vector<std::vector<float>> want = {
-      {-0x1.036030p-4f, 0x1.87dca2p-2f, 0x1.da0c44p-2f, -0x1.17dde6p-1f, 0x1.ab4a1ap-1f,
-       -0x1.d3ef08p-2f},
-      {-0x1.cf93d6p-5f, 0x1.809800p-2f, 0x1.d1fb30p-2f, -0x1.142fd6p-1f, 0x1.a7265cp-1f,
-       -0x1.da7158p-2f},
-      {-0x1.01197ap-4f, 0x1.7912f8p-2f, 0x1.cae210p-2f, -0x1.0fef88p-1f, 0x1.a9922ep-1f,
-       -0x1.d3a0f2p-2f}};
-  const std::vector<float> want_m = {0x1.3253a2p+0f, 0x1.1ce322p+0f, 0x1.cdd646p-1f,
+  const std::vector<std::vector<float>> want = {{-0x1.036030p-4f, 0x1.87dca2p-2f, 0x1.da0c44p-2f,
+                                                 -0x1.17dde6p-1f, 0x1.ab4a1ap-1f, -0x1.d3ef08p-2f},
+                                                {-0x1.cf93d6p-5f, 0x1.809800p-2f, 0x1.d1fb30p-2f,
+                                                 -0x1.142fd6p-1f, 0x1.a7265cp-1f, -0x1.da7158p-2f},
+                                                {-0x1.01197ap-4f, 0x1.7912f8p-2f, 0x1.cae210p-2f,
+                                                 -0x1.0fef88p-1f, 0x1.a9922ep-1f, -0x1.d3a0f2p-2f}};
+  const std::vector<float> want_m = {0x1.3253a2p+0f,  0x1.1ce322p+0f,  0x1.cdd646p-1f,
                                      -0x1.30223ap-1f, -0x1.9b9d0ap-3f, -0x1.67ba5ap-2f};
   const std::vector<float> want_v = {0x1.33b8eap-3f, 0x1.aa5cb8p-4f, 0x1.44370cp-4f,
                                      0x1.8766b8p-6f, 0x1.5e0b90p-8f, 0x1.ae8b24p-7f};
@@ -84,14 +84,13 @@ TEST(OptimizerTest, AdamWMatchesTorchBitwise) {
 
 TEST(OptimizerTest, SgdMomentumMatchesTorchBitwise) {
   // SGD(lr=0.1, momentum=0.9, weight_decay=0.01)
-  const std::vector<std::vector<float>> want = {
-      {-0x1.3557eap-5f, 0x1.13e7d0p-2f, 0x1.d62396p-2f, -0x1.8db76ap-2f, 0x1.a024f2p-1f,
-       -0x1.d74b0ep-2f},
-      {-0x1.7b61a8p-8f, 0x1.42e384p-3f, 0x1.c711d4p-2f, -0x1.e64e70p-3f, 0x1.8f739ep-1f,
-       -0x1.e2db4ep-2f},
-      {-0x1.33c882p+0f, -0x1.e96b90p-1f, -0x1.d5e00cp-2f, 0x1.6e2d6cp-2f, 0x1.f53afcp-1f,
-       -0x1.e76704p-4f}};
-  const std::vector<float> want_buf = {0x1.7ee068p+3f, 0x1.6456c6p+3f, 0x1.210b96p+3f,
+  const std::vector<std::vector<float>> want = {{-0x1.3557eap-5f, 0x1.13e7d0p-2f, 0x1.d62396p-2f,
+                                                 -0x1.8db76ap-2f, 0x1.a024f2p-1f, -0x1.d74b0ep-2f},
+                                                {-0x1.7b61a8p-8f, 0x1.42e384p-3f, 0x1.c711d4p-2f,
+                                                 -0x1.e64e70p-3f, 0x1.8f739ep-1f, -0x1.e2db4ep-2f},
+                                                {-0x1.33c882p+0f, -0x1.e96b90p-1f, -0x1.d5e00cp-2f,
+                                                 0x1.6e2d6cp-2f, 0x1.f53afcp-1f, -0x1.e76704p-4f}};
+  const std::vector<float> want_buf = {0x1.7ee068p+3f,  0x1.6456c6p+3f,  0x1.210b96p+3f,
                                        -0x1.7cd4e6p+2f, -0x1.fce4d4p+0f, -0x1.c341f0p+1f};
   OptimizerOptions o;
   o.kind = OptimizerKind::kSgd;
@@ -265,13 +264,11 @@ TEST(DataTest, Int32AndErrors) {
   std::vector<int64_t> w(2);
   ASSERT_TRUE(f->ReadWindow(0, 2, 0, w.data()).ok());
   EXPECT_EQ(w, (std::vector<int64_t>{70000, 1}));
-  EXPECT_EQ(f->ReadWindow(1, 2, 100, w.data()).message(),
-            "--data " + (dir / "i.bin") +
-                ": token -3 at position 2 is outside the vocabulary [0, 100)");
+  EXPECT_EQ(
+      f->ReadWindow(1, 2, 100, w.data()).message(),
+      "--data " + (dir / "i.bin") + ": token -3 at position 2 is outside the vocabulary [0, 100)");
   // 16 bytes are 8 uint16 tokens but 5 bytes are no whole number of them.
-  {
-    std::ofstream(dir / "odd.bin", std::ios::binary) << "abcde";
-  }
+  { std::ofstream(dir / "odd.bin", std::ios::binary) << "abcde"; }
   EXPECT_EQ(TokenFile::Open(dir / "odd.bin", TokenDType::kUint16).status().message(),
             "--data " + (dir / "odd.bin") +
                 ": 5 bytes is not a whole number of uint16 tokens; is --data-dtype right?");
@@ -473,10 +470,14 @@ TEST(TrainerTest, FeedErrors) {
   EXPECT_EQ(create("mask=" + (dir / "f32.pb")),
             "--feed mask=" + (dir / "f32.pb") +
                 ": no input named 'mask'; the inputs are input_ids, labels");
-  EXPECT_EQ(create("labels=" + (dir / "no.pb")),
-            "--feed labels=" + (dir / "no.pb") + ": cannot open '" + (dir / "no.pb") +
-                "': No such file or directory");
+  EXPECT_EQ(create("labels=" + (dir / "no.pb")), "--feed labels=" + (dir / "no.pb") +
+                                                     ": cannot open '" + (dir / "no.pb") +
+                                                     "': No such file or directory");
   EXPECT_EQ(create("labels"), "--feed labels: expected NAME=FILE.pb");
+  ASSERT_TRUE(WriteTensorFile(dir / "ids.pb", Tensor(DType::kInt64, {2, 4}), "x").ok());
+  EXPECT_EQ(create("input_ids=" + (dir / "ids.pb")),
+            "input 'labels' has no data: pass it with --feed labels=FILE.pb (with --feed "
+            "input_ids given, labels cannot come from token windows)");
 }
 
 TEST(TrainerTest, DataFileErrors) {
@@ -491,9 +492,9 @@ TEST(TrainerTest, DataFileErrors) {
   o.data_path = dir / "big.bin";
   auto t = MakeTrainer(Compile(true), o);
   ASSERT_TRUE(t);
-  EXPECT_EQ(t->Step().status().message(),
-            "--data " + (dir / "big.bin") +
-                ": token 9 at position 7 is outside the vocabulary [0, 8)");
+  EXPECT_EQ(
+      t->Step().status().message(),
+      "--data " + (dir / "big.bin") + ": token 9 at position 7 is outside the vocabulary [0, 8)");
 }
 
 TEST(TrainerTest, DumpsGradientsAndOutputsOfTheFirstStep) {
@@ -617,8 +618,8 @@ void ExpectResumeIsBitwise(const OptimizerOptions& opt) {
   }
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i)
-    EXPECT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << "step " << i + 1 << ": " << got[i]
-                                                    << " vs " << want[i];
+    EXPECT_EQ(std::memcmp(&got[i], &want[i], 4), 0)
+        << "step " << i + 1 << ": " << got[i] << " vs " << want[i];
   for (const auto& [name, p] : straight->parameters())
     EXPECT_TRUE(second->parameter(name).BitwiseEqual(p)) << name;
 
@@ -662,7 +663,8 @@ TEST(TrainerTest, SaveAndResumeErrors) {
   EXPECT_EQ(u->Resume(dir / "run").message(),
             "--resume " + (dir / "run") + ": the saved run used --optimizer adamw, this one sgd");
   {
-    std::ofstream(dir / "run/state.json") << "{\"format\": \"foundry-train-state\", \"version\": 2}";
+    std::ofstream(dir / "run/state.json")
+        << "{\"format\": \"foundry-train-state\", \"version\": 2}";
   }
   EXPECT_EQ(ReadTrainState(dir / "run").status().message(),
             "--resume " + (dir / "run") + ": '" + (dir / "run/state.json") +

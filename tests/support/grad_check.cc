@@ -78,7 +78,7 @@ Status CheckGradients(const Node& node, const std::map<std::string, Tensor>& inp
                       const GradCheckOptions& options) {
   ASSIGN_OR_RETURN(Graph fwd, SingleNodeGraph(node, inputs, constants));
   Graph g = fwd;
-  const Node& n = g.nodes[0];
+  const Node n = g.nodes[0];  // a copy: g.nodes grows (and reallocates) below
 
   // Random incoming gradients for every float output.
   std::map<std::string, Tensor> dys;

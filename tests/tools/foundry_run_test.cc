@@ -45,8 +45,8 @@ std::string Quote(const std::string& s) {
 class FoundryRunTest : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = (fs::path(testing::TempDir()) / ("foundry_run_test_" + std::to_string(getpid())))
-               .string();
+    dir_ =
+        (fs::path(testing::TempDir()) / ("foundry_run_test_" + std::to_string(getpid()))).string();
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     Result r = Exec(kCompile, {kFixture + "/model.onnx", "--dim", "batch=2", "--dim", "seq=16",
@@ -59,8 +59,8 @@ class FoundryRunTest : public testing::Test {
 
   static Result Exec(const std::string& binary, const std::vector<std::string>& args) {
     static int n = 0;
-    std::string out = dir_ + "/stdout." + std::to_string(n), err = dir_ + "/stderr." +
-                                                                   std::to_string(n);
+    std::string out = dir_ + "/stdout." + std::to_string(n),
+                err = dir_ + "/stderr." + std::to_string(n);
     ++n;
     std::string cmd = Quote(binary);
     for (const auto& a : args) cmd += " " + Quote(a);
@@ -107,9 +107,7 @@ TEST_F(FoundryRunTest, CorruptPlan) {
   EXPECT_EQ(r.err, Line("'" + Path("random.plan") +
                         "' is not a foundry plan (not the JSON foundry-compile writes); recompile "
                         "it with foundry-compile MODEL.onnx -o PREFIX"));
-  {
-    std::ofstream(Path("v99.plan")) << R"({"format": "foundry-plan", "version": 99})";
-  }
+  { std::ofstream(Path("v99.plan")) << R"({"format": "foundry-plan", "version": 99})"; }
   r = Run({Path("v99")});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err, Line("'" + Path("v99.plan") +
@@ -155,8 +153,8 @@ TEST_F(FoundryRunTest, Devices) {
   std::string want = "--device cuda: the CUDA backend is not built yet; use --device cpu";
 #ifdef FOUNDRY_HAVE_CUDA
   if (CudaDeviceCount() == 0)
-    want = "--device cuda: no CUDA device found (" + CudaDeviceDescription(0) +
-           "); use --device cpu";
+    want =
+        "--device cuda: no CUDA device found (" + CudaDeviceDescription(0) + "); use --device cpu";
 #endif
   EXPECT_EQ(r.err, Line(want));
 }
@@ -164,7 +162,7 @@ TEST_F(FoundryRunTest, Devices) {
 TEST_F(FoundryRunTest, UsageErrors) {
   Result r = Run({Path("mpt"), "--bogus"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, Line("The following arguments were not expected: --bogus (run foundry-run "
+  EXPECT_EQ(r.err, Line("The following argument was not expected: --bogus (run foundry-run "
                         "--help)"));
   r = Run({Path("mpt"), "--dim", "seq=4"});
   EXPECT_EQ(r.code, 2);
@@ -180,10 +178,10 @@ TEST_F(FoundryRunTest, UsageErrors) {
 
 // Loss and gradients of the fixture's batch match PyTorch's (models/fixtures/mpt_tiny/reference).
 TEST_F(FoundryRunTest, GradientsMatchPyTorchReference) {
-  Result r = Run({Path("mpt"), "--steps", "2", "--feed",
-                  "input_ids=" + kFixture + "/inputs/input_ids.pb", "--feed",
-                  "labels=" + kFixture + "/inputs/labels.pb", "--dump-grads", Path("grads"),
-                  "--dump-outputs", Path("outs")});
+  Result r =
+      Run({Path("mpt"), "--steps", "2", "--feed", "input_ids=" + kFixture + "/inputs/input_ids.pb",
+           "--feed", "labels=" + kFixture + "/inputs/labels.pb", "--dump-grads", Path("grads"),
+           "--dump-outputs", Path("outs")});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_NE(r.out.find("  params     27 tensors, 116480 elements"), std::string::npos) << r.out;
@@ -215,11 +213,32 @@ TEST_F(FoundryRunTest, GradientsMatchPyTorchReference) {
   EXPECT_EQ(checked, 27);
 }
 
+// The model's own loss (PyTorch's cross-entropy, ignore_index -100, labels shifted inside the
+// model) over a batch with nothing to predict: loss 0 and every gradient exactly 0.
+TEST_F(FoundryRunTest, AllIgnoredLabelsGiveZeroLossAndGradients) {
+  Tensor ignored(DType::kInt64, {2, 16});
+  for (int64_t i = 0; i < ignored.numel(); ++i) ignored.data<int64_t>()[i] = -100;
+  ASSERT_TRUE(WriteTensorFile(Path("ignored.pb"), ignored, "labels").ok());
+  Result r = Run(
+      {Path("mpt"), "--feed", "labels=" + Path("ignored.pb"), "--dump-grads", Path("zero_grads")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\nstep 1/1  loss 0.0000  "), std::string::npos) << r.out;
+  int checked = 0;
+  for (const auto& e : fs::directory_iterator(Path("zero_grads"))) {
+    auto g = ReadTensorFile(e.path().string());
+    ASSERT_TRUE(g.ok());
+    for (int64_t i = 0; i < g->numel(); ++i)
+      ASSERT_EQ(g->GetAsDouble(i), 0.0) << e.path() << "[" << i << "]";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 27);
+}
+
 TEST_F(FoundryRunTest, ResumeContinuesTheRunExactly) {
   Result straight = Run({Path("mpt"), "--steps", "3", "--lr", "0.01", "--seed", "5"});
   ASSERT_EQ(straight.code, 0) << straight.err;
-  Result first = Run({Path("mpt"), "--steps", "2", "--lr", "0.01", "--seed", "5", "--save",
-                      Path("run")});
+  Result first =
+      Run({Path("mpt"), "--steps", "2", "--lr", "0.01", "--seed", "5", "--save", Path("run")});
   ASSERT_EQ(first.code, 0) << first.err;
   EXPECT_NE(first.out.find("saved " + Path("run") + " (step 2)"), std::string::npos);
   // No PREFIX: the plan, optimizer, seeds and data come from the save.
@@ -241,8 +260,8 @@ TEST_F(FoundryRunTest, TrainsOnATokenFile) {
       out.write(reinterpret_cast<const char*>(&t), 2);
     }
   }
-  Result r = Run({Path("mpt"), "--steps", "2", "--data", Path("tokens.bin"), "--optimizer",
-                  "sgd", "--lr", "0.1"});
+  Result r = Run({Path("mpt"), "--steps", "2", "--data", Path("tokens.bin"), "--optimizer", "sgd",
+                  "--lr", "0.1"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("  data       --data " + Path("tokens.bin") + " (uint16, 100 tokens)"),
             std::string::npos)

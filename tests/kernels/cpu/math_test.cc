@@ -144,7 +144,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(MatMulTest, FusedMatMulTransposesAndScales) {
   Tensor a = RandomTensor({2, 5, 3}, 3), b = RandomTensor({7, 5}, 4);
   Node n = MakeNode("FusedMatMul", {"a", "b"}, {"y"},
-                    {{"transA", Attribute::Int(1)}, {"transB", Attribute::Int(1)},
+                    {{"transA", Attribute::Int(1)},
+                     {"transB", Attribute::Int(1)},
                      {"alpha", Attribute::Float(0.5f)}},
                     kMs);
   Tensor y = Run1(n, {{"a", a}, {"b", b}});
@@ -172,8 +173,9 @@ TEST(MatMulTest, InnerDimensionMismatchIsAnError) {
   ASSERT_FALSE(outs.ok());
   EXPECT_EQ(outs.status().message(),
             "MatMul node 'n': inner dimensions do not match: A is [3,5], B is [4,7]");
-  auto batch = RunSingleNode(MakeNode("MatMul", {"a", "b"}, {"y"}),
-                             {{"a", RandomTensor({2, 3, 5}, 1)}, {"b", RandomTensor({3, 5, 7}, 2)}});
+  auto batch =
+      RunSingleNode(MakeNode("MatMul", {"a", "b"}, {"y"}),
+                    {{"a", RandomTensor({2, 3, 5}, 1)}, {"b", RandomTensor({3, 5, 7}, 2)}});
   ASSERT_FALSE(batch.ok());
   EXPECT_EQ(batch.status().message(),
             "MatMul node 'n': batch dimensions: shapes [2] and [3] do not broadcast");
@@ -202,8 +204,10 @@ TEST_P(GemmVariants, MatchesReference) {
     names.push_back("c");
   }
   Node node = MakeNode("Gemm", names, {"y"},
-                       {{"transA", Attribute::Int(gc.ta)}, {"transB", Attribute::Int(gc.tb)},
-                        {"alpha", Attribute::Float(gc.alpha)}, {"beta", Attribute::Float(gc.beta)}});
+                       {{"transA", Attribute::Int(gc.ta)},
+                        {"transB", Attribute::Int(gc.tb)},
+                        {"alpha", Attribute::Float(gc.alpha)},
+                        {"beta", Attribute::Float(gc.beta)}});
   Tensor y = Run1(node, in);
   Ref ra = ToRef(a), rb = ToRef(b);
   if (gc.ta) ra = TransposeLast2(ra);
@@ -222,14 +226,13 @@ TEST_P(GemmVariants, MatchesReference) {
   ExpectClose(y, want);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Attrs, GemmVariants,
-    ::testing::Values(GemmCase{false, false, 1.0f, 1.0f, {}, false},
-                      GemmCase{true, false, 1.0f, 1.0f, {3, 7}, true},
-                      GemmCase{false, true, 0.5f, 2.0f, {7}, true},
-                      GemmCase{true, true, -1.5f, 0.25f, {3, 1}, true},
-                      GemmCase{false, false, 1.0f, 1.0f, {}, true},
-                      GemmCase{false, false, 2.0f, 0.0f, {1, 7}, true}));
+INSTANTIATE_TEST_SUITE_P(Attrs, GemmVariants,
+                         ::testing::Values(GemmCase{false, false, 1.0f, 1.0f, {}, false},
+                                           GemmCase{true, false, 1.0f, 1.0f, {3, 7}, true},
+                                           GemmCase{false, true, 0.5f, 2.0f, {7}, true},
+                                           GemmCase{true, true, -1.5f, 0.25f, {3, 1}, true},
+                                           GemmCase{false, false, 1.0f, 1.0f, {}, true},
+                                           GemmCase{false, false, 2.0f, 0.0f, {1, 7}, true}));
 
 // ============================== softmax ==============================
 
@@ -255,8 +258,8 @@ TEST(SoftmaxTest, MatchesReferenceOnEveryAxis) {
   Tensor x = RandomTensor({3, 5, 7}, 21, -4.f, 4.f);
   for (bool log : {false, true}) {
     for (int64_t axis : {-1, 0, 1, 2}) {
-      Node n = MakeNode(log ? "LogSoftmax" : "Softmax", {"x"}, {"y"},
-                        {{"axis", Attribute::Int(axis)}});
+      Node n =
+          MakeNode(log ? "LogSoftmax" : "Softmax", {"x"}, {"y"}, {{"axis", Attribute::Int(axis)}});
       Tensor y = Run1(n, {{"x", x}});
       ExpectClose(y, RefSoftmax(ToRef(x), axis < 0 ? axis + 3 : axis, log), 1e-6, 1e-5,
                   std::string(log ? "log" : "") + "softmax axis " + std::to_string(axis));
@@ -269,8 +272,8 @@ TEST(SoftmaxTest, MatchesReferenceOnEveryAxis) {
 
 TEST(SoftmaxTest, LargeAndInfiniteScoresStayFinite) {
   float inf = std::numeric_limits<float>::infinity();
-  Tensor x = Tensor::FromVector<float>(DType::kFloat32, {2, 3},
-                                       {1000.f, 1001.f, 1002.f, -inf, 0.f, -inf});
+  Tensor x =
+      Tensor::FromVector<float>(DType::kFloat32, {2, 3}, {1000.f, 1001.f, 1002.f, -inf, 0.f, -inf});
   Tensor y = Run1(MakeNode("Softmax", {"x"}, {"y"}), {{"x", x}});
   ExpectClose(y, Ref{{2, 3}, {0.09003057, 0.24472847, 0.66524096, 0, 1, 0}}, 1e-7, 1e-6);
   Tensor ly = Run1(MakeNode("LogSoftmax", {"x"}, {"y"}), {{"x", x}});
@@ -302,8 +305,7 @@ TEST(SoftmaxTest, GradKernelsMatchReference) {
             int64_t pj = o * nn * inner + j * inner + in;
             for (int64_t i = 0; i < nn; ++i) {
               int64_t pi = o * nn * inner + i * inner + in;
-              double jac = log ? (i == j) - std::exp(y.v[pj])
-                               : y.v[pi] * ((i == j) - y.v[pj]);
+              double jac = log ? (i == j) - std::exp(y.v[pj]) : y.v[pi] * ((i == j) - y.v[pj]);
               want.v[pj] += dy.GetAsDouble(pi) * jac;
             }
           }
@@ -315,7 +317,8 @@ TEST(SoftmaxTest, GradKernelsMatchReference) {
 // ============================== reductions ==============================
 
 // Reference reduction in double over a set of axes (keepdims shape).
-Ref RefReduce(const Ref& x, const std::vector<int64_t>& axes, bool keepdims, const std::string& op) {
+Ref RefReduce(const Ref& x, const std::vector<int64_t>& axes, bool keepdims,
+              const std::string& op) {
   int64_t rank = static_cast<int64_t>(x.shape.size());
   std::vector<bool> red(rank, false);
   for (int64_t a : axes) red[a < 0 ? a + rank : a] = true;
@@ -349,9 +352,12 @@ Ref RefReduce(const Ref& x, const std::vector<int64_t>& axes, bool keepdims, con
       if (op == "ReduceMin") r = std::min(r, v);
       if (op == "ReduceL1") r += std::fabs(v);
       if (op == "ReduceL2" || op == "ReduceSumSquare") r += v * v;
+      if (op == "ReduceLogSum") r += v;
+      if (op == "ReduceLogSumExp") r += std::exp(v);
     }
     if (op == "ReduceMean") r /= static_cast<double>(g.size());
     if (op == "ReduceL2") r = std::sqrt(r);
+    if (op == "ReduceLogSum" || op == "ReduceLogSumExp") r = std::log(r);
     y.v[o] = r;
   }
   return y;
@@ -359,20 +365,22 @@ Ref RefReduce(const Ref& x, const std::vector<int64_t>& axes, bool keepdims, con
 
 TEST(ReduceTest, EveryOpWithAxesAsAttributeAndAsInput) {
   Tensor x = RandomTensor({3, 5, 7}, 41, 0.5f, 1.5f);
-  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
-                         "ReduceL1", "ReduceL2", "ReduceSumSquare"}) {
+  for (const char* op :
+       {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+        "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}) {
     for (std::vector<int64_t> axes :
          {std::vector<int64_t>{1}, {-1}, {0, 2}, {0}, {2, 0, 1}, {0, 1}}) {
       for (bool keepdims : {true, false}) {
         Ref want = RefReduce(ToRef(x), axes, keepdims, op);
         std::string what = std::string(op) + " axes[0]=" + std::to_string(axes[0]) +
-                           " n=" + std::to_string(axes.size()) + " keepdims=" +
-                           std::to_string(keepdims);
-        Node by_attr = MakeNode(op, {"x"}, {"y"},
-                                {{"axes", Attribute::Ints(axes)},
-                                 {"keepdims", Attribute::Int(keepdims)}});
+                           " n=" + std::to_string(axes.size()) +
+                           " keepdims=" + std::to_string(keepdims);
+        Node by_attr =
+            MakeNode(op, {"x"}, {"y"},
+                     {{"axes", Attribute::Ints(axes)}, {"keepdims", Attribute::Int(keepdims)}});
         ExpectClose(Run1(by_attr, {{"x", x}}), want, 1e-6, 1e-6, what + " (attr)");
-        Node by_input = MakeNode(op, {"x", "axes"}, {"y"}, {{"keepdims", Attribute::Int(keepdims)}});
+        Node by_input =
+            MakeNode(op, {"x", "axes"}, {"y"}, {{"keepdims", Attribute::Int(keepdims)}});
         Tensor axes_t = I64({static_cast<int64_t>(axes.size())}, axes);
         ExpectClose(Run1(by_input, {{"x", x}}, {{"axes", axes_t}}), want, 1e-6, 1e-6,
                     what + " (input)");
@@ -383,15 +391,15 @@ TEST(ReduceTest, EveryOpWithAxesAsAttributeAndAsInput) {
 
 TEST(ReduceTest, EmptyAxesReduceEverythingUnlessNoop) {
   Tensor x = RandomTensor({3, 5, 7}, 42);
-  Tensor all = Run1(MakeNode("ReduceSum", {"x"}, {"y"}, {{"keepdims", Attribute::Int(0)}}),
-                    {{"x", x}});
+  Tensor all =
+      Run1(MakeNode("ReduceSum", {"x"}, {"y"}, {{"keepdims", Attribute::Int(0)}}), {{"x", x}});
   ExpectClose(all, RefReduce(ToRef(x), {0, 1, 2}, false, "ReduceSum"), 1e-5, 1e-6);
-  Node noop = MakeNode("ReduceSum", {"x", "axes"}, {"y"},
-                       {{"noop_with_empty_axes", Attribute::Int(1)}});
+  Node noop =
+      MakeNode("ReduceSum", {"x", "axes"}, {"y"}, {{"noop_with_empty_axes", Attribute::Int(1)}});
   Tensor same = Run1(noop, {{"x", x}}, {{"axes", I64({0}, {})}});
   EXPECT_TRUE(same.BitwiseEqual(x));
-  Tensor mean = Run1(MakeNode("ReduceMean", {"x", "axes"}, {"y"}), {{"x", x}},
-                     {{"axes", I64({0}, {})}});
+  Tensor mean =
+      Run1(MakeNode("ReduceMean", {"x", "axes"}, {"y"}), {{"x", x}}, {{"axes", I64({0}, {})}});
   ExpectClose(mean, RefReduce(ToRef(x), {0, 1, 2}, true, "ReduceMean"), 1e-6, 1e-6);
 }
 
@@ -401,8 +409,8 @@ TEST(ReduceTest, IntegersAndNaN) {
                   {{"x", xi}}, {{"axes", I64({1}, {1})}});
   EXPECT_EQ(s.dtype(), DType::kInt64);
   EXPECT_EQ(s.ToInt64Vector(), (std::vector<int64_t>{2, 3}));
-  Tensor mx = Run1(MakeNode("ReduceMax", {"x"}, {"y"}, {{"axes", Attribute::Ints({0})}}),
-                   {{"x", xi}});
+  Tensor mx =
+      Run1(MakeNode("ReduceMax", {"x"}, {"y"}, {{"axes", Attribute::Ints({0})}}), {{"x", xi}});
   EXPECT_EQ(mx.ToInt64Vector(), (std::vector<int64_t>{4, 5, 3}));
   float nan = std::numeric_limits<float>::quiet_NaN();
   Tensor xf = Tensor::FromVector<float>(DType::kFloat32, {3}, {1.f, nan, 3.f});
@@ -412,8 +420,8 @@ TEST(ReduceTest, IntegersAndNaN) {
 
 TEST(ReduceTest, BadAxesNameTheNode) {
   Tensor x = RandomTensor({3, 5}, 43);
-  auto dup = RunSingleNode(MakeNode("ReduceMean", {"x"}, {"y"}, {{"axes", Attribute::Ints({1, -1})}}),
-                           {{"x", x}});
+  auto dup = RunSingleNode(
+      MakeNode("ReduceMean", {"x"}, {"y"}, {{"axes", Attribute::Ints({1, -1})}}), {{"x", x}});
   ASSERT_FALSE(dup.ok());
   EXPECT_EQ(dup.status().message(), "ReduceMean node 'n': axis -1 appears twice in axes");
   auto range = RunSingleNode(MakeNode("ReduceSum", {"x", "axes"}, {"y"}), {{"x", x}},
@@ -483,8 +491,8 @@ TEST(LayerNormTest, MatchesReferenceAcrossAxes) {
 TEST(LayerNormTest, DefaultsAndScaleMismatch) {
   Tensor x = RandomTensor({4, 6}, 54);
   Tensor scale = RandomTensor({6}, 55);
-  Tensor y = Run1(MakeNode("LayerNormalization", {"x", "scale"}, {"y"}),
-                  {{"x", x}, {"scale", scale}});
+  Tensor y =
+      Run1(MakeNode("LayerNormalization", {"x", "scale"}, {"y"}), {{"x", x}, {"scale", scale}});
   ExpectClose(y, RefLayerNorm(ToRef(x), ToRef(scale), nullptr, 1, 1e-5, false).y, 1e-5, 1e-5);
   auto bad = RunSingleNode(MakeNode("LayerNormalization", {"x", "scale"}, {"y"}),
                            {{"x", x}, {"scale", RandomTensor({5}, 1)}});
@@ -521,8 +529,10 @@ TEST(SimplifiedLayerNormTest, SameBitsAsTheExportedDecomposition) {
     Shape s = seed % 2 ? Shape{2, 5, 37} : Shape{3, 129};
     int64_t d = s.back();
     auto graph = ParseGraph(R"(graph rms {
-  input x : f32)" + ShapeToString(s) + R"(
-  input w : f32[)" + std::to_string(d) + R"(]
+  input x : f32)" + ShapeToString(s) +
+                            R"(
+  input w : f32[)" + std::to_string(d) +
+                            R"(]
   const two : f32[] = [2.0]
   const eps : f32[] = [1e-05]
   const one : f32[] = [1.0]
@@ -544,9 +554,9 @@ TEST(SimplifiedLayerNormTest, SameBitsAsTheExportedDecomposition) {
     Tensor w = RandomTensor({d}, 200 + seed);
     auto ref = Interpret(*graph, {{"x", x}, {"w", w}});
     ASSERT_TRUE(ref.ok()) << ref.status().message();
-    Node fused = MakeNode("SimplifiedLayerNormalization", {"x", "w"}, {"y", "inv"},
-                          {{"axis", Attribute::Int(-1)}, {"epsilon", Attribute::Float(1e-5f)}},
-                          kMs);
+    Node fused =
+        MakeNode("SimplifiedLayerNormalization", {"x", "w"}, {"y", "inv"},
+                 {{"axis", Attribute::Int(-1)}, {"epsilon", Attribute::Float(1e-5f)}}, kMs);
     auto outs = RunSingleNode(fused, {{"x", x}, {"w", w}});
     ASSERT_TRUE(outs.ok()) << outs.status().message();
     EXPECT_TRUE((*outs)[0].BitwiseEqual(ref->at("y"))) << "seed " << seed;
@@ -609,14 +619,14 @@ TEST(SoftmaxCrossEntropyTest, MatchesReference) {
       ins.push_back("w");
       feeds["w"] = weights;
     }
-    Node n = MakeNode("SoftmaxCrossEntropyLoss", ins, {"loss", "log_prob"},
-                      {{"reduction", Attribute::String(c.reduction)},
-                       {"ignore_index", Attribute::Int(-100)}});
+    Node n = MakeNode(
+        "SoftmaxCrossEntropyLoss", ins, {"loss", "log_prob"},
+        {{"reduction", Attribute::String(c.reduction)}, {"ignore_index", Attribute::Int(-100)}});
     auto outs = RunSingleNode(n, feeds);
     ASSERT_TRUE(outs.ok()) << outs.status().message();
     Ref rw = ToRef(weights);
-    CeRef want = RefCrossEntropy(ToRef(scores), c.labels, c.weights ? &rw : nullptr, c.reduction,
-                                 -100);
+    CeRef want =
+        RefCrossEntropy(ToRef(scores), c.labels, c.weights ? &rw : nullptr, c.reduction, -100);
     std::string what = c.reduction + " " + ShapeToString(c.scores) + (c.weights ? " w" : "");
     ExpectClose((*outs)[0], want.loss, 1e-6, 1e-5, what);
     ExpectClose((*outs)[1], want.log_prob, 1e-6, 1e-5, what + " log_prob");
@@ -632,11 +642,11 @@ TEST(SoftmaxCrossEntropyTest, FullyIgnoredBatchHasZeroLossAndGradient) {
   ASSERT_TRUE(outs.ok()) << outs.status().message();
   EXPECT_EQ((*outs)[0].shape(), Shape{});
   EXPECT_EQ((*outs)[0].data<float>()[0], 0.0f);
-  Node grad = MakeNode("SoftmaxCrossEntropyLossGrad", {"dy", "log_prob", "labels"}, {"d"},
-                       {{"reduction", Attribute::String("mean")},
-                        {"ignore_index", Attribute::Int(-100)}},
-                       kMs);
-  Tensor d = Run1(grad, {{"dy", Tensor::Scalar(1.0f)}, {"log_prob", (*outs)[1]}, {"labels", labels}});
+  Node grad = MakeNode(
+      "SoftmaxCrossEntropyLossGrad", {"dy", "log_prob", "labels"}, {"d"},
+      {{"reduction", Attribute::String("mean")}, {"ignore_index", Attribute::Int(-100)}}, kMs);
+  Tensor d =
+      Run1(grad, {{"dy", Tensor::Scalar(1.0f)}, {"log_prob", (*outs)[1]}, {"labels", labels}});
   ASSERT_EQ(d.shape(), (Shape{3, 4}));
   for (int64_t i = 0; i < d.numel(); ++i) EXPECT_EQ(d.data<float>()[i], 0.0f);
 }
@@ -652,8 +662,8 @@ TEST(SoftmaxCrossEntropyTest, GradKernelMatchesReference) {
   for (int64_t i = 0; i < 20; ++i) lpt.data<float>()[i] = static_cast<float>(lp.v[i]);
   Node grad = MakeNode("SoftmaxCrossEntropyLossGrad", {"dy", "lp", "labels", "w"}, {"d"},
                        {{"ignore_index", Attribute::Int(-100)}}, kMs);
-  Tensor d = Run1(grad, {{"dy", Tensor::Scalar(2.0f)}, {"lp", lpt}, {"labels", labels},
-                         {"w", weights}});
+  Tensor d =
+      Run1(grad, {{"dy", Tensor::Scalar(2.0f)}, {"lp", lpt}, {"labels", labels}, {"w", weights}});
   double wsum = 0;
   for (int64_t t : lab)
     if (t >= 0) wsum += weights.data<float>()[t];
@@ -661,8 +671,8 @@ TEST(SoftmaxCrossEntropyTest, GradKernelMatchesReference) {
   for (int64_t i = 0; i < 4; ++i) {
     if (lab[i] < 0) continue;
     for (int64_t c = 0; c < 5; ++c)
-      want.v[i * 5 + c] = 2.0 * weights.data<float>()[lab[i]] *
-                          (std::exp(lp.v[i * 5 + c]) - (c == lab[i])) / wsum;
+      want.v[i * 5 + c] =
+          2.0 * weights.data<float>()[lab[i]] * (std::exp(lp.v[i * 5 + c]) - (c == lab[i])) / wsum;
   }
   ExpectClose(d, want, 1e-6, 1e-5);
 }
@@ -679,9 +689,10 @@ TEST(SoftmaxCrossEntropyTest, LabelOutOfRangeNamesTheNode) {
                       {{"reduction", Attribute::String("avg")}});
   auto r = RunSingleNode(bad, {{"scores", RandomTensor({2, 3}, 1)}, {"labels", I64({2}, {0, 1})}});
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message(),
-            "SoftmaxCrossEntropyLoss node 'n': reduction must be \"mean\", \"sum\" or \"none\", got "
-            "\"avg\"");
+  EXPECT_EQ(
+      r.status().message(),
+      "SoftmaxCrossEntropyLoss node 'n': reduction must be \"mean\", \"sum\" or \"none\", got "
+      "\"avg\"");
 }
 
 }  // namespace

@@ -49,10 +49,10 @@ Tensor DistinctTensor(Shape shape, uint64_t seed) {
   return t;
 }
 
-#define EXPECT_GRADS_OK(...)                                    \
-  do {                                                          \
-    Status _st = CheckGradients(__VA_ARGS__);                   \
-    EXPECT_TRUE(_st.ok()) << _st.message();                     \
+#define EXPECT_GRADS_OK(...)                  \
+  do {                                        \
+    Status _st = CheckGradients(__VA_ARGS__); \
+    EXPECT_TRUE(_st.ok()) << _st.message();   \
   } while (0)
 
 // Runs a rule on a one-node graph and returns what it emitted (or the rule's error).
@@ -63,8 +63,8 @@ struct Emitted {
 };
 
 StatusOr<Emitted> EmitGrads(const Node& node, const std::map<std::string, Tensor>& inputs,
-                            const std::map<std::string, Tensor>& constants,
-                            std::vector<bool> needs, std::vector<bool> output_has_grad) {
+                            const std::map<std::string, Tensor>& constants, std::vector<bool> needs,
+                            std::vector<bool> output_has_grad) {
   Emitted e;
   Graph& g = e.graph;
   auto declare = [&](const std::string& name, const Tensor& t, bool constant) {
@@ -136,7 +136,8 @@ class FusedMatMulGrad : public ::testing::TestWithParam<FusedCase> {};
 TEST_P(FusedMatMulGrad, MatchesFiniteDifferences) {
   const FusedCase& c = GetParam();
   Node n = MakeNode("FusedMatMul", {"a", "b"}, {"y"},
-                    {{"transA", Attribute::Int(c.ta)}, {"transB", Attribute::Int(c.tb)},
+                    {{"transA", Attribute::Int(c.ta)},
+                     {"transB", Attribute::Int(c.tb)},
                      {"alpha", Attribute::Float(c.alpha)}},
                     kMs);
   EXPECT_GRADS_OK(n, {{"a", RandomTensor(c.a, 3)}, {"b", RandomTensor(c.b, 4)}});
@@ -198,7 +199,7 @@ TEST(MatMulGradTest, SymbolicShapesAreAnError) {
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.message(),
             "autodiff: gradient rule of MatMul node 'fwd': needs the static shape of 'a', which is "
-            "f32[-1,3,4]; bind symbolic dimensions with --dim");
+            "f32[?,3,4]; bind symbolic dimensions with --dim");
 }
 
 struct GemmCase {
@@ -213,17 +214,18 @@ class GemmGrad : public ::testing::TestWithParam<GemmCase> {};
 TEST_P(GemmGrad, MatchesFiniteDifferences) {
   const GemmCase& gc = GetParam();
   int64_t m = 3, k = 5, n = 7;
-  std::map<std::string, Tensor> in = {
-      {"a", RandomTensor(gc.ta ? Shape{k, m} : Shape{m, k}, 5)},
-      {"b", RandomTensor(gc.tb ? Shape{n, k} : Shape{k, n}, 6)}};
+  std::map<std::string, Tensor> in = {{"a", RandomTensor(gc.ta ? Shape{k, m} : Shape{m, k}, 5)},
+                                      {"b", RandomTensor(gc.tb ? Shape{n, k} : Shape{k, n}, 6)}};
   std::vector<std::string> names = {"a", "b"};
   if (gc.has_c) {
     in["c"] = RandomTensor(gc.c, 7);
     names.push_back("c");
   }
   Node node = MakeNode("Gemm", names, {"y"},
-                       {{"transA", Attribute::Int(gc.ta)}, {"transB", Attribute::Int(gc.tb)},
-                        {"alpha", Attribute::Float(gc.alpha)}, {"beta", Attribute::Float(gc.beta)}});
+                       {{"transA", Attribute::Int(gc.ta)},
+                        {"transB", Attribute::Int(gc.tb)},
+                        {"alpha", Attribute::Float(gc.alpha)},
+                        {"beta", Attribute::Float(gc.beta)}});
   EXPECT_GRADS_OK(node, in);
 }
 
@@ -259,17 +261,18 @@ TEST(ReduceGradTest, SumAndMeanMatchFiniteDifferences) {
         Status st = CheckGradients(by_input, {{"x", x}},
                                    {{"axes", I64({static_cast<int64_t>(axes.size())}, axes)}});
         EXPECT_TRUE(st.ok()) << what << " (axes input): " << st.message();
-        Node by_attr = MakeNode(op, {"x"}, {"y"},
-                                {{"axes", Attribute::Ints(axes)},
-                                 {"keepdims", Attribute::Int(keepdims)}});
+        Node by_attr =
+            MakeNode(op, {"x"}, {"y"},
+                     {{"axes", Attribute::Ints(axes)}, {"keepdims", Attribute::Int(keepdims)}});
         st = CheckGradients(by_attr, {{"x", x}});
         EXPECT_TRUE(st.ok()) << what << " (axes attr): " << st.message();
       }
     }
     // No axes: everything; no axes with noop_with_empty_axes: identity.
     EXPECT_GRADS_OK(MakeNode(op, {"x"}, {"y"}, {{"keepdims", Attribute::Int(0)}}), {{"x", x}});
-    EXPECT_GRADS_OK(MakeNode(op, {"x", "axes"}, {"y"}, {{"noop_with_empty_axes", Attribute::Int(1)}}),
-                    {{"x", x}}, {{"axes", I64({0}, {})}});
+    EXPECT_GRADS_OK(
+        MakeNode(op, {"x", "axes"}, {"y"}, {{"noop_with_empty_axes", Attribute::Int(1)}}),
+        {{"x", x}}, {{"axes", I64({0}, {})}});
   }
 }
 
@@ -278,8 +281,9 @@ TEST(ReduceGradTest, MaxAndMinMatchFiniteDifferences) {
   for (const char* op : {"ReduceMax", "ReduceMin"}) {
     for (std::vector<int64_t> axes : {std::vector<int64_t>{1}, {-1, 0}, {0, 1, 2}}) {
       for (bool keepdims : {true, false}) {
-        Node n = MakeNode(op, {"x"}, {"y"},
-                          {{"axes", Attribute::Ints(axes)}, {"keepdims", Attribute::Int(keepdims)}});
+        Node n =
+            MakeNode(op, {"x"}, {"y"},
+                     {{"axes", Attribute::Ints(axes)}, {"keepdims", Attribute::Int(keepdims)}});
         Status st = CheckGradients(n, {{"x", x}});
         EXPECT_TRUE(st.ok()) << op << ": " << st.message();
       }
@@ -393,9 +397,9 @@ TEST(SoftmaxCrossEntropyGradTest, MatchesFiniteDifferences) {
       ins.push_back("w");
       constants["w"] = RandomTensor({c.scores[1]}, 18, 0.5f, 1.5f);
     }
-    Node n = MakeNode("SoftmaxCrossEntropyLoss", ins, {"loss", "log_prob"},
-                      {{"reduction", Attribute::String(c.reduction)},
-                       {"ignore_index", Attribute::Int(-100)}});
+    Node n = MakeNode(
+        "SoftmaxCrossEntropyLoss", ins, {"loss", "log_prob"},
+        {{"reduction", Attribute::String(c.reduction)}, {"ignore_index", Attribute::Int(-100)}});
     GradCheckOptions opt;
     opt.wrt = {"scores"};
     if (!c.log_prob_grad) opt.no_grad_outputs = {"log_prob"};
