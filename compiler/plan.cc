@@ -55,7 +55,8 @@ StatusOr<Plan> ReadPlan(const std::string& path) {
   ss << in.rdbuf();
   const std::string fix = "; recompile it with foundry-compile MODEL.onnx -o PREFIX";
   nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || j.value("format", "") != "foundry-plan")
+  if (j.is_discarded() || !j.is_object() || !j.contains("format") ||
+      j["format"] != "foundry-plan")
     return Error("'" + path + "' is not a foundry plan (not the JSON foundry-compile writes)" + fix);
   if (!j.contains("version") || !j["version"].is_number_integer())
     return Error("'" + path + "' has no plan format version" + fix);

@@ -8,7 +8,7 @@ namespace foundry {
 uint64_t NodeKey(const Node& node) {
   auto it = node.marks.find("recompute_of");
   const std::string& key = it != node.marks.end() ? it->second : node.name;
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;
   for (unsigned char c : key) {
     h ^= c;
     h *= 1099511628211ull;

@@ -4,6 +4,12 @@
 // backend with the fixture's inputs and compare the loss and every parameter's gradient:
 // per tensor, max|foundry - torch| / max|torch| <= 1e-4. Each annotation format of a fixture is
 // compiled and must give the same bits.
+//
+// One refinement: a gradient that is mathematically zero (qk_ln's k_ln.bias: a bias added to
+// every key shifts all scores of a query equally and cancels in the softmax) is rounding noise in
+// both frameworks (~1e-10), and noise divided by noise says nothing. The denominator is therefore
+// max(max|torch|, 1e-3 * the largest |torch| gradient element of the fixture): for every other
+// tensor that floor is far below its own magnitude and changes nothing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,8 +26,14 @@ namespace fs = std::filesystem;
 namespace foundry {
 namespace {
 
-double RelativeError(const Tensor& got, const Tensor& want) {
-  double max_diff = 0, max_ref = 0;
+double MaxAbs(const Tensor& t) {
+  double m = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(t.GetAsDouble(i)));
+  return m;
+}
+
+double RelativeError(const Tensor& got, const Tensor& want, double floor = 0) {
+  double max_diff = 0, max_ref = floor;
   for (int64_t i = 0; i < want.numel(); ++i) {
     max_diff = std::max(max_diff, std::fabs(got.GetAsDouble(i) - want.GetAsDouble(i)));
     max_ref = std::max(max_ref, std::fabs(want.GetAsDouble(i)));
@@ -82,15 +94,22 @@ TEST(PyTorchReferenceTest, LossAndEveryGradientMatchTorch) {
       EXPECT_LE(worst, 1e-4) << "loss " << run->outputs.at(g.outputs[0]).GetAsDouble(0)
                              << " vs torch " << ref_loss->GetAsDouble(0);
       int compared = 0;
-      for (size_t k = 0; k < g.parameters.size(); ++k) {
-        const std::string& p = g.parameters[k];
+      std::map<std::string, Tensor> refs;
+      double largest = 0;
+      for (const auto& p : g.parameters) {
         fs::path ref_file = dir / "reference" / "grads" / (p + "_grad.pb");
         ASSERT_TRUE(fs::exists(ref_file)) << "no torch gradient for parameter " << p;
         auto ref = ReadTensorFile(ref_file.string());
         ASSERT_TRUE(ref.ok()) << ref.status().message();
+        largest = std::max(largest, MaxAbs(*ref));
+        refs[p] = std::move(*ref);
+      }
+      for (size_t k = 0; k < g.parameters.size(); ++k) {
+        const std::string& p = g.parameters[k];
+        const Tensor* ref = &refs.at(p);
         const Tensor& got = run->outputs.at(g.outputs[k + 1]);
         ASSERT_EQ(got.shape(), ref->shape()) << p;
-        double err = RelativeError(got, *ref);
+        double err = RelativeError(got, *ref, 1e-3 * largest);
         EXPECT_LE(err, 1e-4) << p;
         if (err > worst) {
           worst = err;
