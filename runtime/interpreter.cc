@@ -1,5 +1,7 @@
 #include "runtime/interpreter.h"
 
+#include "base/hash.h"
+
 #include <cmath>
 #include <unordered_map>
 
@@ -7,13 +9,7 @@ namespace foundry {
 
 uint64_t NodeKey(const Node& node) {
   auto it = node.marks.find("recompute_of");
-  const std::string& key = it != node.marks.end() ? it->second : node.name;
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : key) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
+  return Fnv1a(it != node.marks.end() ? it->second : node.name);
 }
 
 namespace {

@@ -1,5 +1,7 @@
 #include "runtime/trainer.h"
 
+#include "base/hash.h"
+
 #include <fcntl.h>
 #include <stdio.h>
 
@@ -181,15 +183,6 @@ StatusOr<LoadedPlan> LoadPlan(const std::string& prefix_or_plan_path) {
 }
 
 // ---- parameter initialisation --------------------------------------------------------------
-
-uint64_t Fnv1a(std::string_view s) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64-bit offset basis
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 uint64_t StepSeed(uint64_t run_seed, int64_t step) {
   return SplitMix64(run_seed ^ SplitMix64(static_cast<uint64_t>(step)));
