@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/hash.h"
 #include "base/status.h"
 #include "base/tensor.h"
 #include "compiler/ir.h"
@@ -69,9 +70,6 @@ Tensor InitParameter(const std::string& name, const Shape& shape, uint64_t init_
 // even indices take r*cos(2 pi u2), odd ones r*sin(2 pi u2), r = sqrt(-2 ln u1), in double.
 // std::normal_distribution is avoided on purpose: its algorithm is implementation-defined.
 double NormalSample(uint64_t seed, uint64_t key, uint64_t index);
-
-// 64-bit FNV-1a of `s`: the stream key of a parameter or data source.
-uint64_t Fnv1a(std::string_view s);
 
 // Seed of the random ops (Dropout) in step `step` (1-based) of a run seeded `run_seed`.
 uint64_t StepSeed(uint64_t run_seed, int64_t step);

@@ -146,16 +146,16 @@ TEST(AutodiffTest, AppendsCrossEntropyWhenTheModelHasOnlyLogits) {
 
 TEST(AutodiffTest, FreezeAndTrainableGlobs) {
   Graph train = Parsed(kModel);
-  ASSERT_TRUE(AutodiffPass({.freeze = {"b"}}).Run(train).ok());
+  ASSERT_TRUE(AutodiffPass({.freeze = {"b"}, .trainable = {}}).Run(train).ok());
   EXPECT_EQ(train.outputs, (std::vector<std::string>{"loss", "w_grad"}));
   EXPECT_EQ(train.FindValue("b_grad"), nullptr);
 
   Graph with_buffer = Parsed(kModel);
-  ASSERT_TRUE(AutodiffPass({.trainable = {"bu?"}}).Run(with_buffer).ok());
+  ASSERT_TRUE(AutodiffPass({.freeze = {}, .trainable = {"bu?"}}).Run(with_buffer).ok());
   EXPECT_EQ(with_buffer.outputs, (std::vector<std::string>{"loss", "w_grad", "b_grad", "buf_grad"}));
 
   Graph bad = Parsed(kModel);
-  auto st = AutodiffPass({.freeze = {"nope*"}}).Run(bad);
+  auto st = AutodiffPass({.freeze = {"nope*"}, .trainable = {}}).Run(bad);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.status().message(), "autodiff: --freeze nope* matches no parameter");
 }
