@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "compiler/tensor_proto.h"
+#include "tests/support/exec.h"
 #ifdef FOUNDRY_HAVE_CUDA
 #include "kernels/cuda/device.h"
 #endif
@@ -24,23 +25,8 @@ const std::string kRun = FOUNDRY_BINARY_DIR "/foundry-run";
 const std::string kCompile = FOUNDRY_BINARY_DIR "/foundry-compile";
 const std::string kFixture = FOUNDRY_SOURCE_DIR "/models/fixtures/mpt_tiny";
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using Result = ExecResult;
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string Quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 
 class FoundryRunTest : public testing::Test {
  protected:
@@ -58,19 +44,7 @@ class FoundryRunTest : public testing::Test {
   void SetUp() override { ASSERT_TRUE(compiled_) << "the mpt_tiny plan did not compile"; }
 
   static Result Exec(const std::string& binary, const std::vector<std::string>& args) {
-    static int n = 0;
-    std::string out = dir_ + "/stdout." + std::to_string(n),
-                err = dir_ + "/stderr." + std::to_string(n);
-    ++n;
-    std::string cmd = Quote(binary);
-    for (const auto& a : args) cmd += " " + Quote(a);
-    cmd += " >" + Quote(out) + " 2>" + Quote(err);
-    int status = std::system(cmd.c_str());
-    Result r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = Slurp(out);
-    r.err = Slurp(err);
-    return r;
+    return foundry::Exec(binary, args, dir_);
   }
   static Result Run(const std::vector<std::string>& args) { return Exec(kRun, args); }
   static std::string Path(const std::string& name) { return dir_ + "/" + name; }

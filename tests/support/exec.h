@@ -1,0 +1,20 @@
+// Runs a real binary (the CLIs under test) with arguments, capturing exit code, stdout, stderr.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace foundry {
+
+struct ExecResult {
+  int code = -1;  // exit status; -1 when killed by a signal (a crash)
+  std::string out, err;
+};
+
+// `scratch_dir` holds the captured output files.
+ExecResult Exec(const std::string& binary, const std::vector<std::string>& args,
+                const std::string& scratch_dir);
+
+std::string ReadWholeFile(const std::string& path);
+
+}  // namespace foundry
