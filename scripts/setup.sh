@@ -11,6 +11,7 @@ packages=(
   nlohmann-json3-dev
   python3-torch python3-onnx python3-numpy
   libonnx-testdata
+  bc
 )
 
 missing=()
