@@ -1,5 +1,6 @@
 #include "passes/fold.h"
 
+#include <cstdlib>
 #include <set>
 
 #include "compiler/op_schema.h"
@@ -28,6 +29,22 @@ Status BindDims(Graph& graph, const std::map<std::string, int64_t>& dims) {
     if (n <= 0)
       return Error("--dim " + p + "=" + std::to_string(n) + ": dimensions must be positive");
   return Status::Ok();
+}
+
+StatusOr<std::map<std::string, int64_t>> ParseDimSpecs(const std::vector<std::string>& specs) {
+  std::map<std::string, int64_t> dims;
+  for (const auto& s : specs) {
+    size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Error("--dim " + s + ": expected NAME=VALUE, e.g. --dim seq=2048");
+    std::string value = s.substr(eq + 1);
+    char* end = nullptr;
+    long long v = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || v <= 0)
+      return Error("--dim " + s + ": VALUE must be a positive integer");
+    dims[s.substr(0, eq)] = v;
+  }
+  return dims;
 }
 
 namespace {

@@ -19,6 +19,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "passes/pass.h"
 
@@ -48,5 +49,8 @@ class FoldPass : public Pass {
 // Binds the symbolic dimensions of the graph inputs (and of any other value carrying them) from
 // `dims`. An unbound one is an error naming it and showing --dim.
 Status BindDims(Graph& graph, const std::map<std::string, int64_t>& dims);
+
+// Parses command-line bindings ["batch=8", "seq=2048"]; errors quote the --dim option.
+StatusOr<std::map<std::string, int64_t>> ParseDimSpecs(const std::vector<std::string>& specs);
 
 }  // namespace foundry

@@ -10,6 +10,7 @@
 #include "compiler/onnx_import.h"
 #include "compiler/op_schema.h"
 #include "compiler/plan.h"
+#include "passes/fold.h"
 #include "passes/pipeline.h"
 
 namespace fs = std::filesystem;
@@ -20,22 +21,6 @@ namespace {
 int Fail(const std::string& message) {
   std::cerr << "foundry-compile: error: " << message << "\n";
   return 1;
-}
-
-StatusOr<std::map<std::string, int64_t>> ParseDims(const std::vector<std::string>& specs) {
-  std::map<std::string, int64_t> dims;
-  for (const auto& s : specs) {
-    size_t eq = s.find('=');
-    if (eq == std::string::npos || eq == 0)
-      return Error("--dim " + s + ": expected NAME=VALUE, e.g. --dim seq=2048");
-    std::string value = s.substr(eq + 1);
-    char* end = nullptr;
-    long long v = std::strtoll(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0' || v <= 0)
-      return Error("--dim " + s + ": VALUE must be a positive integer");
-    dims[s.substr(0, eq)] = v;
-  }
-  return dims;
 }
 
 }  // namespace
@@ -79,7 +64,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  auto dims = ParseDims(dim_specs);
+  auto dims = ParseDimSpecs(dim_specs);
   if (!dims.ok()) return Fail(dims.status().message());
 
   ImportOptions import_options;

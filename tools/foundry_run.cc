@@ -47,22 +47,6 @@ Status CheckDevice(const std::string& device) {
   return Error("--device cuda: the CUDA backend is not built yet; use --device cpu");
 }
 
-StatusOr<std::map<std::string, int64_t>> ParseDims(const std::vector<std::string>& specs) {
-  std::map<std::string, int64_t> dims;
-  for (const auto& s : specs) {
-    size_t eq = s.find('=');
-    if (eq == std::string::npos || eq == 0)
-      return Error("--dim " + s + ": expected NAME=VALUE, e.g. --dim seq=2048");
-    std::string value = s.substr(eq + 1);
-    char* end = nullptr;
-    long long v = std::strtoll(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0' || v <= 0)
-      return Error("--dim " + s + ": VALUE must be a positive integer");
-    dims[s.substr(0, eq)] = v;
-  }
-  return dims;
-}
-
 double PeakRssMiB() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -73,7 +57,7 @@ double PeakRssMiB() {
 int RunForward(const std::string& model, const std::vector<std::string>& feed_specs,
                const std::vector<std::string>& dim_specs, const std::string& dump_dir,
                uint64_t seed) {
-  auto dims = ParseDims(dim_specs);
+  auto dims = ParseDimSpecs(dim_specs);
   if (!dims.ok()) return Fail(dims.status().message());
   ImportOptions io;
   io.dims = *dims;

@@ -9,6 +9,7 @@
 
 #include "compiler/onnx_import.h"
 #include "compiler/text.h"
+#include "tests/support/test_util.h"
 
 namespace foundry {
 namespace {
@@ -18,20 +19,6 @@ namespace fs = std::filesystem;
 std::string Data(const std::string& name) {
   return std::string(FOUNDRY_SOURCE_DIR) + "/tests/data/onnx/" + name;
 }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "foundry_export_XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 Graph MustImport(const std::string& path, const ImportOptions& options = {}) {
   auto g = ImportOnnx(path, options);

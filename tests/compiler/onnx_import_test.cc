@@ -11,6 +11,7 @@
 
 #include "compiler/module_tree.h"
 #include "compiler/text.h"
+#include "tests/support/test_util.h"
 
 namespace foundry {
 namespace {
@@ -27,24 +28,6 @@ std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "foundry_import_XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string File(const std::string& name, const std::string& bytes) const {
-    std::string p = path_ + "/" + name;
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p;
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 Graph MustImport(const std::string& path, const ImportOptions& options = {}) {
   auto g = ImportOnnx(path, options);

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "compiler/onnx_proto_util.h"
+#include "tests/support/test_util.h"
 
 namespace foundry {
 namespace {
@@ -16,20 +17,6 @@ namespace fs = std::filesystem;
 std::string Data(const std::string& name) {
   return std::string(FOUNDRY_SOURCE_DIR) + "/tests/data/onnx/" + name;
 }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "foundry_tensor_XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 Tensor Iota(DType dtype, Shape shape) {
   Tensor t(dtype, std::move(shape));

@@ -14,6 +14,7 @@
 #include "compiler/text.h"
 #include "passes/pipeline.h"
 #include "tests/support/grad_check.h"
+#include "tests/support/test_util.h"
 
 namespace foundry {
 namespace {
@@ -21,23 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 
 // A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::path(testing::TempDir()) /
-            ("trainer_test_" + std::string(info->name()) + "_" + std::to_string(getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
-
 bool BitwiseEqual(const float* a, const float* b, int64_t n) {
   return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
 }

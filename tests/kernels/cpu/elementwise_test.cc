@@ -14,21 +14,16 @@
 #include "kernels/cpu/philox.h"
 #include "runtime/interpreter.h"
 #include "tests/support/grad_check.h"
+#include "tests/support/test_util.h"
 
 namespace foundry {
 namespace {
 
-Node MakeNode(const std::string& op, std::vector<std::string> inputs,
-              std::vector<std::string> outputs = {"y"}, std::map<std::string, Attribute> attrs = {},
-              const std::string& domain = "") {
-  Node n;
-  n.name = op + "_node";
-  n.op_type = op;
-  n.domain = domain;
-  n.inputs = std::move(inputs);
-  n.outputs = std::move(outputs);
-  n.attrs = std::move(attrs);
-  return n;
+// Nodes named after their op ("Div_node"), as the error messages below quote them.
+Node EwNode(const std::string& op, std::vector<std::string> inputs,
+            std::vector<std::string> outputs = {"y"}, std::map<std::string, Attribute> attrs = {},
+            const std::string& domain = "") {
+  return MakeNode(op, std::move(inputs), std::move(outputs), std::move(attrs), domain, op + "_node");
 }
 
 // Runs one node on named inputs; returns output 0.
@@ -151,7 +146,7 @@ TEST(ElementwiseKernelTest, FloatBinaryOpsBroadcastLikeNumpy) {
     for (const auto& [sa, sb] : kBroadcastCases) {
       Tensor a = RandomTensor(sa, ++seed, c.lo, c.hi);
       Tensor b = RandomTensor(sb, ++seed, c.lo, c.hi);
-      Tensor y = Run1(MakeNode(c.op, {"a", "b"}), {{"a", a}, {"b", b}});
+      Tensor y = Run1(EwNode(c.op, {"a", "b"}), {{"a", a}, {"b", b}});
       const Shape out = BroadcastOf(sa, sb);
       ASSERT_EQ(y.shape(), out) << c.op;
       for (int64_t i = 0; i < y.numel(); ++i) {
@@ -168,8 +163,8 @@ TEST(ElementwiseKernelTest, LargeBiasAddTakesTheContiguousRuns) {
   // [128, 1000] + [1000] and * [128, 1]: the layouts of a bias add and a row scale.
   Tensor x = RandomTensor({128, 1000}, 3), bias = RandomTensor({1000}, 4),
          row = RandomTensor({128, 1}, 5);
-  Tensor s = Run1(MakeNode("Add", {"x", "b"}), {{"x", x}, {"b", bias}});
-  Tensor m = Run1(MakeNode("Mul", {"x", "r"}), {{"x", x}, {"r", row}});
+  Tensor s = Run1(EwNode("Add", {"x", "b"}), {{"x", x}, {"b", bias}});
+  Tensor m = Run1(EwNode("Mul", {"x", "r"}), {{"x", x}, {"r", row}});
   for (int64_t i = 0; i < 128; ++i)
     for (int64_t j = 0; j < 1000; ++j) {
       ASSERT_EQ(s.data<float>()[i * 1000 + j],
@@ -183,42 +178,42 @@ TEST(ElementwiseKernelTest, IntegerArithmetic) {
   Tensor a = I64({2, 3}, {-7, 7, 9, -9, 0, 5});
   Tensor b = I64({3}, {2, -3, 4});
   std::map<std::string, Tensor> in = {{"a", a}, {"b", b}};
-  EXPECT_EQ(Values<int64_t>(Run1(MakeNode("Add", {"a", "b"}), in)),
+  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Add", {"a", "b"}), in)),
             (std::vector<int64_t>{-5, 4, 13, -7, -3, 9}));
-  EXPECT_EQ(Values<int64_t>(Run1(MakeNode("Sub", {"a", "b"}), in)),
+  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Sub", {"a", "b"}), in)),
             (std::vector<int64_t>{-9, 10, 5, -11, 3, 1}));
-  EXPECT_EQ(Values<int64_t>(Run1(MakeNode("Mul", {"a", "b"}), in)),
+  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Mul", {"a", "b"}), in)),
             (std::vector<int64_t>{-14, -21, 36, -18, 0, 20}));
   // Division truncates toward zero (C, ONNX Runtime).
-  EXPECT_EQ(Values<int64_t>(Run1(MakeNode("Div", {"a", "b"}), in)),
+  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Div", {"a", "b"}), in)),
             (std::vector<int64_t>{-3, -2, 2, -4, 0, 1}));
   // Mod: the remainder has the divisor's sign (Python %), or the dividend's with fmod=1.
-  EXPECT_EQ(Values<int64_t>(Run1(MakeNode("Mod", {"a", "b"}), in)),
+  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Mod", {"a", "b"}), in)),
             (std::vector<int64_t>{1, -2, 1, 1, 0, 1}));
   EXPECT_EQ(
-      Values<int64_t>(Run1(MakeNode("Mod", {"a", "b"}, {"y"}, {{"fmod", Attribute::Int(1)}}), in)),
+      Values<int64_t>(Run1(EwNode("Mod", {"a", "b"}, {"y"}, {{"fmod", Attribute::Int(1)}}), in)),
       (std::vector<int64_t>{-1, 1, 1, -1, 0, 1}));
-  EXPECT_EQ(Values<int64_t>(Run1(MakeNode("Max", {"a", "b"}), in)),
+  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Max", {"a", "b"}), in)),
             (std::vector<int64_t>{2, 7, 9, 2, 0, 5}));
-  EXPECT_EQ(Values<int64_t>(Run1(MakeNode("Pow", {"a", "b"}), in)),
+  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Pow", {"a", "b"}), in)),
             (std::vector<int64_t>{49, 0, 6561, 81, 0, 625}));
   // Overflow wraps instead of being undefined.
   Tensor big = I64({1}, {std::numeric_limits<int64_t>::max()});
-  EXPECT_EQ(Values<int64_t>(Run1(MakeNode("Add", {"a", "b"}), {{"a", big}, {"b", I64({1}, {1})}})),
+  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Add", {"a", "b"}), {{"a", big}, {"b", I64({1}, {1})}})),
             (std::vector<int64_t>{std::numeric_limits<int64_t>::min()}));
 
   Tensor i32a = Make<int32_t>(DType::kInt32, {2, 1}, {10, -10});
   Tensor i32b = Make<int32_t>(DType::kInt32, {3}, {1, 2, 3});
-  Tensor s = Run1(MakeNode("Sub", {"a", "b"}), {{"a", i32a}, {"b", i32b}});
+  Tensor s = Run1(EwNode("Sub", {"a", "b"}), {{"a", i32a}, {"b", i32b}});
   EXPECT_EQ(s.dtype(), DType::kInt32);
   EXPECT_EQ(Values<int32_t>(s), (std::vector<int32_t>{9, 8, 7, -11, -12, -13}));
 }
 
 TEST(ElementwiseKernelTest, IntegerDivisionByZeroIsAnError) {
-  Node div = MakeNode("Div", {"a", "b"});
+  Node div = EwNode("Div", {"a", "b"});
   EXPECT_EQ(RunError(div, {{"a", I64({2}, {1, 2})}, {"b", I64({2}, {1, 0})}}),
             "Div node 'Div_node': integer division by zero");
-  Node mod = MakeNode("Mod", {"a", "b"});
+  Node mod = EwNode("Mod", {"a", "b"});
   EXPECT_EQ(RunError(mod, {{"a", I64({2}, {1, 2})}, {"b", I64({}, {0})}}),
             "Mod node 'Mod_node': integer modulo by zero");
 }
@@ -226,21 +221,21 @@ TEST(ElementwiseKernelTest, IntegerDivisionByZeroIsAnError) {
 TEST(ElementwiseKernelTest, FloatModIsFmod) {
   Tensor a = F32({4}, {5.5f, -5.5f, 5.5f, -5.5f});
   Tensor b = F32({4}, {2.f, 2.f, -2.f, -2.f});
-  Node mod = MakeNode("Mod", {"a", "b"}, {"y"}, {{"fmod", Attribute::Int(1)}});
+  Node mod = EwNode("Mod", {"a", "b"}, {"y"}, {{"fmod", Attribute::Int(1)}});
   EXPECT_EQ(Values<float>(Run1(mod, {{"a", a}, {"b", b}})),
             (std::vector<float>{1.5f, -1.5f, 1.5f, -1.5f}));
-  EXPECT_EQ(RunError(MakeNode("Mod", {"a", "b"}), {{"a", a}, {"b", b}}),
+  EXPECT_EQ(RunError(EwNode("Mod", {"a", "b"}), {{"a", a}, {"b", b}}),
             "Mod node 'Mod_node': floating-point Mod needs attribute fmod=1 (C fmod semantics)");
 }
 
 TEST(ElementwiseKernelTest, PowTakesIntegerExponents) {
   Tensor x = F32({2, 2}, {1.5f, -2.f, 0.5f, 3.f});
   Tensor e = I64({2}, {2, 3});
-  Tensor y = Run1(MakeNode("Pow", {"x", "e"}), {{"x", x}, {"e", e}});
+  Tensor y = Run1(EwNode("Pow", {"x", "e"}), {{"x", x}, {"e", e}});
   EXPECT_EQ(y.dtype(), DType::kFloat32);
   EXPECT_EQ(Values<float>(y), (std::vector<float>{2.25f, -8.f, 0.25f, 27.f}));
   Tensor ei = Make<int32_t>(DType::kInt32, {}, {-1});
-  EXPECT_EQ(Values<float>(Run1(MakeNode("Pow", {"x", "e"}), {{"x", x}, {"e", ei}})),
+  EXPECT_EQ(Values<float>(Run1(EwNode("Pow", {"x", "e"}), {{"x", x}, {"e", ei}})),
             (std::vector<float>{std::pow(1.5f, -1.f), -0.5f, 2.f, std::pow(3.f, -1.f)}));
 }
 
@@ -249,7 +244,7 @@ TEST(ElementwiseKernelTest, ComparisonsGiveBool) {
   Tensor b = F32({3}, {2, 2, 7});
   std::map<std::string, Tensor> in = {{"a", a}, {"b", b}};
   auto run = [&](const char* op) {
-    Tensor y = Run1(MakeNode(op, {"a", "b"}), in);
+    Tensor y = Run1(EwNode(op, {"a", "b"}), in);
     EXPECT_EQ(y.dtype(), DType::kBool);
     return Values<uint8_t>(y);
   };
@@ -259,14 +254,14 @@ TEST(ElementwiseKernelTest, ComparisonsGiveBool) {
   EXPECT_EQ(run("LessOrEqual"), (std::vector<uint8_t>{1, 1, 1, 0, 0, 1}));
   EXPECT_EQ(run("GreaterOrEqual"), (std::vector<uint8_t>{0, 1, 0, 1, 1, 0}));
   // int64 and bool operands; NaN compares unequal.
-  EXPECT_EQ(Values<uint8_t>(Run1(MakeNode("Equal", {"a", "b"}),
+  EXPECT_EQ(Values<uint8_t>(Run1(EwNode("Equal", {"a", "b"}),
                                  {{"a", I64({3}, {1, -1, 5})}, {"b", I64({}, {-1})}})),
             (std::vector<uint8_t>{0, 1, 0}));
-  EXPECT_EQ(Values<uint8_t>(Run1(MakeNode("Equal", {"a", "b"}),
+  EXPECT_EQ(Values<uint8_t>(Run1(EwNode("Equal", {"a", "b"}),
                                  {{"a", Bool({3}, {1, 0, 1})}, {"b", Bool({3}, {1, 1, 0})}})),
             (std::vector<uint8_t>{1, 0, 0}));
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_EQ(Values<uint8_t>(Run1(MakeNode("Equal", {"a", "b"}),
+  EXPECT_EQ(Values<uint8_t>(Run1(EwNode("Equal", {"a", "b"}),
                                  {{"a", F32({1}, {nan})}, {"b", F32({1}, {nan})}})),
             (std::vector<uint8_t>{0}));
 }
@@ -275,23 +270,23 @@ TEST(ElementwiseKernelTest, LogicalOps) {
   Tensor a = Bool({2, 2}, {0, 0, 1, 1});
   Tensor b = Bool({2}, {0, 1});
   std::map<std::string, Tensor> in = {{"a", a}, {"b", b}};
-  EXPECT_EQ(Values<uint8_t>(Run1(MakeNode("And", {"a", "b"}), in)),
+  EXPECT_EQ(Values<uint8_t>(Run1(EwNode("And", {"a", "b"}), in)),
             (std::vector<uint8_t>{0, 0, 0, 1}));
-  EXPECT_EQ(Values<uint8_t>(Run1(MakeNode("Or", {"a", "b"}), in)),
+  EXPECT_EQ(Values<uint8_t>(Run1(EwNode("Or", {"a", "b"}), in)),
             (std::vector<uint8_t>{0, 1, 1, 1}));
-  EXPECT_EQ(Values<uint8_t>(Run1(MakeNode("Xor", {"a", "b"}), in)),
+  EXPECT_EQ(Values<uint8_t>(Run1(EwNode("Xor", {"a", "b"}), in)),
             (std::vector<uint8_t>{0, 1, 1, 0}));
-  EXPECT_EQ(Values<uint8_t>(Run1(MakeNode("Not", {"a"}), in)), (std::vector<uint8_t>{1, 1, 0, 0}));
+  EXPECT_EQ(Values<uint8_t>(Run1(EwNode("Not", {"a"}), in)), (std::vector<uint8_t>{1, 1, 0, 0}));
 }
 
 TEST(ElementwiseKernelTest, VariadicOpsCombineInInputOrder) {
   Tensor a = RandomTensor({3, 1, 5}, 11), b = RandomTensor({4, 1}, 12), c = RandomTensor({5}, 13);
   std::map<std::string, Tensor> in = {{"a", a}, {"b", b}, {"c", c}};
   const Shape out = {3, 4, 5};
-  Tensor sum = Run1(MakeNode("Sum", {"a", "b", "c"}), in);
-  Tensor mean = Run1(MakeNode("Mean", {"a", "b", "c"}), in);
-  Tensor mx = Run1(MakeNode("Max", {"a", "b", "c"}), in);
-  Tensor mn = Run1(MakeNode("Min", {"c", "b", "a"}), in);
+  Tensor sum = Run1(EwNode("Sum", {"a", "b", "c"}), in);
+  Tensor mean = Run1(EwNode("Mean", {"a", "b", "c"}), in);
+  Tensor mx = Run1(EwNode("Max", {"a", "b", "c"}), in);
+  Tensor mn = Run1(EwNode("Min", {"c", "b", "a"}), in);
   ASSERT_EQ(sum.shape(), out);
   for (int64_t i = 0; i < sum.numel(); ++i) {
     float x = a.data<float>()[BroadcastOffset(out, a.shape(), i)];
@@ -303,11 +298,11 @@ TEST(ElementwiseKernelTest, VariadicOpsCombineInInputOrder) {
     ASSERT_EQ(mn.data<float>()[i], std::min({x, y, z}));
   }
   // One input: a (broadcast-free) copy.
-  EXPECT_TRUE(Run1(MakeNode("Sum", {"a"}), in).BitwiseEqual(a));
+  EXPECT_TRUE(Run1(EwNode("Sum", {"a"}), in).BitwiseEqual(a));
   // NaN propagates through Max/Min, as in numpy and torch.
   const float nan = std::numeric_limits<float>::quiet_NaN();
   Tensor m =
-      Run1(MakeNode("Max", {"a", "b"}), {{"a", F32({2}, {nan, 1})}, {"b", F32({2}, {0, nan})}});
+      Run1(EwNode("Max", {"a", "b"}), {{"a", F32({2}, {nan, 1})}, {"b", F32({2}, {0, nan})}});
   EXPECT_TRUE(std::isnan(m.data<float>()[0]) && std::isnan(m.data<float>()[1]));
 }
 
@@ -341,13 +336,13 @@ TEST(ElementwiseKernelTest, FloatUnaryOpsMatchStdMath) {
   uint64_t seed = 100;
   for (const auto& c : cases) {
     Tensor x = RandomTensor({7, 13}, ++seed, c.lo, c.hi);
-    Tensor y = Run1(MakeNode(c.op, {"x"}), {{"x", x}});
+    Tensor y = Run1(EwNode(c.op, {"x"}), {{"x", x}});
     for (int64_t i = 0; i < x.numel(); ++i)
       ASSERT_EQ(y.data<float>()[i], c.ref(x.data<float>()[i])) << c.op << " at " << i;
   }
   // Softplus: log(1 + e^x), checked in double (the kernel avoids overflow for large x).
   Tensor x = F32({5}, {-30.f, -1.f, 0.f, 2.f, 100.f});
-  Tensor y = Run1(MakeNode("Softplus", {"x"}), {{"x", x}});
+  Tensor y = Run1(EwNode("Softplus", {"x"}), {{"x", x}});
   for (int i = 0; i < 5; ++i) {
     double xi = x.data<float>()[i];
     double want = xi > 30 ? xi : std::log1p(std::exp(xi));
@@ -358,35 +353,35 @@ TEST(ElementwiseKernelTest, FloatUnaryOpsMatchStdMath) {
 TEST(ElementwiseKernelTest, IntegerUnaryOps) {
   Tensor x = I64({4}, {-3, 0, 5, std::numeric_limits<int64_t>::min()});
   std::map<std::string, Tensor> in = {{"x", x}};
-  EXPECT_EQ(Values<int64_t>(Run1(MakeNode("Neg", {"x"}), in)),
+  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Neg", {"x"}), in)),
             (std::vector<int64_t>{3, 0, -5, std::numeric_limits<int64_t>::min()}));
-  EXPECT_EQ(Values<int64_t>(Run1(MakeNode("Abs", {"x"}), in)),
+  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Abs", {"x"}), in)),
             (std::vector<int64_t>{3, 0, 5, std::numeric_limits<int64_t>::min()}));
-  EXPECT_EQ(Values<int64_t>(Run1(MakeNode("Sign", {"x"}), in)),
+  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Sign", {"x"}), in)),
             (std::vector<int64_t>{-1, 0, 1, -1}));
-  EXPECT_EQ(Values<int64_t>(Run1(MakeNode("Relu", {"x"}), in)), (std::vector<int64_t>{0, 0, 5, 0}));
+  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Relu", {"x"}), in)), (std::vector<int64_t>{0, 0, 5, 0}));
 }
 
 TEST(ElementwiseKernelTest, NanAndInfTests) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::map<std::string, Tensor> in = {{"x", F32({4}, {1.f, inf, -inf, nan})}};
-  EXPECT_EQ(Values<uint8_t>(Run1(MakeNode("IsNaN", {"x"}), in)),
+  EXPECT_EQ(Values<uint8_t>(Run1(EwNode("IsNaN", {"x"}), in)),
             (std::vector<uint8_t>{0, 0, 0, 1}));
-  EXPECT_EQ(Values<uint8_t>(Run1(MakeNode("IsInf", {"x"}), in)),
+  EXPECT_EQ(Values<uint8_t>(Run1(EwNode("IsInf", {"x"}), in)),
             (std::vector<uint8_t>{0, 1, 1, 0}));
   EXPECT_EQ(Values<uint8_t>(Run1(
-                MakeNode("IsInf", {"x"}, {"y"}, {{"detect_positive", Attribute::Int(0)}}), in)),
+                EwNode("IsInf", {"x"}, {"y"}, {{"detect_positive", Attribute::Int(0)}}), in)),
             (std::vector<uint8_t>{0, 0, 1, 0}));
-  Tensor r = Run1(MakeNode("Relu", {"x"}), in);
+  Tensor r = Run1(EwNode("Relu", {"x"}), in);
   EXPECT_TRUE(std::isnan(r.data<float>()[3]));
 }
 
 TEST(ElementwiseKernelTest, IdentityCopiesAnyType) {
   Tensor i = I64({3}, {1, -2, 3});
-  EXPECT_TRUE(Run1(MakeNode("Identity", {"x"}), {{"x", i}}).BitwiseEqual(i));
+  EXPECT_TRUE(Run1(EwNode("Identity", {"x"}), {{"x", i}}).BitwiseEqual(i));
   Tensor b = Bool({2}, {1, 0});
-  EXPECT_TRUE(Run1(MakeNode("Identity", {"x"}), {{"x", b}}).BitwiseEqual(b));
+  EXPECT_TRUE(Run1(EwNode("Identity", {"x"}), {{"x", b}}).BitwiseEqual(b));
 }
 
 // ----------------------------------------------------------------------------------- Where
@@ -396,12 +391,12 @@ TEST(ElementwiseKernelTest, WhereBroadcastsAllThreeOperands) {
   Tensor x = F32({1, 3}, {1, 2, 3});
   Tensor y = F32({}, {-1});
   EXPECT_EQ(Values<float>(
-                Run1(MakeNode("Where", {"c", "x", "y"}, {"out"}), {{"c", c}, {"x", x}, {"y", y}})),
+                Run1(EwNode("Where", {"c", "x", "y"}, {"out"}), {{"c", c}, {"x", x}, {"y", y}})),
             (std::vector<float>{1, 2, 3, -1, -1, -1}));
   Tensor cc = Bool({3}, {0, 1, 0});
   Tensor xi = I64({2, 3}, {1, 2, 3, 4, 5, 6});
   Tensor yi = I64({2, 1}, {-1, -2});
-  EXPECT_EQ(Values<int64_t>(Run1(MakeNode("Where", {"c", "x", "y"}, {"out"}),
+  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Where", {"c", "x", "y"}, {"out"}),
                                  {{"c", cc}, {"x", xi}, {"y", yi}})),
             (std::vector<int64_t>{-1, 2, -1, -2, 5, -2}));
 }
@@ -409,7 +404,7 @@ TEST(ElementwiseKernelTest, WhereBroadcastsAllThreeOperands) {
 // ----------------------------------------------------------------------------------- Cast
 
 Tensor CastTo(const Tensor& x, DType to) {
-  return Run1(MakeNode("Cast", {"x"}, {"y"}, {{"to", Attribute::Int(static_cast<int64_t>(to))}}),
+  return Run1(EwNode("Cast", {"x"}, {"y"}, {{"to", Attribute::Int(static_cast<int64_t>(to))}}),
               {{"x", x}});
 }
 
@@ -445,7 +440,7 @@ TEST(ElementwiseKernelTest, CastConvertsLikeNumpyAstype) {
   EXPECT_EQ(Values<float>(CastTo(s, DType::kFloat32)), (std::vector<float>{-100.f, 3.f}));
 
   // CastLike takes the type of its second input.
-  Tensor y = Run1(MakeNode("CastLike", {"x", "t"}), {{"x", f}, {"t", I64({1}, {0})}});
+  Tensor y = Run1(EwNode("CastLike", {"x", "t"}), {{"x", f}, {"t", I64({1}, {0})}});
   EXPECT_EQ(y.dtype(), DType::kInt64);
   EXPECT_EQ(Values<int64_t>(y), (std::vector<int64_t>{-2, 0, 0, 0, 0, 2, 0}));
 }
@@ -456,21 +451,21 @@ TEST(ElementwiseKernelTest, ClipBoundsFromInputsOrAttributes) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   Tensor x = F32({5}, {-2.f, -1.f, 0.f, 1.5f, nan});
   std::map<std::string, Tensor> in = {{"x", x}, {"lo", F32({}, {-1.f})}, {"hi", F32({}, {1.f})}};
-  Tensor both = Run1(MakeNode("Clip", {"x", "lo", "hi"}), in);
+  Tensor both = Run1(EwNode("Clip", {"x", "lo", "hi"}), in);
   EXPECT_EQ(Values<float>(both)[0], -1.f);
   EXPECT_EQ(Values<float>(both)[3], 1.f);
   EXPECT_TRUE(std::isnan(Values<float>(both)[4]));
-  EXPECT_EQ(Values<float>(Run1(MakeNode("Clip", {"x", "", "hi"}), in))[0], -2.f);
-  EXPECT_EQ(Values<float>(Run1(MakeNode("Clip", {"x", "lo"}), in))[3], 1.5f);
-  Node attrs = MakeNode("Clip", {"x"}, {"y"},
+  EXPECT_EQ(Values<float>(Run1(EwNode("Clip", {"x", "", "hi"}), in))[0], -2.f);
+  EXPECT_EQ(Values<float>(Run1(EwNode("Clip", {"x", "lo"}), in))[3], 1.5f);
+  Node attrs = EwNode("Clip", {"x"}, {"y"},
                         {{"min", Attribute::Float(-0.5f)}, {"max", Attribute::Float(0.5f)}});
   EXPECT_EQ(Values<float>(Run1(attrs, in))[0], -0.5f);
   EXPECT_EQ(Values<float>(Run1(attrs, in))[3], 0.5f);
   Tensor xi = I64({4}, {-5, 0, 5, 10});
-  EXPECT_EQ(Values<int64_t>(Run1(MakeNode("Clip", {"x", "lo", "hi"}),
+  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Clip", {"x", "lo", "hi"}),
                                  {{"x", xi}, {"lo", I64({}, {0})}, {"hi", I64({}, {6})}})),
             (std::vector<int64_t>{0, 0, 5, 6}));
-  EXPECT_EQ(RunError(MakeNode("Clip", {"x", "lo"}), {{"x", x}, {"lo", F32({2}, {0, 1})}}),
+  EXPECT_EQ(RunError(EwNode("Clip", {"x", "lo"}), {{"x", x}, {"lo", F32({2}, {0, 1})}}),
             "Clip node 'Clip_node': min 'lo' must be a scalar, has shape [2]");
 }
 
@@ -482,7 +477,7 @@ struct DropoutResult {
 
 DropoutResult RunDropout(const Tensor& x, float ratio, bool training_mode, uint64_t seed,
                          uint64_t node_key, bool ctx_training = true) {
-  Node n = MakeNode("Dropout", {"x", "r", "t"}, {"y", "mask"});
+  Node n = EwNode("Dropout", {"x", "r", "t"}, {"y", "mask"});
   Tensor r = F32({}, {ratio});
   Tensor t = Bool({}, {static_cast<uint8_t>(training_mode)});
   DropoutResult res{Tensor(x.dtype(), x.shape()), Tensor(DType::kBool, x.shape())};
@@ -528,16 +523,16 @@ TEST(DropoutKernelTest, InactiveDropoutIsTheIdentityWithAFullMask) {
     for (int64_t i = 0; i < x.numel(); ++i) ASSERT_TRUE(r.mask.data<bool>()[i]);
   }
   // No training_mode input (opset 12 default false): inference.
-  Tensor y = Run1(MakeNode("Dropout", {"x", "r"}), {{"x", x}, {"r", F32({}, {0.5f})}});
+  Tensor y = Run1(EwNode("Dropout", {"x", "r"}), {{"x", x}, {"r", F32({}, {0.5f})}});
   EXPECT_TRUE(y.BitwiseEqual(x));
 }
 
 TEST(DropoutKernelTest, RatioOutsideUnitIntervalIsRejected) {
   Tensor x = RandomTensor({4}, 23);
-  EXPECT_EQ(RunError(MakeNode("Dropout", {"x", "r", "t"}), {{"x", x}},
+  EXPECT_EQ(RunError(EwNode("Dropout", {"x", "r", "t"}), {{"x", x}},
                      {{"r", F32({}, {1.f})}, {"t", Bool({}, {1})}}),
             "Dropout node 'Dropout_node': ratio 1.000000 is outside [0, 1)");
-  EXPECT_EQ(RunError(MakeNode("Dropout", {"x", "r", "t"}),
+  EXPECT_EQ(RunError(EwNode("Dropout", {"x", "r", "t"}),
                      {{"x", x}, {"r", F32({}, {1.f})}, {"t", Bool({}, {1})}}),
             "Dropout node 'Dropout_node': ratio 1.000000 is outside [0, 1)");
 }
@@ -546,7 +541,7 @@ TEST(DropoutKernelTest, DropoutGradScalesByTheForwardMask) {
   Tensor x = RandomTensor({1000}, 24);
   DropoutResult fwd = RunDropout(x, 0.25f, true, 3, 4);
   Tensor dy = RandomTensor({1000}, 25);
-  Node g = MakeNode("DropoutGrad", {"dy", "mask", "r", "t"}, {"dx"}, {}, "com.microsoft");
+  Node g = EwNode("DropoutGrad", {"dy", "mask", "r", "t"}, {"dx"}, {}, "com.microsoft");
   Tensor dx =
       Run1(g, {{"dy", dy}, {"mask", fwd.mask}, {"r", F32({}, {0.25f})}, {"t", Bool({}, {1})}});
   for (int64_t i = 0; i < 1000; ++i)
@@ -554,7 +549,7 @@ TEST(DropoutKernelTest, DropoutGradScalesByTheForwardMask) {
               fwd.mask.data<bool>()[i] ? dy.data<float>()[i] * (1.f / 0.75f) : 0.f);
   // Not training: dX = dY.
   Tensor all = Bool({1000}, std::vector<uint8_t>(1000, 1));
-  Tensor id = Run1(MakeNode("DropoutGrad", {"dy", "mask"}, {"dx"}, {}, "com.microsoft"),
+  Tensor id = Run1(EwNode("DropoutGrad", {"dy", "mask"}, {"dx"}, {}, "com.microsoft"),
                    {{"dy", dy}, {"mask", all}});
   EXPECT_TRUE(id.BitwiseEqual(dy));
 }
@@ -592,9 +587,9 @@ TEST(GeluKernelTest, BitwiseEqualToTheExportedDecomposition) {
 TEST(GeluKernelTest, GeluAndGeluGradMatchDoubleReferences) {
   Tensor x = RandomTensor({997}, 32, -6.f, 6.f);
   Tensor dy = RandomTensor({997}, 33);
-  Tensor y = Run1(MakeNode("Gelu", {"x"}, {"y"}, {}, "com.microsoft"), {{"x", x}});
+  Tensor y = Run1(EwNode("Gelu", {"x"}, {"y"}, {}, "com.microsoft"), {{"x", x}});
   Tensor dx =
-      Run1(MakeNode("GeluGrad", {"dy", "x"}, {"dx"}, {}, "com.microsoft"), {{"dy", dy}, {"x", x}});
+      Run1(EwNode("GeluGrad", {"dy", "x"}, {"dx"}, {}, "com.microsoft"), {{"dy", dy}, {"x", x}});
   for (int64_t i = 0; i < x.numel(); ++i) {
     const double v = x.data<float>()[i];
     const double cdf = 0.5 * (1 + std::erf(v / std::sqrt(2.0)));
@@ -610,7 +605,7 @@ TEST(ActivationGradKernelTest, ReluSigmoidTanhGrads) {
   Tensor dy = F32({5}, {1.f, 2.f, 3.f, 4.f, 5.f});
   auto grad = [&](const char* op, const Tensor& v) {
     return Values<float>(
-        Run1(MakeNode(op, {"dy", "v"}, {"dx"}, {}, "com.microsoft"), {{"dy", dy}, {"v", v}}));
+        Run1(EwNode(op, {"dy", "v"}, {"dx"}, {}, "com.microsoft"), {{"dy", dy}, {"v", v}}));
   };
   EXPECT_EQ(grad("ReluGrad", x), (std::vector<float>{0, 0, 0, 4, 5}));
   Tensor s = F32({5}, {0.1f, 0.25f, 0.5f, 0.75f, 0.9f});
@@ -621,7 +616,7 @@ TEST(ActivationGradKernelTest, ReluSigmoidTanhGrads) {
     EXPECT_EQ(sg[i], d * v * (1.f - v));
     EXPECT_EQ(tg[i], d * (1.f - v * v));
   }
-  EXPECT_EQ(RunError(MakeNode("ReluGrad", {"dy", "v"}, {"dx"}, {}, "com.microsoft"),
+  EXPECT_EQ(RunError(EwNode("ReluGrad", {"dy", "v"}, {"dx"}, {}, "com.microsoft"),
                      {{"dy", dy}, {"v", F32({4}, {0, 0, 0, 0})}}),
             "ReluGrad node 'ReluGrad_node': inputs 'dy' [5] and 'v' [4] must have the same shape");
 }
@@ -630,23 +625,23 @@ TEST(ActivationGradKernelTest, ReluSigmoidTanhGrads) {
 
 TEST(ElementwiseSchemaTest, ErrorsNameTheNodeAndTheProblem) {
   Tensor f = F32({2, 3}, {1, 2, 3, 4, 5, 6});
-  EXPECT_EQ(RunError(MakeNode("Add", {"a", "b"}), {{"a", f}, {"b", I64({3}, {1, 2, 3})}}),
+  EXPECT_EQ(RunError(EwNode("Add", {"a", "b"}), {{"a", f}, {"b", I64({3}, {1, 2, 3})}}),
             "Add node 'Add_node': inputs 'a' (f32) and 'b' (i64) must have the same element type");
-  EXPECT_EQ(RunError(MakeNode("Mul", {"a", "b"}), {{"a", f}, {"b", F32({2}, {1, 2})}}),
+  EXPECT_EQ(RunError(EwNode("Mul", {"a", "b"}), {{"a", f}, {"b", F32({2}, {1, 2})}}),
             "Mul node 'Mul_node': input 'b' of shape [2] does not broadcast with 'a' [2,3]");
-  EXPECT_EQ(RunError(MakeNode("Sum", {"a", "b", "c"}),
+  EXPECT_EQ(RunError(EwNode("Sum", {"a", "b", "c"}),
                      {{"a", f}, {"b", F32({1, 3}, {1, 2, 3})}, {"c", F32({4}, {1, 2, 3, 4})}}),
             "Sum node 'Sum_node': input 'c' of shape [4] does not broadcast with the shape [2,3] "
             "of the inputs before it");
-  EXPECT_EQ(RunError(MakeNode("Sqrt", {"a"}), {{"a", I64({1}, {4})}}),
+  EXPECT_EQ(RunError(EwNode("Sqrt", {"a"}), {{"a", I64({1}, {4})}}),
             "Sqrt node 'Sqrt_node': input 'a' has element type i64; expected one of f32, f64");
-  EXPECT_EQ(RunError(MakeNode("And", {"a", "b"}), {{"a", f}, {"b", f}}),
+  EXPECT_EQ(RunError(EwNode("And", {"a", "b"}), {{"a", f}, {"b", f}}),
             "And node 'And_node': input 'a' has element type f32; expected one of bool");
-  EXPECT_EQ(RunError(MakeNode("Where", {"c", "a", "b"}), {{"c", f}, {"a", f}, {"b", f}}),
+  EXPECT_EQ(RunError(EwNode("Where", {"c", "a", "b"}), {{"c", f}, {"a", f}, {"b", f}}),
             "Where node 'Where_node': input 'c' has element type f32; expected one of bool");
-  EXPECT_EQ(RunError(MakeNode("Cast", {"a"}), {{"a", f}}),
+  EXPECT_EQ(RunError(EwNode("Cast", {"a"}), {{"a", f}}),
             "Cast node 'Cast_node': attribute 'to' is required");
-  EXPECT_EQ(RunError(MakeNode("Cast", {"a"}, {"y"}, {{"to", Attribute::Int(16)}}), {{"a", f}}),
+  EXPECT_EQ(RunError(EwNode("Cast", {"a"}, {"y"}, {{"to", Attribute::Int(16)}}), {{"a", f}}),
             "Cast node 'Cast_node': cannot cast to element type 16; supported: f32, u8, i8, i32, "
             "i64, bool, f64");
 }

@@ -14,23 +14,12 @@
 #include "kernels/cpu/kernel.h"
 #include "runtime/interpreter.h"
 #include "tests/support/grad_check.h"
+#include "tests/support/test_util.h"
 
 namespace foundry {
 namespace {
 
 constexpr char kMs[] = "com.microsoft";
-
-Node MakeNode(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
-              std::map<std::string, Attribute> attrs = {}, const std::string& domain = "") {
-  Node n;
-  n.name = "n";
-  n.op_type = op;
-  n.domain = domain;
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  n.attrs = std::move(attrs);
-  return n;
-}
 
 // A double tensor as a plain vector with a shape.
 struct Ref {

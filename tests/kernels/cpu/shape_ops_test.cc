@@ -8,25 +8,13 @@
 #include "compiler/op_schema.h"
 #include "kernels/cpu/kernel.h"
 #include "tests/support/grad_check.h"
+#include "tests/support/test_util.h"
 
 namespace foundry {
 namespace {
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-
-Node MakeNode(const std::string& op, std::vector<std::string> inputs,
-              std::vector<std::string> outputs, std::map<std::string, Attribute> attrs = {},
-              const std::string& domain = "") {
-  Node n;
-  n.name = "n";
-  n.op_type = op;
-  n.domain = domain;
-  n.inputs = std::move(inputs);
-  n.outputs = std::move(outputs);
-  n.attrs = std::move(attrs);
-  return n;
-}
 
 Tensor F32(Shape s, std::vector<float> v) { return Tensor::FromVector(DType::kFloat32, s, v); }
 Tensor I64(Shape s, std::vector<int64_t> v) { return Tensor::FromVector(DType::kInt64, s, v); }

@@ -10,21 +10,16 @@
 #include "passes/grad/grad_rule.h"
 #include "runtime/interpreter.h"
 #include "tests/support/grad_check.h"
+#include "tests/support/test_util.h"
 
 namespace foundry {
 namespace {
 
-Node MakeNode(const std::string& op, std::vector<std::string> inputs,
-              std::vector<std::string> outputs = {"y"}, std::map<std::string, Attribute> attrs = {},
-              const std::string& domain = "") {
-  Node n;
-  n.name = op + "_node";
-  n.op_type = op;
-  n.domain = domain;
-  n.inputs = std::move(inputs);
-  n.outputs = std::move(outputs);
-  n.attrs = std::move(attrs);
-  return n;
+// Nodes named after their op ("Div_node"), as the error messages below quote them.
+Node EwNode(const std::string& op, std::vector<std::string> inputs,
+            std::vector<std::string> outputs = {"y"}, std::map<std::string, Attribute> attrs = {},
+            const std::string& domain = "") {
+  return MakeNode(op, std::move(inputs), std::move(outputs), std::move(attrs), domain, op + "_node");
 }
 
 #define EXPECT_GRADS_OK(...)                  \
@@ -60,13 +55,13 @@ TEST(ElementwiseGradTest, AddSubMulDivBroadcast) {
       Tensor b = std::string(op) == "Div" ? RandomTensor(sb, ++seed, 0.5f, 1.5f)
                                           : RandomTensor(sb, ++seed);
       SCOPED_TRACE(std::string(op) + " " + ShapeToString(sa) + " " + ShapeToString(sb));
-      EXPECT_GRADS_OK(MakeNode(op, {"a", "b"}), {{"a", a}, {"b", b}});
+      EXPECT_GRADS_OK(EwNode(op, {"a", "b"}), {{"a", a}, {"b", b}});
     }
   }
   // Only one side differentiated.
   GradCheckOptions only_b;
   only_b.wrt = {"b"};
-  EXPECT_GRADS_OK(MakeNode("Div", {"a", "b"}),
+  EXPECT_GRADS_OK(EwNode("Div", {"a", "b"}),
                   {{"a", RandomTensor({3, 4}, 90)}, {"b", RandomTensor({4}, 91, 0.5f, 1.5f)}}, {},
                   only_b);
 }
@@ -75,14 +70,14 @@ TEST(ElementwiseGradTest, PowBaseAndExponent) {
   uint64_t seed = 10;
   for (const auto& [sa, sb] : kShapes) {
     SCOPED_TRACE(ShapeToString(sa) + " " + ShapeToString(sb));
-    EXPECT_GRADS_OK(MakeNode("Pow", {"a", "b"}), {{"a", RandomTensor(sa, ++seed, 0.5f, 2.f)},
+    EXPECT_GRADS_OK(EwNode("Pow", {"a", "b"}), {{"a", RandomTensor(sa, ++seed, 0.5f, 2.f)},
                                                   {"b", RandomTensor(sb, ++seed, -2.f, 2.f)}});
   }
   // Constant exponents (the x^2 of a norm), float and integer, and a run-time integer exponent.
   Tensor x = RandomTensor({4, 5}, 20, -2.f, 2.f);
-  EXPECT_GRADS_OK(MakeNode("Pow", {"x", "e"}), {{"x", x}}, {{"e", Scalar(2.f)}});
-  EXPECT_GRADS_OK(MakeNode("Pow", {"x", "e"}), {{"x", x}}, {{"e", Tensor::ScalarInt64(3)}});
-  EXPECT_GRADS_OK(MakeNode("Pow", {"x", "e"}),
+  EXPECT_GRADS_OK(EwNode("Pow", {"x", "e"}), {{"x", x}}, {{"e", Scalar(2.f)}});
+  EXPECT_GRADS_OK(EwNode("Pow", {"x", "e"}), {{"x", x}}, {{"e", Tensor::ScalarInt64(3)}});
+  EXPECT_GRADS_OK(EwNode("Pow", {"x", "e"}),
                   {{"x", RandomTensor({4, 5}, 21, 0.5f, 2.f)},
                    {"e", Tensor::FromVector<int64_t>(DType::kInt64, {5}, {0, 1, 2, 3, -1})}});
 }
@@ -91,13 +86,13 @@ TEST(ElementwiseGradTest, MinMaxAwayFromTies) {
   for (const char* op : {"Min", "Max"}) {
     for (const auto& [sa, sb] : kShapes) {
       SCOPED_TRACE(std::string(op) + " " + ShapeToString(sa) + " " + ShapeToString(sb));
-      EXPECT_GRADS_OK(MakeNode(op, {"a", "b"}),
+      EXPECT_GRADS_OK(EwNode(op, {"a", "b"}),
                       {{"a", GridTensor(sa, 30, 0.f)}, {"b", GridTensor(sb, 31, 0.05f)}});
     }
-    EXPECT_GRADS_OK(MakeNode(op, {"a", "b", "c"}), {{"a", GridTensor({3, 1, 5}, 32, 0.f)},
+    EXPECT_GRADS_OK(EwNode(op, {"a", "b", "c"}), {{"a", GridTensor({3, 1, 5}, 32, 0.f)},
                                                     {"b", GridTensor({4, 1}, 33, 0.03f)},
                                                     {"c", GridTensor({5}, 34, 0.06f)}});
-    EXPECT_GRADS_OK(MakeNode(op, {"a"}), {{"a", RandomTensor({3}, 35)}});
+    EXPECT_GRADS_OK(EwNode(op, {"a"}), {{"a", RandomTensor({3}, 35)}});
   }
 }
 
@@ -105,16 +100,16 @@ TEST(ElementwiseGradTest, SumAndMean) {
   std::map<std::string, Tensor> in = {{"a", RandomTensor({3, 1, 5}, 40)},
                                       {"b", RandomTensor({4, 1}, 41)},
                                       {"c", RandomTensor({}, 42)}};
-  EXPECT_GRADS_OK(MakeNode("Sum", {"a", "b", "c"}), in);
-  EXPECT_GRADS_OK(MakeNode("Mean", {"a", "b", "c"}), in);
-  EXPECT_GRADS_OK(MakeNode("Sum", {"a"}), in);
+  EXPECT_GRADS_OK(EwNode("Sum", {"a", "b", "c"}), in);
+  EXPECT_GRADS_OK(EwNode("Mean", {"a", "b", "c"}), in);
+  EXPECT_GRADS_OK(EwNode("Sum", {"a"}), in);
 }
 
 TEST(ElementwiseGradTest, WhereRoutesToTheSelectedBranch) {
   Tensor cond = Tensor::FromVector<uint8_t>(DType::kBool, {3, 1}, {1, 0, 1});
-  EXPECT_GRADS_OK(MakeNode("Where", {"c", "x", "y"}, {"out"}),
+  EXPECT_GRADS_OK(EwNode("Where", {"c", "x", "y"}, {"out"}),
                   {{"x", RandomTensor({1, 4}, 50)}, {"y", RandomTensor({}, 51)}}, {{"c", cond}});
-  EXPECT_GRADS_OK(MakeNode("Where", {"c", "x", "y"}, {"out"}),
+  EXPECT_GRADS_OK(EwNode("Where", {"c", "x", "y"}, {"out"}),
                   {{"x", RandomTensor({3, 4}, 52)}, {"y", RandomTensor({2, 3, 4}, 53)}},
                   {{"c", cond}});
 }
@@ -144,38 +139,38 @@ TEST(ElementwiseGradTest, UnaryOps) {
   for (const Case& c : cases) {
     for (const Shape& s : {Shape{}, Shape{7}, Shape{3, 1, 5}}) {
       SCOPED_TRACE(std::string(c.op) + " " + ShapeToString(s));
-      EXPECT_GRADS_OK(MakeNode(c.op, {"x"}, {"y"}, {}, c.domain),
+      EXPECT_GRADS_OK(EwNode(c.op, {"x"}, {"y"}, {}, c.domain),
                       {{"x", RandomTensor(s, ++seed, c.lo, c.hi)}});
     }
   }
-  EXPECT_GRADS_OK(MakeNode("Reciprocal", {"x"}), {{"x", RandomTensor({6}, 70, -2.f, -0.5f)}});
+  EXPECT_GRADS_OK(EwNode("Reciprocal", {"x"}), {{"x", RandomTensor({6}, 70, -2.f, -0.5f)}});
   // Kinked ops, on grids that stay 0.05 away from the kink at 0.
-  EXPECT_GRADS_OK(MakeNode("Abs", {"x"}), {{"x", GridTensor({4, 6}, 71, 0.05f)}});
-  EXPECT_GRADS_OK(MakeNode("Relu", {"x"}), {{"x", GridTensor({4, 6}, 72, 0.05f)}});
+  EXPECT_GRADS_OK(EwNode("Abs", {"x"}), {{"x", GridTensor({4, 6}, 71, 0.05f)}});
+  EXPECT_GRADS_OK(EwNode("Relu", {"x"}), {{"x", GridTensor({4, 6}, 72, 0.05f)}});
 }
 
 TEST(ElementwiseGradTest, CastFloatToFloatPassesThrough) {
-  Node cast = MakeNode("Cast", {"x"}, {"y"}, {{"to", Attribute::Int(1)}});
+  Node cast = EwNode("Cast", {"x"}, {"y"}, {{"to", Attribute::Int(1)}});
   EXPECT_GRADS_OK(cast, {{"x", RandomTensor({3, 4}, 80)}});
 }
 
 TEST(ElementwiseGradTest, ClipAwayFromTheBounds) {
   // Bounds at +-0.5 and x on the grid 0.1 k + 0.05: no x within 0.05 of a bound.
   Tensor x = GridTensor({4, 6}, 81, 0.05f);
-  EXPECT_GRADS_OK(MakeNode("Clip", {"x", "lo", "hi"}), {{"x", x}},
+  EXPECT_GRADS_OK(EwNode("Clip", {"x", "lo", "hi"}), {{"x", x}},
                   {{"lo", Scalar(-0.5f)}, {"hi", Scalar(0.5f)}});
-  EXPECT_GRADS_OK(MakeNode("Clip", {"x", "", "hi"}), {{"x", x}}, {{"hi", Scalar(0.5f)}});
-  EXPECT_GRADS_OK(MakeNode("Clip", {"x", "lo"}), {{"x", x}}, {{"lo", Scalar(-0.5f)}});
-  EXPECT_GRADS_OK(MakeNode("Clip", {"x"}, {"y"},
+  EXPECT_GRADS_OK(EwNode("Clip", {"x", "", "hi"}), {{"x", x}}, {{"hi", Scalar(0.5f)}});
+  EXPECT_GRADS_OK(EwNode("Clip", {"x", "lo"}), {{"x", x}}, {{"lo", Scalar(-0.5f)}});
+  EXPECT_GRADS_OK(EwNode("Clip", {"x"}, {"y"},
                            {{"min", Attribute::Float(-0.5f)}, {"max", Attribute::Float(0.5f)}}),
                   {{"x", x}});
   // Bounds that are run-time float values get gradients too.
-  EXPECT_GRADS_OK(MakeNode("Clip", {"x", "lo", "hi"}),
+  EXPECT_GRADS_OK(EwNode("Clip", {"x", "lo", "hi"}),
                   {{"x", x}, {"lo", Scalar(-0.5f)}, {"hi", Scalar(0.5f)}});
 }
 
 TEST(ElementwiseGradTest, DropoutTrainingIsLinearInItsInput) {
-  Node d = MakeNode("Dropout", {"x", "r", "t"}, {"y", "mask"});
+  Node d = EwNode("Dropout", {"x", "r", "t"}, {"y", "mask"});
   EXPECT_GRADS_OK(d, {{"x", RandomTensor({5, 37}, 90)}},
                   {{"r", Scalar(0.3f)}, {"t", BoolScalar(true)}});
   // Ratio and training mode as run-time values.
@@ -186,7 +181,7 @@ TEST(ElementwiseGradTest, DropoutTrainingIsLinearInItsInput) {
 TEST(ElementwiseGradTest, FloatModTruncatedQuotient) {
   // a / b in (1.07, 1.9): the truncated quotient is 1 everywhere near the inputs.
   EXPECT_GRADS_OK(
-      MakeNode("Mod", {"a", "b"}, {"y"}, {{"fmod", Attribute::Int(1)}}),
+      EwNode("Mod", {"a", "b"}, {"y"}, {{"fmod", Attribute::Int(1)}}),
       {{"a", RandomTensor({3, 4}, 95, 3.2f, 3.8f)}, {"b", RandomTensor({4}, 96, 2.f, 3.f)}});
 }
 
@@ -252,7 +247,7 @@ TEST(ElementwiseGradTest, MaxTiesGoToTheFirstInput) {
   Tensor b = Tensor::FromVector<float>(DType::kFloat32, {4}, {1, 5, 3, 0});
   Tensor c = Tensor::FromVector<float>(DType::kFloat32, {4}, {1, 5, 0, 4});
   Tensor dy = Tensor::FromVector<float>(DType::kFloat32, {4}, {10, 20, 30, 40});
-  auto r = RunRule(MakeNode("Max", {"a", "b", "c"}), {{"a", a}, {"b", b}, {"c", c}}, {}, dy);
+  auto r = RunRule(EwNode("Max", {"a", "b", "c"}), {{"a", a}, {"b", b}, {"c", c}}, {}, dy);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(Floats(r->values.at("a")), (std::vector<float>{10, 0, 30, 40}));
   EXPECT_EQ(Floats(r->values.at("b")), (std::vector<float>{0, 20, 0, 0}));
@@ -262,7 +257,7 @@ TEST(ElementwiseGradTest, MaxTiesGoToTheFirstInput) {
 TEST(ElementwiseGradTest, ClipPassesTheGradientAtTheBounds) {
   Tensor x = Tensor::FromVector<float>(DType::kFloat32, {5}, {-2, -1, 0, 1, 2});
   Tensor dy = Tensor::FromVector<float>(DType::kFloat32, {5}, {1, 2, 3, 4, 5});
-  auto r = RunRule(MakeNode("Clip", {"x", "lo", "hi"}), {{"x", x}},
+  auto r = RunRule(EwNode("Clip", {"x", "lo", "hi"}), {{"x", x}},
                    {{"lo", Scalar(-1)}, {"hi", Scalar(1)}}, dy);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(Floats(r->values.at("x")), (std::vector<float>{0, 2, 3, 4, 0}));
@@ -274,7 +269,7 @@ TEST(ElementwiseGradTest, ActivationsEmitOnnxRuntimeGradientOps) {
   const std::pair<const char*, const char*> cases[] = {
       {"Relu", "ReluGrad"}, {"Sigmoid", "SigmoidGrad"}, {"Tanh", "TanhGrad"}, {"Gelu", "GeluGrad"}};
   for (const auto& [op, grad] : cases) {
-    Node n = MakeNode(op, {"x"}, {"y"}, {}, std::string(op) == "Gelu" ? "com.microsoft" : "");
+    Node n = EwNode(op, {"x"}, {"y"}, {}, std::string(op) == "Gelu" ? "com.microsoft" : "");
     auto r = RunRule(n, {{"x", x}}, {}, dy);
     ASSERT_TRUE(r.ok()) << r.status().message();
     ASSERT_EQ(r->emitted.size(), 1u) << op;
@@ -290,19 +285,19 @@ TEST(ElementwiseGradTest, PiecewiseConstantOpsAndIntegerCastsGiveNoGradient) {
   Tensor x = RandomTensor({3}, 110);
   Tensor dy = RandomTensor({3}, 111);
   for (const char* op : {"Floor", "Ceil", "Sign"}) {
-    auto r = RunRule(MakeNode(op, {"x"}), {{"x", x}}, {}, dy);
+    auto r = RunRule(EwNode(op, {"x"}), {{"x", x}}, {}, dy);
     ASSERT_TRUE(r.ok()) << r.status().message();
     EXPECT_TRUE(r->input_grads[0].empty()) << op;
     EXPECT_TRUE(r->emitted.empty()) << op;
   }
-  auto r = RunRule(MakeNode("Cast", {"x"}, {"y"}, {{"to", Attribute::Int(7)}}), {{"x", x}}, {},
+  auto r = RunRule(EwNode("Cast", {"x"}, {"y"}, {{"to", Attribute::Int(7)}}), {{"x", x}}, {},
                    Tensor::FromVector<int64_t>(DType::kInt64, {3}, {1, 2, 3}));
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_TRUE(r->input_grads[0].empty());
   // f32 -> f64: the gradient is cast back to f32.
   Tensor dy64 = Tensor::FromVector<double>(DType::kFloat64, {3}, {0.5, -1.5, 2.25});
   auto back =
-      RunRule(MakeNode("Cast", {"x"}, {"y"}, {{"to", Attribute::Int(11)}}), {{"x", x}}, {}, dy64);
+      RunRule(EwNode("Cast", {"x"}, {"y"}, {{"to", Attribute::Int(11)}}), {{"x", x}}, {}, dy64);
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(Floats(back->values.at("x")), (std::vector<float>{0.5f, -1.5f, 2.25f}));
 }
@@ -311,7 +306,7 @@ TEST(ElementwiseGradTest, DropoutNeedsItsMaskOnlyWhenActive) {
   Tensor x = RandomTensor({4}, 120);
   Tensor dy = RandomTensor({4}, 121);
   // Active without a mask output: the autodiff pass must expose the mask first.
-  auto missing = RunRule(MakeNode("Dropout", {"x", "r", "t"}, {"y"}), {{"x", x}},
+  auto missing = RunRule(EwNode("Dropout", {"x", "r", "t"}, {"y"}), {{"x", x}},
                          {{"r", Scalar(0.1f)}, {"t", BoolScalar(true)}}, dy);
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().message(),
@@ -323,12 +318,12 @@ TEST(ElementwiseGradTest, DropoutNeedsItsMaskOnlyWhenActive) {
       {{"x", "r", "t"}, {{"r", Scalar(0.1f)}, {"t", BoolScalar(false)}}},
       {{"x", "r", "t"}, {{"r", Scalar(0.f)}, {"t", BoolScalar(true)}}}};
   for (const auto& [inputs, constants] : inactive) {
-    auto r = RunRule(MakeNode("Dropout", inputs, {"y"}), {{"x", x}}, constants, dy);
+    auto r = RunRule(EwNode("Dropout", inputs, {"y"}), {{"x", x}}, constants, dy);
     ASSERT_TRUE(r.ok()) << r.status().message();
     EXPECT_EQ(r->input_grads[0], "dy");
   }
   // Active with a mask: one com.microsoft DropoutGrad reading the forward's mask, ratio, mode.
-  auto active = RunRule(MakeNode("Dropout", {"x", "r", "t"}, {"y", "m"}), {{"x", x}},
+  auto active = RunRule(EwNode("Dropout", {"x", "r", "t"}, {"y", "m"}), {{"x", x}},
                         {{"r", Scalar(0.1f)}, {"t", BoolScalar(true)}}, dy);
   ASSERT_TRUE(active.ok()) << active.status().message();
   ASSERT_EQ(active->emitted.size(), 1u);

@@ -15,23 +15,19 @@
 #include "passes/grad/grad_rule.h"
 #include "runtime/interpreter.h"
 #include "tests/support/grad_check.h"
+#include "tests/support/test_util.h"
 
 namespace foundry {
 namespace {
 
-constexpr char kMs[] = "com.microsoft";
-
-Node MakeNode(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
-              std::map<std::string, Attribute> attrs = {}, const std::string& domain = "") {
-  Node n;
-  n.name = "fwd";
-  n.op_type = op;
-  n.domain = domain;
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  n.attrs = std::move(attrs);
-  return n;
+// The forward node under test is named "fwd" (its backward nodes: "fwd_Grad/...").
+Node FwdNode(const std::string& op, std::vector<std::string> inputs,
+             std::vector<std::string> outputs, std::map<std::string, Attribute> attrs = {},
+             const std::string& domain = "") {
+  return MakeNode(op, std::move(inputs), std::move(outputs), std::move(attrs), domain, "fwd");
 }
+
+constexpr char kMs[] = "com.microsoft";
 
 Tensor I64(Shape shape, std::vector<int64_t> v) {
   return Tensor::FromVector<int64_t>(DType::kInt64, std::move(shape), v);
@@ -113,7 +109,7 @@ class MatMulGradShapes : public ::testing::TestWithParam<MatMulCase> {};
 
 TEST_P(MatMulGradShapes, MatchesFiniteDifferences) {
   const MatMulCase& c = GetParam();
-  EXPECT_GRADS_OK(MakeNode("MatMul", {"a", "b"}, {"y"}),
+  EXPECT_GRADS_OK(FwdNode("MatMul", {"a", "b"}, {"y"}),
                   {{"a", RandomTensor(c.a, 1)}, {"b", RandomTensor(c.b, 2)}});
 }
 
@@ -135,7 +131,7 @@ class FusedMatMulGrad : public ::testing::TestWithParam<FusedCase> {};
 
 TEST_P(FusedMatMulGrad, MatchesFiniteDifferences) {
   const FusedCase& c = GetParam();
-  Node n = MakeNode("FusedMatMul", {"a", "b"}, {"y"},
+  Node n = FwdNode("FusedMatMul", {"a", "b"}, {"y"},
                     {{"transA", Attribute::Int(c.ta)},
                      {"transB", Attribute::Int(c.tb)},
                      {"alpha", Attribute::Float(c.alpha)}},
@@ -155,7 +151,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, FusedMatMulGrad,
 // A linear layer [B,S,D] x [D,N]: dW is one GEMM over the B*S flattened rows (no batched product,
 // no ReduceSum), and dX one FusedMatMul against W with transB (no Transpose of W).
 TEST(MatMulGradTest, LinearLayerWeightGradientIsOneFlattenedGemm) {
-  Node n = MakeNode("MatMul", {"x", "w"}, {"y"});
+  Node n = FwdNode("MatMul", {"x", "w"}, {"y"});
   auto e = EmitGrads(n, {{"x", RandomTensor({2, 3, 4}, 1)}, {"w", RandomTensor({4, 6}, 2)}}, {},
                      {false, true}, {true});
   ASSERT_TRUE(e.ok()) << e.status().message();
@@ -188,7 +184,7 @@ TEST(MatMulGradTest, SymbolicShapesAreAnError) {
     v.rank_known = true;
     v.shape = name[0] == 'a' ? Shape{-1, 3, 4} : Shape{4, 5};
   }
-  g.nodes.push_back(MakeNode("MatMul", {"a", "b"}, {"y"}));
+  g.nodes.push_back(FwdNode("MatMul", {"a", "b"}, {"y"}));
   ASSERT_TRUE(InferAndSetTypes(g, g.nodes[0]).ok());
   Value& dy = g.GetOrAddValue("dy");
   dy = *g.FindValue("y");
@@ -221,7 +217,7 @@ TEST_P(GemmGrad, MatchesFiniteDifferences) {
     in["c"] = RandomTensor(gc.c, 7);
     names.push_back("c");
   }
-  Node node = MakeNode("Gemm", names, {"y"},
+  Node node = FwdNode("Gemm", names, {"y"},
                        {{"transA", Attribute::Int(gc.ta)},
                         {"transB", Attribute::Int(gc.tb)},
                         {"alpha", Attribute::Float(gc.alpha)},
@@ -241,10 +237,10 @@ INSTANTIATE_TEST_SUITE_P(Attrs, GemmGrad,
 TEST(SoftmaxGradTest, MatchesFiniteDifferences) {
   for (const char* op : {"Softmax", "LogSoftmax"}) {
     for (int64_t axis : {-1, 1, 0}) {
-      Node n = MakeNode(op, {"x"}, {"y"}, {{"axis", Attribute::Int(axis)}});
+      Node n = FwdNode(op, {"x"}, {"y"}, {{"axis", Attribute::Int(axis)}});
       EXPECT_GRADS_OK(n, {{"x", RandomTensor({3, 4, 5}, 8, -2.f, 2.f)}});
     }
-    EXPECT_GRADS_OK(MakeNode(op, {"x"}, {"y"}), {{"x", RandomTensor({2, 7}, 9, -2.f, 2.f)}});
+    EXPECT_GRADS_OK(FwdNode(op, {"x"}, {"y"}), {{"x", RandomTensor({2, 7}, 9, -2.f, 2.f)}});
   }
 }
 
@@ -257,21 +253,21 @@ TEST(ReduceGradTest, SumAndMeanMatchFiniteDifferences) {
       for (bool keepdims : {true, false}) {
         std::string what = std::string(op) + " keepdims=" + std::to_string(keepdims);
         Node by_input =
-            MakeNode(op, {"x", "axes"}, {"y"}, {{"keepdims", Attribute::Int(keepdims)}});
+            FwdNode(op, {"x", "axes"}, {"y"}, {{"keepdims", Attribute::Int(keepdims)}});
         Status st = CheckGradients(by_input, {{"x", x}},
                                    {{"axes", I64({static_cast<int64_t>(axes.size())}, axes)}});
         EXPECT_TRUE(st.ok()) << what << " (axes input): " << st.message();
         Node by_attr =
-            MakeNode(op, {"x"}, {"y"},
+            FwdNode(op, {"x"}, {"y"},
                      {{"axes", Attribute::Ints(axes)}, {"keepdims", Attribute::Int(keepdims)}});
         st = CheckGradients(by_attr, {{"x", x}});
         EXPECT_TRUE(st.ok()) << what << " (axes attr): " << st.message();
       }
     }
     // No axes: everything; no axes with noop_with_empty_axes: identity.
-    EXPECT_GRADS_OK(MakeNode(op, {"x"}, {"y"}, {{"keepdims", Attribute::Int(0)}}), {{"x", x}});
+    EXPECT_GRADS_OK(FwdNode(op, {"x"}, {"y"}, {{"keepdims", Attribute::Int(0)}}), {{"x", x}});
     EXPECT_GRADS_OK(
-        MakeNode(op, {"x", "axes"}, {"y"}, {{"noop_with_empty_axes", Attribute::Int(1)}}),
+        FwdNode(op, {"x", "axes"}, {"y"}, {{"noop_with_empty_axes", Attribute::Int(1)}}),
         {{"x", x}}, {{"axes", I64({0}, {})}});
   }
 }
@@ -282,7 +278,7 @@ TEST(ReduceGradTest, MaxAndMinMatchFiniteDifferences) {
     for (std::vector<int64_t> axes : {std::vector<int64_t>{1}, {-1, 0}, {0, 1, 2}}) {
       for (bool keepdims : {true, false}) {
         Node n =
-            MakeNode(op, {"x"}, {"y"},
+            FwdNode(op, {"x"}, {"y"},
                      {{"axes", Attribute::Ints(axes)}, {"keepdims", Attribute::Int(keepdims)}});
         Status st = CheckGradients(n, {{"x", x}});
         EXPECT_TRUE(st.ok()) << op << ": " << st.message();
@@ -293,7 +289,7 @@ TEST(ReduceGradTest, MaxAndMinMatchFiniteDifferences) {
 
 // Ties share the gradient evenly, as torch.amax's backward does.
 TEST(ReduceGradTest, MaxSplitsTheGradientAmongTies) {
-  Node n = MakeNode("ReduceMax", {"x"}, {"y"},
+  Node n = FwdNode("ReduceMax", {"x"}, {"y"},
                     {{"axes", Attribute::Ints({1})}, {"keepdims", Attribute::Int(0)}});
   Tensor x = Tensor::FromVector<float>(DType::kFloat32, {2, 4}, {1, 3, 3, 2, 5, 0, 5, 5});
   auto e = EmitGrads(n, {{"x", x}}, {}, {true}, {true});
@@ -326,7 +322,7 @@ TEST(LayerNormGradTest, MatchesFiniteDifferences) {
         ins.push_back("bias");
         feeds["bias"] = RandomTensor(norm, 14);
       }
-      Node n = MakeNode("LayerNormalization", ins, {"y", "mean", "inv"},
+      Node n = FwdNode("LayerNormalization", ins, {"y", "mean", "inv"},
                         {{"axis", Attribute::Int(axis)}});
       Status st = CheckGradients(n, feeds, {}, opt);
       EXPECT_TRUE(st.ok()) << "axis " << axis << (with_bias ? " bias: " : ": ") << st.message();
@@ -335,7 +331,7 @@ TEST(LayerNormGradTest, MatchesFiniteDifferences) {
 }
 
 TEST(LayerNormGradTest, MissingSavedStatisticsIsAnError) {
-  Node n = MakeNode("LayerNormalization", {"x", "scale"}, {"y"});
+  Node n = FwdNode("LayerNormalization", {"x", "scale"}, {"y"});
   auto e = EmitGrads(n, {{"x", RandomTensor({2, 3}, 1)}, {"scale", RandomTensor({3}, 2)}}, {},
                      {true, true}, {true});
   ASSERT_FALSE(e.ok());
@@ -343,7 +339,7 @@ TEST(LayerNormGradTest, MissingSavedStatisticsIsAnError) {
             "autodiff: gradient rule of LayerNormalization node 'fwd': the node has no "
             "Mean/InvStdDev outputs (outputs 1 and 2); the autodiff pass must add them before "
             "differentiating");
-  Node s = MakeNode("SimplifiedLayerNormalization", {"x", "scale"}, {"y"}, {}, kMs);
+  Node s = FwdNode("SimplifiedLayerNormalization", {"x", "scale"}, {"y"}, {}, kMs);
   auto es = EmitGrads(s, {{"x", RandomTensor({2, 3}, 1)}, {"scale", RandomTensor({3}, 2)}}, {},
                       {true, true}, {true});
   ASSERT_FALSE(es.ok());
@@ -359,7 +355,7 @@ TEST(SimplifiedLayerNormGradTest, MatchesFiniteDifferences) {
   Tensor x = RandomTensor({3, 5, 7}, 15, -2.f, 2.f);
   for (int64_t axis : {-1, 1}) {
     Shape norm(x.shape().begin() + (axis < 0 ? 2 : axis), x.shape().end());
-    Node n = MakeNode("SimplifiedLayerNormalization", {"x", "scale"}, {"y", "inv"},
+    Node n = FwdNode("SimplifiedLayerNormalization", {"x", "scale"}, {"y", "inv"},
                       {{"axis", Attribute::Int(axis)}, {"epsilon", Attribute::Float(1e-5f)}}, kMs);
     Status st = CheckGradients(n, {{"x", x}, {"scale", RandomTensor(norm, 16)}}, {}, opt);
     EXPECT_TRUE(st.ok()) << "axis " << axis << ": " << st.message();
@@ -397,7 +393,7 @@ TEST(SoftmaxCrossEntropyGradTest, MatchesFiniteDifferences) {
       ins.push_back("w");
       constants["w"] = RandomTensor({c.scores[1]}, 18, 0.5f, 1.5f);
     }
-    Node n = MakeNode(
+    Node n = FwdNode(
         "SoftmaxCrossEntropyLoss", ins, {"loss", "log_prob"},
         {{"reduction", Attribute::String(c.reduction)}, {"ignore_index", Attribute::Int(-100)}});
     GradCheckOptions opt;
@@ -409,7 +405,7 @@ TEST(SoftmaxCrossEntropyGradTest, MatchesFiniteDifferences) {
 }
 
 TEST(SoftmaxCrossEntropyGradTest, EmitsOrtsFusedGradient) {
-  Node n = MakeNode("SoftmaxCrossEntropyLoss", {"scores", "labels"}, {"loss", "log_prob"},
+  Node n = FwdNode("SoftmaxCrossEntropyLoss", {"scores", "labels"}, {"loss", "log_prob"},
                     {{"ignore_index", Attribute::Int(-100)}});
   auto e = EmitGrads(n, {{"scores", RandomTensor({4, 5}, 1)}}, {{"labels", I64({4}, {0, 1, 2, 3})}},
                      {true, false}, {true, false});
@@ -421,7 +417,7 @@ TEST(SoftmaxCrossEntropyGradTest, EmitsOrtsFusedGradient) {
   EXPECT_EQ(g.inputs, (std::vector<std::string>{"loss_grad", "log_prob", "labels"}));
   EXPECT_EQ(g.GetString("reduction", ""), "mean");
   EXPECT_EQ(g.GetInt("ignore_index", 0), -100);
-  Node no_lp = MakeNode("SoftmaxCrossEntropyLoss", {"scores", "labels"}, {"loss"});
+  Node no_lp = FwdNode("SoftmaxCrossEntropyLoss", {"scores", "labels"}, {"loss"});
   auto bad = EmitGrads(no_lp, {{"scores", RandomTensor({4, 5}, 1)}},
                        {{"labels", I64({4}, {0, 1, 2, 3})}}, {true, false}, {true});
   ASSERT_FALSE(bad.ok());

@@ -9,19 +9,16 @@
 #include "passes/grad/grad_rule.h"
 #include "runtime/interpreter.h"
 #include "tests/support/grad_check.h"
+#include "tests/support/test_util.h"
 
 namespace foundry {
 namespace {
 
-Node MakeNode(const std::string& op, std::vector<std::string> inputs,
-              std::vector<std::string> outputs, std::map<std::string, Attribute> attrs = {}) {
-  Node n;
-  n.name = "fwd";
-  n.op_type = op;
-  n.inputs = std::move(inputs);
-  n.outputs = std::move(outputs);
-  n.attrs = std::move(attrs);
-  return n;
+// The forward node under test is named "fwd" (its backward nodes: "fwd_Grad/...").
+Node FwdNode(const std::string& op, std::vector<std::string> inputs,
+             std::vector<std::string> outputs, std::map<std::string, Attribute> attrs = {},
+             const std::string& domain = "") {
+  return MakeNode(op, std::move(inputs), std::move(outputs), std::move(attrs), domain, "fwd");
 }
 
 Tensor Ints(std::vector<int64_t> v) {
@@ -35,29 +32,29 @@ Tensor Ints(std::vector<int64_t> v) {
   } while (0)
 
 TEST(ShapeOpsGradTest, Reshape) {
-  Node n = MakeNode("Reshape", {"x", "s"}, {"y"});
+  Node n = FwdNode("Reshape", {"x", "s"}, {"y"});
   EXPECT_GRAD_OK(n, {{"x", RandomTensor({2, 3, 5}, 1)}}, {{"s", Ints({0, -1})}});
   EXPECT_GRAD_OK(n, {{"x", RandomTensor({7, 3}, 2)}}, {{"s", Ints({3, 1, 7})}});
 }
 
 TEST(ShapeOpsGradTest, FlattenSqueezeUnsqueeze) {
-  EXPECT_GRAD_OK(MakeNode("Flatten", {"x"}, {"y"}, {{"axis", Attribute::Int(-1)}}),
+  EXPECT_GRAD_OK(FwdNode("Flatten", {"x"}, {"y"}, {{"axis", Attribute::Int(-1)}}),
                  {{"x", RandomTensor({2, 3, 5}, 3)}});
-  EXPECT_GRAD_OK(MakeNode("Squeeze", {"x", "a"}, {"y"}), {{"x", RandomTensor({3, 1, 5, 1}, 4)}},
+  EXPECT_GRAD_OK(FwdNode("Squeeze", {"x", "a"}, {"y"}), {{"x", RandomTensor({3, 1, 5, 1}, 4)}},
                  {{"a", Ints({-1, 1})}});
-  EXPECT_GRAD_OK(MakeNode("Squeeze", {"x"}, {"y"}), {{"x", RandomTensor({1, 5, 1}, 5)}});
-  EXPECT_GRAD_OK(MakeNode("Unsqueeze", {"x", "a"}, {"y"}), {{"x", RandomTensor({3, 5}, 6)}},
+  EXPECT_GRAD_OK(FwdNode("Squeeze", {"x"}, {"y"}), {{"x", RandomTensor({1, 5, 1}, 5)}});
+  EXPECT_GRAD_OK(FwdNode("Unsqueeze", {"x", "a"}, {"y"}), {{"x", RandomTensor({3, 5}, 6)}},
                  {{"a", Ints({0, -1})}});
 }
 
 TEST(ShapeOpsGradTest, Transpose) {
-  EXPECT_GRAD_OK(MakeNode("Transpose", {"x"}, {"y"}, {{"perm", Attribute::Ints({2, 0, 3, 1})}}),
+  EXPECT_GRAD_OK(FwdNode("Transpose", {"x"}, {"y"}, {{"perm", Attribute::Ints({2, 0, 3, 1})}}),
                  {{"x", RandomTensor({2, 3, 5, 7}, 7)}});
-  EXPECT_GRAD_OK(MakeNode("Transpose", {"x"}, {"y"}), {{"x", RandomTensor({3, 5, 2}, 8)}});
+  EXPECT_GRAD_OK(FwdNode("Transpose", {"x"}, {"y"}), {{"x", RandomTensor({3, 5, 2}, 8)}});
 }
 
 TEST(ShapeOpsGradTest, ExpandSumsOverBroadcastAxes) {
-  Node n = MakeNode("Expand", {"x", "s"}, {"y"});
+  Node n = FwdNode("Expand", {"x", "s"}, {"y"});
   EXPECT_GRAD_OK(n, {{"x", RandomTensor({3, 1}, 9)}}, {{"s", Ints({2, 3, 5})}});
   // Bidirectional: the 1 in `shape` keeps the input's 4, the input's 1 grows to 3.
   EXPECT_GRAD_OK(n, {{"x", RandomTensor({4, 1}, 10)}}, {{"s", Ints({1, 3})}});
@@ -65,14 +62,14 @@ TEST(ShapeOpsGradTest, ExpandSumsOverBroadcastAxes) {
 }
 
 TEST(ShapeOpsGradTest, TileSumsOverCopies) {
-  Node n = MakeNode("Tile", {"x", "r"}, {"y"});
+  Node n = FwdNode("Tile", {"x", "r"}, {"y"});
   EXPECT_GRAD_OK(n, {{"x", RandomTensor({2, 3}, 12)}}, {{"r", Ints({3, 2})}});
   EXPECT_GRAD_OK(n, {{"x", RandomTensor({3, 1, 2}, 13)}}, {{"r", Ints({1, 4, 1})}});
   EXPECT_GRAD_OK(n, {{"x", RandomTensor({3, 2}, 14)}}, {{"r", Ints({1, 1})}});
 }
 
 TEST(ShapeOpsGradTest, Concat) {
-  Node n = MakeNode("Concat", {"a", "b", "c"}, {"y"}, {{"axis", Attribute::Int(-2)}});
+  Node n = FwdNode("Concat", {"a", "b", "c"}, {"y"}, {{"axis", Attribute::Int(-2)}});
   std::map<std::string, Tensor> in = {{"a", RandomTensor({2, 1, 3}, 15)},
                                       {"b", RandomTensor({2, 4, 3}, 16)},
                                       {"c", RandomTensor({2, 2, 3}, 17)}};
@@ -84,11 +81,11 @@ TEST(ShapeOpsGradTest, Concat) {
 
 TEST(ShapeOpsGradTest, Split) {
   // Uneven equal split (7 -> 3, 3, 1), explicit sizes, num_outputs.
-  EXPECT_GRAD_OK(MakeNode("Split", {"x"}, {"a", "b", "c"}, {{"axis", Attribute::Int(1)}}),
+  EXPECT_GRAD_OK(FwdNode("Split", {"x"}, {"a", "b", "c"}, {{"axis", Attribute::Int(1)}}),
                  {{"x", RandomTensor({2, 7}, 18)}});
-  EXPECT_GRAD_OK(MakeNode("Split", {"x", "s"}, {"a", "b"}, {{"axis", Attribute::Int(-1)}}),
+  EXPECT_GRAD_OK(FwdNode("Split", {"x", "s"}, {"a", "b"}, {{"axis", Attribute::Int(-1)}}),
                  {{"x", RandomTensor({3, 5}, 19)}}, {{"s", Ints({1, 4})}});
-  EXPECT_GRAD_OK(MakeNode("Split", {"x"}, {"a", "b"},
+  EXPECT_GRAD_OK(FwdNode("Split", {"x"}, {"a", "b"},
                           {{"axis", Attribute::Int(0)}, {"num_outputs", Attribute::Int(2)}}),
                  {{"x", RandomTensor({5, 2}, 20)}});
 }
@@ -105,7 +102,7 @@ TEST(ShapeOpsGradTest, SplitWithMissingOutputGradient) {
   add("x", {2, 5});
   add("dy0", {2, 2});
   g.inputs = {"x", "dy0"};
-  g.nodes.push_back(MakeNode("Split", {"x", "s"}, {"y0", "y1"}, {{"axis", Attribute::Int(1)}}));
+  g.nodes.push_back(FwdNode("Split", {"x", "s"}, {"y0", "y1"}, {{"axis", Attribute::Int(1)}}));
   Value& s = g.GetOrAddValue("s");
   s.dtype = DType::kInt64;
   s.shape = {2};
@@ -136,16 +133,16 @@ TEST(ShapeOpsGradTest, SplitWithMissingOutputGradient) {
 TEST(ShapeOpsGradTest, SliceEmitsSliceGrad) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-  Node n = MakeNode("Slice", {"x", "s", "e", "a", "p"}, {"y"});
+  Node n = FwdNode("Slice", {"x", "s", "e", "a", "p"}, {"y"});
   // Negative steps, out-of-range bounds, negative axes.
   EXPECT_GRAD_OK(n, {{"x", RandomTensor({5, 7}, 23)}},
                  {{"s", Ints({-1, 1})},
                   {"e", Ints({kMin, kMax})},
                   {"a", Ints({-1, 0})},
                   {"p", Ints({-2, 2})}});
-  EXPECT_GRAD_OK(MakeNode("Slice", {"x", "s", "e"}, {"y"}), {{"x", RandomTensor({4, 6, 3}, 24)}},
+  EXPECT_GRAD_OK(FwdNode("Slice", {"x", "s", "e"}, {"y"}), {{"x", RandomTensor({4, 6, 3}, 24)}},
                  {{"s", Ints({1, -4})}, {"e", Ints({3, 100})}});
-  EXPECT_GRAD_OK(MakeNode("Slice", {"x"}, {"y"},
+  EXPECT_GRAD_OK(FwdNode("Slice", {"x"}, {"y"},
                           {{"starts", Attribute::Ints({1})},
                            {"ends", Attribute::Ints({-1})},
                            {"axes", Attribute::Ints({1})}}),
@@ -153,18 +150,18 @@ TEST(ShapeOpsGradTest, SliceEmitsSliceGrad) {
 }
 
 TEST(ShapeOpsGradTest, PadConstantMode) {
-  Node n = MakeNode("Pad", {"x", "p", "v"}, {"y"});
+  Node n = FwdNode("Pad", {"x", "p", "v"}, {"y"});
   EXPECT_GRAD_OK(n, {{"x", RandomTensor({3, 5}, 26)}},
                  {{"p", Ints({1, 0, 2, 3})}, {"v", Tensor::Scalar(0.5f)}});
   // Negative pads crop in the forward, so the gradient pads back with zeros.
-  EXPECT_GRAD_OK(MakeNode("Pad", {"x", "p"}, {"y"}), {{"x", RandomTensor({4, 5}, 27)}},
+  EXPECT_GRAD_OK(FwdNode("Pad", {"x", "p"}, {"y"}), {{"x", RandomTensor({4, 5}, 27)}},
                  {{"p", Ints({-1, 2, 0, -2})}});
-  EXPECT_GRAD_OK(MakeNode("Pad", {"x", "p", "", "a"}, {"y"}), {{"x", RandomTensor({2, 3, 4}, 28)}},
+  EXPECT_GRAD_OK(FwdNode("Pad", {"x", "p", "", "a"}, {"y"}), {{"x", RandomTensor({2, 3, 4}, 28)}},
                  {{"p", Ints({1, 2})}, {"a", Ints({-2})}});
 }
 
 TEST(ShapeOpsGradTest, PadReflectHasNoRule) {
-  Node n = MakeNode("Pad", {"x", "p"}, {"y"}, {{"mode", Attribute::String("reflect")}});
+  Node n = FwdNode("Pad", {"x", "p"}, {"y"}, {{"mode", Attribute::String("reflect")}});
   Status st = CheckGradients(n, {{"x", RandomTensor({3, 4}, 34)}}, {{"p", Ints({0, 1, 0, 1})}});
   EXPECT_EQ(st.message(),
             "gradient rule of Pad node 'fwd': mode 'reflect' has no gradient rule (only "
@@ -173,25 +170,25 @@ TEST(ShapeOpsGradTest, PadReflectHasNoRule) {
 
 TEST(ShapeOpsGradTest, GatherEmbeddingLookup) {
   // data [V=7, D=5], indices [B=3, S=4] with repeats and negative indices.
-  Node n = MakeNode("Gather", {"w", "i"}, {"y"});
+  Node n = FwdNode("Gather", {"w", "i"}, {"y"});
   Tensor idx =
       Tensor::FromVector<int64_t>(DType::kInt64, {3, 4}, {0, 3, 3, 6, -1, 2, 0, 0, 5, -7, 3, 1});
   EXPECT_GRAD_OK(n, {{"w", RandomTensor({7, 5}, 29)}}, {{"i", idx}});
-  EXPECT_GRAD_OK(MakeNode("Gather", {"w", "i"}, {"y"}, {{"axis", Attribute::Int(-1)}}),
+  EXPECT_GRAD_OK(FwdNode("Gather", {"w", "i"}, {"y"}, {{"axis", Attribute::Int(-1)}}),
                  {{"w", RandomTensor({3, 4}, 30)}},
                  {{"i", Tensor::FromVector<int64_t>(DType::kInt64, {2}, {-1, 3})}});
 }
 
 TEST(ShapeOpsGradTest, GatherElements) {
-  Node n = MakeNode("GatherElements", {"x", "i"}, {"y"}, {{"axis", Attribute::Int(1)}});
+  Node n = FwdNode("GatherElements", {"x", "i"}, {"y"}, {{"axis", Attribute::Int(1)}});
   EXPECT_GRAD_OK(n, {{"x", RandomTensor({3, 4}, 31)}},
                  {{"i", Tensor::FromVector<int64_t>(DType::kInt64, {3, 2}, {0, 0, 3, -1, 2, 1})}});
 }
 
 TEST(ShapeOpsGradTest, Trilu) {
-  EXPECT_GRAD_OK(MakeNode("Trilu", {"x", "k"}, {"y"}, {{"upper", Attribute::Int(0)}}),
+  EXPECT_GRAD_OK(FwdNode("Trilu", {"x", "k"}, {"y"}, {{"upper", Attribute::Int(0)}}),
                  {{"x", RandomTensor({2, 3, 5}, 32)}}, {{"k", Tensor::ScalarInt64(1)}});
-  EXPECT_GRAD_OK(MakeNode("Trilu", {"x"}, {"y"}), {{"x", RandomTensor({4, 3}, 33)}});
+  EXPECT_GRAD_OK(FwdNode("Trilu", {"x"}, {"y"}), {{"x", RandomTensor({4, 3}, 33)}});
 }
 
 TEST(ShapeOpsGradTest, ShapeProducersHaveNoRule) {
@@ -213,7 +210,7 @@ TEST(ShapeOpsGradTest, GatherRuleEmitsComMicrosoftGatherGrad) {
   dy.dtype = DType::kFloat32;
   dy.shape = {2, 3, 5};
   dy.rank_known = true;
-  g.nodes.push_back(MakeNode("Gather", {"w", "i"}, {"y"}));
+  g.nodes.push_back(FwdNode("Gather", {"w", "i"}, {"y"}));
   ASSERT_TRUE(InferAndSetTypes(g, g.nodes[0]).ok());
   std::vector<Node> emitted;
   GradBuilder b(g, g.nodes[0], {"dy"}, {true, false}, emitted);

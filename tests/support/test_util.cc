@@ -1,0 +1,39 @@
+#include "tests/support/test_util.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace foundry {
+
+Node MakeNode(const std::string& op, std::vector<std::string> inputs,
+              std::vector<std::string> outputs, std::map<std::string, Attribute> attrs,
+              const std::string& domain, const std::string& name) {
+  Node n;
+  n.name = name;
+  n.op_type = op;
+  n.domain = domain;
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+TempDir::TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "foundry_test_XXXXXX").string();
+  if (mkdtemp(tmpl.data())) path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+}
+
+std::string TempDir::File(const std::string& name, const std::string& bytes) const {
+  std::string p = *this / name;
+  std::ofstream(p, std::ios::binary) << bytes;
+  return p;
+}
+
+}  // namespace foundry
