@@ -291,9 +291,6 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
       needs.push_back(!in.empty() && requires_grad.count(in) && reaches_loss.count(in));
     GradFn rule = GradRules().Find(fwd.domain, fwd.op_type);
     if (!rule) {
-      std::string param;
-      for (const auto& p : trainable)
-        if (param.empty()) param = p;
       return Error("autodiff: no gradient rule for " + fwd.Describe() +
                    ", which lies between a trainable parameter and the loss; freeze the "
                    "parameters before it (--freeze GLOB) or file an issue for the op");
