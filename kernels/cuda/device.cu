@@ -18,7 +18,7 @@ int CudaDeviceCount() {
 std::string CudaDeviceDescription(int index) {
   cudaDeviceProp prop{};
   cudaError_t err = cudaGetDeviceProperties(&prop, index);
-  if (err != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(err);
+  if (err != cudaSuccess) return cudaGetErrorString(err);
   char buf[256];
   std::snprintf(buf, sizeof buf, "%s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
                 prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));

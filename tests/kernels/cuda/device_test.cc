@@ -13,7 +13,7 @@ TEST(CudaDeviceTest, DescribesEveryDevice) {
   GTEST_SKIP() << "built without CUDA (-DFOUNDRY_CUDA=OFF or no nvcc)";
 #else
   int count = CudaDeviceCount();
-  if (count == 0) GTEST_SKIP() << "no CUDA device: " << CudaDeviceDescription(0);
+  if (count == 0) GTEST_SKIP() << CudaDeviceDescription(0);
   for (int i = 0; i < count; ++i)
     EXPECT_NE(CudaDeviceDescription(i).find(" (sm_"), std::string::npos)
         << CudaDeviceDescription(i);
