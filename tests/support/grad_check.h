@@ -25,8 +25,8 @@ struct GradCheckOptions {
   double rtol = 1e-2;
   double atol = 2e-3;
   uint64_t seed = 1;
-  // At most this many elements per input are perturbed (chosen evenly spread); the rest are
-  // still compared against... nothing: they are covered by other shapes in the same test.
+  // At most this many elements per input are perturbed, evenly spread over the tensor (each
+  // costs two forward runs); the elements in between are not checked for that shape.
   int max_elements = 200;
   // Inputs to differentiate with respect to; empty = every float input in `inputs`.
   std::vector<std::string> wrt;
