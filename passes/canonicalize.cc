@@ -86,10 +86,88 @@ std::pair<Node*, std::string> OneSide(Matcher& m, const Node& mul, const std::st
   return {nullptr, ""};
 }
 
+// Dropout's ratio (input 1, default 0.5) and training_mode (input 2, default false) when both
+// are known: constants or absent. `known` is false when either is a run-time value.
+struct DropoutMode {
+  bool known = false;
+  bool inactive = false;
+};
+DropoutMode DropoutModeOf(const Graph& g, const Node& n) {
+  double ratio = n.GetFloat("ratio", 0.5f);
+  bool training = false;
+  if (n.HasInput(1)) {
+    const Value* r = g.FindValue(n.inputs[1]);
+    if (!r || !r->data || r->data->numel() != 1) return {};
+    ratio = r->data->GetAsDouble(0);
+  }
+  if (n.HasInput(2)) {
+    const Value* t = g.FindValue(n.inputs[2]);
+    if (!t || !t->data || t->data->numel() != 1) return {};
+    training = t->data->GetAsDouble(0) != 0;
+  }
+  return {true, !training || ratio == 0.0};
+}
+
+// Step 1: nodes that compute their input: Dropout that drops nothing (and whose mask nobody
+// reads), Cast to the dtype the value already has. They become Identity, and every Identity
+// that does not produce a graph output is bypassed. Done first so that the fusions below see
+// through them (Hugging Face's RMSNorm wraps its body in a Cast pair that is a no-op in f32).
+void RemoveIdentities(Graph& g, int& dropouts, int& casts, int& identities) {
+  const UseDef ud = BuildUseDef(g);
+  std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
+  for (Node& n : g.nodes) {
+    if (!n.domain.empty()) continue;
+    if (n.op_type == "Dropout") {
+      const DropoutMode mode = DropoutModeOf(g, n);
+      if (!mode.known || !mode.inactive) continue;
+      // A mask that something reads (or that is a graph output) keeps the Dropout.
+      if (n.HasOutput(1) && (!ud.Consumers(n.outputs[1]).empty() || outputs.count(n.outputs[1])))
+        continue;
+      ++dropouts;
+    } else if (n.op_type == "Cast") {
+      const Value* in = g.FindValue(n.inputs[0]);
+      const Value* out = g.FindValue(n.outputs[0]);
+      if (!in || !out || in->dtype == DType::kUndefined || in->dtype != out->dtype) continue;
+      ++casts;
+    } else {
+      continue;
+    }
+    n.op_type = "Identity";
+    n.inputs.resize(1);
+    n.outputs.resize(1);
+    n.attrs.clear();
+  }
+  std::map<std::string, std::string> forward;
+  for (Node& n : g.nodes)
+    if (n.op_type == "Identity" && n.domain.empty() && !outputs.count(n.outputs[0]))
+      forward[n.outputs[0]] = n.inputs[0];
+  auto resolve = [&](std::string v) {
+    for (auto it = forward.find(v); it != forward.end(); it = forward.find(v)) v = it->second;
+    return v;
+  };
+  for (Node& n : g.nodes)
+    for (auto& in : n.inputs)
+      if (forward.count(in)) in = resolve(in);
+  identities = static_cast<int>(forward.size());
+}
+
+// The product `a * b` written as Mul: either operand order (IEEE multiplication commutes
+// exactly). Returns the operand that is not `known`, or "" when neither is.
+std::string OtherOperand(const Node& mul, const std::string& known) {
+  if (mul.inputs.size() != 2) return "";
+  if (mul.inputs[0] == known) return mul.inputs[1];
+  if (mul.inputs[1] == known) return mul.inputs[0];
+  return "";
+}
+
 }  // namespace
 
 StatusOr<bool> CanonicalizePass::Run(Graph& g) {
-  gelu_ = rmsnorm_ = matmul_ = dropout_ = identity_ = dead_ = 0;
+  gelu_ = fast_gelu_ = rmsnorm_ = matmul_ = dropout_ = cast_ = identity_ = dead_ = 0;
+  RemoveIdentities(g, dropout_, cast_, identity_);
+  // The bypassed Identity nodes still read the values they forwarded; drop them before matching
+  // so that they do not count as extra consumers of a pattern's intermediate values.
+  dead_ = RemoveDeadNodes(g);
 
   // GELU: the root is Mul(_, 0.5).
   {
@@ -117,6 +195,90 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
       gelu.inputs = {x};
       Replace(root, std::move(gelu));
       ++gelu_;
+    }
+  }
+
+  // Tanh GELU, in the two decompositions FastGeluValue (kernels/cpu/elementwise.cc) reproduces:
+  //   gelu_new    Mul(Mul(x, 0.5), A),  A = Add(Tanh(Mul(Add(x, Mul(Pow(x, 3), c)), k)), 1)
+  //   torch_tanh  Mul(Mul(x, A), 0.5),  with Mul(x, Mul(x, x)) for the cube
+  // with c = 0.044715 and k = sqrt(2/pi) as f32 constants; any operand order in each Add/Mul.
+  {
+    Matcher m(g);
+    const float kC = 0.044715f;
+    const float kK = static_cast<float>(0.7978845608028654);
+    for (Node& root : g.nodes) {
+      if (root.op_type != "Mul" || !root.domain.empty() || root.inputs.size() != 2) continue;
+      // Outer shape: which form, the x it multiplies, and the Add(Tanh(..), 1) it scales.
+      std::string form, x, a;
+      int half_side = m.IsConstantScalar(root.inputs[0], 0.5f)   ? 0
+                      : m.IsConstantScalar(root.inputs[1], 0.5f) ? 1
+                                                                  : -1;
+      if (half_side >= 0) {
+        Node* p = m.SoleProducer(root.inputs[1 - half_side], "Mul");
+        if (!p) continue;
+        auto [add, other] = OneSide(m, *p, "Add");
+        if (!add) continue;
+        form = "torch_tanh";
+        x = other;
+        a = add->outputs[0];
+      } else {
+        auto [add, h_name] = OneSide(m, root, "Add");
+        if (!add) continue;
+        Node* h = m.SoleProducer(h_name, "Mul");
+        if (!h || h->inputs.size() != 2) continue;
+        if (m.IsConstantScalar(h->inputs[1], 0.5f)) {
+          x = h->inputs[0];
+        } else if (m.IsConstantScalar(h->inputs[0], 0.5f)) {
+          x = h->inputs[1];
+        } else {
+          continue;
+        }
+        form = "gelu_new";
+        a = add->outputs[0];
+      }
+      // A = Add(Tanh(w), 1).
+      Node* add = m.SoleProducer(a, "Add");
+      if (!add || add->inputs.size() != 2) continue;
+      std::string t_name = m.IsConstantScalar(add->inputs[1], 1.0f)   ? add->inputs[0]
+                           : m.IsConstantScalar(add->inputs[0], 1.0f) ? add->inputs[1]
+                                                                       : "";
+      Node* tanh = t_name.empty() ? nullptr : m.SoleProducer(t_name, "Tanh");
+      if (!tanh) continue;
+      // w = Mul(v, k), v = Add(x, u), u = Mul(cube, c).
+      Node* w = m.SoleProducer(tanh->inputs[0], "Mul");
+      if (!w || w->inputs.size() != 2) continue;
+      std::string v_name = m.IsConstantScalar(w->inputs[1], kK)   ? w->inputs[0]
+                           : m.IsConstantScalar(w->inputs[0], kK) ? w->inputs[1]
+                                                                   : "";
+      Node* v = v_name.empty() ? nullptr : m.SoleProducer(v_name, "Add");
+      if (!v) continue;
+      std::string u_name = OtherOperand(*v, x);
+      Node* u = u_name.empty() ? nullptr : m.SoleProducer(u_name, "Mul");
+      if (!u || u->inputs.size() != 2) continue;
+      std::string cube_name = m.IsConstantScalar(u->inputs[1], kC)   ? u->inputs[0]
+                              : m.IsConstantScalar(u->inputs[0], kC) ? u->inputs[1]
+                                                                      : "";
+      if (cube_name.empty()) continue;
+      if (form == "gelu_new") {
+        Node* pow = m.SoleProducer(cube_name, "Pow");
+        if (!pow || pow->inputs[0] != x || m.ScalarConstant(pow->inputs[1]) != 3.0) continue;
+      } else {
+        Node* cube = m.SoleProducer(cube_name, "Mul");
+        if (!cube) continue;
+        std::string sq_name = OtherOperand(*cube, x);
+        Node* sq = sq_name.empty() ? nullptr : m.SoleProducer(sq_name, "Mul");
+        if (!sq || sq->inputs[0] != x || sq->inputs[1] != x) continue;
+      }
+      const Value* xv = g.FindValue(x);
+      if (!xv || xv->dtype != DType::kFloat32) continue;
+      Node fast;
+      fast.op_type = "FastGelu";
+      fast.domain = "com.microsoft";
+      fast.name = root.name + "/FastGelu";
+      fast.inputs = {x};
+      fast.attrs["form"] = Attribute::String(form);
+      Replace(root, std::move(fast));
+      ++fast_gelu_;
     }
   }
 
@@ -194,52 +356,16 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
     }
   }
 
-  // Dropout that drops nothing, then Identity removal.
-  for (Node& n : g.nodes) {
-    if (n.op_type != "Dropout" || !n.domain.empty()) continue;
-    bool inactive = false;
-    if (n.HasInput(1)) {
-      const Value* r = g.FindValue(n.inputs[1]);
-      inactive |= r && r->data && r->data->GetAsDouble(0) == 0.0;
-    } else {
-      inactive = true;  // ratio defaults to 0.5 but training_mode defaults to false
-    }
-    if (n.HasInput(2)) {
-      const Value* t = g.FindValue(n.inputs[2]);
-      inactive |= t && t->data && t->data->GetAsDouble(0) == 0.0;
-    }
-    if (!inactive || n.HasOutput(1)) continue;  // a consumed mask keeps the Dropout
-    n.op_type = "Identity";
-    n.inputs.resize(1);
-    n.outputs.resize(1);
-    n.attrs.clear();
-    ++dropout_;
-  }
-  {
-    std::map<std::string, std::string> forward;
-    std::set<std::string> outputs(g.outputs.begin(), g.outputs.end());
-    for (Node& n : g.nodes)
-      if (n.op_type == "Identity" && n.domain.empty() && !outputs.count(n.outputs[0]))
-        forward[n.outputs[0]] = n.inputs[0];
-    auto resolve = [&](std::string v) {
-      for (auto it = forward.find(v); it != forward.end(); it = forward.find(v)) v = it->second;
-      return v;
-    };
-    for (Node& n : g.nodes)
-      for (auto& in : n.inputs)
-        if (forward.count(in)) in = resolve(in);
-    identity_ = static_cast<int>(forward.size());
-  }
-
-  dead_ = RemoveDeadNodes(g);
+  dead_ += RemoveDeadNodes(g);
   for (Node& n : g.nodes) RETURN_IF_ERROR(InferAndSetTypes(g, n));
-  return gelu_ + rmsnorm_ + matmul_ + dropout_ + identity_ + dead_ > 0;
+  return gelu_ + fast_gelu_ + rmsnorm_ + matmul_ + dropout_ + cast_ + identity_ + dead_ > 0;
 }
 
 std::string CanonicalizePass::Stats() const {
-  return "gelu " + std::to_string(gelu_) + ", rmsnorm " + std::to_string(rmsnorm_) +
-         ", transposed-weight matmul " + std::to_string(matmul_) + ", inactive dropout " +
-         std::to_string(dropout_) + ", identity " + std::to_string(identity_) +
+  return "gelu " + std::to_string(gelu_) + ", tanh gelu " + std::to_string(fast_gelu_) +
+         ", rmsnorm " + std::to_string(rmsnorm_) + ", transposed-weight matmul " +
+         std::to_string(matmul_) + ", inactive dropout " + std::to_string(dropout_) +
+         ", no-op cast " + std::to_string(cast_) + ", identity " + std::to_string(identity_) +
          "; removed " + std::to_string(dead_) + " dead nodes";
 }
 

@@ -1,20 +1,30 @@
 // Turns export idioms into the ops a trainer wants. Every rewrite is exact (the replacement
 // computes the same bits; tests check it on the CPU backend) or it is not done.
 //
-// Patterns (torch 1.13 TorchScript export, opset 17):
+// Order: first the nodes that compute their own input are bypassed, so that the fusions see
+// through them; then the fusions; then dead nodes are removed.
+//   Dropout   ratio 0 (torch writes Dropout(x, 0.0, true) for every p = 0 module in a training
+//             export) or training_mode false/absent => Identity, its mask dropped, unless
+//             something reads the mask. No ratio input means 0.5 (ONNX's default).
+//   Cast      to the dtype its input already has => Identity
+//   Identity  removed (consumers read its input), unless it produces a graph output.
+// Fusions (torch 1.13 TorchScript export, opset 17):
 //   GELU      Div(x, 1.4142135) -> Erf -> Add(_, 1) -> Mul(x, _) -> Mul(_, 0.5)
 //             => com.microsoft::Gelu(x)            (one op, fused gradient GeluGrad)
-//   RMSNorm   Pow(x, 2) -> ReduceMean(axes=[-1], keepdims=1) -> Add(_, eps) -> Sqrt -> Div(x, _)
-//             [-> Mul(_, w)]
+//   tanh GELU Hugging Face's gelu_new, 0.5*x*(1 + tanh(k*(x + 0.044715*pow(x, 3)))), and
+//             torch.onnx's F.gelu(approximate='tanh') (cube as x*(x*x), the 0.5 applied last)
+//             => com.microsoft::FastGelu(x) {form="gelu_new"|"torch_tanh"} (fused gradient
+//             FastGeluGrad); the form attribute tells the kernel which rounding sequence to
+//             reproduce.
+//   RMSNorm   Pow(x, 2) -> ReduceMean(axes=[-1], keepdims=1) -> Add(_, eps) -> Sqrt -> Div(1, _)
+//             -> Mul(x, _) -> Mul(_, w); Hugging Face Llama's Cast(to=float) pair around it is a
+//             no-op Cast in f32 and is gone by then
 //             => com.microsoft::SimplifiedLayerNormalization(x, w) {axis=-1, epsilon=eps}
 //   Linear    MatMul(x, Transpose(W)) with W a parameter and perm [1, 0]
 //             => com.microsoft::FusedMatMul(x, W) {transB=1}: no transposed copy of a weight is
 //             ever computed or saved for the backward pass
-//   Dropout   ratio 0 or training_mode false => Identity
-//   Identity  removed (consumers read its input), unless it produces a graph output.
 // Intermediate values of a pattern must have no other consumer, or the pattern is left alone.
-// Nodes left without consumers are removed afterwards. Runs after folding (constants must be
-// initializers with data), before autodiff.
+// Runs after folding (constants must be initializers with data), before autodiff.
 #pragma once
 
 #include "passes/pass.h"
@@ -32,7 +42,8 @@ class CanonicalizePass : public Pass {
   std::string Stats() const override;
 
  private:
-  int gelu_ = 0, rmsnorm_ = 0, matmul_ = 0, dropout_ = 0, identity_ = 0, dead_ = 0;
+  int gelu_ = 0, fast_gelu_ = 0, rmsnorm_ = 0, matmul_ = 0, dropout_ = 0, cast_ = 0,
+      identity_ = 0, dead_ = 0;
 };
 
 // Removes nodes none of whose outputs is consumed or a graph output. Returns how many.

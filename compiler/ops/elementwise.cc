@@ -242,7 +242,7 @@ void RegisterElementwiseSchemas(OpSchemaTable& table) {
     Add(table, "", op, 2, 2, BroadcastOp(kBoolType, DType::kBool));
 
   for (const char* op : {"Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Tanh", "Sigmoid", "Sin", "Cos",
-                         "Floor", "Ceil", "Softplus"})
+                         "Floor", "Ceil", "Round", "Softplus"})
     Add(table, "", op, 1, 1, UnaryOp(kFloatTypes));
   for (const char* op : {"Neg", "Abs", "Sign", "Relu"})
     Add(table, "", op, 1, 1, UnaryOp(kNumericTypes));
@@ -258,7 +258,8 @@ void RegisterElementwiseSchemas(OpSchemaTable& table) {
   Add(table, "", "Dropout", 1, 3, InferDropout, 1, 2);
 
   Add(table, "com.microsoft", "Gelu", 1, 1, UnaryOp(kFloatTypes));
-  for (const char* op : {"GeluGrad", "ReluGrad", "SigmoidGrad", "TanhGrad"})
+  Add(table, "com.microsoft", "FastGelu", 1, 1, UnaryOp(kFloatTypes));
+  for (const char* op : {"GeluGrad", "FastGeluGrad", "ReluGrad", "SigmoidGrad", "TanhGrad"})
     Add(table, "com.microsoft", op, 2, 2, InferActivationGrad);
   Add(table, "com.microsoft", "DropoutGrad", 2, 4, InferDropoutGrad);
 }

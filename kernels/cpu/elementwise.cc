@@ -409,6 +409,12 @@ struct CeilOp {
     return std::ceil(x);
   }
 };
+struct RoundOp {  // half to even, as ONNX Round (the default rounding mode)
+  template <class T>
+  T operator()(T x) const {
+    return std::nearbyint(x);
+  }
+};
 struct SoftplusOp {  // log(1 + e^x) without overflow for large x
   template <class T>
   T operator()(T x) const {
@@ -431,6 +437,32 @@ struct GeluOp {
     return t * T(0.5);
   }
 };
+
+// Tanh GELU, 0.5·x·(1 + tanh(k·(x + c·x³))) with k = sqrt(2/pi) and c = 0.044715, in the very
+// operations and order of the two decompositions canonicalize fuses into com.microsoft FastGelu,
+// so that fusing changes no bits:
+//   form "gelu_new"      Hugging Face's NewGELUActivation (GPT-2):
+//                        Mul(Mul(x, 0.5), Add(Tanh(Mul(Add(x, Mul(Pow(x, 3), c)), k)), 1))
+//   form "torch_tanh"    torch.onnx's F.gelu(approximate='tanh') (the default when absent):
+//                        Mul(0.5, Mul(x, Add(1, Tanh(Mul(k, Add(x, Mul(c, Mul(x, Mul(x, x)))))))))
+// The forms differ in the cube (powf vs two products) and in where the 0.5 is applied; operand
+// order inside one Add or Mul is immaterial (IEEE addition and multiplication commute exactly).
+// As for Gelu, no multiply is followed by an add on the same temporary without a rounding step
+// that the unfused graph also has, and FMA contraction is off for this target.
+enum class FastGeluForm { kTorchTanh, kGeluNew };
+
+template <class T>
+T FastGeluValue(T x, FastGeluForm form) {
+  const T k = static_cast<T>(0.7978845608028654);  // f32: 0.7978845834732056
+  const T c = static_cast<T>(0.044715);
+  const T cube = form == FastGeluForm::kGeluNew ? static_cast<T>(std::pow(x, T(3))) : x * (x * x);
+  T v = c * cube;
+  v = x + v;
+  v = k * v;
+  const T a = std::tanh(v) + T(1);
+  if (form == FastGeluForm::kGeluNew) return (x * T(0.5)) * a;
+  return (x * a) * T(0.5);
+}
 
 // Float -> integer truncates toward zero (numpy astype); NaN becomes 0 and values beyond int64
 // saturate, where numpy leaves the result unspecified. Narrower integers then wrap.
@@ -761,6 +793,19 @@ Status DropoutGradKernel(const Node& node, Inputs in, Outputs out, const KernelC
   });
 }
 
+Status FastGeluKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const std::string form = node.GetString("form", "torch_tanh");
+  if (form != "torch_tanh" && form != "gelu_new")
+    return Error(node.Describe() + ": unknown form '" + form +
+                 "' (expected \"torch_tanh\" or \"gelu_new\")");
+  const FastGeluForm f = form == "gelu_new" ? FastGeluForm::kGeluNew : FastGeluForm::kTorchTanh;
+  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    UnaryMap<T, T>(*in[0], *out[0], [f](T x) { return FastGeluValue(x, f); });
+    return Status::Ok();
+  });
+}
+
 // (dY, other) -> dX for same-shape activation gradients.
 template <class Fn>
 Status ActivationGradKernel(const Node& node, Inputs in, Outputs out, Fn fn) {
@@ -787,6 +832,20 @@ Status GeluGradKernel(const Node& node, Inputs in, Outputs out, const KernelCont
     const T cdf = T(0.5) * (T(1) + std::erf(x * kInvSqrt2));
     const T pdf = kInvSqrt2Pi * std::exp(T(-0.5) * x * x);
     return dy * (cdf + x * pdf);
+  });
+}
+
+// d/dx of 0.5·x·(1 + tanh(u)), u = k·(x + c·x³): 0.5·(1 + t) + 0.5·x·(1 − t²)·k·(1 + 3c·x²).
+// Both forward forms share it (they differ only in rounding).
+Status FastGeluGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  return ActivationGradKernel(node, in, out, [](auto dy, auto x) {
+    using T = decltype(x);
+    const T k = static_cast<T>(0.7978845608028654);
+    const T c = static_cast<T>(0.044715);
+    const T x2 = x * x;
+    const T t = std::tanh(k * (x + c * x2 * x));
+    const T du = k * (T(1) + T(3) * c * x2);
+    return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
   });
 }
 
@@ -849,6 +908,7 @@ void RegisterElementwiseKernels(CpuKernelTable& table) {
   table.Add("", "Cos", FloatUnaryKernel<CosOp>);
   table.Add("", "Floor", FloatUnaryKernel<FloorOp>);
   table.Add("", "Ceil", FloatUnaryKernel<CeilOp>);
+  table.Add("", "Round", FloatUnaryKernel<RoundOp>);
   table.Add("", "Softplus", FloatUnaryKernel<SoftplusOp>);
   table.Add("", "Not", NotKernel);
   table.Add("", "IsNaN", IsNaNKernel);
@@ -863,6 +923,8 @@ void RegisterElementwiseKernels(CpuKernelTable& table) {
 
   table.Add("com.microsoft", "Gelu", FloatUnaryKernel<GeluOp>);
   table.Add("com.microsoft", "GeluGrad", GeluGradKernel);
+  table.Add("com.microsoft", "FastGelu", FastGeluKernel);
+  table.Add("com.microsoft", "FastGeluGrad", FastGeluGradKernel);
   table.Add("com.microsoft", "ReluGrad", ReluGradKernel);
   table.Add("com.microsoft", "SigmoidGrad", SigmoidGradKernel);
   table.Add("com.microsoft", "TanhGrad", TanhGradKernel);

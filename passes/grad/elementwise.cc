@@ -4,12 +4,14 @@
 //  - A gradient that equals dY (Identity, Add, Cast f32->f32, ...) is declared as dY itself, not
 //    copied.
 //  - Activation gradients use ONNX Runtime's com.microsoft ops: ReluGrad (dY, X), SigmoidGrad
-//    (dY, Y), TanhGrad (dY, Y), GeluGrad (dY, X), DropoutGrad (dY, mask, ratio, training_mode).
+//    (dY, Y), TanhGrad (dY, Y), GeluGrad (dY, X), FastGeluGrad (dY, X), DropoutGrad (dY, mask,
+//    ratio, training_mode).
 //    Everything else is standard ONNX ops.
 //  - Min/Max route dY to the first input equal to the result (ties go to the first), Clip passes
 //    dY where min <= x <= max (PyTorch's clamp gradient at the bounds).
-//  - Ops that are piecewise constant (Floor, Ceil, Sign) and casts to non-float types declare no
-//    gradient: nothing flows through them.
+//  - Ops that are piecewise constant (Floor, Ceil, Round, Sign), comparisons and casts to
+//    non-float types have no rule: the autodiff pass never lets a gradient flow through them
+//    (passes/autodiff.h, IsNonDifferentiable).
 //  - Dropout needs its mask output when it can be active (see DropoutGrad below).
 #include <cmath>
 #include <string>
@@ -42,8 +44,6 @@ Status IdentityGrad(GradBuilder& b) {
   if (!b.NeedsInputGrad(0)) return Status::Ok();
   return b.SetInputGrad(0, b.OutputGrad(0));
 }
-
-Status NoGrad(GradBuilder&) { return Status::Ok(); }
 
 Status AddSubGrad(GradBuilder& b) {
   const std::string& dy = b.OutputGrad(0);
@@ -287,6 +287,9 @@ Status ReluGrad(GradBuilder& b) { return ActivationGrad(b, "ReluGrad", b.fwd().i
 Status SigmoidGrad(GradBuilder& b) { return ActivationGrad(b, "SigmoidGrad", b.fwd().outputs[0]); }
 Status TanhGrad(GradBuilder& b) { return ActivationGrad(b, "TanhGrad", b.fwd().outputs[0]); }
 Status GeluGrad(GradBuilder& b) { return ActivationGrad(b, "GeluGrad", b.fwd().inputs[0]); }
+Status FastGeluGrad(GradBuilder& b) {
+  return ActivationGrad(b, "FastGeluGrad", b.fwd().inputs[0]);
+}
 
 // Float -> float casts pass the gradient back in the input's type; other casts stop it.
 Status CastGrad(GradBuilder& b) {
@@ -400,7 +403,7 @@ void RegisterElementwiseGradRules(GradRuleTable& table) {
   table.Add("", "Sigmoid", SigmoidGrad);
   table.Add("", "Tanh", TanhGrad);
   table.Add("com.microsoft", "Gelu", GeluGrad);
-  for (const char* op : {"Floor", "Ceil", "Sign"}) table.Add("", op, NoGrad);
+  table.Add("com.microsoft", "FastGelu", FastGeluGrad);
 
   table.Add("", "Cast", CastGrad);
   table.Add("", "CastLike", CastGrad);

@@ -110,6 +110,173 @@ TEST(CanonicalizeTest, InactiveDropoutAndIdentityDisappear) {
                  {"Tanh"});
 }
 
+// torch.onnx.export(training=TRAINING) writes every p = 0 Dropout as Dropout(x, 0.0, true) with
+// a mask output that nothing reads; both go.
+TEST(CanonicalizeTest, RatioZeroTrainingDropoutGoesWithItsUnreadMask) {
+  ExpectSameBits(R"(graph g {
+  input x : f32[4,4]
+  const ratio : f32[] = [0.0]
+  const train : bool[] = [1]
+  d, mask = Dropout(x, ratio, train)
+  y = Tanh(d)
+  output y
+})",
+                 {"Tanh"});
+}
+
+TEST(CanonicalizeTest, DropoutWhoseMaskIsReadStays) {
+  auto g = ParseGraph(R"(graph g {
+  input x : f32[4]
+  const ratio : f32[] = [0.0]
+  const train : bool[] = [1]
+  d, mask = Dropout(x, ratio, train)
+  y = Tanh(d)
+  output y
+  output mask
+})");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_TRUE(FoldPass({}).Run(*g).ok());
+  CanonicalizePass pass;
+  ASSERT_TRUE(pass.Run(*g).ok());
+  EXPECT_EQ(Ops(*g), (std::vector<std::string>{"Dropout", "Tanh"}));
+}
+
+// ONNX: ratio defaults to 0.5. A training-mode Dropout without a ratio input drops half; only
+// training_mode false (or absent) makes it the identity.
+TEST(CanonicalizeTest, DropoutWithoutRatioInTrainingModeIsActive) {
+  auto g = ParseGraph(R"(graph g {
+  input x : f32[4]
+  const train : bool[] = [1]
+  d = Dropout(x, "", train)
+  y = Tanh(d)
+  output y
+})");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_TRUE(FoldPass({}).Run(*g).ok());
+  CanonicalizePass pass;
+  ASSERT_TRUE(pass.Run(*g).ok());
+  EXPECT_EQ(Ops(*g), (std::vector<std::string>{"Dropout", "Tanh"}));
+  EXPECT_EQ(pass.Stats().find("inactive dropout 0") != std::string::npos, true) << pass.Stats();
+
+  ExpectSameBits(R"(graph g {
+  input x : f32[4]
+  d = Dropout(x)
+  y = Tanh(d)
+  output y
+})",
+                 {"Tanh"});
+}
+
+TEST(CanonicalizeTest, CastToTheSameTypeIsRemovedAndARealCastStays) {
+  ExpectSameBits(R"(graph g {
+  input x : f32[3,5]
+  c = Cast(x) {to=1}
+  d = Cast(c) {to=11}
+  y = Tanh(d)
+  output y
+})",
+                 {"Cast", "Tanh"});
+}
+
+// Hugging Face LlamaRMSNorm as torch 1.13 exports it: the body is wrapped in Cast(to=float) and
+// cast back to the input dtype, both no-ops in f32.
+TEST(CanonicalizeTest, HuggingFaceRmsNormWithCastPairFuses) {
+  ExpectSameBits(R"(graph g {
+  input x : f32[2,5,24]
+  param w : f32[24]
+  const two : f32[] = [2.0]
+  const eps : f32[] = [1e-06]
+  const one : f32[] = [1.0]
+  c = Cast(x) {to=1}
+  p = Pow(c, two)
+  m = ReduceMean(p) {axes=[-1], keepdims=1}
+  a = Add(m, eps)
+  s = Sqrt(a)
+  r = Div(one, s)
+  n = Mul(c, r)
+  c1 = Cast(n) {to=1}
+  y = Mul(w, c1)
+  output y
+})",
+                 {"com.microsoft::SimplifiedLayerNormalization"});
+}
+
+// Hugging Face NewGELUActivation (GPT-2's gelu_new), node for node as torch 1.13 exports
+// 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0)))).
+constexpr const char* kGeluNew = R"(graph g {
+  input x : f32[64,1024]
+  const half : f32[] = [0.5]
+  const three : f32[] = [3.0]
+  const c : f32[] = [0.044715]
+  const k : f32[] = [0.797884583]
+  const one : f32[] = [1.0]
+  h = Mul(x, half)
+  p = Pow(x, three)
+  u = Mul(p, c)
+  v = Add(x, u)
+  w = Mul(v, k)
+  t = Tanh(w)
+  a = Add(t, one)
+  y = Mul(h, a)
+  output y
+})";
+
+// F.gelu(x, approximate='tanh') as torch 1.13's symbolic writes it.
+constexpr const char* kTorchTanhGelu = R"(graph g {
+  input x : f32[64,1024]
+  const half : f32[] = [0.5]
+  const c : f32[] = [0.044715]
+  const k : f32[] = [0.797884583]
+  const one : f32[] = [1.0]
+  sq = Mul(x, x)
+  cube = Mul(x, sq)
+  u = Mul(c, cube)
+  v = Add(x, u)
+  w = Mul(k, v)
+  t = Tanh(w)
+  a = Add(one, t)
+  p = Mul(x, a)
+  y = Mul(half, p)
+  output y
+})";
+
+TEST(CanonicalizeTest, TanhGeluBothFormsBecomeOneExactOp) {
+  ExpectSameBits(kGeluNew, {"com.microsoft::FastGelu"});
+  ExpectSameBits(kTorchTanhGelu, {"com.microsoft::FastGelu"});
+}
+
+// The two forms round differently (powf vs two products, where the 0.5 goes), so the fused op
+// must remember which it replaced: evaluating one with the other's form changes bits.
+TEST(CanonicalizeTest, TanhGeluFormsAreNotInterchangeable) {
+  for (const char* text : {kGeluNew, kTorchTanhGelu}) {
+    auto g = ParseGraph(text);
+    ASSERT_TRUE(g.ok());
+    ASSERT_TRUE(FoldPass({}).Run(*g).ok());
+    Graph fused = *g;
+    ASSERT_TRUE(CanonicalizePass().Run(fused).ok());
+    ASSERT_EQ(fused.nodes.size(), 1u);
+    std::string form = fused.nodes[0].GetString("form", "");
+    fused.nodes[0].attrs["form"] =
+        Attribute::String(form == "gelu_new" ? "torch_tanh" : "gelu_new");
+    std::map<std::string, Tensor> feeds;
+    feeds["x"] = RandomTensor({64, 1024}, 42, -4.f, 4.f);
+    auto a = Interpret(*g, feeds);
+    auto b = Interpret(fused, feeds);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_FALSE(a->at("y").BitwiseEqual(b->at("y"))) << form;
+  }
+}
+
+TEST(CanonicalizeTest, TanhGeluWithAnotherConstantIsLeftAlone) {
+  std::string text = kGeluNew;
+  text.replace(text.find("0.044715"), 8, "0.044716");
+  auto g = ParseGraph(text);
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(FoldPass({}).Run(*g).ok());
+  ASSERT_TRUE(CanonicalizePass().Run(*g).ok());
+  EXPECT_EQ(g->nodes.size(), 8u);
+}
+
 TEST(CanonicalizeTest, PatternWithSharedIntermediateIsLeftAlone) {
   auto g = ParseGraph(R"(graph g {
   input x : f32[3]

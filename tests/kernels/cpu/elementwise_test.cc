@@ -600,6 +600,36 @@ TEST(GeluKernelTest, GeluAndGeluGradMatchDoubleReferences) {
   }
 }
 
+// Tanh GELU against the formula in double: both forms within a few f32 ulps, and the gradient.
+TEST(FastGeluKernelTest, FastGeluAndFastGeluGradMatchDoubleReferences) {
+  Tensor x = RandomTensor({997}, 34, -6.f, 6.f);
+  Tensor dy = RandomTensor({997}, 35);
+  const double k = std::sqrt(2 / M_PI), c = 0.044715;
+  for (const char* form : {"gelu_new", "torch_tanh"}) {
+    Tensor y = Run1(
+        EwNode("FastGelu", {"x"}, {"y"}, {{"form", Attribute::String(form)}}, "com.microsoft"),
+        {{"x", x}});
+    Tensor dx = Run1(EwNode("FastGeluGrad", {"dy", "x"}, {"dx"}, {}, "com.microsoft"),
+                     {{"dy", dy}, {"x", x}});
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double v = x.data<float>()[i];
+      const double t = std::tanh(k * (v + c * v * v * v));
+      const double want_y = 0.5 * v * (1 + t);
+      EXPECT_NEAR(y.data<float>()[i], want_y, 1e-6 * (1 + std::fabs(want_y))) << form << i;
+      const double want =
+          dy.data<float>()[i] * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * c * v * v));
+      EXPECT_NEAR(dx.data<float>()[i], want, 1e-6 * (1 + std::fabs(want))) << form << i;
+    }
+  }
+  auto bad = RunSingleNode(
+      EwNode("FastGelu", {"x"}, {"y"}, {{"form", Attribute::String("erf")}}, "com.microsoft"),
+      {{"x", x}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "FastGelu node 'FastGelu_node': unknown form 'erf' (expected \"torch_tanh\" or "
+            "\"gelu_new\")");
+}
+
 TEST(ActivationGradKernelTest, ReluSigmoidTanhGrads) {
   Tensor x = F32({5}, {-2.f, -0.5f, 0.f, 0.5f, 2.f});
   Tensor dy = F32({5}, {1.f, 2.f, 3.f, 4.f, 5.f});
