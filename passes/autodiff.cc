@@ -10,27 +10,47 @@
 
 namespace foundry {
 
-bool GlobMatch(std::string_view p, std::string_view t) {
-  size_t pi = 0, ti = 0, star = std::string_view::npos, mark = 0;
-  while (ti < t.size()) {
-    if (pi < p.size() && (p[pi] == '?' || p[pi] == t[ti])) {
-      ++pi;
-      ++ti;
-    } else if (pi < p.size() && p[pi] == '*') {
-      star = pi++;
-      mark = ti;
-    } else if (star != std::string_view::npos) {
-      pi = star + 1;
-      ti = ++mark;
-    } else {
-      return false;
-    }
+bool IsNonDifferentiable(const Node& n) {
+  static const std::set<std::string> kOps = {
+      "Floor", "Ceil", "Round", "Sign", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
+      "EyeLike"};
+  return n.domain.empty() && kOps.count(n.op_type) > 0;
+}
+
+Status CheckGradientShapes(const Graph& g) {
+  if (g.outputs.size() != g.parameters.size() + 1)
+    return Error("autodiff: the training graph has " + std::to_string(g.outputs.size()) +
+                 " outputs for " + std::to_string(g.parameters.size()) +
+                 " parameters; expected the loss and one gradient per parameter");
+  for (size_t k = 0; k < g.parameters.size(); ++k) {
+    const Value* p = g.FindValue(g.parameters[k]);
+    const Value* d = g.FindValue(g.outputs[k + 1]);
+    if (!p || !d) return Error("autodiff: parameter or gradient '" + g.outputs[k + 1] + "' is missing");
+    if (!d->rank_known || d->shape != p->shape || d->dtype != p->dtype)
+      return Error("autodiff: gradient '" + d->name + "' is " + d->TypeString() +
+                   " but parameter '" + p->name + "' is " + p->TypeString() +
+                   "; a gradient rule produced the wrong shape (please file an issue with the "
+                   "model)");
   }
-  while (pi < p.size() && p[pi] == '*') ++pi;
-  return pi == p.size();
+  return Status::Ok();
 }
 
 namespace {
+
+// 1 in `dtype`, the seed of the backward pass.
+StatusOr<Tensor> One(DType dtype, const Shape& shape) {
+  Tensor one(dtype, shape);
+  switch (dtype) {
+    case DType::kFloat32: one.data<float>()[0] = 1.0f; break;
+    case DType::kFloat64: one.data<double>()[0] = 1.0; break;
+    case DType::kFloat16: one.data<uint16_t>()[0] = 0x3C00; break;
+    case DType::kBFloat16: one.data<uint16_t>()[0] = 0x3F80; break;
+    default:
+      return Error("autodiff: the loss has element type " + std::string(DTypeName(dtype)) +
+                   "; expected a floating-point loss");
+  }
+  return one;
+}
 
 bool IsFloatValue(const Graph& g, const std::string& name) {
   const Value* v = g.FindValue(name);
@@ -153,26 +173,10 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
   RETURN_IF_ERROR(ExposeSavedStatistics(g));
   const int num_forward = static_cast<int>(g.nodes.size());
 
-  // Step 2: trainable parameters.
+  // Step 2: the trainable set, decided before folding by ParametersPass.
   std::vector<std::string> trainable;
-  for (const auto& init : g.initializers) {
-    if (!IsFloatValue(g, init)) continue;
-    bool is_param = g.IsParameter(init);
-    for (const auto& pat : options_.trainable) is_param |= GlobMatch(pat, init);
-    for (const auto& pat : options_.freeze) is_param &= !GlobMatch(pat, init);
-    if (is_param) trainable.push_back(init);
-  }
-  for (const auto& pat : options_.freeze) {
-    bool any = false;
-    for (const auto& p : g.parameters) any |= GlobMatch(pat, p);
-    if (!any) return Error("autodiff: --freeze " + pat + " matches no parameter");
-  }
-  for (const auto& pat : options_.trainable) {
-    bool any = false;
-    for (const auto& p : g.initializers) any |= GlobMatch(pat, p) && IsFloatValue(g, p);
-    if (!any) return Error("autodiff: --trainable " + pat + " matches no float initializer");
-  }
-  g.parameters = trainable;
+  for (const auto& p : g.parameters)
+    if (IsFloatValue(g, p)) trainable.push_back(p);
   trainable_ = static_cast<int>(trainable.size());
   if (trainable.empty())
     return Error("autodiff: the model has no trainable parameters (every initializer is frozen "
@@ -182,6 +186,7 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
   std::unordered_set<std::string> requires_grad(trainable.begin(), trainable.end());
   for (int i = 0; i < num_forward; ++i) {
     const Node& n = g.nodes[i];
+    if (IsNonDifferentiable(n)) continue;  // stops the gradient: nothing flows back through n
     bool any = false;
     for (const auto& in : n.inputs) any |= requires_grad.count(in) > 0;
     if (!any) continue;
@@ -217,8 +222,7 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
     v.dtype = lv.dtype;
     v.shape = lv.shape;
     v.rank_known = true;
-    Tensor one(lv.dtype, lv.shape);
-    one.data<float>()[0] = 1.0f;
+    ASSIGN_OR_RETURN(Tensor one, One(lv.dtype, lv.shape));
     v.data = std::make_shared<const Tensor>(std::move(one));
     g.initializers.push_back(seed);
     contributions[loss].push_back(seed);
@@ -346,6 +350,7 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
   for (auto& n : backward) g.nodes.push_back(std::move(n));
   g.outputs = outputs;
   g.metadata["foundry.loss"] = loss;
+  RETURN_IF_ERROR(CheckGradientShapes(g));
   return true;
 }
 

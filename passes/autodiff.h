@@ -7,12 +7,13 @@
 //     SoftmaxCrossEntropyLoss(ignore_index=-100, mean) over the logits output and a new int64
 //     input `labels` shaped like the logits without their last dimension (no shift: the labels
 //     are taken as already aligned with the logits).
-//  2. Trainable set: graph.parameters, minus --freeze globs, plus --trainable globs (float
-//     initializers only). Nothing else gets a gradient: a buffer never does.
+//  2. Trainable set: graph.parameters, as ParametersPass (passes/parameters.h) left them, before
+//     folding. Nothing else gets a gradient: a buffer never does.
 //  3. Ops whose gradient needs a saved statistic get that optional output made explicit
 //     (LayerNormalization's Mean/InvStdDev, Dropout's mask, SoftmaxCrossEntropyLoss's log_prob).
 //  4. Only nodes on a path from a trainable parameter to the loss are differentiated; a node on
-//     such a path without a gradient rule is an error naming it.
+//     such a path without a gradient rule is an error naming it. Non-differentiable ops
+//     (IsNonDifferentiable) and ops without float outputs stop the path.
 //  5. Walking those nodes in reverse, each rule turns output gradients into input gradients.
 //     Several contributions to one value are summed explicitly by a Sum node named `<x>_grad`
 //     (contributions `<x>_grad_0`, `<x>_grad_1`, ...); a single contribution is renamed `<x>_grad`
@@ -25,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "passes/parameters.h"
 #include "passes/pass.h"
 
 namespace foundry {
@@ -33,8 +35,6 @@ class AutodiffPass : public Pass {
  public:
   struct Options {
     std::string labels_input = "labels";
-    std::vector<std::string> freeze;     // globs over parameter names
-    std::vector<std::string> trainable;  // globs over initializer names
   };
   explicit AutodiffPass(Options options) : options_(std::move(options)) {}
 
@@ -49,8 +49,14 @@ class AutodiffPass : public Pass {
   int trainable_ = 0;
 };
 
-// fnmatch-style glob: '*' any run of characters, '?' one character.
-bool GlobMatch(std::string_view pattern, std::string_view text);
+// Ops through which no gradient flows: piecewise constant (Floor, Ceil, Round, Sign) or random
+// draws shaped like their input. Their outputs never require a gradient, as ops with only
+// non-float outputs (comparisons, ArgMax, Shape) never do; both stop the gradient.
+bool IsNonDifferentiable(const Node& node);
+
+// Every gradient output of a training graph has its parameter's shape and type (the outputs are
+// the loss, then one gradient per parameter in order). Autodiff runs it before returning.
+Status CheckGradientShapes(const Graph& graph);
 
 // The name of the gradient of `value` in a training graph ("<value>_grad").
 inline std::string GradName(const std::string& value) { return value + "_grad"; }

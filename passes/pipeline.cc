@@ -9,13 +9,17 @@ namespace foundry {
 Status RunPasses(Graph& graph, const std::vector<std::unique_ptr<Pass>>& passes,
                  const PipelineOptions& options) {
   bool dumped = options.dump_after.empty();
+  bool typed = false;
   for (const auto& pass : passes) {
     ASSIGN_OR_RETURN(bool changed, pass->Run(graph));
     if (options.log) {
       std::string stats = pass->Stats();
       *options.log << "  " << pass->name() << ": " << (stats.empty() ? "done" : stats) << "\n";
     }
-    if (changed && options.verify) {
+    // The verifier checks types, which exist from fold (type inference) on; the passes before
+    // it (parameters) change no node.
+    typed |= pass->name() == "fold";
+    if (changed && options.verify && typed) {
       Status st = VerifyGraph(graph);
       if (!st.ok())
         return Error("internal error after pass '" + std::string(pass->name()) +
@@ -26,14 +30,17 @@ Status RunPasses(Graph& graph, const std::vector<std::unique_ptr<Pass>>& passes,
       dumped = true;
     }
   }
-  if (!dumped)
-    return Error("--dump-after " + options.dump_after +
-                 ": no such pass (passes: fold, canonicalize, autodiff)");
+  if (!dumped) {
+    std::string names;
+    for (const auto& pass : passes) names += (names.empty() ? "" : ", ") + std::string(pass->name());
+    return Error("--dump-after " + options.dump_after + ": no such pass (passes: " + names + ")");
+  }
   return Status::Ok();
 }
 
 std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options) {
   std::vector<std::unique_ptr<Pass>> passes;
+  if (options.training) passes.push_back(std::make_unique<ParametersPass>(options.parameters));
   passes.push_back(std::make_unique<FoldPass>(options.fold));
   passes.push_back(std::make_unique<CanonicalizePass>());
   if (options.training) passes.push_back(std::make_unique<AutodiffPass>(options.autodiff));

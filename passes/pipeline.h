@@ -1,5 +1,6 @@
-// Orders the passes: fold (bind dims, infer, fold) -> canonicalize -> autodiff. The verifier
-// runs after every pass that changed the graph; the IR can be dumped after a named pass.
+// Orders the passes: parameters (the trainable set; training only) -> fold (bind dims, infer,
+// fold) -> canonicalize -> autodiff (training only). The verifier runs after every pass that
+// changed the graph; the IR can be dumped after a named pass.
 #pragma once
 
 #include <map>
@@ -10,6 +11,7 @@
 
 #include "passes/autodiff.h"
 #include "passes/fold.h"
+#include "passes/parameters.h"
 #include "passes/pass.h"
 
 namespace foundry {
@@ -25,6 +27,7 @@ Status RunPasses(Graph& graph, const std::vector<std::unique_ptr<Pass>>& passes,
                  const PipelineOptions& options);
 
 struct CompileOptions {
+  ParametersPass::Options parameters;
   FoldPass::Options fold;
   AutodiffPass::Options autodiff;
   bool training = true;  // false: forward graph only (fold + canonicalize)

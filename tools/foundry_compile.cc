@@ -95,8 +95,8 @@ int main(int argc, char** argv) {
   CompileOptions options;
   options.fold.dims = *dims;
   options.fold.max_folded_bytes = fold_limit;
-  options.autodiff.freeze = freeze;
-  options.autodiff.trainable = trainable;
+  options.parameters.freeze = freeze;
+  options.parameters.trainable = trainable;
   options.training = !forward_only;
   PipelineOptions pipeline;
   pipeline.log = &std::cout;
