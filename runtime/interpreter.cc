@@ -1,13 +1,15 @@
 #include "runtime/interpreter.h"
 
-#include "base/hash.h"
-
 #include <cmath>
 #include <unordered_map>
+
+#include "base/hash.h"
+#include "compiler/random_seed.h"
 
 namespace foundry {
 
 uint64_t NodeKey(const Node& node) {
+  if (node.HasAttr("seed")) return RandomKey(node);
   auto it = node.marks.find("recompute_of");
   return Fnv1a(it != node.marks.end() ? it->second : node.name);
 }

@@ -29,8 +29,9 @@ StatusOr<std::map<std::string, Tensor>> Interpret(const Graph& graph,
                                                   const std::map<std::string, Tensor>& feeds,
                                                   const InterpretOptions& options = {});
 
-// A stable 64-bit key for a node (FNV-1a of its name, or of its "recompute_of" mark when it is a
-// recompute clone) so random ops draw the same numbers in the forward and in the recompute.
+// A stable 64-bit key for a node so random ops draw the same numbers in the forward and in the
+// recompute: its `seed` attribute (compiler/random_seed.h, assigned at import, copied by clones),
+// else FNV-1a of its name, or of its "recompute_of" mark when it is a recompute clone.
 uint64_t NodeKey(const Node& node);
 
 }  // namespace foundry
