@@ -2,24 +2,6 @@
 
 namespace foundry {
 
-void OpSchemaTable::Add(OpSchema schema) {
-  schema.domain = CanonicalDomain(schema.domain);
-  rows_.push_back(std::move(schema));
-}
-
-const OpSchema* OpSchemaTable::Find(std::string_view domain, std::string_view op_type) const {
-  std::string d = CanonicalDomain(domain);
-  for (const auto& row : rows_)
-    if (row.op_type == op_type && row.domain == d) return &row;
-  return nullptr;
-}
-
-std::vector<const OpSchema*> OpSchemaTable::All() const {
-  std::vector<const OpSchema*> all;
-  for (const auto& row : rows_) all.push_back(&row);
-  return all;
-}
-
 const OpSchemaTable& OpSchemas() {
   static const OpSchemaTable table = [] {
     OpSchemaTable t;
@@ -29,11 +11,6 @@ const OpSchemaTable& OpSchemas() {
     return t;
   }();
   return table;
-}
-
-std::string CanonicalDomain(std::string_view domain) {
-  if (domain == "ai.onnx") return "";
-  return std::string(domain);
 }
 
 StatusOr<std::vector<TypeInfo>> InferNodeTypes(const Graph& graph, const Node& node) {
@@ -98,8 +75,7 @@ StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
     } else if (da == db) {
       out[i] = da;
     } else {
-      return Error("shapes " + ShapeToString(a) + " and " + ShapeToString(b) +
-                   " do not broadcast");
+      return Error("shapes " + ShapeToString(a) + " and " + ShapeToString(b) + " do not broadcast");
     }
   }
   return out;

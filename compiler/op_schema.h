@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "base/tensor.h"
 #include "compiler/ir.h"
+#include "compiler/op_table.h"
 
 namespace foundry {
 
@@ -32,9 +33,7 @@ struct InferContext {
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }
   const Value& input(size_t i) const { return *inputs[i]; }
   // The input's constant value, or null when it is only known at run time.
-  const Tensor* constant(size_t i) const {
-    return has_input(i) ? inputs[i]->data.get() : nullptr;
-  }
+  const Tensor* constant(size_t i) const { return has_input(i) ? inputs[i]->data.get() : nullptr; }
   // An error naming the node: "Reshape node 'n' (module m): <what>".
   Status Fail(const std::string& what) const { return Error(node.Describe() + ": " + what); }
 };
@@ -51,21 +50,23 @@ struct OpSchema {
   InferFn infer;
 };
 
-class OpSchemaTable {
+class OpSchemaTable : public OpTable<OpSchema> {
  public:
-  void Add(OpSchema schema);
-  const OpSchema* Find(std::string_view domain, std::string_view op_type) const;
-  std::vector<const OpSchema*> All() const;
-
- private:
-  std::vector<OpSchema> rows_;
+  using OpTable<OpSchema>::Add;
+  void Add(OpSchema schema) {
+    schema.domain = CanonicalDomain(schema.domain);
+    std::string domain = schema.domain, op_type = schema.op_type;
+    Add(domain, op_type, std::move(schema));
+  }
+  std::vector<const OpSchema*> All() const {
+    std::vector<const OpSchema*> all;
+    for (const auto& row : rows()) all.push_back(&row.value);
+    return all;
+  }
 };
 
 // The table of every supported op (built once, on first use).
 const OpSchemaTable& OpSchemas();
-
-// "" and "ai.onnx" are the same domain.
-std::string CanonicalDomain(std::string_view domain);
 
 // Infers the node's output types from the graph's current input values. Errors name the node.
 StatusOr<std::vector<TypeInfo>> InferNodeTypes(const Graph& graph, const Node& node);

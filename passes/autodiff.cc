@@ -293,7 +293,7 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
     std::vector<bool> needs;
     for (const auto& in : fwd.inputs)
       needs.push_back(!in.empty() && requires_grad.count(in) && reaches_loss.count(in));
-    GradFn rule = GradRules().Find(fwd.domain, fwd.op_type);
+    const GradFn* rule = GradRules().Find(fwd.domain, fwd.op_type);
     if (!rule) {
       return Error("autodiff: no gradient rule for " + fwd.Describe() +
                    ", which lies between a trainable parameter and the loss; freeze the "
@@ -301,7 +301,7 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
     }
     std::vector<Node> emitted;
     GradBuilder b(g, fwd, out_grads, needs, emitted);
-    Status st = rule(b);
+    Status st = (*rule)(b);
     if (!st.ok()) return st.Prepend("autodiff: ");
     for (auto& e : emitted) {
       for (const auto& o : e.outputs) produced_by_rules.insert(o);

@@ -12,6 +12,7 @@
 #include "base/status.h"
 #include "base/tensor.h"
 #include "compiler/ir.h"
+#include "compiler/op_table.h"
 
 namespace foundry {
 
@@ -24,18 +25,7 @@ struct KernelContext {
 using CpuKernelFn = Status (*)(const Node& node, std::span<const Tensor* const> inputs,
                                std::span<Tensor* const> outputs, const KernelContext& ctx);
 
-class CpuKernelTable {
- public:
-  void Add(std::string_view domain, std::string_view op_type, CpuKernelFn fn);
-  CpuKernelFn Find(std::string_view domain, std::string_view op_type) const;
-
- private:
-  struct Row {
-    std::string domain, op_type;
-    CpuKernelFn fn;
-  };
-  std::vector<Row> rows_;
-};
+using CpuKernelTable = OpTable<CpuKernelFn>;
 
 const CpuKernelTable& CpuKernels();
 

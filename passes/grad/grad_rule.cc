@@ -25,9 +25,7 @@ bool GradBuilder::NeedsInputGrad(size_t i) const {
 }
 
 const Value& GradBuilder::InputValue(size_t i) const { return *graph_.FindValue(fwd_.inputs[i]); }
-const Value& GradBuilder::OutputValue(size_t i) const {
-  return *graph_.FindValue(fwd_.outputs[i]);
-}
+const Value& GradBuilder::OutputValue(size_t i) const { return *graph_.FindValue(fwd_.outputs[i]); }
 
 StatusOr<std::vector<std::string>> GradBuilder::Emit(const std::string& op_type,
                                                      std::vector<std::string> inputs,
@@ -98,11 +96,11 @@ StatusOr<std::string> GradBuilder::ReduceToShape(const std::string& grad, const 
   }
   std::string reduced = grad;
   if (!axes.empty()) {
-    std::string axes_const =
-        Constant(Tensor::FromVector<int64_t>(DType::kInt64, {static_cast<int64_t>(axes.size())},
-                                             axes),
-                 "axes");
-    ASSIGN_OR_RETURN(reduced, Emit1("ReduceSum", {grad, axes_const}, {{"keepdims", Attribute::Int(1)}}));
+    std::string axes_const = Constant(
+        Tensor::FromVector<int64_t>(DType::kInt64, {static_cast<int64_t>(axes.size())}, axes),
+        "axes");
+    ASSIGN_OR_RETURN(reduced,
+                     Emit1("ReduceSum", {grad, axes_const}, {{"keepdims", Attribute::Int(1)}}));
   }
   if (graph_.FindValue(reduced)->shape == target) return reduced;
   std::string shape_const = Constant(
@@ -120,17 +118,6 @@ Status GradBuilder::SetInputGrad(size_t i, const std::string& grad) {
                  std::to_string(i) + " twice");
   input_grads_[i] = grad;
   return Status::Ok();
-}
-
-void GradRuleTable::Add(std::string_view domain, std::string_view op_type, GradFn fn) {
-  rows_.push_back(Row{CanonicalDomain(domain), std::string(op_type), fn});
-}
-
-GradFn GradRuleTable::Find(std::string_view domain, std::string_view op_type) const {
-  std::string d = CanonicalDomain(domain);
-  for (const auto& row : rows_)
-    if (row.op_type == op_type && row.domain == d) return row.fn;
-  return nullptr;
 }
 
 const GradRuleTable& GradRules() {

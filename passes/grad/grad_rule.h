@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "compiler/ir.h"
+#include "compiler/op_table.h"
 
 namespace foundry {
 
@@ -63,18 +64,7 @@ class GradBuilder {
 
 using GradFn = Status (*)(GradBuilder& b);
 
-class GradRuleTable {
- public:
-  void Add(std::string_view domain, std::string_view op_type, GradFn fn);
-  GradFn Find(std::string_view domain, std::string_view op_type) const;
-
- private:
-  struct Row {
-    std::string domain, op_type;
-    GradFn fn;
-  };
-  std::vector<Row> rows_;
-};
+using GradRuleTable = OpTable<GradFn>;
 
 const GradRuleTable& GradRules();
 

@@ -68,8 +68,7 @@ StatusOr<std::vector<Tensor>> RunSingleNode(const Node& node,
   ASSIGN_OR_RETURN(Graph g, SingleNodeGraph(node, inputs, constants));
   ASSIGN_OR_RETURN(auto outs, Interpret(g, inputs));
   std::vector<Tensor> result;
-  for (const auto& out : node.outputs)
-    result.push_back(out.empty() ? Tensor() : outs.at(out));
+  for (const auto& out : node.outputs) result.push_back(out.empty() ? Tensor() : outs.at(out));
   return result;
 }
 
@@ -86,8 +85,8 @@ Status CheckGradients(const Node& node, const std::map<std::string, Tensor>& inp
   uint64_t seed = options.seed * 7919;
   for (const auto& out : n.outputs) {
     const Value* v = out.empty() ? nullptr : g.FindValue(out);
-    bool no_grad = std::find(options.no_grad_outputs.begin(), options.no_grad_outputs.end(),
-                             out) != options.no_grad_outputs.end();
+    bool no_grad = std::find(options.no_grad_outputs.begin(), options.no_grad_outputs.end(), out) !=
+                   options.no_grad_outputs.end();
     if (!v || v->dtype != DType::kFloat32 || no_grad) {
       output_grads.push_back("");
       continue;
@@ -111,11 +110,11 @@ Status CheckGradients(const Node& node, const std::map<std::string, Tensor>& inp
     for (const auto& w : wrt)
       if (n.inputs[i] == w) needs[i] = true;
 
-  GradFn rule = GradRules().Find(n.domain, n.op_type);
+  const GradFn* rule = GradRules().Find(n.domain, n.op_type);
   if (!rule) return Error("no gradient rule for " + n.op_type);
   std::vector<Node> emitted;
   GradBuilder b(g, n, output_grads, needs, emitted);
-  RETURN_IF_ERROR(rule(b));
+  RETURN_IF_ERROR((*rule)(b));
   std::map<std::string, std::string> grad_of;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     if (!needs[i]) continue;

@@ -19,7 +19,8 @@ namespace {
 Node EwNode(const std::string& op, std::vector<std::string> inputs,
             std::vector<std::string> outputs = {"y"}, std::map<std::string, Attribute> attrs = {},
             const std::string& domain = "") {
-  return MakeNode(op, std::move(inputs), std::move(outputs), std::move(attrs), domain, op + "_node");
+  return MakeNode(op, std::move(inputs), std::move(outputs), std::move(attrs), domain,
+                  op + "_node");
 }
 
 #define EXPECT_GRADS_OK(...)                  \
@@ -71,7 +72,7 @@ TEST(ElementwiseGradTest, PowBaseAndExponent) {
   for (const auto& [sa, sb] : kShapes) {
     SCOPED_TRACE(ShapeToString(sa) + " " + ShapeToString(sb));
     EXPECT_GRADS_OK(EwNode("Pow", {"a", "b"}), {{"a", RandomTensor(sa, ++seed, 0.5f, 2.f)},
-                                                  {"b", RandomTensor(sb, ++seed, -2.f, 2.f)}});
+                                                {"b", RandomTensor(sb, ++seed, -2.f, 2.f)}});
   }
   // Constant exponents (the x^2 of a norm), float and integer, and a run-time integer exponent.
   Tensor x = RandomTensor({4, 5}, 20, -2.f, 2.f);
@@ -90,8 +91,8 @@ TEST(ElementwiseGradTest, MinMaxAwayFromTies) {
                       {{"a", GridTensor(sa, 30, 0.f)}, {"b", GridTensor(sb, 31, 0.05f)}});
     }
     EXPECT_GRADS_OK(EwNode(op, {"a", "b", "c"}), {{"a", GridTensor({3, 1, 5}, 32, 0.f)},
-                                                    {"b", GridTensor({4, 1}, 33, 0.03f)},
-                                                    {"c", GridTensor({5}, 34, 0.06f)}});
+                                                  {"b", GridTensor({4, 1}, 33, 0.03f)},
+                                                  {"c", GridTensor({5}, 34, 0.06f)}});
     EXPECT_GRADS_OK(EwNode(op, {"a"}), {{"a", RandomTensor({3}, 35)}});
   }
 }
@@ -168,7 +169,7 @@ TEST(ElementwiseGradTest, ClipAwayFromTheBounds) {
   EXPECT_GRADS_OK(EwNode("Clip", {"x", "", "hi"}), {{"x", x}}, {{"hi", Scalar(0.5f)}});
   EXPECT_GRADS_OK(EwNode("Clip", {"x", "lo"}), {{"x", x}}, {{"lo", Scalar(-0.5f)}});
   EXPECT_GRADS_OK(EwNode("Clip", {"x"}, {"y"},
-                           {{"min", Attribute::Float(-0.5f)}, {"max", Attribute::Float(0.5f)}}),
+                         {{"min", Attribute::Float(-0.5f)}, {"max", Attribute::Float(0.5f)}}),
                   {{"x", x}});
   // Bounds that are run-time float values get gradients too.
   EXPECT_GRADS_OK(EwNode("Clip", {"x", "lo", "hi"}),
@@ -228,9 +229,9 @@ StatusOr<Backward> RunRule(const Node& node, const std::map<std::string, Tensor>
   out_grads[0] = "dy";
   Backward result;
   GradBuilder b(g, g.nodes[0], out_grads, needs, result.emitted);
-  GradFn rule = GradRules().Find(node.domain, node.op_type);
+  const GradFn* rule = GradRules().Find(node.domain, node.op_type);
   if (!rule) return Error("no rule");
-  RETURN_IF_ERROR(rule(b));
+  RETURN_IF_ERROR((*rule)(b));
   result.input_grads = b.input_grads();
   for (const auto& e : result.emitted) g.nodes.push_back(e);
   for (const auto& gname : result.input_grads)
@@ -272,9 +273,11 @@ TEST(ElementwiseGradTest, ClipPassesTheGradientAtTheBounds) {
 TEST(ElementwiseGradTest, ActivationsEmitOnnxRuntimeGradientOps) {
   Tensor x = RandomTensor({3}, 100);
   Tensor dy = RandomTensor({3}, 101);
-  const std::pair<const char*, const char*> cases[] = {
-      {"Relu", "ReluGrad"}, {"Sigmoid", "SigmoidGrad"}, {"Tanh", "TanhGrad"}, {"Gelu", "GeluGrad"},
-      {"FastGelu", "FastGeluGrad"}};
+  const std::pair<const char*, const char*> cases[] = {{"Relu", "ReluGrad"},
+                                                       {"Sigmoid", "SigmoidGrad"},
+                                                       {"Tanh", "TanhGrad"},
+                                                       {"Gelu", "GeluGrad"},
+                                                       {"FastGelu", "FastGeluGrad"}};
   for (const auto& [op, grad] : cases) {
     const bool ms = std::string(op) == "Gelu" || std::string(op) == "FastGelu";
     Node n = EwNode(op, {"x"}, {"y"}, {}, ms ? "com.microsoft" : "");
