@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -62,14 +63,19 @@ double Objective(const std::map<std::string, Tensor>& outs, const std::vector<st
 
 }  // namespace
 
+double GradientErrorRatio(double analytic, double numeric, const GradCheckOptions& options) {
+  if (!std::isfinite(analytic) || !std::isfinite(numeric))
+    return std::numeric_limits<double>::infinity();
+  return std::fabs(analytic - numeric) / (options.atol + options.rtol * std::fabs(numeric));
+}
+
 StatusOr<std::vector<Tensor>> RunSingleNode(const Node& node,
                                             const std::map<std::string, Tensor>& inputs,
                                             const std::map<std::string, Tensor>& constants) {
   ASSIGN_OR_RETURN(Graph g, SingleNodeGraph(node, inputs, constants));
   ASSIGN_OR_RETURN(auto outs, Interpret(g, inputs));
   std::vector<Tensor> result;
-  for (const auto& out : node.outputs)
-    result.push_back(out.empty() ? Tensor() : outs.at(out));
+  for (const auto& out : node.outputs) result.push_back(out.empty() ? Tensor() : outs.at(out));
   return result;
 }
 
@@ -86,8 +92,8 @@ Status CheckGradients(const Node& node, const std::map<std::string, Tensor>& inp
   uint64_t seed = options.seed * 7919;
   for (const auto& out : n.outputs) {
     const Value* v = out.empty() ? nullptr : g.FindValue(out);
-    bool no_grad = std::find(options.no_grad_outputs.begin(), options.no_grad_outputs.end(),
-                             out) != options.no_grad_outputs.end();
+    bool no_grad = std::find(options.no_grad_outputs.begin(), options.no_grad_outputs.end(), out) !=
+                   options.no_grad_outputs.end();
     if (!v || v->dtype != DType::kFloat32 || no_grad) {
       output_grads.push_back("");
       continue;
@@ -155,8 +161,9 @@ Status CheckGradients(const Node& node, const std::map<std::string, Tensor>& inp
       double a = ga.data<float>()[e];
       double err = std::fabs(a - numeric);
       double allowed = options.atol + options.rtol * std::fabs(numeric);
-      if (err / allowed > worst) {
-        worst = err / allowed;
+      double ratio = GradientErrorRatio(a, numeric, options);
+      if (ratio > worst) {
+        worst = ratio;
         report.str("");
         report << n.op_type << ": d/d" << in << "[" << e << "] analytic " << a << " vs numeric "
                << numeric << " (error " << err << ", allowed " << allowed << ")";
