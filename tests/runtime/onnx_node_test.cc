@@ -165,6 +165,8 @@ TEST(OnnxNodeTest, EveryCaseMatchesTheCommittedLists) {
   fs::path root = ONNX_NODE_TEST_DIR;
   FOUNDRY_SKIP_UNLESS(fs::exists(root), "ONNX node test data not found at " + root.string() +
                                             "; install libonnx-testdata (scripts/setup.sh)");
+  for (const char* list : {"onnx_node_pass.txt", "onnx_node_skip.txt"})
+    ASSERT_TRUE(fs::exists(kListDir / list)) << "missing " << (kListDir / list);
   std::set<std::string> listed_pass;
   for (const auto& line : ReadListLines(kListDir / "onnx_node_pass.txt")) {
     EXPECT_TRUE(listed_pass.insert(line).second) << line << " is listed twice";
