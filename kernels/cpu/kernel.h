@@ -34,6 +34,15 @@ const CpuKernelTable& CpuKernels();
 Status RunCpuKernel(const Node& node, std::span<const Tensor* const> inputs,
                     std::span<Tensor* const> outputs, const KernelContext& ctx);
 
+// The contract above, made checkable: when on, RunCpuKernel fills every output with poison before
+// the kernel runs (NaN for floating-point dtypes, 0xA5 bytes otherwise), so an element a kernel
+// leaves unwritten, or a `+=` into the output, gives a wrong result instead of a lucky zero. Every
+// test binary turns it on (tests/support/test_main.cc); off by default, so the CLIs keep zeroed
+// buffers. Process-wide; set it before any kernel runs.
+void SetPoisonKernelOutputs(bool on);
+bool PoisonKernelOutputs();
+void FillPoison(Tensor& t);
+
 // Registration entry points, one per op family file under kernels/cpu/.
 void RegisterElementwiseKernels(CpuKernelTable& table);
 void RegisterShapeOpKernels(CpuKernelTable& table);

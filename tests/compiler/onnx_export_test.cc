@@ -26,13 +26,8 @@ Graph MustImport(const std::string& path, const ImportOptions& options = {}) {
   return g.ok() ? std::move(g).value() : Graph();
 }
 
-// ONNX's own checker (Python, the reference implementation), when python3 and onnx are there.
-bool HavePythonOnnx() {
-  static const bool have = std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0;
-  return have;
-}
-
-// Runs onnx.checker.check_model on the file (full_check: also ONNX shape inference).
+// Runs ONNX's own checker (Python, the reference implementation) on the file: check_model
+// (full_check: also ONNX shape inference).
 int PythonCheck(const std::string& path, bool full_check = true) {
   std::string cmd =
       "/usr/bin/python3 -c 'import sys, onnx; "
@@ -116,13 +111,13 @@ TEST(OnnxExportTest, HandWrittenGraphKeepsEverything) {
   EXPECT_EQ(again.initializers, (std::vector<std::string>{"w", "big", "axes"}));
   EXPECT_EQ(again.metadata["foundry.parameters"], "[\"w\",\"big\"]");
   EXPECT_EQ(again.metadata["foundry.buffers"], "[\"axes\"]");
-  if (!HavePythonOnnx()) GTEST_SKIP() << "python3 with onnx not available";
+  FOUNDRY_SKIP_UNLESS(HavePythonOnnx(), "/usr/bin/python3 with onnx not available");
   // com.microsoft gets its opset import, so ONNX's checker accepts the custom op.
   EXPECT_EQ(PythonCheck(out, /*full_check=*/false), 0);
 }
 
 TEST(OnnxExportTest, PassesOnnxChecker) {
-  if (!HavePythonOnnx()) GTEST_SKIP() << "python3 with onnx not available";
+  FOUNDRY_SKIP_UNLESS(HavePythonOnnx(), "/usr/bin/python3 with onnx not available");
   TempDir tmp;
   for (const char* name : {"toy.scopes.onnx", "toy.functions.onnx", "toy.metadata.onnx",
                            "toy.noweights.onnx", "func_refs.onnx"}) {

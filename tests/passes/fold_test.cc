@@ -71,6 +71,31 @@ TEST(FoldTest, LargeGeneratedTensorStaysARunTimeComputation) {
   EXPECT_EQ(g->FindValue("mask")->shape, (Shape{2048, 2048}));
 }
 
+// Dropout on a buffer (all inputs constant) has everything folding needs, but its mask must be
+// drawn anew at every step: folded, one mask would be frozen into the plan for the whole run.
+TEST(FoldTest, NeverFoldsARandomOp) {
+  auto g = ParseGraph(R"(graph g opset=17 {
+  input x : f32[8]
+  const c : f32[8] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+  const ratio : f32[] = [0.5]
+  const train : bool[] = [1]
+  d, mask = Dropout(c, ratio, train)
+  y = Add(x, d)
+  output y
+  output mask
+})");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  FoldPass pass({});
+  auto changed = pass.Run(*g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_FALSE(*changed);
+  std::vector<std::string> ops;
+  for (const Node& n : g->nodes) ops.push_back(n.op_type);
+  EXPECT_EQ(ops, (std::vector<std::string>{"Dropout", "Add"}));
+  EXPECT_EQ(g->FindValue("d")->data, nullptr);
+  EXPECT_EQ(g->FindValue("mask")->data, nullptr);
+}
+
 TEST(FoldTest, UnboundDimensionIsAnError) {
   auto g = ParseGraph(kGraph);
   ASSERT_TRUE(g.ok());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -61,6 +62,12 @@ double Objective(const std::map<std::string, Tensor>& outs, const std::vector<st
 }
 
 }  // namespace
+
+double GradientErrorRatio(double analytic, double numeric, const GradCheckOptions& options) {
+  if (!std::isfinite(analytic) || !std::isfinite(numeric))
+    return std::numeric_limits<double>::infinity();
+  return std::fabs(analytic - numeric) / (options.atol + options.rtol * std::fabs(numeric));
+}
 
 StatusOr<std::vector<Tensor>> RunSingleNode(const Node& node,
                                             const std::map<std::string, Tensor>& inputs,
@@ -154,8 +161,9 @@ Status CheckGradients(const Node& node, const std::map<std::string, Tensor>& inp
       double a = ga.data<float>()[e];
       double err = std::fabs(a - numeric);
       double allowed = options.atol + options.rtol * std::fabs(numeric);
-      if (err / allowed > worst) {
-        worst = err / allowed;
+      double ratio = GradientErrorRatio(a, numeric, options);
+      if (ratio > worst) {
+        worst = ratio;
         report.str("");
         report << n.op_type << ": d/d" << in << "[" << e << "] analytic " << a << " vs numeric "
                << numeric << " (error " << err << ", allowed " << allowed << ")";

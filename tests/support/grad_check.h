@@ -38,6 +38,10 @@ struct GradCheckOptions {
 // Seeded uniform [lo, hi) tensor.
 Tensor RandomTensor(Shape shape, uint64_t seed, float lo = -1.f, float hi = 1.f);
 
+// |analytic - numeric| / (atol + rtol * |numeric|): above 1 is a mismatch. +inf when either is
+// NaN or Inf, so a non-finite gradient always fails (`err > allowed` alone is false for NaN).
+double GradientErrorRatio(double analytic, double numeric, const GradCheckOptions& options);
+
 // `inputs` are run-time inputs (float ones are differentiated); `constants` become initializers
 // with data (shape operands, axes, indices that shape inference must see). Returns OK or an error
 // describing the worst mismatch.

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -18,6 +19,16 @@ Node MakeNode(const std::string& op, std::vector<std::string> inputs,
   n.outputs = std::move(outputs);
   n.attrs = std::move(attrs);
   return n;
+}
+
+bool UnderCi() {
+  const char* ci = std::getenv("FOUNDRY_CI");
+  return ci && std::string(ci) == "1";
+}
+
+bool HavePythonOnnx() {
+  static const bool have = std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0;
+  return have;
 }
 
 TempDir::TempDir() {

@@ -15,6 +15,23 @@ Node MakeNode(const std::string& op, std::vector<std::string> inputs,
               std::vector<std::string> outputs = {"y"}, std::map<std::string, Attribute> attrs = {},
               const std::string& domain = "", const std::string& name = "n");
 
+// True under CI (.ci/run exports FOUNDRY_CI=1): a missing optional tool or data set then fails the
+// test that needs it instead of skipping it.
+bool UnderCi();
+
+// Whether Debian's /usr/bin/python3 imports onnx (the reference checker that export tests shell
+// out to). Asked once per process.
+bool HavePythonOnnx();
+
+// Skips the current test when `available` is false, or fails it under CI. Use in a TEST body.
+#define FOUNDRY_SKIP_UNLESS(available, what)                                        \
+  do {                                                                              \
+    if (!(available)) {                                                             \
+      if (::foundry::UnderCi()) FAIL() << what << " (required under FOUNDRY_CI=1)"; \
+      GTEST_SKIP() << what;                                                         \
+    }                                                                               \
+  } while (0)
+
 // A fresh directory under the system temp dir (mkdtemp), removed with everything in it on
 // destruction.
 class TempDir {
