@@ -1,5 +1,7 @@
 #include "compiler/import_functions.h"
 
+#include <onnx/defs/schema.h>
+
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -48,6 +50,8 @@ struct FunctionInliner::CallFrame {
   std::vector<std::string> chain;              // module paths from the root to this instance
   std::string prefix;                          // for names of inlined nodes and values
   std::map<std::string, int> paramless_calls;  // per class, for matching modules in order
+  // Owners of the parameters the body reads itself (not through nested calls).
+  std::vector<std::string> direct_owners;
 };
 
 FunctionInliner::FunctionInliner(ImportContext& ctx) : ctx_(ctx) {
@@ -152,6 +156,24 @@ std::string FunctionInliner::ResolveInstance(const onnx::FunctionProto& f,
 
 // Which module instance a call is: see the header comment ("functions"). Sets `identified`
 // false when nothing names the instance and the caller's path is returned.
+// A nested call whose parameters all belong to one module `owner` two or more levels below its
+// caller (`layer.1.intermediate.dense` under `layer.1`) is, without a class table, the caller's
+// child on the way there (`layer.1.intermediate`: BertIntermediate reads only its `dense` Linear):
+// torch 1.13's function bodies name no scopes, and a function class sits directly under the
+// function that calls it unless a module in between is inlined into the caller. The caller's own
+// parameter reads show such a module: when the caller reads anything inside that child itself,
+// the child is not the call's module and `owner` stays.
+std::string FunctionInliner::OwnModuleOfOnlyChild(const std::string& owner,
+                                                  const CallFrame& caller) const {
+  const std::string& base = caller.chain.back();
+  if (!IsInside(owner, base) || Depth(owner) < Depth(base) + 2) return owner;
+  std::string child = owner;
+  while (Depth(child) > Depth(base) + 1) child = ParentPath(child);
+  for (const std::string& o : caller.direct_owners)
+    if (o == child || IsInside(o, child)) return owner;
+  return child;
+}
+
 std::string FunctionInliner::InstancePath(const onnx::FunctionProto& f, const onnx::NodeProto& call,
                                           const std::vector<std::string>& inputs, CallFrame& caller,
                                           bool top_level, bool& identified) {
@@ -160,7 +182,17 @@ std::string FunctionInliner::InstancePath(const onnx::FunctionProto& f, const on
   std::vector<std::string> owners;
   DeriveOwners(f, inputs, /*use_buffers=*/false, 0, owners);
   if (owners.empty()) DeriveOwners(f, inputs, /*use_buffers=*/true, 0, owners);
-  if (!owners.empty()) return ResolveInstance(f, CommonModulePrefix(owners));
+  if (!owners.empty()) {
+    std::string path = ResolveInstance(f, CommonModulePrefix(owners));
+    if (!top_level && !ctx_.table.present &&
+        std::all_of(owners.begin(), owners.end(), [&](const std::string& o) { return o == path; }))
+      path = OwnModuleOfOnlyChild(path, caller);
+    // torch names a top-level call after the scope of the last node of its body, which runs in
+    // the call's module too: the module holds that scope and the parameters' owners.
+    if (top_level && ctx_.have_scoped_names && !call.name().empty() && call.name()[0] == '/')
+      path = CommonModulePrefix({path, caller.chain.back()});
+    return path;
+  }
   if (top_level && ctx_.have_scoped_names && !call.name().empty() && call.name()[0] == '/')
     return caller.chain.back();
   const std::string& base = caller.chain.back();
@@ -195,6 +227,10 @@ Status FunctionInliner::Inline(const onnx::FunctionProto& f, const onnx::NodePro
   std::pair<std::string, std::string> key{f.domain(), f.name()};
   if (std::find(call_stack_.begin(), call_stack_.end(), key) != call_stack_.end())
     return ctx_.Fail("function " + f.domain() + "::" + f.name() + " calls itself");
+  if (static_cast<int>(inputs.size()) > f.input_size())
+    return ctx_.Fail(call_desc + " passes " + std::to_string(inputs.size()) +
+                     " inputs to function " + f.name() + ", which declares " +
+                     std::to_string(f.input_size()));
   call_stack_.push_back(key);
 
   CallFrame frame;
@@ -215,6 +251,14 @@ Status FunctionInliner::Inline(const onnx::FunctionProto& f, const onnx::NodePro
   frame.attrs = attrs;
   for (int i = 0; i < f.input_size(); ++i)
     frame.rename[f.input(i)] = i < static_cast<int>(inputs.size()) ? inputs[i] : "";
+  for (const auto& inner : f.node()) {
+    if (Find(inner)) continue;
+    for (const auto& in : inner.input()) {
+      auto it = frame.rename.find(in);
+      if (it != frame.rename.end() && ctx_.param_set.count(it->second))
+        frame.direct_owners.push_back(ParentPath(it->second));
+    }
+  }
   for (int j = 0; j < f.output_size(); ++j) {
     std::string actual = j < static_cast<int>(outputs.size()) ? outputs[j] : "";
     if (actual.empty()) actual = ctx_.NewValueName(frame.prefix + "/" + f.output(j));
@@ -282,9 +326,14 @@ Status FunctionInliner::Inline(const onnx::FunctionProto& f, const onnx::NodePro
   for (int j = 0; j < f.output_size(); ++j) {
     if (produced.count(f.output(j))) continue;
     auto src = frame.rename.find(f.output(j));
-    if (src == frame.rename.end() || src->second.empty())
-      return ctx_.Fail(call_desc + ": function " + f.name() + " never produces its output '" +
-                       f.output(j) + "'");
+    if (src == frame.rename.end() || src->second.empty()) {
+      // torch 1.13 hoists an omitted optional input (LayerNorm's None bias) out of a function as
+      // an output no node writes; ResolveUndefinedOutputs decides once every reader is known.
+      undefined_.emplace(
+          frame.out_map[f.output(j)],
+          "function " + f.name() + " never produces its output '" + f.output(j) + "'");
+      continue;
+    }
     Node id;
     id.name = frame.prefix + "/Identity_" + std::to_string(j);
     id.op_type = "Identity";
@@ -294,6 +343,31 @@ Status FunctionInliner::Inline(const onnx::FunctionProto& f, const onnx::NodePro
     ctx_.g.nodes.push_back(std::move(id));
   }
   call_stack_.pop_back();
+  return Status::Ok();
+}
+
+Status FunctionInliner::ResolveUndefinedOutputs() {
+  if (undefined_.empty()) return Status::Ok();
+  for (Node& n : ctx_.g.nodes) {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      auto it = undefined_.find(n.inputs[i]);
+      if (it == undefined_.end()) continue;
+      const onnx::OpSchema* schema =
+          onnx::OpSchemaRegistry::Schema(n.op_type, static_cast<int>(ctx_.g.opset), n.domain);
+      bool optional = schema && i < schema->inputs().size() &&
+                      schema->inputs()[i].GetOption() == onnx::OpSchema::Optional;
+      if (!optional)
+        return ctx_.Fail(it->second + ", which " + n.Describe() + " reads as input " +
+                         std::to_string(i) +
+                         "; only an optional input may be left undefined (a broken export?)");
+      n.inputs[i].clear();
+    }
+  }
+  for (const auto& out : ctx_.g.outputs) {
+    auto it = undefined_.find(out);
+    if (it != undefined_.end())
+      return ctx_.Fail(it->second + ", which is the graph output '" + out + "'");
+  }
   return Status::Ok();
 }
 

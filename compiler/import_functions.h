@@ -35,6 +35,10 @@ class FunctionInliner {
                         const std::map<std::string, const onnx::AttributeProto*>& attrs,
                         const std::vector<std::string>& chain);
 
+  // After every node is read: a function output no body node produces is an omitted input where
+  // only optional input slots read it, else an error naming the function and the output.
+  Status ResolveUndefinedOutputs();
+
  private:
   struct CallFrame;
 
@@ -42,6 +46,7 @@ class FunctionInliner {
                        std::set<const onnx::FunctionProto*>& visiting);
   void DeriveOwners(const onnx::FunctionProto& f, const std::vector<std::string>& inputs,
                     bool use_buffers, int depth, std::vector<std::string>& owners);
+  std::string OwnModuleOfOnlyChild(const std::string& owner, const CallFrame& caller) const;
   std::string ResolveInstance(const onnx::FunctionProto& f, const std::string& path) const;
   std::string InstancePath(const onnx::FunctionProto& f, const onnx::NodeProto& call,
                            const std::vector<std::string>& inputs, CallFrame& caller,
@@ -55,6 +60,8 @@ class FunctionInliner {
   std::map<std::pair<std::string, std::string>, const onnx::FunctionProto*> functions_;
   std::vector<std::pair<std::string, std::string>> call_stack_;
   std::map<const onnx::FunctionProto*, int64_t> expanded_size_;
+  // Graph name of a function output nothing writes -> "function F never produces its output 'O'".
+  std::map<std::string, std::string> undefined_;
 };
 
 }  // namespace import_internal

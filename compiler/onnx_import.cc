@@ -234,7 +234,7 @@ class Importer {
       }
       g_.nodes.push_back(std::move(node));
     }
-    return Status::Ok();
+    return inliner.ResolveUndefinedOutputs();
   }
 
   ImportContext ctx_;

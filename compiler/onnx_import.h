@@ -16,7 +16,15 @@
 //                caller made before it); without the table, or with no such module, its nodes keep
 //                the caller's path (no module is invented). Top-level nodes keep their scoped
 //                names' paths, as in "scopes". Without the table, an instance's class is the
-//                function's domain (the Python module) + its name.
+//                function's domain (the Python module) + its name. Without the table, a nested
+//                call whose parameters all belong to one module two or more levels below its
+//                caller is the caller's child on the way there (BERT's `intermediate`, which
+//                reads only `intermediate.dense`), unless the caller itself reads parameters
+//                inside that child; a top-level call with a scoped name (torch names it after the
+//                scope of its body's last node) is the common module of that scope and the
+//                owners. A function output no body node writes (torch 1.13 hoists LayerNorm's
+//                None bias so) is an omitted input where only optional input slots read it, else
+//                an error; a call with more inputs than its function declares is an error.
 //   "scopes"     TorchScript scoped node names (`/transformer/blocks.0/attn/Wqkv/MatMul` ->
 //                `transformer.blocks.0.attn.Wqkv`). Paths are resolved segment by segment against
 //                `foundry.scopes` / `foundry.module_classes` when present (torch names a module
