@@ -12,12 +12,20 @@
 namespace foundry {
 namespace import_internal {
 
+// A model file over protobuf's 2 GiB limit: the error, said before reading it.
+Status CheckModelFileSize(const std::string& path);
+
 // The bytes parse as an ONNX model with a graph and an IR version.
 Status ParseModelBytes(std::string_view bytes, const std::string& display, onnx::ModelProto& model);
 
 // IR version, ai.onnx opset, a non-empty graph, no sparse initializers. Sets the graph's
 // ir_version, opset and name.
 Status CheckVersions(ImportContext& ctx);
+
+// Every name (graph, node, value, initializer, function, attribute), metadata key and value, node
+// metadata_props entry and foundry doc_string is UTF-8: they become JSON, module paths and message
+// text. The error names the field.
+Status CheckUtf8(const ImportContext& ctx);
 
 // ONNX 1.12's graph and function checks where they understand the model (IR <= 8, opset <= 17).
 // Run after the importer's own checks of the initializers, whose messages are more specific.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "base/quote.h"
 #include "compiler/tensor_proto.h"
 
 namespace foundry {
@@ -94,7 +95,7 @@ StatusOr<Attribute> ImportContext::ConvertAttr(const onnx::AttributeProto& a,
     else if (a.graphs_size())
       type = A::GRAPHS;
     else
-      return Fail("attribute '" + a.name() + "' of " + node + " has no type");
+      return Fail("attribute " + QuoteName(a.name()) + " of " + node + " has no type");
   }
   switch (type) {
     case A::FLOAT:
@@ -112,7 +113,8 @@ StatusOr<Attribute> ImportContext::ConvertAttr(const onnx::AttributeProto& a,
     case A::TENSOR: {
       auto t = TensorFromProto(a.t(), dir);
       if (!t.ok())
-        return Fail("attribute '" + a.name() + "' of " + node + ": " + t.status().message());
+        return Fail("attribute " + QuoteName(a.name()) + " of " + node + ": " +
+                    t.status().message());
       return Attribute::FromTensor(std::move(t).value());
     }
     case A::GRAPH:
@@ -121,7 +123,7 @@ StatusOr<Attribute> ImportContext::ConvertAttr(const onnx::AttributeProto& a,
                   "'; control flow (If, Loop, Scan) is not supported: export a model without "
                   "data-dependent control flow");
     default:
-      return Fail("attribute '" + a.name() + "' of " + node + " has type " +
+      return Fail("attribute " + QuoteName(a.name()) + " of " + node + " has type " +
                   A::AttributeType_Name(type) + ", which is not supported");
   }
 }
@@ -130,7 +132,7 @@ namespace {
 
 StatusOr<nlohmann::ordered_json> ParseJson(const ImportContext& ctx, const std::string& key) {
   auto j = nlohmann::ordered_json::parse(ctx.g.metadata.at(key), nullptr, false);
-  if (j.is_discarded()) return ctx.Fail("model metadata '" + key + "' is not valid JSON");
+  if (j.is_discarded()) return ctx.Fail("model metadata " + QuoteName(key) + " is not valid JSON");
   return j;
 }
 
@@ -139,16 +141,19 @@ StatusOr<nlohmann::ordered_json> ParseJson(const ImportContext& ctx, const std::
 StatusOr<std::vector<std::string>> ImportContext::MetadataStringList(const std::string& key) const {
   ASSIGN_OR_RETURN(nlohmann::ordered_json j, ParseJson(*this, key));
   std::vector<std::string> out;
-  if (!j.is_array()) return Fail("model metadata '" + key + "' is not a JSON list of names");
+  if (!j.is_array())
+    return Fail("model metadata " + QuoteName(key) + " is not a JSON list of names");
   for (const auto& item : j) {
-    if (!item.is_string()) return Fail("model metadata '" + key + "' is not a JSON list of names");
+    if (!item.is_string())
+      return Fail("model metadata " + QuoteName(key) + " is not a JSON list of names");
     out.push_back(item.get<std::string>());
   }
   return out;
 }
 
 Status ReadModuleTables(ImportContext& ctx) {
-  for (const auto& p : ctx.m.metadata_props()) ctx.g.metadata[p.key()] = p.value();
+  for (const auto& p : ctx.m.metadata_props())
+    if (p.key() != kImportWarningKey) ctx.g.metadata[p.key()] = p.value();
   if (ctx.g.metadata.count(kModuleClassesKey)) {
     ASSIGN_OR_RETURN(nlohmann::ordered_json j, ParseJson(ctx, kModuleClassesKey));
     if (!j.is_object())

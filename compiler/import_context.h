@@ -13,6 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/quote.h"
 #include "base/status.h"
 #include "compiler/ir.h"
 #include "compiler/onnx_import.h"
@@ -76,7 +77,7 @@ struct ImportContext {
   std::set<std::string> module_paths;
   std::map<std::string, std::string> annotated_class;
 
-  Status Fail(const std::string& what) const { return Error("'" + display + "': " + what); }
+  Status Fail(const std::string& what) const { return Error(QuoteName(display) + ": " + what); }
   // `base`, or `base_N` when taken; the result is taken from then on.
   std::string NewValueName(const std::string& base);
   void RecordChain(const std::vector<std::string>& chain);

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/quote.h"
 #include "compiler/import_annotation.h"
 
 namespace foundry {
@@ -78,7 +79,7 @@ Status FunctionInliner::InlineTopLevel(
 }
 
 Status FunctionInliner::CheckExpansion(const onnx::FunctionProto& f, const onnx::NodeProto& n) {
-  std::string desc = n.op_type() + " node '" + n.name() + "'";
+  std::string desc = n.op_type() + " node " + QuoteName(n.name());
   std::set<const onnx::FunctionProto*> visiting;
   int64_t size = ExpandedSize(&f, visiting);
   if (size < 0) return ctx_.Fail(desc + ": function " + f.name() + " calls itself");
@@ -220,7 +221,7 @@ Status FunctionInliner::Inline(const onnx::FunctionProto& f, const onnx::NodePro
                                const std::vector<std::string>& outputs,
                                const std::map<std::string, const onnx::AttributeProto*>& attrs,
                                CallFrame& caller, bool top_level, int depth) {
-  std::string call_desc = call.op_type() + " node '" + call.name() + "'";
+  std::string call_desc = call.op_type() + " node " + QuoteName(call.name());
   if (depth >= kMaxFunctionDepth)
     return ctx_.Fail(call_desc + ": functions nest deeper than " +
                      std::to_string(kMaxFunctionDepth) + " calls (a recursive function?)");
@@ -267,7 +268,8 @@ Status FunctionInliner::Inline(const onnx::FunctionProto& f, const onnx::NodePro
   std::unordered_set<std::string> produced;
 
   for (const auto& inner : f.node()) {
-    std::string desc = inner.op_type() + " node '" + inner.name() + "' in function " + f.name();
+    std::string desc =
+        inner.op_type() + " node " + QuoteName(inner.name()) + " in function " + f.name();
     std::vector<std::string> in_names;
     for (const auto& in : inner.input()) {
       auto it = frame.rename.find(in);
@@ -331,7 +333,7 @@ Status FunctionInliner::Inline(const onnx::FunctionProto& f, const onnx::NodePro
       // an output no node writes; ResolveUndefinedOutputs decides once every reader is known.
       undefined_.emplace(
           frame.out_map[f.output(j)],
-          "function " + f.name() + " never produces its output '" + f.output(j) + "'");
+          "function " + f.name() + " never produces its output " + QuoteName(f.output(j)));
       continue;
     }
     Node id;
@@ -366,7 +368,7 @@ Status FunctionInliner::ResolveUndefinedOutputs() {
   for (const auto& out : ctx_.g.outputs) {
     auto it = undefined_.find(out);
     if (it != undefined_.end())
-      return ctx_.Fail(it->second + ", which is the graph output '" + out + "'");
+      return ctx_.Fail(it->second + ", which is the graph output " + QuoteName(out));
   }
   return Status::Ok();
 }

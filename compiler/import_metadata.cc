@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "base/quote.h"
 #include "compiler/import_annotation.h"
 #include "compiler/onnx_proto_util.h"
 
@@ -154,14 +155,14 @@ class MetadataReader : public AnnotationReader {
     if (scopes_text.empty()) return fallback_ ? fallback_->Read(n, out) : Status::Ok();
     auto scopes = ParsePyStringList(scopes_text);
     if (!scopes)
-      return ctx_.Fail("node '" + n.name() + "': cannot parse " + kNameScopesKey + " " +
+      return ctx_.Fail("node " + QuoteName(n.name()) + ": cannot parse " + kNameScopesKey + " " +
                        scopes_text);
     std::vector<std::string> classes;
     if (!classes_text.empty()) {
       auto parsed = ParsePyStringList(classes_text);
       if (!parsed)
-        return ctx_.Fail("node '" + n.name() + "': cannot parse " + kClassHierarchyKey + " " +
-                         classes_text);
+        return ctx_.Fail("node " + QuoteName(n.name()) + ": cannot parse " + kClassHierarchyKey +
+                         " " + classes_text);
       classes = std::move(*parsed);
     }
     // The last entry names the op itself, not a module.

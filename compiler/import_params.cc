@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/quote.h"
+
 namespace foundry {
 namespace import_internal {
 
@@ -84,6 +86,31 @@ std::vector<std::string> ParameterClassifier::Trainable(
     if (is_param) out.push_back(name);
   }
   return out;
+}
+
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::string ParameterClassifier::FallbackWarning(const std::string& display,
+                                                 const std::vector<std::string>& trainable) const {
+  if (have_param_list_ || have_signature_ || trainable.empty()) return "";
+  std::vector<std::string> odd;
+  for (const auto& name : trainable)
+    if (!EndsWith(name, ".weight") && !EndsWith(name, ".bias")) odd.push_back(name);
+  std::string line = QuoteName(display) + " declares no trainable parameters (no " +
+                     kParametersKey + "): training all " + std::to_string(trainable.size()) +
+                     " floating-point initializers";
+  if (!odd.empty()) {
+    line += ", " + std::to_string(odd.size()) + " of them not named *.weight or *.bias: ";
+    for (size_t i = 0; i < odd.size(); ++i) line += (i ? ", " : "") + QuoteName(odd[i]);
+  }
+  return line + "; use --freeze GLOB to keep buffers fixed";
 }
 
 }  // namespace import_internal

@@ -33,6 +33,13 @@ class ParameterClassifier {
       const std::vector<std::string>& initializers,
       const std::function<int32_t(const std::string&)>& elem_type) const;
 
+  // When the model declares no trainable set (neither list nor signature), one line for the user
+  // about `trainable`, what Trainable() returned: the count, every name not ending in `.weight`
+  // or `.bias` (buffers such as `model.rotary_emb.inv_freq` then train too), and --freeze.
+  // Empty otherwise.
+  std::string FallbackWarning(const std::string& display,
+                              const std::vector<std::string>& trainable) const;
+
  private:
   // torch.export's `str(ExportGraphSignature)`.
   void ParseGraphSignature(const std::string& text);

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/quote.h"
 #include "compiler/import_annotation.h"
 #include "compiler/import_checks.h"
 #include "compiler/import_context.h"
@@ -34,6 +35,7 @@ class Importer {
 
   StatusOr<Graph> Run() {
     RETURN_IF_ERROR(CheckVersions(ctx_));
+    RETURN_IF_ERROR(CheckUtf8(ctx_));
     RETURN_IF_ERROR(ReadModuleTables(ctx_));
     RETURN_IF_ERROR(params_.Read(ctx_));
     RETURN_IF_ERROR(ReadInitializersAndInputs());
@@ -59,8 +61,8 @@ class Importer {
     const auto& tt = type.tensor_type();
     if (tt.elem_type() != 0) {
       if (!IsKnownDType(tt.elem_type()))
-        return Fail("value '" + v.name + "' has element type " + ElemTypeName(tt.elem_type()) +
-                    ", which foundry does not support");
+        return Fail("value " + QuoteName(v.name) + " has element type " +
+                    ElemTypeName(tt.elem_type()) + ", which foundry does not support");
       v.dtype = static_cast<DType>(tt.elem_type());
     }
     if (!tt.has_shape()) return Status::Ok();
@@ -89,7 +91,7 @@ class Importer {
     for (const auto& init : graph.initializer()) {
       if (init.name().empty()) return Fail("an initializer has no name");
       if (!seen.insert(init.name()).second)
-        return Fail("initializer '" + init.name() + "' appears twice");
+        return Fail("initializer " + QuoteName(init.name()) + " appears twice");
       g_.initializers.push_back(init.name());
       init_protos_[init.name()] = &init;
     }
@@ -128,6 +130,8 @@ class Importer {
           if (in->name() == name) dt = in->type().tensor_type().elem_type();
       return dt;
     });
+    std::string warning = params_.FallbackWarning(ctx_.display, g_.parameters);
+    if (!warning.empty()) g_.metadata[kImportWarningKey] = warning;
     ctx_.param_set.insert(g_.parameters.begin(), g_.parameters.end());
     ctx_.init_names.insert(g_.initializers.begin(), g_.initializers.end());
     const auto& params = ctx_.param_set;
@@ -135,17 +139,18 @@ class Importer {
       Value& v = g_.GetOrAddValue(init.name());
       if (!opts_.load_weights && params.count(init.name())) {
         if (!IsKnownDType(init.data_type()))
-          return Fail("initializer '" + init.name() + "' has element type " +
+          return Fail("initializer " + QuoteName(init.name()) + " has element type " +
                       ElemTypeName(init.data_type()) + ", which foundry does not support");
         v.dtype = static_cast<DType>(init.data_type());
         v.shape.assign(init.dims().begin(), init.dims().end());
         v.rank_known = true;
         for (int64_t d : v.shape)
-          if (d < 0) return Fail("initializer '" + init.name() + "' has a negative dimension");
+          if (d < 0)
+            return Fail("initializer " + QuoteName(init.name()) + " has a negative dimension");
         continue;
       }
       auto t = TensorFromProto(init, ctx_.dir);
-      if (!t.ok()) return t.status().Prepend("'" + ctx_.display + "': ");
+      if (!t.ok()) return t.status().Prepend(QuoteName(ctx_.display) + ": ");
       v.dtype = t->dtype();
       v.shape = t->shape();
       v.rank_known = true;
@@ -203,7 +208,7 @@ class Importer {
 
     NodeAnnotation annotation;
     for (const auto& n : graph.node()) {
-      std::string desc = n.op_type() + " node '" + n.name() + "'";
+      std::string desc = n.op_type() + " node " + QuoteName(n.name());
       std::map<std::string, const onnx::AttributeProto*> attrs;
       for (const auto& a : n.attribute()) {
         if (!a.ref_attr_name().empty())
@@ -256,20 +261,18 @@ StatusOr<Graph> ImportOnnxFromBytes(std::string_view bytes, const ImportOptions&
   import_internal::Importer importer(model, options, model_dir, display_name);
   auto graph = importer.Run();
   if (graph.ok()) return graph;
-  // Names come from the file: keep the message on one line whatever they hold.
+  // Names come from the file and are quoted with QuoteName; this catches any other path by which
+  // a control character reaches the message, so it stays one line.
   std::string message;
   for (char c : graph.status().message()) {
-    if (c == '\n')
-      message += "\\n";
-    else if (c == '\r')
-      message += "\\r";
-    else
-      message += c;
+    unsigned char u = static_cast<unsigned char>(c);
+    message += u < 0x20 || u == 0x7F ? EscapeName(std::string_view(&c, 1)) : std::string(1, c);
   }
   return Error(message);
 }
 
 StatusOr<Graph> ImportOnnx(const std::string& path, const ImportOptions& options) {
+  RETURN_IF_ERROR(import_internal::CheckModelFileSize(path));
   ASSIGN_OR_RETURN(std::string bytes, onnx_util::ReadFile(path));
   return ImportOnnxFromBytes(bytes, options, onnx_util::DirName(path), path);
 }

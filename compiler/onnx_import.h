@@ -84,6 +84,12 @@ struct ImportOptions {
   bool run_checker = true;
 };
 
+// Graph::metadata key of a warning the importer has for the user (one line, names escaped), absent
+// when there is none. Today: the model declares no trainable set, so every floating-point
+// initializer trains (the message counts them and names the ones not called *.weight / *.bias).
+// A key of this name in the file itself is dropped, and ExportOnnx does not write it.
+inline constexpr const char* kImportWarningKey = "foundry.import_warning";
+
 StatusOr<Graph> ImportOnnx(const std::string& path, const ImportOptions& options = {});
 
 // The same, from the bytes of a model file. `model_dir` is where external data files live;

@@ -1,15 +1,21 @@
 #include "compiler/tensor_proto.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
+#include "base/quote.h"
 #include "compiler/onnx_proto_util.h"
 
 namespace foundry {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 // 2^48 bytes: far beyond any real tensor, small enough that size arithmetic cannot overflow.
 constexpr int64_t kMaxTensorBytes = int64_t{1} << 48;
@@ -57,6 +63,23 @@ Status ReadExternal(const onnx::TensorProto& p, const std::string& base_dir, Ten
                  ShapeToString(t.shape()) + " of " + std::string(DTypeName(t.dtype())) + " need " +
                  std::to_string(need) + " bytes");
   std::string file = onnx_util::JoinPath(base_dir, location);
+  // The location names no `..`, but a symlink inside the folder may still point out of it (to
+  // /etc/passwd): compare the resolved paths.
+  std::error_code ec_dir, ec_file;
+  fs::path dir =
+      fs::weakly_canonical(base_dir.empty() ? fs::path(".") : fs::path(base_dir), ec_dir);
+  fs::path real = fs::weakly_canonical(file, ec_file);
+  if (!ec_dir && !ec_file) {
+    fs::path rel = real.lexically_relative(dir);
+    if (rel.empty() || *rel.begin() == ".." || rel == ".")
+      return Error(Describe(p) + ": external data location " + QuoteName(location) +
+                   " resolves to " + QuoteName(real.string()) +
+                   ", outside the model's directory; copy the data file next to the model");
+  }
+  struct stat st;
+  if (::stat(file.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    return Error("external data file " + QuoteName(file) + " for " + Describe(p) +
+                 " is not a regular file (a directory, device, FIFO or socket)");
   std::FILE* f = std::fopen(file.c_str(), "rb");
   if (!f) {
     if (errno == ENOENT)
