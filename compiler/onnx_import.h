@@ -44,10 +44,17 @@
 // module bodies.
 //
 // Trainable parameters: `foundry.parameters` (JSON list) if present; else the PARAMETER entries of
-// `pkg.torch.export.ExportedProgram.graph_signature`; else every floating-point initializer.
+// `pkg.torch.export.ExportedProgram.graph_signature`; else every floating-point initializer, with
+// a warning in Graph::metadata[kImportWarningKey].
 // Parameters (and buffers) exported by shape only (export_params=False) are graph inputs; those
 // named by the lists above, by `foundry.buffers`, or as `<module path>.<name>` of a module in
 // `foundry.module_classes` become initializers without data.
+//
+// Bad input is a one-line error, never a crash: ImportOnnx reads only a regular file (a
+// directory, device, FIFO or socket is refused before it is opened) of at most 2 GiB; every name,
+// metadata key and value must be UTF-8 (the error names the field); external data must resolve,
+// symlinks followed, to a regular file inside the model's folder. Names in messages go through
+// QuoteName (base/quote.h): control characters and invalid bytes print as \xNN.
 //
 // Accepted: IR versions 7-10, ai.onnx opsets 13-18. ONNX 1.12's graph and function checks run on
 // IR <= 8 / opset <= 17; the importer's own structural checks (every input defined before use,
