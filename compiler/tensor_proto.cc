@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 constexpr int64_t kMaxTensorBytes = int64_t{1} << 48;
 
 std::string Describe(const onnx::TensorProto& p) {
-  return p.name().empty() ? std::string("tensor") : "initializer '" + p.name() + "'";
+  return p.name().empty() ? std::string("tensor") : "initializer " + QuoteName(p.name());
 }
 
 bool IsRelativeInside(const std::string& location) {
@@ -55,8 +55,8 @@ Status ReadExternal(const onnx::TensorProto& p, const std::string& base_dir, Ten
   }
   if (location.empty()) return Error(Describe(p) + ": external data without a location");
   if (!IsRelativeInside(location))
-    return Error(Describe(p) + ": external data location '" + location +
-                 "' must be a relative path inside the model's directory");
+    return Error(Describe(p) + ": external data location " + QuoteName(location) +
+                 " must be a relative path inside the model's directory");
   int64_t need = static_cast<int64_t>(t.nbytes());
   if (length >= 0 && length != need)
     return Error(Describe(p) + ": external data length " + std::to_string(length) + " but dims " +
