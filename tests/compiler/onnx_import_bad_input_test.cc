@@ -13,6 +13,7 @@
 #include "base/quote.h"
 #include "compiler/onnx_export.h"
 #include "compiler/onnx_import.h"
+#include "tests/support/exec.h"
 #include "tests/support/test_util.h"
 
 namespace foundry {
@@ -309,6 +310,17 @@ TEST(OnnxImportBadInputTest, WarningWhenEveryNameLooksLikeAParameter) {
                 "/tests/data/onnx/func_refs.notable.onnx' declares no trainable parameters (no "
                 "foundry.parameters): training all 2 floating-point initializers; use --freeze "
                 "GLOB to keep buffers fixed");
+}
+
+TEST(OnnxImportBadInputTest, FoundryCompilePrintsTheWarningOnce) {
+  TempDir tmp;
+  std::string model = std::string(FOUNDRY_SOURCE_DIR) + "/tests/data/onnx/ln_nobias.functions.onnx";
+  ExecResult r =
+      Exec(FOUNDRY_BINARY_DIR "/foundry-compile", {model, "-o", tmp / "out"}, tmp.path());
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.err, "foundry-compile: warning: '" + model +
+                       "' declares no trainable parameters (no foundry.parameters): training all 4 "
+                       "floating-point initializers; use --freeze GLOB to keep buffers fixed\n");
 }
 
 }  // namespace
