@@ -3,6 +3,8 @@
 #include <set>
 #include <sstream>
 
+#include "base/quote.h"
+
 namespace foundry {
 
 Attribute Attribute::Int(int64_t v) {
@@ -82,8 +84,9 @@ std::vector<int64_t> Node::GetInts(const std::string& key, std::vector<int64_t> 
 }
 
 std::string Node::Describe() const {
-  std::string d = op_type + " node '" + name + "'";
-  if (!scope.empty()) d += " (module " + scope + ")";
+  // Names come from input files: control characters and invalid UTF-8 are escaped (\xNN).
+  std::string d = EscapeName(op_type) + " node " + QuoteName(name);
+  if (!scope.empty()) d += " (module " + EscapeName(scope) + ")";
   return d;
 }
 

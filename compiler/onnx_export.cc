@@ -11,6 +11,8 @@
 #include <set>
 #include <unordered_set>
 
+#include "base/quote.h"
+#include "compiler/onnx_import.h"
 #include "compiler/onnx_proto_util.h"
 #include "compiler/tensor_proto.h"
 
@@ -171,6 +173,21 @@ StatusOr<onnx::ModelProto> BuildModel(const Graph& g, const std::set<std::string
     }
   }
 
+  // JSON holds UTF-8 only: a name that is not (ImportOnnx rejects such files; a graph built in
+  // code may still hold one) is an error here, and the dumps below never throw.
+  auto check = [](const std::string& what, const std::string& name) -> Status {
+    if (IsValidUtf8(name)) return Status::Ok();
+    return Error("cannot export " + what + " " + QuoteName(name) +
+                 ": it is not valid UTF-8, which the model's JSON metadata needs");
+  };
+  for (const auto& [path, mod] : g.modules) {
+    RETURN_IF_ERROR(check("module path", path));
+    for (const auto& c : mod.classes) RETURN_IF_ERROR(check("module class", c));
+  }
+  for (const auto& name : g.initializers) RETURN_IF_ERROR(check("initializer", name));
+  auto dump = [](const nlohmann::ordered_json& j) {
+    return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  };
   std::map<std::string, std::string> meta = g.metadata;
   nlohmann::ordered_json classes = nlohmann::ordered_json::object();
   for (const auto& [path, mod] : g.modules) classes[path] = mod.classes;
@@ -178,17 +195,18 @@ StatusOr<onnx::ModelProto> BuildModel(const Graph& g, const std::set<std::string
   nlohmann::ordered_json buffers = nlohmann::ordered_json::array();
   for (const auto& name : g.initializers)
     if (!g.IsParameter(name)) buffers.push_back(name);
-  meta["foundry.module_classes"] = classes.dump();
-  meta["foundry.parameters"] = params.dump();
-  meta["foundry.buffers"] = buffers.dump();
+  meta["foundry.module_classes"] = dump(classes);
+  meta["foundry.parameters"] = dump(params);
+  meta["foundry.buffers"] = dump(buffers);
   meta["foundry.scope_source"] = "doc_string";
   meta.erase("foundry.initializers");
+  meta.erase(kImportWarningKey);  // about the imported file, not this one
   bool any_declared = false;
   for (const auto& name : g.initializers) {
     const Value* v = g.FindValue(name);
     any_declared |= v && !v->data;
   }
-  if (any_declared) meta["foundry.initializers"] = nlohmann::ordered_json(g.initializers).dump();
+  if (any_declared) meta["foundry.initializers"] = dump(nlohmann::ordered_json(g.initializers));
   for (const auto& [k, v] : meta) {
     auto* e = m.add_metadata_props();
     e->set_key(k);

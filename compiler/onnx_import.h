@@ -16,7 +16,15 @@
 //                caller made before it); without the table, or with no such module, its nodes keep
 //                the caller's path (no module is invented). Top-level nodes keep their scoped
 //                names' paths, as in "scopes". Without the table, an instance's class is the
-//                function's domain (the Python module) + its name.
+//                function's domain (the Python module) + its name. Without the table, a nested
+//                call whose parameters all belong to one module two or more levels below its
+//                caller is the caller's child on the way there (BERT's `intermediate`, which
+//                reads only `intermediate.dense`), unless the caller itself reads parameters
+//                inside that child; a top-level call with a scoped name (torch names it after the
+//                scope of its body's last node) is the common module of that scope and the
+//                owners. A function output no body node writes (torch 1.13 hoists LayerNorm's
+//                None bias so) is an omitted input where only optional input slots read it, else
+//                an error; a call with more inputs than its function declares is an error.
 //   "scopes"     TorchScript scoped node names (`/transformer/blocks.0/attn/Wqkv/MatMul` ->
 //                `transformer.blocks.0.attn.Wqkv`). Paths are resolved segment by segment against
 //                `foundry.scopes` / `foundry.module_classes` when present (torch names a module
@@ -36,15 +44,27 @@
 // module bodies.
 //
 // Trainable parameters: `foundry.parameters` (JSON list) if present; else the PARAMETER entries of
-// `pkg.torch.export.ExportedProgram.graph_signature`; else every floating-point initializer.
+// `pkg.torch.export.ExportedProgram.graph_signature`; else every floating-point initializer, with
+// a warning in Graph::metadata[kImportWarningKey].
 // Parameters (and buffers) exported by shape only (export_params=False) are graph inputs; those
 // named by the lists above, by `foundry.buffers`, or as `<module path>.<name>` of a module in
 // `foundry.module_classes` become initializers without data.
+//
+// Bad input is a one-line error, never a crash: ImportOnnx reads only a regular file (a
+// directory, device, FIFO or socket is refused before it is opened) of at most 2 GiB; every name,
+// metadata key and value must be UTF-8 (the error names the field); external data must resolve,
+// symlinks followed, to a regular file inside the model's folder. Names in messages go through
+// QuoteName (base/quote.h): control characters and invalid bytes print as \xNN.
 //
 // Accepted: IR versions 7-10, ai.onnx opsets 13-18. ONNX 1.12's graph and function checks run on
 // IR <= 8 / opset <= 17; the importer's own structural checks (every input defined before use,
 // one producer per value, outputs produced) run on every model. Ops are not checked here: shape
 // inference reports the ones foundry does not implement.
+//
+// The parts (compiler/import_*.h, internal): import_checks (protobuf, versions, structure, --dim),
+// import_params (the trainable set), import_annotation (one reader per format: import_scopes,
+// import_metadata, import_foundry, import_functions, which also inlines calls in any format),
+// import_context (the state they share).
 #pragma once
 
 #include <cstdint>
@@ -70,6 +90,12 @@ struct ImportOptions {
   // Run ONNX 1.12's checker where it understands the model (IR <= 8, opset <= 17).
   bool run_checker = true;
 };
+
+// Graph::metadata key of a warning the importer has for the user (one line, names escaped), absent
+// when there is none. Today: the model declares no trainable set, so every floating-point
+// initializer trains (the message counts them and names the ones not called *.weight / *.bias).
+// A key of this name in the file itself is dropped, and ExportOnnx does not write it.
+inline constexpr const char* kImportWarningKey = "foundry.import_warning";
 
 StatusOr<Graph> ImportOnnx(const std::string& path, const ImportOptions& options = {});
 

@@ -4,6 +4,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,8 +16,10 @@
 namespace foundry {
 namespace onnx_util {
 
-// The whole file, or `cannot open 'X': <strerror>`.
-StatusOr<std::string> ReadFile(const std::string& path);
+// The whole file, or `cannot open 'X': <strerror>`. Only a regular file is read (a directory,
+// device, FIFO or socket is an error, found before opening it), and one larger than `max_bytes`
+// (when >= 0) is an error before anything is read.
+StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes = -1);
 
 // Writes `bytes` to `path.tmp.<pid>` and renames it over `path`, so a reader never sees half a
 // file and a failed write leaves the old file in place.

@@ -1,21 +1,27 @@
 #include "compiler/tensor_proto.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
+#include "base/quote.h"
 #include "compiler/onnx_proto_util.h"
 
 namespace foundry {
 
 namespace {
 
+namespace fs = std::filesystem;
+
 // 2^48 bytes: far beyond any real tensor, small enough that size arithmetic cannot overflow.
 constexpr int64_t kMaxTensorBytes = int64_t{1} << 48;
 
 std::string Describe(const onnx::TensorProto& p) {
-  return p.name().empty() ? std::string("tensor") : "initializer '" + p.name() + "'";
+  return p.name().empty() ? std::string("tensor") : "initializer " + QuoteName(p.name());
 }
 
 bool IsRelativeInside(const std::string& location) {
@@ -49,14 +55,31 @@ Status ReadExternal(const onnx::TensorProto& p, const std::string& base_dir, Ten
   }
   if (location.empty()) return Error(Describe(p) + ": external data without a location");
   if (!IsRelativeInside(location))
-    return Error(Describe(p) + ": external data location '" + location +
-                 "' must be a relative path inside the model's directory");
+    return Error(Describe(p) + ": external data location " + QuoteName(location) +
+                 " must be a relative path inside the model's directory");
   int64_t need = static_cast<int64_t>(t.nbytes());
   if (length >= 0 && length != need)
     return Error(Describe(p) + ": external data length " + std::to_string(length) + " but dims " +
                  ShapeToString(t.shape()) + " of " + std::string(DTypeName(t.dtype())) + " need " +
                  std::to_string(need) + " bytes");
   std::string file = onnx_util::JoinPath(base_dir, location);
+  // The location names no `..`, but a symlink inside the folder may still point out of it (to
+  // /etc/passwd): compare the resolved paths.
+  std::error_code ec_dir, ec_file;
+  fs::path dir =
+      fs::weakly_canonical(base_dir.empty() ? fs::path(".") : fs::path(base_dir), ec_dir);
+  fs::path real = fs::weakly_canonical(file, ec_file);
+  if (!ec_dir && !ec_file) {
+    fs::path rel = real.lexically_relative(dir);
+    if (rel.empty() || *rel.begin() == ".." || rel == ".")
+      return Error(Describe(p) + ": external data location " + QuoteName(location) +
+                   " resolves to " + QuoteName(real.string()) +
+                   ", outside the model's directory; copy the data file next to the model");
+  }
+  struct stat st;
+  if (::stat(file.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    return Error("external data file " + QuoteName(file) + " for " + Describe(p) +
+                 " is not a regular file (a directory, device, FIFO or socket)");
   std::FILE* f = std::fopen(file.c_str(), "rb");
   if (!f) {
     if (errno == ENOENT)

@@ -81,6 +81,8 @@ int main(int argc, char** argv) {
     std::cout << FormatModuleTree(ListModules(*graph));
     return 0;
   }
+  if (auto w = graph->metadata.find(kImportWarningKey); w != graph->metadata.end() && !forward_only)
+    std::cerr << "foundry-compile: warning: " << w->second << "\n";
 
   if (!prefix.empty()) {
     std::error_code ec;

@@ -28,6 +28,12 @@ function bodies: torch keeps the names of one of the calls, not always the same 
   no_nodes.onnx        a graph without nodes
   undefined_input.onnx an IR 10 model whose node reads a value nothing defines
   if_subgraph.onnx     an If node (subgraph attribute)
+  ln_nobias.functions.onnx   stock torch 1.13 functions export (no foundry metadata) of a block
+                       holding a LayerNorm whose bias is None, with a second such LayerNorm outside
+                       it: torch hoists the None bias out of the functions as outputs no node
+                       writes, read only as LayerNormalization's optional bias
+  nested_child.functions.onnx   stock functions export of two BERT-shaped layers (Layer calls
+                       Intermediate, whose only parameters are its child `dense`, and Output)
   tensor_float_data.pb / tensor_int32_bool.pb / tensor_raw_i64.pb   TensorProto files with typed
                        fields (float_data, int32_data for BOOL) and raw_data
 """
@@ -166,6 +172,100 @@ def export_toy():
     for name, annotations, no_weights in runs:
         args = [sys.executable, os.path.abspath(__file__), "--export", annotations,
                 os.path.join(OUT, name)] + (["--no-weights"] if no_weights else [])
+        subprocess.run(args, check=True)
+
+
+def stock_functions_model(which):
+    """Small modules exported by stock torch.onnx.export(export_modules_as_functions=...)."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class LPLayerNorm(nn.LayerNorm):
+        # llm-foundry's no_bias: torch 1.13's LayerNorm has no bias=False.
+        def __init__(self, d):
+            super().__init__(d)
+            self.bias = None
+
+        def forward(self, x):
+            return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    class Block(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.norm = LPLayerNorm(d)
+            self.fc = nn.Linear(d, d)
+
+        def forward(self, x):
+            return self.fc(self.norm(x))
+
+    class NoBias(nn.Module):
+        def __init__(self, d=4):
+            super().__init__()
+            self.b = Block(d)
+            self.norm_f = LPLayerNorm(d)
+
+        def forward(self, x):
+            return self.norm_f(self.b(x)).sum()
+
+    class Intermediate(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.dense = nn.Linear(d, 2 * d)
+
+        def forward(self, x):
+            return F.gelu(self.dense(x))
+
+    class Output(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.dense = nn.Linear(2 * d, d)
+            self.LayerNorm = nn.LayerNorm(d)
+
+        def forward(self, h, x):
+            return self.LayerNorm(self.dense(h) + x)
+
+    class Layer(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.intermediate = Intermediate(d)
+            self.output = Output(d)
+
+        def forward(self, x):
+            return self.output(self.intermediate(x), x)
+
+    class Encoder(nn.Module):
+        def __init__(self, d=4):
+            super().__init__()
+            self.layer = nn.ModuleList([Layer(d), Layer(d)])
+
+        def forward(self, x):
+            for layer in self.layer:
+                x = layer(x)
+            return x.sum()
+
+    for cls in (LPLayerNorm, Block, NoBias, Intermediate, Output, Layer, Encoder):
+        cls.__module__, cls.__qualname__ = "stock", cls.__name__  # the functions' domain, name
+    torch.manual_seed(0)
+    if which == "ln_nobias":
+        return NoBias(), {Block, LPLayerNorm}
+    return Encoder(), {Layer, Intermediate, Output}
+
+
+def export_stock(which, out):
+    """Runs in a child process: torch 1.13 keeps state between exports."""
+    import torch
+    model, classes = stock_functions_model(which)
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+    torch.onnx.export(model, (x,), out, input_names=["x"], output_names=["loss"],
+                      export_modules_as_functions=classes, opset_version=17,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+
+
+def export_stocks():
+    for which in ("ln_nobias", "nested_child"):
+        args = [sys.executable, os.path.abspath(__file__), "--export-stock", which,
+                os.path.join(OUT, which + ".functions.onnx")]
         subprocess.run(args, check=True)
 
 
@@ -395,6 +495,7 @@ def tensor_files():
 def main():
     os.makedirs(OUT, exist_ok=True)
     export_toy()
+    export_stocks()
     opset18()
     quoted_ir10()
     func_refs()
@@ -411,5 +512,7 @@ def main():
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--export":
         export_one(sys.argv[2], sys.argv[3], "--no-weights" in sys.argv)
+    elif len(sys.argv) > 1 and sys.argv[1] == "--export-stock":
+        export_stock(sys.argv[2], sys.argv[3])
     else:
         main()

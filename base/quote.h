@@ -1,0 +1,22 @@
+// Names from input files in messages. A file may name a node "a\nb" or put bytes that are not
+// UTF-8 in a name; printed raw they split an error over lines, corrupt a terminal, or abort a
+// JSON writer.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace foundry {
+
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool IsValidUtf8(std::string_view s);
+
+// `s` with control characters (U+0000-U+001F, U+007F) and bytes that are not part of well-formed
+// UTF-8 written as \xNN, and '\' as \\; everything else (printable ASCII, valid multi-byte UTF-8)
+// unchanged.
+std::string EscapeName(std::string_view s);
+
+// EscapeName(s) in single quotes: 'blocks.0/attn', 'a\x0ab'.
+std::string QuoteName(std::string_view s);
+
+}  // namespace foundry
