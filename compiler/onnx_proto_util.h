@@ -18,10 +18,6 @@ namespace onnx_util {
 // The whole file, or `cannot open 'X': <strerror>`.
 StatusOr<std::string> ReadFile(const std::string& path);
 
-// Writes `bytes` to `path.tmp.<pid>` and renames it over `path`, so a reader never sees half a
-// file and a failed write leaves the old file in place.
-Status WriteFileAtomic(const std::string& path, std::string_view bytes);
-
 // "dir/model.onnx" -> "dir"; "model.onnx" -> "".
 std::string DirName(const std::string& path);
 // `base_dir` joined with a relative `name` ("" base -> name itself).

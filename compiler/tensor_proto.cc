@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "base/file_util.h"
 #include "compiler/onnx_proto_util.h"
 
 namespace foundry {
@@ -231,7 +232,7 @@ Status WriteTensorFile(const std::string& path, const Tensor& tensor, const std:
   if (!proto.SerializeToString(&bytes))
     return Error("cannot serialize tensor '" + name + "' for '" + path +
                  "' (over protobuf's 2 GiB limit?)");
-  return onnx_util::WriteFileAtomic(path, bytes);
+  return WriteFileAtomic(path, bytes);
 }
 
 }  // namespace foundry
