@@ -55,9 +55,9 @@ StatusOr<Plan> ReadPlan(const std::string& path) {
   ss << in.rdbuf();
   const std::string fix = "; recompile it with foundry-compile MODEL.onnx -o PREFIX";
   nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("format") ||
-      j["format"] != "foundry-plan")
-    return Error("'" + path + "' is not a foundry plan (not the JSON foundry-compile writes)" + fix);
+  if (j.is_discarded() || !j.is_object() || !j.contains("format") || j["format"] != "foundry-plan")
+    return Error("'" + path + "' is not a foundry plan (not the JSON foundry-compile writes)" +
+                 fix);
   if (!j.contains("version") || !j["version"].is_number_integer())
     return Error("'" + path + "' has no plan format version" + fix);
   int version = j["version"].get<int>();
@@ -123,10 +123,10 @@ StatusOr<Plan> ReadPlan(const std::string& path) {
 StatusOr<CompiledOutputs> CompiledOutputPaths(const std::string& prefix) {
   const std::string stem = fs::path(prefix).filename().string();
   if (stem.empty() || stem == "." || stem == "..")
-    return Error("-o " + prefix +
-                 ": PREFIX needs a file name after the folder (e.g. -o " +
-                 (prefix.empty() ? std::string("out/") : prefix + (prefix.back() == '/' ? "" : "/")) +
-                 "model writes model.train.onnx and model.plan there)");
+    return Error(
+        "-o " + prefix + ": PREFIX needs a file name after the folder (e.g. -o " +
+        (prefix.empty() ? std::string("out/") : prefix + (prefix.back() == '/' ? "" : "/")) +
+        "model writes model.train.onnx and model.plan there)");
   return CompiledOutputs{prefix + ".train.onnx", prefix + ".train.onnx.data", prefix + ".plan"};
 }
 
@@ -158,9 +158,9 @@ Status WriteCompiledOutputs(const Graph& graph, const Plan* plan, const std::str
 
   // 2. Everything into a temp folder beside the outputs.
   static int counter = 0;
-  const fs::path tmp = (target_dir.empty() ? fs::path(".") : target_dir) /
-                       ("." + stem + ".foundry-tmp." + std::to_string(::getpid()) + "." +
-                        std::to_string(counter++));
+  const fs::path tmp =
+      (target_dir.empty() ? fs::path(".") : target_dir) /
+      ("." + stem + ".foundry-tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++));
   if (!fs::create_directory(tmp, ec)) {
     std::string why = ec ? ec.message() : "it already exists";
     remove_created();
@@ -210,8 +210,10 @@ Status WriteCompiledOutputs(const Graph& graph, const Plan* plan, const std::str
       if (::link(m.target.c_str(), old.c_str()) != 0) {
         std::string why = std::strerror(errno);
         undo();
-        return fail(Error("cannot write '" + m.target + "': cannot keep the old file while "
-                          "replacing it (" + why + "); nothing was written"));
+        return fail(Error("cannot write '" + m.target +
+                          "': cannot keep the old file while "
+                          "replacing it (" +
+                          why + "); nothing was written"));
       }
       m.had_old = true;
     }

@@ -17,14 +17,14 @@ namespace foundry {
 struct Plan {
   static constexpr int kVersion = 1;
   int version = kVersion;
-  std::string graph_file;     // relative to the plan's directory
-  std::string source_model;   // the model foundry-compile read (as given)
-  std::string loss;           // value name of the scalar loss
-  bool loss_in_model = true;  // false: foundry appended the loss (labels are not shifted)
-  std::vector<std::string> inputs;                // run-time data inputs, e.g. input_ids, labels
-  std::vector<std::string> parameters;            // trainable, in optimizer order
-  std::map<std::string, std::string> gradients;   // parameter -> its gradient value
-  std::map<std::string, int64_t> dims;            // the bindings it was compiled with
+  std::string graph_file;               // relative to the plan's directory
+  std::string source_model;             // the model foundry-compile read (as given)
+  std::string loss;                     // value name of the scalar loss
+  bool loss_in_model = true;            // false: foundry appended the loss (labels are not shifted)
+  std::vector<std::string> inputs;      // run-time data inputs, e.g. input_ids, labels
+  std::vector<std::string> parameters;  // trainable, in optimizer order
+  std::map<std::string, std::string> gradients;  // parameter -> its gradient value
+  std::map<std::string, int64_t> dims;           // the bindings it was compiled with
   // Which dimension each axis of an input bound, as the exported model named them ("" for a
   // fixed axis): {"input_ids": ["batch", "seq"]}. Lets the runtime check `dims` against the
   // graph's input shapes. Optional in the file (plans written before it have none).

@@ -1,7 +1,5 @@
 #include "runtime/trainer.h"
 
-#include "base/hash.h"
-
 #include <fcntl.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -20,6 +18,7 @@
 #include <tuple>
 
 #include "base/file_util.h"
+#include "base/hash.h"
 #include "compiler/onnx_export.h"
 #include "compiler/onnx_import.h"
 #include "compiler/op_schema.h"
@@ -260,8 +259,10 @@ Status CheckOptimizerOptions(const OptimizerOptions& o) {
   // Written so that NaN fails every check: each condition is what must hold.
   if (!(std::isfinite(o.lr) && o.lr > 0))
     return Error("--lr " + Num(o.lr) + ": the learning rate must be a finite number > 0");
-  if (!(o.beta1 >= 0 && o.beta1 < 1)) return Error("--beta1 " + Num(o.beta1) + ": must be in [0, 1)");
-  if (!(o.beta2 >= 0 && o.beta2 < 1)) return Error("--beta2 " + Num(o.beta2) + ": must be in [0, 1)");
+  if (!(o.beta1 >= 0 && o.beta1 < 1))
+    return Error("--beta1 " + Num(o.beta1) + ": must be in [0, 1)");
+  if (!(o.beta2 >= 0 && o.beta2 < 1))
+    return Error("--beta2 " + Num(o.beta2) + ": must be in [0, 1)");
   if (!(std::isfinite(o.eps) && o.eps > 0))
     return Error("--eps " + Num(o.eps) + ": must be a finite number > 0");
   if (!(std::isfinite(o.weight_decay) && o.weight_decay >= 0))
@@ -502,8 +503,7 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
   if (s.step < 0 || s.step == INT64_MAX)
     return Error(damaged + "step " + std::to_string(s.step) + " is out of range)");
   if (s.data_position < 0)
-    return Error(damaged + "data position " + std::to_string(s.data_position) +
-                 " is negative)");
+    return Error(damaged + "data position " + std::to_string(s.data_position) + " is negative)");
   Status st = CheckOptimizerOptions(s.optimizer);
   if (!st.ok()) return Error(damaged + "it records " + st.message() + ")");
   return s;
@@ -519,7 +519,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
   Graph& g = t->plan_.graph;
   const Plan& p = t->plan_.plan;
   fs::path graph_path = p.graph_file;
-  if (graph_path.is_relative()) graph_path = fs::path(t->plan_.plan_path).parent_path() / graph_path;
+  if (graph_path.is_relative())
+    graph_path = fs::path(t->plan_.plan_path).parent_path() / graph_path;
   t->input_files_ = {t->plan_.plan_path, graph_path.string(), graph_path.string() + ".data"};
   for (const auto& spec : options.feeds)
     if (size_t eq = spec.find('='); eq != std::string::npos)

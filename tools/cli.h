@@ -79,11 +79,12 @@ inline StatusOr<std::map<std::string, int64_t>> ParseDims(const std::vector<std:
     int64_t v = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
     if (text.empty() || end != text.data() + text.size() ||
-        (ec != std::errc() && ec != std::errc::result_out_of_range) || (ec == std::errc() && v <= 0))
+        (ec != std::errc() && ec != std::errc::result_out_of_range) ||
+        (ec == std::errc() && v <= 0))
       return Error("--dim " + s + ": VALUE must be a positive integer");
     if (ec == std::errc::result_out_of_range)
-      return Error("--dim " + s + ": VALUE is too large (at most " +
-                   std::to_string(INT64_MAX) + ")");
+      return Error("--dim " + s + ": VALUE is too large (at most " + std::to_string(INT64_MAX) +
+                   ")");
     auto [it, inserted] = dims.emplace(name, v);
     if (!inserted && it->second != v)
       return Error("--dim " + s + ": '" + name + "' is already bound to " +

@@ -64,14 +64,15 @@ int Main(int argc, char** argv) {
   std::string fold_limit_text = std::to_string(int64_t{1} << 20);
   std::string dump_after;
   app.add_option("model", model, "the exported model (.onnx)");
-  auto* o_output =
-      app.add_option("-o,--output", prefix, "output prefix: writes PREFIX.train.onnx and PREFIX.plan");
+  auto* o_output = app.add_option("-o,--output", prefix,
+                                  "output prefix: writes PREFIX.train.onnx and PREFIX.plan");
   app.add_flag("--list-modules", list_modules,
                "print the module tree (path, class, --ckpt keys, nodes, parameter bytes) and exit");
-  app.add_flag("--list-ops", list_ops, "print the operators foundry supports and exit (no model needed)");
-  cli::OneValueEach(
-      app.add_option("--dim", dim_specs, "bind a symbolic dimension, e.g. --dim batch=8 --dim seq=2048")
-          ->type_name("NAME=VALUE"));
+  app.add_flag("--list-ops", list_ops,
+               "print the operators foundry supports and exit (no model needed)");
+  cli::OneValueEach(app.add_option("--dim", dim_specs,
+                                   "bind a symbolic dimension, e.g. --dim batch=8 --dim seq=2048")
+                        ->type_name("NAME=VALUE"));
   cli::OneValueEach(
       app.add_option("--freeze", freeze, "do not train parameters matching this glob (repeatable)")
           ->type_name("GLOB"));

@@ -227,9 +227,11 @@ int Main(int argc, char** argv) {
   if (!st.ok()) return Fail(st.message());
 
   if (forward) {
-    if (target.empty()) return Fail("--forward needs a model: foundry-run --forward MODEL.onnx", cli::kExitUsage);
+    if (target.empty())
+      return Fail("--forward needs a model: foundry-run --forward MODEL.onnx", cli::kExitUsage);
     for (auto* o : {o_save, o_resume, o_dump_grads, o_data})
-      if (o->count()) return Fail(o->get_name() + " is for training runs, not --forward", cli::kExitUsage);
+      if (o->count())
+        return Fail(o->get_name() + " is for training runs, not --forward", cli::kExitUsage);
     return RunForward(target, feeds, dim_specs, dump_outputs, *seed);
   }
   if (o_dim->count())
@@ -250,7 +252,8 @@ int Main(int argc, char** argv) {
     options.data_dtype = state->data_dtype;
   }
   if (target.empty())
-    return Fail("no plan given: foundry-run PREFIX (the -o PREFIX of foundry-compile)", cli::kExitUsage);
+    return Fail("no plan given: foundry-run PREFIX (the -o PREFIX of foundry-compile)",
+                cli::kExitUsage);
   if (resume_dir.empty() || o_optimizer->count())
     options.optimizer.kind = *ParseOptimizerName(optimizer);
   auto set = [&](CLI::Option* o, double& into, double value) {
@@ -286,9 +289,8 @@ int Main(int argc, char** argv) {
     if (!st.ok()) return Fail(st.message());
   }
   if (*steps_or > INT64_MAX - t.step())
-    return Fail("--steps " + steps_text + ": the run would pass step " +
-                std::to_string(INT64_MAX) + " (it resumes at step " + std::to_string(t.step()) +
-                ")");
+    return Fail("--steps " + steps_text + ": the run would pass step " + std::to_string(INT64_MAX) +
+                " (it resumes at step " + std::to_string(t.step()) + ")");
 
   const LoadedPlan& lp = t.plan();
   const OptimizerOptions& o = t.options().optimizer;

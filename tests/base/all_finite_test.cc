@@ -24,8 +24,7 @@ void ExpectCatches(DType dtype, T nan, T inf, T big) {
 }
 
 TEST(AllFiniteTest, EveryFloatDType) {
-  ExpectCatches<float>(DType::kFloat32, std::nanf(""), INFINITY,
-                       std::numeric_limits<float>::max());
+  ExpectCatches<float>(DType::kFloat32, std::nanf(""), INFINITY, std::numeric_limits<float>::max());
   ExpectCatches<double>(DType::kFloat64, std::nan(""), INFINITY,
                         std::numeric_limits<double>::max());
   // Half types by their bits: NaN 0x7E00, +Inf 0x7C00, -Inf 0xFC00, max 0x7BFF (f16);

@@ -472,7 +472,8 @@ TEST(TrainerTest, NonFiniteWeightsAfterTheUpdateFailTheStep) {
                                       "' non-finite (lr 1e+300); lower --lr, or check the weights");
   EXPECT_EQ(t->step(), 0);
   EXPECT_EQ(t->Step().status().message(), "an earlier step failed; the trainer cannot go on");
-  EXPECT_EQ(t->Save(dir / "s").message(), "--save " + (dir / "s") + ": a step failed; nothing to save");
+  EXPECT_EQ(t->Save(dir / "s").message(),
+            "--save " + (dir / "s") + ": a step failed; nothing to save");
   EXPECT_FALSE(fs::exists(dir / "s"));
 }
 

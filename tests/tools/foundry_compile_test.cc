@@ -1,9 +1,8 @@
 // End-to-end: runs the real foundry-compile binary on good and bad input and checks its output,
 // its exact one-line errors and exit codes, and that it never leaves partial files behind.
 #include <gtest/gtest.h>
-#include <unistd.h>
-
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -145,15 +144,15 @@ TEST_F(FoundryCompileTest, HelpDocumentsEveryOption) {
 }
 
 TEST_F(FoundryCompileTest, MissingFile) {
-  ExpectError({Path("nope.onnx")}, "cannot open '" + Path("nope.onnx") +
-                                       "': No such file or directory");
+  ExpectError({Path("nope.onnx")},
+              "cannot open '" + Path("nope.onnx") + "': No such file or directory");
 }
 
 TEST_F(FoundryCompileTest, EmptyFile) {
   Write("empty.onnx", "");
-  ExpectError({Path("empty.onnx")},
-              "'" + Path("empty.onnx") +
-                  "' is empty; pass a .onnx file exported with torch.onnx.export");
+  ExpectError(
+      {Path("empty.onnx")},
+      "'" + Path("empty.onnx") + "' is empty; pass a .onnx file exported with torch.onnx.export");
 }
 
 TEST_F(FoundryCompileTest, RandomBytes) {
@@ -189,10 +188,11 @@ TEST_F(FoundryCompileTest, UnsupportedOpNamesOpNodeAndScope) {
 })");
   ASSERT_TRUE(g.ok()) << g.status().message();
   ASSERT_TRUE(ExportOnnx(*g, Path("celu.onnx")).ok());
-  ExpectError({Path("celu.onnx")},
-              "Celu node '/transformer/blocks.0/ffn/act/Celu' (module transformer.blocks.0.ffn.act): "
-              "operator Celu is not supported by foundry; supported ops are listed by "
-              "`foundry-compile --list-ops`");
+  ExpectError(
+      {Path("celu.onnx")},
+      "Celu node '/transformer/blocks.0/ffn/act/Celu' (module transformer.blocks.0.ffn.act): "
+      "operator Celu is not supported by foundry; supported ops are listed by "
+      "`foundry-compile --list-ops`");
   EXPECT_EQ(Leftovers(), (std::vector<std::string>{"celu.onnx"}));
 }
 
@@ -233,9 +233,9 @@ TEST_F(FoundryCompileTest, ListModulesWithoutAnnotationsSaysHowToExport) {
 
 TEST_F(FoundryCompileTest, RefusesToWriteOverTheInput) {
   fs::copy_file(kTiny, Path("m.train.onnx"));
-  ExpectCleanError({Path("m.train.onnx"), "--dim", "batch=2", "--dim", "seq=16", "-o", Path("m")},
-                   "output '" + Path("m.train.onnx") +
-                       "' is the input model; choose another -o PREFIX");
+  ExpectCleanError(
+      {Path("m.train.onnx"), "--dim", "batch=2", "--dim", "seq=16", "-o", Path("m")},
+      "output '" + Path("m.train.onnx") + "' is the input model; choose another -o PREFIX");
 }
 
 // Files are compared by identity, not by name: a hard link or a symlink to the model is the
@@ -244,13 +244,14 @@ TEST_F(FoundryCompileTest, RefusesToWriteOverTheInputUnderAnotherName) {
   std::string model = MatMulModel("mm.onnx");
   fs::create_directory(Path("out"));
   fs::create_hard_link(model, Path("out/m.plan"));
-  ExpectCleanError({model, "--dim", "batch=2", "-o", Path("out/m")},
-                   "output '" + Path("out/m.plan") + "' is the input model; choose another -o PREFIX");
+  ExpectCleanError(
+      {model, "--dim", "batch=2", "-o", Path("out/m")},
+      "output '" + Path("out/m.plan") + "' is the input model; choose another -o PREFIX");
   fs::remove(Path("out/m.plan"));
   fs::create_symlink("../mm.onnx", Path("out/m.train.onnx"));
-  ExpectCleanError({Path("out/../mm.onnx"), "--dim", "batch=2", "-o", Path("out/m")},
-                   "output '" + Path("out/m.train.onnx") +
-                       "' is the input model; choose another -o PREFIX");
+  ExpectCleanError(
+      {Path("out/../mm.onnx"), "--dim", "batch=2", "-o", Path("out/m")},
+      "output '" + Path("out/m.train.onnx") + "' is the input model; choose another -o PREFIX");
 }
 
 // The model's external data file is an input too. The model is exported as x.train.onnx (so its
@@ -265,7 +266,8 @@ TEST_F(FoundryCompileTest, RefusesToWriteOverTheModelsExternalData) {
   fs::rename(Path("x.train.onnx"), Path("model.onnx"));
   ExpectCleanError({Path("model.onnx"), "--dim", "batch=2", "-o", Path("x")},
                    "output '" + Path("x.train.onnx.data") + "' is the external data file '" +
-                       Path("x.train.onnx.data") + "' of the input model; choose another -o PREFIX");
+                       Path("x.train.onnx.data") +
+                       "' of the input model; choose another -o PREFIX");
 }
 
 // A plan given where the model goes is read as a model (and rejected); it is never rewritten.
@@ -285,8 +287,9 @@ TEST_F(FoundryCompileTest, OutputPrefixNeedsAStem) {
                    "-o " + Path("out/") + ": PREFIX needs a file name after the folder (e.g. -o " +
                        Path("out/") + "model writes model.train.onnx and model.plan there)");
   ExpectCleanError({model, "--dim", "batch=2", "-o", Path("out/..")},
-                   "-o " + Path("out/..") + ": PREFIX needs a file name after the folder (e.g. -o " +
-                       Path("out/../") + "model writes model.train.onnx and model.plan there)");
+                   "-o " + Path("out/..") +
+                       ": PREFIX needs a file name after the folder (e.g. -o " + Path("out/../") +
+                       "model writes model.train.onnx and model.plan there)");
 }
 
 // The pair is written as a pair. Here the plan cannot be written (a folder has its name): the
@@ -295,16 +298,18 @@ TEST_F(FoundryCompileTest, OutputPrefixNeedsAStem) {
 TEST_F(FoundryCompileTest, WritesTheGraphAndPlanAsAPair) {
   std::string model = MatMulModel("mm.onnx");
   fs::create_directories(Path("out/m.plan/keep"));
-  ExpectCleanError({model, "--dim", "batch=2", "-o", Path("out/m")},
-                   "cannot write '" + Path("out/m.plan") + "': Is a directory; nothing was written");
+  ExpectCleanError(
+      {model, "--dim", "batch=2", "-o", Path("out/m")},
+      "cannot write '" + Path("out/m.plan") + "': Is a directory; nothing was written");
 
   // Now with an earlier compile's graph in place (compiled with batch=3): restored byte for byte.
   fs::remove_all(Path("out"));
   ASSERT_EQ(Compile({model, "--dim", "batch=3", "-o", Path("out/m")}).code, 0);
   fs::remove(Path("out/m.plan"));
   fs::create_directories(Path("out/m.plan/keep"));
-  ExpectCleanError({model, "--dim", "batch=2", "-o", Path("out/m")},
-                   "cannot write '" + Path("out/m.plan") + "': Is a directory; nothing was written");
+  ExpectCleanError(
+      {model, "--dim", "batch=2", "-o", Path("out/m")},
+      "cannot write '" + Path("out/m.plan") + "': Is a directory; nothing was written");
 }
 
 // Output folders are created only when the outputs are written: a compile that fails leaves none.

@@ -32,7 +32,6 @@ const std::string kFixture = FOUNDRY_SOURCE_DIR "/models/fixtures/mpt_tiny";
 
 using Result = ExecResult;
 
-
 class FoundryRunTest : public testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -83,7 +82,8 @@ class FoundryRunTest : public testing::Test {
     Result r = Run(args);
     EXPECT_EQ(r.code, code) << r.out << r.err;
     EXPECT_EQ(r.err, "foundry-run: error: " + message + "\n");
-    EXPECT_TRUE(Snapshot() == before) << "files changed by: foundry-run " << testing::PrintToString(args);
+    EXPECT_TRUE(Snapshot() == before)
+        << "files changed by: foundry-run " << testing::PrintToString(args);
   }
 
   static std::string dir_;
@@ -189,9 +189,9 @@ TEST_F(FoundryRunTest, UsageErrors) {
 
 TEST_F(FoundryRunTest, StepsAndSeedsAreCheckedNotClamped) {
   for (const char* v : {"9223372036854775808", "-1", "99999999999999999999999"})
-    ExpectCleanError({Path("mpt"), "--steps", v},
-                     std::string("--steps ") + v +
-                         ": expected a number of steps from 0 to 9223372036854775807");
+    ExpectCleanError(
+        {Path("mpt"), "--steps", v},
+        std::string("--steps ") + v + ": expected a number of steps from 0 to 9223372036854775807");
   ExpectCleanError({Path("mpt"), "--steps", "1e3"}, "--steps 1e3: expected a number of steps");
   ExpectCleanError({Path("mpt"), "--seed", "-1"},
                    "--seed -1: expected an integer from 0 to 18446744073709551615");
@@ -234,10 +234,10 @@ TEST_F(FoundryRunTest, SaveNeverOverwritesAFileOrAnInput) {
                        "another directory");
   // A --feed file inside an earlier save: replacing that save would delete the input.
   fs::copy_file(kFixture + "/inputs/labels.pb", Path("save1/labels.pb"));
-  ExpectCleanError({Path("mpt"), "--feed", "labels=" + Path("save1/labels.pb"), "--save",
-                    Path("save1")},
-                   "--save " + Path("save1") + ": '" + Path("save1") + "' holds '" +
-                       Path("save1/labels.pb") + "', an input of this run; save to another directory");
+  ExpectCleanError(
+      {Path("mpt"), "--feed", "labels=" + Path("save1/labels.pb"), "--save", Path("save1")},
+      "--save " + Path("save1") + ": '" + Path("save1") + "' holds '" + Path("save1/labels.pb") +
+          "', an input of this run; save to another directory");
 }
 
 TEST_F(FoundryRunTest, DumpsNeverOverwriteAnInput) {
@@ -307,7 +307,10 @@ TEST_F(FoundryRunTest, HandEditedPlansAreChecked) {
        "the loss 'b_grad' is f32[2], not a float scalar"},
       {[](J& p) { p["loss"] = "nope"; },
        "the loss 'nope' is not an output of the graph 'wb.train.onnx'"},
-      {[](J& p) { p["parameters"] = {"w", "b", "w"}; }, "parameter 'w' is listed twice"},
+      {[](J& p) {
+         p["parameters"] = {"w", "b", "w"};
+       },
+       "parameter 'w' is listed twice"},
       {[](J& p) {
          p["parameters"] = {"w", "b", "q"};
          p["gradients"]["q"] = "q_grad";
@@ -315,9 +318,13 @@ TEST_F(FoundryRunTest, HandEditedPlansAreChecked) {
        "parameter 'q' is not an initializer of the graph 'wb.train.onnx'"},
       {[](J& p) { p["parameters"] = {"w"}; },
        "gradient 'b_grad' belongs to 'b', which is not a parameter"},
-      {[](J& p) { p["gradients"] = {{"w", "b_grad"}, {"b", "w_grad"}}; },
+      {[](J& p) {
+         p["gradients"] = {{"w", "b_grad"}, {"b", "w_grad"}};
+       },
        "the gradient 'b_grad' is f32[2] but parameter 'w' is f32[4,2]"},
-      {[](J& p) { p["gradients"] = {{"w", "w_grad"}, {"b", "w_grad"}}; },
+      {[](J& p) {
+         p["gradients"] = {{"w", "w_grad"}, {"b", "w_grad"}};
+       },
        "gradient 'w_grad' is given for two parameters"},
       {[](J& p) { p["gradients"]["w"] = "x"; }, "gradient 'x' is also an input or a parameter"},
       {[](J& p) { p["dims"]["batch"] = 0; }, "dimension 'batch' is 0; dimensions are positive"},
@@ -333,8 +340,7 @@ TEST_F(FoundryRunTest, HandEditedPlansAreChecked) {
 TEST_F(FoundryRunTest, ResumeStateIsChecked) {
   Result r = Run({Path("mpt"), "--save", Path("state_src")});
   ASSERT_EQ(r.code, 0) << r.err;
-  const nlohmann::json state =
-      nlohmann::json::parse(ReadWholeFile(Path("state_src/state.json")));
+  const nlohmann::json state = nlohmann::json::parse(ReadWholeFile(Path("state_src/state.json")));
   auto edited = [&](const std::string& name, auto edit) {
     fs::remove_all(Path(name));
     fs::copy(Path("state_src"), Path(name), fs::copy_options::recursive);
@@ -345,8 +351,8 @@ TEST_F(FoundryRunTest, ResumeStateIsChecked) {
   };
   using J = nlohmann::json;
   std::string d = edited("st_step", [](J& s) { s["step"] = -1; });
-  ExpectCleanError({"--resume", d},
-                   "--resume " + d + ": '" + d + "/state.json' is damaged (step -1 is out of range)");
+  ExpectCleanError({"--resume", d}, "--resume " + d + ": '" + d +
+                                        "/state.json' is damaged (step -1 is out of range)");
   d = edited("st_pos", [](J& s) { s["data"]["position"] = -4; });
   ExpectCleanError({"--resume", d}, "--resume " + d + ": '" + d +
                                         "/state.json' is damaged (data position -4 is negative)");
@@ -444,8 +450,8 @@ std::map<std::string, std::string> DirFiles(const std::string& dir) {
 // 2 steps + save + resume for 1 step is the 3-step run, bit for bit: every saved file (weights,
 // AdamW moments, state) is byte-identical.
 TEST_F(FoundryRunTest, ResumeContinuesTheRunExactly) {
-  Result straight = Run({Path("mpt"), "--steps", "3", "--lr", "0.01", "--seed", "5", "--save",
-                         Path("straight")});
+  Result straight =
+      Run({Path("mpt"), "--steps", "3", "--lr", "0.01", "--seed", "5", "--save", Path("straight")});
   ASSERT_EQ(straight.code, 0) << straight.err;
   Result first =
       Run({Path("mpt"), "--steps", "2", "--lr", "0.01", "--seed", "5", "--save", Path("run")});
@@ -475,9 +481,13 @@ TEST_F(FoundryRunTest, ResumeContinuesTheRunExactly) {
 // memorise it: the loss ends below 10 % of where it started. Two runs are bitwise identical: the
 // same loss line at every step and the same saved weights, byte for byte.
 TEST_F(FoundryRunTest, MemorisesAFixedBatchDeterministically) {
-  std::vector<std::string> args = {Path("mpt"), "--steps", "200",
-                                   "--feed", "input_ids=" + kFixture + "/inputs/input_ids.pb",
-                                   "--feed", "labels=" + kFixture + "/inputs/labels.pb"};
+  std::vector<std::string> args = {Path("mpt"),
+                                   "--steps",
+                                   "200",
+                                   "--feed",
+                                   "input_ids=" + kFixture + "/inputs/input_ids.pb",
+                                   "--feed",
+                                   "labels=" + kFixture + "/inputs/labels.pb"};
   auto run = [&](const std::string& save) {
     std::vector<std::string> a = args;
     a.insert(a.end(), {"--save", Path(save)});
