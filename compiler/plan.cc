@@ -164,7 +164,8 @@ Status WriteCompiledOutputs(const Graph& graph, const Plan* plan, const std::str
   if (!fs::create_directory(tmp, ec)) {
     std::string why = ec ? ec.message() : "it already exists";
     remove_created();
-    return Error("cannot write '" + out.graph + "': cannot create '" + tmp.string() + "': " + why);
+    return Error("cannot write '" + out.graph + "': cannot create a temporary folder in '" +
+                 (target_dir.empty() ? std::string(".") : target_dir.string()) + "': " + why);
   }
   auto fail = [&](const Status& st) {
     fs::remove_all(tmp, ec);

@@ -312,6 +312,15 @@ TEST_F(FoundryCompileTest, WritesTheGraphAndPlanAsAPair) {
       "cannot write '" + Path("out/m.plan") + "': Is a directory; nothing was written");
 }
 
+TEST_F(FoundryCompileTest, OutputFolderIsAFile) {
+  std::string model = MatMulModel("mm.onnx");
+  Write("a_file", "in the way");
+  ExpectCleanError({model, "--dim", "batch=2", "-o", Path("a_file/m")},
+                   "cannot write '" + Path("a_file/m.train.onnx") +
+                       "': cannot create a temporary folder in '" + Path("a_file") +
+                       "': Not a directory");
+}
+
 // Output folders are created only when the outputs are written: a compile that fails leaves none.
 TEST_F(FoundryCompileTest, FailedCompileCreatesNoFolder) {
   std::string model = MatMulModel("mm.onnx");
