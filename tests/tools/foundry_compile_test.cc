@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "compiler/onnx_export.h"
@@ -31,7 +32,7 @@ constexpr const char* kMatMulModel = R"(graph mm opset=17 {
   output loss
 })";
 
-// Size, modification time and bytes of a file: equal snapshots mean it was left untouched.
+// Size, modification time and content hash of a file: equal snapshots mean it was left untouched.
 std::string FileState(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return "(missing)";
@@ -39,7 +40,8 @@ std::string FileState(const std::string& path) {
   // again); its entries are compared one by one instead.
   if (S_ISDIR(st.st_mode)) return "(dir)";
   return std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
-         std::to_string(st.st_mtim.tv_nsec) + " " + ReadWholeFile(path);
+         std::to_string(st.st_mtim.tv_nsec) + " hash " +
+         std::to_string(std::hash<std::string>{}(ReadWholeFile(path)));
 }
 
 class FoundryCompileTest : public testing::Test {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -53,8 +54,8 @@ class FoundryRunTest : public testing::Test {
   static Result Run(const std::vector<std::string>& args) { return Exec(kRun, args); }
   static std::string Path(const std::string& name) { return dir_ + "/" + name; }
 
-  // Size, modification time and bytes of every file under the test directory (captured output
-  // aside) and of the fixture's inputs: equal snapshots mean nothing was written or touched.
+  // Size, modification time and content hash of every file under the test directory (captured
+  // output aside) and of the fixture's inputs: equal snapshots mean nothing was written or touched.
   static std::map<std::string, std::string> Snapshot() {
     std::map<std::string, std::string> files;
     auto add = [&](const fs::path& p) {
@@ -65,7 +66,8 @@ class FoundryRunTest : public testing::Test {
                               ? std::string("(dir)")
                               : std::to_string(st.st_size) + " " +
                                     std::to_string(st.st_mtim.tv_sec) + "." +
-                                    std::to_string(st.st_mtim.tv_nsec) + " " + ReadWholeFile(p);
+                                    std::to_string(st.st_mtim.tv_nsec) + " hash " +
+                                    std::to_string(std::hash<std::string>{}(ReadWholeFile(p)));
     };
     for (const auto& e : fs::recursive_directory_iterator(dir_)) {
       std::string name = e.path().filename().string();
