@@ -1,8 +1,9 @@
 // What both CLIs share: the one-line error contract, exit codes, and strict parsing of numbers and
 // --dim bindings. Header-only: each tool is one translation unit (CMakeLists.txt).
 //
-// Exit codes: 0 success; 1 an error in the input (model, plan, data, option values); 2 a
-// command-line usage error (unknown option, missing value, options that do not go together).
+// Exit codes: 0 success; 2 the command line itself is wrong, which is known before any file is
+// read (unknown option, missing or malformed value, a value out of range, options that do not
+// go together); 1 anything found in the inputs or while running (model, plan, data, a step).
 #pragma once
 
 #include <CLI/CLI.hpp>

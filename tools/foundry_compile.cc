@@ -55,8 +55,9 @@ int Main(int argc, char** argv) {
       "foundry-compile: compile an ONNX transformer into a training plan.\n"
       "Writes PREFIX.train.onnx (the training graph: forward, loss, backward) and PREFIX.plan."};
   app.footer(
-      "Exit status: 0 success, 1 an error in the input (model, option values), 2 a command-line\n"
-      "usage error. Every error is one line `foundry-compile: error: ...` on stderr.");
+      "Exit status: 0 success; 2 a wrong command line (unknown option, bad or out-of-range "
+      "value);\n"
+      "1 an error in the input. Every error is one line `foundry-compile: error: ...` on stderr.");
   std::string model;
   std::string prefix;
   bool list_modules = false, list_ops = false, forward_only = false;
@@ -101,14 +102,14 @@ int Main(int argc, char** argv) {
                 cli::kExitUsage);
 
   auto dims = cli::ParseDims(dim_specs);
-  if (!dims.ok()) return Fail(dims.status().message());
+  if (!dims.ok()) return Fail(dims.status().message(), cli::kExitUsage);
   auto fold_limit = cli::ParseInteger<int64_t>("--fold-limit", fold_limit_text, 1, INT64_MAX,
                                                "a positive number of bytes");
-  if (!fold_limit.ok()) return Fail(fold_limit.status().message());
+  if (!fold_limit.ok()) return Fail(fold_limit.status().message(), cli::kExitUsage);
   std::optional<CompiledOutputs> outputs;
   if (o_output->count()) {
     auto paths = CompiledOutputPaths(prefix);
-    if (!paths.ok()) return Fail(paths.status().message());
+    if (!paths.ok()) return Fail(paths.status().message(), cli::kExitUsage);
     outputs = *paths;
   }
 

@@ -1,7 +1,7 @@
 // foundry-run: trains a compiled plan for N steps (runtime/trainer.h), or runs any ONNX model
 // forward (--forward). A thin main: option parsing and printing here, everything else in the
-// libraries. Every error is one line `foundry-run: error: <message>` on stderr; exit code 1, or 2
-// for a command-line usage error (tools/cli.h).
+// libraries. Every error is one line `foundry-run: error: <message>` on stderr; exit code 2 for a
+// wrong command line, 1 for anything else (tools/cli.h).
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -62,7 +62,7 @@ int RunForward(const std::string& model, const std::vector<std::string>& feed_sp
                const std::vector<std::string>& dim_specs, const std::string& dump_dir,
                uint64_t seed) {
   auto dims = cli::ParseDims(dim_specs);
-  if (!dims.ok()) return Fail(dims.status().message());
+  if (!dims.ok()) return Fail(dims.status().message(), cli::kExitUsage);
   ImportOptions io;
   io.dims = *dims;
   auto graph = ImportOnnx(model, io);
@@ -147,9 +147,10 @@ int Main(int argc, char** argv) {
       "foundry-run: train a compiled plan (PREFIX.plan + PREFIX.train.onnx from foundry-compile)\n"
       "for N steps, or run an ONNX model forward (--forward MODEL.onnx)."};
   app.footer(
-      "Exit status: 0 success, 1 an error in the input (plan, data, option values) or in a\n"
-      "step, 2 a command-line usage error. Every error is one line `foundry-run: error: ...` on\n"
-      "stderr.");
+      "Exit status: 0 success; 2 a wrong command line (unknown option, bad or out-of-range "
+      "value);\n"
+      "1 an error in the input (plan, data, a save) or in a step. Every error is one line\n"
+      "`foundry-run: error: ...` on stderr.");
   std::string target, device = "cpu", optimizer = "adamw", data, data_dtype = "uint16";
   std::string save_dir, resume_dir, dump_grads, dump_outputs;
   std::vector<std::string> feeds, dim_specs;
@@ -216,12 +217,12 @@ int Main(int argc, char** argv) {
   if (auto code = cli::Parse(app, argc, argv, kTool)) return *code;
   auto steps_or =
       cli::ParseInteger<int64_t>("--steps", steps_text, 0, INT64_MAX, "a number of steps");
-  if (!steps_or.ok()) return Fail(steps_or.status().message());
+  if (!steps_or.ok()) return Fail(steps_or.status().message(), cli::kExitUsage);
   auto seed = cli::ParseInteger<uint64_t>("--seed", seed_text, 0, UINT64_MAX, "an integer");
-  if (!seed.ok()) return Fail(seed.status().message());
+  if (!seed.ok()) return Fail(seed.status().message(), cli::kExitUsage);
   auto init_seed =
       cli::ParseInteger<uint64_t>("--init-seed", init_seed_text, 0, UINT64_MAX, "an integer");
-  if (!init_seed.ok()) return Fail(init_seed.status().message());
+  if (!init_seed.ok()) return Fail(init_seed.status().message(), cli::kExitUsage);
 
   Status st = CheckDevice(device);
   if (!st.ok()) return Fail(st.message());
@@ -273,6 +274,10 @@ int Main(int argc, char** argv) {
     options.data_dtype = *ParseTokenDType(data_dtype);
   options.dump_grads_dir = dump_grads;
   options.dump_outputs_dir = dump_outputs;
+
+  // Values given now; those read from a save were checked by ReadTrainState (exit 1).
+  st = CheckOptimizerOptions(options.optimizer);
+  if (!st.ok()) return Fail(st.message(), cli::kExitUsage);
 
   auto plan = LoadPlan(target);
   if (!plan.ok()) return Fail(plan.status().message());

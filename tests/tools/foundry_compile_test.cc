@@ -205,8 +205,9 @@ TEST_F(FoundryCompileTest, UnboundDimension) {
 }
 
 TEST_F(FoundryCompileTest, MalformedDim) {
-  ExpectError({kTiny, "--dim", "seq"}, "--dim seq: expected NAME=VALUE, e.g. --dim seq=2048");
-  ExpectError({kTiny, "--dim", "seq=-4"}, "--dim seq=-4: VALUE must be a positive integer");
+  ExpectCleanError({kTiny, "--dim", "seq"}, "--dim seq: expected NAME=VALUE, e.g. --dim seq=2048",
+                   2);
+  ExpectCleanError({kTiny, "--dim", "seq=-4"}, "--dim seq=-4: VALUE must be a positive integer", 2);
 }
 
 TEST_F(FoundryCompileTest, MissingExternalData) {
@@ -287,11 +288,13 @@ TEST_F(FoundryCompileTest, OutputPrefixNeedsAStem) {
   std::string model = MatMulModel("mm.onnx");
   ExpectCleanError({model, "--dim", "batch=2", "-o", Path("out/")},
                    "-o " + Path("out/") + ": PREFIX needs a file name after the folder (e.g. -o " +
-                       Path("out/") + "model writes model.train.onnx and model.plan there)");
+                       Path("out/") + "model writes model.train.onnx and model.plan there)",
+                   2);
   ExpectCleanError({model, "--dim", "batch=2", "-o", Path("out/..")},
                    "-o " + Path("out/..") +
                        ": PREFIX needs a file name after the folder (e.g. -o " + Path("out/../") +
-                       "model writes model.train.onnx and model.plan there)");
+                       "model writes model.train.onnx and model.plan there)",
+                   2);
 }
 
 // The pair is written as a pair. Here the plan cannot be written (a folder has its name): the
@@ -359,16 +362,17 @@ TEST_F(FoundryCompileTest, DimNeverSwallowsTheModel) {
 TEST_F(FoundryCompileTest, BadDimValues) {
   std::string model = MatMulModel("mm.onnx");
   ExpectCleanError({model, "--dim", "batch=2", "--dim", "batch=3", "-o", Path("m")},
-                   "--dim batch=3: 'batch' is already bound to 2 by an earlier --dim");
+                   "--dim batch=3: 'batch' is already bound to 2 by an earlier --dim", 2);
   ExpectCleanError({model, "--dim", "batch=0", "-o", Path("m")},
-                   "--dim batch=0: VALUE must be a positive integer");
+                   "--dim batch=0: VALUE must be a positive integer", 2);
   ExpectCleanError({model, "--dim", "batch=-2", "-o", Path("m")},
-                   "--dim batch=-2: VALUE must be a positive integer");
+                   "--dim batch=-2: VALUE must be a positive integer", 2);
   ExpectCleanError({model, "--dim", "batch=9223372036854775808", "-o", Path("m")},
                    "--dim batch=9223372036854775808: VALUE is too large (at most "
-                   "9223372036854775807)");
+                   "9223372036854775807)",
+                   2);
   ExpectCleanError({model, "--dim", "batch=2x", "-o", Path("m")},
-                   "--dim batch=2x: VALUE must be a positive integer");
+                   "--dim batch=2x: VALUE must be a positive integer", 2);
   // The same value twice is no conflict.
   ExecResult r = Compile({model, "--dim", "batch=2", "--dim", "batch=2"});
   EXPECT_EQ(r.code, 0) << r.err;
@@ -379,9 +383,10 @@ TEST_F(FoundryCompileTest, BadFoldLimit) {
   for (const char* v : {"0", "-1", "9223372036854775808"})
     ExpectCleanError({model, "--dim", "batch=2", "--fold-limit", v, "-o", Path("m")},
                      std::string("--fold-limit ") + v +
-                         ": expected a positive number of bytes from 1 to 9223372036854775807");
+                         ": expected a positive number of bytes from 1 to 9223372036854775807",
+                     2);
   ExpectCleanError({model, "--dim", "batch=2", "--fold-limit", "1k", "-o", Path("m")},
-                   "--fold-limit 1k: expected a positive number of bytes");
+                   "--fold-limit 1k: expected a positive number of bytes", 2);
 }
 
 // CLI11's own errors: one prefixed line, exit 2, in both tools (foundry_run_test has its half).
@@ -395,7 +400,7 @@ TEST_F(FoundryCompileTest, UsageErrors) {
   ExpectCleanError({}, "no model given: foundry-compile MODEL.onnx [-o PREFIX] (see --help)", 2);
   ExecResult r = Compile({"--help"});
   EXPECT_EQ(r.code, 0);
-  EXPECT_NE(r.out.find("Exit status: 0 success, 1 an error in the input"), std::string::npos)
+  EXPECT_NE(r.out.find("Exit status: 0 success; 2 a wrong command line"), std::string::npos)
       << r.out;
 }
 

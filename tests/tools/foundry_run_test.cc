@@ -187,19 +187,23 @@ TEST_F(FoundryRunTest, UsageErrors) {
   r = Run({"--help"});
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("--optimizer"), std::string::npos);
+  EXPECT_NE(r.out.find("Exit status: 0 success; 2 a wrong command line"), std::string::npos)
+      << r.out;
 }
 
 TEST_F(FoundryRunTest, StepsAndSeedsAreCheckedNotClamped) {
   for (const char* v : {"9223372036854775808", "-1", "99999999999999999999999"})
     ExpectCleanError(
         {Path("mpt"), "--steps", v},
-        std::string("--steps ") + v + ": expected a number of steps from 0 to 9223372036854775807");
-  ExpectCleanError({Path("mpt"), "--steps", "1e3"}, "--steps 1e3: expected a number of steps");
+        std::string("--steps ") + v + ": expected a number of steps from 0 to 9223372036854775807",
+        2);
+  ExpectCleanError({Path("mpt"), "--steps", "1e3"}, "--steps 1e3: expected a number of steps", 2);
   ExpectCleanError({Path("mpt"), "--seed", "-1"},
-                   "--seed -1: expected an integer from 0 to 18446744073709551615");
+                   "--seed -1: expected an integer from 0 to 18446744073709551615", 2);
   ExpectCleanError({Path("mpt"), "--init-seed", "18446744073709551616"},
                    "--init-seed 18446744073709551616: expected an integer from 0 to "
-                   "18446744073709551615");
+                   "18446744073709551615",
+                   2);
 }
 
 TEST_F(FoundryRunTest, OptimizerOptionsInRange) {
@@ -218,7 +222,7 @@ TEST_F(FoundryRunTest, OptimizerOptionsInRange) {
   for (const auto& [args, message] : cases) {
     std::vector<std::string> a = {Path("mpt")};
     a.insert(a.end(), args.begin(), args.end());
-    ExpectCleanError(a, message);
+    ExpectCleanError(a, message, 2);
   }
 }
 
