@@ -211,10 +211,8 @@ Status WriteCompiledOutputs(const Graph& graph, const Plan* plan, const std::str
       if (::link(m.target.c_str(), old.c_str()) != 0) {
         std::string why = std::strerror(errno);
         undo();
-        return fail(Error("cannot write '" + m.target +
-                          "': cannot keep the old file while "
-                          "replacing it (" +
-                          why + "); nothing was written"));
+        return fail(Error("cannot write '" + m.target + "': cannot keep the old file (" + why +
+                          "); nothing was written"));
       }
       m.had_old = true;
     }

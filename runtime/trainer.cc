@@ -773,17 +773,17 @@ StatusOr<StepReport> Trainer::Step() {
       RETURN_IF_ERROR(CheckNotAnInput(std::get<0>(dumps.back()), "--dump-outputs"));
     }
   }
+  // From here on the parameters are being changed in place: any error ends the trainer.
+  failed_ = true;
   RETURN_IF_ERROR(ApplyOptimizer(outputs));
   // Finite gradients can still give non-finite weights (an lr that overflows fp32, a weight at
   // the edge of the range). The update is in place, so the trainer is done for; nothing of it
   // may be saved.
   for (const auto& name : plan_.plan.parameters)
-    if (!AllFinite(bindings_.at(name))) {
-      failed_ = true;
+    if (!AllFinite(bindings_.at(name)))
       return Error("step " + std::to_string(step) + ": the optimizer update made parameter '" +
                    name + "' non-finite (lr " + Num(options_.optimizer.lr) +
                    "); lower --lr, or check the weights");
-    }
   // The dumps last, so a failed step writes nothing.
   if (steps_this_run_ == 0 && !options_.dump_grads_dir.empty())
     RETURN_IF_ERROR(make_dir("--dump-grads", options_.dump_grads_dir));
@@ -791,6 +791,7 @@ StatusOr<StepReport> Trainer::Step() {
     RETURN_IF_ERROR(make_dir("--dump-outputs", options_.dump_outputs_dir));
   for (const auto& [path, tensor, name] : dumps)
     RETURN_IF_ERROR(WriteTensorFile(path, *tensor, name));
+  failed_ = false;
   step_ = step;
   data_position_ += batch_;
   ++steps_this_run_;
