@@ -110,7 +110,7 @@ bool IsInside(const std::string& path, const std::string& dir) {
 
 // Replaces `dir` by `tmp` so that a reader sees either the old directory or the new one: an atomic
 // exchange (renameat2 RENAME_EXCHANGE) where the file system has it, else two renames (a crash
-// between them leaves the old save as DIR.old and the new one as DIR.tmp).
+// between them leaves the old save as DIR.old.<pid> and the new one as DIR.tmp.<pid>).
 Status SwapDirectoryIn(const std::string& tmp, const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) {

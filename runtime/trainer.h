@@ -231,8 +231,8 @@ class Trainer {
   Status CheckSaveTarget(const std::string& dir) const;
 
   // DIR/model.onnx (the training graph, trained parameters as initializers),
-  // DIR/optimizer/<param>.m.pb and .v.pb, DIR/state.json. Written into DIR.tmp, then swapped in,
-  // so DIR is always either the old save or the new one.
+  // DIR/optimizer/<param>.m.pb and .v.pb, DIR/state.json. Written into DIR.tmp.<pid>, then swapped
+  // in, so DIR is always either the old save or the new one.
   Status Save(const std::string& dir) const;
 
   int64_t step() const { return step_; }
