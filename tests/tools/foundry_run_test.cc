@@ -184,6 +184,10 @@ TEST_F(FoundryRunTest, UsageErrors) {
   r = Run({});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, Line("no plan given: foundry-run PREFIX (the -o PREFIX of foundry-compile)"));
+  ExpectCleanError({Path("mpt"), "--lr"}, "--lr: 1 required FLOAT missing (run foundry-run --help)",
+                   2);
+  ExpectCleanError({Path("mpt"), "--lr", "fast"},
+                   "Could not convert: --lr = fast (run foundry-run --help)", 2);
   r = Run({"--help"});
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("--optimizer"), std::string::npos);
