@@ -1,5 +1,6 @@
 #include "base/tensor.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -124,6 +125,27 @@ std::vector<int64_t> Tensor::ToInt64Vector() const {
 bool Tensor::BitwiseEqual(const Tensor& other) const {
   return dtype_ == other.dtype_ && shape_ == other.shape_ &&
          std::memcmp(raw(), other.raw(), nbytes()) == 0;
+}
+
+bool AllFinite(const Tensor& t) {
+  auto all = [&](auto finite, auto* p) {
+    for (int64_t i = 0; i < t.numel(); ++i)
+      if (!finite(p[i])) return false;
+    return true;
+  };
+  auto finite = [](auto x) { return std::isfinite(x); };
+  switch (t.dtype()) {
+    case DType::kFloat32:
+      return all(finite, t.data<float>());
+    case DType::kFloat64:
+      return all(finite, t.data<double>());
+    case DType::kFloat16:  // exponent bits all ones: Inf or NaN
+      return all([](uint16_t h) { return (h & 0x7C00) != 0x7C00; }, t.data<uint16_t>());
+    case DType::kBFloat16:
+      return all([](uint16_t h) { return (h & 0x7F80) != 0x7F80; }, t.data<uint16_t>());
+    default:
+      return true;
+  }
 }
 
 }  // namespace foundry

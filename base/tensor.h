@@ -101,4 +101,8 @@ class Tensor {
   Tensor& operator=(Tensor&&) noexcept = default;
 };
 
+// False when a floating-point tensor (f32, f64, f16, bf16) holds a NaN or an infinity; true for
+// every other dtype.
+bool AllFinite(const Tensor& t);
+
 }  // namespace foundry

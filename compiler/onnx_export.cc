@@ -11,6 +11,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "base/file_util.h"
 #include "base/quote.h"
 #include "compiler/onnx_import.h"
 #include "compiler/onnx_proto_util.h"
@@ -228,38 +229,29 @@ StatusOr<std::string> Serialize(const onnx::ModelProto& m, const std::string& wh
 // fills in their external_data entries.
 Status WriteExternalData(const Graph& g, const std::string& data_path, const std::string& location,
                          const std::vector<onnx::TensorProto*>& protos) {
-  std::string tmp = data_path + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return Error("cannot write '" + data_path + "': " + std::strerror(errno));
-  int64_t offset = 0;
-  bool ok = true;
-  static const char kZeros[kExternalAlign] = {};
-  for (onnx::TensorProto* t : protos) {
-    const Tensor& data = *g.FindValue(t->name())->data;
-    int64_t pad = (kExternalAlign - offset % kExternalAlign) % kExternalAlign;
-    ok = ok && std::fwrite(kZeros, 1, pad, f) == static_cast<size_t>(pad);
-    offset += pad;
-    ok = ok && std::fwrite(data.raw(), 1, data.nbytes(), f) == data.nbytes();
-    t->set_data_location(onnx::TensorProto::EXTERNAL);
-    auto add = [&](const std::string& k, const std::string& v) {
-      auto* e = t->add_external_data();
-      e->set_key(k);
-      e->set_value(v);
-    };
-    add("location", location);
-    add("offset", std::to_string(offset));
-    add("length", std::to_string(data.nbytes()));
-    offset += static_cast<int64_t>(data.nbytes());
-  }
-  int err = errno;
-  ok = std::fclose(f) == 0 && ok;
-  if (ok && std::rename(tmp.c_str(), data_path.c_str()) != 0) ok = false;
-  if (!ok) {
-    if (!err) err = errno;
-    std::remove(tmp.c_str());
-    return Error("cannot write '" + data_path + "': " + std::strerror(err));
-  }
-  return Status::Ok();
+  return WriteFileAtomic(data_path, [&](std::FILE* f) {
+    int64_t offset = 0;
+    bool ok = true;
+    static const char kZeros[kExternalAlign] = {};
+    for (onnx::TensorProto* t : protos) {
+      const Tensor& data = *g.FindValue(t->name())->data;
+      int64_t pad = (kExternalAlign - offset % kExternalAlign) % kExternalAlign;
+      ok = ok && std::fwrite(kZeros, 1, pad, f) == static_cast<size_t>(pad);
+      offset += pad;
+      ok = ok && std::fwrite(data.raw(), 1, data.nbytes(), f) == data.nbytes();
+      t->set_data_location(onnx::TensorProto::EXTERNAL);
+      auto add = [&](const std::string& k, const std::string& v) {
+        auto* e = t->add_external_data();
+        e->set_key(k);
+        e->set_value(v);
+      };
+      add("location", location);
+      add("offset", std::to_string(offset));
+      add("length", std::to_string(data.nbytes()));
+      offset += static_cast<int64_t>(data.nbytes());
+    }
+    return ok;
+  });
 }
 
 }  // namespace
@@ -294,7 +286,7 @@ Status ExportOnnx(const Graph& graph, const std::string& path, const ExportOptio
         graph, onnx_util::JoinPath(onnx_util::DirName(path), location), location, external_protos));
   }
   ASSIGN_OR_RETURN(std::string bytes, Serialize(m, "'" + path + "'"));
-  return onnx_util::WriteFileAtomic(path, bytes);
+  return WriteFileAtomic(path, bytes);
 }
 
 }  // namespace foundry

@@ -42,29 +42,6 @@ StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes) {
   return bytes;
 }
 
-Status WriteFileAtomic(const std::string& path, std::string_view bytes) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return Error("cannot write '" + path + "': " + std::strerror(errno));
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  int err = errno;
-  ok = (std::fflush(f) == 0) && ok;
-  if (!ok) err = errno;
-  if (std::fclose(f) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    std::remove(tmp.c_str());
-    return Error("cannot write '" + path + "': " + std::strerror(err));
-  }
-  return Status::Ok();
-}
-
 std::string DirName(const std::string& path) {
   size_t slash = path.rfind('/');
   if (slash == std::string::npos) return "";

@@ -21,10 +21,6 @@ namespace onnx_util {
 // (when >= 0) is an error before anything is read.
 StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes = -1);
 
-// Writes `bytes` to `path.tmp.<pid>` and renames it over `path`, so a reader never sees half a
-// file and a failed write leaves the old file in place.
-Status WriteFileAtomic(const std::string& path, std::string_view bytes);
-
 // "dir/model.onnx" -> "dir"; "model.onnx" -> "".
 std::string DirName(const std::string& path);
 // `base_dir` joined with a relative `name` ("" base -> name itself).

@@ -1,37 +1,25 @@
 #include "compiler/plan.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
+
+#include "base/file_util.h"
+#include "compiler/onnx_export.h"
 
 namespace foundry {
 
-Status WriteFileAtomic(const std::string& path, const std::string& contents) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Error("cannot write '" + path + "': " + std::strerror(errno));
-    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return Error("cannot write '" + path + "': " + std::strerror(errno));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    return Error("cannot write '" + path + "': " + why);
-  }
-  return Status::Ok();
-}
+namespace fs = std::filesystem;
 
-Status WritePlan(const Plan& plan, const std::string& path) {
+StatusOr<std::string> PlanToJson(const Plan& plan) {
   nlohmann::ordered_json j;
   j["format"] = "foundry-plan";
   j["version"] = plan.version;
@@ -43,7 +31,19 @@ Status WritePlan(const Plan& plan, const std::string& path) {
   j["parameters"] = plan.parameters;
   j["gradients"] = plan.gradients;
   j["dims"] = plan.dims;
-  return WriteFileAtomic(path, j.dump(2) + "\n");
+  j["input_dims"] = plan.input_dims;
+  try {
+    return j.dump(2) + "\n";
+  } catch (const nlohmann::json::exception&) {
+    // JSON strings are UTF-8; a name or path that is not cannot be written faithfully.
+    return Error(
+        "cannot write the plan: a value name or the model path is not valid UTF-8; rename it");
+  }
+}
+
+Status WritePlan(const Plan& plan, const std::string& path) {
+  ASSIGN_OR_RETURN(std::string json, PlanToJson(plan));
+  return WriteFileAtomic(path, json);
 }
 
 StatusOr<Plan> ReadPlan(const std::string& path) {
@@ -55,9 +55,9 @@ StatusOr<Plan> ReadPlan(const std::string& path) {
   ss << in.rdbuf();
   const std::string fix = "; recompile it with foundry-compile MODEL.onnx -o PREFIX";
   nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("format") ||
-      j["format"] != "foundry-plan")
-    return Error("'" + path + "' is not a foundry plan (not the JSON foundry-compile writes)" + fix);
+  if (j.is_discarded() || !j.is_object() || !j.contains("format") || j["format"] != "foundry-plan")
+    return Error("'" + path + "' is not a foundry plan (not the JSON foundry-compile writes)" +
+                 fix);
   if (!j.contains("version") || !j["version"].is_number_integer())
     return Error("'" + path + "' has no plan format version" + fix);
   int version = j["version"].get<int>();
@@ -75,14 +75,157 @@ StatusOr<Plan> ReadPlan(const std::string& path) {
     p.parameters = j.at("parameters").get<std::vector<std::string>>();
     p.gradients = j.at("gradients").get<std::map<std::string, std::string>>();
     p.dims = j.at("dims").get<std::map<std::string, int64_t>>();
+    if (j.contains("input_dims"))
+      p.input_dims = j.at("input_dims").get<std::map<std::string, std::vector<std::string>>>();
   } catch (const nlohmann::json::exception& e) {
     return Error("'" + path + "' is a damaged foundry plan (" + e.what() + ")" + fix);
   }
-  for (const auto& param : p.parameters)
-    if (!p.gradients.count(param))
-      return Error("'" + path + "' is a damaged foundry plan (no gradient for parameter '" +
-                   param + "')" + fix);
+  auto damaged = [&](const std::string& why) {
+    return Error("'" + path + "' is a damaged foundry plan (" + why + ")" + fix);
+  };
+  std::set<std::string> params, inputs, grads;
+  for (const auto& in : p.inputs)
+    if (!inputs.insert(in).second) return damaged("input '" + in + "' is listed twice");
+  for (const auto& param : p.parameters) {
+    if (!params.insert(param).second) return damaged("parameter '" + param + "' is listed twice");
+    if (inputs.count(param))
+      return damaged("'" + param + "' is listed both as an input and as a parameter");
+    if (!p.gradients.count(param)) return damaged("no gradient for parameter '" + param + "'");
+  }
+  for (const auto& [param, grad] : p.gradients) {
+    if (!params.count(param))
+      return damaged("gradient '" + grad + "' belongs to '" + param +
+                     "', which is not a parameter");
+    if (!grads.insert(grad).second)
+      return damaged("gradient '" + grad + "' is given for two parameters");
+    if (grad == p.loss) return damaged("the loss '" + p.loss + "' is also a gradient");
+    if (params.count(grad) || inputs.count(grad))
+      return damaged("gradient '" + grad + "' is also an input or a parameter");
+  }
+  if (params.count(p.loss) || inputs.count(p.loss))
+    return damaged("the loss '" + p.loss + "' is also an input or a parameter");
+  for (const auto& [name, value] : p.dims)
+    if (value <= 0)
+      return damaged("dimension '" + name + "' is " + std::to_string(value) +
+                     "; dimensions are positive");
+  for (const auto& [input, axes] : p.input_dims) {
+    if (!inputs.count(input))
+      return damaged("input_dims names '" + input + "', which is not an input");
+    for (const auto& d : axes)
+      if (!d.empty() && !p.dims.count(d))
+        return damaged("input '" + input + "' has dimension '" + d + "', which dims does not bind");
+  }
   return p;
+}
+
+// ---- foundry-compile's outputs -------------------------------------------------------------
+
+StatusOr<CompiledOutputs> CompiledOutputPaths(const std::string& prefix) {
+  const std::string stem = fs::path(prefix).filename().string();
+  if (stem.empty() || stem == "." || stem == "..")
+    return Error(
+        "-o " + prefix + ": PREFIX needs a file name after the folder (e.g. -o " +
+        (prefix.empty() ? std::string("out/") : prefix + (prefix.back() == '/' ? "" : "/")) +
+        "model writes model.train.onnx and model.plan there)");
+  return CompiledOutputs{prefix + ".train.onnx", prefix + ".train.onnx.data", prefix + ".plan"};
+}
+
+Status WriteCompiledOutputs(const Graph& graph, const Plan* plan, const std::string& prefix) {
+  ASSIGN_OR_RETURN(CompiledOutputs out, CompiledOutputPaths(prefix));
+  std::string plan_json;
+  if (plan) {
+    ASSIGN_OR_RETURN(plan_json, PlanToJson(*plan));
+  }
+  std::error_code ec;
+  const fs::path target_dir = fs::path(prefix).parent_path();
+  const std::string stem = fs::path(prefix).filename().string();
+
+  // 1. Folders, outermost first, remembered so a failure can take them away again.
+  std::vector<fs::path> created;
+  for (fs::path d = target_dir; !d.empty() && !fs::exists(d, ec); d = d.parent_path()) {
+    created.insert(created.begin(), d);
+    if (d == d.parent_path()) break;
+  }
+  auto remove_created = [&] {
+    for (auto it = created.rbegin(); it != created.rend(); ++it) fs::remove(*it, ec);
+  };
+  for (const auto& d : created)
+    if (!fs::create_directory(d, ec) && !fs::is_directory(d)) {
+      std::string why = ec.message();
+      remove_created();
+      return Error("cannot create output folder '" + d.string() + "': " + why);
+    }
+
+  // 2. Everything into a temp folder beside the outputs.
+  static int counter = 0;
+  const fs::path tmp =
+      (target_dir.empty() ? fs::path(".") : target_dir) /
+      ("." + stem + ".foundry-tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++));
+  if (!fs::create_directory(tmp, ec)) {
+    std::string why = ec ? ec.message() : "it already exists";
+    remove_created();
+    return Error("cannot write '" + out.graph + "': cannot create a temporary folder in '" +
+                 (target_dir.empty() ? std::string(".") : target_dir.string()) + "': " + why);
+  }
+  auto fail = [&](const Status& st) {
+    fs::remove_all(tmp, ec);
+    remove_created();
+    return st;
+  };
+  const std::string name_graph = fs::path(out.graph).filename().string();
+  const std::string name_data = fs::path(out.data).filename().string();
+  const std::string name_plan = fs::path(out.plan).filename().string();
+  Status st = ExportOnnx(graph, (tmp / name_graph).string());
+  if (!st.ok()) return fail(st);
+  if (plan) {
+    st = WriteFileAtomic((tmp / name_plan).string(), plan_json);
+    if (!st.ok()) return fail(st);
+  }
+
+  // 3. Rename into place, data first: a graph never refers to data that is not there yet.
+  struct Move {
+    std::string name, target;
+    bool had_old = false, done = false;
+  };
+  std::vector<Move> moves;
+  if (fs::exists(tmp / name_data, ec)) moves.push_back({name_data, out.data});
+  moves.push_back({name_graph, out.graph});
+  if (plan) moves.push_back({name_plan, out.plan});
+  auto undo = [&] {
+    for (auto it = moves.rbegin(); it != moves.rend(); ++it) {
+      if (!it->done) continue;
+      const std::string old = (tmp / (it->name + ".old")).string();
+      if (it->had_old)
+        std::rename(old.c_str(), it->target.c_str());
+      else
+        std::remove(it->target.c_str());
+    }
+  };
+  for (Move& m : moves) {
+    const std::string from = (tmp / m.name).string();
+    const std::string old = (tmp / (m.name + ".old")).string();
+    struct stat sb {};
+    // A file about to be replaced is kept by a hard link (a symlink is kept as itself); a
+    // folder is not replaced at all: the rename below fails on it.
+    if (::lstat(m.target.c_str(), &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+      if (::link(m.target.c_str(), old.c_str()) != 0) {
+        std::string why = std::strerror(errno);
+        undo();
+        return fail(Error("cannot write '" + m.target + "': cannot keep the old file (" + why +
+                          "); nothing was written"));
+      }
+      m.had_old = true;
+    }
+    if (std::rename(from.c_str(), m.target.c_str()) != 0) {
+      std::string why = std::strerror(errno);
+      undo();
+      return fail(Error("cannot write '" + m.target + "': " + why + "; nothing was written"));
+    }
+    m.done = true;
+  }
+  // 4.
+  fs::remove_all(tmp, ec);
+  return Status::Ok();
 }
 
 }  // namespace foundry

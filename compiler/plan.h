@@ -10,27 +10,58 @@
 #include <vector>
 
 #include "base/status.h"
+#include "compiler/ir.h"
 
 namespace foundry {
 
 struct Plan {
   static constexpr int kVersion = 1;
   int version = kVersion;
-  std::string graph_file;     // relative to the plan's directory
-  std::string source_model;   // the model foundry-compile read (as given)
-  std::string loss;           // value name of the scalar loss
-  bool loss_in_model = true;  // false: foundry appended the loss (labels are not shifted)
-  std::vector<std::string> inputs;                // run-time data inputs, e.g. input_ids, labels
-  std::vector<std::string> parameters;            // trainable, in optimizer order
-  std::map<std::string, std::string> gradients;   // parameter -> its gradient value
-  std::map<std::string, int64_t> dims;            // the bindings it was compiled with
+  std::string graph_file;               // relative to the plan's directory
+  std::string source_model;             // the model foundry-compile read (as given)
+  std::string loss;                     // value name of the scalar loss
+  bool loss_in_model = true;            // false: foundry appended the loss (labels are not shifted)
+  std::vector<std::string> inputs;      // run-time data inputs, e.g. input_ids, labels
+  std::vector<std::string> parameters;  // trainable, in optimizer order
+  std::map<std::string, std::string> gradients;  // parameter -> its gradient value
+  std::map<std::string, int64_t> dims;           // the bindings it was compiled with
+  // Which dimension each axis of an input bound, as the exported model named them ("" for a
+  // fixed axis): {"input_ids": ["batch", "seq"]}. Lets the runtime check `dims` against the
+  // graph's input shapes. Optional in the file (plans written before it have none).
+  std::map<std::string, std::vector<std::string>> input_dims;
 };
 
-// Atomic write (temp file + rename).
+// The JSON text of a plan file.
+StatusOr<std::string> PlanToJson(const Plan& plan);
+// Atomic write (base/file_util.h).
 Status WritePlan(const Plan& plan, const std::string& path);
+// Reads a plan and checks what it can without the graph (a hand-edited plan is as likely as a
+// damaged one): parameters and inputs are unique, every parameter has a gradient and every
+// gradient belongs to a parameter, no value plays two roles, dims are positive.
 StatusOr<Plan> ReadPlan(const std::string& path);
 
-// Writes `contents` to `path` atomically: a temp file in the same directory, then rename.
-Status WriteFileAtomic(const std::string& path, const std::string& contents);
+// ---- foundry-compile's outputs -------------------------------------------------------------
+
+// The files foundry-compile writes for -o PREFIX: PREFIX.train.onnx, PREFIX.train.onnx.data (only
+// when ExportOnnx moves the weights out of a large model) and PREFIX.plan.
+struct CompiledOutputs {
+  std::string graph;  // PREFIX.train.onnx
+  std::string data;   // PREFIX.train.onnx.data
+  std::string plan;   // PREFIX.plan
+};
+// Error for a PREFIX without a file-name stem ("", "out/", "out/.", "out/..").
+StatusOr<CompiledOutputs> CompiledOutputPaths(const std::string& prefix);
+
+// Writes `graph` (and `plan`, when not null) for -o PREFIX as one set: afterwards either every
+// file is the new one or, on any error, every file is as it was before (a file that did not
+// exist still does not; folders this call created are removed again).
+//   1. Missing folders above PREFIX are created.
+//   2. Every file is written into a fresh temp folder beside the outputs (same file system).
+//   3. Each is renamed into place (data, graph, plan), an existing file first hard-linked into
+//      the temp folder; if a rename fails, the ones done are undone from those links.
+//   4. The temp folder is removed.
+// Only a crash inside step 3 can leave a mixed set, and then the old files sit in the temp
+// folder `.PREFIX-STEM.foundry-tmp.*`.
+Status WriteCompiledOutputs(const Graph& graph, const Plan* plan, const std::string& prefix);
 
 }  // namespace foundry

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "base/file_util.h"
 #include "base/quote.h"
 #include "compiler/onnx_proto_util.h"
 
@@ -254,7 +255,7 @@ Status WriteTensorFile(const std::string& path, const Tensor& tensor, const std:
   if (!proto.SerializeToString(&bytes))
     return Error("cannot serialize tensor '" + name + "' for '" + path +
                  "' (over protobuf's 2 GiB limit?)");
-  return onnx_util::WriteFileAtomic(path, bytes);
+  return WriteFileAtomic(path, bytes);
 }
 
 }  // namespace foundry

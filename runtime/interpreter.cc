@@ -14,23 +14,6 @@ uint64_t NodeKey(const Node& node) {
   return Fnv1a(it != node.marks.end() ? it->second : node.name);
 }
 
-namespace {
-
-bool AllFinite(const Tensor& t) {
-  if (t.dtype() == DType::kFloat32) {
-    const float* p = t.data<float>();
-    for (int64_t i = 0; i < t.numel(); ++i)
-      if (!std::isfinite(p[i])) return false;
-  } else if (t.dtype() == DType::kFloat64) {
-    const double* p = t.data<double>();
-    for (int64_t i = 0; i < t.numel(); ++i)
-      if (!std::isfinite(p[i])) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 StatusOr<std::map<std::string, Tensor>> Interpret(const Graph& graph,
                                                   const std::map<std::string, Tensor>& feeds,
                                                   const InterpretOptions& options) {

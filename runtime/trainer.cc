@@ -1,9 +1,8 @@
 #include "runtime/trainer.h"
 
-#include "base/hash.h"
-
 #include <fcntl.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,7 +15,10 @@
 #include <numbers>
 #include <set>
 #include <sstream>
+#include <tuple>
 
+#include "base/file_util.h"
+#include "base/hash.h"
 #include "compiler/onnx_export.h"
 #include "compiler/onnx_import.h"
 #include "compiler/op_schema.h"
@@ -49,14 +51,6 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
-}
-
-bool AllFinite(const Tensor& t) {
-  if (t.dtype() != DType::kFloat32) return true;
-  const float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i)
-    if (!std::isfinite(p[i])) return false;
-  return true;
 }
 
 uint64_t SplitMix64(uint64_t x) {
@@ -96,17 +90,27 @@ Status EnsureShapes(Graph& g) {
   return Status::Ok();
 }
 
-Status WriteTextFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (out) out << text;
-  out.flush();
-  if (!out) return Error("cannot write '" + path + "': " + std::strerror(errno));
-  return Status::Ok();
+// A number as the user would type it back: shortest round-trip form ("0.001", "1e+300", "nan").
+std::string Num(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// `path` lies in `dir` (or is `dir`), comparing canonical paths so links and ".." do not hide it.
+bool IsInside(const std::string& path, const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(path, ec);
+  if (ec) return false;
+  fs::path d = fs::weakly_canonical(dir, ec);
+  if (ec) return false;
+  auto [di, pi] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
+  return di == d.end() || (std::next(di) == d.end() && di->empty());
 }
 
 // Replaces `dir` by `tmp` so that a reader sees either the old directory or the new one: an atomic
 // exchange (renameat2 RENAME_EXCHANGE) where the file system has it, else two renames (a crash
-// between them leaves the old save as DIR.old and the new one as DIR.tmp).
+// between them leaves the old save as DIR.old.<pid> and the new one as DIR.tmp.<pid>).
 Status SwapDirectoryIn(const std::string& tmp, const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) {
@@ -120,7 +124,7 @@ Status SwapDirectoryIn(const std::string& tmp, const std::string& dir) {
     return Status::Ok();
   }
 #endif
-  std::string old = dir + ".old";
+  std::string old = dir + ".old." + std::to_string(::getpid());
   fs::remove_all(old, ec);
   if (std::rename(dir.c_str(), old.c_str()) != 0)
     return Error("cannot rename '" + dir + "' to '" + old + "': " + std::strerror(errno));
@@ -144,6 +148,10 @@ Status CheckPlan(const Plan& plan, const Graph& g, const std::string& plan_path)
   if (!is_output(plan.loss))
     return damaged("the loss '" + plan.loss + "' is not an output of the graph '" +
                    plan.graph_file + "'");
+  if (const Value* loss = g.FindValue(plan.loss);
+      loss && loss->ShapeKnown() && (!IsFloat(loss->dtype) || NumElements(loss->shape) != 1))
+    return damaged("the loss '" + plan.loss + "' is " + loss->TypeString() +
+                   ", not a float scalar");
   for (const auto& in : plan.inputs)
     if (std::find(g.inputs.begin(), g.inputs.end(), in) == g.inputs.end())
       return damaged("input '" + in + "' is not among the inputs of '" + plan.graph_file +
@@ -157,6 +165,23 @@ Status CheckPlan(const Plan& plan, const Graph& g, const std::string& plan_path)
     if (!is_output(it->second))
       return damaged("the gradient '" + it->second + "' of parameter '" + p +
                      "' is not an output of the graph '" + plan.graph_file + "'");
+    const Value* pv = g.FindValue(p);
+    const Value* gv = g.FindValue(it->second);
+    if (pv && gv && pv->ShapeKnown() && gv->ShapeKnown() &&
+        (pv->dtype != gv->dtype || pv->shape != gv->shape))
+      return damaged("the gradient '" + it->second + "' is " + gv->TypeString() +
+                     " but parameter '" + p + "' is " + pv->TypeString());
+  }
+  for (const auto& [input, axes] : plan.input_dims) {
+    const Value* v = g.FindValue(input);
+    if (!v || !v->ShapeKnown()) continue;
+    if (v->shape.size() != axes.size())
+      return damaged("input '" + input + "' is " + v->TypeString() + " in the graph but has " +
+                     std::to_string(axes.size()) + " axes in input_dims");
+    for (size_t i = 0; i < axes.size(); ++i)
+      if (!axes[i].empty() && plan.dims.at(axes[i]) != v->shape[i])
+        return damaged("dims gives '" + axes[i] + "' = " + std::to_string(plan.dims.at(axes[i])) +
+                       " but input '" + input + "' is " + v->TypeString() + " in the graph");
   }
   return Status::Ok();
 }
@@ -228,6 +253,23 @@ StatusOr<OptimizerKind> ParseOptimizerName(std::string_view name) {
   if (name == "sgd") return OptimizerKind::kSgd;
   if (name == "adamw") return OptimizerKind::kAdamW;
   return Error("unknown optimizer '" + std::string(name) + "' (choose sgd or adamw)");
+}
+
+Status CheckOptimizerOptions(const OptimizerOptions& o) {
+  // Written so that NaN fails every check: each condition is what must hold.
+  if (!(std::isfinite(o.lr) && o.lr > 0))
+    return Error("--lr " + Num(o.lr) + ": the learning rate must be a finite number > 0");
+  if (!(o.beta1 >= 0 && o.beta1 < 1))
+    return Error("--beta1 " + Num(o.beta1) + ": must be in [0, 1)");
+  if (!(o.beta2 >= 0 && o.beta2 < 1))
+    return Error("--beta2 " + Num(o.beta2) + ": must be in [0, 1)");
+  if (!(std::isfinite(o.eps) && o.eps > 0))
+    return Error("--eps " + Num(o.eps) + ": must be a finite number > 0");
+  if (!(std::isfinite(o.weight_decay) && o.weight_decay >= 0))
+    return Error("--weight-decay " + Num(o.weight_decay) + ": must be a finite number >= 0");
+  if (!(o.momentum >= 0 && o.momentum < 1))
+    return Error("--momentum " + Num(o.momentum) + ": must be in [0, 1)");
+  return Status::Ok();
 }
 
 void AdamWUpdate(const OptimizerOptions& o, int64_t step, float* param, const float* grad, float* m,
@@ -457,17 +499,33 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     return Error("--resume " + dir + ": '" + path + "' is damaged (" + e.what() + ")");
   }
+  const std::string damaged = "--resume " + dir + ": '" + path + "' is damaged (";
+  if (s.step < 0 || s.step == INT64_MAX)
+    return Error(damaged + "step " + std::to_string(s.step) + " is out of range)");
+  if (s.data_position < 0)
+    return Error(damaged + "data position " + std::to_string(s.data_position) + " is negative)");
+  Status st = CheckOptimizerOptions(s.optimizer);
+  if (!st.ok()) return Error(damaged + "it records " + st.message() + ")");
   return s;
 }
 
 // ---- trainer -------------------------------------------------------------------------------
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const TrainerOptions& options) {
+  RETURN_IF_ERROR(CheckOptimizerOptions(options.optimizer));
   std::unique_ptr<Trainer> t(new Trainer());
   t->plan_ = std::move(plan);
   t->options_ = options;
   Graph& g = t->plan_.graph;
   const Plan& p = t->plan_.plan;
+  fs::path graph_path = p.graph_file;
+  if (graph_path.is_relative())
+    graph_path = fs::path(t->plan_.plan_path).parent_path() / graph_path;
+  t->input_files_ = {t->plan_.plan_path, graph_path.string(), graph_path.string() + ".data"};
+  for (const auto& spec : options.feeds)
+    if (size_t eq = spec.find('='); eq != std::string::npos)
+      t->input_files_.push_back(spec.substr(eq + 1));
+  if (!options.data_path.empty()) t->input_files_.push_back(options.data_path);
 
   // Parameters: the graph's data, or the seeded initialisation. The graph's copy is dropped: the
   // trainer's tensors are fed in every step.
@@ -664,6 +722,12 @@ Status Trainer::ApplyOptimizer(const std::map<std::string, Tensor>& outputs) {
 }
 
 StatusOr<StepReport> Trainer::Step() {
+  if (failed_) return Error("an earlier step failed; the trainer cannot go on");
+  if (step_ == INT64_MAX) return Error("step " + std::to_string(step_) + " is the last one");
+  // Window indices (position + b) * (seq + 1) + t must fit int64 (SyntheticWindow, ReadWindow).
+  if (batch_ > 0 && data_position_ > INT64_MAX / (seq_ + 1) - batch_)
+    return Error("step " + std::to_string(step_ + 1) + ": the data position " +
+                 std::to_string(data_position_) + " is past the last window foundry can address");
   const auto start = std::chrono::steady_clock::now();
   const int64_t step = step_ + 1;
   RETURN_IF_ERROR(BuildBatch());
@@ -677,28 +741,57 @@ StatusOr<StepReport> Trainer::Step() {
   const Tensor& loss_t = outputs.at(plan_.plan.loss);
   bool finite = AllFinite(loss_t);
   for (const auto& [param, gname] : plan_.plan.gradients) finite &= AllFinite(outputs.at(gname));
-  if (!finite) return NonFiniteError(step, io);
+  if (!finite) {
+    failed_ = true;
+    return NonFiniteError(step, io);
+  }
 
-  if (steps_this_run_ == 0 && !options_.dump_grads_dir.empty()) {
+  // Dumps: every target is checked before any is written.
+  std::vector<std::tuple<std::string, const Tensor*, std::string>> dumps;  // path, tensor, name
+  auto make_dir = [&](const std::string& option, const std::string& dir) -> Status {
     std::error_code ec;
-    fs::create_directories(options_.dump_grads_dir, ec);
+    fs::create_directories(dir, ec);
+    if (ec || !fs::is_directory(dir))
+      return Error(option + " " + dir + ": cannot create the folder: " +
+                   (ec ? ec.message() : std::string("a file is in the way")));
+    return Status::Ok();
+  };
+  if (steps_this_run_ == 0 && !options_.dump_grads_dir.empty()) {
     for (const auto& name : plan_.plan.parameters) {
       const std::string gname = name + "_grad";
-      RETURN_IF_ERROR(WriteTensorFile(
+      dumps.emplace_back(
           (fs::path(options_.dump_grads_dir) / (FileNameForValue(gname) + ".pb")).string(),
-          outputs.at(plan_.plan.gradients.at(name)), gname));
+          &outputs.at(plan_.plan.gradients.at(name)), gname);
+      RETURN_IF_ERROR(CheckNotAnInput(std::get<0>(dumps.back()), "--dump-grads"));
     }
   }
   if (steps_this_run_ == 0 && !options_.dump_outputs_dir.empty()) {
-    std::error_code ec;
-    fs::create_directories(options_.dump_outputs_dir, ec);
-    for (const auto& out : plan_.graph.outputs)
-      RETURN_IF_ERROR(WriteTensorFile(
+    for (const auto& out : plan_.graph.outputs) {
+      dumps.emplace_back(
           (fs::path(options_.dump_outputs_dir) / (FileNameForValue(out) + ".pb")).string(),
-          outputs.at(out), out));
+          &outputs.at(out), out);
+      RETURN_IF_ERROR(CheckNotAnInput(std::get<0>(dumps.back()), "--dump-outputs"));
+    }
   }
-
+  // From here on the parameters are being changed in place: any error ends the trainer.
+  failed_ = true;
   RETURN_IF_ERROR(ApplyOptimizer(outputs));
+  // Finite gradients can still give non-finite weights (an lr that overflows fp32, a weight at
+  // the edge of the range). The update is in place, so the trainer is done for; nothing of it
+  // may be saved.
+  for (const auto& name : plan_.plan.parameters)
+    if (!AllFinite(bindings_.at(name)))
+      return Error("step " + std::to_string(step) + ": the optimizer update made parameter '" +
+                   name + "' non-finite (lr " + Num(options_.optimizer.lr) +
+                   "); lower --lr, or check the weights");
+  // The dumps last, so a failed step writes nothing.
+  if (steps_this_run_ == 0 && !options_.dump_grads_dir.empty())
+    RETURN_IF_ERROR(make_dir("--dump-grads", options_.dump_grads_dir));
+  if (steps_this_run_ == 0 && !options_.dump_outputs_dir.empty())
+    RETURN_IF_ERROR(make_dir("--dump-outputs", options_.dump_outputs_dir));
+  for (const auto& [path, tensor, name] : dumps)
+    RETURN_IF_ERROR(WriteTensorFile(path, *tensor, name));
+  failed_ = false;
   step_ = step;
   data_position_ += batch_;
   ++steps_this_run_;
@@ -714,18 +807,68 @@ StatusOr<StepReport> Trainer::Step() {
 
 // ---- save / resume -------------------------------------------------------------------------
 
-Status Trainer::Save(const std::string& dir_arg) const {
+namespace {
+
+std::string NormalDir(const std::string& dir_arg) {
   std::string dir = fs::path(dir_arg).lexically_normal().string();
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
+}  // namespace
+
+Status Trainer::CheckNotAnInput(const std::string& path, const std::string& option) const {
+  const std::optional<FileId> id = GetFileId(path);
+  if (!id) return Status::Ok();
+  for (const auto& input : input_files_)
+    if (GetFileId(input) == id)
+      return Error(option + ": writing '" + path + "' would overwrite '" + input +
+                   "', an input of this run; choose another folder");
+  return Status::Ok();
+}
+
+Status Trainer::CheckSaveTarget(const std::string& dir_arg) const {
+  const std::string dir = NormalDir(dir_arg);
   std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec) && !fs::exists(fs::path(dir) / "state.json"))
-    return Error("--save " + dir_arg + ": '" + dir +
-                 "' exists and is not a foundry-run save (no state.json); choose another "
-                 "directory");
-  const std::string tmp = dir + ".tmp";
+  const fs::file_status st = fs::status(dir, ec);
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st))
+      return Error("--save " + dir_arg + ": '" + dir +
+                   "' exists and is not a directory; choose a new directory");
+    if (!fs::is_empty(dir, ec) && !fs::exists(fs::path(dir) / "state.json"))
+      return Error("--save " + dir_arg + ": '" + dir +
+                   "' exists and is not a foundry-run save (no state.json); choose another "
+                   "directory");
+    if (!resume_dir_.empty() && GetFileId(dir) == GetFileId(resume_dir_))
+      return Error("--save " + dir_arg +
+                   ": it is the --resume directory, whose files this run reads; save to "
+                   "another directory");
+  }
+  for (const auto& input : input_files_)
+    if (GetFileId(input) && IsInside(input, dir))
+      return Error("--save " + dir_arg + ": '" + dir + "' holds '" + input +
+                   "', an input of this run; save to another directory");
+  return Status::Ok();
+}
+
+Status Trainer::Save(const std::string& dir_arg) const {
+  if (failed_) return Error("--save " + dir_arg + ": a step failed; nothing to save");
+  RETURN_IF_ERROR(CheckSaveTarget(dir_arg));
+  const std::string dir = NormalDir(dir_arg);
+  std::error_code ec;
+  // A name no one else uses: DIR.tmp could be the user's.
+  const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
   fs::remove_all(tmp, ec);
   if (!fs::create_directories(fs::path(tmp) / "optimizer", ec))
     return Error("--save " + dir_arg + ": cannot create '" + tmp + "': " + ec.message());
+  Status st = WriteSave(tmp);
+  if (st.ok()) st = SwapDirectoryIn(tmp, dir);
+  if (!st.ok()) fs::remove_all(tmp, ec);
+  return st;
+}
+
+Status Trainer::WriteSave(const std::string& tmp) const {
+  std::error_code ec;
 
   Graph g = plan_.graph;
   for (const auto& name : plan_.plan.parameters)
@@ -770,8 +913,13 @@ Status Trainer::Save(const std::string& dir_arg) const {
                {"path", data_path},
                {"dtype", std::string(TokenDTypeName(options_.data_dtype))},
                {"position", data_position_}};
-  RETURN_IF_ERROR(WriteTextFile((fs::path(tmp) / "state.json").string(), j.dump(2) + "\n"));
-  return SwapDirectoryIn(tmp, dir);
+  std::string json;
+  try {
+    json = j.dump(2) + "\n";
+  } catch (const nlohmann::json::exception&) {
+    return Error("--save: a --feed or --data path is not valid UTF-8; rename the file");
+  }
+  return WriteFileAtomic((fs::path(tmp) / "state.json").string(), json);
 }
 
 Status Trainer::Resume(const std::string& dir) {
@@ -817,11 +965,20 @@ Status Trainer::Resume(const std::string& dir) {
       RETURN_IF_ERROR(load_slot(".m.pb", m));
     }
   }
+  // Room for one more step's windows: (position + batch) * (seq + 1) must fit int64.
+  if (batch_ > 0 && s.data_position > INT64_MAX / (seq_ + 1) - batch_)
+    return Error("--resume " + dir + ": data position " + std::to_string(s.data_position) +
+                 " is out of range for batches of " + std::to_string(batch_) + " x " +
+                 std::to_string(seq_ + 1) + " tokens");
   for (auto& [name, t] : params) bindings_[name] = std::move(t);
   slot_m_ = std::move(m);
   slot_v_ = std::move(v);
   step_ = s.step;
   data_position_ = s.data_position;
+  resume_dir_ = dir;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) input_files_.push_back(e.path().string());
   return Status::Ok();
 }
 

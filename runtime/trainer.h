@@ -52,7 +52,10 @@ struct LoadedPlan {
 // file is resolved relative to the plan's directory.
 StatusOr<LoadedPlan> LoadPlan(const std::string& prefix_or_plan_path);
 
-// The same checks LoadPlan makes, for a plan and graph built in memory.
+// The same checks LoadPlan makes, for a plan and graph built in memory (ReadPlan's own checks
+// aside): the loss is a scalar float output of the graph; every input is a graph input; every
+// parameter is an initializer whose gradient is a graph output of its dtype and shape; each
+// dimension in `input_dims` is the size `dims` gives it in the graph's input shapes.
 Status CheckPlan(const Plan& plan, const Graph& graph, const std::string& plan_path);
 
 // ---- parameter initialisation --------------------------------------------------------------
@@ -100,6 +103,11 @@ struct OptimizerOptions {
 //   v = fma(f32(1 - b2) * g, g, v * f32(b2))        exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
 //   p = p + (f32(-lr / (1 - b1^t)) * m) / (sqrt(v) / f32(sqrt(1 - b2^t)) + f32(eps))
 // with the bias corrections computed in double, as Python does.
+// Each value in range, or an error naming the option as foundry-run spells it ("--lr nan: ..."):
+// lr finite > 0, 0 <= beta1, beta2 < 1, eps finite > 0, weight_decay finite >= 0,
+// 0 <= momentum < 1.
+Status CheckOptimizerOptions(const OptimizerOptions& o);
+
 void AdamWUpdate(const OptimizerOptions& o, int64_t step, float* param, const float* grad, float* m,
                  float* v, int64_t n);
 
@@ -198,6 +206,8 @@ struct TrainState {
   TokenDType data_dtype = TokenDType::kUint16;
   int64_t data_position = 0;  // windows consumed
 };
+// Reads DIR/state.json and checks its values: the optimizer options (CheckOptimizerOptions),
+// 0 <= step < 2^63 - 1, data_position >= 0.
 StatusOr<TrainState> ReadTrainState(const std::string& dir);
 
 class Trainer {
@@ -206,14 +216,23 @@ class Trainer {
 
   // Continues the run saved in `dir` (by Save): its parameters, optimizer slots, step count and
   // data position. Seeds, hyper-parameters and the data source are this trainer's options; build
-  // them from ReadTrainState(dir) to continue the run exactly.
+  // them from ReadTrainState(dir) to continue the run exactly. The data position must leave room
+  // for the token windows of at least one more step.
   Status Resume(const std::string& dir);
 
+  // A step that fails leaves the trainer unusable: Step() and Save() then return errors. A step
+  // fails when the loss or a gradient is not finite, or when the optimizer update makes a
+  // parameter non-finite (the error names the step and the parameter).
   StatusOr<StepReport> Step();
 
+  // Whether Save(dir) may write there: `dir` is missing, empty, or an earlier save (it has a
+  // state.json); it is not a file, not the --resume directory, and holds no input of this run
+  // (plan, graph, --feed or --data files).
+  Status CheckSaveTarget(const std::string& dir) const;
+
   // DIR/model.onnx (the training graph, trained parameters as initializers),
-  // DIR/optimizer/<param>.m.pb and .v.pb, DIR/state.json. Written into DIR.tmp, then swapped in,
-  // so DIR is always either the old save or the new one.
+  // DIR/optimizer/<param>.m.pb and .v.pb, DIR/state.json. Written into DIR.tmp.<pid>, then swapped
+  // in, so DIR is always either the old save or the new one.
   Status Save(const std::string& dir) const;
 
   int64_t step() const { return step_; }
@@ -236,6 +255,9 @@ class Trainer {
   Status BuildBatch();
   Status ApplyOptimizer(const std::map<std::string, Tensor>& outputs);
   Status NonFiniteError(int64_t step, const InterpretOptions& base) const;
+  Status WriteSave(const std::string& tmp) const;
+  // Error if `path` (about to be written for `option`) is one of the run's input files.
+  Status CheckNotAnInput(const std::string& path, const std::string& option) const;
 
   LoadedPlan plan_;
   TrainerOptions options_;
@@ -252,6 +274,10 @@ class Trainer {
   int64_t step_ = 0;
   int64_t data_position_ = 0;
   int64_t steps_this_run_ = 0;
+  bool failed_ = false;
+  std::string resume_dir_;
+  // Every file the run reads: never overwritten by a dump or a save.
+  std::vector<std::string> input_files_;
   std::map<std::string, Tensor> last_outputs_;
 };
 

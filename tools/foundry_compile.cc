@@ -3,8 +3,11 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
+#include "base/file_util.h"
+#include "compiler/model_files.h"
 #include "compiler/module_tree.h"
 #include "compiler/onnx_export.h"
 #include "compiler/onnx_import.h"
@@ -12,60 +15,103 @@
 #include "compiler/plan.h"
 #include "passes/fold.h"
 #include "passes/pipeline.h"
+#include "tools/cli.h"
 
 namespace fs = std::filesystem;
 using namespace foundry;
 
 namespace {
 
-int Fail(const std::string& message) {
-  std::cerr << "foundry-compile: error: " << message << "\n";
-  return 1;
+constexpr const char* kTool = "foundry-compile";
+
+int Fail(const std::string& message, int code = cli::kExitError) {
+  return cli::Fail(kTool, message, code);
 }
 
-}  // namespace
+// An output that would replace one of the compile's own inputs: the model or one of its external
+// data files. Files are compared by (device, inode), so no spelling of a path slips through.
+Status CheckOutputsSpareInputs(const CompiledOutputs& out, const std::string& model,
+                               const ModelFiles& files) {
+  std::vector<std::string> existing;
+  for (const std::string& path : {out.data, out.graph, out.plan})
+    if (GetFileId(path)) existing.push_back(path);
+  const std::optional<FileId> model_id = GetFileId(model);
+  for (const auto& path : existing)
+    if (GetFileId(path) == model_id)
+      return Error("output '" + path + "' is the input model; choose another -o PREFIX");
+  for (const auto& data : files.external_data) {
+    std::optional<FileId> id = GetFileId(data);
+    if (!id) continue;
+    for (const auto& path : existing)
+      if (GetFileId(path) == id)
+        return Error("output '" + path + "' is the external data file '" + data +
+                     "' of the input model; choose another -o PREFIX");
+  }
+  return Status::Ok();
+}
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   CLI::App app{
       "foundry-compile: compile an ONNX transformer into a training plan.\n"
       "Writes PREFIX.train.onnx (the training graph: forward, loss, backward) and PREFIX.plan."};
+  app.footer(
+      "Exit status: 0 success; 2 a wrong command line (unknown option, bad or out-of-range "
+      "value);\n"
+      "1 an error in the input. Every error is one line `foundry-compile: error: ...` on stderr.");
   std::string model;
   std::string prefix;
   bool list_modules = false, list_ops = false, forward_only = false;
   std::vector<std::string> dim_specs, freeze, trainable;
-  int64_t fold_limit = 1 << 20;
+  std::string fold_limit_text = std::to_string(int64_t{1} << 20);
   std::string dump_after;
-  app.add_option("model", model, "the exported model (.onnx)")->required();
-  app.add_option("-o,--output", prefix, "output prefix: writes PREFIX.train.onnx and PREFIX.plan");
+  app.add_option("model", model, "the exported model (.onnx)");
+  auto* o_output = app.add_option("-o,--output", prefix,
+                                  "output prefix: writes PREFIX.train.onnx and PREFIX.plan");
   app.add_flag("--list-modules", list_modules,
                "print the module tree (path, class, --ckpt keys, nodes, parameter bytes) and exit");
-  app.add_flag("--list-ops", list_ops, "print the operators foundry supports and exit");
-  app.add_option("--dim", dim_specs, "bind a symbolic dimension, e.g. --dim batch=8 --dim seq=2048")
-      ->type_name("NAME=VALUE");
-  app.add_option("--freeze", freeze, "do not train parameters matching this glob (repeatable)")
-      ->type_name("GLOB");
-  app.add_option("--trainable", trainable,
-                 "also train initializers matching this glob (repeatable)")
-      ->type_name("GLOB");
+  app.add_flag("--list-ops", list_ops,
+               "print the operators foundry supports and exit (no model needed)");
+  cli::OneValueEach(app.add_option("--dim", dim_specs,
+                                   "bind a symbolic dimension, e.g. --dim batch=8 --dim seq=2048")
+                        ->type_name("NAME=VALUE"));
+  cli::OneValueEach(
+      app.add_option("--freeze", freeze, "do not train parameters matching this glob (repeatable)")
+          ->type_name("GLOB"));
+  cli::OneValueEach(app.add_option("--trainable", trainable,
+                                   "also train initializers matching this glob (repeatable)")
+                        ->type_name("GLOB"));
   app.add_flag("--forward-only", forward_only, "compile the forward graph only (no loss/backward)");
-  app.add_option("--fold-limit", fold_limit,
+  app.add_option("--fold-limit", fold_limit_text,
                  "largest tensor constant folding may create, in bytes (bigger ones are "
                  "computed at run time)")
+      ->type_name("BYTES")
       ->capture_default_str();
   app.add_option("--dump-after", dump_after,
                  "print the IR (text form) after this pass: fold, canonicalize, autodiff")
       ->type_name("PASS");
   // Let the model path be validated by the importer, which words the error itself.
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = cli::Parse(app, argc, argv, kTool)) return *code;
 
   if (list_ops) {
     for (const OpSchema* s : OpSchemas().All())
       std::cout << (s->domain.empty() ? "" : s->domain + "::") << s->op_type << "\n";
     return 0;
   }
+  if (model.empty())
+    return Fail("no model given: foundry-compile MODEL.onnx [-o PREFIX] (see --help)",
+                cli::kExitUsage);
 
-  auto dims = ParseDimSpecs(dim_specs);
-  if (!dims.ok()) return Fail(dims.status().message());
+  auto dims = cli::ParseDims(dim_specs);
+  if (!dims.ok()) return Fail(dims.status().message(), cli::kExitUsage);
+  auto fold_limit = cli::ParseInteger<int64_t>("--fold-limit", fold_limit_text, 1, INT64_MAX,
+                                               "a positive number of bytes");
+  if (!fold_limit.ok()) return Fail(fold_limit.status().message(), cli::kExitUsage);
+  std::optional<CompiledOutputs> outputs;
+  if (o_output->count()) {
+    auto paths = CompiledOutputPaths(prefix);
+    if (!paths.ok()) return Fail(paths.status().message(), cli::kExitUsage);
+    outputs = *paths;
+  }
 
   ImportOptions import_options;
   import_options.dims = *dims;
@@ -84,19 +130,18 @@ int main(int argc, char** argv) {
   if (auto w = graph->metadata.find(kImportWarningKey); w != graph->metadata.end() && !forward_only)
     std::cerr << "foundry-compile: warning: " << w->second << "\n";
 
-  if (!prefix.empty()) {
-    std::error_code ec;
-    fs::path train = prefix + ".train.onnx";
-    if (fs::exists(train, ec) && fs::equivalent(train, model, ec))
-      return Fail("output '" + train.string() + "' is the input model; choose another -o PREFIX");
-    fs::path parent = fs::path(prefix).parent_path();
-    if (!parent.empty() && !fs::exists(parent, ec) && !fs::create_directories(parent, ec))
-      return Fail("cannot create output directory '" + parent.string() + "': " + ec.message());
+  ModelFiles model_files;
+  if (outputs) {
+    auto files = InspectModelFile(model);
+    if (!files.ok()) return Fail(files.status().message());
+    model_files = std::move(files).value();
+    Status st = CheckOutputsSpareInputs(*outputs, model, model_files);
+    if (!st.ok()) return Fail(st.message());
   }
 
   CompileOptions options;
   options.fold.dims = *dims;
-  options.fold.max_folded_bytes = fold_limit;
+  options.fold.max_folded_bytes = *fold_limit;
   options.parameters.freeze = freeze;
   options.parameters.trainable = trainable;
   options.training = !forward_only;
@@ -109,16 +154,13 @@ int main(int argc, char** argv) {
   Status st = RunPasses(*graph, BuildPipeline(options), pipeline);
   if (!st.ok()) return Fail(st.message());
 
-  if (prefix.empty()) {
+  if (!outputs) {
     std::cout << "(no -o PREFIX given: nothing written)\n";
     return 0;
   }
-  std::string graph_file = prefix + ".train.onnx";
-  st = ExportOnnx(*graph, graph_file);
-  if (!st.ok()) return Fail(st.message());
+  Plan plan;
   if (!forward_only) {
-    Plan plan;
-    plan.graph_file = fs::path(graph_file).filename().string();
+    plan.graph_file = fs::path(outputs->graph).filename().string();
     plan.source_model = model;
     plan.loss = graph->metadata["foundry.loss"];
     plan.loss_in_model = graph->metadata.count("foundry.loss_appended") == 0;
@@ -127,11 +169,26 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < graph->parameters.size(); ++i)
       plan.gradients[graph->parameters[i]] = graph->outputs[i + 1];
     plan.dims = *dims;
-    st = WritePlan(plan, prefix + ".plan");
-    if (!st.ok()) return Fail(st.message());
-    std::cout << "wrote " << graph_file << " and " << prefix << ".plan\n";
-  } else {
-    std::cout << "wrote " << graph_file << "\n";
+    for (const auto& in : plan.inputs)
+      if (model_files.input_dims.count(in)) plan.input_dims[in] = model_files.input_dims.at(in);
   }
+  st = WriteCompiledOutputs(*graph, forward_only ? nullptr : &plan, prefix);
+  if (!st.ok()) return Fail(st.message());
+  if (forward_only)
+    std::cout << "wrote " << outputs->graph << "\n";
+  else
+    std::cout << "wrote " << outputs->graph << " and " << outputs->plan << "\n";
   return 0;
+}
+
+}  // namespace
+
+// The libraries report errors as Status; an exception reaching here is a bug, but the user still
+// gets the one-line error contract rather than std::terminate.
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    return Fail(std::string("internal error: ") + e.what());
+  }
 }

@@ -1,7 +1,7 @@
 // foundry-run: trains a compiled plan for N steps (runtime/trainer.h), or runs any ONNX model
 // forward (--forward). A thin main: option parsing and printing here, everything else in the
-// libraries. Every error is one line `foundry-run: error: <message>` on stderr; exit code 1, or 2
-// for a command-line usage error.
+// libraries. Every error is one line `foundry-run: error: <message>` on stderr; exit code 2 for a
+// wrong command line, 1 for anything else (tools/cli.h).
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -9,14 +9,17 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "base/file_util.h"
 #include "compiler/onnx_import.h"
 #include "compiler/tensor_proto.h"
 #include "passes/fold.h"
 #include "runtime/interpreter.h"
 #include "runtime/trainer.h"
+#include "tools/cli.h"
 #ifdef FOUNDRY_HAVE_CUDA
 #include "kernels/cuda/device.h"
 #endif
@@ -26,9 +29,10 @@ using namespace foundry;
 
 namespace {
 
-int Fail(const std::string& message, int code = 1) {
-  std::cerr << "foundry-run: error: " << message << "\n";
-  return code;
+constexpr const char* kTool = "foundry-run";
+
+int Fail(const std::string& message, int code = cli::kExitError) {
+  return cli::Fail(kTool, message, code);
 }
 
 std::string Format(const char* fmt, double v) {
@@ -57,8 +61,8 @@ double PeakRssMiB() {
 int RunForward(const std::string& model, const std::vector<std::string>& feed_specs,
                const std::vector<std::string>& dim_specs, const std::string& dump_dir,
                uint64_t seed) {
-  auto dims = ParseDimSpecs(dim_specs);
-  if (!dims.ok()) return Fail(dims.status().message());
+  auto dims = cli::ParseDims(dim_specs);
+  if (!dims.ok()) return Fail(dims.status().message(), cli::kExitUsage);
   ImportOptions io;
   io.dims = *dims;
   auto graph = ImportOnnx(model, io);
@@ -104,6 +108,19 @@ int RunForward(const std::string& model, const std::vector<std::string>& feed_sp
   auto outputs = Interpret(g, bound, options);
   if (!outputs.ok()) return Fail(outputs.status().message());
 
+  // No output may replace an input (the model, a --feed file): checked for all before any write.
+  if (!dump_dir.empty()) {
+    std::vector<std::string> inputs = {model};
+    for (const auto& spec : feed_specs) inputs.push_back(spec.substr(spec.find('=') + 1));
+    for (const auto& name : g.outputs) {
+      std::string path = (fs::path(dump_dir) / (FileNameForValue(name) + ".pb")).string();
+      std::optional<FileId> id = GetFileId(path);
+      for (const auto& in : inputs)
+        if (id && GetFileId(in) == id)
+          return Fail("--dump-outputs: writing '" + path + "' would overwrite '" + in +
+                      "', an input of this run; choose another folder");
+    }
+  }
   if (!dump_dir.empty()) {
     std::error_code ec;
     fs::create_directories(dump_dir, ec);
@@ -129,11 +146,15 @@ int Main(int argc, char** argv) {
   CLI::App app{
       "foundry-run: train a compiled plan (PREFIX.plan + PREFIX.train.onnx from foundry-compile)\n"
       "for N steps, or run an ONNX model forward (--forward MODEL.onnx)."};
+  app.footer(
+      "Exit status: 0 success; 2 a wrong command line (unknown option, bad or out-of-range "
+      "value);\n"
+      "1 an error in the input (plan, data, a save) or in a step. Every error is one line\n"
+      "`foundry-run: error: ...` on stderr.");
   std::string target, device = "cpu", optimizer = "adamw", data, data_dtype = "uint16";
   std::string save_dir, resume_dir, dump_grads, dump_outputs;
   std::vector<std::string> feeds, dim_specs;
-  int64_t steps = 1;
-  uint64_t seed = 0, init_seed = 0;
+  std::string steps_text = "1", seed_text = "0", init_seed_text = "0";
   bool forward = false;
   OptimizerOptions opt;
   app.add_option("target", target,
@@ -148,8 +169,8 @@ int Main(int argc, char** argv) {
           },
           "cpu|cuda"))
       ->capture_default_str();
-  app.add_option("--steps", steps, "training steps to run (after --resume: more steps)")
-      ->check(CLI::NonNegativeNumber)
+  app.add_option("--steps", steps_text, "training steps to run (after --resume: more steps)")
+      ->type_name("N")
       ->capture_default_str();
   auto* o_lr = app.add_option("--lr", opt.lr, "learning rate")->capture_default_str();
   auto* o_optimizer = app.add_option("--optimizer", optimizer, "sgd or adamw")
@@ -163,19 +184,21 @@ int Main(int argc, char** argv) {
   auto* o_wd = app.add_option("--weight-decay", opt.weight_decay,
                               "weight decay (decoupled for AdamW, L2 for SGD)")
                    ->capture_default_str();
-  auto* o_feed =
+  auto* o_feed = cli::OneValueEach(
       app.add_option("--feed", feeds, "an input from an ONNX TensorProto file (repeatable)")
-          ->type_name("NAME=FILE.pb");
+          ->type_name("NAME=FILE.pb"));
   auto* o_data = app.add_option("--data", data,
                                 "flat token file: windows of seq+1 tokens, batch rows per step")
                      ->type_name("FILE");
   auto* o_data_dtype = app.add_option("--data-dtype", data_dtype, "token width in --data")
                            ->check(CLI::IsMember({"uint16", "int32"}))
                            ->capture_default_str();
-  auto* o_seed = app.add_option("--seed", seed, "seed of dropout masks and synthetic tokens")
+  auto* o_seed = app.add_option("--seed", seed_text, "seed of dropout masks and synthetic tokens")
+                     ->type_name("N")
                      ->capture_default_str();
-  auto* o_init_seed = app.add_option("--init-seed", init_seed,
+  auto* o_init_seed = app.add_option("--init-seed", init_seed_text,
                                      "seed of the initialisation of weightless parameters")
+                          ->type_name("N")
                           ->capture_default_str();
   auto* o_save =
       app.add_option("--save", save_dir, "after the run, save weights + optimizer state to DIR")
@@ -188,34 +211,33 @@ int Main(int argc, char** argv) {
   app.add_option("--dump-outputs", dump_outputs,
                  "write the first step's graph outputs (--forward: the outputs) to DIR/<name>.pb")
       ->type_name("DIR");
-  auto* o_dim = app.add_option("--dim", dim_specs, "with --forward: bind a symbolic dimension")
-                    ->type_name("NAME=VALUE");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::string what = e.what();
-    while (!what.empty() && what.back() == '\n') what.pop_back();
-    for (char& c : what)
-      if (c == '\n') c = ' ';
-    return Fail(what + " (run foundry-run --help)", 2);
-  }
+  auto* o_dim = cli::OneValueEach(
+      app.add_option("--dim", dim_specs, "with --forward: bind a symbolic dimension")
+          ->type_name("NAME=VALUE"));
+  if (auto code = cli::Parse(app, argc, argv, kTool)) return *code;
+  auto steps_or =
+      cli::ParseInteger<int64_t>("--steps", steps_text, 0, INT64_MAX, "a number of steps");
+  if (!steps_or.ok()) return Fail(steps_or.status().message(), cli::kExitUsage);
+  auto seed = cli::ParseInteger<uint64_t>("--seed", seed_text, 0, UINT64_MAX, "an integer");
+  if (!seed.ok()) return Fail(seed.status().message(), cli::kExitUsage);
+  auto init_seed =
+      cli::ParseInteger<uint64_t>("--init-seed", init_seed_text, 0, UINT64_MAX, "an integer");
+  if (!init_seed.ok()) return Fail(init_seed.status().message(), cli::kExitUsage);
 
   Status st = CheckDevice(device);
   if (!st.ok()) return Fail(st.message());
 
   if (forward) {
-    if (target.empty()) return Fail("--forward needs a model: foundry-run --forward MODEL.onnx", 2);
+    if (target.empty())
+      return Fail("--forward needs a model: foundry-run --forward MODEL.onnx", cli::kExitUsage);
     for (auto* o : {o_save, o_resume, o_dump_grads, o_data})
-      if (o->count()) return Fail(o->get_name() + " is for training runs, not --forward", 2);
-    return RunForward(target, feeds, dim_specs, dump_outputs, seed);
+      if (o->count())
+        return Fail(o->get_name() + " is for training runs, not --forward", cli::kExitUsage);
+    return RunForward(target, feeds, dim_specs, dump_outputs, *seed);
   }
   if (o_dim->count())
     return Fail("--dim is for --forward; a plan's dimensions are fixed by foundry-compile --dim",
-                2);
+                cli::kExitUsage);
 
   // Options: a resumed run continues with its saved settings; flags given now override them.
   TrainerOptions options;
@@ -231,7 +253,8 @@ int Main(int argc, char** argv) {
     options.data_dtype = state->data_dtype;
   }
   if (target.empty())
-    return Fail("no plan given: foundry-run PREFIX (the -o PREFIX of foundry-compile)", 2);
+    return Fail("no plan given: foundry-run PREFIX (the -o PREFIX of foundry-compile)",
+                cli::kExitUsage);
   if (resume_dir.empty() || o_optimizer->count())
     options.optimizer.kind = *ParseOptimizerName(optimizer);
   auto set = [&](CLI::Option* o, double& into, double value) {
@@ -243,14 +266,18 @@ int Main(int argc, char** argv) {
   set(o_beta2, options.optimizer.beta2, opt.beta2);
   set(o_eps, options.optimizer.eps, opt.eps);
   set(o_wd, options.optimizer.weight_decay, opt.weight_decay);
-  if (resume_dir.empty() || o_seed->count()) options.seed = seed;
-  if (resume_dir.empty() || o_init_seed->count()) options.init_seed = init_seed;
+  if (resume_dir.empty() || o_seed->count()) options.seed = *seed;
+  if (resume_dir.empty() || o_init_seed->count()) options.init_seed = *init_seed;
   if (resume_dir.empty() || o_feed->count()) options.feeds = feeds;
   if (resume_dir.empty() || o_data->count()) options.data_path = data;
   if (resume_dir.empty() || o_data_dtype->count())
     options.data_dtype = *ParseTokenDType(data_dtype);
   options.dump_grads_dir = dump_grads;
   options.dump_outputs_dir = dump_outputs;
+
+  // Values given now; those read from a save were checked by ReadTrainState (exit 1).
+  st = CheckOptimizerOptions(options.optimizer);
+  if (!st.ok()) return Fail(st.message(), cli::kExitUsage);
 
   auto plan = LoadPlan(target);
   if (!plan.ok()) return Fail(plan.status().message());
@@ -261,6 +288,14 @@ int Main(int argc, char** argv) {
     st = t.Resume(resume_dir);
     if (!st.ok()) return Fail(st.message());
   }
+  // Before the first step, so a long run never ends in an error it could have given at once.
+  if (!save_dir.empty()) {
+    st = t.CheckSaveTarget(save_dir);
+    if (!st.ok()) return Fail(st.message());
+  }
+  if (*steps_or > INT64_MAX - t.step())
+    return Fail("--steps " + steps_text + ": the run would pass step " + std::to_string(INT64_MAX) +
+                " (it resumes at step " + std::to_string(t.step()) + ")");
 
   const LoadedPlan& lp = t.plan();
   const OptimizerOptions& o = t.options().optimizer;
@@ -283,7 +318,7 @@ int Main(int argc, char** argv) {
   if (!resume_dir.empty())
     std::cout << "  resumed    " << resume_dir << " at step " << t.step() << "\n";
 
-  const int64_t first = t.step(), last = t.step() + steps;
+  const int64_t steps = *steps_or, first = t.step(), last = t.step() + steps;
   double total_seconds = 0;
   float first_loss = 0, last_loss = 0;
   for (int64_t i = 0; i < steps; ++i) {

@@ -141,6 +141,37 @@ TEST(OptimizerTest, SgdByHand) {
   EXPECT_EQ(p, 0.625f);
 }
 
+TEST(OptimizerTest, OptionsInRange) {
+  EXPECT_TRUE(CheckOptimizerOptions(OptimizerOptions{}).ok());
+  const double nan = std::nan(""), inf = INFINITY;
+  auto message = [](auto set) {
+    OptimizerOptions o;
+    set(o);
+    return CheckOptimizerOptions(o).message();
+  };
+  EXPECT_EQ(message([&](auto& o) { o.lr = nan; }),
+            "--lr nan: the learning rate must be a finite number > 0");
+  EXPECT_EQ(message([&](auto& o) { o.lr = inf; }),
+            "--lr inf: the learning rate must be a finite number > 0");
+  EXPECT_EQ(message([&](auto& o) { o.lr = 0; }),
+            "--lr 0: the learning rate must be a finite number > 0");
+  EXPECT_EQ(message([&](auto& o) { o.beta1 = 1; }), "--beta1 1: must be in [0, 1)");
+  EXPECT_EQ(message([&](auto& o) { o.beta1 = nan; }), "--beta1 nan: must be in [0, 1)");
+  EXPECT_EQ(message([&](auto& o) { o.beta2 = -1e-9; }), "--beta2 -1e-09: must be in [0, 1)");
+  EXPECT_EQ(message([&](auto& o) { o.eps = 0; }), "--eps 0: must be a finite number > 0");
+  EXPECT_EQ(message([&](auto& o) { o.eps = inf; }), "--eps inf: must be a finite number > 0");
+  EXPECT_EQ(message([&](auto& o) { o.weight_decay = nan; }),
+            "--weight-decay nan: must be a finite number >= 0");
+  EXPECT_EQ(message([&](auto& o) { o.momentum = 1; }), "--momentum 1: must be in [0, 1)");
+  // The edges that are allowed.
+  EXPECT_EQ(message([&](auto& o) {
+              o.beta1 = 0;
+              o.weight_decay = 0;
+              o.momentum = 0;
+            }),
+            "");
+}
+
 TEST(OptimizerTest, ParsesNames) {
   EXPECT_EQ(*ParseOptimizerName("sgd"), OptimizerKind::kSgd);
   EXPECT_EQ(*ParseOptimizerName("adamw"), OptimizerKind::kAdamW);
@@ -424,6 +455,28 @@ TEST(TrainerTest, NonFiniteNamesTheFirstNode) {
             "or check the inputs and weights");
 }
 
+// Finite loss and gradients, but an update that overflows fp32 (f32(-1e300) = -inf): the step is
+// an error naming it and the first parameter hit, and the trainer refuses to step or save after.
+TEST(TrainerTest, NonFiniteWeightsAfterTheUpdateFailTheStep) {
+  TempDir dir;
+  TrainerOptions o;
+  o.optimizer.kind = OptimizerKind::kSgd;
+  o.optimizer.lr = 1e300;
+  LoadedPlan lp = Compile(true);
+  const std::string first = lp.plan.parameters.at(0);
+  auto t = MakeTrainer(std::move(lp), o);
+  ASSERT_TRUE(t);
+  auto r = t->Step();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "step 1: the optimizer update made parameter '" + first +
+                                      "' non-finite (lr 1e+300); lower --lr, or check the weights");
+  EXPECT_EQ(t->step(), 0);
+  EXPECT_EQ(t->Step().status().message(), "an earlier step failed; the trainer cannot go on");
+  EXPECT_EQ(t->Save(dir / "s").message(),
+            "--save " + (dir / "s") + ": a step failed; nothing to save");
+  EXPECT_FALSE(fs::exists(dir / "s"));
+}
+
 TEST(TrainerTest, DropoutSeedDependsOnRunSeedAndStep) {
   TrainerOptions a, b;
   b.seed = 1;
@@ -570,7 +623,8 @@ void ExpectResumeIsBitwise(const OptimizerOptions& opt) {
   ASSERT_TRUE(first->Save(dir / "run").ok());
   ASSERT_TRUE(fs::exists(dir / "run/model.onnx"));
   ASSERT_TRUE(fs::exists(dir / "run/state.json"));
-  ASSERT_FALSE(fs::exists(dir / "run.tmp"));
+  for (const auto& e : fs::directory_iterator(dir.path()))  // no temp folder left beside it
+    EXPECT_EQ(e.path().filename().string().rfind("run.", 0), std::string::npos) << e.path();
 
   auto state = ReadTrainState(dir / "run");
   ASSERT_TRUE(state.ok()) << state.status().message();
@@ -607,9 +661,15 @@ void ExpectResumeIsBitwise(const OptimizerOptions& opt) {
   for (const auto& [name, p] : straight->parameters())
     EXPECT_TRUE(second->parameter(name).BitwiseEqual(p)) << name;
 
-  // Saving again over the old save replaces it.
-  ASSERT_TRUE(second->Save(dir / "run").ok());
-  EXPECT_EQ(ReadTrainState(dir / "run")->step, 5);
+  // The save it resumed from is an input of this run: never replaced. Another save is.
+  EXPECT_EQ(second->Save(dir / "run").message(),
+            "--save " + (dir / "run") +
+                ": it is the --resume directory, whose files this run reads; save to another "
+                "directory");
+  EXPECT_EQ(ReadTrainState(dir / "run")->step, 3);
+  ASSERT_TRUE(first->Save(dir / "other").ok());
+  ASSERT_TRUE(second->Save(dir / "other").ok());
+  EXPECT_EQ(ReadTrainState(dir / "other")->step, 5);
 }
 
 TEST(TrainerTest, ResumeIsBitwiseAdamW) {

@@ -31,7 +31,8 @@ ExecResult Exec(const std::string& binary, const std::vector<std::string>& args,
   std::string out = scratch_dir + "/stdout." + std::to_string(n),
               err = scratch_dir + "/stderr." + std::to_string(n);
   ++n;
-  std::string cmd = Quote(binary);
+  // A hang is a failure too, not a stalled suite: coreutils' timeout ends the run with 124.
+  std::string cmd = "timeout -k 5 300 " + Quote(binary);
   for (const auto& a : args) cmd += " " + Quote(a);
   cmd += " >" + Quote(out) + " 2>" + Quote(err);
   int status = std::system(cmd.c_str());

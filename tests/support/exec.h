@@ -7,7 +7,7 @@
 namespace foundry {
 
 struct ExecResult {
-  int code = -1;  // exit status; -1 when killed by a signal (a crash)
+  int code = -1;  // exit status; -1 when killed by a signal (a crash); 124 after 300 s (a hang)
   std::string out, err;
 };
 

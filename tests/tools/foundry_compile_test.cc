@@ -1,10 +1,13 @@
 // End-to-end: runs the real foundry-compile binary on good and bad input and checks its output,
 // its exact one-line errors and exit codes, and that it never leaves partial files behind.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 
 #include "compiler/onnx_export.h"
 #include "compiler/text.h"
@@ -18,6 +21,28 @@ namespace fs = std::filesystem;
 const std::string kCompile = FOUNDRY_BINARY_DIR "/foundry-compile";
 const std::string kSource = FOUNDRY_SOURCE_DIR;
 const std::string kTiny = kSource + "/models/fixtures/mpt_tiny/model.onnx";
+
+// A model small enough to compile in milliseconds: one trainable matmul and its own scalar loss.
+constexpr const char* kMatMulModel = R"(graph mm opset=17 {
+  input x : f32[batch,4]
+  param w : f32[4,2] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+  const axes : i64[2] = [0, 1]
+  y : f32[batch,2] = MatMul(x, w)
+  loss : f32[] = ReduceSum(y, axes) {keepdims=0}
+  output loss
+})";
+
+// Size, modification time and content hash of a file: equal snapshots mean it was left untouched.
+std::string FileState(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "(missing)";
+  // A folder's own mtime moves whenever an entry comes and goes (a temp file that was removed
+  // again); its entries are compared one by one instead.
+  if (S_ISDIR(st.st_mode)) return "(dir)";
+  return std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec) + " hash " +
+         std::to_string(std::hash<std::string>{}(ReadWholeFile(path)));
+}
 
 class FoundryCompileTest : public testing::Test {
  protected:
@@ -50,6 +75,36 @@ class FoundryCompileTest : public testing::Test {
     ExecResult r = Compile(args);
     EXPECT_EQ(r.code, 1) << r.out << r.err;
     EXPECT_EQ(r.err, "foundry-compile: error: " + message + "\n");
+  }
+  // Every file and folder under the test directory (captured output aside) with its state, plus
+  // the `extra` files (inputs from elsewhere).
+  std::map<std::string, std::string> Snapshot(const std::vector<std::string>& extra = {}) const {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::recursive_directory_iterator(dir_)) {
+      std::string name = e.path().filename().string();
+      if (name.rfind("stdout.", 0) == 0 || name.rfind("stderr.", 0) == 0) continue;
+      files[e.path().string()] = FileState(e.path().string());
+    }
+    for (const auto& path : extra) files[path] = FileState(path);
+    return files;
+  }
+  // The bad-input contract: exit `code` (non-zero, < 128), exactly one line on stderr, the
+  // prefixed `message`, and no file created, changed or removed.
+  void ExpectCleanError(const std::vector<std::string>& args, const std::string& message,
+                        int code = 1, const std::vector<std::string>& extra_inputs = {}) {
+    auto before = Snapshot(extra_inputs);
+    ExecResult r = Compile(args);
+    EXPECT_EQ(r.code, code) << r.out << r.err;
+    EXPECT_EQ(r.err, "foundry-compile: error: " + message + "\n");
+    EXPECT_EQ(Snapshot(extra_inputs), before);
+  }
+  // kMatMulModel exported to `name` in the test directory; returns its path.
+  std::string MatMulModel(const std::string& name, const ExportOptions& options = {}) const {
+    auto g = ParseGraph(kMatMulModel);
+    EXPECT_TRUE(g.ok()) << g.status().message();
+    Status st = ExportOnnx(*g, Path(name), options);
+    EXPECT_TRUE(st.ok()) << st.message();
+    return Path(name);
   }
 
   std::string dir_;
@@ -91,15 +146,15 @@ TEST_F(FoundryCompileTest, HelpDocumentsEveryOption) {
 }
 
 TEST_F(FoundryCompileTest, MissingFile) {
-  ExpectError({Path("nope.onnx")}, "cannot open '" + Path("nope.onnx") +
-                                       "': No such file or directory");
+  ExpectError({Path("nope.onnx")},
+              "cannot open '" + Path("nope.onnx") + "': No such file or directory");
 }
 
 TEST_F(FoundryCompileTest, EmptyFile) {
   Write("empty.onnx", "");
-  ExpectError({Path("empty.onnx")},
-              "'" + Path("empty.onnx") +
-                  "' is empty; pass a .onnx file exported with torch.onnx.export");
+  ExpectError(
+      {Path("empty.onnx")},
+      "'" + Path("empty.onnx") + "' is empty; pass a .onnx file exported with torch.onnx.export");
 }
 
 TEST_F(FoundryCompileTest, RandomBytes) {
@@ -135,10 +190,11 @@ TEST_F(FoundryCompileTest, UnsupportedOpNamesOpNodeAndScope) {
 })");
   ASSERT_TRUE(g.ok()) << g.status().message();
   ASSERT_TRUE(ExportOnnx(*g, Path("celu.onnx")).ok());
-  ExpectError({Path("celu.onnx")},
-              "Celu node '/transformer/blocks.0/ffn/act/Celu' (module transformer.blocks.0.ffn.act): "
-              "operator Celu is not supported by foundry; supported ops are listed by "
-              "`foundry-compile --list-ops`");
+  ExpectError(
+      {Path("celu.onnx")},
+      "Celu node '/transformer/blocks.0/ffn/act/Celu' (module transformer.blocks.0.ffn.act): "
+      "operator Celu is not supported by foundry; supported ops are listed by "
+      "`foundry-compile --list-ops`");
   EXPECT_EQ(Leftovers(), (std::vector<std::string>{"celu.onnx"}));
 }
 
@@ -149,8 +205,9 @@ TEST_F(FoundryCompileTest, UnboundDimension) {
 }
 
 TEST_F(FoundryCompileTest, MalformedDim) {
-  ExpectError({kTiny, "--dim", "seq"}, "--dim seq: expected NAME=VALUE, e.g. --dim seq=2048");
-  ExpectError({kTiny, "--dim", "seq=-4"}, "--dim seq=-4: VALUE must be a positive integer");
+  ExpectCleanError({kTiny, "--dim", "seq"}, "--dim seq: expected NAME=VALUE, e.g. --dim seq=2048",
+                   2);
+  ExpectCleanError({kTiny, "--dim", "seq=-4"}, "--dim seq=-4: VALUE must be a positive integer", 2);
 }
 
 TEST_F(FoundryCompileTest, MissingExternalData) {
@@ -179,10 +236,101 @@ TEST_F(FoundryCompileTest, ListModulesWithoutAnnotationsSaysHowToExport) {
 
 TEST_F(FoundryCompileTest, RefusesToWriteOverTheInput) {
   fs::copy_file(kTiny, Path("m.train.onnx"));
-  std::string before = ReadWholeFile(Path("m.train.onnx"));
-  ExpectError({Path("m.train.onnx"), "--dim", "batch=2", "--dim", "seq=16", "-o", Path("m")},
-              "output '" + Path("m.train.onnx") + "' is the input model; choose another -o PREFIX");
-  EXPECT_EQ(ReadWholeFile(Path("m.train.onnx")), before);
+  ExpectCleanError(
+      {Path("m.train.onnx"), "--dim", "batch=2", "--dim", "seq=16", "-o", Path("m")},
+      "output '" + Path("m.train.onnx") + "' is the input model; choose another -o PREFIX");
+}
+
+// Files are compared by identity, not by name: a hard link or a symlink to the model is the
+// model, whichever output path it sits at.
+TEST_F(FoundryCompileTest, RefusesToWriteOverTheInputUnderAnotherName) {
+  std::string model = MatMulModel("mm.onnx");
+  fs::create_directory(Path("out"));
+  fs::create_hard_link(model, Path("out/m.plan"));
+  ExpectCleanError(
+      {model, "--dim", "batch=2", "-o", Path("out/m")},
+      "output '" + Path("out/m.plan") + "' is the input model; choose another -o PREFIX");
+  fs::remove(Path("out/m.plan"));
+  fs::create_symlink("../mm.onnx", Path("out/m.train.onnx"));
+  ExpectCleanError(
+      {Path("out/../mm.onnx"), "--dim", "batch=2", "-o", Path("out/m")},
+      "output '" + Path("out/m.train.onnx") + "' is the input model; choose another -o PREFIX");
+}
+
+// The model's external data file is an input too. The model is exported as x.train.onnx (so its
+// weights go to x.train.onnx.data) and then renamed: compiling it with -o x would write
+// x.train.onnx.data over the weights it reads.
+TEST_F(FoundryCompileTest, RefusesToWriteOverTheModelsExternalData) {
+  ExportOptions external;
+  external.external_data_threshold = 0;
+  external.external_data_min_bytes = 0;
+  MatMulModel("x.train.onnx", external);
+  ASSERT_TRUE(fs::exists(Path("x.train.onnx.data")));
+  fs::rename(Path("x.train.onnx"), Path("model.onnx"));
+  ExpectCleanError({Path("model.onnx"), "--dim", "batch=2", "-o", Path("x")},
+                   "output '" + Path("x.train.onnx.data") + "' is the external data file '" +
+                       Path("x.train.onnx.data") +
+                       "' of the input model; choose another -o PREFIX");
+}
+
+// A plan given where the model goes is read as a model (and rejected); it is never rewritten.
+TEST_F(FoundryCompileTest, PlanGivenAsModelIsLeftAlone) {
+  std::string model = MatMulModel("mm.onnx");
+  ExecResult r = Compile({model, "--dim", "batch=2", "-o", Path("m")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ExpectCleanError({Path("m.plan"), "--dim", "batch=2", "-o", Path("m")},
+                   "'" + Path("m.plan") +
+                       "' is not an ONNX model (protobuf parse failed); pass a .onnx file exported "
+                       "with torch.onnx.export");
+}
+
+TEST_F(FoundryCompileTest, OutputPrefixNeedsAStem) {
+  std::string model = MatMulModel("mm.onnx");
+  ExpectCleanError({model, "--dim", "batch=2", "-o", Path("out/")},
+                   "-o " + Path("out/") + ": PREFIX needs a file name after the folder (e.g. -o " +
+                       Path("out/") + "model writes model.train.onnx and model.plan there)",
+                   2);
+  ExpectCleanError({model, "--dim", "batch=2", "-o", Path("out/..")},
+                   "-o " + Path("out/..") +
+                       ": PREFIX needs a file name after the folder (e.g. -o " + Path("out/../") +
+                       "model writes model.train.onnx and model.plan there)",
+                   2);
+}
+
+// The pair is written as a pair. Here the plan cannot be written (a folder has its name): the
+// graph, already renamed into place, is taken back, so the earlier pair is still there intact
+// and nothing new is left behind (no temp folder, no new graph).
+TEST_F(FoundryCompileTest, WritesTheGraphAndPlanAsAPair) {
+  std::string model = MatMulModel("mm.onnx");
+  fs::create_directories(Path("out/m.plan/keep"));
+  ExpectCleanError(
+      {model, "--dim", "batch=2", "-o", Path("out/m")},
+      "cannot write '" + Path("out/m.plan") + "': Is a directory; nothing was written");
+
+  // Now with an earlier compile's graph in place (compiled with batch=3): restored byte for byte.
+  fs::remove_all(Path("out"));
+  ASSERT_EQ(Compile({model, "--dim", "batch=3", "-o", Path("out/m")}).code, 0);
+  fs::remove(Path("out/m.plan"));
+  fs::create_directories(Path("out/m.plan/keep"));
+  ExpectCleanError(
+      {model, "--dim", "batch=2", "-o", Path("out/m")},
+      "cannot write '" + Path("out/m.plan") + "': Is a directory; nothing was written");
+}
+
+TEST_F(FoundryCompileTest, OutputFolderIsAFile) {
+  std::string model = MatMulModel("mm.onnx");
+  Write("a_file", "in the way");
+  ExpectCleanError({model, "--dim", "batch=2", "-o", Path("a_file/m")},
+                   "cannot write '" + Path("a_file/m.train.onnx") +
+                       "': cannot create a temporary folder in '" + Path("a_file") +
+                       "': Not a directory");
+}
+
+// Output folders are created only when the outputs are written: a compile that fails leaves none.
+TEST_F(FoundryCompileTest, FailedCompileCreatesNoFolder) {
+  std::string model = MatMulModel("mm.onnx");
+  ExpectCleanError({model, "-o", Path("new/deeper/m")},
+                   "symbolic dimension 'batch' of input 'x' is not bound; pass --dim batch=N");
 }
 
 TEST_F(FoundryCompileTest, ListOps) {
@@ -190,6 +338,70 @@ TEST_F(FoundryCompileTest, ListOps) {
   EXPECT_EQ(r.code, 0);
   for (const char* op : {"\nMatMul\n", "\ncom.microsoft::GeluGrad\n", "\nLayerNormalization\n"})
     EXPECT_NE(("\n" + r.out).find(op), std::string::npos) << op;
+}
+
+TEST_F(FoundryCompileTest, ListOpsNeedsNoModel) {
+  ExecResult r = Compile({"--list-ops"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_NE(("\n" + r.out).find("\nMatMul\n"), std::string::npos);
+}
+
+TEST_F(FoundryCompileTest, DimNeverSwallowsTheModel) {
+  std::string model = MatMulModel("mm.onnx");
+  ExecResult r = Compile({"--dim", "batch=2", model, "-o", Path("a")});
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Compile({"--dim", "batch=2", "--dim", "batch=2", model, "-o", Path("b")});
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Compile({"--dim", "batch=2", "--dim", "seq=16", kTiny});
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Compile({kTiny, "--dim", "batch=2", "--dim", "seq=16"});
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+TEST_F(FoundryCompileTest, BadDimValues) {
+  std::string model = MatMulModel("mm.onnx");
+  ExpectCleanError({model, "--dim", "batch=2", "--dim", "batch=3", "-o", Path("m")},
+                   "--dim batch=3: 'batch' is already bound to 2 by an earlier --dim", 2);
+  ExpectCleanError({model, "--dim", "batch=0", "-o", Path("m")},
+                   "--dim batch=0: VALUE must be a positive integer", 2);
+  ExpectCleanError({model, "--dim", "batch=-2", "-o", Path("m")},
+                   "--dim batch=-2: VALUE must be a positive integer", 2);
+  ExpectCleanError({model, "--dim", "batch=9223372036854775808", "-o", Path("m")},
+                   "--dim batch=9223372036854775808: VALUE is too large (at most "
+                   "9223372036854775807)",
+                   2);
+  ExpectCleanError({model, "--dim", "batch=2x", "-o", Path("m")},
+                   "--dim batch=2x: VALUE must be a positive integer", 2);
+  // The same value twice is no conflict.
+  ExecResult r = Compile({model, "--dim", "batch=2", "--dim", "batch=2"});
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+TEST_F(FoundryCompileTest, BadFoldLimit) {
+  std::string model = MatMulModel("mm.onnx");
+  for (const char* v : {"0", "-1", "9223372036854775808"})
+    ExpectCleanError({model, "--dim", "batch=2", "--fold-limit", v, "-o", Path("m")},
+                     std::string("--fold-limit ") + v +
+                         ": expected a positive number of bytes from 1 to 9223372036854775807",
+                     2);
+  ExpectCleanError({model, "--dim", "batch=2", "--fold-limit", "1k", "-o", Path("m")},
+                   "--fold-limit 1k: expected a positive number of bytes", 2);
+}
+
+// CLI11's own errors: one prefixed line, exit 2, in both tools (foundry_run_test has its half).
+TEST_F(FoundryCompileTest, UsageErrors) {
+  std::string model = MatMulModel("mm.onnx");
+  ExpectCleanError({model, "--bogus"},
+                   "The following argument was not expected: --bogus (run foundry-compile --help)",
+                   2);
+  ExpectCleanError({model, "-o"}, "--output: 1 required TEXT missing (run foundry-compile --help)",
+                   2);
+  ExpectCleanError({}, "no model given: foundry-compile MODEL.onnx [-o PREFIX] (see --help)", 2);
+  ExecResult r = Compile({"--help"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("Exit status: 0 success; 2 a wrong command line"), std::string::npos)
+      << r.out;
 }
 
 }  // namespace

@@ -2,15 +2,21 @@
 // mpt_tiny fixture) and checks exact error lines, exit codes, and results against the PyTorch
 // reference the fixture carries.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "compiler/onnx_export.h"
 #include "compiler/tensor_proto.h"
+#include "compiler/text.h"
 #include "tests/support/exec.h"
 #ifdef FOUNDRY_HAVE_CUDA
 #include "kernels/cuda/device.h"
@@ -26,7 +32,6 @@ const std::string kCompile = FOUNDRY_BINARY_DIR "/foundry-compile";
 const std::string kFixture = FOUNDRY_SOURCE_DIR "/models/fixtures/mpt_tiny";
 
 using Result = ExecResult;
-
 
 class FoundryRunTest : public testing::Test {
  protected:
@@ -48,6 +53,40 @@ class FoundryRunTest : public testing::Test {
   }
   static Result Run(const std::vector<std::string>& args) { return Exec(kRun, args); }
   static std::string Path(const std::string& name) { return dir_ + "/" + name; }
+
+  // Size, modification time and content hash of every file under the test directory (captured
+  // output aside) and of the fixture's inputs: equal snapshots mean nothing was written or touched.
+  static std::map<std::string, std::string> Snapshot() {
+    std::map<std::string, std::string> files;
+    auto add = [&](const fs::path& p) {
+      struct stat st {};
+      if (::stat(p.c_str(), &st) != 0) return;
+      // A folder's own mtime moves when a temp entry comes and goes; entries are compared.
+      files[p.string()] = S_ISDIR(st.st_mode)
+                              ? std::string("(dir)")
+                              : std::to_string(st.st_size) + " " +
+                                    std::to_string(st.st_mtim.tv_sec) + "." +
+                                    std::to_string(st.st_mtim.tv_nsec) + " hash " +
+                                    std::to_string(std::hash<std::string>{}(ReadWholeFile(p)));
+    };
+    for (const auto& e : fs::recursive_directory_iterator(dir_)) {
+      std::string name = e.path().filename().string();
+      if (name.rfind("stdout.", 0) != 0 && name.rfind("stderr.", 0) != 0) add(e.path());
+    }
+    for (const auto& e : fs::recursive_directory_iterator(kFixture)) add(e.path());
+    return files;
+  }
+  // The bad-input contract: exit `code`, exactly the one prefixed line on stderr, nothing
+  // written or changed.
+  static void ExpectCleanError(const std::vector<std::string>& args, const std::string& message,
+                               int code = 1) {
+    auto before = Snapshot();
+    Result r = Run(args);
+    EXPECT_EQ(r.code, code) << r.out << r.err;
+    EXPECT_EQ(r.err, "foundry-run: error: " + message + "\n");
+    EXPECT_TRUE(Snapshot() == before)
+        << "files changed by: foundry-run " << testing::PrintToString(args);
+  }
 
   static std::string dir_;
   static bool compiled_;
@@ -145,9 +184,210 @@ TEST_F(FoundryRunTest, UsageErrors) {
   r = Run({});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, Line("no plan given: foundry-run PREFIX (the -o PREFIX of foundry-compile)"));
+  ExpectCleanError({Path("mpt"), "--lr"}, "--lr: 1 required FLOAT missing (run foundry-run --help)",
+                   2);
+  ExpectCleanError({Path("mpt"), "--lr", "fast"},
+                   "Could not convert: --lr = fast (run foundry-run --help)", 2);
   r = Run({"--help"});
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("--optimizer"), std::string::npos);
+  EXPECT_NE(r.out.find("Exit status: 0 success; 2 a wrong command line"), std::string::npos)
+      << r.out;
+}
+
+TEST_F(FoundryRunTest, StepsAndSeedsAreCheckedNotClamped) {
+  for (const char* v : {"9223372036854775808", "-1", "99999999999999999999999"})
+    ExpectCleanError(
+        {Path("mpt"), "--steps", v},
+        std::string("--steps ") + v + ": expected a number of steps from 0 to 9223372036854775807",
+        2);
+  ExpectCleanError({Path("mpt"), "--steps", "1e3"}, "--steps 1e3: expected a number of steps", 2);
+  ExpectCleanError({Path("mpt"), "--seed", "-1"},
+                   "--seed -1: expected an integer from 0 to 18446744073709551615", 2);
+  ExpectCleanError({Path("mpt"), "--init-seed", "18446744073709551616"},
+                   "--init-seed 18446744073709551616: expected an integer from 0 to "
+                   "18446744073709551615",
+                   2);
+}
+
+TEST_F(FoundryRunTest, OptimizerOptionsInRange) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--lr", "0"}, "--lr 0: the learning rate must be a finite number > 0"},
+      {{"--lr", "-1"}, "--lr -1: the learning rate must be a finite number > 0"},
+      {{"--lr", "nan"}, "--lr nan: the learning rate must be a finite number > 0"},
+      {{"--lr", "inf"}, "--lr inf: the learning rate must be a finite number > 0"},
+      {{"--beta1", "1"}, "--beta1 1: must be in [0, 1)"},
+      {{"--beta2", "-0.5"}, "--beta2 -0.5: must be in [0, 1)"},
+      {{"--beta2", "nan"}, "--beta2 nan: must be in [0, 1)"},
+      {{"--eps", "0"}, "--eps 0: must be a finite number > 0"},
+      {{"--weight-decay", "-0.1"}, "--weight-decay -0.1: must be a finite number >= 0"},
+      {{"--optimizer", "sgd", "--momentum", "1"}, "--momentum 1: must be in [0, 1)"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::vector<std::string> a = {Path("mpt")};
+    a.insert(a.end(), args.begin(), args.end());
+    ExpectCleanError(a, message, 2);
+  }
+}
+
+TEST_F(FoundryRunTest, SaveNeverOverwritesAFileOrAnInput) {
+  { std::ofstream(Path("a_file")) << "not a directory\n"; }
+  ExpectCleanError({Path("mpt"), "--save", Path("a_file")},
+                   "--save " + Path("a_file") + ": '" + Path("a_file") +
+                       "' exists and is not a directory; choose a new directory");
+
+  Result r = Run({Path("mpt"), "--save", Path("save1")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ExpectCleanError({"--resume", Path("save1"), "--save", Path("save1")},
+                   "--save " + Path("save1") +
+                       ": it is the --resume directory, whose files this run reads; save to "
+                       "another directory");
+  // A --feed file inside an earlier save: replacing that save would delete the input.
+  fs::copy_file(kFixture + "/inputs/labels.pb", Path("save1/labels.pb"));
+  ExpectCleanError(
+      {Path("mpt"), "--feed", "labels=" + Path("save1/labels.pb"), "--save", Path("save1")},
+      "--save " + Path("save1") + ": '" + Path("save1") + "' holds '" + Path("save1/labels.pb") +
+          "', an input of this run; save to another directory");
+}
+
+TEST_F(FoundryRunTest, DumpsNeverOverwriteAnInput) {
+  fs::create_directories(Path("dump_in"));
+  fs::copy_file(kFixture + "/inputs/labels.pb", Path("dump_in/loss.pb"));
+  ExpectCleanError({Path("mpt"), "--feed", "labels=" + Path("dump_in/loss.pb"), "--dump-outputs",
+                    Path("dump_in")},
+                   "--dump-outputs: writing '" + Path("dump_in/loss.pb") + "' would overwrite '" +
+                       Path("dump_in/loss.pb") + "', an input of this run; choose another folder");
+}
+
+// lr 1e300 is a finite double, but -lr rounds to -inf in fp32: the first update makes every weight
+// non-finite although loss and gradients are finite. The run stops at that step, names it, and
+// saves nothing.
+TEST_F(FoundryRunTest, NonFiniteWeightsStopTheRunAndSaveNothing) {
+  auto before = Snapshot();
+  Result r = Run({Path("mpt"), "--optimizer", "sgd", "--lr", "1e300", "--steps", "3", "--save",
+                  Path("never")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, Line("step 1: the optimizer update made parameter 'transformer.wte.weight' "
+                        "non-finite (lr 1e+300); lower --lr, or check the weights"));
+  EXPECT_EQ(r.out.find("\nstep 1/"), std::string::npos) << r.out;
+  EXPECT_TRUE(Snapshot() == before);
+  EXPECT_FALSE(fs::exists(Path("never")));
+}
+
+// A plan is a JSON file anyone can edit; LoadPlan checks it against the graph. The plan under
+// test is foundry-compile's for a two-parameter model (w f32[4,2], b f32[2]; x f32[batch,4]),
+// edited one field at a time.
+TEST_F(FoundryRunTest, HandEditedPlansAreChecked) {
+  auto g = ParseGraph(R"(graph wb opset=17 {
+  input x : f32[batch,4]
+  param w : f32[4,2] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+  param b : f32[2] = [0.5, -0.5]
+  const axes : i64[2] = [0, 1]
+  y : f32[batch,2] = MatMul(x, w)
+  z : f32[batch,2] = Add(y, b)
+  loss : f32[] = ReduceSum(z, axes) {keepdims=0}
+  output loss
+})");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_TRUE(ExportOnnx(*g, Path("wb.onnx")).ok());
+  Result r = Exec(kCompile, {Path("wb.onnx"), "--dim", "batch=2", "-o", Path("wb")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json plan = nlohmann::json::parse(ReadWholeFile(Path("wb.plan")));
+  ASSERT_EQ(plan["parameters"], nlohmann::json({"w", "b"}));
+  ASSERT_EQ(plan["input_dims"], nlohmann::json::parse(R"({"x": ["batch", ""]})"));
+
+  auto edited = [&](auto edit) {
+    nlohmann::json p = plan;
+    edit(p);
+    std::ofstream(Path("edited.plan")) << p.dump(2);
+    return Path("edited.plan");
+  };
+  const std::string fix = "; recompile it with foundry-compile MODEL.onnx -o PREFIX";
+  auto damaged = [&](const std::string& why) {
+    return "'" + Path("edited.plan") + "' is a damaged foundry plan (" + why + ")" + fix;
+  };
+  using J = nlohmann::json;
+  const std::vector<std::pair<std::function<void(J&)>, std::string>> cases = {
+      {[](J& p) { p["loss"] = "w_grad"; }, "the loss 'w_grad' is also a gradient"},
+      {[](J& p) {
+         p["loss"] = "b_grad";
+         p["parameters"] = {"w"};
+         p["gradients"] = {{"w", "w_grad"}};
+       },
+       "the loss 'b_grad' is f32[2], not a float scalar"},
+      {[](J& p) { p["loss"] = "nope"; },
+       "the loss 'nope' is not an output of the graph 'wb.train.onnx'"},
+      {[](J& p) {
+         p["parameters"] = {"w", "b", "w"};
+       },
+       "parameter 'w' is listed twice"},
+      {[](J& p) {
+         p["parameters"] = {"w", "b", "q"};
+         p["gradients"]["q"] = "q_grad";
+       },
+       "parameter 'q' is not an initializer of the graph 'wb.train.onnx'"},
+      {[](J& p) { p["parameters"] = {"w"}; },
+       "gradient 'b_grad' belongs to 'b', which is not a parameter"},
+      {[](J& p) {
+         p["gradients"] = {{"w", "b_grad"}, {"b", "w_grad"}};
+       },
+       "the gradient 'b_grad' is f32[2] but parameter 'w' is f32[4,2]"},
+      {[](J& p) {
+         p["gradients"] = {{"w", "w_grad"}, {"b", "w_grad"}};
+       },
+       "gradient 'w_grad' is given for two parameters"},
+      {[](J& p) { p["gradients"]["w"] = "x"; }, "gradient 'x' is also an input or a parameter"},
+      {[](J& p) { p["dims"]["batch"] = 0; }, "dimension 'batch' is 0; dimensions are positive"},
+      {[](J& p) { p["dims"]["batch"] = 3; },
+       "dims gives 'batch' = 3 but input 'x' is f32[2,4] in the graph"},
+      {[](J& p) { p["dims"] = J::object(); },
+       "input 'x' has dimension 'batch', which dims does not bind"},
+  };
+  for (const auto& [edit, why] : cases) ExpectCleanError({edited(edit)}, damaged(why));
+}
+
+// state.json of a save is checked before anything of it is used.
+TEST_F(FoundryRunTest, ResumeStateIsChecked) {
+  Result r = Run({Path("mpt"), "--save", Path("state_src")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json state = nlohmann::json::parse(ReadWholeFile(Path("state_src/state.json")));
+  auto edited = [&](const std::string& name, auto edit) {
+    fs::remove_all(Path(name));
+    fs::copy(Path("state_src"), Path(name), fs::copy_options::recursive);
+    nlohmann::json s = state;
+    edit(s);
+    std::ofstream(Path(name + "/state.json")) << s.dump(2);
+    return Path(name);
+  };
+  using J = nlohmann::json;
+  std::string d = edited("st_step", [](J& s) { s["step"] = -1; });
+  ExpectCleanError({"--resume", d}, "--resume " + d + ": '" + d +
+                                        "/state.json' is damaged (step -1 is out of range)");
+  d = edited("st_pos", [](J& s) { s["data"]["position"] = -4; });
+  ExpectCleanError({"--resume", d}, "--resume " + d + ": '" + d +
+                                        "/state.json' is damaged (data position -4 is negative)");
+  // Positions whose token windows would pass int64: (position + 2) * 17 > 2^63 - 1.
+  d = edited("st_far", [](J& s) { s["data"]["position"] = int64_t{9223372036854775000}; });
+  ExpectCleanError({"--resume", d}, "--resume " + d +
+                                        ": data position 9223372036854775000 is out of range for "
+                                        "batches of 2 x 17 tokens");
+  d = edited("st_lr", [](J& s) { s["optimizer"]["lr"] = -1.0; });
+  ExpectCleanError({"--resume", d},
+                   "--resume " + d + ": '" + d +
+                       "/state.json' is damaged (it records --lr -1: the learning rate must be a "
+                       "finite number > 0)");
+  // An optimizer slot of the wrong shape.
+  d = edited("st_slot", [](J&) {});
+  std::string slot;
+  for (const auto& e : fs::directory_iterator(d + "/optimizer"))
+    if (e.path().string().ends_with(".m.pb") && (slot.empty() || e.path().string() < slot))
+      slot = e.path().string();
+  ASSERT_FALSE(slot.empty());
+  ASSERT_TRUE(WriteTensorFile(slot, Tensor(DType::kFloat32, {3}), "x").ok());
+  auto shape = ReadTensorFile(Path("state_src/optimizer/" + fs::path(slot).filename().string()));
+  ASSERT_TRUE(shape.ok());
+  ExpectCleanError({"--resume", d}, "--resume " + d + ": '" + slot + "' is f32[3], expected f32" +
+                                        ShapeToString(shape->shape()));
 }
 
 // Loss and gradients of the fixture's batch match PyTorch's (models/fixtures/mpt_tiny/reference).
@@ -208,31 +448,56 @@ TEST_F(FoundryRunTest, AllIgnoredLabelsGiveZeroLossAndGradients) {
   EXPECT_EQ(checked, 27);
 }
 
+// Every file under `dir`, relative path -> bytes.
+std::map<std::string, std::string> DirFiles(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file())
+      files[fs::relative(e.path(), dir).string()] = ReadWholeFile(e.path().string());
+  return files;
+}
+
+// 2 steps + save + resume for 1 step is the 3-step run, bit for bit: every saved file (weights,
+// AdamW moments, state) is byte-identical.
 TEST_F(FoundryRunTest, ResumeContinuesTheRunExactly) {
-  Result straight = Run({Path("mpt"), "--steps", "3", "--lr", "0.01", "--seed", "5"});
+  Result straight =
+      Run({Path("mpt"), "--steps", "3", "--lr", "0.01", "--seed", "5", "--save", Path("straight")});
   ASSERT_EQ(straight.code, 0) << straight.err;
   Result first =
       Run({Path("mpt"), "--steps", "2", "--lr", "0.01", "--seed", "5", "--save", Path("run")});
   ASSERT_EQ(first.code, 0) << first.err;
   EXPECT_NE(first.out.find("saved " + Path("run") + " (step 2)"), std::string::npos);
   // No PREFIX: the plan, optimizer, seeds and data come from the save.
-  Result second = Run({"--resume", Path("run"), "--steps", "1"});
+  Result second = Run({"--resume", Path("run"), "--steps", "1", "--save", Path("resumed")});
   ASSERT_EQ(second.code, 0) << second.err;
+  EXPECT_NE(second.out.find("  resumed    " + Path("run") + " at step 2"), std::string::npos);
+
+  auto a = DirFiles(Path("straight")), b = DirFiles(Path("resumed"));
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GT(a.size(), 3u);  // model.onnx, state.json and the optimizer slots
+  for (const auto& [name, bytes] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    EXPECT_TRUE(bytes == b[name]) << name << " differs between the straight and resumed runs";
+  }
+  // Equal weights after step 3 need equal step-3 gradients; the printed loss agrees too.
   auto step3 = [](const std::string& out) {
     size_t at = out.find("step 3/3  loss ");
     return at == std::string::npos ? std::string("(none)") : out.substr(at, 22);
   };
   EXPECT_EQ(step3(second.out), step3(straight.out)) << second.out << straight.out;
-  EXPECT_NE(second.out.find("  resumed    " + Path("run") + " at step 2"), std::string::npos);
 }
 
 // Real training: 200 AdamW steps (default lr 1e-3) on one fixed batch of the mpt_tiny fixture
 // memorise it: the loss ends below 10 % of where it started. Two runs are bitwise identical: the
 // same loss line at every step and the same saved weights, byte for byte.
 TEST_F(FoundryRunTest, MemorisesAFixedBatchDeterministically) {
-  std::vector<std::string> args = {Path("mpt"), "--steps", "200",
-                                   "--feed", "input_ids=" + kFixture + "/inputs/input_ids.pb",
-                                   "--feed", "labels=" + kFixture + "/inputs/labels.pb"};
+  std::vector<std::string> args = {Path("mpt"),
+                                   "--steps",
+                                   "200",
+                                   "--feed",
+                                   "input_ids=" + kFixture + "/inputs/input_ids.pb",
+                                   "--feed",
+                                   "labels=" + kFixture + "/inputs/labels.pb"};
   auto run = [&](const std::string& save) {
     std::vector<std::string> a = args;
     a.insert(a.end(), {"--save", Path(save)});
@@ -258,20 +523,50 @@ TEST_F(FoundryRunTest, MemorisesAFixedBatchDeterministically) {
   EXPECT_EQ(ReadWholeFile(Path("a/model.onnx")), ReadWholeFile(Path("b/model.onnx")));
 }
 
+// --data: row b of step s is window (s - 1) * 2 + b of seq + 1 = 17 tokens; the fixture's loss
+// is in the model (it shifts the labels itself), so input_ids = labels = window[0:16]. The loss
+// of each step must be bit-identical to a --feed run of exactly those windows: step 1 from the
+// initial weights, step 2 from the 1-step save (`--data ""` drops the saved token file so that
+// the feeds give the tokens). A wrong window, offset or position changes the loss.
 TEST_F(FoundryRunTest, TrainsOnATokenFile) {
+  std::vector<uint16_t> tokens(100);
+  for (int i = 0; i < 100; ++i) tokens[i] = static_cast<uint16_t>((i * 37) % 256);
   {
     std::ofstream out(Path("tokens.bin"), std::ios::binary);
-    for (int i = 0; i < 100; ++i) {
-      uint16_t t = static_cast<uint16_t>((i * 37) % 256);
-      out.write(reinterpret_cast<const char*>(&t), 2);
-    }
+    for (uint16_t t : tokens) out.write(reinterpret_cast<const char*>(&t), 2);
   }
-  Result r = Run({Path("mpt"), "--steps", "2", "--data", Path("tokens.bin"), "--optimizer", "sgd",
-                  "--lr", "0.1"});
-  ASSERT_EQ(r.code, 0) << r.err;
+  auto windows = [&](int first, const std::string& name) {
+    Tensor t(DType::kInt64, {2, 16});
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < 16; ++i) t.data<int64_t>()[b * 16 + i] = tokens[(first + b) * 17 + i];
+    EXPECT_TRUE(WriteTensorFile(Path(name), t, "input_ids").ok());
+    return Path(name);
+  };
+  const std::vector<std::string> sgd = {"--optimizer", "sgd", "--lr", "0.1"};
+  auto run = [&](std::vector<std::string> args) {
+    args.insert(args.end(), sgd.begin(), sgd.end());
+    Result r = Run(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r;
+  };
+  Result r = run({Path("mpt"), "--data", Path("tokens.bin"), "--save", Path("tok1"),
+                  "--dump-outputs", Path("tok_data1")});
   EXPECT_NE(r.out.find("  data       --data " + Path("tokens.bin") + " (uint16, 100 tokens)"),
             std::string::npos)
       << r.out;
+  const std::string w01 = windows(0, "w01.pb"), w23 = windows(2, "w23.pb");
+  run({Path("mpt"), "--feed", "input_ids=" + w01, "--feed", "labels=" + w01, "--dump-outputs",
+       Path("tok_feed1")});
+  run({"--resume", Path("tok1"), "--dump-outputs", Path("tok_data2")});
+  run({"--resume", Path("tok1"), "--data", "", "--feed", "input_ids=" + w23, "--feed",
+       "labels=" + w23, "--dump-outputs", Path("tok_feed2")});
+  const std::string step1 = ReadWholeFile(Path("tok_data1/loss.pb"));
+  const std::string step2 = ReadWholeFile(Path("tok_data2/loss.pb"));
+  ASSERT_FALSE(step1.empty());
+  EXPECT_TRUE(step1 == ReadWholeFile(Path("tok_feed1/loss.pb")));
+  EXPECT_TRUE(step2 == ReadWholeFile(Path("tok_feed2/loss.pb")));
+  EXPECT_FALSE(step1 == step2);  // different windows, different weights
+
   {
     std::ofstream out(Path("bad.bin"), std::ios::binary);
     for (int i = 0; i < 40; ++i) {

@@ -1,0 +1,101 @@
+// What both CLIs share: the one-line error contract, exit codes, and strict parsing of numbers and
+// --dim bindings. Header-only: each tool is one translation unit (CMakeLists.txt).
+//
+// Exit codes: 0 success; 2 the command line itself is wrong, which is known before any file is
+// read (unknown option, missing or malformed value, a value out of range, options that do not
+// go together); 1 anything found in the inputs or while running (model, plan, data, a step).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <vector>
+
+#include "base/status.h"
+
+namespace foundry::cli {
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+
+// Prints `<tool>: error: <message>` (the only error line) and returns `code`.
+inline int Fail(const std::string& tool, const std::string& message, int code = kExitError) {
+  std::cerr << tool << ": error: " << message << "\n";
+  return code;
+}
+
+// Parses the command line. nullopt: go on. Otherwise the exit code: 0 after --help (printed on
+// stdout), kExitUsage after one prefixed error line for any CLI11 parse error.
+inline std::optional<int> Parse(CLI::App& app, int argc, char** argv, const std::string& tool) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    while (!what.empty() && what.back() == '\n') what.pop_back();
+    for (char& c : what)
+      if (c == '\n') c = ' ';
+    return Fail(tool, what + " (run " + tool + " --help)", kExitUsage);
+  }
+  return std::nullopt;
+}
+
+// The whole of `text` as a decimal integer in [min, max] (no sign for unsigned, no hex, no
+// clamping: strtoll's silent LLONG_MAX on overflow is exactly what this avoids).
+template <class T>
+StatusOr<T> ParseInteger(const std::string& option, const std::string& text, T min, T max,
+                         const std::string& what) {
+  T v{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  // A negative number for an unsigned option is a number out of range, not a typo.
+  bool negative = std::is_unsigned_v<T> && text.size() > 1 && text[0] == '-' &&
+                  text.find_first_not_of("0123456789", 1) == std::string::npos;
+  if (!negative &&
+      (text.empty() || ec == std::errc::invalid_argument || end != text.data() + text.size()))
+    return Error(option + " " + text + ": expected " + what);
+  if (negative || ec == std::errc::result_out_of_range || v < min || v > max)
+    return Error(option + " " + text + ": expected " + what + " from " + std::to_string(min) +
+                 " to " + std::to_string(max));
+  return v;
+}
+
+// --dim NAME=VALUE bindings: VALUE a positive integer that fits int64; a name bound twice must
+// be bound to the same value.
+inline StatusOr<std::map<std::string, int64_t>> ParseDims(const std::vector<std::string>& specs) {
+  std::map<std::string, int64_t> dims;
+  for (const auto& s : specs) {
+    size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Error("--dim " + s + ": expected NAME=VALUE, e.g. --dim seq=2048");
+    const std::string name = s.substr(0, eq), text = s.substr(eq + 1);
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || end != text.data() + text.size() ||
+        (ec != std::errc() && ec != std::errc::result_out_of_range) ||
+        (ec == std::errc() && v <= 0))
+      return Error("--dim " + s + ": VALUE must be a positive integer");
+    if (ec == std::errc::result_out_of_range)
+      return Error("--dim " + s + ": VALUE is too large (at most " + std::to_string(INT64_MAX) +
+                   ")");
+    auto [it, inserted] = dims.emplace(name, v);
+    if (!inserted && it->second != v)
+      return Error("--dim " + s + ": '" + name + "' is already bound to " +
+                   std::to_string(it->second) + " by an earlier --dim");
+  }
+  return dims;
+}
+
+// Repeatable options take exactly one value per occurrence, so `--dim batch=2 model.onnx` never
+// reads the positional model as a second --dim.
+inline CLI::Option* OneValueEach(CLI::Option* o) { return o->allow_extra_args(false); }
+
+}  // namespace foundry::cli
