@@ -1,5 +1,7 @@
 #include "compiler/op_schema.h"
 
+#include <algorithm>
+
 namespace foundry {
 
 void OpSchemaTable::Add(OpSchema schema) {
@@ -67,6 +69,18 @@ StatusOr<std::vector<TypeInfo>> InferNodeTypes(const Graph& graph, const Node& n
     return Error(node.Describe() + ": shape inference produced " + std::to_string(types.size()) +
                  " outputs for " + std::to_string(node.outputs.size()));
   types.resize(node.outputs.size());
+  // One checked size test for every op: a shape of 2^62 elements, or one whose product wraps
+  // (even to 0), stops here, before fold or the runtime sizes a buffer from it.
+  for (size_t i = 0; i < types.size(); ++i) {
+    const TypeInfo& t = types[i];
+    if (!t.rank_known ||
+        std::any_of(t.shape.begin(), t.shape.end(), [](int64_t d) { return d < 0; }))
+      continue;
+    StatusOr<int64_t> bytes = CheckTensorSize(t.dtype, t.shape);
+    if (!bytes.ok())
+      return Error(node.Describe() + ": output '" + node.outputs[i] + "' " +
+                   bytes.status().message());
+  }
   return types;
 }
 

@@ -80,7 +80,9 @@ StatusOr<bool> FoldPass::Run(Graph& graph) {
       if (out.empty()) continue;
       int64_t b = graph.FindValue(out)->NumBytes();
       if (b < 0) outputs_known = false;
-      out_bytes += std::max<int64_t>(b, 0);
+      // Each output is at most kMaxTensorBytes (inference checked it), but a node may have many.
+      if (__builtin_add_overflow(out_bytes, std::max<int64_t>(b, 0), &out_bytes))
+        out_bytes = INT64_MAX;
     }
     bool foldable = (all_constant || shape_only) && !IsRandom(node) && outputs_known;
     if (foldable && out_bytes > options_.max_folded_bytes && node.op_type != "Constant") {
@@ -110,7 +112,15 @@ StatusOr<bool> FoldPass::Run(Graph& graph) {
     std::vector<Tensor> outs;
     for (const auto& out : node.outputs) {
       const Value* v = out.empty() ? nullptr : graph.FindValue(out);
-      outs.emplace_back(v ? Tensor(v->dtype, v->shape) : Tensor());
+      if (!v) {
+        outs.emplace_back();
+        continue;
+      }
+      StatusOr<Tensor> t = Tensor::Allocate(v->dtype, v->shape);
+      if (!t.ok())
+        return Error("fold: " + node.Describe() + ": output '" + out + "': " +
+                     t.status().message() + "; a smaller --fold-limit leaves it to run time");
+      outs.push_back(std::move(*t));
     }
     std::vector<Tensor*> out_ptrs;
     for (auto& t : outs) out_ptrs.push_back(&t);

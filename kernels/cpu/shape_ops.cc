@@ -171,8 +171,12 @@ Status ConstantOfShapeKernel(const Node& node, Inputs in, Outputs out, const Ker
 template <class T>
 void FillRange(T start, T delta, Tensor& out) {
   // Accumulated as in the ONNX function body (and ONNX Runtime), not start + i * delta.
+  // No step past the last element: near INT64_MAX that step would overflow.
   T v = start;
-  for (int64_t i = 0; i < out.numel(); ++i, v += delta) out.data<T>()[i] = v;
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    if (i) v += delta;
+    out.data<T>()[i] = v;
+  }
 }
 
 Status RangeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
