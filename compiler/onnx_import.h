@@ -45,6 +45,11 @@
 // IR <= 8 / opset <= 17; the importer's own structural checks (every input defined before use,
 // one producer per value, outputs produced) run on every model. Ops are not checked here: shape
 // inference reports the ones foundry does not implement.
+//
+// The parts (compiler/import_*.h, internal): import_checks (protobuf, versions, structure, --dim),
+// import_params (the trainable set), import_annotation (one reader per format: import_scopes,
+// import_metadata, import_foundry, import_functions, which also inlines calls in any format),
+// import_context (the state they share).
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,90 @@
+#include "compiler/import_params.h"
+
+#include <algorithm>
+
+namespace foundry {
+namespace import_internal {
+
+Status ParameterClassifier::Read(const ImportContext& ctx) {
+  const auto& metadata = ctx.g.metadata;
+  if (metadata.count(kParametersKey)) {
+    ASSIGN_OR_RETURN(listed_params_, ctx.MetadataStringList(kParametersKey));
+    have_param_list_ = true;
+  }
+  if (metadata.count(kBuffersKey)) {
+    ASSIGN_OR_RETURN(auto buffers, ctx.MetadataStringList(kBuffersKey));
+    listed_buffers_.insert(buffers.begin(), buffers.end());
+  }
+  if (!have_param_list_ && metadata.count(kGraphSignatureKey))
+    ParseGraphSignature(metadata.at(kGraphSignatureKey));
+  return Status::Ok();
+}
+
+// One input per line:
+//   p_transformer_wte_weight: PARAMETER target='transformer.wte.weight'
+//   b_mask: BUFFER target='mask' persistent=True
+void ParameterClassifier::ParseGraphSignature(const std::string& text) {
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    size_t colon = line.find(':');
+    size_t target = line.find("target='");
+    if (colon == std::string::npos || target == std::string::npos) continue;
+    size_t close = line.find('\'', target + 8);
+    if (close == std::string::npos) continue;
+    std::string placeholder = line.substr(0, colon);
+    placeholder.erase(0, placeholder.find_first_not_of(" \t"));
+    std::string kind = line.substr(colon + 1, target - colon - 1);
+    std::string name = line.substr(target + 8, close - target - 8);
+    if (kind.find("PARAMETER") != std::string::npos) {
+      have_signature_ = true;
+      signature_params_.insert(name);
+      signature_params_.insert(placeholder);
+    } else if (kind.find("BUFFER") != std::string::npos ||
+               kind.find("CONSTANT_TENSOR") != std::string::npos) {
+      have_signature_ = true;
+      signature_buffers_.insert(name);
+      signature_buffers_.insert(placeholder);
+    }
+  }
+}
+
+bool ParameterClassifier::IsDeclaredInitializer(const std::string& name,
+                                                const ClassTable& table) const {
+  if (listed_buffers_.count(name) || signature_params_.count(name) ||
+      signature_buffers_.count(name))
+    return true;
+  if (std::find(listed_params_.begin(), listed_params_.end(), name) != listed_params_.end())
+    return true;
+  // `transformer.alibi_slopes`: named as an attribute of a module the exporter listed. A run-time
+  // input is never named so.
+  std::string owner = ParentPath(name);
+  return table.present && !owner.empty() && table.Find(owner) != nullptr;
+}
+
+std::vector<std::string> ParameterClassifier::Trainable(
+    const std::vector<std::string>& initializers,
+    const std::function<int32_t(const std::string&)>& elem_type) const {
+  std::unordered_set<std::string> trainable;
+  if (have_param_list_) {
+    trainable.insert(listed_params_.begin(), listed_params_.end());
+  } else if (have_signature_) {
+    trainable = signature_params_;
+  }
+  std::vector<std::string> out;
+  for (const std::string& name : initializers) {
+    bool is_param;
+    if (have_param_list_ || have_signature_)
+      is_param = trainable.count(name) != 0;
+    else
+      is_param = IsFloat(static_cast<DType>(elem_type(name)));
+    if (is_param) out.push_back(name);
+  }
+  return out;
+}
+
+}  // namespace import_internal
+}  // namespace foundry

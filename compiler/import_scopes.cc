@@ -1,0 +1,109 @@
+// The "scopes" format: TorchScript scoped node names.
+#include <algorithm>
+#include <limits>
+
+#include "compiler/import_annotation.h"
+
+namespace foundry {
+namespace import_internal {
+
+namespace {
+
+// "/transformer/blocks.0/attn/MatMul_1" -> "/transformer/blocks.0/attn"; unscoped -> "".
+std::string NodeNameScope(const std::string& name) {
+  if (name.empty() || name[0] != '/') return "";
+  return name.substr(0, name.rfind('/'));
+}
+
+// torch.onnx's scope segment for a module path: the last non-numeric atom and what follows
+// ("transformer.blocks.0" -> "blocks.0").
+std::string UnqualifiedName(const std::string& path) {
+  size_t end = path.size();
+  for (;;) {
+    size_t dot = path.rfind('.', end == 0 ? 0 : end - 1);
+    size_t start = dot == std::string::npos ? 0 : dot + 1;
+    std::string atom = path.substr(start, end - start);
+    bool numeric = !atom.empty() && std::all_of(atom.begin(), atom.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c));
+    });
+    if (!numeric || start == 0) return path.substr(start);
+    end = dot;
+  }
+}
+
+// TorchScript scope strings ("/transformer/blocks.0/attn") -> chains of module paths
+// (["", "transformer", "transformer.blocks.0", "transformer.blocks.0.attn"]). torch names each
+// segment after the called module relative to its *caller*, which is not always its parent
+// (`self.transformer.wte(x)` called from the root is "/wte"); `foundry.scopes` records the answer,
+// the class table lets us search for it, and without either the segments are joined with '.'.
+class ScopeResolver {
+ public:
+  ScopeResolver(const ClassTable& table, std::map<std::string, std::string> scopes)
+      : table_(table), scopes_(std::move(scopes)) {
+    cache_[""] = {""};
+  }
+
+  const std::vector<std::string>& Chain(const std::string& scope) {
+    auto it = cache_.find(scope);
+    if (it != cache_.end()) return it->second;
+    size_t slash = scope.rfind('/');
+    std::string parent_scope = slash == std::string::npos ? "" : scope.substr(0, slash);
+    std::string seg = slash == std::string::npos ? scope : scope.substr(slash + 1);
+    std::vector<std::string> chain = Chain(parent_scope);
+    const std::string& cur = chain.back();
+    std::string path;
+    auto known = scopes_.find(scope);
+    if (known != scopes_.end()) {
+      path = known->second;
+    } else {
+      path = Search(cur, seg);
+      if (path.empty()) path = cur.empty() ? seg : cur + "." + seg;
+    }
+    chain.push_back(path);
+    return cache_[scope] = std::move(chain);
+  }
+
+ private:
+  std::string Search(const std::string& cur, const std::string& seg) const {
+    if (!table_.present) return "";
+    std::vector<std::string> found;
+    int best = std::numeric_limits<int>::max();
+    for (const std::string& p : table_.order) {
+      if (p.empty() || p == cur || !IsInside(p, cur) || UnqualifiedName(p) != seg) continue;
+      int d = Depth(p);
+      if (d < best) {
+        best = d;
+        found.clear();
+      }
+      if (d == best) found.push_back(p);
+    }
+    return found.size() == 1 ? found[0] : "";
+  }
+
+  const ClassTable& table_;
+  std::map<std::string, std::string> scopes_;
+  std::map<std::string, std::vector<std::string>> cache_;
+};
+
+class ScopesReader : public AnnotationReader {
+ public:
+  explicit ScopesReader(const ImportContext& ctx) : resolver_(ctx.table, ctx.scopes) {}
+  const char* format() const override { return "scopes"; }
+  Status Read(const onnx::NodeProto& n, NodeAnnotation& out) override {
+    out.chain = resolver_.Chain(NodeNameScope(n.name()));
+    return Status::Ok();
+  }
+  void Finish(ImportContext& ctx) override { FinishDerivedModules(ctx); }
+
+ private:
+  ScopeResolver resolver_;
+};
+
+}  // namespace
+
+std::unique_ptr<AnnotationReader> MakeScopesReader(ImportContext& ctx) {
+  return std::make_unique<ScopesReader>(ctx);
+}
+
+}  // namespace import_internal
+}  // namespace foundry
