@@ -7,7 +7,9 @@
 
 namespace foundry {
 
-CompileBytesResult CompileBytes(std::string_view bytes, const CompileBytesOptions& options) {
+namespace {
+
+CompileBytesResult CompileOnce(std::string_view bytes, const CompileBytesOptions& options) {
   ImportOptions import_options;
   import_options.dims = options.dims;
   StatusOr<Graph> graph = ImportOnnxFromBytes(bytes, import_options, options.model_dir, "mutant");
@@ -41,6 +43,24 @@ CompileBytesResult CompileBytes(std::string_view bytes, const CompileBytesOption
   auto run = Interpret(*graph, feeds);
   if (!run.ok()) return {run.status(), "run"};
   return {Status::Ok(), "done"};
+}
+
+}  // namespace
+
+CompileBytesResult CompileBytes(std::string_view bytes, const CompileBytesOptions& options) {
+  CompileBytesOptions o = options;
+  for (;;) {
+    CompileBytesResult r = CompileOnce(bytes, o);
+    const std::string& m = r.status.message();
+    const std::string ask = "pass --dim ";
+    size_t at = m.find(ask);
+    if (r.status.ok() || at == std::string::npos) return r;
+    size_t eq = m.find("=N", at);
+    if (eq == std::string::npos) return r;
+    std::string name = m.substr(at + ask.size(), eq - at - ask.size());
+    if (name.empty() || o.dims.count(name)) return r;
+    o.dims[name] = 4;
+  }
 }
 
 }  // namespace foundry
