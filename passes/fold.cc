@@ -59,6 +59,18 @@ bool IsRandom(const Node& n) { return n.op_type == "Dropout" || n.op_type == "Ra
 StatusOr<bool> FoldPass::Run(Graph& graph) {
   folded_ = kept_large_ = remaining_ = 0;
   RETURN_IF_ERROR(BindDims(graph, options_.dims));
+  // Inputs and shape-only parameters carry the sizes the model declares; inference checks what
+  // nodes produce, this checks what they start from, before any pass sizes a buffer after it.
+  for (const auto& [name, v] : graph.values()) {
+    if (v.data || !v.ShapeKnown()) continue;
+    StatusOr<int64_t> bytes = CheckTensorSize(v.dtype, v.shape);
+    if (!bytes.ok())
+      return Error("fold: " +
+                   std::string(graph.IsParameter(name)     ? "parameter"
+                               : graph.IsInitializer(name) ? "initializer"
+                                                           : "value") +
+                   " '" + name + "' " + bytes.status().message());
+  }
   std::set<std::string> params(graph.parameters.begin(), graph.parameters.end());
   auto is_constant = [&](const std::string& name) {
     if (name.empty()) return true;

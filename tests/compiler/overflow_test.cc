@@ -233,11 +233,39 @@ TEST(OverflowTest, PadAndConcatSumsAreChecked) {
       "  const x : f32[2] = [1.0, 2.0]\n  const p : i64[2] = [9223372036854775807, 1]\n",
       "y = Pad(x, p) #\"p\""));
   EXPECT_EQ(pad, "Pad node 'p': pads [9223372036854775807,1] on axis 0 of [2] overflow int64");
+  // Two inputs of 512 GiB each are fine; their concatenation is one byte too many.
   std::string concat = FoldError(
-      "graph g opset=17 {\n  input a : f32[4611686018427387904]\n"
-      "  input b : f32[4611686018427387904]\n  y = Concat(a, b) {axis=0} #\"c\"\n"
-      "  output y\n}\n");
-  EXPECT_EQ(concat, "Concat node 'c': the inputs' sizes along axis 0 sum past int64");
+      "graph g opset=17 {\n  input a : u8[549755813888]\n  input b : u8[549755813889]\n"
+      "  y = Concat(a, b) {axis=0} #\"c\"\n  output y\n}\n");
+  EXPECT_EQ(concat, std::string("Concat node 'c': output 'y' u8[1099511627777] needs "
+                                "1099511627777 bytes; ") +
+                        kTooBig);
+}
+
+TEST(OverflowTest, DeclaredShapesAreCheckedBeforeAnyPassSizesABufferFromThem) {
+  // A parameter exported by shape only (export_params=False): autodiff would build its zero
+  // gradient from this shape.
+  std::string param = FoldError(
+      "graph g opset=17 {\n  input x : f32[2]\n  param w : f32[4294967296,4294967296]\n"
+      "  y = Relu(x) #\"r\"\n  output y\n}\n");
+  EXPECT_EQ(param, std::string("fold: parameter 'w' f32[4294967296,4294967296] needs more than "
+                               "9223372036854775807 bytes; ") +
+                       kTooBig);
+  std::string input = FoldError(
+      "graph g opset=17 {\n  input x : f32[batch,1099511627776]\n"
+      "  y = Relu(x) #\"r\"\n  output y\n}\n");
+  // batch is unbound here: the check waits for a concrete shape.
+  EXPECT_EQ(input, "symbolic dimension 'batch' of input 'x' is not bound; pass --dim batch=N");
+  auto g = ParseGraph(
+      "graph g opset=17 {\n  input x : f32[batch,1099511627776]\n"
+      "  y = Relu(x) #\"r\"\n  output y\n}\n");
+  ASSERT_TRUE(g.ok());
+  FoldPass pass({.dims = {{"batch", 2}}, .max_folded_bytes = 1 << 20});
+  auto changed = pass.Run(*g);
+  ASSERT_FALSE(changed.ok());
+  EXPECT_EQ(changed.status().message(),
+            std::string("fold: value 'x' f32[2,1099511627776] needs 8796093022208 bytes; ") +
+                kTooBig);
 }
 
 TEST(OverflowTest, OneHotDepthBeyondInt64IsAnError) {
