@@ -2,7 +2,8 @@
 // end in success or in one clean error (non-empty, one line), within a generous time bound. The
 // mutants come from a fixed seed, so a failure names a mutant that reproduces alone:
 //   FOUNDRY_MUTANT=<index> build/tools_mutation_test
-// (FOUNDRY_MUTANT_VERBOSE=1 prints every mutant's outcome.)
+// (FOUNDRY_MUTANT_VERBOSE=1 prints every mutant's outcome; FOUNDRY_MUTANT_DIR=DIR also writes
+// each mutant there, e.g. to replay them through the fuzzer: import_compile_fuzz DIR/*.)
 //
 // Mutations: bit flips, bytes overwritten with values that stress parsers (0x00, 0xFF, 0x7F,
 // 0x80, 0x01), truncation, and a duplicated byte range. Positions are drawn a third from the whole
@@ -208,6 +209,7 @@ TEST(MutationTest, EveryMutantEndsInSuccessOrOneCleanError) {
   int only = -1;
   if (const char* e = std::getenv("FOUNDRY_MUTANT")) only = std::atoi(e);
   const bool verbose = std::getenv("FOUNDRY_MUTANT_VERBOSE") != nullptr;
+  const char* save_dir = std::getenv("FOUNDRY_MUTANT_DIR");
 
   Watchdog watchdog;
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGABRT, SIGILL}) signal(sig, OnFatalSignal);
@@ -218,6 +220,10 @@ TEST(MutationTest, EveryMutantEndsInSuccessOrOneCleanError) {
   for (int i = 0; i < kMutants; ++i) {
     if (only >= 0 ? i != only : i % kStride != 0) continue;
     Mutant m = MakeMutant(fixtures, i);
+    if (save_dir)
+      std::ofstream(std::string(save_dir) + "/mutant_" + std::to_string(i) + ".onnx",
+                    std::ios::binary)
+          << m.bytes;
     const std::string name = "mutant " + std::to_string(i) + " of " +
                              fs::path(m.fixture->path).lexically_relative(FOUNDRY_SOURCE_DIR)
                                  .string() +
