@@ -2,9 +2,8 @@
 // whose product wraps (to 0 even: 2^32 * 2^32 = 2^64 = 0 in int64), must end in an error that names
 // the node, the output and the bytes, in shape inference, in fold and at allocation; never in a
 // wrapped size, a null buffer or a kernel writing past one.
-#include <sys/resource.h>
-
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cstdint>
 #include <string>
@@ -83,10 +82,10 @@ TEST(CheckTensorSizeTest, AllocateRefusesWhatTheCheckRefuses) {
 }
 
 TEST(OverflowTest, RangeOf2To62ElementsIsAnInferenceError) {
-  std::string err = FoldError(Graph1(
-      "  const s : i64[] = [0]\n  const l : i64[] = [4611686018427387904]\n"
-      "  const d : i64[] = [1]\n",
-      "y = Range(s, l, d) #\"r\""));
+  std::string err =
+      FoldError(Graph1("  const s : i64[] = [0]\n  const l : i64[] = [4611686018427387904]\n"
+                       "  const d : i64[] = [1]\n",
+                       "y = Range(s, l, d) #\"r\""));
   EXPECT_EQ(err, std::string("Range node 'r': output 'y' i64[4611686018427387904] needs more "
                              "than 9223372036854775807 bytes; ") +
                      kTooBig);
@@ -94,10 +93,10 @@ TEST(OverflowTest, RangeOf2To62ElementsIsAnInferenceError) {
 
 TEST(OverflowTest, RangeOf2To40FloatsIsAnInferenceError) {
   // 2^40 f32 elements = 4 TiB: fits int64, not one tensor.
-  std::string err = FoldError(Graph1(
-      "  const s : f32[] = [0.0]\n  const l : f32[] = [1099511627776.0]\n"
-      "  const d : f32[] = [1.0]\n",
-      "y = Range(s, l, d) #\"r\""));
+  std::string err =
+      FoldError(Graph1("  const s : f32[] = [0.0]\n  const l : f32[] = [1099511627776.0]\n"
+                       "  const d : f32[] = [1.0]\n",
+                       "y = Range(s, l, d) #\"r\""));
   EXPECT_EQ(err, std::string("Range node 'r': output 'y' f32[1099511627776] needs 4398046511104 "
                              "bytes; ") +
                      kTooBig);
@@ -109,16 +108,18 @@ TEST(OverflowTest, RangeAcrossAllOfInt64DoesNotOverflowTheSubtraction) {
       "  const s : i64[] = [-9223372036854775808]\n  const l : i64[] = [9223372036854775807]\n"
       "  const d : i64[] = [1]\n",
       "y = Range(s, l, d) #\"r\""));
-  EXPECT_EQ(err, "Range node 'r': start, limit and delta give more than 9223372036854775807 "
-                 "elements; one tensor may hold at most 1099511627776 bytes (1 TiB)");
+  EXPECT_EQ(err,
+            "Range node 'r': start, limit and delta give more than 9223372036854775807 "
+            "elements; one tensor may hold at most 1099511627776 bytes (1 TiB)");
 }
 
 TEST(OverflowTest, RangeToInfinityIsAnErrorNotAnUndefinedConversion) {
-  std::string err = FoldError(Graph1(
-      "  const s : f32[] = [0.0]\n  const l : f32[] = [inf]\n  const d : f32[] = [1.0]\n",
-      "y = Range(s, l, d) #\"r\""));
-  EXPECT_EQ(err, "Range node 'r': start, limit and delta give more than 9223372036854775807 "
-                 "elements; one tensor may hold at most 1099511627776 bytes (1 TiB)");
+  std::string err = FoldError(
+      Graph1("  const s : f32[] = [0.0]\n  const l : f32[] = [inf]\n  const d : f32[] = [1.0]\n",
+             "y = Range(s, l, d) #\"r\""));
+  EXPECT_EQ(err,
+            "Range node 'r': start, limit and delta give more than 9223372036854775807 "
+            "elements; one tensor may hold at most 1099511627776 bytes (1 TiB)");
 }
 
 TEST(OverflowTest, RangeNearInt64MaxFoldsWithoutSteppingPastIt) {
@@ -132,8 +133,7 @@ TEST(OverflowTest, RangeNearInt64MaxFoldsWithoutSteppingPastIt) {
   auto changed = pass.Run(*g);
   ASSERT_TRUE(changed.ok()) << changed.status().message();
   ASSERT_NE(g->FindValue("y")->data, nullptr);
-  EXPECT_EQ(g->FindValue("y")->data->ToInt64Vector(),
-            (std::vector<int64_t>{INT64_MAX - 1}));
+  EXPECT_EQ(g->FindValue("y")->data->ToInt64Vector(), (std::vector<int64_t>{INT64_MAX - 1}));
 }
 
 TEST(OverflowTest, ConstantOfShapeWhoseProductWrapsToZero) {
@@ -156,11 +156,12 @@ TEST(OverflowTest, ExpandTo2To62Elements) {
 }
 
 TEST(OverflowTest, TileWhoseDimensionOverflows) {
-  std::string err =
-      FoldError(Graph1("  const x : f32[2] = [1.0, 2.0]\n  const r : i64[1] = [4611686018427387904]\n",
-                       "y = Tile(x, r) #\"t\""));
-  EXPECT_EQ(err, "Tile node 't': repeats [4611686018427387904] on an input of shape [2] overflow "
-                 "int64 in axis 0");
+  std::string err = FoldError(
+      Graph1("  const x : f32[2] = [1.0, 2.0]\n  const r : i64[1] = [4611686018427387904]\n",
+             "y = Tile(x, r) #\"t\""));
+  EXPECT_EQ(err,
+            "Tile node 't': repeats [4611686018427387904] on an input of shape [2] overflow "
+            "int64 in axis 0");
 }
 
 TEST(OverflowTest, TileOf2To40Elements) {
@@ -174,20 +175,22 @@ TEST(OverflowTest, TileOf2To40Elements) {
 
 TEST(OverflowTest, ReshapeWhoseRequestedCountWrapsToZero) {
   // [2^32, 2^32] of a 0-element input: unchecked, 2^64 wraps to 0 and "matches" the input.
-  std::string err = FoldError(Graph1(
-      "  const x : f32[0] = []\n  const shape : i64[2] = [4294967296, 4294967296]\n",
-      "y = Reshape(x, shape) {allowzero=1} #\"r\""));
-  EXPECT_EQ(err, "Reshape node 'r': cannot reshape a tensor of shape [0] to shape "
-                 "[4294967296,4294967296]: the element count overflows int64");
+  std::string err = FoldError(
+      Graph1("  const x : f32[0] = []\n  const shape : i64[2] = [4294967296, 4294967296]\n",
+             "y = Reshape(x, shape) {allowzero=1} #\"r\""));
+  EXPECT_EQ(err,
+            "Reshape node 'r': cannot reshape a tensor of shape [0] to shape "
+            "[4294967296,4294967296]: the element count overflows int64");
 }
 
 TEST(OverflowTest, ReshapeInferringMinusOneFromAWrappedCount) {
-  std::string err = FoldError(Graph1(
-      "  const x : f32[2,3] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]\n"
-      "  const shape : i64[3] = [4294967296, 4294967296, -1]\n",
-      "y = Reshape(x, shape) #\"r\""));
-  EXPECT_EQ(err, "Reshape node 'r': cannot reshape a tensor of shape [2,3] to shape "
-                 "[4294967296,4294967296,-1]: the element count overflows int64");
+  std::string err =
+      FoldError(Graph1("  const x : f32[2,3] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]\n"
+                       "  const shape : i64[3] = [4294967296, 4294967296, -1]\n",
+                       "y = Reshape(x, shape) #\"r\""));
+  EXPECT_EQ(err,
+            "Reshape node 'r': cannot reshape a tensor of shape [2,3] to shape "
+            "[4294967296,4294967296,-1]: the element count overflows int64");
 }
 
 TEST(OverflowTest, FoldCannotAllocateIsAnErrorNamingNodeAndBytes) {
@@ -204,16 +207,17 @@ TEST(OverflowTest, FoldCannotAllocateIsAnErrorNamingNodeAndBytes) {
   if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur > cap) limit.rlim_cur = cap;
   ASSERT_EQ(setrlimit(RLIMIT_AS, &limit), 0);
 #endif
-  std::string err = FoldError(Graph1("  const shape : i64[1] = [274877906944]\n",
-                                     "y = ConstantOfShape(shape) #\"c\""),
-                              INT64_MAX);
-  EXPECT_EQ(err, "fold: ConstantOfShape node 'c': output 'y': cannot allocate 1099511627776 bytes "
-                 "for f32[274877906944]: out of memory; a smaller --fold-limit leaves it to run "
-                 "time");
+  std::string err = FoldError(
+      Graph1("  const shape : i64[1] = [274877906944]\n", "y = ConstantOfShape(shape) #\"c\""),
+      INT64_MAX);
+  EXPECT_EQ(err,
+            "fold: ConstantOfShape node 'c': output 'y': cannot allocate 1099511627776 bytes "
+            "for f32[274877906944]: out of memory; a smaller --fold-limit leaves it to run "
+            "time");
 
   // At the default limit it is left to run time, where the interpreter asks for it.
-  auto g = ParseGraph(Graph1("  const shape : i64[1] = [274877906944]\n",
-                             "y = ConstantOfShape(shape) #\"c\""));
+  auto g = ParseGraph(
+      Graph1("  const shape : i64[1] = [274877906944]\n", "y = ConstantOfShape(shape) #\"c\""));
   ASSERT_TRUE(g.ok()) << g.status().message();
   FoldPass pass({.dims = {}, .max_folded_bytes = 1 << 20});
   ASSERT_TRUE(pass.Run(*g).ok());
@@ -229,9 +233,9 @@ TEST(OverflowTest, FoldCannotAllocateIsAnErrorNamingNodeAndBytes) {
 }
 
 TEST(OverflowTest, PadAndConcatSumsAreChecked) {
-  std::string pad = FoldError(Graph1(
-      "  const x : f32[2] = [1.0, 2.0]\n  const p : i64[2] = [9223372036854775807, 1]\n",
-      "y = Pad(x, p) #\"p\""));
+  std::string pad = FoldError(
+      Graph1("  const x : f32[2] = [1.0, 2.0]\n  const p : i64[2] = [9223372036854775807, 1]\n",
+             "y = Pad(x, p) #\"p\""));
   EXPECT_EQ(pad, "Pad node 'p': pads [9223372036854775807,1] on axis 0 of [2] overflow int64");
   // Two inputs of 512 GiB each are fine; their concatenation is one byte too many.
   std::string concat = FoldError(
@@ -263,26 +267,27 @@ TEST(OverflowTest, DeclaredShapesAreCheckedBeforeAnyPassSizesABufferFromThem) {
   FoldPass pass({.dims = {{"batch", 2}}, .max_folded_bytes = 1 << 20});
   auto changed = pass.Run(*g);
   ASSERT_FALSE(changed.ok());
-  EXPECT_EQ(changed.status().message(),
-            std::string("fold: value 'x' f32[2,1099511627776] needs 8796093022208 bytes; ") +
-                kTooBig);
+  EXPECT_EQ(
+      changed.status().message(),
+      std::string("fold: value 'x' f32[2,1099511627776] needs 8796093022208 bytes; ") + kTooBig);
 }
 
 TEST(OverflowTest, OneHotDepthBeyondInt64IsAnError) {
-  std::string err = FoldError(Graph1(
-      "  const i : i64[2] = [0, 1]\n  const depth : f32[] = [1e30]\n"
-      "  const v : f32[2] = [0.0, 1.0]\n",
-      "y = OneHot(i, depth, v) #\"o\""));
-  EXPECT_EQ(err, "OneHot node 'o': depth 1000000015047466219876688855040.000000 is larger than "
-                 "one tensor may hold");
+  std::string err =
+      FoldError(Graph1("  const i : i64[2] = [0, 1]\n  const depth : f32[] = [1e30]\n"
+                       "  const v : f32[2] = [0.0, 1.0]\n",
+                       "y = OneHot(i, depth, v) #\"o\""));
+  EXPECT_EQ(err,
+            "OneHot node 'o': depth 1000000015047466219876688855040.000000 is larger than "
+            "one tensor may hold");
 }
 
 TEST(OverflowTest, SliceWithAHugeStepDoesNotOverflow) {
-  auto g = ParseGraph(Graph1(
-      "  const x : f32[3] = [1.0, 2.0, 3.0]\n  const s : i64[1] = [0]\n"
-      "  const e : i64[1] = [3]\n  const a : i64[1] = [0]\n"
-      "  const st : i64[1] = [9223372036854775807]\n",
-      "y = Slice(x, s, e, a, st) #\"s\""));
+  auto g =
+      ParseGraph(Graph1("  const x : f32[3] = [1.0, 2.0, 3.0]\n  const s : i64[1] = [0]\n"
+                        "  const e : i64[1] = [3]\n  const a : i64[1] = [0]\n"
+                        "  const st : i64[1] = [9223372036854775807]\n",
+                        "y = Slice(x, s, e, a, st) #\"s\""));
   ASSERT_TRUE(g.ok()) << g.status().message();
   FoldPass pass({.dims = {}, .max_folded_bytes = 1 << 20});
   auto changed = pass.Run(*g);

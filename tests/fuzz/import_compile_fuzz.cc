@@ -29,8 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!r.status.ok() && !triage) {
     const std::string& m = r.status.message();
     if (m.empty() || m.find('\n') != std::string::npos) {
-      std::fprintf(stderr, "bad error message at %s (%zu bytes): '%s'\n", r.stage.c_str(),
-                   m.size(), m.c_str());
+      std::fprintf(stderr, "bad error message at %s (%zu bytes): '%s'\n", r.stage.c_str(), m.size(),
+                   m.c_str());
       std::abort();
     }
   }

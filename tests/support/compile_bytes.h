@@ -17,7 +17,7 @@ struct CompileBytesOptions {
   // --dim bindings. Each symbolic dimension the compiler then asks for ("pass --dim seq=N") is
   // bound to 4 and the model compiled again, so one harness fits models with any dimension names.
   std::map<std::string, int64_t> dims;
-  std::string model_dir;                // where external data would be looked up
+  std::string model_dir;  // where external data would be looked up
   // Run the compiled graph once when its values hold at most this many bytes in all (0: never).
   int64_t max_run_bytes = 0;
 };

@@ -96,9 +96,12 @@ Mutant MakeMutant(const std::vector<Fixture>& fixtures, int index) {
   auto pos = [&]() -> size_t {
     if (n == 0) return 0;
     switch (rng() % 3) {
-      case 0: return rng() % n;
-      case 1: return rng() % std::min<size_t>(n, 32 << 10);
-      default: return n - 1 - rng() % std::min<size_t>(n, 8 << 10);
+      case 0:
+        return rng() % n;
+      case 1:
+        return rng() % std::min<size_t>(n, 32 << 10);
+      default:
+        return n - 1 - rng() % std::min<size_t>(n, 8 << 10);
     }
   };
   std::ostringstream what;
@@ -224,13 +227,13 @@ TEST(MutationTest, EveryMutantEndsInSuccessOrOneCleanError) {
       std::ofstream(std::string(save_dir) + "/mutant_" + std::to_string(i) + ".onnx",
                     std::ios::binary)
           << m.bytes;
-    const std::string name = "mutant " + std::to_string(i) + " of " +
-                             fs::path(m.fixture->path).lexically_relative(FOUNDRY_SOURCE_DIR)
-                                 .string() +
-                             " (" + m.what + ")";
+    const std::string name =
+        "mutant " + std::to_string(i) + " of " +
+        fs::path(m.fixture->path).lexically_relative(FOUNDRY_SOURCE_DIR).string() + " (" + m.what +
+        ")";
     // Symbolic dimensions are bound as the model asks for them (CompileBytesOptions::dims).
-    CompileBytesOptions options{{}, fs::path(m.fixture->path).parent_path().string(),
-                                int64_t{64} << 20};
+    CompileBytesOptions options{
+        {}, fs::path(m.fixture->path).parent_path().string(), int64_t{64} << 20};
     std::snprintf(g_current, sizeof(g_current), "%s", name.c_str());
     watchdog.Start(name);
     const auto start = std::chrono::steady_clock::now();
@@ -258,8 +261,7 @@ TEST(MutationTest, EveryMutantEndsInSuccessOrOneCleanError) {
           << name << ": multi-line error at " << r.stage << ": " << msg;
     }
   }
-  const double total =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::ostringstream summary;
   for (const auto& [stage, count] : by_stage) summary << " " << stage << "=" << count;
   std::printf("%d mutants of %zu fixtures in %.1f s (slowest %.2f s):%s\n", ran, fixtures.size(),
