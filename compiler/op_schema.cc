@@ -41,8 +41,22 @@ std::string CanonicalDomain(std::string_view domain) {
 StatusOr<std::vector<TypeInfo>> InferNodeTypes(const Graph& graph, const Node& node) {
   const OpSchema* schema = OpSchemas().Find(node.domain, node.op_type);
   if (!schema) {
-    std::string d = node.domain.empty() ? "" : " (domain " + node.domain + ")";
-    return Error(node.Describe() + ": operator " + node.op_type + d +
+    // The op and domain come from the file: control characters (a newline splits the error
+    // over lines) are written as \xNN, as names are elsewhere.
+    auto escape = [](const std::string& s) {
+      std::string out;
+      for (unsigned char c : s) {
+        if (c >= 0x20 && c != 0x7f) {
+          out += static_cast<char>(c);
+          continue;
+        }
+        static constexpr char kHex[] = "0123456789abcdef";
+        out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+      }
+      return out;
+    };
+    std::string d = node.domain.empty() ? "" : " (domain " + escape(node.domain) + ")";
+    return Error(node.Describe() + ": operator " + escape(node.op_type) + d +
                  " is not supported by foundry; supported ops are listed by "
                  "`foundry-compile --list-ops`");
   }
