@@ -68,6 +68,10 @@ StatusOr<std::vector<TypeInfo>> InferNodeTypes(const Graph& graph, const Node& n
   if (n_out < schema->min_outputs || n_out > schema->max_outputs)
     return Error(node.Describe() + ": expects " + std::to_string(schema->min_outputs) + ".." +
                  std::to_string(schema->max_outputs) + " outputs, has " + std::to_string(n_out));
+  for (int i = 0; i < schema->min_inputs; ++i)
+    if (node.inputs[i].empty())
+      return Error(node.Describe() + ": input " + std::to_string(i) +
+                   " is required but the node leaves it empty");
   InferContext ctx{node, {}};
   for (const auto& in : node.inputs) {
     if (in.empty()) {

@@ -35,5 +35,21 @@ TEST(UnsupportedOpMessageTest, PlainNamesAreUnchanged) {
             "`foundry-compile --list-ops`");
 }
 
+// A required input written as "" (omitted) is an error, not a null dereference in the op's
+// inference (fuzzer finding: MatMul with an empty first input).
+TEST(UnsupportedOpMessageTest, EmptyRequiredInputIsAnError) {
+  Graph g;
+  g.GetOrAddValue("b");
+  Node n;
+  n.name = "mm";
+  n.op_type = "MatMul";
+  n.inputs = {"", "b"};
+  n.outputs = {"y"};
+  auto r = InferNodeTypes(g, n);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "MatMul node 'mm': input 0 is required but the node leaves it empty");
+}
+
 }  // namespace
 }  // namespace foundry
