@@ -272,6 +272,33 @@ TEST(OverflowTest, DeclaredShapesAreCheckedBeforeAnyPassSizesABufferFromThem) {
       std::string("fold: value 'x' f32[2,1099511627776] needs 8796093022208 bytes; ") + kTooBig);
 }
 
+TEST(OverflowTest, EmptyResultWithAHugeAxisNeedsNoMemory) {
+  // f32[0, 2^34 + 2] holds nothing; Pad's per-axis index table would have asked for 128 GiB
+  // (fuzzer finding: libFuzzer's malloc limit).
+  const std::string text = Graph1(
+      "  input x : f32[0,2]\n  const p : i64[4] = [0, 0, 0, 17179869184]\n",
+      "y = Pad(x, p) #\"p\"");
+  auto g = ParseGraph(text);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  FoldPass pass({.dims = {}, .max_folded_bytes = 1 << 20});
+  ASSERT_TRUE(pass.Run(*g).ok());
+  EXPECT_EQ(g->FindValue("y")->shape, (Shape{0, 17179869186}));
+  auto run = Interpret(*g, {{"x", Tensor(DType::kFloat32, {0, 2})}});
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_EQ(run->at("y").shape(), (Shape{0, 17179869186}));
+
+  // Folded: every input constant.
+  auto folded = ParseGraph(Graph1(
+      "  const x : f32[0,2] = []\n  const p : i64[4] = [0, 0, 0, 17179869184]\n",
+      "y = Pad(x, p) #\"p\""));
+  ASSERT_TRUE(folded.ok());
+  FoldPass pass2({.dims = {}, .max_folded_bytes = 1 << 20});
+  auto changed = pass2.Run(*folded);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  ASSERT_NE(folded->FindValue("y")->data, nullptr);
+  EXPECT_EQ(folded->FindValue("y")->data->shape(), (Shape{0, 17179869186}));
+}
+
 TEST(OverflowTest, OneHotDepthBeyondInt64IsAnError) {
   std::string err =
       FoldError(Graph1("  const i : i64[2] = [0, 1]\n  const depth : f32[] = [1e30]\n"
