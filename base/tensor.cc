@@ -1,7 +1,10 @@
 #include "base/tensor.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <new>
 #include <sstream>
 
 namespace foundry {
@@ -54,9 +57,35 @@ bool IsFloat(DType t) {
 }
 
 int64_t NumElements(std::span<const int64_t> shape) {
+  if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; })) return -1;
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(n, d, &n)) return -1;
   return n;
+}
+
+StatusOr<int64_t> CheckTensorSize(DType dtype, std::span<const int64_t> shape) {
+  auto type = [&] { return std::string(DTypeName(dtype)) + ShapeToString(shape); };
+  for (int64_t d : shape)
+    if (d < 0) return Error(type() + " has a negative dimension");
+  // A zero anywhere makes an empty tensor whatever the other dimensions are; only then does the
+  // product of the rest not matter (it may not even fit int64).
+  for (int64_t d : shape)
+    if (d == 0) return int64_t{0};
+  const int64_t elem = std::max<int64_t>(static_cast<int64_t>(DTypeSize(dtype)), 1);
+  int64_t bytes = elem;
+  bool overflow = false;
+  for (int64_t d : shape) overflow = overflow || __builtin_mul_overflow(bytes, d, &bytes);
+  if (overflow)
+    return Error(type() + " needs more than " + std::to_string(INT64_MAX) +
+                 " bytes; one tensor may hold at most " + std::to_string(kMaxTensorBytes) +
+                 " (1 TiB)");
+  if (bytes > kMaxTensorBytes)
+    return Error(type() + " needs " + std::to_string(bytes) +
+                 " bytes; one tensor may hold at most " + std::to_string(kMaxTensorBytes) +
+                 " (1 TiB)");
+  return bytes;
 }
 
 std::string ShapeToString(std::span<const int64_t> shape) {
@@ -69,14 +98,28 @@ std::string ShapeToString(std::span<const int64_t> shape) {
 
 void Tensor::Free::operator()(void* p) const { std::free(p); }
 
-Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
-  numel_ = NumElements(shape_);
-  size_t n = nbytes();
-  size_t alloc = (n + 63) / 64 * 64;
-  if (alloc == 0) alloc = 64;
-  bytes_.ptr.reset(static_cast<uint8_t*>(std::aligned_alloc(64, alloc)));
-  bytes_.size = n;
-  std::memset(bytes_.data(), 0, alloc);
+StatusOr<Tensor> Tensor::Allocate(DType dtype, Shape shape) {
+  ASSIGN_OR_RETURN(int64_t n, CheckTensorSize(dtype, shape));
+  // n <= kMaxTensorBytes, so neither the rounding nor the element count can overflow.
+  size_t alloc = std::max<size_t>((static_cast<size_t>(n) + 63) / 64 * 64, 64);
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, alloc));
+  if (!p)
+    return Error("cannot allocate " + std::to_string(n) + " bytes for " +
+                 std::string(DTypeName(dtype)) + ShapeToString(shape) + ": out of memory");
+  std::memset(p, 0, alloc);
+  Tensor t;
+  t.dtype_ = dtype;
+  t.numel_ = NumElements(shape);
+  t.shape_ = std::move(shape);
+  t.bytes_.ptr.reset(p);
+  t.bytes_.size = static_cast<size_t>(n);
+  return t;
+}
+
+Tensor::Tensor(DType dtype, Shape shape) {
+  StatusOr<Tensor> t = Allocate(dtype, std::move(shape));
+  if (!t.ok()) throw std::bad_alloc();
+  *this = std::move(*t);
 }
 
 Tensor::Tensor(const Tensor& other) : Tensor(other.dtype_, other.shape_) {
@@ -112,7 +155,15 @@ int64_t Tensor::GetAsInt64(int64_t i) const {
     case DType::kInt64: return data<int64_t>()[i];
     case DType::kInt32: return data<int32_t>()[i];
     case DType::kUint64: return static_cast<int64_t>(data<uint64_t>()[i]);
-    default: return static_cast<int64_t>(GetAsDouble(i));
+    default: {
+      // Saturating: converting NaN or an out-of-range double to int64 is undefined behaviour,
+      // and these values come from models (a float tensor used as a shape).
+      double d = GetAsDouble(i);
+      if (!(d == d)) return 0;
+      if (d >= 9223372036854775807.0) return INT64_MAX;
+      if (d <= -9223372036854775808.0) return INT64_MIN;
+      return static_cast<int64_t>(d);
+    }
   }
 }
 

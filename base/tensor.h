@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
+
 namespace foundry {
 
 enum class DType : int32_t {
@@ -40,13 +42,30 @@ bool IsFloat(DType t);
 
 using Shape = std::vector<int64_t>;
 
+// The most bytes one tensor may hold (1 TiB). Far beyond any real activation or weight, and small
+// enough that element counts, byte sizes and the offsets kernels compute from them never overflow
+// int64 (it is also AddressSanitizer's largest allocation, so sanitizer builds fail the same way).
+inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 40;
+
+// Product of the dimensions; -1 when a dimension is negative or the product overflows int64.
+// Shapes that passed CheckTensorSize (every inferred and every allocated shape) never give -1.
 int64_t NumElements(std::span<const int64_t> shape);
+// Bytes a tensor of this type and shape needs, or an error when a dimension is negative or the
+// size exceeds kMaxTensorBytes (checked arithmetic: a product that wraps, even to 0, is caught).
+// The error names the type ("f32[4294967296,4294967296]") and the bytes; callers prefix the node.
+StatusOr<int64_t> CheckTensorSize(DType dtype, std::span<const int64_t> shape);
 std::string ShapeToString(std::span<const int64_t> shape);
 
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(DType dtype, Shape shape);  // zero-filled
+  // Zero-filled. For sizes known to be sane (the library's own small tensors); throws
+  // std::bad_alloc when the size is invalid or the memory is not there. Sizes that come from a
+  // model or a plan go through Allocate instead.
+  Tensor(DType dtype, Shape shape);
+  // Zero-filled; an error (naming the type and the bytes asked for) instead of a throw when the
+  // shape is invalid, exceeds kMaxTensorBytes, or the allocator has no memory for it.
+  static StatusOr<Tensor> Allocate(DType dtype, Shape shape);
 
   template <class T>
   static Tensor FromVector(DType dtype, Shape shape, const std::vector<T>& values) {

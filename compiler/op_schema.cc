@@ -1,5 +1,7 @@
 #include "compiler/op_schema.h"
 
+#include <algorithm>
+
 namespace foundry {
 
 const OpSchemaTable& OpSchemas() {
@@ -16,8 +18,22 @@ const OpSchemaTable& OpSchemas() {
 StatusOr<std::vector<TypeInfo>> InferNodeTypes(const Graph& graph, const Node& node) {
   const OpSchema* schema = OpSchemas().Find(node.domain, node.op_type);
   if (!schema) {
-    std::string d = node.domain.empty() ? "" : " (domain " + node.domain + ")";
-    return Error(node.Describe() + ": operator " + node.op_type + d +
+    // The op and domain come from the file: control characters (a newline splits the error
+    // over lines) are written as \xNN, as names are elsewhere.
+    auto escape = [](const std::string& s) {
+      std::string out;
+      for (unsigned char c : s) {
+        if (c >= 0x20 && c != 0x7f) {
+          out += static_cast<char>(c);
+          continue;
+        }
+        static constexpr char kHex[] = "0123456789abcdef";
+        out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+      }
+      return out;
+    };
+    std::string d = node.domain.empty() ? "" : " (domain " + escape(node.domain) + ")";
+    return Error(node.Describe() + ": operator " + escape(node.op_type) + d +
                  " is not supported by foundry; supported ops are listed by "
                  "`foundry-compile --list-ops`");
   }
@@ -29,6 +45,10 @@ StatusOr<std::vector<TypeInfo>> InferNodeTypes(const Graph& graph, const Node& n
   if (n_out < schema->min_outputs || n_out > schema->max_outputs)
     return Error(node.Describe() + ": expects " + std::to_string(schema->min_outputs) + ".." +
                  std::to_string(schema->max_outputs) + " outputs, has " + std::to_string(n_out));
+  for (int i = 0; i < schema->min_inputs; ++i)
+    if (node.inputs[i].empty())
+      return Error(node.Describe() + ": input " + std::to_string(i) +
+                   " is required but the node leaves it empty");
   InferContext ctx{node, {}};
   for (const auto& in : node.inputs) {
     if (in.empty()) {
@@ -44,6 +64,18 @@ StatusOr<std::vector<TypeInfo>> InferNodeTypes(const Graph& graph, const Node& n
     return Error(node.Describe() + ": shape inference produced " + std::to_string(types.size()) +
                  " outputs for " + std::to_string(node.outputs.size()));
   types.resize(node.outputs.size());
+  // One checked size test for every op: a shape of 2^62 elements, or one whose product wraps
+  // (even to 0), stops here, before fold or the runtime sizes a buffer from it.
+  for (size_t i = 0; i < types.size(); ++i) {
+    const TypeInfo& t = types[i];
+    if (!t.rank_known ||
+        std::any_of(t.shape.begin(), t.shape.end(), [](int64_t d) { return d < 0; }))
+      continue;
+    StatusOr<int64_t> bytes = CheckTensorSize(t.dtype, t.shape);
+    if (!bytes.ok())
+      return Error(node.Describe() + ": output '" + node.outputs[i] + "' " +
+                   bytes.status().message());
+  }
   return types;
 }
 

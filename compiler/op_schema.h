@@ -31,7 +31,12 @@ struct InferContext {
 
   size_t num_inputs() const { return inputs.size(); }
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }
-  const Value& input(size_t i) const { return *inputs[i]; }
+  // An omitted optional input reads as a value of unknown type and rank, never a null reference:
+  // an inference function that forgets has_input() then sees "nothing known", not a crash.
+  const Value& input(size_t i) const {
+    static const Value kOmitted;
+    return i < inputs.size() && inputs[i] ? *inputs[i] : kOmitted;
+  }
   // The input's constant value, or null when it is only known at run time.
   const Tensor* constant(size_t i) const { return has_input(i) ? inputs[i]->data.get() : nullptr; }
   // An error naming the node: "Reshape node 'n' (module m): <what>".

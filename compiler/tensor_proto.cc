@@ -18,9 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// 2^48 bytes: far beyond any real tensor, small enough that size arithmetic cannot overflow.
-constexpr int64_t kMaxTensorBytes = int64_t{1} << 48;
-
 std::string Describe(const onnx::TensorProto& p) {
   return p.name().empty() ? std::string("tensor") : "initializer " + QuoteName(p.name());
 }
@@ -136,7 +133,10 @@ StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& p, const std::string& 
   };
 
   if (p.data_location() == onnx::TensorProto::EXTERNAL) {
-    Tensor t(dtype, shape);
+    // The only case whose size the proto's own bytes do not bound: allocate checked.
+    StatusOr<Tensor> allocated = Tensor::Allocate(dtype, shape);
+    if (!allocated.ok()) return Error(Describe(p) + ": " + allocated.status().message());
+    Tensor t = std::move(*allocated);
     RETURN_IF_ERROR(ReadExternal(p, base_dir, t));
     return t;
   }

@@ -1,5 +1,6 @@
 #include "passes/fold.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 
@@ -59,6 +60,18 @@ bool IsRandom(const Node& n) { return n.op_type == "Dropout" || n.op_type == "Ra
 StatusOr<bool> FoldPass::Run(Graph& graph) {
   folded_ = kept_large_ = remaining_ = 0;
   RETURN_IF_ERROR(BindDims(graph, options_.dims));
+  // Inputs and shape-only parameters carry the sizes the model declares; inference checks what
+  // nodes produce, this checks what they start from, before any pass sizes a buffer after it.
+  for (const auto& [name, v] : graph.values()) {
+    if (v.data || !v.ShapeKnown()) continue;
+    StatusOr<int64_t> bytes = CheckTensorSize(v.dtype, v.shape);
+    if (!bytes.ok())
+      return Error("fold: " +
+                   std::string(graph.IsParameter(name)     ? "parameter"
+                               : graph.IsInitializer(name) ? "initializer"
+                                                           : "value") +
+                   " '" + name + "' " + bytes.status().message());
+  }
   std::set<std::string> params(graph.parameters.begin(), graph.parameters.end());
   auto is_constant = [&](const std::string& name) {
     if (name.empty()) return true;
@@ -80,7 +93,9 @@ StatusOr<bool> FoldPass::Run(Graph& graph) {
       if (out.empty()) continue;
       int64_t b = graph.FindValue(out)->NumBytes();
       if (b < 0) outputs_known = false;
-      out_bytes += std::max<int64_t>(b, 0);
+      // Each output is at most kMaxTensorBytes (inference checked it), but a node may have many.
+      if (__builtin_add_overflow(out_bytes, std::max<int64_t>(b, 0), &out_bytes))
+        out_bytes = INT64_MAX;
     }
     bool foldable = (all_constant || shape_only) && !IsRandom(node) && outputs_known;
     if (foldable && out_bytes > options_.max_folded_bytes && node.op_type != "Constant") {
@@ -110,11 +125,24 @@ StatusOr<bool> FoldPass::Run(Graph& graph) {
     std::vector<Tensor> outs;
     for (const auto& out : node.outputs) {
       const Value* v = out.empty() ? nullptr : graph.FindValue(out);
-      outs.emplace_back(v ? Tensor(v->dtype, v->shape) : Tensor());
+      if (!v) {
+        outs.emplace_back();
+        continue;
+      }
+      StatusOr<Tensor> t = Tensor::Allocate(v->dtype, v->shape);
+      if (!t.ok())
+        return Error("fold: " + node.Describe() + ": output '" + out + "': " +
+                     t.status().message() + "; a smaller --fold-limit leaves it to run time");
+      outs.push_back(std::move(*t));
     }
     std::vector<Tensor*> out_ptrs;
     for (auto& t : outs) out_ptrs.push_back(&t);
-    Status st = RunCpuKernel(node, ins, out_ptrs, KernelContext{});
+    // Outputs with no elements need no kernel, and their other axes may be huge ([0, 2^30]):
+    // a kernel's per-axis index tables would be sized by them.
+    bool all_empty = std::all_of(node.outputs.begin(), node.outputs.end(), [&](const auto& o) {
+      return o.empty() || NumElements(graph.FindValue(o)->shape) == 0;
+    });
+    Status st = all_empty ? Status::Ok() : RunCpuKernel(node, ins, out_ptrs, KernelContext{});
     if (!st.ok()) return st.Prepend("fold: ");
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       if (node.outputs[i].empty()) continue;

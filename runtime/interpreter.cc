@@ -63,7 +63,9 @@ StatusOr<std::map<std::string, Tensor>> Interpret(const Graph& graph,
       if (!out.empty() && (!v || !v->ShapeKnown()))
         return Error(node.Describe() + ": output '" + out +
                      "' has no concrete shape; bind symbolic dimensions with --dim");
-      outs.emplace_back(v ? Tensor(v->dtype, v->shape) : Tensor(DType::kFloat32, {0}));
+      StatusOr<Tensor> t = v ? Tensor::Allocate(v->dtype, v->shape) : Tensor(DType::kFloat32, {0});
+      if (!t.ok()) return Error(node.Describe() + ": output '" + out + "': " + t.status().message());
+      outs.push_back(std::move(*t));
     }
     for (auto& t : outs) out_ptrs.push_back(&t);
     ctx.node_key = NodeKey(node);

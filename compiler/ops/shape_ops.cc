@@ -81,20 +81,24 @@ StatusOr<Shape> ReshapeOutputShape(const Shape& in, const std::vector<int64_t>& 
 
   // Dimensions copied by a 0 appear on both sides and cancel, so a -1 can often be inferred even
   // when those copied dimensions are symbolic (unknown).
+  // Checked products: a requested shape of 2^62 elements must not wrap to a small count.
   int64_t in_rest = 1, out_rest = 1;
-  bool in_known = true, all_in_known = true;
+  bool in_known = true, all_in_known = true, overflow = false;
   for (size_t j = 0; j < in.size(); ++j) {
     if (in[j] < 0) all_in_known = false;
     if (j < copied.size() && copied[j]) continue;
     if (in[j] < 0)
       in_known = false;
     else
-      in_rest *= in[j];
+      overflow |= __builtin_mul_overflow(in_rest, in[j], &in_rest);
   }
   for (size_t j = 0; j < out.size(); ++j) {
     if (copied[j] || static_cast<int64_t>(j) == infer_at) continue;
-    out_rest *= out[j];
+    overflow |= __builtin_mul_overflow(out_rest, out[j], &out_rest);
   }
+  if (overflow)
+    return Error("cannot reshape a tensor of shape " + ShapeToString(in) + " to shape " + req +
+                 ": the element count overflows int64");
 
   const std::string in_desc =
       "a tensor of shape " + ShapeToString(in) +
@@ -176,7 +180,7 @@ StatusOr<std::vector<SliceDim>> ResolveSlice(const Shape& in, const std::vector<
     if (step > 0) {
       s = std::clamp<int64_t>(s, 0, d);
       e = std::clamp<int64_t>(e, 0, d);
-      len = e > s ? (e - s + step - 1) / step : 0;
+      len = e > s ? (e - s - 1) / step + 1 : 0;  // not (e - s + step - 1): step may be huge
     } else {
       s = std::clamp<int64_t>(s, 0, d - 1);
       e = std::clamp<int64_t>(e, -1, d - 1);
@@ -194,7 +198,7 @@ StatusOr<std::vector<int64_t>> EqualSplitSizes(int64_t dim, int64_t num_outputs)
   if (num_outputs <= 0)
     return Error("cannot split into " + std::to_string(num_outputs) + " outputs");
   if (dim < 0) return std::vector<int64_t>(num_outputs, -1);
-  int64_t chunk = (dim + num_outputs - 1) / num_outputs;
+  int64_t chunk = dim / num_outputs + (dim % num_outputs != 0);
   int64_t last = dim - chunk * (num_outputs - 1);
   if (last < 0)
     return Error("cannot split a dimension of size " + std::to_string(dim) + " into " +
@@ -206,10 +210,18 @@ StatusOr<std::vector<int64_t>> EqualSplitSizes(int64_t dim, int64_t num_outputs)
 
 namespace {
 
+Status TooLong() {
+  return Error("start, limit and delta give more than " + std::to_string(INT64_MAX) +
+               " elements; one tensor may hold at most " + std::to_string(kMaxTensorBytes) +
+               " bytes (1 TiB)");
+}
+
 template <class T>
-int64_t FloatRangeLength(T start, T limit, T delta) {
-  // As ONNX Runtime: the difference in T, the division in double.
+StatusOr<int64_t> FloatRangeLength(T start, T limit, T delta) {
+  // As ONNX Runtime: the difference in T, the division in double. An infinite or huge quotient
+  // would make the conversion to int64 undefined; NaN gives no elements (n > 0 is false).
   double n = std::ceil(static_cast<double>(limit - start) / static_cast<double>(delta));
+  if (n >= 9223372036854775808.0) return TooLong();
   return n > 0 ? static_cast<int64_t>(n) : 0;
 }
 
@@ -231,9 +243,20 @@ StatusOr<int64_t> RangeLength(const Tensor& start, const Tensor& limit, const Te
     case DType::kInt16:
     case DType::kInt32:
     case DType::kInt64: {
+      // In uint64: limit - start can exceed INT64_MAX (start = INT64_MIN, limit = INT64_MAX).
       int64_t s = start.GetAsInt64(0), l = limit.GetAsInt64(0), d = delta.GetAsInt64(0);
-      if (d > 0) return l > s ? (l - s + d - 1) / d : int64_t{0};
-      return s > l ? (s - l - d - 1) / -d : int64_t{0};
+      uint64_t span = 0, step = 0;
+      if (d > 0 && l > s) {
+        span = static_cast<uint64_t>(l) - static_cast<uint64_t>(s);
+        step = static_cast<uint64_t>(d);
+      } else if (d < 0 && s > l) {
+        span = static_cast<uint64_t>(s) - static_cast<uint64_t>(l);
+        step = 0 - static_cast<uint64_t>(d);
+      }
+      if (span == 0) return int64_t{0};
+      uint64_t n = (span - 1) / step + 1;
+      if (n > static_cast<uint64_t>(INT64_MAX)) return TooLong();
+      return static_cast<int64_t>(n);
     }
     default:
       return Error("element type " + std::string(DTypeName(start.dtype())) +
@@ -409,14 +432,14 @@ StatusOr<Types> InferFlatten(const InferContext& ctx) {
                     std::to_string(r) + " (Flatten accepts [-r, r])");
   if (axis < 0) axis += r;
   auto prod = [&](int64_t lo, int64_t hi) {
-    int64_t p = 1;
-    for (int64_t i = lo; i < hi; ++i) {
-      if (x.shape[i] < 0) return int64_t{-1};
-      p *= x.shape[i];
-    }
-    return p;
+    Shape part(x.shape.begin() + lo, x.shape.begin() + hi);
+    if (std::any_of(part.begin(), part.end(), [](int64_t d) { return d < 0; })) return int64_t{-1};
+    return NumElements(part);
   };
-  return Types{TypeInfo{x.dtype, {prod(0, axis), prod(axis, r)}, true}};
+  int64_t outer = prod(0, axis), inner = prod(axis, r);
+  if ((outer < 0 || inner < 0) && x.ShapeKnown())
+    return ctx.Fail("input " + x.TypeString() + " has more elements than int64 can count");
+  return Types{TypeInfo{x.dtype, {outer, inner}, true}};
 }
 
 // Squeeze/Unsqueeze axes: an input since opset 13, an attribute before. nullopt = not known yet.
@@ -547,7 +570,12 @@ StatusOr<Types> InferTile(const InferContext& ctx) {
   for (int64_t i = 0; i < r; ++i) {
     if ((*reps)[i] < 0)
       return ctx.Fail("repeats " + ShapeToString(*reps) + " has a negative value");
-    out[i] = x.shape[i] < 0 ? -1 : x.shape[i] * (*reps)[i];
+    if (x.shape[i] < 0) {
+      out[i] = -1;
+    } else if (__builtin_mul_overflow(x.shape[i], (*reps)[i], &out[i])) {
+      return ctx.Fail("repeats " + ShapeToString(*reps) + " on an input of shape " +
+                      ShapeToString(x.shape) + " overflow int64 in axis " + std::to_string(i));
+    }
   }
   return Types{TypeInfo{x.dtype, out, true}};
 }
@@ -580,7 +608,13 @@ StatusOr<Types> InferConcat(const InferContext& ctx) {
       out[axis] = -1;
       continue;
     }
-    if (out[axis] >= 0) out[axis] = v.shape[axis] < 0 ? -1 : out[axis] + v.shape[axis];
+    if (out[axis] >= 0) {
+      if (v.shape[axis] < 0)
+        out[axis] = -1;
+      else if (__builtin_add_overflow(out[axis], v.shape[axis], &out[axis]))
+        return ctx.Fail("the inputs' sizes along axis " + std::to_string(axis) +
+                        " sum past int64");
+    }
     for (int64_t k = 0; k < rank; ++k) {
       if (k == axis || v.shape[k] < 0) continue;
       if (out[k] >= 0 && out[k] != v.shape[k])
@@ -618,7 +652,8 @@ StatusOr<Types> InferSplit(const InferContext& ctx) {
     int64_t sum = 0;
     for (int64_t s : *split) {
       if (s < 0) return ctx.Fail("split " + ShapeToString(*split) + " has a negative size");
-      sum += s;
+      if (__builtin_add_overflow(sum, s, &sum))
+        return ctx.Fail("split " + ShapeToString(*split) + " sums past int64");
     }
     if (dim >= 0 && sum != dim)
       return ctx.Fail("split " + ShapeToString(*split) + " sums to " + std::to_string(sum) +
@@ -776,7 +811,10 @@ StatusOr<Types> InferPad(const InferContext& ctx) {
       out[i] = -1;
       continue;
     }
-    out[i] = x.shape[i] + full[i] + full[i + r];
+    if (__builtin_add_overflow(x.shape[i], full[i], &out[i]) ||
+        __builtin_add_overflow(out[i], full[i + r], &out[i]))
+      return ctx.Fail("pads " + ShapeToString(*pads) + " on axis " + std::to_string(i) + " of " +
+                      ShapeToString(x.shape) + " overflow int64");
     if (out[i] < 0)
       return ctx.Fail("pads " + ShapeToString(*pads) + " remove more than axis " +
                       std::to_string(i) + " of " + ShapeToString(x.shape) + " holds");
@@ -806,8 +844,12 @@ StatusOr<Types> InferOneHot(const InferContext& ctx) {
   int64_t depth = -1;
   if (const Tensor* d = ctx.constant(1)) {
     if (d->numel() != 1) return ctx.Fail("depth must be a scalar");
-    depth = static_cast<int64_t>(d->GetAsDouble(0));
-    if (depth < 1) return ctx.Fail("depth must be positive, got " + std::to_string(depth));
+    // Range-checked as a double first: converting a huge or NaN value to int64 is undefined.
+    double dv = d->GetAsDouble(0);
+    if (!(dv >= 1)) return ctx.Fail("depth must be positive, got " + std::to_string(dv));
+    if (dv > static_cast<double>(kMaxTensorBytes))
+      return ctx.Fail("depth " + std::to_string(dv) + " is larger than one tensor may hold");
+    depth = static_cast<int64_t>(dv);
   }
   Shape out = idx.shape;
   out.insert(out.begin() + axis, depth);

@@ -171,8 +171,12 @@ Status ConstantOfShapeKernel(const Node& node, Inputs in, Outputs out, const Ker
 template <class T>
 void FillRange(T start, T delta, Tensor& out) {
   // Accumulated as in the ONNX function body (and ONNX Runtime), not start + i * delta.
+  // No step past the last element: near INT64_MAX that step would overflow.
   T v = start;
-  for (int64_t i = 0; i < out.numel(); ++i, v += delta) out.data<T>()[i] = v;
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    if (i) v += delta;
+    out.data<T>()[i] = v;
+  }
 }
 
 Status RangeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
@@ -613,12 +617,19 @@ Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext&)
       pads, Named(node, shape_ops::FullPads(r, pads, in.size() > 3 && in[3] ? &axes : nullptr)));
   const std::string mode = node.GetString("mode", "constant");
   Shape shape(r);
-  for (int64_t k = 0; k < r; ++k) shape[k] = x.shape()[k] + pads[k] + pads[k + r];
+  for (int64_t k = 0; k < r; ++k)
+    if (__builtin_add_overflow(x.shape()[k], pads[k], &shape[k]) ||
+        __builtin_add_overflow(shape[k], pads[k + r], &shape[k]))
+      return Fail(node, "pads " + ShapeToString(pads) + " on axis " + std::to_string(k) +
+                            " of " + ShapeToString(x.shape()) + " overflow int64");
   for (int64_t k = 0; k < r; ++k)
     if (shape[k] < 0)
       return Fail(node, "pads " + ShapeToString(pads) + " remove more than axis " +
                             std::to_string(k) + " of " + ShapeToString(x.shape()) + " holds");
   RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), shape));
+  // An empty output may still have a huge axis ([0, 2^30]): the per-axis tables below would be
+  // sized by it.
+  if (out[0]->numel() == 0) return Status::Ok();
 
   const size_t elem = DTypeSize(x.dtype());
   std::vector<uint8_t> fill(elem, 0);

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer target for import + compile (tests/fuzz/import_compile_fuzz.cc) with
+# Debian's clang and libclang-rt-14-dev, outside the CMake build (whose compiler is gcc):
+#   bash tests/fuzz/build.sh [OUT_DIR]          # default build-fuzz/
+#   build-fuzz/import_compile_fuzz -max_len=8192 -runs=1000000 CORPUS_COPY tests/fuzz/corpus
+# Give it a scratch copy of the corpus as the first directory: libFuzzer adds what it finds there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-build-fuzz}
+command -v clang++ >/dev/null || { echo "build.sh: clang++ not found (apt-get install clang)"; exit 1; }
+mkdir -p "$out/obj"
+flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined
+       -fno-sanitize-recover=undefined -DONNX_ML=1 -DONNX_NAMESPACE=onnx -I.)
+srcs=(base/*.cc compiler/*.cc compiler/ops/*.cc kernels/cpu/*.cc passes/*.cc passes/grad/*.cc
+      runtime/*.cc tests/support/compile_bytes.cc tests/fuzz/import_compile_fuzz.cc)
+objs=()
+pids=()
+jobs=${JOBS:-$(nproc)}
+for src in "${srcs[@]}"; do
+  obj="$out/obj/${src//\//_}.o"
+  objs+=("$obj")
+  # Rebuilt when its source or any project header is newer (no dependency tracking here).
+  if [[ ! -f "$obj" || "$src" -nt "$obj" ||
+        -n "$(find base compiler kernels/cpu passes runtime tests/support -name '*.h' -newer "$obj" | head -1)" ]]; then
+    clang++ "${flags[@]}" -c "$src" -o "$obj" &
+    pids+=($!)
+    if (( ${#pids[@]} >= jobs )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+  fi
+done
+for p in "${pids[@]}"; do wait "$p"; done
+clang++ -fsanitize=fuzzer,address,undefined "${objs[@]}" -o "$out/import_compile_fuzz" \
+  -lonnx -lonnx_proto -lprotobuf -lopenblas -lpthread
+echo "built $out/import_compile_fuzz"
