@@ -12,6 +12,7 @@
 #include "compiler/import_functions.h"
 #include "compiler/import_params.h"
 #include "compiler/onnx_proto_util.h"
+#include "compiler/random_seed.h"
 #include "compiler/tensor_proto.h"
 
 namespace foundry {
@@ -260,7 +261,10 @@ StatusOr<Graph> ImportOnnxFromBytes(std::string_view bytes, const ImportOptions&
   RETURN_IF_ERROR(import_internal::ParseModelBytes(bytes, display_name, model));
   import_internal::Importer importer(model, options, model_dir, display_name);
   auto graph = importer.Run();
-  if (graph.ok()) return graph;
+  if (graph.ok()) {
+    AssignRandomSeeds(*graph);
+    return graph;
+  }
   // Names come from the file and are quoted with QuoteName; this catches any other path by which
   // a control character reaches the message, so it stays one line.
   std::string message;

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include "base/hash.h"
+#include "compiler/onnx_import.h"
 #include "compiler/text.h"
 #include "passes/fold.h"
 #include "runtime/interpreter.h"
@@ -57,6 +61,31 @@ TEST(RandomSeedTest, MaskDoesNotDependOnTheNodeName) {
   EXPECT_TRUE(before->at("a").BitwiseEqual(after->at("a")));
   EXPECT_TRUE(before->at("b").BitwiseEqual(after->at("b")));
   EXPECT_FALSE(after->at("a").BitwiseEqual(after->at("b")));
+}
+
+// Import gives every dropout of an exported model its own seed, the same one on every import.
+TEST(RandomSeedTest, ImportSeedsEveryDropoutOfAnExport) {
+  std::map<std::string, std::map<std::string, int64_t>> first;
+  for (const char* file :
+       {"model.onnx", "model.metadata.onnx", "model.onnx", "model.metadata.onnx"}) {
+    auto g =
+        ImportOnnx(std::string(FOUNDRY_SOURCE_DIR) + "/models/fixtures/mpt_tiny_dropout/" + file);
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    std::map<std::string, int64_t> seeds;
+    std::set<int64_t> distinct;
+    for (const Node& n : g->nodes) {
+      if (n.op_type != "Dropout") continue;
+      auto it = n.attrs.find("seed");
+      ASSERT_NE(it, n.attrs.end()) << n.name;
+      int64_t seed = it->second.i;
+      seeds[n.name] = seed;
+      distinct.insert(seed);
+    }
+    EXPECT_GE(seeds.size(), 3u) << file;
+    EXPECT_EQ(distinct.size(), seeds.size()) << file;
+    if (!first.count(file)) first[file] = seeds;
+    EXPECT_EQ(seeds, first[file]) << file;
+  }
 }
 
 }  // namespace

@@ -40,12 +40,6 @@ double MaxAbs(const Tensor& t) {
   return m;
 }
 
-bool AllFinite(const Tensor& t) {
-  for (int64_t i = 0; i < t.numel(); ++i)
-    if (!std::isfinite(t.GetAsDouble(i))) return false;
-  return true;
-}
-
 // max|got - want| / max(max|want|, floor), or +inf when either side holds a NaN or an Inf:
 // `std::max(worst, NaN)` keeps `worst`, so without this a NaN gradient would compare as exact.
 double RelativeError(const Tensor& got, const Tensor& want, double floor = 0) {
