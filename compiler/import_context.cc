@@ -40,6 +40,17 @@ std::string StripVariant(const std::string& op_type) {
   return op_type.substr(0, dot);
 }
 
+std::vector<std::string_view> SplitLines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = std::min(text.find('\n', start), text.size());
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
 std::string OneLine(std::string s) {
   for (char& c : s)
     if (c == '\n' || c == '\r') c = ' ';

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -44,6 +45,8 @@ std::string CommonModulePrefix(const std::vector<std::string>& paths);
 std::string StripVariant(const std::string& op_type);
 // Newlines become spaces, trailing spaces go: a message from a library on one line.
 std::string OneLine(std::string s);
+// The lines of `text` split at '\n' (views into it; a final empty line is not one).
+std::vector<std::string_view> SplitLines(std::string_view text);
 
 // Module class table (`foundry.module_classes`), in the exporter's named_modules() order.
 struct ClassTable {

@@ -15,16 +15,11 @@ class FoundryReader : public AnnotationReader {
   Status Read(const onnx::NodeProto& n, NodeAnnotation& out) override {
     std::string scope;
     out.marks.clear();
-    const std::string& text = n.doc_string();
-    size_t start = 0;
-    while (start < text.size()) {
-      size_t end = text.find('\n', start);
-      if (end == std::string::npos) end = text.size();
-      std::string line = text.substr(start, end - start);
-      start = end + 1;
+    for (std::string_view line : SplitLines(n.doc_string())) {
       size_t eq = line.find('=');
       if (eq == std::string::npos) continue;
-      std::string key = line.substr(0, eq), raw = line.substr(eq + 1), value;
+      std::string key(line.substr(0, eq)), value;
+      std::string_view raw = line.substr(eq + 1);
       for (size_t i = 0; i < raw.size(); ++i) {
         if (raw[i] == '\\' && i + 1 < raw.size()) {
           ++i;

@@ -26,21 +26,16 @@ Status ParameterClassifier::Read(const ImportContext& ctx) {
 //   p_transformer_wte_weight: PARAMETER target='transformer.wte.weight'
 //   b_mask: BUFFER target='mask' persistent=True
 void ParameterClassifier::ParseGraphSignature(const std::string& text) {
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    start = end + 1;
+  for (std::string_view line : SplitLines(text)) {
     size_t colon = line.find(':');
     size_t target = line.find("target='");
     if (colon == std::string::npos || target == std::string::npos) continue;
     size_t close = line.find('\'', target + 8);
     if (close == std::string::npos) continue;
-    std::string placeholder = line.substr(0, colon);
+    std::string placeholder(line.substr(0, colon));
     placeholder.erase(0, placeholder.find_first_not_of(" \t"));
-    std::string kind = line.substr(colon + 1, target - colon - 1);
-    std::string name = line.substr(target + 8, close - target - 8);
+    std::string_view kind = line.substr(colon + 1, target - colon - 1);
+    std::string name(line.substr(target + 8, close - target - 8));
     if (kind.find("PARAMETER") != std::string::npos) {
       have_signature_ = true;
       signature_params_.insert(name);

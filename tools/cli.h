@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <cstdint>
+#include <exception>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -28,6 +29,17 @@ constexpr int kExitUsage = 2;
 inline int Fail(const std::string& tool, const std::string& message, int code = kExitError) {
   std::cerr << tool << ": error: " << message << "\n";
   return code;
+}
+
+// Runs a tool's `main`. The libraries report errors as Status; an exception reaching here is a
+// bug, but the user still gets the one-line error contract rather than std::terminate.
+template <class Main>
+int RunMain(const std::string& tool, Main&& main) {
+  try {
+    return main();
+  } catch (const std::exception& e) {
+    return Fail(tool, std::string("internal error: ") + e.what());
+  }
 }
 
 // Parses the command line. nullopt: go on. Otherwise the exit code: 0 after --help (printed on

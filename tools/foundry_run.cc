@@ -354,12 +354,6 @@ int Main(int argc, char** argv) {
 
 }  // namespace
 
-// The libraries report errors as Status; an exception reaching here is a bug, but the user still
-// gets the one-line error contract rather than std::terminate.
 int main(int argc, char** argv) {
-  try {
-    return Main(argc, argv);
-  } catch (const std::exception& e) {
-    return Fail(std::string("internal error: ") + e.what());
-  }
+  return foundry::cli::RunMain(kTool, [&] { return Main(argc, argv); });
 }
