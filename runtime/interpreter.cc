@@ -64,7 +64,8 @@ StatusOr<std::map<std::string, Tensor>> Interpret(const Graph& graph,
         return Error(node.Describe() + ": output '" + out +
                      "' has no concrete shape; bind symbolic dimensions with --dim");
       StatusOr<Tensor> t = v ? Tensor::Allocate(v->dtype, v->shape) : Tensor(DType::kFloat32, {0});
-      if (!t.ok()) return Error(node.Describe() + ": output '" + out + "': " + t.status().message());
+      if (!t.ok())
+        return Error(node.Describe() + ": output '" + out + "': " + t.status().message());
       outs.push_back(std::move(*t));
     }
     for (auto& t : outs) out_ptrs.push_back(&t);
@@ -73,8 +74,7 @@ StatusOr<std::map<std::string, Tensor>> Interpret(const Graph& graph,
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       if (node.outputs[k].empty()) continue;
       if (options.check_finite && !AllFinite(outs[k]))
-        return Error(node.Describe() + " produced a non-finite value in '" + node.outputs[k] +
-                     "'");
+        return Error(node.Describe() + " produced a non-finite value in '" + node.outputs[k] + "'");
       live[node.outputs[k]] = std::move(outs[k]);
     }
     for (const auto& in : node.inputs) {

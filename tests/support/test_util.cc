@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -45,6 +46,23 @@ std::string TempDir::File(const std::string& name, const std::string& bytes) con
   std::string p = *this / name;
   std::ofstream(p, std::ios::binary) << bytes;
   return p;
+}
+
+bool BitwiseEqual(const float* a, const float* b, int64_t n) {
+  return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
+}
+
+void WriteTokens(const std::string& path, const std::vector<int64_t>& tokens, TokenDType dtype) {
+  std::ofstream out(path, std::ios::binary);
+  for (int64_t t : tokens) {
+    if (dtype == TokenDType::kUint16) {
+      uint16_t v = static_cast<uint16_t>(t);
+      out.write(reinterpret_cast<const char*>(&v), 2);
+    } else {
+      int32_t v = static_cast<int32_t>(t);
+      out.write(reinterpret_cast<const char*>(&v), 4);
+    }
+  }
 }
 
 }  // namespace foundry

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "compiler/ir.h"
+#include "runtime/data.h"
 
 namespace foundry {
 
@@ -31,6 +32,12 @@ bool HavePythonOnnx();
       GTEST_SKIP() << what;                                                         \
     }                                                                               \
   } while (0)
+
+// The n floats at a and b have the same bits.
+bool BitwiseEqual(const float* a, const float* b, int64_t n);
+
+// A flat token file (foundry-run --data) holding `tokens` as `dtype`, little-endian.
+void WriteTokens(const std::string& path, const std::vector<int64_t>& tokens, TokenDType dtype);
 
 // A fresh directory under the system temp dir (mkdtemp), removed with everything in it on
 // destruction.

@@ -1,0 +1,149 @@
+#include "runtime/data.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "base/hash.h"
+#include "compiler/tensor_proto.h"
+#include "kernels/cpu/philox.h"
+#include "runtime/messages.h"
+
+namespace foundry {
+
+using namespace runtime_internal;  // NOLINT: the runtime's own message helpers
+
+namespace {
+
+namespace fs = std::filesystem;
+
+}  // namespace
+
+std::string_view TokenDTypeName(TokenDType t) {
+  return t == TokenDType::kUint16 ? "uint16" : "int32";
+}
+
+StatusOr<TokenDType> ParseTokenDType(std::string_view name) {
+  if (name == "uint16") return TokenDType::kUint16;
+  if (name == "int32") return TokenDType::kInt32;
+  return Error("--data-dtype " + std::string(name) + ": choose uint16 or int32");
+}
+
+StatusOr<TokenFile> TokenFile::Open(const std::string& path, TokenDType dtype) {
+  std::error_code ec;
+  auto size = fs::file_size(path, ec);
+  if (ec) return Error("--data " + path + ": cannot open it: " + ec.message());
+  const int64_t width = dtype == TokenDType::kUint16 ? 2 : 4;
+  if (size % width != 0)
+    return Error("--data " + path + ": " + std::to_string(size) +
+                 " bytes is not a whole number "
+                 "of " +
+                 std::string(TokenDTypeName(dtype)) + " tokens; is --data-dtype right?");
+  TokenFile f;
+  f.path_ = path;
+  f.dtype_ = dtype;
+  f.num_tokens_ = static_cast<int64_t>(size) / width;
+  return f;
+}
+
+Status TokenFile::ReadWindow(int64_t k, int64_t window, int64_t vocab, int64_t* out) const {
+  const int64_t windows = num_tokens_ / window;
+  if (windows == 0)
+    return Error("--data " + path_ + ": " + std::to_string(num_tokens_) +
+                 " tokens is shorter than one window of seq + 1 = " + std::to_string(window) +
+                 " tokens");
+  const int64_t start = (k % windows) * window;
+  const int64_t width = dtype_ == TokenDType::kUint16 ? 2 : 4;
+  std::ifstream in(path_, std::ios::binary);
+  if (!in) return Error("--data " + path_ + ": cannot open it: " + std::strerror(errno));
+  std::vector<unsigned char> bytes(static_cast<size_t>(window * width));
+  in.seekg(start * width);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!in)
+    return Error("--data " + path_ + ": read failed at token " + std::to_string(start) +
+                 " (was the file truncated?)");
+  for (int64_t t = 0; t < window; ++t) {
+    const unsigned char* b = &bytes[static_cast<size_t>(t * width)];
+    int64_t id =
+        dtype_ == TokenDType::kUint16
+            ? static_cast<int64_t>(b[0] | (b[1] << 8))
+            : static_cast<int64_t>(static_cast<int32_t>(
+                  static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8) |
+                  (static_cast<uint32_t>(b[2]) << 16) | (static_cast<uint32_t>(b[3]) << 24)));
+    if (vocab > 0 && (id < 0 || id >= vocab))
+      return Error("--data " + path_ + ": token " + std::to_string(id) + " at position " +
+                   std::to_string(start + t) + " is outside the vocabulary [0, " +
+                   std::to_string(vocab) + ")");
+    out[t] = id;
+  }
+  return Status::Ok();
+}
+
+void SyntheticWindow(uint64_t seed, int64_t k, int64_t window, int64_t vocab, int64_t* out) {
+  static const uint64_t key = Fnv1a("synthetic");
+  for (int64_t t = 0; t < window; ++t) {
+    uint32_t bits = PhiloxRandom(seed, key, static_cast<uint64_t>(k * window + t));
+    out[t] =
+        static_cast<int64_t>((static_cast<uint64_t>(bits) * static_cast<uint64_t>(vocab)) >> 32);
+  }
+}
+
+namespace {
+
+Tensor IntTensor(DType dtype, int64_t batch, int64_t seq, const std::vector<int64_t>& values) {
+  Tensor t(dtype, {batch, seq});
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (dtype == DType::kInt32)
+      t.data<int32_t>()[i] = static_cast<int32_t>(values[static_cast<size_t>(i)]);
+    else
+      t.data<int64_t>()[i] = values[static_cast<size_t>(i)];
+  }
+  return t;
+}
+
+}  // namespace
+
+TokenBatch MakeTokenBatch(const std::vector<int64_t>& windows, int64_t batch, int64_t seq,
+                          bool loss_in_model, DType ids_dtype, DType labels_dtype) {
+  std::vector<int64_t> ids(static_cast<size_t>(batch * seq)), labels(ids.size());
+  const int64_t shift = loss_in_model ? 0 : 1;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < seq; ++t) {
+      ids[static_cast<size_t>(b * seq + t)] = windows[static_cast<size_t>(b * (seq + 1) + t)];
+      labels[static_cast<size_t>(b * seq + t)] =
+          windows[static_cast<size_t>(b * (seq + 1) + t + shift)];
+    }
+  return TokenBatch{IntTensor(ids_dtype, batch, seq, ids),
+                    IntTensor(labels_dtype, batch, seq, labels)};
+}
+
+// ---- feeds ---------------------------------------------------------------------------------
+
+StatusOr<Feed> ReadFeed(const std::string& spec) {
+  size_t eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+    return Error("--feed " + spec + ": expected NAME=FILE.pb");
+  Feed f;
+  f.spec = spec;
+  f.name = spec.substr(0, eq);
+  auto t = ReadTensorFile(spec.substr(eq + 1));
+  if (!t.ok()) return t.status().Prepend("--feed " + spec + ": ");
+  f.tensor = std::move(t).value();
+  return f;
+}
+
+Status CheckFeed(const Feed& feed, const Graph& graph, const std::vector<std::string>& inputs) {
+  if (std::find(inputs.begin(), inputs.end(), feed.name) == inputs.end())
+    return Error("--feed " + feed.spec + ": no input named '" + feed.name + "'; the inputs are " +
+                 JoinNames(inputs));
+  const Value* v = graph.FindValue(feed.name);
+  if (!v) return Error("--feed " + feed.spec + ": input '" + feed.name + "' has no type");
+  if (v->dtype != feed.tensor.dtype() || v->shape != feed.tensor.shape())
+    return Error("--feed " + feed.spec + ": expected " + TypeOf(v->dtype, v->shape) + ", got " +
+                 TypeOf(feed.tensor.dtype(), feed.tensor.shape()));
+  return Status::Ok();
+}
+
+}  // namespace foundry

@@ -1,0 +1,68 @@
+// Where a step's batch comes from: a flat token file (--data), synthetic tokens, or fixed
+// --feed tensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "base/tensor.h"
+#include "compiler/ir.h"
+
+namespace foundry {
+
+enum class TokenDType { kUint16, kInt32 };
+std::string_view TokenDTypeName(TokenDType t);  // "uint16", "int32"
+StatusOr<TokenDType> ParseTokenDType(std::string_view name);
+
+// A flat, header-less file of little-endian token ids, read window by window (the file is not
+// held in memory, so it may be larger than RAM).
+class TokenFile {
+ public:
+  static StatusOr<TokenFile> Open(const std::string& path, TokenDType dtype);
+
+  const std::string& path() const { return path_; }
+  TokenDType dtype() const { return dtype_; }
+  int64_t num_tokens() const { return num_tokens_; }
+
+  // Window `k` (any k >= 0) of `window` tokens: window k % W of the W = num_tokens / window whole
+  // windows in the file (a tail shorter than a window is never read). Every token is checked
+  // against `vocab` (vocab <= 0: unchecked); an id outside [0, vocab) is an error naming its
+  // position in the file.
+  Status ReadWindow(int64_t k, int64_t window, int64_t vocab, int64_t* out) const;
+
+ private:
+  std::string path_;
+  TokenDType dtype_ = TokenDType::kUint16;
+  int64_t num_tokens_ = 0;
+};
+
+// Synthetic token t of window k: uniform in [0, vocab) from Philox(seed, FNV-1a("synthetic"),
+// k * window + t), by Lemire's multiply-shift ((bits * vocab) >> 32).
+void SyntheticWindow(uint64_t seed, int64_t k, int64_t window, int64_t vocab, int64_t* out);
+
+// input_ids and labels ([batch, seq]) from batch windows of seq + 1 tokens each (row-major), by
+// the rule in runtime/trainer.h (step 1).
+struct TokenBatch {
+  Tensor input_ids;
+  Tensor labels;
+};
+TokenBatch MakeTokenBatch(const std::vector<int64_t>& windows, int64_t batch, int64_t seq,
+                          bool loss_in_model, DType ids_dtype, DType labels_dtype);
+
+// ---- feeds ---------------------------------------------------------------------------------
+
+// One --feed NAME=FILE.pb.
+struct Feed {
+  std::string spec;  // as given, for messages
+  std::string name;
+  Tensor tensor;
+};
+// Parses NAME=FILE.pb and reads the TensorProto file.
+StatusOr<Feed> ReadFeed(const std::string& spec);
+// The feed names one of `inputs` and matches its dtype and shape exactly.
+Status CheckFeed(const Feed& feed, const Graph& graph, const std::vector<std::string>& inputs);
+
+}  // namespace foundry

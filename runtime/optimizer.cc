@@ -1,0 +1,80 @@
+#include "runtime/optimizer.h"
+
+#include <cmath>
+#include <string>
+
+#include "runtime/messages.h"
+
+namespace foundry {
+
+using namespace runtime_internal;  // NOLINT: the runtime's own message helpers
+
+std::string_view OptimizerName(OptimizerKind kind) {
+  return kind == OptimizerKind::kSgd ? "sgd" : "adamw";
+}
+
+StatusOr<OptimizerKind> ParseOptimizerName(std::string_view name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  return Error("unknown optimizer '" + std::string(name) + "' (choose sgd or adamw)");
+}
+
+Status CheckOptimizerOptions(const OptimizerOptions& o) {
+  // Written so that NaN fails every check: each condition is what must hold.
+  if (!(std::isfinite(o.lr) && o.lr > 0))
+    return Error("--lr " + Num(o.lr) + ": the learning rate must be a finite number > 0");
+  if (!(o.beta1 >= 0 && o.beta1 < 1))
+    return Error("--beta1 " + Num(o.beta1) + ": must be in [0, 1)");
+  if (!(o.beta2 >= 0 && o.beta2 < 1))
+    return Error("--beta2 " + Num(o.beta2) + ": must be in [0, 1)");
+  if (!(std::isfinite(o.eps) && o.eps > 0))
+    return Error("--eps " + Num(o.eps) + ": must be a finite number > 0");
+  if (!(std::isfinite(o.weight_decay) && o.weight_decay >= 0))
+    return Error("--weight-decay " + Num(o.weight_decay) + ": must be a finite number >= 0");
+  if (!(o.momentum >= 0 && o.momentum < 1))
+    return Error("--momentum " + Num(o.momentum) + ": must be in [0, 1)");
+  return Status::Ok();
+}
+
+void AdamWUpdate(const OptimizerOptions& o, int64_t step, float* param, const float* grad, float* m,
+                 float* v, int64_t n) {
+  const double t = static_cast<double>(step);
+  const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(o.beta2, t);
+  const float decay = static_cast<float>(1.0 - o.lr * o.weight_decay);
+  const float beta1 = static_cast<float>(o.beta1);
+  const float one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
+  const float beta2 = static_cast<float>(o.beta2);
+  const float one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
+  const float neg_step_size = static_cast<float>(-(o.lr / bias_correction1));
+  const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  const float eps = static_cast<float>(o.eps);
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    float p = param[i] * decay;
+    m[i] = std::fma(g, one_minus_beta1, m[i] * beta1);
+    v[i] = std::fma(one_minus_beta2 * g, g, v[i] * beta2);
+    const float denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
+    param[i] = p + (neg_step_size * m[i]) / denom;
+  }
+}
+
+void SgdUpdate(const OptimizerOptions& o, bool first_step, float* param, const float* grad,
+               float* momentum_buf, int64_t n) {
+  const float wd = static_cast<float>(o.weight_decay);
+  const float momentum = static_cast<float>(o.momentum);
+  const float neg_lr = static_cast<float>(-o.lr);
+  for (int64_t i = 0; i < n; ++i) {
+    float d = grad[i];
+    if (o.weight_decay != 0) d = std::fma(param[i], wd, d);
+    if (o.momentum != 0) {
+      // buf.mul_(momentum).add_(d, alpha=1): PyTorch's add_ is fmadd(d, alpha, buf); written
+      // as an fma so no compiler contracts buf * momentum + d into one rounding.
+      momentum_buf[i] = first_step ? d : std::fma(d, 1.0f, momentum_buf[i] * momentum);
+      d = momentum_buf[i];
+    }
+    param[i] = std::fma(d, neg_lr, param[i]);
+  }
+}
+
+}  // namespace foundry

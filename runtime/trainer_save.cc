@@ -1,0 +1,254 @@
+// Trainer::Save and Trainer::Resume: the --save directory (runtime/train_state.h) written and read.
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numbers>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "base/file_util.h"
+#include "base/hash.h"
+#include "compiler/onnx_export.h"
+#include "compiler/onnx_import.h"
+#include "compiler/op_schema.h"
+#include "compiler/tensor_proto.h"
+#include "kernels/cpu/philox.h"
+#include "runtime/interpreter.h"
+#include "runtime/messages.h"
+#include "runtime/trainer.h"
+
+namespace foundry {
+
+using namespace runtime_internal;  // NOLINT: the runtime's own message helpers
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// `path` lies in `dir` (or is `dir`), comparing canonical paths so links and ".." do not hide it.
+bool IsInside(const std::string& path, const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(path, ec);
+  if (ec) return false;
+  fs::path d = fs::weakly_canonical(dir, ec);
+  if (ec) return false;
+  auto [di, pi] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
+  return di == d.end() || (std::next(di) == d.end() && di->empty());
+}
+
+// Replaces `dir` by `tmp` so that a reader sees either the old directory or the new one: an atomic
+// exchange (renameat2 RENAME_EXCHANGE) where the file system has it, else two renames (a crash
+// between them leaves the old save as DIR.old.<pid> and the new one as DIR.tmp.<pid>).
+Status SwapDirectoryIn(const std::string& tmp, const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    if (std::rename(tmp.c_str(), dir.c_str()) != 0)
+      return Error("cannot rename '" + tmp + "' to '" + dir + "': " + std::strerror(errno));
+    return Status::Ok();
+  }
+#ifdef RENAME_EXCHANGE
+  if (renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(tmp, ec);  // now the old save
+    return Status::Ok();
+  }
+#endif
+  std::string old = dir + ".old." + std::to_string(::getpid());
+  fs::remove_all(old, ec);
+  if (std::rename(dir.c_str(), old.c_str()) != 0)
+    return Error("cannot rename '" + dir + "' to '" + old + "': " + std::strerror(errno));
+  if (std::rename(tmp.c_str(), dir.c_str()) != 0)
+    return Error("cannot rename '" + tmp + "' to '" + dir + "': " + std::strerror(errno));
+  fs::remove_all(old, ec);
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---- save / resume -------------------------------------------------------------------------
+
+namespace {
+
+std::string NormalDir(const std::string& dir_arg) {
+  std::string dir = fs::path(dir_arg).lexically_normal().string();
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
+}  // namespace
+
+Status Trainer::CheckNotAnInput(const std::string& path, const std::string& option) const {
+  const std::optional<FileId> id = GetFileId(path);
+  if (!id) return Status::Ok();
+  for (const auto& input : input_files_)
+    if (GetFileId(input) == id)
+      return Error(option + ": writing '" + path + "' would overwrite '" + input +
+                   "', an input of this run; choose another folder");
+  return Status::Ok();
+}
+
+Status Trainer::CheckSaveTarget(const std::string& dir_arg) const {
+  const std::string dir = NormalDir(dir_arg);
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st))
+      return Error("--save " + dir_arg + ": '" + dir +
+                   "' exists and is not a directory; choose a new directory");
+    if (!fs::is_empty(dir, ec) && !fs::exists(fs::path(dir) / "state.json"))
+      return Error("--save " + dir_arg + ": '" + dir +
+                   "' exists and is not a foundry-run save (no state.json); choose another "
+                   "directory");
+    if (!resume_dir_.empty() && GetFileId(dir) == GetFileId(resume_dir_))
+      return Error("--save " + dir_arg +
+                   ": it is the --resume directory, whose files this run reads; save to "
+                   "another directory");
+  }
+  for (const auto& input : input_files_)
+    if (GetFileId(input) && IsInside(input, dir))
+      return Error("--save " + dir_arg + ": '" + dir + "' holds '" + input +
+                   "', an input of this run; save to another directory");
+  return Status::Ok();
+}
+
+Status Trainer::Save(const std::string& dir_arg) const {
+  if (failed_) return Error("--save " + dir_arg + ": a step failed; nothing to save");
+  RETURN_IF_ERROR(CheckSaveTarget(dir_arg));
+  const std::string dir = NormalDir(dir_arg);
+  std::error_code ec;
+  // A name no one else uses: DIR.tmp could be the user's.
+  const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directories(fs::path(tmp) / "optimizer", ec))
+    return Error("--save " + dir_arg + ": cannot create '" + tmp + "': " + ec.message());
+  Status st = WriteSave(tmp);
+  if (st.ok()) st = SwapDirectoryIn(tmp, dir);
+  if (!st.ok()) fs::remove_all(tmp, ec);
+  return st;
+}
+
+Status Trainer::WriteSave(const std::string& tmp) const {
+  std::error_code ec;
+
+  Graph g = plan_.graph;
+  for (const auto& name : plan_.plan.parameters)
+    g.FindValue(name)->data = std::make_shared<const Tensor>(bindings_.at(name));
+  RETURN_IF_ERROR(ExportOnnx(g, (fs::path(tmp) / "model.onnx").string()));
+  auto write_slots = [&](const std::map<std::string, Tensor>& slots,
+                         const std::string& suffix) -> Status {
+    for (const auto& [name, t] : slots)
+      RETURN_IF_ERROR(WriteTensorFile(
+          (fs::path(tmp) / "optimizer" / (FileNameForValue(name) + suffix)).string(), t,
+          name + suffix.substr(0, 2)));
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(write_slots(slot_m_, ".m.pb"));
+  RETURN_IF_ERROR(write_slots(slot_v_, ".v.pb"));
+
+  const OptimizerOptions& o = options_.optimizer;
+  nlohmann::ordered_json j;
+  j["format"] = "foundry-train-state";
+  j["version"] = 1;
+  j["plan"] = fs::absolute(plan_.plan_path, ec).lexically_normal().string();
+  j["step"] = step_;
+  j["optimizer"] = {{"kind", std::string(OptimizerName(o.kind))},
+                    {"lr", o.lr},
+                    {"beta1", o.beta1},
+                    {"beta2", o.beta2},
+                    {"eps", o.eps},
+                    {"weight_decay", o.weight_decay},
+                    {"momentum", o.momentum}};
+  j["seed"] = options_.seed;
+  j["init_seed"] = options_.init_seed;
+  std::string data_path;
+  if (data_) data_path = fs::absolute(data_->path(), ec).lexically_normal().string();
+  // Feed files by absolute path, so a resume from another directory finds them.
+  std::vector<std::string> feeds;
+  for (const auto& spec : options_.feeds) {
+    size_t eq = spec.find('=');
+    feeds.push_back(spec.substr(0, eq + 1) +
+                    fs::absolute(spec.substr(eq + 1), ec).lexically_normal().string());
+  }
+  j["data"] = {{"feeds", feeds},
+               {"path", data_path},
+               {"dtype", std::string(TokenDTypeName(options_.data_dtype))},
+               {"position", data_position_}};
+  std::string json;
+  try {
+    json = j.dump(2) + "\n";
+  } catch (const nlohmann::json::exception&) {
+    return Error("--save: a --feed or --data path is not valid UTF-8; rename the file");
+  }
+  return WriteFileAtomic((fs::path(tmp) / "state.json").string(), json);
+}
+
+Status Trainer::Resume(const std::string& dir) {
+  ASSIGN_OR_RETURN(TrainState s, ReadTrainState(dir));
+  const OptimizerOptions& o = options_.optimizer;
+  if (s.optimizer.kind != o.kind)
+    return Error("--resume " + dir + ": the saved run used --optimizer " +
+                 std::string(OptimizerName(s.optimizer.kind)) + ", this one " +
+                 std::string(OptimizerName(o.kind)));
+  ImportOptions io;
+  io.load_weights = true;
+  const std::string model = (fs::path(dir) / "model.onnx").string();
+  auto saved = ImportOnnx(model, io);
+  if (!saved.ok()) return saved.status().Prepend("--resume " + dir + ": ");
+  std::map<std::string, Tensor> params, m, v;
+  for (const auto& name : plan_.plan.parameters) {
+    const Value* sv = saved->FindValue(name);
+    const Tensor& cur = bindings_.at(name);
+    if (!sv || !sv->data)
+      return Error("--resume " + dir + ": '" + model + "' has no values for parameter '" + name +
+                   "'; was it saved from another model?");
+    if (sv->data->dtype() != cur.dtype() || sv->data->shape() != cur.shape())
+      return Error("--resume " + dir + ": parameter '" + name + "' is " +
+                   TypeOf(sv->data->dtype(), sv->data->shape()) + " in '" + model + "' but " +
+                   TypeOf(cur.dtype(), cur.shape()) + " in the plan");
+    params[name] = *sv->data;
+    auto load_slot = [&](const std::string& suffix, std::map<std::string, Tensor>& into) -> Status {
+      const std::string path =
+          (fs::path(dir) / "optimizer" / (FileNameForValue(name) + suffix)).string();
+      auto t = ReadTensorFile(path);
+      if (!t.ok()) return t.status().Prepend("--resume " + dir + ": optimizer state: ");
+      if (t->dtype() != DType::kFloat32 || t->shape() != cur.shape())
+        return Error("--resume " + dir + ": '" + path + "' is " + TypeOf(t->dtype(), t->shape()) +
+                     ", expected " + TypeOf(DType::kFloat32, cur.shape()));
+      into[name] = std::move(t).value();
+      return Status::Ok();
+    };
+    if (s.step == 0) continue;  // no update yet: slots are created by the first step
+    if (o.kind == OptimizerKind::kAdamW) {
+      RETURN_IF_ERROR(load_slot(".m.pb", m));
+      RETURN_IF_ERROR(load_slot(".v.pb", v));
+    } else if (o.momentum != 0) {
+      RETURN_IF_ERROR(load_slot(".m.pb", m));
+    }
+  }
+  // Room for one more step's windows: (position + batch) * (seq + 1) must fit int64.
+  if (batch_ > 0 && s.data_position > INT64_MAX / (seq_ + 1) - batch_)
+    return Error("--resume " + dir + ": data position " + std::to_string(s.data_position) +
+                 " is out of range for batches of " + std::to_string(batch_) + " x " +
+                 std::to_string(seq_ + 1) + " tokens");
+  for (auto& [name, t] : params) bindings_[name] = std::move(t);
+  slot_m_ = std::move(m);
+  slot_v_ = std::move(v);
+  step_ = s.step;
+  data_position_ = s.data_position;
+  resume_dir_ = dir;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) input_files_.push_back(e.path().string());
+  return Status::Ok();
+}
+
+}  // namespace foundry
