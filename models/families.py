@@ -1,8 +1,8 @@
 """Model families, configs, seeded weights and inputs shared by the exporter and the fixtures.
 
 A config is a JSON file in models/configs/: the family's own keys (llm-foundry's MPTConfig keys
-for "mpt", Hugging Face's LlamaConfig keys for "llama") plus
-  "family":  "mpt" (default) or "llama",
+for "mpt", Hugging Face's LlamaConfig keys for "llama", GPT2Config keys for "gpt2") plus
+  "family":  "mpt" (default), "llama" or "gpt2",
   "foundry": {"batch_size": B, "seq_len": S, "seed": N, "trace_seq_len": T}
 where batch_size/seq_len size the fixture inputs (and the export trace), seed seeds weights and
 inputs, and trace_seq_len (default min(seq_len, 16)) is the sequence length big configs are
@@ -16,7 +16,7 @@ from typing import Any, Dict, Tuple
 import torch
 import torch.nn as nn
 
-from models import llama, mpt
+from models import gpt2, llama, mpt
 
 MODELS_DIR = os.path.dirname(os.path.abspath(__file__))
 CONFIGS_DIR = os.path.join(MODELS_DIR, "configs")
@@ -25,6 +25,7 @@ DYNAMIC_AXES = {"input_ids": {0: "batch", 1: "seq"}, "labels": {0: "batch", 1: "
 _FAMILIES = {
     "mpt": (mpt.build_model, mpt.FUNCTION_CLASSES),
     "llama": (llama.build_model, llama.FUNCTION_CLASSES),
+    "gpt2": (gpt2.build_model, gpt2.FUNCTION_CLASSES),
 }
 
 
@@ -53,7 +54,8 @@ def settings(config: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def vocab_size(config: Dict[str, Any]) -> int:
-    return int(config.get("vocab_size", 50368 if family(config) == "mpt" else 32000))
+    default = {"mpt": 50368, "gpt2": 50257}.get(family(config), 32000)
+    return int(config.get("vocab_size", default))
 
 
 def function_classes(config: Dict[str, Any]):
@@ -65,8 +67,8 @@ def build(config: Dict[str, Any], device=None) -> nn.Module:
 
 
 def init_weights(model: nn.Module, seed: int, perturb_affine: bool = True) -> None:
-    """Deterministic init: N(0, 0.02) for Linear/Embedding weights; other weights (norms) 1,
-    biases 0.
+    """Deterministic init: N(0, 0.02) for Linear/Embedding weights (and any weight of two or more
+    dimensions, such as GPT-2's Conv1D); other weights (norms) 1, biases 0.
 
     With `perturb_affine` (the fixtures) every bias and norm weight gets N(0, 0.02) noise on top,
     so a dropped bias or scale changes the numbers. Parameters are visited in `named_parameters`
@@ -79,7 +81,7 @@ def init_weights(model: nn.Module, seed: int, perturb_affine: bool = True) -> No
             matrix_like.add(id(mod.weight))
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if id(p) in matrix_like:
+            if id(p) in matrix_like or p.dim() >= 2:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
                 continue
             p.fill_(0.0 if name.endswith("bias") else 1.0)

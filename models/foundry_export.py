@@ -503,9 +503,16 @@ class _MetaExportPatches:
     data pointers (all meta tensors have none, so every same-shaped parameter would collapse into
     one behind Identity nodes). During the export, shape inference sees no meta tensors and
     deduplication is skipped; both are restored afterwards.
+
+    A scalar the forward builds and moves to its input's device (Hugging Face's GPT-2:
+    `torch.full([], finfo.min).to(attn_weights.device)`) is a constant of the trace; moved to
+    meta it would have no value to export. Such `.to` calls keep the CPU scalar, which meta
+    ops accept as they accept a Python number.
     """
 
     def __enter__(self):
+        self._keep_scalars = _KeepScalarsOffMeta()
+        self._keep_scalars.__enter__()
         C = torch._C
         self._saved = {}
         name = "_jit_pass_onnx_graph_shape_type_inference"
@@ -527,7 +534,20 @@ class _MetaExportPatches:
     def __exit__(self, *exc):
         for name, fn in self._saved.items():
             setattr(torch._C, name, fn)
+        self._keep_scalars.__exit__(*exc)
         return False
+
+
+class _KeepScalarsOffMeta(torch.overrides.TorchFunctionMode):
+    """`Tensor.to` of a 0-d tensor that is not on meta, to meta, returns the tensor unchanged."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is torch.Tensor.to and isinstance(out, torch.Tensor):
+            src = args[0]
+            if out.device.type == "meta" and src.device.type != "meta" and src.dim() == 0:
+                return src
+        return out
 
 
 def _restore_buffers(proto: onnx.ModelProto, buffer_values: Dict[str, torch.Tensor]) -> None:

@@ -5,6 +5,7 @@
     /usr/bin/python3 models/make_fixtures.py --check    # regenerate into a temp dir and compare
     /usr/bin/python3 models/make_fixtures.py --only mpt_tiny llama_tiny
     /usr/bin/python3 models/make_fixtures.py --big      # also models/exports/ (~3 min)
+    /usr/bin/python3 models/make_fixtures.py --only gpt2_tiny --big gpt2_124m  # just these
 
 Layout of one fixture (the C++ tests read it):
     model.onnx              scopes format (TorchScript scoped names + foundry.* metadata)
@@ -18,7 +19,7 @@ Layout of one fixture (the C++ tests read it):
     config.json             the config the fixture was made from
 
 models/exports/<config>.onnx and <config>.functions.onnx are the big shapes (MPT-125M, 1B, 7B,
-30B) exported without weights (parameters are graph inputs); only --big touches them.
+30B, GPT-2 124M) exported without weights (parameters are graph inputs); only --big touches them.
 
 Each fixture is made in a fresh process (torch 1.13 keeps export state between exports) with one
 thread and deterministic algorithms, from the config's seed, so regeneration reproduces the bits.
@@ -49,8 +50,9 @@ FIXTURES = [
     "mpt_tiny_4layer",
     "mpt_tiny_qkln",
     "llama_tiny",
+    "gpt2_tiny",
 ]
-BIG = ["mpt_125m", "mpt_1b", "mpt_7b", "mpt_30b"]
+BIG = ["mpt_125m", "mpt_1b", "mpt_7b", "mpt_30b", "gpt2_124m"]
 EXPORTS_DIR = os.path.join(REPO, "models", "exports")
 REL_TOL = 1e-6
 GRAD_REL_TOL = 1e-5
@@ -60,7 +62,8 @@ GRAD_FLOOR = 1e-3
 def has_dropout(config) -> bool:
     attn = config.get("attn_config", {})
     return any(float(x or 0) > 0 for x in (config.get("emb_pdrop"), config.get("resid_pdrop"),
-                                           attn.get("attn_pdrop")))
+                                           attn.get("attn_pdrop"), config.get("embd_pdrop"),
+                                           config.get("attn_pdrop")))
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,8 +328,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="+", metavar="CONFIG", help="only these fixtures")
     ap.add_argument("--out", help="output root (default models/fixtures)")
     ap.add_argument("--jobs", type=int, default=2, help="fixtures generated in parallel")
-    ap.add_argument("--big", action="store_true",
-                    help="also (re)make or check the no-weights exports in models/exports")
+    ap.add_argument("--big", nargs="*", metavar="CONFIG",
+                    help="also (re)make or check the no-weights exports in models/exports "
+                    "(all, or only the CONFIGs named)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -337,14 +341,18 @@ def main(argv=None) -> int:
     unknown = [n for n in names if n not in FIXTURES]
     if unknown:
         ap.error(f"unknown fixture(s) {unknown}; known: {FIXTURES}")
+    big = None if args.big is None else (args.big or BIG)
+    unknown = [n for n in big or [] if n not in BIG]
+    if unknown:
+        ap.error(f"unknown big export(s) {unknown}; known: {BIG}")
     if args.check:
         committed = args.out or FIXTURES_DIR
         with tempfile.TemporaryDirectory(prefix="foundry-fixtures-") as tmp:
             generate(names, tmp, args.jobs)
             problems = compare_dirs(tmp, committed, names)
-            if args.big:
-                generate_big(BIG, os.path.join(tmp, "exports"), args.jobs)
-                problems += compare_big(os.path.join(tmp, "exports"), EXPORTS_DIR, BIG)
+            if big:
+                generate_big(big, os.path.join(tmp, "exports"), args.jobs)
+                problems += compare_big(os.path.join(tmp, "exports"), EXPORTS_DIR, big)
         if problems:
             print("make_fixtures --check: regenerated fixtures do not match the committed ones:",
                   file=sys.stderr)
@@ -353,7 +361,7 @@ def main(argv=None) -> int:
             print("If the change is intended, run /usr/bin/python3 models/make_fixtures.py "
                   "[--big] and commit models/fixtures (and models/exports).", file=sys.stderr)
             return 1
-        what = f"{len(names)} fixtures" + (f" and {len(BIG)} big exports" if args.big else "")
+        what = f"{len(names)} fixtures" + (f" and {len(big)} big exports" if big else "")
         print(f"make_fixtures --check: {what} match (rel tol {REL_TOL:g}, gradients {GRAD_REL_TOL:g})")
         return 0
     out_root = args.out or FIXTURES_DIR
@@ -361,22 +369,25 @@ def main(argv=None) -> int:
         generate(names, tmp, args.jobs)
         changed = sum(install(os.path.join(tmp, n), os.path.join(out_root, n)) for n in names)
         print(f"make_fixtures: {len(names)} fixtures in {out_root}, {changed} files changed")
-        if args.big:
-            generate_big(BIG, os.path.join(tmp, "exports"), args.jobs)
-            changed = install(os.path.join(tmp, "exports"), EXPORTS_DIR)
-            print(f"make_fixtures: {len(BIG)} no-weights exports in {EXPORTS_DIR}, "
+        if big:
+            generate_big(big, os.path.join(tmp, "exports"), args.jobs)
+            # Only the exports made here: the others in EXPORTS_DIR are not stale.
+            changed = install(os.path.join(tmp, "exports"), EXPORTS_DIR,
+                              remove_stale=big == BIG)
+            print(f"make_fixtures: {len(big)} no-weights exports in {EXPORTS_DIR}, "
                   f"{changed} files changed")
     return 0
 
 
-def install(new_dir: str, old_dir: str) -> int:
+def install(new_dir: str, old_dir: str, remove_stale: bool = True) -> int:
     """Copies regenerated files over the committed ones, except those that compare equal (same
     numbers within REL_TOL, same structure): functions exports differ in internal names from run
-    to run, and rewriting them would only churn the repository. Stale files are removed."""
+    to run, and rewriting them would only churn the repository. Stale files are removed, unless
+    `remove_stale` is off (a partial set of exports)."""
     changed = 0
     new_files = {os.path.relpath(os.path.join(r, f), new_dir)
                  for r, _, fs in os.walk(new_dir) for f in fs}
-    if os.path.isdir(old_dir):
+    if remove_stale and os.path.isdir(old_dir):
         for r, _, fs in os.walk(old_dir):
             for f in fs:
                 rel = os.path.relpath(os.path.join(r, f), old_dir)

@@ -47,6 +47,19 @@ def _slice(x, starts, ends, axes=None, steps=None):
     return x[tuple(index)]
 
 
+def _gemm(a, b, c=None, alpha=1.0, beta=1.0, transA=0, transB=0):
+    y = np.float32(alpha) * np.matmul(a.T if transA else a, b.T if transB else b)
+    if c is not None:
+        y = y + np.float32(beta) * c
+    return y.astype(a.dtype)
+
+
+def _split(x, split, axis, outputs):
+    if split is None:
+        return np.split(x, len(outputs), axis=axis)
+    return np.split(x, np.cumsum([int(s) for s in split])[:-1], axis=axis)
+
+
 def _softmax(x, axis):
     m = np.max(x, axis=axis, keepdims=True)
     e = np.exp(x - m)
@@ -120,6 +133,11 @@ def _run_op(node, ins: List, attrs: Dict, dropout_as_identity: bool = False):
         return [np.transpose(ins[0], a.get("perm"))]
     if op == "MatMul":
         return [np.matmul(ins[0], ins[1])]
+    if op == "Gemm":
+        return [_gemm(*ins, **a)]
+    if op == "Split":
+        return _split(ins[0], ins[1] if len(ins) > 1 else None, a.get("axis", 0),
+                      node.output)
     if op in ("Add", "Sub", "Mul"):
         f = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[op]
         return [f(ins[0], ins[1]).astype(np.result_type(ins[0], ins[1]))]
@@ -133,8 +151,8 @@ def _run_op(node, ins: List, attrs: Dict, dropout_as_identity: bool = False):
         return [np.sqrt(ins[0])]
     if op == "Erf":
         return [_erf(ins[0]).astype(ins[0].dtype)]
-    if op in ("Cos", "Sin", "Neg"):
-        return [{"Cos": np.cos, "Sin": np.sin, "Neg": np.negative}[op](ins[0])]
+    if op in ("Cos", "Sin", "Neg", "Tanh"):
+        return [{"Cos": np.cos, "Sin": np.sin, "Neg": np.negative, "Tanh": np.tanh}[op](ins[0])]
     if op == "Sigmoid":
         return [(1.0 / (1.0 + np.exp(-ins[0]))).astype(ins[0].dtype)]
     if op == "ReduceMean":

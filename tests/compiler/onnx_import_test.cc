@@ -96,14 +96,24 @@ void ExpectSameModuleTree(const std::string& scopes_path, const std::string& fun
     EXPECT_EQ(cls, sc.at(path)) << path;
   }
   EXPECT_EQ(s.parameters, f.parameters);
-  // Inlined bodies hold the same ops as the scoped export, in the same order.
+  // Inlined bodies hold the same ops as the scoped export, in the same order, except where
+  // Constants stand: a Constant shared by several calls moves out in front of the first call
+  // (GPT-2's torch.where fill value becomes a GPT2Block input made in the caller).
   ASSERT_EQ(s.nodes.size(), f.nodes.size());
+  auto computing = [](const Graph& g) {
+    std::vector<const Node*> nodes;
+    for (const Node& n : g.nodes)
+      if (n.op_type != "Constant") nodes.push_back(&n);
+    return nodes;
+  };
+  std::vector<const Node*> sn = computing(s), fn = computing(f);
+  ASSERT_EQ(sn.size(), fn.size());
   mismatches = 0;
-  for (size_t i = 0; i < s.nodes.size() && mismatches < 5; ++i) {
-    ASSERT_EQ(s.nodes[i].op_type, f.nodes[i].op_type) << i;
-    std::string expected = DeepestContaining(f.modules, s.nodes[i].scope);
-    EXPECT_EQ(f.nodes[i].scope, expected) << s.nodes[i].name << " / " << f.nodes[i].name;
-    mismatches += f.nodes[i].scope != expected;
+  for (size_t i = 0; i < sn.size() && mismatches < 5; ++i) {
+    ASSERT_EQ(sn[i]->op_type, fn[i]->op_type) << i;
+    std::string expected = DeepestContaining(f.modules, sn[i]->scope);
+    EXPECT_EQ(fn[i]->scope, expected) << sn[i]->name << " / " << fn[i]->name;
+    mismatches += fn[i]->scope != expected;
   }
 }
 
