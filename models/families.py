@@ -1,8 +1,8 @@
 """Model families, configs, seeded weights and inputs shared by the exporter and the fixtures.
 
 A config is a JSON file in models/configs/: the family's own keys (llm-foundry's MPTConfig keys
-for "mpt", Hugging Face's LlamaConfig keys for "llama") plus
-  "family":  "mpt" (default) or "llama",
+for "mpt", Hugging Face's LlamaConfig keys for "llama", GPTNeoXConfig keys for "gpt_neox") plus
+  "family":  "mpt" (default), "llama" or "gpt_neox",
   "foundry": {"batch_size": B, "seq_len": S, "seed": N, "trace_seq_len": T}
 where batch_size/seq_len size the fixture inputs (and the export trace), seed seeds weights and
 inputs, and trace_seq_len (default min(seq_len, 16)) is the sequence length big configs are
@@ -16,7 +16,7 @@ from typing import Any, Dict, Tuple
 import torch
 import torch.nn as nn
 
-from models import llama, mpt
+from models import gpt_neox, llama, mpt
 
 MODELS_DIR = os.path.dirname(os.path.abspath(__file__))
 CONFIGS_DIR = os.path.join(MODELS_DIR, "configs")
@@ -25,7 +25,10 @@ DYNAMIC_AXES = {"input_ids": {0: "batch", 1: "seq"}, "labels": {0: "batch", 1: "
 _FAMILIES = {
     "mpt": (mpt.build_model, mpt.FUNCTION_CLASSES),
     "llama": (llama.build_model, llama.FUNCTION_CLASSES),
+    "gpt_neox": (gpt_neox.build_model, gpt_neox.FUNCTION_CLASSES),
 }
+# Each family's config default, for configs that leave vocab_size out.
+_DEFAULT_VOCAB = {"mpt": 50368, "llama": 32000, "gpt_neox": 50432}
 
 
 def load_config(path_or_name: str) -> Dict[str, Any]:
@@ -53,7 +56,7 @@ def settings(config: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def vocab_size(config: Dict[str, Any]) -> int:
-    return int(config.get("vocab_size", 50368 if family(config) == "mpt" else 32000))
+    return int(config.get("vocab_size", _DEFAULT_VOCAB[family(config)]))
 
 
 def function_classes(config: Dict[str, Any]):
