@@ -1,8 +1,9 @@
 """Model families, configs, seeded weights and inputs shared by the exporter and the fixtures.
 
 A config is a JSON file in models/configs/: the family's own keys (llm-foundry's MPTConfig keys
-for "mpt", Hugging Face's LlamaConfig keys for "llama", GPT2Config keys for "gpt2") plus
-  "family":  "mpt" (default), "llama" or "gpt2",
+for "mpt", Hugging Face's LlamaConfig keys for "llama", GPT2Config keys for "gpt2",
+GPTNeoXConfig keys for "gpt_neox") plus
+  "family":  "mpt" (default), "llama", "gpt2" or "gpt_neox",
   "foundry": {"batch_size": B, "seq_len": S, "seed": N, "trace_seq_len": T}
 where batch_size/seq_len size the fixture inputs (and the export trace), seed seeds weights and
 inputs, and trace_seq_len (default min(seq_len, 16)) is the sequence length big configs are
@@ -16,7 +17,7 @@ from typing import Any, Dict, Tuple
 import torch
 import torch.nn as nn
 
-from models import gpt2, llama, mpt
+from models import gpt2, gpt_neox, llama, mpt
 
 MODELS_DIR = os.path.dirname(os.path.abspath(__file__))
 CONFIGS_DIR = os.path.join(MODELS_DIR, "configs")
@@ -26,7 +27,10 @@ _FAMILIES = {
     "mpt": (mpt.build_model, mpt.FUNCTION_CLASSES),
     "llama": (llama.build_model, llama.FUNCTION_CLASSES),
     "gpt2": (gpt2.build_model, gpt2.FUNCTION_CLASSES),
+    "gpt_neox": (gpt_neox.build_model, gpt_neox.FUNCTION_CLASSES),
 }
+# Each family's config default, for configs that leave vocab_size out.
+_DEFAULT_VOCAB = {"mpt": 50368, "llama": 32000, "gpt2": 50257, "gpt_neox": 50432}
 
 
 def load_config(path_or_name: str) -> Dict[str, Any]:
@@ -54,8 +58,7 @@ def settings(config: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def vocab_size(config: Dict[str, Any]) -> int:
-    default = {"mpt": 50368, "gpt2": 50257}.get(family(config), 32000)
-    return int(config.get("vocab_size", default))
+    return int(config.get("vocab_size", _DEFAULT_VOCAB[family(config)]))
 
 
 def function_classes(config: Dict[str, Any]):

@@ -19,7 +19,8 @@ Layout of one fixture (the C++ tests read it):
     config.json             the config the fixture was made from
 
 models/exports/<config>.onnx and <config>.functions.onnx are the big shapes (MPT-125M, 1B, 7B,
-30B, GPT-2 124M) exported without weights (parameters are graph inputs); only --big touches them.
+30B, GPT-2 124M, Pythia-160M) exported without weights (parameters are graph inputs); only --big
+touches them.
 
 Each fixture is made in a fresh process (torch 1.13 keeps export state between exports) with one
 thread and deterministic algorithms, from the config's seed, so regeneration reproduces the bits.
@@ -51,8 +52,9 @@ FIXTURES = [
     "mpt_tiny_qkln",
     "llama_tiny",
     "gpt2_tiny",
+    "pythia_tiny",
 ]
-BIG = ["mpt_125m", "mpt_1b", "mpt_7b", "mpt_30b", "gpt2_124m"]
+BIG = ["mpt_125m", "mpt_1b", "mpt_7b", "mpt_30b", "gpt2_124m", "pythia_160m"]
 EXPORTS_DIR = os.path.join(REPO, "models", "exports")
 REL_TOL = 1e-6
 GRAD_REL_TOL = 1e-5
