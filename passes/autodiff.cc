@@ -6,14 +6,15 @@
 #include <unordered_set>
 
 #include "compiler/op_schema.h"
+#include "compiler/phase.h"
 #include "passes/grad/grad_rule.h"
 
 namespace foundry {
 
 bool IsNonDifferentiable(const Node& n) {
   static const std::set<std::string> kOps = {
-      "Floor", "Ceil", "Round", "Sign", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
-      "EyeLike"};
+      "Floor",     "Ceil",   "Round", "Sign", "RandomNormalLike", "RandomUniformLike",
+      "Bernoulli", "EyeLike"};
   return n.domain.empty() && kOps.count(n.op_type) > 0;
 }
 
@@ -25,7 +26,8 @@ Status CheckGradientShapes(const Graph& g) {
   for (size_t k = 0; k < g.parameters.size(); ++k) {
     const Value* p = g.FindValue(g.parameters[k]);
     const Value* d = g.FindValue(g.outputs[k + 1]);
-    if (!p || !d) return Error("autodiff: parameter or gradient '" + g.outputs[k + 1] + "' is missing");
+    if (!p || !d)
+      return Error("autodiff: parameter or gradient '" + g.outputs[k + 1] + "' is missing");
     if (!d->rank_known || d->shape != p->shape || d->dtype != p->dtype)
       return Error("autodiff: gradient '" + d->name + "' is " + d->TypeString() +
                    " but parameter '" + p->name + "' is " + p->TypeString() +
@@ -41,10 +43,18 @@ namespace {
 StatusOr<Tensor> One(DType dtype, const Shape& shape) {
   Tensor one(dtype, shape);
   switch (dtype) {
-    case DType::kFloat32: one.data<float>()[0] = 1.0f; break;
-    case DType::kFloat64: one.data<double>()[0] = 1.0; break;
-    case DType::kFloat16: one.data<uint16_t>()[0] = 0x3C00; break;
-    case DType::kBFloat16: one.data<uint16_t>()[0] = 0x3F80; break;
+    case DType::kFloat32:
+      one.data<float>()[0] = 1.0f;
+      break;
+    case DType::kFloat64:
+      one.data<double>()[0] = 1.0;
+      break;
+    case DType::kFloat16:
+      one.data<uint16_t>()[0] = 0x3C00;
+      break;
+    case DType::kBFloat16:
+      one.data<uint16_t>()[0] = 0x3F80;
+      break;
     default:
       return Error("autodiff: the loss has element type " + std::string(DTypeName(dtype)) +
                    "; expected a floating-point loss");
@@ -124,7 +134,8 @@ StatusOr<std::string> EnsureLoss(Graph& g, const std::string& labels_input) {
   std::string logits2d = g.nodes.back().outputs[0];
   RETURN_IF_ERROR(add_node("Reshape", {labels_input, s1}, {"loss/labels_1d"}));
   std::string labels1d = g.nodes.back().outputs[0];
-  RETURN_IF_ERROR(add_node("SoftmaxCrossEntropyLoss", {logits2d, labels1d}, {"loss", "loss/log_prob"}));
+  RETURN_IF_ERROR(
+      add_node("SoftmaxCrossEntropyLoss", {logits2d, labels1d}, {"loss", "loss/log_prob"}));
   g.metadata["foundry.loss_appended"] = "1";
   return g.nodes.back().outputs[0];
 }
@@ -179,8 +190,9 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
     if (IsFloatValue(g, p)) trainable.push_back(p);
   trainable_ = static_cast<int>(trainable.size());
   if (trainable.empty())
-    return Error("autodiff: the model has no trainable parameters (every initializer is frozen "
-                 "or a buffer); nothing to train");
+    return Error(
+        "autodiff: the model has no trainable parameters (every initializer is frozen "
+        "or a buffer); nothing to train");
 
   // Step 4: which values depend on a trainable parameter, and which reach the loss.
   std::unordered_set<std::string> requires_grad(trainable.begin(), trainable.end());
@@ -347,7 +359,11 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
     outputs.push_back(gname);
   }
   backward_nodes_ = static_cast<int>(backward.size());
-  for (auto& n : backward) g.nodes.push_back(std::move(n));
+  for (Node& n : g.nodes) SetPhase(n, Phase::kForward);  // the model and the loss
+  for (auto& n : backward) {
+    SetPhase(n, Phase::kBackward);
+    g.nodes.push_back(std::move(n));
+  }
   g.outputs = outputs;
   g.metadata["foundry.loss"] = loss;
   RETURN_IF_ERROR(CheckGradientShapes(g));

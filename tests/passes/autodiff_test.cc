@@ -4,6 +4,9 @@
 
 #include <cmath>
 
+#include "compiler/onnx_export.h"
+#include "compiler/onnx_import.h"
+#include "compiler/phase.h"
 #include "compiler/text.h"
 #include "compiler/verifier.h"
 #include "passes/fold.h"
@@ -231,6 +234,34 @@ TEST(AutodiffTest, EveryGradientHasItsParametersShape) {
   EXPECT_EQ(st.message(),
             "autodiff: gradient 'w_grad' is f32[1,3] but parameter 'w' is f32[3]; a gradient rule "
             "produced the wrong shape (please file an issue with the model)");
+}
+
+// Every node of the training graph says its phase: the model's nodes (and a loss autodiff appends)
+// are forward, everything autodiff emits is backward; the marks survive export and re-import.
+TEST(AutodiffTest, EveryNodeCarriesItsPhaseThroughExport) {
+  Graph train = Parsed(kModel);
+  const size_t model_nodes = train.nodes.size();
+  AutodiffPass pass({});
+  ASSERT_TRUE(pass.Run(train).ok());
+  size_t forward = 0, backward = 0;
+  for (const Node& n : train.nodes) {
+    auto phase = PhaseOf(n);
+    ASSERT_TRUE(phase.has_value()) << n.Describe();
+    if (*phase == Phase::kForward) ++forward;
+    if (*phase == Phase::kBackward) ++backward;
+  }
+  EXPECT_EQ(forward, model_nodes);
+  EXPECT_EQ(forward + backward, train.nodes.size());
+  EXPECT_GT(backward, 0u);
+  for (size_t i = 0; i < forward; ++i) EXPECT_EQ(PhaseOf(train.nodes[i]), Phase::kForward) << i;
+
+  auto bytes = ExportOnnxToBytes(train);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  auto back = ImportOnnxFromBytes(*bytes);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->nodes.size(), train.nodes.size());
+  for (size_t i = 0; i < train.nodes.size(); ++i)
+    EXPECT_EQ(PhaseOf(back->nodes[i]), PhaseOf(train.nodes[i])) << train.nodes[i].Describe();
 }
 
 }  // namespace
