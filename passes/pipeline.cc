@@ -32,7 +32,8 @@ Status RunPasses(Graph& graph, const std::vector<std::unique_ptr<Pass>>& passes,
   }
   if (!dumped) {
     std::string names;
-    for (const auto& pass : passes) names += (names.empty() ? "" : ", ") + std::string(pass->name());
+    for (const auto& pass : passes)
+      names += (names.empty() ? "" : ", ") + std::string(pass->name());
     return Error("--dump-after " + options.dump_after + ": no such pass (passes: " + names + ")");
   }
   return Status::Ok();
@@ -43,7 +44,10 @@ std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options) 
   if (options.training) passes.push_back(std::make_unique<ParametersPass>(options.parameters));
   passes.push_back(std::make_unique<FoldPass>(options.fold));
   passes.push_back(std::make_unique<CanonicalizePass>());
-  if (options.training) passes.push_back(std::make_unique<AutodiffPass>(options.autodiff));
+  if (options.training) {
+    passes.push_back(std::make_unique<AutodiffPass>(options.autodiff));
+    passes.push_back(std::make_unique<SchedulePass>());
+  }
   return passes;
 }
 

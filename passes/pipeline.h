@@ -1,6 +1,6 @@
 // Orders the passes: parameters (the trainable set; training only) -> fold (bind dims, infer,
-// fold) -> canonicalize -> autodiff (training only). The verifier runs after every pass that
-// changed the graph; the IR can be dumped after a named pass.
+// fold) -> canonicalize -> autodiff -> schedule (training only). The verifier runs after every pass
+// that changed the graph; the IR can be dumped after a named pass.
 #pragma once
 
 #include <map>
@@ -13,12 +13,13 @@
 #include "passes/fold.h"
 #include "passes/parameters.h"
 #include "passes/pass.h"
+#include "passes/schedule.h"
 
 namespace foundry {
 
 struct PipelineOptions {
   bool verify = true;
-  std::string dump_after;      // pass name; its output IR goes to `dump`
+  std::string dump_after;  // pass name; its output IR goes to `dump`
   std::ostream* dump = nullptr;
   std::ostream* log = nullptr;  // one line of statistics per pass
 };

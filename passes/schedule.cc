@@ -1,0 +1,236 @@
+#include "passes/schedule.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/phase.h"
+
+namespace foundry {
+
+namespace {
+
+// The graph as the scheduler sees it: which node produces each value, how many distinct nodes
+// read it, and each node's distinct transient inputs with their producers.
+struct DepGraph {
+  std::unordered_map<std::string, size_t> producer;
+  std::unordered_map<std::string, int> readers;  // distinct consumer nodes
+  std::unordered_set<std::string> kept;          // graph outputs: live to the end
+  std::vector<std::vector<std::string>> inputs;  // distinct transient inputs per node
+  std::vector<int64_t> bytes_out;                // per node: bytes of its outputs
+  std::unordered_map<std::string, int64_t> bytes;
+
+  explicit DepGraph(const Graph& g) : inputs(g.nodes.size()), bytes_out(g.nodes.size(), 0) {
+    kept.insert(g.outputs.begin(), g.outputs.end());
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (const auto& o : g.nodes[i].outputs)
+        if (!o.empty()) {
+          producer.emplace(o, i);
+          // Graph outputs (the loss, the gradients) have storage of their own, outside the
+          // arena, for the whole step: no order changes what they hold.
+          bytes[o] = kept.count(o) ? 0 : ValueBytes(g, o);
+          bytes_out[i] += bytes[o];
+        }
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      std::unordered_set<std::string> seen;
+      for (const auto& in : g.nodes[i].inputs)
+        if (!in.empty() && producer.count(in) && seen.insert(in).second) {
+          inputs[i].push_back(in);
+          ++readers[in];
+        }
+    }
+  }
+};
+
+bool IsRecompute(const Node& n) { return PhaseOf(n) == Phase::kRecompute; }
+
+// 0: forward (or no phase), 1: backward and optimizer. Recompute nodes have no rank of their own.
+int Rank(const Node& n) {
+  auto p = PhaseOf(n);
+  return p == Phase::kBackward || p == Phase::kOptimizer ? 1 : 0;
+}
+
+// Emits, in original order, the not-yet-scheduled recompute nodes that `node` reads, directly or
+// through other recompute nodes, then nothing else (the caller emits `node`).
+void PullRecompute(const Graph& g, const DepGraph& d, size_t node, std::vector<char>& done,
+                   std::vector<size_t>& order) {
+  std::vector<size_t> needed;
+  std::vector<size_t> stack = {node};
+  std::unordered_set<size_t> seen;
+  while (!stack.empty()) {
+    size_t n = stack.back();
+    stack.pop_back();
+    for (const auto& in : d.inputs[n]) {
+      size_t p = d.producer.at(in);
+      if (done[p] || !IsRecompute(g.nodes[p]) || !seen.insert(p).second) continue;
+      needed.push_back(p);
+      stack.push_back(p);
+    }
+  }
+  // Recompute nodes were appended in a topological order; their original order is one.
+  std::sort(needed.begin(), needed.end());
+  for (size_t p : needed) {
+    done[p] = 1;
+    order.push_back(p);
+  }
+}
+
+// The incoming order with recompute nodes moved just before their first reader.
+std::vector<size_t> OriginalOrder(const Graph& g, const DepGraph& d) {
+  std::vector<size_t> order;
+  std::vector<char> done(g.nodes.size(), 0);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (IsRecompute(g.nodes[i])) continue;
+    PullRecompute(g, d, i, done, order);
+    done[i] = 1;
+    order.push_back(i);
+  }
+  for (size_t i = 0; i < g.nodes.size(); ++i)  // recompute nodes nothing reads: at the end
+    if (!done[i]) order.push_back(i);
+  return order;
+}
+
+StatusOr<std::vector<size_t>> GreedyOrder(const Graph& g, const DepGraph& d) {
+  const size_t n = g.nodes.size();
+  // Unscheduled non-recompute producers each node waits for (recompute producers are pulled).
+  // A recompute node's own inputs come from the forward phase or other recompute nodes, so a
+  // node's readiness may be counted through the recompute nodes it reads.
+  std::vector<int> waiting(n, 0);
+  std::vector<std::vector<size_t>> dependents(n);
+  auto add_wait = [&](size_t node, size_t producer) {
+    ++waiting[node];
+    dependents[producer].push_back(node);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (IsRecompute(g.nodes[i])) continue;
+    std::unordered_set<size_t> deps;
+    std::vector<size_t> stack = {i};
+    std::unordered_set<size_t> seen_rc;
+    while (!stack.empty()) {
+      size_t m = stack.back();
+      stack.pop_back();
+      for (const auto& in : d.inputs[m]) {
+        size_t p = d.producer.at(in);
+        if (IsRecompute(g.nodes[p])) {
+          if (seen_rc.insert(p).second) stack.push_back(p);
+        } else if (p != i) {
+          deps.insert(p);
+        }
+      }
+    }
+    for (size_t p : deps) add_wait(i, p);
+  }
+  std::unordered_map<std::string, int> remaining = d.readers;
+  std::vector<char> done(n, 0);
+  std::vector<size_t> order;
+  order.reserve(n);
+  for (int rank = 0; rank <= 1; ++rank) {
+    std::vector<size_t> ready;
+    for (size_t i = 0; i < n; ++i)
+      if (!done[i] && !IsRecompute(g.nodes[i]) && Rank(g.nodes[i]) == rank && waiting[i] == 0)
+        ready.push_back(i);
+    while (!ready.empty()) {
+      size_t best_k = 0;
+      int64_t best_score = 0;
+      for (size_t k = 0; k < ready.size(); ++k) {
+        size_t c = ready[k];
+        int64_t score = -d.bytes_out[c];
+        for (const auto& in : d.inputs[c])
+          if (remaining[in] == 1 && !d.kept.count(in)) score += d.bytes.at(in);
+        if (k == 0 || score > best_score || (score == best_score && c < ready[best_k])) {
+          best_k = k;
+          best_score = score;
+        }
+      }
+      size_t c = ready[best_k];
+      ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(best_k));
+      size_t first_pulled = order.size();
+      PullRecompute(g, d, c, done, order);
+      done[c] = 1;
+      order.push_back(c);
+      for (size_t k = first_pulled; k < order.size(); ++k) {
+        for (const auto& in : d.inputs[order[k]]) --remaining[in];
+        for (size_t dep : dependents[order[k]])
+          if (--waiting[dep] == 0 && !done[dep] && Rank(g.nodes[dep]) == rank) ready.push_back(dep);
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (!done[i] && IsRecompute(g.nodes[i])) {  // recompute nodes nothing reads
+      done[i] = 1;
+      order.push_back(i);
+    }
+  if (order.size() != n) {
+    for (size_t i = 0; i < n; ++i)
+      if (!done[i])
+        return Error("schedule: " + g.nodes[i].Describe() +
+                     " never becomes ready: its inputs form a cycle, or a forward node reads a "
+                     "backward value");
+  }
+  return order;
+}
+
+std::string Mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+int64_t ValueBytes(const Graph& g, const std::string& value) {
+  const Value* v = g.FindValue(value);
+  if (!v || !v->ShapeKnown()) return 0;
+  int64_t n = NumElements(v->shape);
+  return n < 0 ? 0 : n * static_cast<int64_t>(DTypeSize(v->dtype));
+}
+
+LiveBytes PeakLiveBytes(const Graph& g, const std::vector<size_t>& order) {
+  DepGraph d(g);
+  std::unordered_map<std::string, int> remaining = d.readers;
+  LiveBytes r;
+  int64_t live = 0;
+  for (size_t step = 0; step < order.size(); ++step) {
+    const Node& n = g.nodes[order[step]];
+    live += d.bytes_out[order[step]];
+    if (r.peak_step < 0 || live > r.peak) {
+      r.peak = live;
+      r.peak_step = static_cast<int64_t>(step);
+    }
+    for (const auto& in : d.inputs[order[step]])
+      if (--remaining[in] == 0 && !d.kept.count(in)) live -= d.bytes.at(in);
+    for (const auto& o : n.outputs)
+      if (!o.empty() && !d.readers.count(o) && !d.kept.count(o)) live -= d.bytes.at(o);
+  }
+  return r;
+}
+
+StatusOr<std::vector<size_t>> ScheduleOrder(const Graph& g) {
+  DepGraph d(g);
+  ASSIGN_OR_RETURN(std::vector<size_t> greedy, GreedyOrder(g, d));
+  std::vector<size_t> original = OriginalOrder(g, d);
+  return PeakLiveBytes(g, greedy).peak <= PeakLiveBytes(g, original).peak ? greedy : original;
+}
+
+StatusOr<bool> SchedulePass::Run(Graph& g) {
+  std::vector<size_t> identity(g.nodes.size());
+  for (size_t i = 0; i < identity.size(); ++i) identity[i] = i;
+  before_ = PeakLiveBytes(g, OriginalOrder(g, DepGraph(g)));
+  ASSIGN_OR_RETURN(std::vector<size_t> order, ScheduleOrder(g));
+  after_ = PeakLiveBytes(g, order);
+  peak_node_ = after_.peak_step < 0 ? "" : g.nodes[order[after_.peak_step]].name;
+  if (order == identity) return false;
+  std::vector<Node> nodes;
+  nodes.reserve(g.nodes.size());
+  for (size_t i : order) nodes.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(nodes);
+  return true;
+}
+
+std::string SchedulePass::Stats() const {
+  return "peak live " + Mib(after_.peak) + " at '" + peak_node_ + "' (autodiff order " +
+         Mib(before_.peak) + ")";
+}
+
+}  // namespace foundry
