@@ -5,6 +5,7 @@
     /usr/bin/python3 models/make_fixtures.py --check    # regenerate into a temp dir and compare
     /usr/bin/python3 models/make_fixtures.py --only mpt_tiny llama_tiny
     /usr/bin/python3 models/make_fixtures.py --big      # also models/exports/ (~3 min)
+    /usr/bin/python3 models/make_fixtures.py --big --only bert_base   # one big export only
 
 Layout of one fixture (the C++ tests read it):
     model.onnx              scopes format (TorchScript scoped names + foundry.* metadata)
@@ -49,8 +50,9 @@ FIXTURES = [
     "mpt_tiny_4layer",
     "mpt_tiny_qkln",
     "llama_tiny",
+    "bert_tiny",
 ]
-BIG = ["mpt_125m", "mpt_1b", "mpt_7b", "mpt_30b"]
+BIG = ["mpt_125m", "mpt_1b", "mpt_7b", "mpt_30b", "bert_base"]
 EXPORTS_DIR = os.path.join(REPO, "models", "exports")
 REL_TOL = 1e-6
 GRAD_REL_TOL = 1e-5
@@ -59,8 +61,11 @@ GRAD_FLOOR = 1e-3
 
 def has_dropout(config) -> bool:
     attn = config.get("attn_config", {})
-    return any(float(x or 0) > 0 for x in (config.get("emb_pdrop"), config.get("resid_pdrop"),
-                                           attn.get("attn_pdrop")))
+    ratios = [config.get("emb_pdrop"), config.get("resid_pdrop"), attn.get("attn_pdrop")]
+    if config.get("family") == "bert":  # BertConfig defaults both to 0.1
+        ratios += [config.get("hidden_dropout_prob", 0.1),
+                   config.get("attention_probs_dropout_prob", 0.1)]
+    return any(float(x or 0) > 0 for x in ratios)
 
 
 # --------------------------------------------------------------------------------------------
@@ -322,7 +327,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true",
                     help="regenerate into a temp dir and compare with the committed fixtures")
-    ap.add_argument("--only", nargs="+", metavar="CONFIG", help="only these fixtures")
+    ap.add_argument("--only", nargs="+", metavar="CONFIG",
+                    help="only these fixtures (and, with --big, big exports)")
     ap.add_argument("--out", help="output root (default models/fixtures)")
     ap.add_argument("--jobs", type=int, default=2, help="fixtures generated in parallel")
     ap.add_argument("--big", action="store_true",
@@ -333,18 +339,19 @@ def main(argv=None) -> int:
     if args.one:
         generate_one(args.one, args.out)
         return 0
-    names = args.only or FIXTURES
-    unknown = [n for n in names if n not in FIXTURES]
+    names = [n for n in args.only if n in FIXTURES] if args.only else FIXTURES
+    big = [n for n in args.only if n in BIG] if args.only else BIG
+    unknown = [n for n in args.only or [] if n not in FIXTURES and n not in BIG]
     if unknown:
-        ap.error(f"unknown fixture(s) {unknown}; known: {FIXTURES}")
+        ap.error(f"unknown fixture(s) {unknown}; known: {FIXTURES + BIG}")
     if args.check:
         committed = args.out or FIXTURES_DIR
         with tempfile.TemporaryDirectory(prefix="foundry-fixtures-") as tmp:
             generate(names, tmp, args.jobs)
             problems = compare_dirs(tmp, committed, names)
             if args.big:
-                generate_big(BIG, os.path.join(tmp, "exports"), args.jobs)
-                problems += compare_big(os.path.join(tmp, "exports"), EXPORTS_DIR, BIG)
+                generate_big(big, os.path.join(tmp, "exports"), args.jobs)
+                problems += compare_big(os.path.join(tmp, "exports"), EXPORTS_DIR, big)
         if problems:
             print("make_fixtures --check: regenerated fixtures do not match the committed ones:",
                   file=sys.stderr)
@@ -353,7 +360,7 @@ def main(argv=None) -> int:
             print("If the change is intended, run /usr/bin/python3 models/make_fixtures.py "
                   "[--big] and commit models/fixtures (and models/exports).", file=sys.stderr)
             return 1
-        what = f"{len(names)} fixtures" + (f" and {len(BIG)} big exports" if args.big else "")
+        what = f"{len(names)} fixtures" + (f" and {len(big)} big exports" if args.big else "")
         print(f"make_fixtures --check: {what} match (rel tol {REL_TOL:g}, gradients {GRAD_REL_TOL:g})")
         return 0
     out_root = args.out or FIXTURES_DIR
@@ -362,21 +369,22 @@ def main(argv=None) -> int:
         changed = sum(install(os.path.join(tmp, n), os.path.join(out_root, n)) for n in names)
         print(f"make_fixtures: {len(names)} fixtures in {out_root}, {changed} files changed")
         if args.big:
-            generate_big(BIG, os.path.join(tmp, "exports"), args.jobs)
-            changed = install(os.path.join(tmp, "exports"), EXPORTS_DIR)
-            print(f"make_fixtures: {len(BIG)} no-weights exports in {EXPORTS_DIR}, "
+            generate_big(big, os.path.join(tmp, "exports"), args.jobs)
+            changed = install(os.path.join(tmp, "exports"), EXPORTS_DIR, prune=not args.only)
+            print(f"make_fixtures: {len(big)} no-weights exports in {EXPORTS_DIR}, "
                   f"{changed} files changed")
     return 0
 
 
-def install(new_dir: str, old_dir: str) -> int:
+def install(new_dir: str, old_dir: str, prune: bool = True) -> int:
     """Copies regenerated files over the committed ones, except those that compare equal (same
     numbers within REL_TOL, same structure): functions exports differ in internal names from run
-    to run, and rewriting them would only churn the repository. Stale files are removed."""
+    to run, and rewriting them would only churn the repository. Stale files are removed (`prune`;
+    not when only some big exports were remade)."""
     changed = 0
     new_files = {os.path.relpath(os.path.join(r, f), new_dir)
                  for r, _, fs in os.walk(new_dir) for f in fs}
-    if os.path.isdir(old_dir):
+    if prune and os.path.isdir(old_dir):
         for r, _, fs in os.walk(old_dir):
             for f in fs:
                 rel = os.path.relpath(os.path.join(r, f), old_dir)

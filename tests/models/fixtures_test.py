@@ -46,8 +46,9 @@ except ImportError as e:
 
 from models import families  # noqa: E402
 from models.foundry_export import (  # noqa: E402
-    CLASS_HIERARCHY_KEY, GRAPH_SIGNATURE_KEY, NAME_SCOPES_KEY, ScopeResolver, buffer_names,
-    class_chain, encode_metadata_entry, module_classes, parameter_names, read_node_metadata)
+    CLASS_HIERARCHY_KEY, GRAPH_SIGNATURE_KEY, NAME_SCOPES_KEY, PADDING_IDX_KEY, ScopeResolver,
+    buffer_names, class_chain, encode_metadata_entry, module_classes, padding_rows,
+    parameter_names, read_node_metadata)
 from models.make_fixtures import FIXTURES, FIXTURES_DIR, has_dropout  # noqa: E402
 from models.onnx_eval import Evaluator  # noqa: E402
 
@@ -56,8 +57,8 @@ LOSS_RTOL = 1e-5
 # Every op type an export may contain (models/OPS.md); all in the default ONNX domain, opset 17.
 KNOWN_OPS = {
     "Add", "Cast", "Clip", "Concat", "Constant", "ConstantOfShape", "Cos", "Div", "Dropout",
-    "Erf", "Gather", "Greater", "LayerNormalization", "MatMul", "Mul", "Neg", "Pow", "Range",
-    "ReduceMean", "Reshape", "Shape", "Sigmoid", "Sin", "Slice", "Softmax",
+    "Equal", "Erf", "Expand", "Gather", "Greater", "LayerNormalization", "MatMul", "Mul", "Neg",
+    "Pow", "Range", "ReduceMean", "Reshape", "Shape", "Sigmoid", "Sin", "Slice", "Softmax",
     "SoftmaxCrossEntropyLoss", "Sqrt", "Sub", "Transpose", "Unsqueeze", "Where",
 }
 
@@ -157,8 +158,12 @@ def check_parameters_one_to_one(name):
             check(node.op_type != "Identity" or not set(node.input) & set(params),
                   f"{fmt}: Identity node {node.name} copies a parameter")
         meta = {p.key: p.value for p in proto.metadata_props}
+        # Every format carries the padding rows (without them the gradients differ from torch's).
+        rows = padding_rows(model)
+        check(json.loads(meta.get(PADDING_IDX_KEY, "{}")) == rows, f"{fmt}: {PADDING_IDX_KEY}")
         if fmt == "metadata":
-            check(not [k for k in meta if k.startswith("foundry.")], "foundry.* in format 3")
+            check(not [k for k in meta if k.startswith("foundry.") and k != PADDING_IDX_KEY],
+                  "foundry.* in format 3")
             sig = meta[GRAPH_SIGNATURE_KEY]
             sig_params = [line.split("target='")[1].rstrip("'") for line in sig.splitlines()
                           if ": PARAMETER " in line]
