@@ -18,6 +18,8 @@ For every fixture:
 - reference gradients exist for exactly the trainable parameters, are named `<init>_grad`, have
   the parameter's shape and are not all zero;
 - only the op types documented in models/OPS.md occur;
+- every format carries `foundry.padding_idx` exactly when an nn.Embedding has a padding row
+  (BERT), and the inputs look that row up;
 and `make_fixtures.py --check` reproduces every committed number within relative 1e-6.
 """
 
@@ -126,6 +128,10 @@ def check_layout(name):
         check(t.name == input_name, f"inputs/{input_name}.pb is named {t.name!r}")
         check(t.data_type == onnx.TensorProto.INT64)
         check(list(t.dims) == [s["batch_size"], s["seq_len"]], list(t.dims))
+    # A padding row the inputs never look up would not test foundry.padding_idx at all.
+    ids = numpy_helper.to_array(load_tensor(os.path.join(d, "inputs", "input_ids.pb")))
+    for pname, row in padding_rows(fresh_model(name)[1]).items():
+        check(row in ids, f"inputs/input_ids.pb never holds {pname}'s padding row {row}")
     has_ref = os.path.isdir(os.path.join(d, "reference"))
     check(has_ref != has_dropout(config), "reference/ must exist exactly for dropout-off configs")
 
