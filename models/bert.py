@@ -9,8 +9,8 @@ No pooler (BertForMaskedLM builds BertModel with add_pooling_layer=False).
 
 Attention is bidirectional. As HF does when the caller passes no attention_mask, the model
 builds a mask of ones from input_ids' shape and adds HF's extended mask
-`(1 - mask[:, None, None, :]) * finfo.min` to the scores (it is -0.0 everywhere; the export keeps
-the ops, a stock export of a HF model has them too); token_type_ids are zeros sliced from a
+`(1 - mask[:, None, None, :]) * finfo.min` to the scores (-0.0 everywhere, an exact no-op, but
+the export keeps the ops, as HF's eager attention path would); token_type_ids are zeros sliced from a
 buffer and position_ids come from a buffer, so the graph's inputs stay input_ids and labels.
 The loss is cross-entropy over every position (no shift); labels are -100 except at masked
 positions (`make_inputs` below masks ~15% of each row with the [MASK] id).
@@ -313,8 +313,8 @@ def make_inputs(config: Dict[str, Any], batch_size: int, seq_len: int,
     """Masked-LM inputs: random ids in [1, vocab) (0 is the padding id); about 15% of each row,
     at least MIN_MASKED_PER_ROW positions (all of a shorter row), replaced by the [MASK] id, with
     labels = the original id there and -100 elsewhere. The first row's last id is the padding id
-    (unmasked), so the padding row of word_embeddings would get a gradient if it were not zeroed
-    (families.py; foundry zeroes it through `foundry.padding_idx`)."""
+    (unmasked), so the lookup would give word_embeddings' padding row a gradient that torch
+    does not (foundry drops it through `foundry.padding_idx`)."""
     c = BertConfig(**config)
     ids = torch.randint(1, c.vocab_size, (batch_size, seq_len), generator=gen, dtype=torch.int64)
     ids[0, -1] = c.pad_token_id
