@@ -12,6 +12,7 @@
 #include "compiler/import_functions.h"
 #include "compiler/import_params.h"
 #include "compiler/onnx_proto_util.h"
+#include "compiler/padding_rows.h"
 #include "compiler/random_seed.h"
 #include "compiler/tensor_proto.h"
 
@@ -40,6 +41,8 @@ class Importer {
     RETURN_IF_ERROR(ReadModuleTables(ctx_));
     RETURN_IF_ERROR(params_.Read(ctx_));
     RETURN_IF_ERROR(ReadInitializersAndInputs());
+    if (auto rows = PaddingRows(g_, /*require_present=*/true); !rows.ok())
+      return Fail(rows.status().message());
     RETURN_IF_ERROR(RunOnnxChecker(ctx_));
     RETURN_IF_ERROR(ReadValueInfo());
     RETURN_IF_ERROR(ReadNodes());

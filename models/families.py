@@ -2,8 +2,8 @@
 
 A config is a JSON file in models/configs/: the family's own keys (llm-foundry's MPTConfig keys
 for "mpt", Hugging Face's LlamaConfig keys for "llama", GPT2Config keys for "gpt2",
-GPTNeoXConfig keys for "gpt_neox") plus
-  "family":  "mpt" (default), "llama", "gpt2" or "gpt_neox",
+GPTNeoXConfig keys for "gpt_neox", BertConfig keys for "bert") plus
+  "family":  "mpt" (default), "llama", "gpt2", "gpt_neox" or "bert" (BertForMaskedLM),
   "foundry": {"batch_size": B, "seq_len": S, "seed": N, "trace_seq_len": T}
 where batch_size/seq_len size the fixture inputs (and the export trace), seed seeds weights and
 inputs, and trace_seq_len (default min(seq_len, 16)) is the sequence length big configs are
@@ -17,7 +17,7 @@ from typing import Any, Dict, Tuple
 import torch
 import torch.nn as nn
 
-from models import gpt2, gpt_neox, llama, mpt
+from models import bert, gpt2, gpt_neox, llama, mpt
 
 MODELS_DIR = os.path.dirname(os.path.abspath(__file__))
 CONFIGS_DIR = os.path.join(MODELS_DIR, "configs")
@@ -28,9 +28,14 @@ _FAMILIES = {
     "llama": (llama.build_model, llama.FUNCTION_CLASSES),
     "gpt2": (gpt2.build_model, gpt2.FUNCTION_CLASSES),
     "gpt_neox": (gpt_neox.build_model, gpt_neox.FUNCTION_CLASSES),
+    "bert": (bert.build_model, bert.FUNCTION_CLASSES),
+}
+# Families whose inputs are not the causal-LM (ids, ids) pair: fn(config, batch, seq, generator).
+_INPUT_HOOKS = {
+    "bert": bert.make_inputs,
 }
 # Each family's config default, for configs that leave vocab_size out.
-_DEFAULT_VOCAB = {"mpt": 50368, "llama": 32000, "gpt2": 50257, "gpt_neox": 50432}
+_DEFAULT_VOCAB = {"mpt": 50368, "llama": 32000, "gpt2": 50257, "gpt_neox": 50432, "bert": 30522}
 
 
 def load_config(path_or_name: str) -> Dict[str, Any]:
@@ -102,11 +107,14 @@ def seeded_model(config: Dict[str, Any]) -> nn.Module:
 def make_inputs(config: Dict[str, Any], batch_size=None,
                 seq_len=None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Seeded token ids and raw labels (= the ids; the model shifts them). The last three labels
-    of the last row are -100 (padding), so ignore_index is exercised."""
+    of the last row are -100 (padding), so ignore_index is exercised. A family with an input hook
+    (BERT's masked positions) makes its own from the same generator."""
     s = settings(config)
     b = batch_size or s["batch_size"]
     t = seq_len or s["seq_len"]
     gen = torch.Generator().manual_seed(s["seed"] + 1)
+    if family(config) in _INPUT_HOOKS:
+        return _INPUT_HOOKS[family(config)](config, b, t, gen)
     input_ids = torch.randint(0, vocab_size(config), (b, t), generator=gen, dtype=torch.int64)
     labels = input_ids.clone()
     labels[-1, -3:] = -100

@@ -12,6 +12,7 @@ parameter stays one initializer under its torch name. On top of what torch write
 - "scopes" (format 2, the default): TorchScript's scoped node names plus model `metadata_props`
   `foundry.module_classes` (module path -> [class, base classes...]), `foundry.parameters` (the
   trainable initializers) and `foundry.scopes` (node-name scope -> module path, see below).
+  Where an `nn.Embedding` has a `padding_idx`, also `foundry.padding_idx` (see `padding_rows`).
 - "functions" (format 1): `export_modules_as_functions=function_classes`, plus the same metadata.
   When torch's function extraction fails, the export falls back to "scopes" and says so in the
   returned info (`info["fallback"]`).
@@ -19,7 +20,8 @@ parameter stays one initializer under its torch name. On top of what torch write
   nodes renamed `node_<op>[_k]`, intermediate values renamed, and per node the NodeProto field 9
   (`metadata_props`) entries `namespace`, `pkg.torch.onnx.class_hierarchy`,
   `pkg.torch.onnx.name_scopes`; model metadata `pkg.torch.export.ExportedProgram.graph_signature`
-  (parameters vs buffers) and no `foundry.*` keys (a dynamo export would not have ours).
+  (parameters vs buffers) and no `foundry.*` keys (a dynamo export would not have ours) except
+  `foundry.padding_idx`, without which foundry's gradients differ from PyTorch's on that row.
 
 Scope segments in TorchScript names are *not* always the child attribute: each segment is the
 called module's "unqualified" name (last non-numeric atom of its path and what follows:
@@ -45,6 +47,7 @@ from onnx import numpy_helper
 ANNOTATIONS = ("scopes", "functions", "metadata")
 OPSET = 17
 GRAPH_SIGNATURE_KEY = "pkg.torch.export.ExportedProgram.graph_signature"
+PADDING_IDX_KEY = "foundry.padding_idx"
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 CLASS_HIERARCHY_KEY = "pkg.torch.onnx.class_hierarchy"
 
@@ -78,6 +81,37 @@ def parameter_names(module: nn.Module) -> List[str]:
 
 def buffer_names(module: nn.Module) -> List[str]:
     return [n for n, _ in module.named_buffers()]
+
+
+def padding_rows(module: nn.Module) -> Dict[str, int]:
+    """{parameter name: padding_idx} for every trainable `nn.Embedding` weight with a padding_idx.
+
+    F.embedding gives the padding row no gradient from the lookup, and an ONNX Gather cannot say
+    so (torch's exporter only warns). foundry reads this table (`foundry.padding_idx`) and zeroes
+    that row of every Gather's gradient contribution to the parameter, so a tied weight still
+    gets its other uses' gradient on the row, as in PyTorch.
+    """
+    names = {}
+    for name, p in module.named_parameters():
+        if p.requires_grad:
+            names.setdefault(id(p), name)
+    rows = {}
+    for m in module.modules():
+        if isinstance(m, nn.Embedding) and m.padding_idx is not None and id(m.weight) in names:
+            rows[names[id(m.weight)]] = int(m.padding_idx)  # torch stores it non-negative
+    return rows
+
+
+def write_padding_idx(path: str, module: nn.Module) -> bool:
+    """Adds `foundry.padding_idx` to an ONNX file exported from `module` some other way (a stock
+    `torch.onnx.export`). Returns whether the module has a padding row at all."""
+    rows = padding_rows(module)
+    if rows:
+        proto = onnx.load(path)
+        _set_metadata(proto, {PADDING_IDX_KEY: json.dumps(rows, separators=(",", ":"))})
+        with open(path, "wb") as f:
+            f.write(proto.SerializeToString())
+    return bool(rows)
 
 
 # --------------------------------------------------------------------------------------------
@@ -332,11 +366,14 @@ def foundry_metadata(proto: onnx.ModelProto, module: nn.Module) -> Dict[str, str
     classes = module_classes(module)
     resolver = ScopeResolver(classes)
     compact = dict(separators=(",", ":"))
-    return {
+    entries = {
         "foundry.module_classes": json.dumps(classes, **compact),
         "foundry.parameters": json.dumps(parameter_names(module), **compact),
         "foundry.scopes": json.dumps(scope_table(proto, resolver), **compact),
     }
+    if padding_rows(module):
+        entries[PADDING_IDX_KEY] = json.dumps(padding_rows(module), **compact)
+    return entries
 
 
 def graph_signature(module: nn.Module, input_names: Sequence[str],
@@ -400,7 +437,10 @@ def to_metadata_format(proto: onnx.ModelProto, module: nn.Module, input_names: S
         if vi.name in rename:
             vi.name = rename[vi.name]
     del out.metadata_props[:]
-    _set_metadata(out, {GRAPH_SIGNATURE_KEY: graph_signature(module, input_names, output_names)})
+    entries = {GRAPH_SIGNATURE_KEY: graph_signature(module, input_names, output_names)}
+    if padding_rows(module):
+        entries[PADDING_IDX_KEY] = json.dumps(padding_rows(module), separators=(",", ":"))
+    _set_metadata(out, entries)
     return out
 
 

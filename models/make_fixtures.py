@@ -53,8 +53,9 @@ FIXTURES = [
     "llama_tiny",
     "gpt2_tiny",
     "pythia_tiny",
+    "bert_tiny",
 ]
-BIG = ["mpt_125m", "mpt_1b", "mpt_7b", "mpt_30b", "gpt2_124m", "pythia_160m"]
+BIG = ["mpt_125m", "mpt_1b", "mpt_7b", "mpt_30b", "gpt2_124m", "pythia_160m", "bert_base"]
 EXPORTS_DIR = os.path.join(REPO, "models", "exports")
 REL_TOL = 1e-6
 GRAD_REL_TOL = 1e-5
@@ -63,9 +64,16 @@ GRAD_FLOOR = 1e-3
 
 def has_dropout(config) -> bool:
     attn = config.get("attn_config", {})
-    return any(float(x or 0) > 0 for x in (config.get("emb_pdrop"), config.get("resid_pdrop"),
-                                           attn.get("attn_pdrop"), config.get("embd_pdrop"),
-                                           config.get("attn_pdrop")))
+    ratios = [config.get("emb_pdrop"), config.get("resid_pdrop"), attn.get("attn_pdrop")]
+    family = config.get("family", "mpt")
+    if family == "gpt2":  # GPT2Config defaults every pdrop to 0.1
+        ratios += [config.get(k, 0.1) for k in ("embd_pdrop", "attn_pdrop", "resid_pdrop")]
+    elif family == "bert":  # BertConfig defaults both to 0.1
+        ratios += [config.get("hidden_dropout_prob", 0.1),
+                   config.get("attention_probs_dropout_prob", 0.1)]
+    elif family == "gpt_neox":  # GPTNeoXConfig defaults both to 0.0
+        ratios += [config.get("attention_dropout"), config.get("hidden_dropout")]
+    return any(float(x or 0) > 0 for x in ratios)
 
 
 # --------------------------------------------------------------------------------------------

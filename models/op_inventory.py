@@ -23,7 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 _TYPE = {v: k.lower() for k, v in onnx.TensorProto.DataType.items()}
-_LAYER = re.compile(r"/(?:blocks|layers|h)\.(\d+)/")
+_LAYER = re.compile(r"/(?:blocks|layers|layer|h)\.(\d+)/")
 
 
 def _short(value) -> str:

@@ -1,11 +1,14 @@
 #include "passes/autodiff.h"
 
 #include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "compiler/op_schema.h"
+#include "compiler/padding_rows.h"
 #include "compiler/phase.h"
 #include "passes/grad/grad_rule.h"
 
@@ -162,6 +165,20 @@ Status ExposeSavedStatistics(Graph& g) {
   return Status::Ok();
 }
 
+// Overwrites row `row` of `grad` (a Gather's gradient with respect to an embedding table) with
+// zeros: ScatterND copies every other element bit for bit and writes exact +0.0 on the row, as
+// torch's embedding backward leaves the padding row untouched. Returns the new value.
+StatusOr<std::string> ZeroPaddingRow(GradBuilder& b, const std::string& grad, int64_t row) {
+  const Value& table = b.InputValue(0);
+  Shape update_shape = table.shape;
+  update_shape[0] = 1;
+  ASSIGN_OR_RETURN(Tensor zeros, Tensor::Allocate(table.dtype, update_shape));
+  std::string indices =
+      b.Constant(Tensor::FromVector<int64_t>(DType::kInt64, {1, 1}, {row}), "padding_row");
+  std::string updates = b.Constant(std::move(zeros), "padding_zeros");
+  return b.Emit1("ScatterND", {grad, indices, updates});
+}
+
 void RenameValue(Graph& g, std::vector<Node>& nodes, const std::string& from,
                  const std::string& to) {
   Value v = *g.FindValue(from);
@@ -189,6 +206,14 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
   for (const auto& p : g.parameters)
     if (IsFloatValue(g, p)) trainable.push_back(p);
   trainable_ = static_cast<int>(trainable.size());
+  padding_rows_zeroed_ = 0;
+  auto padding_rows = PaddingRows(g, /*require_present=*/false);
+  if (!padding_rows.ok()) return padding_rows.status().Prepend("autodiff: ");
+  if (g.metadata.count(kPaddingIdxKey)) {
+    // Only the tables still in the graph, so the training graph's file imports again.
+    nlohmann::json present(*padding_rows);
+    g.metadata[kPaddingIdxKey] = present.dump();
+  }
   if (trainable.empty())
     return Error(
         "autodiff: the model has no trainable parameters (every initializer is frozen "
@@ -315,13 +340,25 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
     GradBuilder b(g, fwd, out_grads, needs, emitted);
     Status st = (*rule)(b);
     if (!st.ok()) return st.Prepend("autodiff: ");
+    std::vector<std::string> input_grads = b.input_grads();
+    if (fwd.domain.empty() && fwd.op_type == "Gather" && needs[0] &&
+        padding_rows->count(fwd.inputs[0])) {
+      const int64_t rank = static_cast<int64_t>(b.InputValue(0).shape.size());
+      int64_t axis = fwd.GetInt("axis", 0);
+      if (axis < 0) axis += rank;
+      if (axis == 0) {  // a row lookup; a Gather along another axis is not an embedding
+        ASSIGN_OR_RETURN(input_grads[0],
+                         ZeroPaddingRow(b, input_grads[0], padding_rows->at(fwd.inputs[0])));
+        ++padding_rows_zeroed_;
+      }
+    }
     for (auto& e : emitted) {
       for (const auto& o : e.outputs) produced_by_rules.insert(o);
       backward.push_back(std::move(e));
     }
     for (size_t k = 0; k < fwd.inputs.size(); ++k) {
       if (!needs[k]) continue;
-      const std::string& gin = b.input_grads()[k];
+      const std::string& gin = input_grads[k];
       if (gin.empty())
         return Error("autodiff: gradient rule of " + fwd.Describe() +
                      " gave no gradient for input '" + fwd.inputs[k] + "'");
@@ -371,8 +408,13 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
 }
 
 std::string AutodiffPass::Stats() const {
-  return std::to_string(trainable_) + " trainable parameters; " + std::to_string(forward_nodes_) +
-         " forward nodes, " + std::to_string(backward_nodes_) + " backward nodes";
+  std::string s = std::to_string(trainable_) + " trainable parameters; " +
+                  std::to_string(forward_nodes_) + " forward nodes, " +
+                  std::to_string(backward_nodes_) + " backward nodes";
+  if (padding_rows_zeroed_ > 0)
+    s += "; padding row zeroed in " + std::to_string(padding_rows_zeroed_) + " lookup gradient" +
+         (padding_rows_zeroed_ > 1 ? "s" : "");
+  return s;
 }
 
 }  // namespace foundry

@@ -18,6 +18,11 @@
 //     Several contributions to one value are summed explicitly by a Sum node named `<x>_grad`
 //     (contributions `<x>_grad_0`, `<x>_grad_1`, ...); a single contribution is renamed `<x>_grad`
 //     when the rule produced it, and is used as is when a rule passed its input through.
+//     A Gather (axis 0) that looks rows up in a parameter named in the model metadata
+//     `foundry.padding_idx` (compiler/padding_rows.h) has that row of its gradient contribution
+//     set to zero by a ScatterND, as torch's embedding backward does; other uses of the
+//     parameter (a tied LM head) still contribute to the row. Without the key the row gets the
+//     lookup's gradient.
 //  6. Graph outputs become: the loss, then `<p>_grad` for every trainable parameter p (in
 //     parameter order); Graph::metadata["foundry.loss"] names the loss.
 // Backward nodes keep the forward node's scope and are named `<fwd name>_Grad/<Op>_<i>`.
@@ -47,6 +52,7 @@ class AutodiffPass : public Pass {
   int forward_nodes_ = 0;
   int backward_nodes_ = 0;
   int trainable_ = 0;
+  int padding_rows_zeroed_ = 0;
 };
 
 // Ops through which no gradient flows: piecewise constant (Floor, Ceil, Round, Sign) or random

@@ -144,6 +144,36 @@ TEST(OnnxImportBadInputTest, InvalidUtf8Names) {
   }
 }
 
+// foundry.padding_idx (compiler/padding_rows.h) must name an initializer and a row inside it: a
+// typo would otherwise leave the padding row's gradient silently unzeroed.
+TEST(OnnxImportBadInputTest, PaddingIdxMustNameARowOfAnInitializer) {
+  auto with_padding = [](const std::string& value) {
+    onnx::ModelProto m = SmallModel();
+    auto* w = m.mutable_graph()->add_initializer();
+    w->set_name("w");
+    w->set_data_type(onnx::TensorProto::FLOAT);
+    w->add_dims(4);
+    for (int i = 0; i < 4; ++i) w->add_float_data(1.0f);
+    auto* p = m.add_metadata_props();
+    p->set_key("foundry.padding_idx");
+    p->set_value(value);
+    return m;
+  };
+  auto g = Import(with_padding(R"({"w": 3})"));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g->metadata.at("foundry.padding_idx"), R"({"w": 3})");
+  EXPECT_EQ(ImportError(with_padding(R"({"wte": 0})")),
+            "'m.onnx': model metadata 'foundry.padding_idx' names 'wte', which is not an "
+            "initializer of the model; fix or remove the key");
+  EXPECT_EQ(
+      ImportError(with_padding(R"({"w": 4})")),
+      "'m.onnx': model metadata 'foundry.padding_idx': row 4 of 'w' (f32[4]) is out of range");
+  EXPECT_EQ(ImportError(with_padding("0")),
+            "'m.onnx': model metadata 'foundry.padding_idx' is not a JSON object of parameter name "
+            "-> padding row (e.g. {\"bert.embeddings.word_embeddings.weight\": 0}); fix or remove "
+            "the key");
+}
+
 TEST(OnnxImportBadInputTest, ExportNeverAbortsOnInvalidUtf8) {
   auto g = Import(SmallModel());
   ASSERT_TRUE(g.ok()) << g.status().message();

@@ -18,6 +18,8 @@ For every fixture:
 - reference gradients exist for exactly the trainable parameters, are named `<init>_grad`, have
   the parameter's shape and are not all zero;
 - only the op types documented in models/OPS.md occur;
+- every format carries `foundry.padding_idx` exactly when an nn.Embedding has a padding row
+  (BERT), and the inputs look that row up;
 and `make_fixtures.py --check` reproduces every committed number within relative 1e-6.
 """
 
@@ -46,8 +48,9 @@ except ImportError as e:
 
 from models import families  # noqa: E402
 from models.foundry_export import (  # noqa: E402
-    CLASS_HIERARCHY_KEY, GRAPH_SIGNATURE_KEY, NAME_SCOPES_KEY, ScopeResolver, buffer_names,
-    class_chain, encode_metadata_entry, module_classes, parameter_names, read_node_metadata)
+    CLASS_HIERARCHY_KEY, GRAPH_SIGNATURE_KEY, NAME_SCOPES_KEY, PADDING_IDX_KEY, ScopeResolver,
+    buffer_names, class_chain, encode_metadata_entry, module_classes, padding_rows,
+    parameter_names, read_node_metadata)
 from models.make_fixtures import FIXTURES, FIXTURES_DIR, has_dropout  # noqa: E402
 from models.onnx_eval import Evaluator  # noqa: E402
 
@@ -56,8 +59,8 @@ LOSS_RTOL = 1e-5
 # Every op type an export may contain (models/OPS.md); all in the default ONNX domain, opset 17.
 KNOWN_OPS = {
     "Add", "Cast", "Clip", "Concat", "Constant", "ConstantOfShape", "Cos", "Div", "Dropout",
-    "Erf", "Gather", "Greater", "LayerNormalization", "MatMul", "Mul", "Neg", "Pow", "Range",
-    "ReduceMean", "Reshape", "Shape", "Sigmoid", "Sin", "Slice", "Softmax",
+    "Equal", "Erf", "Expand", "Gather", "Greater", "LayerNormalization", "MatMul", "Mul", "Neg",
+    "Pow", "Range", "ReduceMean", "Reshape", "Shape", "Sigmoid", "Sin", "Slice", "Softmax",
     "SoftmaxCrossEntropyLoss", "Sqrt", "Sub", "Transpose", "Unsqueeze", "Where",
     "Gemm", "Split", "Squeeze", "Tanh",  # GPT-2: Conv1D's addmm, c_attn split, shapes, gelu_new
 }
@@ -126,6 +129,10 @@ def check_layout(name):
         check(t.name == input_name, f"inputs/{input_name}.pb is named {t.name!r}")
         check(t.data_type == onnx.TensorProto.INT64)
         check(list(t.dims) == [s["batch_size"], s["seq_len"]], list(t.dims))
+    # A padding row the inputs never look up would not test foundry.padding_idx at all.
+    ids = numpy_helper.to_array(load_tensor(os.path.join(d, "inputs", "input_ids.pb")))
+    for pname, row in padding_rows(fresh_model(name)[1]).items():
+        check(row in ids, f"inputs/input_ids.pb never holds {pname}'s padding row {row}")
     has_ref = os.path.isdir(os.path.join(d, "reference"))
     check(has_ref != has_dropout(config), "reference/ must exist exactly for dropout-off configs")
 
@@ -158,8 +165,12 @@ def check_parameters_one_to_one(name):
             check(node.op_type != "Identity" or not set(node.input) & set(params),
                   f"{fmt}: Identity node {node.name} copies a parameter")
         meta = {p.key: p.value for p in proto.metadata_props}
+        # Every format carries the padding rows (without them the gradients differ from torch's).
+        rows = padding_rows(model)
+        check(json.loads(meta.get(PADDING_IDX_KEY, "{}")) == rows, f"{fmt}: {PADDING_IDX_KEY}")
         if fmt == "metadata":
-            check(not [k for k in meta if k.startswith("foundry.")], "foundry.* in format 3")
+            check(not [k for k in meta if k.startswith("foundry.") and k != PADDING_IDX_KEY],
+                  "foundry.* in format 3")
             sig = meta[GRAPH_SIGNATURE_KEY]
             sig_params = [line.split("target='")[1].rstrip("'") for line in sig.splitlines()
                           if ": PARAMETER " in line]

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "compiler/onnx_export.h"
 #include "compiler/onnx_import.h"
@@ -262,6 +263,145 @@ TEST(AutodiffTest, EveryNodeCarriesItsPhaseThroughExport) {
   ASSERT_EQ(back->nodes.size(), train.nodes.size());
   for (size_t i = 0; i < train.nodes.size(); ++i)
     EXPECT_EQ(PhaseOf(back->nodes[i]), PhaseOf(train.nodes[i])) << train.nodes[i].Describe();
+}
+
+// An embedding table `w` with padding row 0, looked up (ids hold 0 twice) and tied as the output
+// projection, as BERT's word_embeddings and MLM decoder. `Untied` looks rows up in a second
+// table `w2` fed the same values, which splits w's gradient into its two contributions.
+constexpr const char* kTiedLookup = R"(graph g {
+  param w : f32[4,3]
+  const ids : i64[5] = [0, 2, 0, 3, 1]
+  h = Gather(w, ids)
+  wt = Transpose(w) {perm=[1,0]}
+  z = MatMul(h, wt)
+  t = Tanh(z)
+  loss = ReduceSum(t) {keepdims=0}
+  output loss
+})";
+constexpr const char* kUntiedLookup = R"(graph g {
+  param w : f32[4,3]
+  param w2 : f32[4,3]
+  const ids : i64[5] = [0, 2, 0, 3, 1]
+  h = Gather(w2, ids)
+  wt = Transpose(w) {perm=[1,0]}
+  z = MatMul(h, wt)
+  t = Tanh(z)
+  loss = ReduceSum(t) {keepdims=0}
+  output loss
+})";
+
+std::map<std::string, Tensor> RunTraining(Graph g, const std::string& padding,
+                                          const std::map<std::string, Tensor>& feeds,
+                                          std::string* stats = nullptr) {
+  if (!padding.empty()) g.metadata["foundry.padding_idx"] = padding;
+  AutodiffPass pass({});
+  auto changed = pass.Run(g);
+  EXPECT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(VerifyGraph(g).ok()) << VerifyGraph(g).message();
+  if (stats) *stats = pass.Stats();
+  auto out = Interpret(g, feeds);
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  return out.ok() ? *out : std::map<std::string, Tensor>{};
+}
+
+bool RowBitwiseEqual(const Tensor& a, const Tensor& b, int64_t row) {
+  const int64_t cols = a.shape()[1];
+  return std::memcmp(a.data<float>() + row * cols, b.data<float>() + row * cols,
+                     cols * sizeof(float)) == 0;
+}
+
+// torch's embedding backward gives the padding row nothing from the lookup; the tied use still
+// contributes. So with foundry.padding_idx, row 0 of w's gradient is exactly the projection's
+// contribution and every other row is bit for bit the gradient without the key.
+TEST(AutodiffTest, PaddingRowGetsNoGradientFromTheLookup) {
+  const Tensor w = RandomTensor({4, 3}, 7);
+  const std::string pad = R"({"w": 0})";
+  std::string stats;
+  auto plain = RunTraining(Parsed(kTiedLookup), "", {{"w", w}});
+  auto padded = RunTraining(Parsed(kTiedLookup), pad, {{"w", w}}, &stats);
+  auto split = RunTraining(Parsed(kUntiedLookup), "", {{"w", w}, {"w2", w}});
+  auto split_padded = RunTraining(Parsed(kUntiedLookup), R"({"w2": 0})", {{"w", w}, {"w2", w}});
+  ASSERT_TRUE(plain.count("w_grad") && padded.count("w_grad") && split.count("w2_grad") &&
+              split_padded.count("w2_grad"));
+  EXPECT_EQ(stats,
+            "1 trainable parameters; 5 forward nodes, 14 backward nodes; padding row zeroed in 1 "
+            "lookup gradient");
+  EXPECT_TRUE(padded.at("loss").BitwiseEqual(plain.at("loss")));
+  // The lookup alone: row 0 is exact +0.0 (no -0.0 from a multiply), the rest untouched.
+  const Tensor& lookup = split_padded.at("w2_grad");
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(lookup.data<float>()[c], 0.0f);
+    EXPECT_FALSE(std::signbit(lookup.data<float>()[c]));
+  }
+  for (int64_t r = 1; r < 4; ++r) EXPECT_TRUE(RowBitwiseEqual(lookup, split.at("w2_grad"), r)) << r;
+  // Without the key the row would have had a gradient (ids hold the padding id twice).
+  EXPECT_NE(split.at("w2_grad").data<float>()[0], 0.0f);
+  // Tied: row 0 is the projection's contribution alone.
+  const Tensor& g = padded.at("w_grad");
+  for (int c = 0; c < 3; ++c) EXPECT_EQ(g.data<float>()[c], split.at("w_grad").data<float>()[c]);
+  EXPECT_FALSE(RowBitwiseEqual(g, plain.at("w_grad"), 0));
+  for (int64_t r = 1; r < 4; ++r) EXPECT_TRUE(RowBitwiseEqual(g, plain.at("w_grad"), r)) << r;
+}
+
+TEST(AutodiffTest, PaddingRowIsZeroedByOneScatterNDOnTheLookupsContribution) {
+  Graph g = Parsed(kTiedLookup);
+  g.metadata["foundry.padding_idx"] = R"({"w": 2})";
+  ASSERT_TRUE(AutodiffPass({}).Run(g).ok());
+  int scatters = 0;
+  for (const Node& n : g.nodes) {
+    if (n.op_type != "ScatterND") continue;
+    ++scatters;
+    const Value* indices = g.FindValue(n.inputs[1]);
+    ASSERT_TRUE(indices && indices->data);
+    EXPECT_EQ(indices->data->data<int64_t>()[0], 2);
+    EXPECT_EQ(g.FindValue(n.inputs[2])->shape, (Shape{1, 3}));
+    EXPECT_EQ(n.name.rfind("Gather", 0), 0u) << n.name;  // named and scoped as the lookup's grad
+  }
+  EXPECT_EQ(scatters, 1) << PrintGraph(g);
+}
+
+// Folding took the frozen table (and its Gather) away; the key keeps only tables still there, so
+// the training graph's file imports again (import requires every name to be an initializer).
+TEST(AutodiffTest, PaddingRowsOfAFoldedTableAreDropped) {
+  Graph g = Parsed(R"(graph g {
+  const w : f32[2,2] = [1, 2, 3, 4]
+  param v : f32[2]
+  const ids : i64[2] = [0, 1]
+  h = Gather(w, ids)
+  m = Mul(h, v)
+  loss = ReduceSum(m) {keepdims=0}
+  output loss
+})");
+  g.metadata["foundry.padding_idx"] = R"({"w": 0})";
+  AutodiffPass pass({});
+  ASSERT_TRUE(pass.Run(g).ok());
+  for (const Node& n : g.nodes) EXPECT_NE(n.op_type, "ScatterND");
+  EXPECT_EQ(pass.Stats().find("padding"), std::string::npos) << pass.Stats();
+  EXPECT_EQ(g.FindValue("w"), nullptr);
+  EXPECT_EQ(g.metadata.at("foundry.padding_idx"), "{}");
+}
+
+TEST(AutodiffTest, BadPaddingIdxMetadataIsAnError) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"[0]",
+       "autodiff: model metadata 'foundry.padding_idx' is not a JSON object of parameter name -> "
+       "padding row (e.g. {\"bert.embeddings.word_embeddings.weight\": 0}); fix or remove the "
+       "key"},
+      {R"({"w": 0.5})",
+       "autodiff: model metadata 'foundry.padding_idx': the row of 'w' is not an integer"},
+      {R"({"w": 4})",
+       "autodiff: model metadata 'foundry.padding_idx': row 4 of 'w' (f32[4,3]) is out of range"},
+      {R"({"w": -1})",
+       "autodiff: model metadata 'foundry.padding_idx': row -1 of 'w' (f32[4,3]) is out of "
+       "range"},
+  };
+  for (const auto& [value, message] : cases) {
+    Graph g = Parsed(kTiedLookup);
+    g.metadata["foundry.padding_idx"] = value;
+    auto st = AutodiffPass({}).Run(g);
+    ASSERT_FALSE(st.ok()) << value;
+    EXPECT_EQ(st.status().message(), message);
+  }
 }
 
 }  // namespace
