@@ -401,15 +401,16 @@ def main(argv=None) -> int:
     return 0
 
 
-def install(new_dir: str, old_dir: str) -> int:
+def install(new_dir: str, old_dir: str, remove_stale: bool = True) -> int:
     """Copies regenerated files over the committed ones, except those that --check would accept
     (same numbers within its tolerances, same structure): functions exports differ in internal
     names from run to run and gradients in rounding from CPU to CPU, and rewriting them would
-    only churn the repository. Stale files are removed."""
+    only churn the repository. Stale files are removed, unless `remove_stale` is off (a partial
+    set of exports)."""
     changed = 0
     new_files = files_under(new_dir)
     old_files = files_under(old_dir) if os.path.isdir(old_dir) else set()
-    for rel in sorted(old_files - new_files):
+    for rel in sorted(old_files - new_files) if remove_stale else []:
         os.remove(os.path.join(old_dir, rel))
         changed += 1
     floor = grad_floor(old_dir, old_files)
