@@ -1,41 +1,85 @@
 #!/usr/bin/env bash
-# CPU benchmarks: compile time of the shipped fixtures and of the big no-weights exports, and the
-# CPU backend's training step time on every tiny fixture. Writes bench/RESULTS.md.
+# CPU benchmarks: compile time of every fixture (both export kinds: foundry's annotated export and
+# the stock torch.onnx.export) and of the big no-weights exports, and the CPU backend's training
+# step time on every tiny fixture. Rewrites the generated part of bench/RESULTS.md (everything
+# above the `<!-- end of generated results -->` line; what follows it is kept).
 # Usage: bench/run.sh [BUILD_DIR]   (build first: scripts/test.sh or cmake --build)
+# BENCH_REPEATS (default 5): compiles per fixture and export kind; the median is reported.
+# BENCH_STEPS (default 200): training steps per fixture; the median of steps 11.. is reported.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 compile=$build/foundry-compile
 run=$build/foundry-run
+repeats=${BENCH_REPEATS:-5}
+steps=${BENCH_STEPS:-200}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 out=bench/RESULTS.md.tmp
+marker='<!-- end of generated results -->'
 
 now() { date +%s.%N; }
-elapsed_ms() { echo "($2 - $1) * 1000" | bc -l | xargs printf "%.0f"; }
+median() { sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
+# Median wall ms of `repeats` runs of foundry-compile MODEL DIMS... -o PREFIX; the last run's log
+# is left in $tmp/compile.log.
+compile_ms() {
+  local model=$1 prefix=$2
+  shift 2
+  for _ in $(seq "$repeats"); do
+    local t0 t1
+    t0=$(now)
+    "$compile" "$model" "$@" -o "$prefix" > "$tmp/compile.log" 2> "$tmp/compile.err"
+    t1=$(now)
+    echo "($t1 - $t0) * 1000" | bc -l
+  done | median | xargs printf "%.1f"
+}
+
+# Median ms/step of steps 11..$steps (the first ten warm caches and the allocator); from each
+# step's tok/s, which foundry-run prints with more digits than its ms.
+step_ms() {
+  local prefix=$1 dir=$2
+  "$run" "$prefix" --steps "$steps" --feed "input_ids=$dir/inputs/input_ids.pb" \
+    --feed "labels=$dir/inputs/labels.pb" > "$tmp/run.log"
+  local tokens
+  tokens=$(sed -nE 's/.*\(([0-9]+) tokens\/step\).*/\1/p' "$tmp/run.log")
+  awk -v t="$tokens" '/^step /{split($2, a, "/"); if (a[1] > 10) print t / $7 * 1000}' "$tmp/run.log" |
+    median | xargs printf "%.2f"
+}
 
 {
   echo "# Benchmarks"
   echo
-  echo "Measured by \`bench/run.sh\` on $(date -u +%Y-%m-%d), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), build type from \`$build\`."
+  echo "Measured by \`bench/run.sh\` on $(date -u +%Y-%m-%d), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), build type from \`$build\`, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start (other jobs share the machine: compare within a table, not across runs)."
   echo
-  echo "## Compile (import, fold, canonicalize, autodiff, write) — tiny fixtures at their input shapes"
+  echo "## Tiny fixtures: compile (import, fold, canonicalize, autodiff, write) and CPU training step"
   echo
-  echo "| fixture | batch x seq | nodes in | forward after fold | backward | compile ms |"
-  echo "|---|---|---:|---:|---:|---:|"
+  echo "Each fixture at its input shape. Compile: wall time of \`foundry-compile MODEL --dim batch=B --dim seq=S -o PREFIX\`, median of $repeats runs, for foundry's annotated export (\`model.onnx\`) and the stock \`torch.onnx.export\` (\`model.stock.onnx\`, which also trains the float buffers). Step: \`foundry-run PREFIX --steps $steps --feed ...\` (AdamW, the fixture's batch), median ms/step of steps 11-$steps; tokens/s from the annotated export's median. Both exports of a fixture compile to the same training graph (the stock one also trains the float buffers), so the gap between their columns is the machine's noise."
+  echo
+  echo "| fixture | batch x seq | nodes in | forward after fold | backward | compile ms | compile ms (stock) | params | ms/step | ms/step (stock) | tokens/s |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for dir in models/fixtures/*/; do
+    dir=${dir%/}
     name=$(basename "$dir")
     nodes=$(/usr/bin/python3 -c "import onnx,sys; print(len(onnx.load(sys.argv[1]).graph.node))" "$dir/model.onnx")
     read -r b s < <(/usr/bin/python3 -c "import onnx,sys; print(*onnx.load_tensor(sys.argv[1]).dims)" "$dir/inputs/input_ids.pb")
-    t0=$(now)
-    log=$("$compile" "$dir/model.onnx" --dim batch=$b --dim seq=$s -o "$tmp/$name")
-    t1=$(now)
-    fwd=$(echo "$log" | sed -nE 's/.*autodiff: .*; ([0-9]+) forward nodes, ([0-9]+) backward nodes/\1/p')
-    bwd=$(echo "$log" | sed -nE 's/.*autodiff: .*; ([0-9]+) forward nodes, ([0-9]+) backward nodes/\2/p')
-    echo "| $name | $b x $s | $nodes | $fwd | $bwd | $(elapsed_ms "$t0" "$t1") |"
+    ms=$(compile_ms "$dir/model.onnx" "$tmp/$name" --dim batch=$b --dim seq=$s)
+    fwd=$(sed -nE 's/.*autodiff: .*; ([0-9]+) forward nodes, ([0-9]+) backward nodes/\1/p' "$tmp/compile.log")
+    bwd=$(sed -nE 's/.*autodiff: .*; ([0-9]+) forward nodes, ([0-9]+) backward nodes/\2/p' "$tmp/compile.log")
+    stock_ms="-"
+    if [ -f "$dir/model.stock.onnx" ]; then
+      stock_ms=$(compile_ms "$dir/model.stock.onnx" "$tmp/${name}_stock" --dim batch=$b --dim seq=$s)
+    fi
+    step=$(step_ms "$tmp/$name" "$dir")
+    params=$(sed -nE 's/ *params +[0-9]+ tensors, ([0-9]+) elements.*/\1/p' "$tmp/run.log")
+    tokens=$(sed -nE 's/.*\(([0-9]+) tokens\/step\).*/\1/p' "$tmp/run.log")
+    stock_step="-"
+    if [ -f "$dir/model.stock.onnx" ]; then stock_step=$(step_ms "$tmp/${name}_stock" "$dir"); fi
+    tps=$(echo "$tokens / $step * 1000" | bc -l | xargs printf "%.0f")
+    echo "| $name | $b x $s | $nodes | $fwd | $bwd | $ms | $stock_ms | $params | $step | $stock_step | $tps |"
   done
   echo
-  echo "## Compile — big no-weights exports, whole training graph written"
+  echo "## Compile — big no-weights exports, whole training graph written (median of $repeats)"
   echo
   echo "| export | dims | nodes in | after fold | kept at run time (> 1 MiB) | forward / backward nodes | ms |"
   echo "|---|---|---:|---:|---:|---:|---:|"
@@ -48,28 +92,19 @@ elapsed_ms() { echo "($2 - $1) * 1000" | bc -l | xargs printf "%.0f"; }
     dimargs=()
     IFS=, read -ra ds <<< "$dims"
     for d in "${ds[@]}"; do dimargs+=(--dim "$d"); done
-    t0=$(now)
-    log=$("$compile" "$f" "${dimargs[@]}" -o "$tmp/big_$name")
-    t1=$(now)
+    ms=$(compile_ms "$f" "$tmp/big_$name" "${dimargs[@]}")
+    log=$(cat "$tmp/compile.log")
     remain=$(echo "$log" | sed -nE 's/.*folded [0-9]+ nodes, ([0-9]+) remain \(([0-9]+) kept.*/\1/p')
     kept=$(echo "$log" | sed -nE 's/.*folded [0-9]+ nodes, ([0-9]+) remain \(([0-9]+) kept.*/\2/p')
     fb=$(echo "$log" | sed -nE 's/.*; ([0-9]+) forward nodes, ([0-9]+) backward nodes/\1 \/ \2/p')
-    echo "| $name | $dims | $nodes | $remain | $kept | $fb | $(elapsed_ms "$t0" "$t1") |"
+    echo "| $name | $dims | $nodes | $remain | $kept | $fb | $ms |"
   done
   echo
-  echo "## Training step on the CPU reference backend (AdamW, fixture batch, 50 steps; mean of steps 11-50)"
-  echo
-  echo "| fixture | params | tokens/step | ms/step | tokens/s |"
-  echo "|---|---:|---:|---:|---:|"
-  for dir in models/fixtures/*/; do
-    name=$(basename "$dir")
-    log=$("$run" "$tmp/$name" --steps 50 --feed "input_ids=$dir/inputs/input_ids.pb" --feed "labels=$dir/inputs/labels.pb")
-    params=$(echo "$log" | sed -nE 's/ *params +[0-9]+ tensors, ([0-9]+) elements.*/\1/p')
-    tokens=$(echo "$log" | sed -nE 's/.*\(([0-9]+) tokens\/step\).*/\1/p')
-    ms=$(echo "$log" | awk '/^step /{split($2,a,"/"); if (a[1] > 10) {s += $5; n++}} END {printf "%.2f", s / n}')
-    tps=$(echo "$tokens / $ms * 1000" | bc -l | xargs printf "%.0f")
-    echo "| $name | $params | $tokens | $ms | $tps |"
-  done
+  echo "$marker"
+  # Sections written by hand (fuzzing, mutation test) follow the marker and are kept.
+  if [ -f bench/RESULTS.md ] && grep -qF "$marker" bench/RESULTS.md; then
+    sed -n "/^$marker\$/,\$p" bench/RESULTS.md | tail -n +2
+  fi
 } > "$out"
 mv "$out" bench/RESULTS.md
-cat bench/RESULTS.md
+sed -n "1,/^$marker\$/p" bench/RESULTS.md

@@ -1,6 +1,8 @@
 // The "scopes" format: TorchScript scoped node names.
 #include <algorithm>
 #include <limits>
+#include <set>
+#include <unordered_set>
 
 #include "compiler/import_annotation.h"
 
@@ -35,12 +37,20 @@ std::string UnqualifiedName(const std::string& path) {
 // (["", "transformer", "transformer.blocks.0", "transformer.blocks.0.attn"]). torch names each
 // segment after the called module relative to its *caller*, which is not always its parent
 // (`self.transformer.wte(x)` called from the root is "/wte"); `foundry.scopes` records the answer,
-// the class table lets us search for it, and without either the segments are joined with '.'.
+// the class table lets us search for it. A stock export has neither: there the initializer names
+// stand in for the table. A segment whose joined path `caller.seg` holds no initializer resolves
+// to the one shallowest module below the caller that is named `seg` and holds initializers
+// (MPT's tied head "/wte" -> "transformer.wte", which holds transformer.wte.weight); otherwise,
+// and always for modules without weights, the segments are joined with '.'.
 class ScopeResolver {
  public:
-  ScopeResolver(const ClassTable& table, std::map<std::string, std::string> scopes)
+  ScopeResolver(const ClassTable& table, std::map<std::string, std::string> scopes,
+                const std::unordered_set<std::string>& initializers)
       : table_(table), scopes_(std::move(scopes)) {
     cache_[""] = {""};
+    if (table_.present) return;
+    for (const std::string& name : initializers)
+      for (std::string p = ParentPath(name); !p.empty(); p = ParentPath(p)) owners_.insert(p);
   }
 
   const std::vector<std::string>& Chain(const std::string& scope) {
@@ -56,7 +66,7 @@ class ScopeResolver {
     if (known != scopes_.end()) {
       path = known->second;
     } else {
-      path = Search(cur, seg);
+      path = table_.present ? Search(cur, seg) : SearchOwners(cur, seg);
       if (path.empty()) path = cur.empty() ? seg : cur + "." + seg;
     }
     chain.push_back(path);
@@ -80,14 +90,32 @@ class ScopeResolver {
     return found.size() == 1 ? found[0] : "";
   }
 
+  std::string SearchOwners(const std::string& cur, const std::string& seg) const {
+    if (owners_.count(cur.empty() ? seg : cur + "." + seg)) return "";
+    std::vector<std::string> found;
+    int best = std::numeric_limits<int>::max();
+    for (const std::string& p : owners_) {
+      if (!IsInside(p, cur) || UnqualifiedName(p) != seg) continue;
+      int d = Depth(p);
+      if (d < best) {
+        best = d;
+        found.clear();
+      }
+      if (d == best) found.push_back(p);
+    }
+    return found.size() == 1 ? found[0] : "";
+  }
+
   const ClassTable& table_;
   std::map<std::string, std::string> scopes_;
+  std::set<std::string> owners_;  // modules holding an initializer (no class table only)
   std::map<std::string, std::vector<std::string>> cache_;
 };
 
 class ScopesReader : public AnnotationReader {
  public:
-  explicit ScopesReader(const ImportContext& ctx) : resolver_(ctx.table, ctx.scopes) {}
+  explicit ScopesReader(const ImportContext& ctx)
+      : resolver_(ctx.table, ctx.scopes, ctx.init_names) {}
   const char* format() const override { return "scopes"; }
   Status Read(const onnx::NodeProto& n, NodeAnnotation& out) override {
     out.chain = resolver_.Chain(NodeNameScope(n.name()));

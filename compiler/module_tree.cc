@@ -96,6 +96,66 @@ bool IsRegistryKey(const std::string& key) {
   return false;
 }
 
+// Where a module sits in the model's blocks: P, N and whether it is the block itself.
+struct BlockPlace {
+  std::string list;
+  int64_t index = -1;
+  bool is_block = false;
+};
+
+// A layer index: digits only, small enough for int64 (a fuzzed path may hold any digit string).
+bool LayerIndex(const std::string& s, int64_t* out) {
+  if (!IsNumber(s) || s.size() > 18) return false;
+  *out = std::stoll(s);
+  return true;
+}
+
+std::string Join(const std::vector<std::string>& segments, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out += (i ? "." : "") + segments[i];
+  return out;
+}
+
+// The module lists whose numbered members are blocks (module_tree.h says when).
+std::set<std::string> BlockLists(const std::vector<std::vector<std::string>>& paths) {
+  // list P -> member index -> the child names below that member.
+  std::map<std::string, std::map<int64_t, std::set<std::string>>> lists;
+  for (const auto& segments : paths) {
+    for (size_t i = 0; i < segments.size(); ++i) {
+      int64_t index;
+      if (!LayerIndex(segments[i], &index)) continue;
+      auto& children = lists[Join(segments, i)][index];
+      if (i + 1 < segments.size()) children.insert(segments[i + 1]);
+    }
+  }
+  std::set<std::string> out;
+  for (const auto& [list, members] : lists) {
+    std::string last = list.substr(list.rfind('.') == std::string::npos ? 0 : list.rfind('.') + 1);
+    if (last == "blocks" || last == "layers" || last == "h") {
+      out.insert(list);
+      continue;
+    }
+    bool alike = members.size() >= 2 && members.begin()->first == 0 &&
+                 members.rbegin()->first == static_cast<int64_t>(members.size()) - 1;
+    for (const auto& [index, children] : members)
+      alike = alike && !children.empty() && children == members.begin()->second;
+    if (alike) out.insert(list);
+  }
+  return out;
+}
+
+// The outermost block on `segments`' path, if any.
+BlockPlace PlaceInBlocks(const std::vector<std::string>& segments,
+                         const std::set<std::string>& block_lists) {
+  for (size_t i = 0; i < segments.size(); ++i) {
+    int64_t index;
+    if (!LayerIndex(segments[i], &index)) continue;
+    std::string list = Join(segments, i);
+    if (block_lists.count(list)) return {list, index, i + 1 == segments.size()};
+  }
+  return {};
+}
+
 }  // namespace
 
 std::vector<std::string> RegistryKeys(const std::vector<std::string>& classes) {
@@ -124,6 +184,9 @@ std::vector<ModuleInfo> ListModules(const Graph& graph) {
   for (const auto& [path, mod] : graph.modules) order.emplace_back(Segments(path), path);
   std::sort(order.begin(), order.end(),
             [](const auto& a, const auto& b) { return PathLess(a.first, b.first); });
+  std::vector<std::vector<std::string>> all_segments;
+  for (const auto& [segments, path] : order) all_segments.push_back(segments);
+  const std::set<std::string> block_lists = BlockLists(all_segments);
 
   // Node counts: each node counts for its scope and every listed ancestor of it.
   std::unordered_map<std::string, int> direct;
@@ -152,13 +215,16 @@ std::vector<ModuleInfo> ListModules(const Graph& graph) {
     }
     for (const auto& [other, mod] : graph.modules)
       if (other != path && (other.empty() ? !path.empty() : IsInside(path, other))) ++info.depth;
-    for (size_t i = 0; i + 1 < segments.size(); ++i) {
-      const std::string& s = segments[i];
-      if ((s == "blocks" || s == "layers" || s == "h") && IsNumber(segments[i + 1])) {
-        info.block_index = std::stoll(segments[i + 1]);
-        info.is_block = i + 2 == segments.size();
-        break;
-      }
+    BlockPlace place = PlaceInBlocks(segments, block_lists);
+    info.block_index = place.index;
+    info.is_block = place.is_block;
+    info.block_list = place.list;
+    if (info.is_block && std::find(info.registry_keys.begin(), info.registry_keys.end(),
+                                   kBlockKey) == info.registry_keys.end()) {
+      // After the registry keys, before the class names.
+      auto at = std::find_if(info.registry_keys.begin(), info.registry_keys.end(),
+                             [](const std::string& k) { return !IsRegistryKey(k); });
+      info.registry_keys.insert(at, kBlockKey);
     }
     out.push_back(std::move(info));
   }
@@ -184,16 +250,24 @@ std::string FormatModuleTree(const std::vector<ModuleInfo>& modules) {
     std::string module, cls, keys, nodes, params;
   };
   std::vector<Row> rows = {{"module", "class", "--ckpt keys", "nodes", "params"}};
+  bool unknown_class = false;
+  std::vector<std::string> lists;                      // in tree order
+  std::map<std::string, std::vector<int64_t>> blocks;  // list -> indices, in tree order
   for (const auto& m : modules) {
     Row r;
     r.module = std::string(2 * m.depth, ' ') + (m.path.empty() ? "(root)" : m.path);
-    r.cls = m.qualified_class.empty() ? "-" : BareClassName(m.qualified_class);
+    r.cls = m.qualified_class.empty() ? "?" : BareClassName(m.qualified_class);
+    unknown_class |= m.qualified_class.empty();
     for (const auto& k : m.registry_keys)
-      if (IsRegistryKey(k)) r.keys += (r.keys.empty() ? "" : ",") + k;
+      if (IsRegistryKey(k) || k == kBlockKey) r.keys += (r.keys.empty() ? "" : ",") + k;
     if (r.keys.empty()) r.keys = "-";
     r.nodes = std::to_string(m.node_count);
     r.params = HumanBytes(m.param_bytes);
     rows.push_back(std::move(r));
+    if (m.is_block) {
+      if (!blocks.count(m.block_list)) lists.push_back(m.block_list);
+      blocks[m.block_list].push_back(m.block_index);
+    }
   }
   size_t w[5] = {};
   for (const auto& r : rows) {
@@ -216,6 +290,23 @@ std::string FormatModuleTree(const std::vector<ModuleInfo>& modules) {
                        pad_left(r.params, w[4]);
     out += line + "\n";
   }
+  for (const auto& list : lists) {
+    std::vector<int64_t> n = blocks[list];
+    std::sort(n.begin(), n.end());
+    std::string indices;
+    if (n.back() - n.front() + 1 == static_cast<int64_t>(n.size()) && n.size() > 1) {
+      indices = std::to_string(n.front()) + ".." + std::to_string(n.back());
+    } else {
+      for (size_t i = 0; i < n.size(); ++i) indices += (i ? ", " : "") + std::to_string(n[i]);
+    }
+    out += std::string(kBlockKey) + ": " + (list.empty() ? "" : list + ".") + "N, N = " + indices +
+           " (" + std::to_string(n.size()) + (n.size() == 1 ? " block" : " blocks") +
+           ": the repeated instances of a module list; layer ranges count N)\n";
+  }
+  if (unknown_class)
+    out +=
+        "?: the export names no class for the module (a plain torch.onnx.export; foundry's "
+        "exporter adds the classes)\n";
   return out;
 }
 

@@ -1,7 +1,11 @@
 #include "compiler/module_tree.h"
 
 #include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
 
+#include <map>
+
+#include "compiler/onnx_export.h"
 #include "compiler/onnx_import.h"
 #include "compiler/text.h"
 
@@ -29,7 +33,7 @@ constexpr const char* kModel = R"(graph m opset=17 {
   b = Relu(a) @"transformer.blocks.0.attn"
   c = LayerNormalization(b) @"transformer.blocks.0.norm_1"
   d = Relu(c) @"transformer.blocks.0"
-  e = MatMul(d, transformer.blocks.2.attn.Wqkv.weight) @"transformer.blocks.2.attn"
+  e : f32[2,3,4] = MatMul(d, transformer.blocks.2.attn.Wqkv.weight) @"transformer.blocks.2.attn"
   f = MatMul(e, transformer.blocks.10.ffn.up_proj.weight) @"transformer.blocks.10.ffn"
   g = Relu(f) @"transformer"
   h = Relu(g)
@@ -79,7 +83,8 @@ TEST(ModuleTreeTest, TreeOrderCountsAndKeys) {
   EXPECT_EQ(at("transformer.blocks.10.ffn").block_index, 10);
   EXPECT_FALSE(at("transformer.blocks.10.ffn").is_block);
 
-  EXPECT_EQ(at("transformer.blocks.0").registry_keys, (std::vector<std::string>{"mptblock"}));
+  EXPECT_EQ(at("transformer.blocks.0").registry_keys,
+            (std::vector<std::string>{"mptblock", "block"}));
   EXPECT_EQ(at("transformer.blocks.0.attn").registry_keys,
             (std::vector<std::string>{"multihead_attention", "grouped_query_attention",
                                       "multiheadattention", "groupedqueryattention"}));
@@ -114,6 +119,64 @@ TEST(ModuleTreeTest, BlockPatterns) {
   }
 }
 
+// Lists with other names are blocks by structure: two or more members numbered from 0 without a
+// gap, each with submodules, all with the same child names.
+TEST(ModuleTreeTest, BlocksAreTheRepeatedInstancesOfAModuleList) {
+  Graph g;
+  for (const char* p :
+       {// BERT: the blocks; a MoE-style list inside a block is not a second level of blocks.
+        "bert.encoder.layer.0.attention", "bert.encoder.layer.0.output",
+        "bert.encoder.layer.0.output.experts.0.fc", "bert.encoder.layer.0.output.experts.1.fc",
+        "bert.encoder.layer.1.attention", "bert.encoder.layer.1.output",
+        // Different children: not alike.
+        "odd.stack.0.attn", "odd.stack.1.mlp",
+        // nn.Sequential of leaves (Linear, activation, Linear): no submodules.
+        "head.mlp.0", "head.mlp.1", "head.mlp.2",
+        // A gap in the numbering, and a lone member with nothing to compare.
+        "gap.0.a", "gap.2.a", "solo.0.a"})
+    g.modules[p];
+  std::map<std::string, const ModuleInfo*> at;
+  std::vector<ModuleInfo> mods = ListModules(g);
+  for (const auto& m : mods) at[m.path] = &m;
+  for (int n : {0, 1}) {
+    std::string block = "bert.encoder.layer." + std::to_string(n);
+    ASSERT_TRUE(at.count(block + ".attention")) << block;
+    const ModuleInfo& attn = *at[block + ".attention"];
+    EXPECT_EQ(attn.block_index, n);
+    EXPECT_EQ(attn.block_list, "bert.encoder.layer");
+    EXPECT_FALSE(attn.is_block);  // the block itself is not a module of this graph
+  }
+  const ModuleInfo& expert = *at["bert.encoder.layer.0.output.experts.1.fc"];
+  EXPECT_EQ(expert.block_index, 0);
+  EXPECT_EQ(expert.block_list, "bert.encoder.layer");
+  for (const char* p : {"odd.stack.0.attn", "odd.stack.1.mlp", "head.mlp.0", "head.mlp.2",
+                        "gap.0.a", "gap.2.a", "solo.0.a"}) {
+    EXPECT_EQ(at[p]->block_index, -1) << p;
+    EXPECT_EQ(at[p]->block_list, "") << p;
+  }
+
+  // A listed block answers to the key `block`, after the registry keys.
+  g.modules["bert.encoder.layer.0"];
+  g.modules["transformer.blocks.0"].classes = {"llmfoundry.MPTBlock"};
+  for (const auto& m : ListModules(g)) {
+    if (m.path == "bert.encoder.layer.0") {
+      EXPECT_TRUE(m.is_block);
+      EXPECT_EQ(m.registry_keys, (std::vector<std::string>{"block"}));
+    }
+    if (m.path == "transformer.blocks.0") {
+      EXPECT_EQ(m.registry_keys, (std::vector<std::string>{"mptblock", "block"}));
+    }
+  }
+}
+
+// Layer indices are parsed only when they fit: a fuzzed path may hold any digit string.
+TEST(ModuleTreeTest, HugeLayerNumbersAreNotBlocks) {
+  Graph g;
+  g.modules["transformer.blocks.99999999999999999999999"];
+  g.modules["transformer.blocks.99999999999999999999999.attn"];
+  for (const auto& m : ListModules(g)) EXPECT_EQ(m.block_index, -1) << m.path;
+}
+
 TEST(ModuleTreeTest, HumanBytes) {
   EXPECT_EQ(HumanBytes(0), "0 B");
   EXPECT_EQ(HumanBytes(1023), "1023 B");
@@ -140,11 +203,98 @@ TEST(ModuleTreeTest, FormatsATable) {
       FormatModuleTree(ListModules(g)),
       R"(module             class               --ckpt keys                                  nodes  params
 (root)             Root                -                                                2    64 B
-  blocks.0         MPTBlock            mptblock                                         2    64 B
+  blocks.0         MPTBlock            mptblock,block                                   2    64 B
     blocks.0.act   GELU                -                                                1     0 B
     blocks.0.attn  MultiheadAttention  multihead_attention,grouped_query_attention      1    64 B
-  blocks.1         -                   -                                                0     0 B
+  blocks.1         ?                   block                                            0     0 B
+block: blocks.N, N = 0..1 (2 blocks: the repeated instances of a module list; layer ranges count N)
+?: the export names no class for the module (a plain torch.onnx.export; foundry's exporter adds the classes)
 )");
+}
+
+// A stock torch.onnx.export: scoped node names and nothing else (no class table, no parameter
+// list), written here from the text form with foundry's own annotations stripped. The tree comes
+// from the names; every class is unknown; `bert.encoder.layer.N` are the blocks by structure;
+// the tied head, called from the root as `self.transformer.wte` ("/wte"), resolves to the module
+// that holds transformer.wte.weight.
+TEST(ModuleTreeTest, StockExportWithScopedNamesOnly) {
+  Graph text = Parse(R"(graph stock opset=17 {
+  input ids : i64[2,3]
+  param transformer.wte.weight : f32[8,4]
+  param bert.encoder.layer.0.attention.self.query.weight : f32[4,4]
+  param bert.encoder.layer.0.output.dense.weight : f32[4,4]
+  param bert.encoder.layer.1.attention.self.query.weight : f32[4,4]
+  param bert.encoder.layer.1.output.dense.weight : f32[4,4]
+  e : f32[2,3,4] = Gather(transformer.wte.weight, ids) #"/transformer/wte/Gather"
+  q0 : f32[2,3,4] = MatMul(e, bert.encoder.layer.0.attention.self.query.weight) #"/bert/encoder/layer.0/attention/self/query/MatMul"
+  s0 : f32[2,3,4] = Softmax(q0) #"/bert/encoder/layer.0/attention/self/Softmax"
+  o0 : f32[2,3,4] = MatMul(s0, bert.encoder.layer.0.output.dense.weight) #"/bert/encoder/layer.0/output/dense/MatMul"
+  q1 : f32[2,3,4] = MatMul(o0, bert.encoder.layer.1.attention.self.query.weight) #"/bert/encoder/layer.1/attention/self/query/MatMul"
+  s1 : f32[2,3,4] = Softmax(q1) #"/bert/encoder/layer.1/attention/self/Softmax"
+  o1 : f32[2,3,4] = MatMul(s1, bert.encoder.layer.1.output.dense.weight) #"/bert/encoder/layer.1/output/dense/MatMul"
+  t : f32[4,8] = Transpose(transformer.wte.weight) #"/wte/Transpose"
+  y : f32[2,3,8] = MatMul(o1, t) #"/wte/MatMul"
+  output y
+}
+)");
+  for (const auto& p : text.parameters) {
+    Value* v = text.FindValue(p);
+    v->data = std::make_shared<const Tensor>(Tensor(DType::kFloat32, v->shape));
+  }
+  auto bytes = ExportOnnxToBytes(text);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  onnx::ModelProto model;
+  ASSERT_TRUE(model.ParseFromString(*bytes));
+  model.clear_metadata_props();
+  for (auto& n : *model.mutable_graph()->mutable_node()) n.clear_doc_string();
+  auto g = ImportOnnxFromBytes(model.SerializeAsString());
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g->metadata["foundry.annotation_format"], "scopes");
+  EXPECT_EQ(
+      FormatModuleTree(ListModules(*g)),
+      R"(module                                                 class  --ckpt keys  nodes  params
+(root)                                                 ?      -                9   384 B
+  bert                                                 ?      -                6   256 B
+    bert.encoder                                       ?      -                6   256 B
+      bert.encoder.layer.0                             ?      block            3   128 B
+        bert.encoder.layer.0.attention                 ?      -                2    64 B
+          bert.encoder.layer.0.attention.self          ?      -                2    64 B
+            bert.encoder.layer.0.attention.self.query  ?      -                1    64 B
+        bert.encoder.layer.0.output                    ?      -                1    64 B
+          bert.encoder.layer.0.output.dense            ?      -                1    64 B
+      bert.encoder.layer.1                             ?      block            3   128 B
+        bert.encoder.layer.1.attention                 ?      -                2    64 B
+          bert.encoder.layer.1.attention.self          ?      -                2    64 B
+            bert.encoder.layer.1.attention.self.query  ?      -                1    64 B
+        bert.encoder.layer.1.output                    ?      -                1    64 B
+          bert.encoder.layer.1.output.dense            ?      -                1    64 B
+  transformer                                          ?      -                3   128 B
+    transformer.wte                                    ?      -                3   128 B
+block: bert.encoder.layer.N, N = 0..1 (2 blocks: the repeated instances of a module list; layer ranges count N)
+?: the export names no class for the module (a plain torch.onnx.export; foundry's exporter adds the classes)
+)");
+  for (const Node& n : g->nodes) {
+    if (n.name == "/wte/MatMul") {
+      EXPECT_EQ(n.scope, "transformer.wte");
+    }
+  }
+  EXPECT_FALSE(g->modules.count("wte"));
+
+  // Without initializers to go by, a segment is joined to its caller's path as written.
+  model.mutable_graph()->clear_initializer();
+  auto* ids = model.mutable_graph()->mutable_input(0);
+  for (const auto& p : text.parameters) {
+    auto* in = model.mutable_graph()->add_input();
+    *in = *ids;
+    in->set_name(p);
+    auto* shape = in->mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->clear_dim();
+    in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : text.FindValue(p)->shape) shape->add_dim()->set_dim_value(d);
+  }
+  auto no_weights = ImportOnnxFromBytes(model.SerializeAsString());
+  ASSERT_TRUE(no_weights.ok()) << no_weights.status().message();
+  EXPECT_TRUE(no_weights->modules.count("wte"));
 }
 
 TEST(ModuleTreeTest, ImportedToyModel) {

@@ -238,7 +238,7 @@ TEST(OnnxImportTest, MptTinyModules) {
     } else if (m.path == "transformer.blocks.1") {
       EXPECT_TRUE(m.is_block);
       EXPECT_EQ(m.block_index, 1);
-      EXPECT_EQ(m.registry_keys, (std::vector<std::string>{"mptblock"}));
+      EXPECT_EQ(m.registry_keys, (std::vector<std::string>{"mptblock", "block"}));
     }
   }
 }

@@ -12,7 +12,13 @@ For every fixture:
   Identity-merged copies; foundry.parameters / foundry.module_classes / the graph signature agree
   with the module tree; every non-parameter initializer is a named buffer of at most 64 KiB;
 - the metadata-format file carries NodeProto field 9 entries on every node;
-- the three files compute PyTorch's loss (NumPy interpreter, models/onnx_eval.py) at the fixture
+- the stock export (model.stock.onnx, plain torch.onnx.export) carries no foundry metadata at all
+  (no foundry.* or torch.export model keys, no node metadata, no functions); its graph and
+  initializers are exactly the scopes file's (foundry's scopes annotation only adds model
+  metadata), so a tied weight is one initializer under its first name there too; the float
+  initializers that are not parameters are exactly the model's float buffers (foundry trains them
+  in a stock export, which has no parameter list);
+- the four files compute PyTorch's loss (NumPy interpreter, models/onnx_eval.py) at the fixture
   shape and at another (batch, seq), so `batch` and `seq` really are symbolic (dropout fixtures:
   Dropout as identity against PyTorch in eval mode);
 - reference gradients exist for exactly the trainable parameters, are named `<init>_grad`, have
@@ -106,6 +112,15 @@ def model_files(name):
     return {k: v for k, v in files.items() if os.path.exists(v)}
 
 
+def stock_file(name):
+    return os.path.join(fixture_dir(name), "model.stock.onnx")
+
+
+def export_files(name):
+    """The annotated formats and the stock export."""
+    return dict(model_files(name), stock=stock_file(name))
+
+
 def all_nodes(model):
     yield from model.graph.node
     for f in model.functions:
@@ -123,6 +138,7 @@ def check_layout(name):
         check(f.read() == g.read(), "config.json differs from models/configs/" + name + ".json")
     for fmt in ("scopes", "metadata", "functions"):
         check(fmt in model_files(name), f"missing the {fmt} model file")
+    check(os.path.exists(stock_file(name)), "missing model.stock.onnx")
     s = families.settings(config)
     for input_name in ("input_ids", "labels"):
         t = load_tensor(os.path.join(d, "inputs", input_name + ".pb"))
@@ -187,7 +203,7 @@ def check_parameters_one_to_one(name):
 
 
 def check_graph_io_and_ops(name):
-    for fmt, path in model_files(name).items():
+    for fmt, path in export_files(name).items():
         proto = onnx.load(path)
         inputs = {i.name: i for i in proto.graph.input}
         for input_name in ("input_ids", "labels"):
@@ -248,7 +264,7 @@ def check_loss_matches_pytorch(name):
     else:
         ref = float(numpy_helper.to_array(load_tensor(os.path.join(d, "reference", "loss.pb"))))
         check(abs(fresh - ref) <= LOSS_RTOL * abs(ref), f"PyTorch gives {fresh}, reference {ref}")
-    for fmt, path in model_files(name).items():
+    for fmt, path in export_files(name).items():
         ev = Evaluator(onnx.load(path), dropout_as_identity=dropout)
         loss = float(ev.run({"input_ids": ids, "labels": labels})["loss"])
         check(abs(loss - ref) <= LOSS_RTOL * abs(ref), f"{fmt}: ONNX loss {loss} != {ref}")
@@ -256,6 +272,49 @@ def check_loss_matches_pytorch(name):
                              "labels": other_labels.numpy()})["loss"])
         check(abs(loss - other_ref) <= LOSS_RTOL * abs(other_ref),
               f"{fmt}: at batch 3, seq 5 ONNX loss {loss} != PyTorch {other_ref}")
+
+
+def check_stock_export(name):
+    _, model = fresh_model(name)
+    stock, scopes = onnx.load(stock_file(name)), onnx.load(model_files(name)["scopes"])
+    keys = [p.key for p in stock.metadata_props]
+    check(not [k for k in keys if k.startswith("foundry.") or k == GRAPH_SIGNATURE_KEY],
+          f"foundry or torch.export metadata in a stock export: {keys}")
+    check(not stock.functions, "a stock export has no local functions")
+    check(not [n.name for n in stock.graph.node if read_node_metadata(n)],
+          "node metadata_props in a stock export")
+    # The scopes format is the stock export plus model metadata: same nodes, same initializers
+    # (names, order, bytes). So the reference numbers and every check of the annotated files
+    # carry over, and a change in either exporter shows here.
+    check(stock.graph.SerializeToString() == scopes.graph.SerializeToString(),
+          "the stock graph differs from the scopes file's graph")
+    inits = {i.name: i for i in stock.graph.initializer}
+    params = dict(model.named_parameters())  # a tied weight once, under its first name
+    trainable = parameter_names(model)
+    for pname in trainable:
+        check(pname in inits, f"parameter {pname} is not an initializer")
+        check(np.array_equal(numpy_helper.to_array(inits[pname]), params[pname].detach().numpy()),
+              f"{pname}: values differ from PyTorch")
+    # A weight registered under two names (Hugging Face's tied head: `lm_head.weight` is
+    # `transformer.wte.weight`) is one initializer under its first name: torch deduplicates by
+    # identity, so the alias never appears. (MPT ties by calling wte twice: no alias.)
+    aliases = [f"{path}.{local}" if path else local
+               for path, m in model.named_modules() for local, p in m._parameters.items()
+               if p is not None and params.get(f"{path}.{local}" if path else local) is not p]
+    check(not [a for a in aliases if a in inits], f"tied aliases as initializers: {aliases}")
+    # What foundry trains in a stock export beyond PyTorch's parameters (it has no parameter
+    # list, so every float initializer): exactly the model's float buffers.
+    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+              onnx.TensorProto.DOUBLE}
+    extra = [n for n, i in inits.items() if n not in params and i.data_type in floats]
+    buffers = dict(model.named_buffers())
+    float_buffers = [b for b in buffer_names(model)
+                     if b in inits and buffers[b].is_floating_point()]
+    check(extra == float_buffers, f"float initializers beyond the parameters {extra} != the "
+          f"model's float buffers {float_buffers}")
+    for iname in inits:
+        check(iname in params or iname in buffers,
+              f"initializer {iname} is neither parameter nor buffer")
 
 
 def check_reference_grads(name):
@@ -415,7 +474,8 @@ def test_make_fixtures_check():
 
 
 PER_FIXTURE = [check_layout, check_parameters_one_to_one, check_graph_io_and_ops,
-               check_metadata_format, check_loss_matches_pytorch, check_reference_grads]
+               check_metadata_format, check_stock_export, check_loss_matches_pytorch,
+               check_reference_grads]
 GLOBAL = [test_class_chain_and_registry, test_alibi_slopes_match_llm_foundry,
           test_scope_resolution, test_node_metadata_round_trip, test_no_weights_export,
           test_tied_embedding_is_one_initializer, test_big_exports, test_make_fixtures_check]

@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
+#include <sstream>
 
 #include "compiler/onnx_export.h"
 #include "compiler/text.h"
@@ -135,6 +137,49 @@ TEST_F(FoundryCompileTest, ListModulesShowsTreeKeysNodesAndBytes) {
         << file << r.out;
     EXPECT_NE(r.out.find("MPTBlock            mptblock"), std::string::npos) << file;
   }
+}
+
+// A stock torch.onnx.export (no foundry metadata): the tree from torch's scoped names, every
+// class unknown, the blocks found as the repeated instances of transformer.blocks, and the same
+// nodes and bytes per module as the annotated export (the tied head "/wte" lands in
+// transformer.wte, not in a root module "wte").
+TEST_F(FoundryCompileTest, ListModulesOnAStockExport) {
+  ExecResult r =
+      Compile({kSource + "/models/fixtures/mpt_tiny/model.stock.onnx", "--list-modules"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  ExecResult annotated = Compile({kTiny, "--list-modules"});
+  ASSERT_EQ(annotated.code, 0) << annotated.err;
+  // module -> (nodes, params), from the last two columns.
+  auto columns = [](const std::string& table) {
+    std::map<std::string, std::string> out;
+    std::istringstream in(table);
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream words(line);
+      std::vector<std::string> w{std::istream_iterator<std::string>(words), {}};
+      if (w.size() >= 5 && w[0] != "module" && w[0].back() != ':')
+        out[w[0]] = w[w.size() - 3] + " " + w[w.size() - 2] + " " + w.back();
+    }
+    return out;
+  };
+  EXPECT_EQ(columns(r.out).size(), 29u) << r.out;
+  EXPECT_EQ(columns(r.out), columns(annotated.out));
+  for (const char* line :
+       {"(root)                                         ?      -              272  455.0 KiB\n",
+        "    transformer.blocks.0                       ?      block          114  195.2 KiB\n",
+        "      transformer.blocks.0.attn                ?      -               90   65.0 KiB\n",
+        "    transformer.blocks.1                       ?      block          111  195.2 KiB\n",
+        "    transformer.wte                            ?      -                3   64.0 KiB\n",
+        "block: transformer.blocks.N, N = 0..1 (2 blocks: the repeated instances of a module "
+        "list; layer ranges count N)\n",
+        "?: the export names no class for the module (a plain torch.onnx.export; foundry's "
+        "exporter adds the classes)\n"})
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "in:\n" << r.out;
+  EXPECT_NE(annotated.out.find("    transformer.blocks.1                       MPTBlock            "
+                               "mptblock,block"),
+            std::string::npos)
+      << annotated.out;
+  EXPECT_EQ(annotated.out.find("?"), std::string::npos) << annotated.out;
 }
 
 TEST_F(FoundryCompileTest, HelpDocumentsEveryOption) {
