@@ -64,8 +64,8 @@ step_ms() {
     nodes=$(/usr/bin/python3 -c "import onnx,sys; print(len(onnx.load(sys.argv[1]).graph.node))" "$dir/model.onnx")
     read -r b s < <(/usr/bin/python3 -c "import onnx,sys; print(*onnx.load_tensor(sys.argv[1]).dims)" "$dir/inputs/input_ids.pb")
     ms=$(compile_ms "$dir/model.onnx" "$tmp/$name" --dim batch=$b --dim seq=$s)
-    fwd=$(sed -nE 's/.*autodiff: .*; ([0-9]+) forward nodes, ([0-9]+) backward nodes/\1/p' "$tmp/compile.log")
-    bwd=$(sed -nE 's/.*autodiff: .*; ([0-9]+) forward nodes, ([0-9]+) backward nodes/\2/p' "$tmp/compile.log")
+    fwd=$(sed -nE 's/.*autodiff: .*; ([0-9]+) forward nodes, ([0-9]+) backward nodes.*/\1/p' "$tmp/compile.log")
+    bwd=$(sed -nE 's/.*autodiff: .*; ([0-9]+) forward nodes, ([0-9]+) backward nodes.*/\2/p' "$tmp/compile.log")
     stock_ms="-"
     if [ -f "$dir/model.stock.onnx" ]; then
       stock_ms=$(compile_ms "$dir/model.stock.onnx" "$tmp/${name}_stock" --dim batch=$b --dim seq=$s)
@@ -81,9 +81,11 @@ step_ms() {
   echo
   echo "## Compile — big no-weights exports, whole training graph written (median of $repeats)"
   echo
-  echo "| export | dims | nodes in | after fold | kept at run time (> 1 MiB) | forward / backward nodes | ms |"
-  echo "|---|---|---:|---:|---:|---:|---:|"
-  for spec in "mpt_125m:batch=1,seq=2048" "mpt_1b:batch=1,seq=2048" "mpt_7b:batch=1,seq=2048" "mpt_30b:batch=1,seq=8192"; do
+  echo "| export | dims | nodes in | after fold | kept at run time (> 1 MiB) | forward / backward nodes | live transients at peak: schedule (autodiff order) | ms |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|"
+  for spec in "mpt_125m:batch=1,seq=2048" "mpt_1b:batch=1,seq=2048" "mpt_7b:batch=1,seq=2048" \
+      "mpt_30b:batch=1,seq=8192" "gpt2_124m:batch=1,seq=1024" "pythia_160m:batch=1,seq=2048" \
+      "bert_base:batch=1,seq=512"; do
     name=${spec%%:*}
     dims=${spec#*:}
     f=models/exports/$name.onnx
@@ -96,8 +98,9 @@ step_ms() {
     log=$(cat "$tmp/compile.log")
     remain=$(echo "$log" | sed -nE 's/.*folded [0-9]+ nodes, ([0-9]+) remain \(([0-9]+) kept.*/\1/p')
     kept=$(echo "$log" | sed -nE 's/.*folded [0-9]+ nodes, ([0-9]+) remain \(([0-9]+) kept.*/\2/p')
-    fb=$(echo "$log" | sed -nE 's/.*; ([0-9]+) forward nodes, ([0-9]+) backward nodes/\1 \/ \2/p')
-    echo "| $name | $dims | $nodes | $remain | $kept | $fb | $ms |"
+    fb=$(echo "$log" | sed -nE 's/.*; ([0-9]+) forward nodes, ([0-9]+) backward nodes.*/\1 \/ \2/p')
+    peak=$(echo "$log" | sed -nE "s/.*schedule: peak live ([0-9.]+ MiB) at .* \(autodiff order ([0-9.]+ MiB)\)/\1 (\2)/p")
+    echo "| $name | $dims | $nodes | $remain | $kept | $fb | $peak | $ms |"
   done
   echo
   echo "$marker"

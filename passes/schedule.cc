@@ -11,35 +11,49 @@ namespace foundry {
 
 namespace {
 
-// The graph as the scheduler sees it: which node produces each value, how many distinct nodes
-// read it, and each node's distinct transient inputs with their producers.
+// The graph as the scheduler sees it, with values numbered: which node produces each value, how
+// many distinct nodes read it, and each node's distinct transient inputs.
 struct DepGraph {
-  std::unordered_map<std::string, size_t> producer;
-  std::unordered_map<std::string, int> readers;  // distinct consumer nodes
-  std::unordered_set<std::string> kept;          // graph outputs: live to the end
-  std::vector<std::vector<std::string>> inputs;  // distinct transient inputs per node
+  std::vector<size_t> producer;                  // per value
+  std::vector<int> readers;                      // per value: distinct consumer nodes
+  std::vector<char> kept;                        // per value: a graph output, live to the end
+  std::vector<int64_t> bytes;                    // per value (0 for graph outputs)
+  std::vector<std::vector<int>> inputs;          // per node: distinct transient input values
+  std::vector<std::vector<int>> unread_outputs;  // per node: outputs nothing reads
   std::vector<int64_t> bytes_out;                // per node: bytes of its outputs
-  std::unordered_map<std::string, int64_t> bytes;
 
-  explicit DepGraph(const Graph& g) : inputs(g.nodes.size()), bytes_out(g.nodes.size(), 0) {
-    kept.insert(g.outputs.begin(), g.outputs.end());
+  explicit DepGraph(const Graph& g)
+      : inputs(g.nodes.size()), unread_outputs(g.nodes.size()), bytes_out(g.nodes.size(), 0) {
+    std::unordered_map<std::string, int> id;
+    const std::unordered_set<std::string> outputs(g.outputs.begin(), g.outputs.end());
     for (size_t i = 0; i < g.nodes.size(); ++i)
-      for (const auto& o : g.nodes[i].outputs)
-        if (!o.empty()) {
-          producer.emplace(o, i);
-          // Graph outputs (the loss, the gradients) have storage of their own, outside the
-          // arena, for the whole step: no order changes what they hold.
-          bytes[o] = kept.count(o) ? 0 : ValueBytes(g, o);
-          bytes_out[i] += bytes[o];
-        }
+      for (const auto& o : g.nodes[i].outputs) {
+        if (o.empty() || id.count(o)) continue;
+        id.emplace(o, static_cast<int>(producer.size()));
+        producer.push_back(i);
+        kept.push_back(outputs.count(o) ? 1 : 0);
+        // Graph outputs (the loss, the gradients) have storage of their own, outside the arena,
+        // for the whole step: no order changes what they hold.
+        bytes.push_back(kept.back() ? 0 : ValueBytes(g, o));
+        bytes_out[i] += bytes.back();
+      }
+    readers.assign(producer.size(), 0);
     for (size_t i = 0; i < g.nodes.size(); ++i) {
-      std::unordered_set<std::string> seen;
-      for (const auto& in : g.nodes[i].inputs)
-        if (!in.empty() && producer.count(in) && seen.insert(in).second) {
-          inputs[i].push_back(in);
-          ++readers[in];
-        }
+      for (const auto& in : g.nodes[i].inputs) {
+        auto it = in.empty() ? id.end() : id.find(in);
+        if (it == id.end()) continue;
+        if (std::find(inputs[i].begin(), inputs[i].end(), it->second) != inputs[i].end()) continue;
+        inputs[i].push_back(it->second);
+        ++readers[it->second];
+      }
     }
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (const auto& o : g.nodes[i].outputs) {
+        auto it = o.empty() ? id.end() : id.find(o);
+        if (it != id.end() && producer[it->second] == i && readers[it->second] == 0 &&
+            !kept[it->second])
+          unread_outputs[i].push_back(it->second);
+      }
   }
 };
 
@@ -61,8 +75,8 @@ void PullRecompute(const Graph& g, const DepGraph& d, size_t node, std::vector<c
   while (!stack.empty()) {
     size_t n = stack.back();
     stack.pop_back();
-    for (const auto& in : d.inputs[n]) {
-      size_t p = d.producer.at(in);
+    for (int in : d.inputs[n]) {
+      size_t p = d.producer[in];
       if (done[p] || !IsRecompute(g.nodes[p]) || !seen.insert(p).second) continue;
       needed.push_back(p);
       stack.push_back(p);
@@ -110,8 +124,8 @@ StatusOr<std::vector<size_t>> GreedyOrder(const Graph& g, const DepGraph& d) {
     while (!stack.empty()) {
       size_t m = stack.back();
       stack.pop_back();
-      for (const auto& in : d.inputs[m]) {
-        size_t p = d.producer.at(in);
+      for (int in : d.inputs[m]) {
+        size_t p = d.producer[in];
         if (IsRecompute(g.nodes[p])) {
           if (seen_rc.insert(p).second) stack.push_back(p);
         } else if (p != i) {
@@ -121,7 +135,7 @@ StatusOr<std::vector<size_t>> GreedyOrder(const Graph& g, const DepGraph& d) {
     }
     for (size_t p : deps) add_wait(i, p);
   }
-  std::unordered_map<std::string, int> remaining = d.readers;
+  std::vector<int> remaining = d.readers;
   std::vector<char> done(n, 0);
   std::vector<size_t> order;
   order.reserve(n);
@@ -136,8 +150,8 @@ StatusOr<std::vector<size_t>> GreedyOrder(const Graph& g, const DepGraph& d) {
       for (size_t k = 0; k < ready.size(); ++k) {
         size_t c = ready[k];
         int64_t score = -d.bytes_out[c];
-        for (const auto& in : d.inputs[c])
-          if (remaining[in] == 1 && !d.kept.count(in)) score += d.bytes.at(in);
+        for (int in : d.inputs[c])
+          if (remaining[in] == 1) score += d.bytes[in];  // 0 for kept values
         if (k == 0 || score > best_score || (score == best_score && c < ready[best_k])) {
           best_k = k;
           best_score = score;
@@ -150,7 +164,7 @@ StatusOr<std::vector<size_t>> GreedyOrder(const Graph& g, const DepGraph& d) {
       done[c] = 1;
       order.push_back(c);
       for (size_t k = first_pulled; k < order.size(); ++k) {
-        for (const auto& in : d.inputs[order[k]]) --remaining[in];
+        for (int in : d.inputs[order[k]]) --remaining[in];
         for (size_t dep : dependents[order[k]])
           if (--waiting[dep] == 0 && !done[dep] && Rank(g.nodes[dep]) == rank) ready.push_back(dep);
       }
@@ -188,20 +202,18 @@ int64_t ValueBytes(const Graph& g, const std::string& value) {
 
 LiveBytes PeakLiveBytes(const Graph& g, const std::vector<size_t>& order) {
   DepGraph d(g);
-  std::unordered_map<std::string, int> remaining = d.readers;
+  std::vector<int> remaining = d.readers;
   LiveBytes r;
   int64_t live = 0;
   for (size_t step = 0; step < order.size(); ++step) {
-    const Node& n = g.nodes[order[step]];
     live += d.bytes_out[order[step]];
     if (r.peak_step < 0 || live > r.peak) {
       r.peak = live;
       r.peak_step = static_cast<int64_t>(step);
     }
-    for (const auto& in : d.inputs[order[step]])
-      if (--remaining[in] == 0 && !d.kept.count(in)) live -= d.bytes.at(in);
-    for (const auto& o : n.outputs)
-      if (!o.empty() && !d.readers.count(o) && !d.kept.count(o)) live -= d.bytes.at(o);
+    for (int in : d.inputs[order[step]])
+      if (--remaining[in] == 0) live -= d.bytes[in];  // 0 for kept values
+    for (int o : d.unread_outputs[order[step]]) live -= d.bytes[o];
   }
   return r;
 }
