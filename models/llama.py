@@ -14,7 +14,8 @@ from typing import Any, Dict
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+
+from models.hf_loss import shifted_lm_loss
 
 _DEFAULTS: Dict[str, Any] = {
     "vocab_size": 32000,
@@ -193,11 +194,7 @@ class LlamaForCausalLM(nn.Module):
         logits = self.lm_head(self.model(input_ids))
         if labels is None:
             return logits
-        v = self.config.vocab_size
-        shift_logits = logits[:, :-1, :]
-        shift_labels = labels[:, 1:]
-        loss = F.cross_entropy(shift_logits.reshape(-1, v), shift_labels.reshape(-1),
-                               ignore_index=-100)
+        loss = shifted_lm_loss(logits, labels, self.config.vocab_size)
         if self.output_logits:
             return loss, logits
         return loss
