@@ -18,10 +18,10 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kFloat32, 4, "f32"},  {DType::kUint8, 1, "u8"},     {DType::kInt8, 1, "i8"},
-    {DType::kUint16, 2, "u16"},   {DType::kInt16, 2, "i16"},    {DType::kInt32, 4, "i32"},
-    {DType::kInt64, 8, "i64"},    {DType::kBool, 1, "bool"},    {DType::kFloat16, 2, "f16"},
-    {DType::kFloat64, 8, "f64"},  {DType::kUint32, 4, "u32"},   {DType::kUint64, 8, "u64"},
+    {DType::kFloat32, 4, "f32"},   {DType::kUint8, 1, "u8"},   {DType::kInt8, 1, "i8"},
+    {DType::kUint16, 2, "u16"},    {DType::kInt16, 2, "i16"},  {DType::kInt32, 4, "i32"},
+    {DType::kInt64, 8, "i64"},     {DType::kBool, 1, "bool"},  {DType::kFloat16, 2, "f16"},
+    {DType::kFloat64, 8, "f64"},   {DType::kUint32, 4, "u32"}, {DType::kUint64, 8, "u64"},
     {DType::kBFloat16, 2, "bf16"},
 };
 
@@ -135,26 +135,41 @@ void Tensor::Reshape(Shape shape) { shape_ = std::move(shape); }
 
 double Tensor::GetAsDouble(int64_t i) const {
   switch (dtype_) {
-    case DType::kFloat32: return data<float>()[i];
-    case DType::kFloat64: return data<double>()[i];
-    case DType::kInt64: return static_cast<double>(data<int64_t>()[i]);
-    case DType::kInt32: return data<int32_t>()[i];
-    case DType::kInt16: return data<int16_t>()[i];
-    case DType::kInt8: return data<int8_t>()[i];
-    case DType::kUint8: return data<uint8_t>()[i];
-    case DType::kUint16: return data<uint16_t>()[i];
-    case DType::kUint32: return data<uint32_t>()[i];
-    case DType::kUint64: return static_cast<double>(data<uint64_t>()[i]);
-    case DType::kBool: return data<uint8_t>()[i] ? 1.0 : 0.0;
-    default: return 0.0;
+    case DType::kFloat32:
+      return data<float>()[i];
+    case DType::kFloat64:
+      return data<double>()[i];
+    case DType::kInt64:
+      return static_cast<double>(data<int64_t>()[i]);
+    case DType::kInt32:
+      return data<int32_t>()[i];
+    case DType::kInt16:
+      return data<int16_t>()[i];
+    case DType::kInt8:
+      return data<int8_t>()[i];
+    case DType::kUint8:
+      return data<uint8_t>()[i];
+    case DType::kUint16:
+      return data<uint16_t>()[i];
+    case DType::kUint32:
+      return data<uint32_t>()[i];
+    case DType::kUint64:
+      return static_cast<double>(data<uint64_t>()[i]);
+    case DType::kBool:
+      return data<uint8_t>()[i] ? 1.0 : 0.0;
+    default:
+      return 0.0;
   }
 }
 
 int64_t Tensor::GetAsInt64(int64_t i) const {
   switch (dtype_) {
-    case DType::kInt64: return data<int64_t>()[i];
-    case DType::kInt32: return data<int32_t>()[i];
-    case DType::kUint64: return static_cast<int64_t>(data<uint64_t>()[i]);
+    case DType::kInt64:
+      return data<int64_t>()[i];
+    case DType::kInt32:
+      return data<int32_t>()[i];
+    case DType::kUint64:
+      return static_cast<int64_t>(data<uint64_t>()[i]);
     default: {
       // Saturating: converting NaN or an out-of-range double to int64 is undefined behaviour,
       // and these values come from models (a float tensor used as a shape).

@@ -85,9 +85,13 @@ class Tensor {
   void* raw() { return bytes_.data(); }
   const void* raw() const { return bytes_.data(); }
   template <class T>
-  T* data() { return reinterpret_cast<T*>(bytes_.data()); }
+  T* data() {
+    return reinterpret_cast<T*>(bytes_.data());
+  }
   template <class T>
-  const T* data() const { return reinterpret_cast<const T*>(bytes_.data()); }
+  const T* data() const {
+    return reinterpret_cast<const T*>(bytes_.data());
+  }
 
   // Same bytes, new shape (element count must match; caller checks).
   void Reshape(Shape shape);

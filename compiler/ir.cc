@@ -53,15 +53,21 @@ Attribute Attribute::FromTensor(Tensor v) {
 bool Attribute::operator==(const Attribute& o) const {
   if (kind != o.kind) return false;
   switch (kind) {
-    case Kind::kInt: return i == o.i;
-    case Kind::kFloat: return std::memcmp(&f, &o.f, sizeof f) == 0;
-    case Kind::kString: return s == o.s;
-    case Kind::kInts: return ints == o.ints;
+    case Kind::kInt:
+      return i == o.i;
+    case Kind::kFloat:
+      return std::memcmp(&f, &o.f, sizeof f) == 0;
+    case Kind::kString:
+      return s == o.s;
+    case Kind::kInts:
+      return ints == o.ints;
     case Kind::kFloats:
       return floats.size() == o.floats.size() &&
              std::memcmp(floats.data(), o.floats.data(), floats.size() * sizeof(float)) == 0;
-    case Kind::kStrings: return strings == o.strings;
-    case Kind::kTensor: return t && o.t && t->BitwiseEqual(*o.t);
+    case Kind::kStrings:
+      return strings == o.strings;
+    case Kind::kTensor:
+      return t && o.t && t->BitwiseEqual(*o.t);
   }
   return false;
 }

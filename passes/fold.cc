@@ -18,8 +18,8 @@ Status BindDims(Graph& graph, const std::map<std::string, int64_t>& dims) {
       auto it = dims.find(p);
       if (it != dims.end()) {
         value.shape[i] = it->second;
-      } else if (graph.IsInitializer(name) || std::find(graph.inputs.begin(), graph.inputs.end(),
-                                                        name) != graph.inputs.end()) {
+      } else if (graph.IsInitializer(name) ||
+                 std::find(graph.inputs.begin(), graph.inputs.end(), name) != graph.inputs.end()) {
         return Error("symbolic dimension '" + p + "' of input '" + name +
                      "' is not bound; pass --dim " + p + "=N");
       }
@@ -50,10 +50,10 @@ StatusOr<std::map<std::string, int64_t>> ParseDimSpecs(const std::vector<std::st
 
 namespace {
 
-bool IsRandom(const Node& n) { return n.op_type == "Dropout" || n.op_type == "RandomNormal" ||
-                                      n.op_type == "RandomUniform" ||
-                                      n.op_type == "RandomNormalLike" ||
-                                      n.op_type == "RandomUniformLike"; }
+bool IsRandom(const Node& n) {
+  return n.op_type == "Dropout" || n.op_type == "RandomNormal" || n.op_type == "RandomUniform" ||
+         n.op_type == "RandomNormalLike" || n.op_type == "RandomUniformLike";
+}
 
 }  // namespace
 

@@ -612,8 +612,7 @@ StatusOr<Types> InferConcat(const InferContext& ctx) {
       if (v.shape[axis] < 0)
         out[axis] = -1;
       else if (__builtin_add_overflow(out[axis], v.shape[axis], &out[axis]))
-        return ctx.Fail("the inputs' sizes along axis " + std::to_string(axis) +
-                        " sum past int64");
+        return ctx.Fail("the inputs' sizes along axis " + std::to_string(axis) + " sum past int64");
     }
     for (int64_t k = 0; k < rank; ++k) {
       if (k == axis || v.shape[k] < 0) continue;

@@ -620,8 +620,8 @@ Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext&)
   for (int64_t k = 0; k < r; ++k)
     if (__builtin_add_overflow(x.shape()[k], pads[k], &shape[k]) ||
         __builtin_add_overflow(shape[k], pads[k + r], &shape[k]))
-      return Fail(node, "pads " + ShapeToString(pads) + " on axis " + std::to_string(k) +
-                            " of " + ShapeToString(x.shape()) + " overflow int64");
+      return Fail(node, "pads " + ShapeToString(pads) + " on axis " + std::to_string(k) + " of " +
+                            ShapeToString(x.shape()) + " overflow int64");
   for (int64_t k = 0; k < r; ++k)
     if (shape[k] < 0)
       return Fail(node, "pads " + ShapeToString(pads) + " remove more than axis " +

@@ -159,8 +159,7 @@ TEST(OnnxImportFunctionsTest, NestedCallWithOneChildsParametersIsItsOwnModule) {
     EXPECT_FALSE(g.modules.count(layer + ".intermediate.dense")) << layer;
     EXPECT_EQ(g.modules.at(layer + ".intermediate").classes,
               (std::vector<std::string>{"stock.Intermediate"}));
-    EXPECT_EQ(g.modules.at(layer + ".output").classes,
-              (std::vector<std::string>{"stock.Output"}));
+    EXPECT_EQ(g.modules.at(layer + ".output").classes, (std::vector<std::string>{"stock.Output"}));
   }
   int gelu_nodes = 0;
   for (const Node& n : g.nodes)
@@ -185,8 +184,8 @@ TEST(OnnxImportFunctionsTest, ChildOfAModuleInlinedIntoTheCallerKeepsItsPath) {
   ModelBuilder::Node(outer, "Mul", {"in", "mw"}, {"t"}, "Mul_1");
   ModelBuilder::Node(outer, "Leaf", {"t", "lw"}, {"u"}, "Leaf_2", "local");
   ModelBuilder::Node(outer, "Mul", {"u", "ow"}, {"y"}, "Mul_3");
-  ModelBuilder::Node(b.g, "Outer", {"x", "outer.mid.w", "outer.mid.leaf.w", "outer.own.w"},
-                     {"out"}, "Outer_0", "local");
+  ModelBuilder::Node(b.g, "Outer", {"x", "outer.mid.w", "outer.mid.leaf.w", "outer.own.w"}, {"out"},
+                     "Outer_0", "local");
   b.Output("out");
   auto g = b.Import();
   ASSERT_TRUE(g.ok()) << g.status().message();

@@ -275,9 +275,9 @@ TEST(OverflowTest, DeclaredShapesAreCheckedBeforeAnyPassSizesABufferFromThem) {
 TEST(OverflowTest, EmptyResultWithAHugeAxisNeedsNoMemory) {
   // f32[0, 2^34 + 2] holds nothing; Pad's per-axis index table would have asked for 128 GiB
   // (fuzzer finding: libFuzzer's malloc limit).
-  const std::string text = Graph1(
-      "  input x : f32[0,2]\n  const p : i64[4] = [0, 0, 0, 17179869184]\n",
-      "y = Pad(x, p) #\"p\"");
+  const std::string text =
+      Graph1("  input x : f32[0,2]\n  const p : i64[4] = [0, 0, 0, 17179869184]\n",
+             "y = Pad(x, p) #\"p\"");
   auto g = ParseGraph(text);
   ASSERT_TRUE(g.ok()) << g.status().message();
   FoldPass pass({.dims = {}, .max_folded_bytes = 1 << 20});
@@ -288,9 +288,9 @@ TEST(OverflowTest, EmptyResultWithAHugeAxisNeedsNoMemory) {
   EXPECT_EQ(run->at("y").shape(), (Shape{0, 17179869186}));
 
   // Folded: every input constant.
-  auto folded = ParseGraph(Graph1(
-      "  const x : f32[0,2] = []\n  const p : i64[4] = [0, 0, 0, 17179869184]\n",
-      "y = Pad(x, p) #\"p\""));
+  auto folded =
+      ParseGraph(Graph1("  const x : f32[0,2] = []\n  const p : i64[4] = [0, 0, 0, 17179869184]\n",
+                        "y = Pad(x, p) #\"p\""));
   ASSERT_TRUE(folded.ok());
   FoldPass pass2({.dims = {}, .max_folded_bytes = 1 << 20});
   auto changed = pass2.Run(*folded);
