@@ -15,7 +15,7 @@ from typing import Any, Dict
 import torch
 import torch.nn as nn
 
-from models.hf_loss import shifted_lm_loss
+from models.hf_common import rope_tables, rotate_half, shifted_lm_loss
 
 _DEFAULTS: Dict[str, Any] = {
     "vocab_size": 32000,
@@ -74,16 +74,7 @@ class LlamaRotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", inv_freq)
 
     def forward(self, seq_len):
-        t = torch.arange(seq_len, device=self.inv_freq.device).to(self.inv_freq.dtype)
-        freqs = t.unsqueeze(1) * self.inv_freq.unsqueeze(0)
-        emb = torch.cat([freqs, freqs], dim=-1)
-        return emb.cos(), emb.sin()
-
-
-def rotate_half(x: torch.Tensor, half: int) -> torch.Tensor:
-    x1 = x[..., :half]
-    x2 = x[..., half:]
-    return torch.cat([-x2, x1], dim=-1)
+        return rope_tables(self.inv_freq, seq_len)
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int, out_shape) -> torch.Tensor:
