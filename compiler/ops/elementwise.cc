@@ -249,7 +249,7 @@ void RegisterElementwiseSchemas(OpSchemaTable& table) {
   Add(table, "", "Not", 1, 1, UnaryOp(kBoolType));
   Add(table, "", "IsNaN", 1, 1, UnaryOp(kFloatTypes, DType::kBool));
   Add(table, "", "IsInf", 1, 1, UnaryOp(kFloatTypes, DType::kBool));
-  Add(table, "", "Identity", 1, 1, UnaryOp(kAllTypes));
+  table.Add(OpSchema{"", "Identity", 1, 1, 1, 1, UnaryOp(kAllTypes), /*view=*/true});
 
   Add(table, "", "Where", 3, 3, InferWhere);
   Add(table, "", "Cast", 1, 1, InferCast);

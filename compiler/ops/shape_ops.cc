@@ -964,10 +964,10 @@ void RegisterShapeOpSchemas(OpSchemaTable& table) {
   table.Add({"", "Size", 1, 1, 1, 1, InferSize});
   table.Add({"", "ConstantOfShape", 1, 1, 1, 1, InferConstantOfShape});
   table.Add({"", "Range", 3, 3, 1, 1, InferRange});
-  table.Add({"", "Reshape", 2, 2, 1, 1, InferReshape});
-  table.Add({"", "Flatten", 1, 1, 1, 1, InferFlatten});
-  table.Add({"", "Squeeze", 1, 2, 1, 1, InferSqueeze});
-  table.Add({"", "Unsqueeze", 1, 2, 1, 1, InferUnsqueeze});
+  table.Add({"", "Reshape", 2, 2, 1, 1, InferReshape, /*view=*/true});
+  table.Add({"", "Flatten", 1, 1, 1, 1, InferFlatten, /*view=*/true});
+  table.Add({"", "Squeeze", 1, 2, 1, 1, InferSqueeze, /*view=*/true});
+  table.Add({"", "Unsqueeze", 1, 2, 1, 1, InferUnsqueeze, /*view=*/true});
   table.Add({"", "Transpose", 1, 1, 1, 1, InferTranspose});
   table.Add({"", "Expand", 2, 2, 1, 1, InferExpand});
   table.Add({"", "Tile", 2, 2, 1, 1, InferTile});

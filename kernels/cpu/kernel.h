@@ -20,6 +20,10 @@ struct KernelContext {
   uint64_t seed = 0;      // run seed for random ops (Dropout)
   uint64_t node_key = 0;  // stable per-node key; recompute clones reuse their original's key
   bool training = true;
+  // Scratch for this node, at least CpuWorkspaceBytes(graph, node) bytes, aligned to 256 bytes
+  // (planned in the arena, live during this node only). Kernels never allocate: what they need
+  // beyond their outputs they take from here.
+  std::span<std::byte> workspace;
 };
 
 using CpuKernelFn = Status (*)(const Node& node, std::span<const Tensor* const> inputs,
@@ -28,6 +32,11 @@ using CpuKernelFn = Status (*)(const Node& node, std::span<const Tensor* const> 
 using CpuKernelTable = OpTable<CpuKernelFn>;
 
 const CpuKernelTable& CpuKernels();
+
+// Scratch bytes the CPU kernel of `node` needs (0 for most ops), from the node's concrete types in
+// `graph`: the CPU backend's WorkspaceFn (passes/memory_plan.h). Declared per op next to its
+// kernel, so a kernel and its figure change together.
+int64_t CpuWorkspaceBytes(const Graph& graph, const Node& node);
 
 // Runs one node on the CPU: looks up the kernel and calls it. Omitted inputs are null; outputs
 // must be preallocated by the caller. Errors name the node.
