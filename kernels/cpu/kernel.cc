@@ -58,3 +58,11 @@ Status RunCpuKernel(const Node& node, std::span<const Tensor* const> inputs,
 }
 
 }  // namespace foundry
+
+namespace foundry {
+
+// No CPU kernel takes scratch from the workspace yet; the kernels that keep heap scratch move to
+// it op by op (issue 9), each declaring its figure here.
+int64_t CpuWorkspaceBytes(const Graph&, const Node&) { return 0; }
+
+}  // namespace foundry
