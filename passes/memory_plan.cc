@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <random>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -177,7 +178,7 @@ Bound LowerBound(const std::vector<Item>& items, size_t steps) {
 // those that start in (first, last] (an ordered set of starts), so the cost follows the overlaps,
 // not the square of the item count.
 int64_t Place(const std::vector<Item>& items, const std::vector<size_t>& order, size_t steps,
-              std::vector<int64_t>& offsets) {
+              std::vector<int64_t>& offsets, int64_t* work = nullptr) {
   offsets.assign(items.size(), 0);
   const size_t n = std::max<size_t>(steps, 1);
   std::vector<std::vector<size_t>> tree(4 * n);
@@ -217,6 +218,7 @@ int64_t Place(const std::vector<Item>& items, const std::vector<size_t>& order, 
          it != starts.end() && it->first <= item.last; ++it)
       ranges.emplace_back(offsets[it->second], offsets[it->second] + items[it->second].size);
     std::sort(ranges.begin(), ranges.end());
+    if (work) *work += static_cast<int64_t>(ranges.size()) + 1;
     int64_t best = -1, best_waste = std::numeric_limits<int64_t>::max(), top = 0;
     for (const auto& [begin, end] : ranges) {
       if (begin - top >= item.size && begin - top - item.size < best_waste) {
@@ -238,6 +240,11 @@ int64_t Place(const std::vector<Item>& items, const std::vector<size_t>& order, 
 // stopping early at the lower bound. Orders: biggest first; by first step; the steps by live
 // bytes, most first, each placing its unplaced items biggest first (TFLite's "greedy by
 // breadth"); biggest size x lifetime first. Ties: earlier first step, then name.
+// The local search's budget: at most this many trials, and stop once the placements together
+// have looked at this many overlapping buffers (deterministic, unlike a time limit).
+constexpr size_t kMaxSearchTrials = 1000;
+constexpr int64_t kSearchWork = 6'000'000;
+
 int64_t PlaceBest(const std::vector<Item>& items, const Bound& bound, size_t steps,
                   const std::function<std::string_view(size_t)>& name,
                   std::vector<int64_t>& offsets) {
@@ -313,11 +320,45 @@ int64_t PlaceBest(const std::vector<Item>& items, const Bound& bound, size_t ste
   };
   int64_t best = -1;
   std::vector<int64_t> trial;
+  std::vector<size_t> best_order;
   for (size_t k = 0; k < orders.size() && best != bound.bytes; ++k) {
-    const int64_t arena = Place(items, orders[k](), steps, trial);
+    std::vector<size_t> order = orders[k]();
+    const int64_t arena = Place(items, order, steps, trial);
     if (best < 0 || arena < best) {
       best = arena;
       offsets.swap(trial);
+      best_order = std::move(order);
+    }
+  }
+  // Still above the bound: a local search over the best order. Each trial moves one item to an
+  // earlier place in it: every other trial an item that ends at the top of the arena (it sets the
+  // size), otherwise any item; the result is kept when the arena is no bigger. A fixed seed and
+  // the generator's raw output keep it deterministic on every platform.
+  const size_t n = best_order.size();
+  std::mt19937_64 rng(0x5eed);
+  int64_t work = 0;
+  std::vector<size_t> position(n);
+  for (size_t t = 0; n >= 2 && t < kMaxSearchTrials && work < kSearchWork && best != bound.bytes;
+       ++t) {
+    size_t from = 1 + rng() % (n - 1);
+    if (t % 2 == 0) {
+      for (size_t k = 0; k < n; ++k) position[best_order[k]] = k;
+      std::vector<size_t> top;
+      for (size_t i = 0; i < items.size(); ++i)
+        if (items[i].size > 0 && offsets[i] + items[i].size == best) top.push_back(i);
+      if (!top.empty()) from = position[top[rng() % top.size()]];
+      if (from == 0) continue;
+    }
+    const size_t to = rng() % from;
+    std::vector<size_t> order = best_order;
+    std::rotate(order.begin() + static_cast<std::ptrdiff_t>(to),
+                order.begin() + static_cast<std::ptrdiff_t>(from),
+                order.begin() + static_cast<std::ptrdiff_t>(from) + 1);
+    const int64_t arena = Place(items, order, steps, trial, &work);
+    if (arena <= best) {
+      best = arena;
+      offsets.swap(trial);
+      best_order.swap(order);
     }
   }
   return best;
@@ -665,7 +706,10 @@ StatusOr<MemoryPlan> PlanMemory(const Graph& g, const std::vector<BackendSpec>& 
     std::vector<int64_t> offsets;
     layout.arena_bytes = PlaceBest(
         items, bound, steps,
-        [&](size_t i) -> std::string_view { return i < buffers.size() ? buffers[i].owner : ""; },
+        [&](size_t i) -> std::string_view {
+          if (i < buffers.size()) return buffers[i].owner;
+          return {};  // a workspace: ties go by its step
+        },
         offsets);
     layout.lower_bound_bytes = bound.bytes;
     layout.peak_step = bound.step;
