@@ -1,6 +1,7 @@
 #include "passes/memory_plan.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <random>
@@ -9,6 +10,7 @@
 #include <unordered_set>
 
 #include "compiler/op_schema.h"
+#include "compiler/phase.h"
 #include "passes/schedule.h"
 
 namespace foundry {
@@ -61,8 +63,10 @@ struct GraphIndex {
       return it->second >= 1 && it->second <= g.parameters.size() ? StorageClass::kGradient
                                                                   : StorageClass::kOutput;
     if (initializers.count(v)) return StorageClass::kConstant;
+    // A value a node produces is computed at run time, even when folding left its payload on it
+    // (the exported graph then carries no payload for it).
     const Value* value = g.FindValue(v);
-    if (value && value->data) return StorageClass::kConstant;
+    if (value && value->data && !producer.count(v)) return StorageClass::kConstant;
     return StorageClass::kArena;
   }
 };
@@ -601,7 +605,12 @@ StorageClass ClassOf(const Graph& graph, const MemoryPlan& plan, const std::stri
   }
   if (has(graph.initializers)) return StorageClass::kConstant;
   const Value* v = graph.FindValue(owner);
-  if (v && v->data) return StorageClass::kConstant;
+  if (v && v->data) {
+    for (const Node& n : graph.nodes)
+      if (std::find(n.outputs.begin(), n.outputs.end(), owner) != n.outputs.end())
+        return StorageClass::kArena;  // computed at run time (see GraphIndex::BaseClass)
+    return StorageClass::kConstant;
+  }
   return StorageClass::kArena;
 }
 
@@ -749,6 +758,105 @@ Status CheckLayout(const Graph& graph, const MemoryPlan& plan, const BackendLayo
   const GraphIndex ix(graph);
   RETURN_IF_ERROR(CheckCommon(graph, plan, ix));
   return CheckLayoutOnly(graph, plan, layout, workspace, BuffersOf(graph, plan, ix));
+}
+
+namespace {
+
+// 512 B, 3.25 KiB, 1.50 MiB, 2.00 GiB.
+std::string Bytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  char buf[48];
+  if (bytes < 1024)
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  else if (bytes < (int64_t{1} << 20))
+    std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
+  else if (bytes < (int64_t{1} << 30))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024.0));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+std::string Ratio(const BackendLayout& l) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f",
+                l.lower_bound_bytes > 0
+                    ? static_cast<double>(l.arena_bytes) / static_cast<double>(l.lower_bound_bytes)
+                    : 1.0);
+  return buf;
+}
+
+std::string PeakNode(const MemoryPlan& plan, const BackendLayout& l) {
+  return l.peak_step >= 0 && l.peak_step < static_cast<int64_t>(plan.schedule.size())
+             ? plan.schedule[l.peak_step]
+             : "";
+}
+
+}  // namespace
+
+std::string MemorySummary(const Graph&, const MemoryPlan& plan, const BackendLayout& l) {
+  return "memory: arena " + Bytes(l.arena_bytes) + " (lower bound " + Bytes(l.lower_bound_bytes) +
+         ", ratio " + Ratio(l) + "), peak at step " + std::to_string(l.peak_step) + " " +
+         Q(PeakNode(plan, l)) + "; outside the arena: parameters " + Bytes(plan.parameter_bytes) +
+         ", gradients " + Bytes(plan.gradient_bytes) + ", optimizer state (AdamW) " +
+         Bytes(plan.optimizer_state_bytes) + ", inputs " + Bytes(plan.input_bytes) +
+         ", constants " + Bytes(plan.constant_bytes) + ", outputs " + Bytes(plan.output_bytes) +
+         "; total " + Bytes(plan.TotalBytes(l));
+}
+
+// The dump, one block per step, then one summary per layout:
+//
+//   foundry memory plan: 1249 steps, 312 aliases, layouts: cpu
+//   step 0 [F] Gather 'Gather_0'
+//     out '/wte/Gather_output_0' f32[1,16,64] 4096 B arena @cpu 0
+//     out 'v' f32[16,64] 4096 B arena view of '/wte/Gather_output_0'
+//     workspace @cpu 8192 512 B
+//   ...
+//   layout cpu: memory: arena ... (MemorySummary)
+//
+// Phase marks: F forward, B backward, R recompute, O optimizer, - none. "@cpu N" is the byte
+// offset in that backend's arena (an alias's is its owner's); values outside the arena name their
+// class instead (parameter, gradient, output, input, constant). Workspace lines appear only for
+// steps with workspace, one per layout.
+std::string DumpMemoryPlan(const Graph& g, const MemoryPlan& plan) {
+  std::string out = "foundry memory plan: " + std::to_string(plan.schedule.size()) + " steps, " +
+                    std::to_string(plan.alias.size()) + " aliases, layouts:";
+  for (const auto& l : plan.layouts) out += " " + l.backend;
+  out += "\n";
+  const GraphIndex ix(g);
+  for (size_t s = 0; s < g.nodes.size(); ++s) {
+    const Node& n = g.nodes[s];
+    const auto phase = PhaseOf(n);
+    const char mark = !phase                        ? '-'
+                      : *phase == Phase::kForward   ? 'F'
+                      : *phase == Phase::kBackward  ? 'B'
+                      : *phase == Phase::kRecompute ? 'R'
+                                                    : 'O';
+    out += "step " + std::to_string(s) + " [" + mark + "] " +
+           (n.domain.empty() ? "" : n.domain + "::") + n.op_type + " " + Q(n.name) + "\n";
+    for (const auto& o : n.outputs) {
+      if (o.empty() || ix.Producer(o) != static_cast<int64_t>(s)) continue;
+      const std::string owner = RootOf(plan, o);
+      const StorageClass c = ix.BaseClass(g, owner);
+      out += "  out " + Q(o) + " " + TypeOf(g, o) + " " + Bytes(ValueBytes(g, o)) + " " +
+             std::string(StorageClassName(c));
+      if (auto a = plan.alias.find(o); a != plan.alias.end())
+        out += std::string(a->second.kind == AliasKind::kView ? " view of " : " in place over ") +
+               Q(owner);
+      if (c == StorageClass::kArena)
+        for (const auto& l : plan.layouts)
+          if (auto it = l.offsets.find(owner); it != l.offsets.end())
+            out += " @" + l.backend + " " + std::to_string(it->second);
+      out += "\n";
+    }
+    for (const auto& l : plan.layouts)
+      if (s < l.workspace_bytes.size() && l.workspace_bytes[s] > 0)
+        out += "  workspace @" + l.backend + " " + std::to_string(l.workspace_offsets[s]) + " " +
+               Bytes(l.workspace_bytes[s]) + "\n";
+  }
+  for (const auto& l : plan.layouts)
+    out += "layout " + l.backend + ": " + MemorySummary(g, plan, l) + "\n";
+  return out;
 }
 
 }  // namespace foundry
