@@ -17,6 +17,9 @@ namespace foundry {
 
 namespace {
 
+// More than any machine holds; keeps every sum of rounded sizes far from overflow.
+constexpr int64_t kMaxBytes = int64_t{1} << 50;
+
 int64_t RoundUp(int64_t bytes) {
   return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
 }
@@ -497,7 +500,9 @@ Status CheckLayoutOnly(const Graph& g, const MemoryPlan& plan, const BackendLayo
     auto node = [&] {
       return "the workspace of " + Q(g.nodes[s].name) + " (step " + std::to_string(s) + ")";
     };
-    if (bytes < 0) return Error(what + node() + " is " + std::to_string(bytes) + " bytes");
+    // A plan file may say anything: no sum or rounding below may overflow.
+    if (bytes < 0 || bytes > kMaxBytes)
+      return Error(what + node() + " is " + std::to_string(bytes) + " bytes");
     if (workspace && *workspace) {
       const int64_t need = (*workspace)(g, g.nodes[s]);
       if (bytes < need)
