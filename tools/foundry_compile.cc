@@ -13,7 +13,11 @@
 #include "compiler/onnx_import.h"
 #include "compiler/op_schema.h"
 #include "compiler/plan.h"
+#include "kernels/cpu/kernel.h"
 #include "passes/fold.h"
+#include "passes/memory_plan.h"
+#include "passes/memory_report.h"
+#include "passes/memory_timeline.h"
 #include "passes/pipeline.h"
 #include "tools/cli.h"
 
@@ -30,23 +34,24 @@ int Fail(const std::string& message, int code = cli::kExitError) {
 
 // An output that would replace one of the compile's own inputs: the model or one of its external
 // data files. Files are compared by (device, inode), so no spelling of a path slips through.
+// `option` is what the user changes to fix it ("-o PREFIX", "--report-json FILE").
+Status CheckOutputSparesInputs(const std::string& path, const std::string& option,
+                               const std::string& model, const ModelFiles& files) {
+  const std::optional<FileId> id = GetFileId(path);
+  if (!id) return Status::Ok();
+  if (id == GetFileId(model))
+    return Error("output '" + path + "' is the input model; choose another " + option);
+  for (const auto& data : files.external_data)
+    if (id == GetFileId(data))
+      return Error("output '" + path + "' is the external data file '" + data +
+                   "' of the input model; choose another " + option);
+  return Status::Ok();
+}
+
 Status CheckOutputsSpareInputs(const CompiledOutputs& out, const std::string& model,
                                const ModelFiles& files) {
-  std::vector<std::string> existing;
   for (const std::string& path : {out.data, out.graph, out.plan})
-    if (GetFileId(path)) existing.push_back(path);
-  const std::optional<FileId> model_id = GetFileId(model);
-  for (const auto& path : existing)
-    if (GetFileId(path) == model_id)
-      return Error("output '" + path + "' is the input model; choose another -o PREFIX");
-  for (const auto& data : files.external_data) {
-    std::optional<FileId> id = GetFileId(data);
-    if (!id) continue;
-    for (const auto& path : existing)
-      if (GetFileId(path) == id)
-        return Error("output '" + path + "' is the external data file '" + data +
-                     "' of the input model; choose another -o PREFIX");
-  }
+    RETURN_IF_ERROR(CheckOutputSparesInputs(path, "-o PREFIX", model, files));
   return Status::Ok();
 }
 
@@ -89,6 +94,15 @@ int Main(int argc, char** argv) {
   app.add_option("--dump-after", dump_after,
                  "print the IR (text form) after this pass: fold, canonicalize, autodiff")
       ->type_name("PASS");
+  std::string report_json, memory_timeline;
+  app.add_option("--report-json", report_json,
+                 "write the memory report (bytes per storage class, saved-for-backward bytes per "
+                 "module, flops) as JSON; training only")
+      ->type_name("FILE");
+  app.add_option(
+         "--memory-timeline", memory_timeline,
+         "draw live memory across the schedule, by kind and phase, as an SVG; training only")
+      ->type_name("FILE.svg");
   // Let the model path be validated by the importer, which words the error itself.
   if (auto code = cli::Parse(app, argc, argv, kTool)) return *code;
 
@@ -130,12 +144,22 @@ int Main(int argc, char** argv) {
   if (auto w = graph->metadata.find(kImportWarningKey); w != graph->metadata.end() && !forward_only)
     std::cerr << "foundry-compile: warning: " << w->second << "\n";
 
+  const std::vector<std::pair<std::string, std::string>> report_files = {
+      {report_json, "--report-json FILE"}, {memory_timeline, "--memory-timeline FILE.svg"}};
+  for (const auto& [path, option] : report_files)
+    if (!path.empty() && forward_only)
+      return Fail(
+          option.substr(0, option.find(' ')) + " describes a training step; drop --forward-only",
+          cli::kExitUsage);
+
   ModelFiles model_files;
-  if (outputs) {
+  if (outputs || !report_json.empty() || !memory_timeline.empty()) {
     auto files = InspectModelFile(model);
     if (!files.ok()) return Fail(files.status().message());
     model_files = std::move(files).value();
-    Status st = CheckOutputsSpareInputs(*outputs, model, model_files);
+    Status st = outputs ? CheckOutputsSpareInputs(*outputs, model, model_files) : Status::Ok();
+    for (const auto& [path, option] : report_files)
+      if (st.ok() && !path.empty()) st = CheckOutputSparesInputs(path, option, model, model_files);
     if (!st.ok()) return Fail(st.message());
   }
 
@@ -154,8 +178,31 @@ int Main(int argc, char** argv) {
   Status st = RunPasses(*graph, BuildPipeline(options), pipeline);
   if (!st.ok()) return Fail(st.message());
 
+  // The memory report: printed after every training compile; its files are written last, so a
+  // failed -o pair leaves none behind.
+  std::optional<MemoryReport> report;
+  if (!forward_only) {
+    auto memory = PlanMemory(*graph, {{"cpu", CpuWorkspaceBytes}});
+    if (!memory.ok()) return Fail(memory.status().message());
+    auto built = BuildMemoryReport(*graph, *memory, "cpu", model, *dims);
+    if (!built.ok()) return Fail(built.status().message());
+    report = std::move(built).value();
+    std::cout << FormatMemoryReport(*report);
+  }
+  auto write_report_files = [&]() -> Status {
+    for (size_t i = 0; i < report_files.size(); ++i) {
+      const std::string& path = report_files[i].first;
+      if (path.empty()) continue;
+      RETURN_IF_ERROR(
+          WriteFileAtomic(path, i == 0 ? MemoryReportJson(*report) : MemoryTimelineSvg(*report)));
+      std::cout << "wrote " << path << "\n";
+    }
+    return Status::Ok();
+  };
+
   if (!outputs) {
-    std::cout << "(no -o PREFIX given: nothing written)\n";
+    if (Status w = write_report_files(); !w.ok()) return Fail(w.message());
+    std::cout << "(no -o PREFIX given: no plan written)\n";
     return 0;
   }
   Plan plan;
@@ -178,6 +225,7 @@ int Main(int argc, char** argv) {
     std::cout << "wrote " << outputs->graph << "\n";
   else
     std::cout << "wrote " << outputs->graph << " and " << outputs->plan << "\n";
+  if (Status w = write_report_files(); !w.ok()) return Fail(w.message());
   return 0;
 }
 
