@@ -233,8 +233,9 @@ std::string MemoryTimelineSvg(const MemoryReport& report, const TimelineOptions&
     const double px = X(double(report.layout.peak_step) + 0.5);
     const double py = Y(double(report.layout.lower_bound_bytes));
     const bool label_left = px > left + pw * 0.6;
+    // The rule stops at the dot: below it, the peak step's own column must stay visible.
     svg << "<line x1=\"" << Num(px) << "\" x2=\"" << Num(px) << "\" y1=\"" << top << "\" y2=\""
-        << top + ph << "\" stroke=\"black\" stroke-dasharray=\"3 3\"/>\n"
+        << Num(py) << "\" stroke=\"black\" stroke-dasharray=\"3 3\"/>\n"
         << "<circle cx=\"" << Num(px) << "\" cy=\"" << Num(py) << "\" r=\"4\" fill=\"black\"/>\n"
         << "<text x=\"" << Num(label_left ? px - 8 : px + 8) << "\" y=\"" << Num(py - 8)
         << "\" text-anchor=\"" << (label_left ? "end" : "start") << "\" font-weight=\"bold\">"
