@@ -1,10 +1,12 @@
 #include "passes/memory_report.h"
 
 #include <algorithm>
+#include <cctype>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 
 #include "compiler/module_tree.h"
@@ -31,6 +33,31 @@ int64_t Dim(const Graph& graph, const std::string& value, int64_t axis) {
   const int64_t rank = static_cast<int64_t>(v->shape.size());
   if (axis < 0) axis += rank;
   return axis < 0 || axis >= rank ? 0 : v->shape[axis];
+}
+
+// "blocks.2" before "blocks.10": runs of digits compare by value, the rest byte by byte.
+bool NaturalLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      size_t ei = i, ej = j;
+      while (ei < a.size() && digit(a[ei])) ++ei;
+      while (ej < b.size() && digit(b[ej])) ++ej;
+      std::string_view na(a.data() + i, ei - i), nb(b.data() + j, ej - j);
+      while (na.size() > 1 && na[0] == '0') na.remove_prefix(1);
+      while (nb.size() > 1 && nb[0] == '0') nb.remove_prefix(1);
+      if (na.size() != nb.size()) return na.size() < nb.size();
+      if (na != nb) return na < nb;
+      i = ei;
+      j = ej;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j || (a.size() - i == b.size() - j && a < b);
 }
 
 Phase PhaseOrForward(const Node& node) { return PhaseOf(node).value_or(Phase::kForward); }
@@ -169,8 +196,10 @@ StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& p
   }
   for (const auto& [module, bytes] : by_module)
     r.modules.push_back({module, QualifiedClass(graph, module), bytes});
-  std::stable_sort(r.modules.begin(), r.modules.end(), [](const auto& a, const auto& b) {
-    return a.saved_for_backward_bytes > b.saved_for_backward_bytes;
+  std::sort(r.modules.begin(), r.modules.end(), [](const auto& a, const auto& b) {
+    if (a.saved_for_backward_bytes != b.saved_for_backward_bytes)
+      return a.saved_for_backward_bytes > b.saved_for_backward_bytes;
+    return NaturalLess(a.module, b.module);
   });
 
   // Per-step kinds by difference arrays: buffers and steps both run to the hundred thousands.
@@ -201,7 +230,7 @@ StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& p
   }
   std::stable_sort(r.largest_at_peak.begin(), r.largest_at_peak.end(),
                    [](const PeakValue& a, const PeakValue& b) {
-                     return a.bytes != b.bytes ? a.bytes > b.bytes : a.value < b.value;
+                     return a.bytes != b.bytes ? a.bytes > b.bytes : NaturalLess(a.value, b.value);
                    });
   if (r.largest_at_peak.size() > kPeakValues) r.largest_at_peak.resize(kPeakValues);
   return r;

@@ -96,8 +96,8 @@ struct MemoryReport {
   int64_t output_bytes = 0;
 
   FlopCounts flops;
-  std::vector<ModuleSavedBytes> modules;   // largest first, ties by path
-  std::vector<PeakValue> largest_at_peak;  // at most kPeakValues, largest first
+  std::vector<ModuleSavedBytes> modules;   // largest first, ties in natural order (2 < 10)
+  std::vector<PeakValue> largest_at_peak;  // at most kPeakValues, largest first, then by name
   std::vector<StepBytes> steps;            // one per node of the schedule
 };
 

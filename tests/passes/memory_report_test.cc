@@ -226,10 +226,41 @@ TEST(MemoryReportTest, TextNamesTheNumbersAndTheValuesAtThePeak) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   const std::string text = FormatMemoryReport(*r);
   EXPECT_NE(text.find("saved for backward 3.0 KiB (3072 B)"), std::string::npos) << text;
-  EXPECT_NE(text.find("   2.0 KiB  saved      forward    blk.attn  b\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("   2.0 KiB  transient  forward    blk.attn  h\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("   2.0 KiB  saved      forward    blk.attn  b\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("   2.0 KiB  transient  forward    blk.attn  h\n"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("512 B  workspace of '" + g.nodes[3].name + "'"), std::string::npos) << text;
   EXPECT_NE(text.find("2.0 KiB  blk.attn  Attn\n"), std::string::npos) << text;
+}
+
+// Equal bytes list in natural order: blocks.2 before blocks.10, as --list-modules shows them.
+TEST(MemoryReportTest, TiesListInNaturalOrder) {
+  auto g = ParseGraph(R"(graph g {
+  input x : f32[256]
+  p = Exp(x) @"blocks.10" marks{phase="forward"}
+  q = Exp(x) @"blocks.2" marks{phase="forward"}
+  loss = ReduceSum(x) {keepdims=0} marks{phase="forward"}
+  y = Add(p, q) marks{phase="backward"}
+  output loss
+  output y
+})");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_TRUE(FoldPass({}).Run(*g).ok());
+  MemoryPlan plan;
+  BackendLayout cpu;
+  cpu.backend = "cpu";
+  cpu.workspace_bytes.assign(4, 0);
+  cpu.workspace_offsets.assign(4, -1);
+  cpu.peak_step = 3;
+  plan.layouts.push_back(cpu);
+  auto r = BuildMemoryReport(*g, plan, "cpu", "m", {});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->modules.size(), 2u);
+  EXPECT_EQ(r->modules[0].module, "blocks.2");
+  EXPECT_EQ(r->modules[1].module, "blocks.10");
+  ASSERT_EQ(r->largest_at_peak.size(), 2u);
+  EXPECT_EQ(r->largest_at_peak[0].value, "p");
 }
 
 TEST(MemoryReportTest, UnknownBackendIsAnError) {
