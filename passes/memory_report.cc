@@ -96,7 +96,7 @@ int64_t NodeFlops(const Graph& graph, const Node& node) {
   if (node.domain.empty() && node.op_type == "Gemm" && node.HasInput(0))
     return 2 * out * Dim(graph, node.inputs[0], node.GetInt("transA", 0) != 0 ? 0 : 1);
   const OpSchema* schema = OpSchemas().Find(node.domain, node.op_type);
-  if (schema && schema->view) return 0;
+  if ((schema && schema->view) || (node.domain.empty() && node.op_type == "Constant")) return 0;
   int64_t flops = 0;
   for (const auto& o : node.outputs) flops += Elements(graph, o);
   return flops;

@@ -16,8 +16,8 @@
 //
 // FLOPs, a model rather than a measurement: MatMul and com.microsoft FusedMatMul count 2·K per
 // output element (2·m·n·k per matrix, times the broadcast batch), Gemm 2·M·N·K; views (schema
-// `view`) count 0; every other op one flop per output element. Nodes are summed by phase mark
-// (unmarked = forward); optimizer-phase nodes are left out.
+// `view`) and Constant count 0; every other op one flop per output element. Nodes are summed by
+// phase mark (unmarked = forward); optimizer-phase nodes are left out.
 //
 // Per-step kinds (the timeline): at each step, the rounded bytes (kArenaAlignment) of the live
 // arena buffers split into saved activations (the saved buffers above, over their whole

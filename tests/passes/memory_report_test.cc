@@ -172,9 +172,11 @@ TEST(MemoryReportTest, FlopsOfMatMulGemmAndFusedMatMulAreExact) {
   r = Relu(y) marks{phase="backward"}
   v = Reshape(r, s) marks{phase="backward"}
   o = Relu(z) marks{phase="optimizer"}
+  k = Constant() {value=tensor(f32[2] = [1, 2])} marks{phase="backward"}
   output v
   output f
   output o
+  output k
 })");
   ASSERT_TRUE(g.ok()) << g.status().message();
   ASSERT_TRUE(FoldPass({}).Run(*g).ok());
