@@ -16,6 +16,8 @@
 #include "kernels/cpu/kernel.h"
 #include "passes/fold.h"
 #include "passes/memory_plan.h"
+#include "passes/memory_report.h"
+#include "passes/memory_timeline.h"
 #include "passes/pipeline.h"
 #include "tools/cli.h"
 
@@ -96,6 +98,15 @@ int Main(int argc, char** argv) {
                                      "write the memory plan as readable text to FILE (schedule, "
                                      "offsets, aliases, workspace, totals)")
                           ->type_name("FILE");
+  std::string report_json, memory_timeline;
+  app.add_option("--report-json", report_json,
+                 "write the memory report (bytes per storage class, saved-for-backward bytes per "
+                 "module, flops) as JSON; training only")
+      ->type_name("FILE");
+  app.add_option(
+         "--memory-timeline", memory_timeline,
+         "draw live memory across the schedule, by kind and phase, as an SVG; training only")
+      ->type_name("FILE.svg");
   // Let the model path be validated by the importer, which words the error itself.
   if (auto code = cli::Parse(app, argc, argv, kTool)) return *code;
 
@@ -146,8 +157,16 @@ int Main(int argc, char** argv) {
   if (auto w = graph->metadata.find(kImportWarningKey); w != graph->metadata.end() && !forward_only)
     std::cerr << "foundry-compile: warning: " << w->second << "\n";
 
+  const std::vector<std::pair<std::string, std::string>> report_files = {
+      {report_json, "--report-json FILE"}, {memory_timeline, "--memory-timeline FILE.svg"}};
+  for (const auto& [path, option] : report_files)
+    if (!path.empty() && forward_only)
+      return Fail(
+          option.substr(0, option.find(' ')) + " describes a training step; drop --forward-only",
+          cli::kExitUsage);
+
   ModelFiles model_files;
-  if (outputs || o_dump_plan->count()) {
+  if (outputs || o_dump_plan->count() || !report_json.empty() || !memory_timeline.empty()) {
     auto files = InspectModelFile(model);
     if (!files.ok()) return Fail(files.status().message());
     model_files = std::move(files).value();
@@ -156,6 +175,8 @@ int Main(int argc, char** argv) {
       for (const std::string& path : {outputs->data, outputs->graph, outputs->plan})
         paths.emplace_back(path, "-o PREFIX");
     if (o_dump_plan->count()) paths.emplace_back(dump_plan, "--dump-plan FILE");
+    for (const auto& [path, option] : report_files)
+      if (!path.empty()) paths.emplace_back(path, option);
     Status st = CheckOutputsSpareInputs(paths, model, model_files);
     if (!st.ok()) return Fail(st.message());
   }
@@ -176,20 +197,38 @@ int Main(int argc, char** argv) {
   if (!st.ok()) return Fail(st.message());
 
   Plan plan;
+  // The memory plan and its report: printed after every training compile; the report files are
+  // written last, so a failed -o pair leaves none behind.
+  std::optional<MemoryReport> report;
   if (!forward_only) {
     auto memory = PlanMemory(*graph, {{"cpu", CpuWorkspaceBytes}});
     if (!memory.ok()) return Fail(memory.status().message());
     plan.memory = std::move(memory).value();
     std::cout << MemorySummary(*graph, plan.memory, plan.memory.layouts.at(0)) << "\n";
+    auto built = BuildMemoryReport(*graph, plan.memory, "cpu", model, *dims);
+    if (!built.ok()) return Fail(built.status().message());
+    report = std::move(built).value();
+    std::cout << FormatMemoryReport(*report);
   }
   if (o_dump_plan->count()) {
     st = WriteFileAtomic(dump_plan, DumpMemoryPlan(*graph, plan.memory));
     if (!st.ok()) return Fail(st.message());
     std::cout << "wrote " << dump_plan << "\n";
   }
+  auto write_report_files = [&]() -> Status {
+    for (size_t i = 0; i < report_files.size(); ++i) {
+      const std::string& path = report_files[i].first;
+      if (path.empty()) continue;
+      RETURN_IF_ERROR(
+          WriteFileAtomic(path, i == 0 ? MemoryReportJson(*report) : MemoryTimelineSvg(*report)));
+      std::cout << "wrote " << path << "\n";
+    }
+    return Status::Ok();
+  };
 
   if (!outputs) {
-    std::cout << "(no -o PREFIX given: nothing written)\n";
+    if (Status w = write_report_files(); !w.ok()) return Fail(w.message());
+    std::cout << "(no -o PREFIX given: no plan written)\n";
     return 0;
   }
   if (!forward_only) {
@@ -211,6 +250,7 @@ int Main(int argc, char** argv) {
     std::cout << "wrote " << outputs->graph << "\n";
   else
     std::cout << "wrote " << outputs->graph << " and " << outputs->plan << "\n";
+  if (Status w = write_report_files(); !w.ok()) return Fail(w.message());
   return 0;
 }
 

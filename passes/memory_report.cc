@@ -1,0 +1,373 @@
+#include "passes/memory_report.h"
+
+#include <algorithm>
+#include <cctype>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <unordered_map>
+
+#include "compiler/module_tree.h"
+#include "compiler/op_schema.h"
+#include "passes/schedule.h"
+
+namespace foundry {
+namespace {
+
+int64_t RoundUp(int64_t bytes) {
+  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
+
+int64_t Elements(const Graph& graph, const std::string& value) {
+  const Value* v = value.empty() ? nullptr : graph.FindValue(value);
+  if (!v || !v->ShapeKnown()) return 0;
+  return std::max<int64_t>(NumElements(v->shape), 0);
+}
+
+// Dimension `axis` (negative counts from the back) of a value with a known shape; 0 otherwise.
+int64_t Dim(const Graph& graph, const std::string& value, int64_t axis) {
+  const Value* v = graph.FindValue(value);
+  if (!v || !v->ShapeKnown()) return 0;
+  const int64_t rank = static_cast<int64_t>(v->shape.size());
+  if (axis < 0) axis += rank;
+  return axis < 0 || axis >= rank ? 0 : v->shape[axis];
+}
+
+// "blocks.2" before "blocks.10": runs of digits compare by value, the rest byte by byte.
+bool NaturalLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      size_t ei = i, ej = j;
+      while (ei < a.size() && digit(a[ei])) ++ei;
+      while (ej < b.size() && digit(b[ej])) ++ej;
+      std::string_view na(a.data() + i, ei - i), nb(b.data() + j, ej - j);
+      while (na.size() > 1 && na[0] == '0') na.remove_prefix(1);
+      while (nb.size() > 1 && nb[0] == '0') nb.remove_prefix(1);
+      if (na.size() != nb.size()) return na.size() < nb.size();
+      if (na != nb) return na < nb;
+      i = ei;
+      j = ej;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j || (a.size() - i == b.size() - j && a < b);
+}
+
+Phase PhaseOrForward(const Node& node) { return PhaseOf(node).value_or(Phase::kForward); }
+
+std::string QualifiedClass(const Graph& graph, const std::string& scope) {
+  auto it = graph.modules.find(scope);
+  return it == graph.modules.end() || it->second.classes.empty() ? "" : it->second.classes[0];
+}
+
+LayoutSummary Summarize(const Graph& graph, const MemoryPlan& plan, const BackendLayout& layout) {
+  LayoutSummary s;
+  s.backend = layout.backend;
+  s.arena_bytes = layout.arena_bytes;
+  s.lower_bound_bytes = layout.lower_bound_bytes;
+  s.peak_step = layout.peak_step;
+  if (layout.peak_step >= 0 && layout.peak_step < static_cast<int64_t>(graph.nodes.size()))
+    s.peak_node = graph.nodes[layout.peak_step].name;
+  s.total_bytes = plan.TotalBytes(layout);
+  return s;
+}
+
+}  // namespace
+
+int64_t NodeFlops(const Graph& graph, const Node& node) {
+  if (!node.HasOutput(0)) return 0;
+  const int64_t out = Elements(graph, node.outputs[0]);
+  const bool microsoft = node.domain == "com.microsoft";
+  if (node.domain.empty() && node.op_type == "MatMul" && node.HasInput(0))
+    return 2 * out * Dim(graph, node.inputs[0], -1);
+  if (microsoft && node.op_type == "FusedMatMul" && node.HasInput(0)) {
+    const bool trans_a = node.GetInt("transA", 0) != 0;
+    const Value* a = graph.FindValue(node.inputs[0]);
+    const bool vector = a && a->rank_known && a->shape.size() == 1;
+    return 2 * out * Dim(graph, node.inputs[0], trans_a && !vector ? -2 : -1);
+  }
+  if (node.domain.empty() && node.op_type == "Gemm" && node.HasInput(0))
+    return 2 * out * Dim(graph, node.inputs[0], node.GetInt("transA", 0) != 0 ? 0 : 1);
+  const OpSchema* schema = OpSchemas().Find(node.domain, node.op_type);
+  if ((schema && schema->view) || (node.domain.empty() && node.op_type == "Constant")) return 0;
+  int64_t flops = 0;
+  for (const auto& o : node.outputs) flops += Elements(graph, o);
+  return flops;
+}
+
+FlopCounts CountFlops(const Graph& graph) {
+  FlopCounts f;
+  for (const Node& n : graph.nodes) {
+    switch (PhaseOrForward(n)) {
+      case Phase::kForward:
+        f.forward += NodeFlops(graph, n);
+        break;
+      case Phase::kBackward:
+        f.backward += NodeFlops(graph, n);
+        break;
+      case Phase::kRecompute:
+        f.recompute += NodeFlops(graph, n);
+        break;
+      case Phase::kOptimizer:
+        break;
+    }
+  }
+  return f;
+}
+
+StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& plan,
+                                         const std::string& backend, const std::string& model,
+                                         const std::map<std::string, int64_t>& dims) {
+  const BackendLayout* layout = plan.Layout(backend);
+  if (!layout)
+    return Error("memory report: the plan holds no layout for backend '" + backend +
+                 "'; plan for it first");
+  const size_t steps = graph.nodes.size();
+  if (layout->workspace_bytes.size() != steps)
+    return Error("memory report: layout '" + backend + "' has workspace for " +
+                 std::to_string(layout->workspace_bytes.size()) + " steps, the schedule " +
+                 std::to_string(steps) + "; the plan is not for this graph");
+
+  MemoryReport r;
+  r.model = model;
+  r.dims = dims;
+  r.backend = backend;
+  r.layout = Summarize(graph, plan, *layout);
+  for (const BackendLayout& l : plan.layouts) r.layouts.push_back(Summarize(graph, plan, l));
+  r.parameter_bytes = plan.parameter_bytes;
+  r.gradient_bytes = plan.gradient_bytes;
+  r.optimizer_state_bytes = plan.optimizer_state_bytes;
+  r.input_bytes = plan.input_bytes;
+  r.constant_bytes = plan.constant_bytes;
+  r.output_bytes = plan.output_bytes;
+  r.flops = CountFlops(graph);
+
+  std::unordered_map<std::string, size_t> producer;
+  for (size_t s = 0; s < steps; ++s)
+    for (const auto& o : graph.nodes[s].outputs)
+      if (!o.empty()) producer[o] = s;
+  auto owner_of = [&](const std::string& v) -> const std::string& {
+    auto a = plan.alias.find(v);
+    return a == plan.alias.end() ? v : a->second.owner;
+  };
+
+  // The saved buffers, by owner, each with the value whose bytes the backward reads: the saved
+  // value with views followed back to the node that wrote the bytes (an in-place alias is a
+  // value of its own: its input died before it was written).
+  auto data_of = [&](std::string v) {
+    for (auto p = producer.find(v); p != producer.end(); p = producer.find(v)) {
+      const Node& n = graph.nodes[p->second];
+      auto a = plan.alias.find(v);
+      if (a == plan.alias.end() || a->second.kind != AliasKind::kView || !n.HasInput(0)) break;
+      v = n.inputs[0];
+    }
+    return v;
+  };
+  std::map<std::string, std::string> saved;  // owner -> data value
+  for (const Node& n : graph.nodes) {
+    const Phase phase = PhaseOrForward(n);
+    if (phase != Phase::kBackward && phase != Phase::kRecompute) continue;
+    for (const auto& in : n.inputs) {
+      auto p = in.empty() ? producer.end() : producer.find(in);
+      if (p == producer.end() || PhaseOrForward(graph.nodes[p->second]) != Phase::kForward)
+        continue;
+      const std::string& owner = owner_of(in);
+      if (ClassOf(graph, plan, owner) == StorageClass::kArena && !saved.count(owner))
+        saved[owner] = data_of(in);
+    }
+  }
+  auto scope_of = [&](const std::string& value) -> const std::string& {
+    static const std::string kRoot;
+    auto p = producer.find(value);
+    return p == producer.end() ? kRoot : graph.nodes[p->second].scope;
+  };
+  std::map<std::string, int64_t> by_module;
+  for (const auto& [owner, data] : saved) {
+    const int64_t bytes = ValueBytes(graph, owner);
+    r.saved_for_backward_bytes += bytes;
+    by_module[scope_of(data)] += bytes;
+  }
+  for (const auto& [module, bytes] : by_module)
+    r.modules.push_back({module, QualifiedClass(graph, module), bytes});
+  std::sort(r.modules.begin(), r.modules.end(), [](const auto& a, const auto& b) {
+    if (a.saved_for_backward_bytes != b.saved_for_backward_bytes)
+      return a.saved_for_backward_bytes > b.saved_for_backward_bytes;
+    return NaturalLess(a.module, b.module);
+  });
+
+  // Per-step kinds by difference arrays: buffers and steps both run to the hundred thousands.
+  const std::vector<ArenaBuffer> buffers = ArenaBuffers(graph, plan);
+  std::vector<int64_t> saved_delta(steps + 1, 0), transient_delta(steps + 1, 0);
+  for (const ArenaBuffer& b : buffers) {
+    auto& delta = saved.count(b.owner) ? saved_delta : transient_delta;
+    delta[b.first] += RoundUp(b.bytes);
+    delta[b.last + 1] -= RoundUp(b.bytes);
+  }
+  r.steps.resize(steps);
+  int64_t live_saved = 0, live_transient = 0;
+  for (size_t s = 0; s < steps; ++s) {
+    live_saved += saved_delta[s];
+    live_transient += transient_delta[s];
+    r.steps[s] = {live_saved, live_transient, RoundUp(layout->workspace_bytes[s]),
+                  PhaseOrForward(graph.nodes[s])};
+  }
+
+  const int64_t peak = layout->peak_step;
+  for (const ArenaBuffer& b : buffers) {
+    if (b.first > peak || b.last < peak) continue;
+    auto p = producer.find(b.owner);
+    const std::string phase =
+        p == producer.end() ? "" : std::string(PhaseName(PhaseOrForward(graph.nodes[p->second])));
+    r.largest_at_peak.push_back(
+        {b.owner, b.bytes, scope_of(b.owner), phase, saved.count(b.owner) != 0});
+  }
+  std::stable_sort(r.largest_at_peak.begin(), r.largest_at_peak.end(),
+                   [](const PeakValue& a, const PeakValue& b) {
+                     return a.bytes != b.bytes ? a.bytes > b.bytes : NaturalLess(a.value, b.value);
+                   });
+  if (r.largest_at_peak.size() > kPeakValues) r.largest_at_peak.resize(kPeakValues);
+  return r;
+}
+
+std::string MemoryReportJson(const MemoryReport& r) {
+  using nlohmann::ordered_json;
+  ordered_json j;
+  j["version"] = 1;
+  j["model"] = r.model;
+  j["dims"] = ordered_json::object();
+  for (const auto& [k, v] : r.dims) j["dims"][k] = v;
+  j["backend"] = r.backend;
+  const LayoutSummary& l = r.layout;
+  j["memory"] = {
+      {"arena_bytes", l.arena_bytes},
+      {"lower_bound_bytes", l.lower_bound_bytes},
+      {"ratio",
+       l.lower_bound_bytes > 0 ? double(l.arena_bytes) / double(l.lower_bound_bytes) : 0.0},
+      {"peak_step", l.peak_step},
+      {"peak_node", l.peak_node},
+      {"saved_for_backward_bytes", r.saved_for_backward_bytes},
+      {"parameter_bytes", r.parameter_bytes},
+      {"gradient_bytes", r.gradient_bytes},
+      {"optimizer_state_bytes", r.optimizer_state_bytes},
+      {"optimizer", "adamw"},
+      {"input_bytes", r.input_bytes},
+      {"constant_bytes", r.constant_bytes},
+      {"output_bytes", r.output_bytes},
+      {"total_bytes", l.total_bytes},
+  };
+  j["flops"] = {{"forward", r.flops.forward},
+                {"backward", r.flops.backward},
+                {"recompute", r.flops.recompute}};
+  j["modules"] = ordered_json::array();
+  for (const auto& m : r.modules)
+    j["modules"].push_back({{"module", m.module},
+                            {"class", m.class_name},
+                            {"saved_for_backward_bytes", m.saved_for_backward_bytes}});
+  j["largest_at_peak"] = ordered_json::array();
+  for (const auto& v : r.largest_at_peak)
+    j["largest_at_peak"].push_back({{"value", v.value},
+                                    {"bytes", v.bytes},
+                                    {"module", v.module},
+                                    {"phase", v.phase},
+                                    {"saved", v.saved}});
+  j["layouts"] = ordered_json::array();
+  for (const auto& s : r.layouts)
+    j["layouts"].push_back({{"backend", s.backend},
+                            {"arena_bytes", s.arena_bytes},
+                            {"lower_bound_bytes", s.lower_bound_bytes},
+                            {"peak_step", s.peak_step},
+                            {"peak_node", s.peak_node},
+                            {"total_bytes", s.total_bytes}});
+  return j.dump(2) + "\n";
+}
+
+namespace {
+
+// "125.3 MiB (131389440 B)": readable and exact.
+std::string Bytes(int64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  return HumanBytes(bytes) + " (" + std::to_string(bytes) + " B)";
+}
+
+std::string Flops(int64_t flops) {
+  char buf[32];
+  if (flops >= 1'000'000'000)
+    std::snprintf(buf, sizeof buf, "%.2f GFLOP", double(flops) / 1e9);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f MFLOP", double(flops) / 1e6);
+  return buf;
+}
+
+std::string ModuleName(const std::string& scope) { return scope.empty() ? "(root)" : scope; }
+
+}  // namespace
+
+std::string FormatMemoryReport(const MemoryReport& r) {
+  std::ostringstream out;
+  const LayoutSummary& l = r.layout;
+  out << "memory report (" << r.backend << ")";
+  if (!r.dims.empty()) {
+    out << ",";
+    for (const auto& [k, v] : r.dims) out << " " << k << "=" << v;
+  }
+  out << "\n";
+  char ratio[32];
+  std::snprintf(ratio, sizeof ratio, "%.4f",
+                l.lower_bound_bytes > 0 ? double(l.arena_bytes) / double(l.lower_bound_bytes) : 0);
+  out << "  arena              " << Bytes(l.arena_bytes) << "\n"
+      << "  lower bound        " << Bytes(l.lower_bound_bytes) << "  (arena / bound " << ratio
+      << ")\n"
+      << "  peak               step " << l.peak_step << " of " << r.steps.size() << ", node '"
+      << l.peak_node << "'\n"
+      << "  saved for backward " << Bytes(r.saved_for_backward_bytes) << "\n"
+      << "  parameters         " << Bytes(r.parameter_bytes) << "\n"
+      << "  gradients          " << Bytes(r.gradient_bytes) << "\n"
+      << "  optimizer state    " << Bytes(r.optimizer_state_bytes) << "  (AdamW)\n"
+      << "  inputs             " << Bytes(r.input_bytes) << "\n"
+      << "  constants          " << Bytes(r.constant_bytes) << "\n"
+      << "  outputs            " << Bytes(r.output_bytes) << "\n"
+      << "  total              " << Bytes(l.total_bytes) << "\n"
+      << "  flops              forward " << Flops(r.flops.forward) << ", backward "
+      << Flops(r.flops.backward) << ", recompute " << Flops(r.flops.recompute) << "\n";
+  for (const auto& s : r.layouts)
+    if (s.backend != r.backend)
+      out << "  layout " << s.backend << ": arena " << Bytes(s.arena_bytes) << ", lower bound "
+          << Bytes(s.lower_bound_bytes) << ", total " << Bytes(s.total_bytes) << "\n";
+
+  out << "largest values live at the peak (step " << l.peak_step << "):\n";
+  for (const auto& v : r.largest_at_peak)
+    out << "  " << std::setw(10) << HumanBytes(v.bytes) << "  " << std::left << std::setw(9)
+        << (v.saved ? "saved" : "transient") << "  " << std::setw(9) << v.phase << std::right
+        << "  " << ModuleName(v.module) << "  " << v.value << "\n";
+  if (l.peak_step >= 0 && l.peak_step < static_cast<int64_t>(r.steps.size()) &&
+      r.steps[l.peak_step].workspace > 0)
+    out << "  " << std::setw(10) << HumanBytes(r.steps[l.peak_step].workspace) << "  workspace of '"
+        << l.peak_node << "'\n";
+
+  constexpr size_t kModuleRows = 10;
+  out << "saved for backward by module (" << r.modules.size() << " modules):\n";
+  for (size_t i = 0; i < r.modules.size() && i < kModuleRows; ++i) {
+    const auto& m = r.modules[i];
+    out << "  " << std::setw(10) << HumanBytes(m.saved_for_backward_bytes) << "  "
+        << ModuleName(m.module);
+    if (!m.class_name.empty()) out << "  " << BareClassName(m.class_name);
+    out << "\n";
+  }
+  if (r.modules.size() > kModuleRows) {
+    int64_t rest = 0;
+    for (size_t i = kModuleRows; i < r.modules.size(); ++i)
+      rest += r.modules[i].saved_for_backward_bytes;
+    out << "  " << std::setw(10) << HumanBytes(rest) << "  (" << r.modules.size() - kModuleRows
+        << " more modules)\n";
+  }
+  return out.str();
+}
+
+}  // namespace foundry

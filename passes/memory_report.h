@@ -1,0 +1,118 @@
+// The memory report (issue 9): what one training step holds, per storage class, per module and per
+// kind, and what it computes, read off a scheduled training graph and its MemoryPlan. Pure
+// analysis: nothing here changes the graph or the plan.
+//
+// Saved for backward. A buffer is saved when a forward-phase node produces a value in it and a
+// backward- or recompute-phase node reads that value. The figure is the sum over unique buffers
+// (views and in-place aliases resolved through MemoryPlan::alias, so each buffer counts once) of
+// the owner's exact, unrounded bytes. Only arena buffers count: initializers, constants and feeds
+// are excluded, and so are graph outputs (the loss and any extra output), which have storage of
+// their own for the whole step whether or not the backward reads them (reported as output_bytes).
+// A node without a phase mark counts as forward, as the schedule treats it. `modules` splits the
+// figure by module instance (Node::scope, "" = root), so the rows sum exactly to the total: each
+// buffer goes to the scope of the node that wrote the bytes the backward reads, i.e. the saved
+// value with views followed back to their input (a Reshape in another module moves nothing).
+// That is the buffer's owner except after an in-place alias, whose input died before it.
+//
+// FLOPs, a model rather than a measurement: MatMul and com.microsoft FusedMatMul count 2·K per
+// output element (2·m·n·k per matrix, times the broadcast batch), Gemm 2·M·N·K; views (schema
+// `view`) and Constant count 0; every other op one flop per output element. Nodes are summed by
+// phase mark (unmarked = forward); optimizer-phase nodes are left out.
+//
+// Per-step kinds (the timeline): at each step, the rounded bytes (kArenaAlignment) of the live
+// arena buffers split into saved activations (the saved buffers above, over their whole
+// interval) and transients (every other arena buffer), plus that step's workspace. Their sum is
+// the live rounded bytes the lower bound is the maximum of, so the curve peaks at the bound.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "compiler/ir.h"
+#include "compiler/phase.h"
+#include "passes/memory_plan.h"
+
+namespace foundry {
+
+struct FlopCounts {
+  int64_t forward = 0;
+  int64_t backward = 0;
+  int64_t recompute = 0;
+};
+
+// The flops of one node under the model above; the graph gives the value shapes.
+int64_t NodeFlops(const Graph& graph, const Node& node);
+FlopCounts CountFlops(const Graph& graph);
+
+struct ModuleSavedBytes {
+  std::string module;      // scope path, "" = root
+  std::string class_name;  // the module's qualified class, "" when the export named none
+  int64_t saved_for_backward_bytes = 0;
+};
+
+// One arena buffer live at the peak step.
+struct PeakValue {
+  std::string value;  // the buffer's owner
+  int64_t bytes = 0;  // exact
+  std::string module;
+  std::string phase;  // of the owner's producer
+  bool saved = false;
+};
+
+struct StepBytes {
+  int64_t saved = 0;  // rounded bytes of live saved buffers
+  int64_t transient = 0;
+  int64_t workspace = 0;
+  Phase phase = Phase::kForward;
+  int64_t Total() const { return saved + transient + workspace; }
+};
+
+struct LayoutSummary {
+  std::string backend;
+  int64_t arena_bytes = 0;
+  int64_t lower_bound_bytes = 0;
+  int64_t peak_step = -1;
+  std::string peak_node;
+  int64_t total_bytes = 0;
+};
+
+struct MemoryReport {
+  std::string model;
+  std::map<std::string, int64_t> dims;
+  std::string backend;  // the layout the memory figures, steps and peak values come from
+
+  LayoutSummary layout;                // of `backend`
+  std::vector<LayoutSummary> layouts;  // every backend the plan holds, in plan order
+  int64_t saved_for_backward_bytes = 0;
+  int64_t parameter_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_state_bytes = 0;
+  int64_t input_bytes = 0;
+  int64_t constant_bytes = 0;
+  int64_t output_bytes = 0;
+
+  FlopCounts flops;
+  std::vector<ModuleSavedBytes> modules;   // largest first, ties in natural order (2 < 10)
+  std::vector<PeakValue> largest_at_peak;  // at most kPeakValues, largest first, then by name
+  std::vector<StepBytes> steps;            // one per node of the schedule
+};
+
+inline constexpr int kPeakValues = 10;
+
+// The report for `backend`'s layout (an error naming the backend when the plan has none for it).
+StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& plan,
+                                         const std::string& backend, const std::string& model,
+                                         const std::map<std::string, int64_t>& dims);
+
+// The --report-json document (schema in README.md), pretty-printed, ending in a newline.
+std::string MemoryReportJson(const MemoryReport& report);
+
+// The text report foundry-compile prints: the same numbers, then the 10 largest values at the peak
+// with their modules, then saved bytes by module.
+std::string FormatMemoryReport(const MemoryReport& report);
+
+}  // namespace foundry
