@@ -204,7 +204,6 @@ int Main(int argc, char** argv) {
     auto memory = PlanMemory(*graph, {{"cpu", CpuWorkspaceBytes}});
     if (!memory.ok()) return Fail(memory.status().message());
     plan.memory = std::move(memory).value();
-    std::cout << MemorySummary(*graph, plan.memory, plan.memory.layouts.at(0)) << "\n";
     auto built = BuildMemoryReport(*graph, plan.memory, "cpu", model, *dims);
     if (!built.ok()) return Fail(built.status().message());
     report = std::move(built).value();
