@@ -70,6 +70,14 @@ StatusOr<std::map<std::string, Tensor>> Interpret(const Graph& graph,
     }
     for (auto& t : outs) out_ptrs.push_back(&t);
     ctx.node_key = NodeKey(node);
+    // Unplanned, so each node's scratch is an allocation of its own (a plan puts it in the arena).
+    Tensor workspace;
+    if (const int64_t ws = CpuWorkspaceBytesFor(node, ins, out_ptrs); ws > 0) {
+      StatusOr<Tensor> w = Tensor::Allocate(DType::kUint8, {ws});
+      if (!w.ok()) return Error(node.Describe() + ": workspace: " + w.status().message());
+      workspace = std::move(*w);
+    }
+    ctx.workspace = {static_cast<std::byte*>(workspace.raw()), workspace.nbytes()};
     RETURN_IF_ERROR(RunCpuKernel(node, ins, out_ptrs, ctx));
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       if (node.outputs[k].empty()) continue;
