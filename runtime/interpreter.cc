@@ -5,6 +5,7 @@
 
 #include "base/hash.h"
 #include "compiler/random_seed.h"
+#include "runtime/cpu_backend.h"
 
 namespace foundry {
 
@@ -42,6 +43,7 @@ StatusOr<std::map<std::string, Tensor>> Interpret(const Graph& graph,
     return l == live.end() ? nullptr : &l->second;
   };
 
+  Backend& backend = options.backend ? *options.backend : GetCpuBackend();
   KernelContext ctx = options.ctx;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const Node& node = graph.nodes[i];
@@ -70,7 +72,13 @@ StatusOr<std::map<std::string, Tensor>> Interpret(const Graph& graph,
     }
     for (auto& t : outs) out_ptrs.push_back(&t);
     ctx.node_key = NodeKey(node);
-    RETURN_IF_ERROR(RunCpuKernel(node, ins, out_ptrs, ctx));
+    Region workspace;
+    if (const int64_t ws = backend.WorkspaceBytes(graph, node); ws > 0) {
+      ASSIGN_OR_RETURN(workspace, backend.Allocate(ws, CurrentMemoryClass(),
+                                                   "the workspace of " + node.Describe()));
+    }
+    RETURN_IF_ERROR(backend.Run(node, ins, out_ptrs,
+                                std::span<std::byte>(workspace.data(), workspace.bytes()), ctx));
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       if (node.outputs[k].empty()) continue;
       if (options.check_finite && !AllFinite(outs[k]))
