@@ -4,6 +4,7 @@
     /usr/bin/python3 models/export_mpt.py --config models/configs/mpt_tiny.json -o mpt.onnx
     /usr/bin/python3 models/export_mpt.py --config mpt_7b -o mpt7b.onnx --no-weights
     /usr/bin/python3 models/export_mpt.py --config mpt_tiny -o f.onnx --annotations functions
+    /usr/bin/python3 models/export_mpt.py --config mpt_7b --n-layers 24 -o m24.onnx --no-weights
 
 --annotations: scopes (default; TorchScript scoped names + foundry.* metadata), functions (ONNX
 local functions; falls back to scopes, with a message, where torch's extraction fails) or
@@ -41,11 +42,21 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int,
                     help="trace sequence length (the graph keeps `seq` symbolic)")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
+    ap.add_argument("--n-layers", type=int,
+                    help="override the config's n_layers (exports that differ only in depth, "
+                         "for bench/compile_scaling.sh)")
     args = ap.parse_args(argv)
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
     config = families.load_config(args.config)
+    if args.n_layers is not None:
+        if families.family(config) != "mpt":
+            ap.error(f"--n-layers applies to MPT configs (n_layers), not {config['name']}")
+        if args.n_layers < 1:
+            ap.error(f"--n-layers must be at least 1, got {args.n_layers}")
+        config["n_layers"] = args.n_layers
+        config["name"] = f"{config['name']}_{args.n_layers}l"
     s = families.settings(config)
     start = time.time()
     buffer_values = None

@@ -142,7 +142,16 @@ StatusOr<bool> FoldPass::Run(Graph& graph) {
     bool all_empty = std::all_of(node.outputs.begin(), node.outputs.end(), [&](const auto& o) {
       return o.empty() || NumElements(graph.FindValue(o)->shape) == 0;
     });
-    Status st = all_empty ? Status::Ok() : RunCpuKernel(node, ins, out_ptrs, KernelContext{});
+    KernelContext ctx;
+    Tensor workspace;  // folding runs unplanned: the node's scratch is an allocation of its own
+    if (const int64_t ws = CpuWorkspaceBytesFor(node, ins, out_ptrs); ws > 0 && !all_empty) {
+      StatusOr<Tensor> w = Tensor::Allocate(DType::kUint8, {ws});
+      if (!w.ok())
+        return Error("fold: " + node.Describe() + ": workspace: " + w.status().message());
+      workspace = std::move(*w);
+    }
+    ctx.workspace = {static_cast<std::byte*>(workspace.raw()), workspace.nbytes()};
+    Status st = all_empty ? Status::Ok() : RunCpuKernel(node, ins, out_ptrs, ctx);
     if (!st.ok()) return st.Prepend("fold: ");
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       if (node.outputs[i].empty()) continue;

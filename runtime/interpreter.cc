@@ -72,6 +72,7 @@ StatusOr<std::map<std::string, Tensor>> Interpret(const Graph& graph,
     }
     for (auto& t : outs) out_ptrs.push_back(&t);
     ctx.node_key = NodeKey(node);
+    // Unplanned, so each node's scratch is an allocation of its own (a plan puts it in the arena).
     Region workspace;
     if (const int64_t ws = backend.WorkspaceBytes(graph, node); ws > 0) {
       ASSIGN_OR_RETURN(workspace, backend.Allocate(ws, CurrentMemoryClass(),

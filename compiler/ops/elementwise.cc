@@ -219,20 +219,25 @@ StatusOr<Types> InferDropoutGrad(const InferContext& ctx) {
   return Types{SameAs(ctx.input(0))};
 }
 
+// `in_place`: the inputs output 0 may write over (OpSchema::in_place_inputs); each kernel reads
+// every element of those inputs before it writes the same element of the output.
 void Add(OpSchemaTable& table, const std::string& domain, const std::string& op, int min_in,
-         int max_in, InferFn infer, int min_out = 1, int max_out = 1) {
-  table.Add(OpSchema{domain, op, min_in, max_in, min_out, max_out, std::move(infer)});
+         int max_in, InferFn infer, int min_out = 1, int max_out = 1,
+         std::vector<int> in_place = {}) {
+  table.Add(OpSchema{domain, op, min_in, max_in, min_out, max_out, std::move(infer),
+                     /*view=*/false, std::move(in_place)});
 }
 
 }  // namespace
 
 void RegisterElementwiseSchemas(OpSchemaTable& table) {
   for (const char* op : {"Add", "Sub", "Mul", "Div"})
-    Add(table, "", op, 2, 2, BroadcastOp(kNumericTypes));
-  Add(table, "", "Pow", 2, 2, InferPow);
+    Add(table, "", op, 2, 2, BroadcastOp(kNumericTypes), 1, 1, {0, 1});
+  Add(table, "", "Pow", 2, 2, InferPow, 1, 1, {0});
   Add(table, "", "Mod", 2, 2, InferMod);
-  for (const char* op : {"Min", "Max", "Sum"})
+  for (const char* op : {"Min", "Max"})
     Add(table, "", op, 1, kVariadic, BroadcastOp(kNumericTypes));
+  Add(table, "", "Sum", 1, kVariadic, BroadcastOp(kNumericTypes), 1, 1, {0, 1, 2, 3, 4, 5, 6, 7});
   Add(table, "", "Mean", 1, kVariadic, BroadcastOp(kFloatTypes));
 
   for (const char* op : {"Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
@@ -241,27 +246,29 @@ void RegisterElementwiseSchemas(OpSchemaTable& table) {
   for (const char* op : {"And", "Or", "Xor"})
     Add(table, "", op, 2, 2, BroadcastOp(kBoolType, DType::kBool));
 
-  for (const char* op : {"Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Tanh", "Sigmoid", "Sin", "Cos",
-                         "Floor", "Ceil", "Round", "Softplus"})
+  for (const char* op : {"Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Tanh", "Sigmoid", "Softplus"})
+    Add(table, "", op, 1, 1, UnaryOp(kFloatTypes), 1, 1, {0});
+  for (const char* op : {"Sin", "Cos", "Floor", "Ceil", "Round"})
     Add(table, "", op, 1, 1, UnaryOp(kFloatTypes));
-  for (const char* op : {"Neg", "Abs", "Sign", "Relu"})
-    Add(table, "", op, 1, 1, UnaryOp(kNumericTypes));
+  for (const char* op : {"Neg", "Abs", "Relu"})
+    Add(table, "", op, 1, 1, UnaryOp(kNumericTypes), 1, 1, {0});
+  Add(table, "", "Sign", 1, 1, UnaryOp(kNumericTypes));
   Add(table, "", "Not", 1, 1, UnaryOp(kBoolType));
   Add(table, "", "IsNaN", 1, 1, UnaryOp(kFloatTypes, DType::kBool));
   Add(table, "", "IsInf", 1, 1, UnaryOp(kFloatTypes, DType::kBool));
-  table.Add(OpSchema{"", "Identity", 1, 1, 1, 1, UnaryOp(kAllTypes), /*view=*/true});
+  table.Add(OpSchema{"", "Identity", 1, 1, 1, 1, UnaryOp(kAllTypes), /*view=*/true, {}});
 
-  Add(table, "", "Where", 3, 3, InferWhere);
+  Add(table, "", "Where", 3, 3, InferWhere, 1, 1, {1, 2});
   Add(table, "", "Cast", 1, 1, InferCast);
   Add(table, "", "CastLike", 2, 2, InferCastLike);
-  Add(table, "", "Clip", 1, 3, InferClip);
-  Add(table, "", "Dropout", 1, 3, InferDropout, 1, 2);
+  Add(table, "", "Clip", 1, 3, InferClip, 1, 1, {0});
+  Add(table, "", "Dropout", 1, 3, InferDropout, 1, 2, {0});
 
-  Add(table, "com.microsoft", "Gelu", 1, 1, UnaryOp(kFloatTypes));
-  Add(table, "com.microsoft", "FastGelu", 1, 1, UnaryOp(kFloatTypes));
+  Add(table, "com.microsoft", "Gelu", 1, 1, UnaryOp(kFloatTypes), 1, 1, {0});
+  Add(table, "com.microsoft", "FastGelu", 1, 1, UnaryOp(kFloatTypes), 1, 1, {0});
   for (const char* op : {"GeluGrad", "FastGeluGrad", "ReluGrad", "SigmoidGrad", "TanhGrad"})
-    Add(table, "com.microsoft", op, 2, 2, InferActivationGrad);
-  Add(table, "com.microsoft", "DropoutGrad", 2, 4, InferDropoutGrad);
+    Add(table, "com.microsoft", op, 2, 2, InferActivationGrad, 1, 1, {0, 1});
+  Add(table, "com.microsoft", "DropoutGrad", 2, 4, InferDropoutGrad, 1, 1, {0});
 }
 
 }  // namespace foundry

@@ -10,6 +10,7 @@
 // inputs left to right into the output, so results do not depend on anything but input order.
 // Dropout draws from Philox (kernels/cpu/philox.h) keyed by (ctx.seed, ctx.node_key, element),
 // so a recompute of the node reproduces its mask exactly.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -119,19 +120,9 @@ void BinaryBroadcast(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
                 });
 }
 
-// Copies `in` broadcast to out's shape (T: any type of the element's size).
-template <class T>
-void BroadcastCopy(const Tensor& in, Tensor& out) {
-  const T* pi = in.data<T>();
-  T* po = out.data<T>();
-  ForEachRun<1>(out.shape(), {&in.shape()},
-                [&](int64_t o, std::array<int64_t, 1> off, std::array<int64_t, 1> st, int64_t n) {
-                  if (st[0] == 1) {
-                    std::memcpy(po + o, pi + off[0], n * sizeof(T));
-                  } else {
-                    for (int64_t i = 0; i < n; ++i) po[o + i] = pi[off[0] + i * st[0]];
-                  }
-                });
+// out = in, bytes for bytes; nothing to do when out already is in (a view, in place).
+void CopyUnlessSame(const Tensor& in, Tensor& out) {
+  if (in.nbytes() && out.raw() != in.raw()) std::memcpy(out.raw(), in.raw(), in.nbytes());
 }
 
 template <class T, class R, class Op>
@@ -579,13 +570,68 @@ Status PowKernel(const Node& node, Inputs in, Outputs out, const KernelContext&)
   });
 }
 
-// Sum, Min, Max: out = in0 (broadcast), then out = op(out, in_k) for k = 1.. in order.
+// Sum, Min, Max: per element, acc = in0, then acc = op(acc, in_k) for k = 1.. in order, then
+// out = acc. Each output element is written after every input has been read at it, so the output
+// may take the buffer of any input of its own shape (Sum runs in place on any of them).
+template <class T, class Op>
+void VariadicCombine(Inputs in, Tensor& out, Op op) {
+  const Shape& os = out.shape();
+  const int64_t numel = out.numel();
+  const size_t n_in = in.size();
+  T* y = out.data<T>();
+  if (numel == 0) return;
+  if (std::all_of(in.begin(), in.end(), [&](const Tensor* t) { return t->shape() == os; })) {
+    // Blocks of a stack buffer keep the per-input loops plain and vectorizable.
+    constexpr int64_t kBlock = 256;
+    T acc[kBlock];
+    for (int64_t b = 0; b < numel; b += kBlock) {
+      const int64_t n = std::min(kBlock, numel - b);
+      const T* x0 = in[0]->data<T>() + b;
+      for (int64_t i = 0; i < n; ++i) acc[i] = x0[i];
+      for (size_t k = 1; k < n_in; ++k) {
+        const T* xk = in[k]->data<T>() + b;
+        for (int64_t i = 0; i < n; ++i) acc[i] = op(acc[i], xk[i]);
+      }
+      std::memcpy(y + b, acc, n * sizeof(T));
+    }
+    return;
+  }
+  // Broadcasting: per input, its element stride along each output axis (0 where it broadcasts);
+  // rank-sized tables, walked one innermost row at a time.
+  const int64_t rank = static_cast<int64_t>(os.size());
+  std::vector<std::vector<int64_t>> stride(n_in, std::vector<int64_t>(rank, 0));
+  for (size_t k = 0; k < n_in; ++k) {
+    const Shape& s = in[k]->shape();
+    int64_t st = 1;
+    for (int64_t d = rank - 1, j = static_cast<int64_t>(s.size()) - 1; d >= 0 && j >= 0; --d, --j) {
+      if (s[j] != 1) stride[k][d] = st;
+      st *= s[j];
+    }
+  }
+  // rank >= 1 here: with rank 0 every input is a scalar of the output's shape.
+  const int64_t inner = os[rank - 1];
+  std::vector<int64_t> index(rank, 0), offset(n_in, 0);
+  for (int64_t o = 0; o < numel; o += inner) {
+    for (int64_t i = 0; i < inner; ++i) {
+      T acc = in[0]->data<T>()[offset[0] + i * stride[0][rank - 1]];
+      for (size_t k = 1; k < n_in; ++k)
+        acc = op(acc, in[k]->data<T>()[offset[k] + i * stride[k][rank - 1]]);
+      y[o + i] = acc;
+    }
+    for (int64_t d = rank - 2; d >= 0; --d) {
+      for (size_t k = 0; k < n_in; ++k) offset[k] += stride[k][d];
+      if (++index[d] < os[d]) break;
+      for (size_t k = 0; k < n_in; ++k) offset[k] -= stride[k][d] * os[d];
+      index[d] = 0;
+    }
+  }
+}
+
 template <class Op>
 Status VariadicKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   return VisitNumeric(node, out[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    BroadcastCopy<T>(*in[0], *out[0]);
-    for (size_t k = 1; k < in.size(); ++k) BinaryBroadcast<T, T, T>(*out[0], *in[k], *out[0], Op{});
+    VariadicCombine<T>(in, *out[0], Op{});
     return Status::Ok();
   });
 }
@@ -662,8 +708,9 @@ Status IsInfKernel(const Node& node, Inputs in, Outputs out, const KernelContext
   });
 }
 
+// Identity is a view: when the planner gave the output the input's buffer, nothing moves.
 Status IdentityKernel(const Node&, Inputs in, Outputs out, const KernelContext&) {
-  if (in[0]->nbytes()) std::memcpy(out[0]->raw(), in[0]->raw(), in[0]->nbytes());
+  CopyUnlessSame(*in[0], *out[0]);
   return Status::Ok();
 }
 
@@ -747,7 +794,7 @@ Status DropoutKernel(const Node& node, Inputs in, Outputs out, const KernelConte
   if (training && !(ratio >= 0.f && ratio < 1.f))
     return Error(node.Describe() + ": ratio " + std::to_string(ratio) + " is outside [0, 1)");
   if (!training || ratio == 0.f) {
-    if (in[0]->nbytes()) std::memcpy(out[0]->raw(), in[0]->raw(), in[0]->nbytes());
+    CopyUnlessSame(*in[0], *out[0]);  // output 0 may run in place
     if (m) std::memset(m, 1, n);
     return Status::Ok();
   }

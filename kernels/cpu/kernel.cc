@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "compiler/op_schema.h"
 
@@ -47,22 +49,74 @@ void FillPoison(Tensor& t) {
   }
 }
 
+const CpuWorkspaceTable& CpuWorkspaces() {
+  static const CpuWorkspaceTable table = [] {
+    CpuWorkspaceTable t;
+    RegisterMathWorkspaces(t);
+    RegisterShapeOpWorkspaces(t);
+    return t;
+  }();
+  return table;
+}
+
+namespace {
+
+int64_t WorkspaceOf(const Node& node, std::span<const OperandType> in,
+                    std::span<const OperandType> out) {
+  const CpuWorkspaceFn* fn = CpuWorkspaces().Find(node.domain, node.op_type);
+  return fn ? (*fn)(node, in, out) : 0;
+}
+
+template <class T>
+std::vector<OperandType> TensorTypes(std::span<T* const> tensors) {
+  std::vector<OperandType> types(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i]) types[i] = OperandType{tensors[i]->dtype(), &tensors[i]->shape()};
+  return types;
+}
+
+std::vector<OperandType> GraphTypes(const Graph& graph, const std::vector<std::string>& names) {
+  std::vector<OperandType> types(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const Value* v = names[i].empty() ? nullptr : graph.FindValue(names[i]);
+    if (v) types[i] = OperandType{v->dtype, v->ShapeKnown() ? &v->shape : nullptr};
+  }
+  return types;
+}
+
+}  // namespace
+
+int64_t CpuWorkspaceBytes(const Graph& graph, const Node& node) {
+  if (!CpuWorkspaces().Find(node.domain, node.op_type)) return 0;
+  return WorkspaceOf(node, GraphTypes(graph, node.inputs), GraphTypes(graph, node.outputs));
+}
+
+int64_t CpuWorkspaceBytesFor(const Node& node, std::span<const Tensor* const> inputs,
+                             std::span<Tensor* const> outputs) {
+  if (!CpuWorkspaces().Find(node.domain, node.op_type)) return 0;
+  return WorkspaceOf(node, TensorTypes(inputs), TensorTypes(outputs));
+}
+
 Status RunCpuKernel(const Node& node, std::span<const Tensor* const> inputs,
                     std::span<Tensor* const> outputs, const KernelContext& ctx) {
   const CpuKernelFn* fn = CpuKernels().Find(node.domain, node.op_type);
   if (!fn) return Error(node.Describe() + ": the cpu backend has no kernel for " + node.op_type);
+  const int64_t need = CpuWorkspaceBytesFor(node, inputs, outputs);
+  if (static_cast<int64_t>(ctx.workspace.size()) < need)
+    return Error(node.Describe() + ": the cpu kernel needs " + std::to_string(need) +
+                 " bytes of workspace but was given " + std::to_string(ctx.workspace.size()) +
+                 " (plan the node's workspace with CpuWorkspaceBytes)");
   if (PoisonKernelOutputs())
-    for (Tensor* t : outputs)
-      if (t) FillPoison(*t);
+    for (Tensor* t : outputs) {
+      if (!t) continue;
+      // A view or in-place output holds an input's bytes (pointer comparison: the planner
+      // aliases whole buffers, never parts).
+      bool aliased = t->nbytes() != 0 &&
+                     std::any_of(inputs.begin(), inputs.end(),
+                                 [&](const Tensor* in) { return in && in->raw() == t->raw(); });
+      if (!aliased) FillPoison(*t);
+    }
   return (*fn)(node, inputs, outputs, ctx);
 }
-
-}  // namespace foundry
-
-namespace foundry {
-
-// No CPU kernel takes scratch from the workspace yet; the kernels that keep heap scratch move to
-// it op by op (issue 9), each declaring its figure here.
-int64_t CpuWorkspaceBytes(const Graph&, const Node&) { return 0; }
 
 }  // namespace foundry

@@ -37,15 +37,46 @@ const CpuKernelTable& CpuKernels();
 // `graph`: the CPU backend's WorkspaceFn (passes/memory_plan.h). Declared per op next to its
 // kernel, so a kernel and its figure change together.
 int64_t CpuWorkspaceBytes(const Graph& graph, const Node& node);
+// The same figure from the tensors a caller is about to run the node on (null: omitted). Equal to
+// CpuWorkspaceBytes when the tensors have the graph's types.
+int64_t CpuWorkspaceBytesFor(const Node& node, std::span<const Tensor* const> inputs,
+                             std::span<Tensor* const> outputs);
+
+// One operand as a workspace figure sees it: element type and shape; shape null when the operand
+// is omitted or its shape is not known.
+struct OperandType {
+  DType dtype = DType::kUndefined;
+  const Shape* shape = nullptr;
+};
+// A kernel's workspace bytes as a function of its operands' types (never of their values, which a
+// compile-time caller does not have). Ops without a row need none.
+using CpuWorkspaceFn = int64_t (*)(const Node& node, std::span<const OperandType> inputs,
+                                   std::span<const OperandType> outputs);
+using CpuWorkspaceTable = OpTable<CpuWorkspaceFn>;
+const CpuWorkspaceTable& CpuWorkspaces();
+
+// The workspace viewed as an array of T from byte `offset` (a multiple of alignof(T)). Kernels call
+// it only for the bytes their CpuWorkspaceFn declared; RunCpuKernel has checked that they are
+// there.
+template <class T>
+T* WorkspaceArray(const KernelContext& ctx, int64_t offset = 0) {
+  static_assert(alignof(T) <= 256, "the workspace is 256-byte aligned");
+  return reinterpret_cast<T*>(ctx.workspace.data() + offset);
+}
 
 // Runs one node on the CPU: looks up the kernel and calls it. Omitted inputs are null; outputs
-// must be preallocated by the caller. Errors name the node.
+// must be preallocated by the caller, and ctx.workspace must hold CpuWorkspaceBytesFor(node, ...)
+// bytes (an error naming the node and both sizes otherwise). An output may share its data pointer
+// with an input: input 0 of a view op (the kernel then copies nothing), or an input the schema
+// lists in in_place_inputs (same shape and dtype as the output). Errors name the node.
 Status RunCpuKernel(const Node& node, std::span<const Tensor* const> inputs,
                     std::span<Tensor* const> outputs, const KernelContext& ctx);
 
 // The contract above, made checkable: when on, RunCpuKernel fills every output with poison before
 // the kernel runs (NaN for floating-point dtypes, 0xA5 bytes otherwise), so an element a kernel
-// leaves unwritten, or a `+=` into the output, gives a wrong result instead of a lucky zero. Every
+// leaves unwritten, or a `+=` into the output, gives a wrong result instead of a lucky zero. An
+// output whose data pointer is an input's (a view, in place) is left alone: poisoning it would
+// destroy the input. Every
 // test binary turns it on (tests/support/test_main.cc); off by default, so the CLIs keep zeroed
 // buffers. Process-wide; set it before any kernel runs.
 void SetPoisonKernelOutputs(bool on);
@@ -56,5 +87,8 @@ void FillPoison(Tensor& t);
 void RegisterElementwiseKernels(CpuKernelTable& table);
 void RegisterShapeOpKernels(CpuKernelTable& table);
 void RegisterMathKernels(CpuKernelTable& table);
+// The workspace figures of the kernels that need scratch, one per family file.
+void RegisterMathWorkspaces(CpuWorkspaceTable& table);
+void RegisterShapeOpWorkspaces(CpuWorkspaceTable& table);
 
 }  // namespace foundry

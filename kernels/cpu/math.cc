@@ -226,16 +226,16 @@ void ForEachLane(const AxisLayout& l, F f) {
 }
 
 // Softmax / LogSoftmax (opset 13): max-shifted, exp and sum in double, one rounding per output.
+// Workspace: the lane's exponentials, one double per element along the axis.
 template <class T, bool kLog>
-Status SoftmaxTyped(const Node& node, const Tensor& X, Tensor& Y) {
+Status SoftmaxTyped(const Node& node, const Tensor& X, Tensor& Y, const KernelContext& ctx) {
   ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), X.rank()));
   const T* x = X.data<T>();
   T* y = Y.data<T>();
-  std::vector<double> e;
+  double* e = WorkspaceArray<double>(ctx);
   ForEachLane(LayoutAround(X.shape(), axis), [&](int64_t base, int64_t stride, int64_t n) {
     double m = -std::numeric_limits<double>::infinity();
     for (int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<double>(x[base + j * stride]));
-    e.resize(n);
     double sum = 0;
     for (int64_t j = 0; j < n; ++j) {
       e[j] = std::exp(static_cast<double>(x[base + j * stride]) - m);
@@ -252,15 +252,23 @@ Status SoftmaxTyped(const Node& node, const Tensor& X, Tensor& Y) {
 
 template <bool kLog>
 Status SoftmaxKernel(const Node& node, std::span<const Tensor* const> in,
-                     std::span<Tensor* const> out, const KernelContext&) {
+                     std::span<Tensor* const> out, const KernelContext& ctx) {
   switch (in[0]->dtype()) {
     case DType::kFloat32:
-      return SoftmaxTyped<float, kLog>(node, *in[0], *out[0]);
+      return SoftmaxTyped<float, kLog>(node, *in[0], *out[0], ctx);
     case DType::kFloat64:
-      return SoftmaxTyped<double, kLog>(node, *in[0], *out[0]);
+      return SoftmaxTyped<double, kLog>(node, *in[0], *out[0], ctx);
     default:
       return UnsupportedType(node, in[0]->dtype());
   }
+}
+
+int64_t SoftmaxWorkspace(const Node& node, std::span<const OperandType> in,
+                         std::span<const OperandType>) {
+  if (in.empty() || !in[0].shape) return 0;
+  const Shape& s = *in[0].shape;
+  auto axis = NormalizeAxis(node.GetInt("axis", -1), static_cast<int64_t>(s.size()));
+  return axis.ok() ? static_cast<int64_t>(sizeof(double)) * s[*axis] : 0;
 }
 
 // SoftmaxGrad_13 (dY, Y): dX = Y * (dY - sum(dY * Y)).
@@ -381,10 +389,14 @@ struct Reducer {
   }
 };
 
+// Workspace (ReduceWorkspace): out_n + red_n 8-byte slots, the leading-reduced path's accumulators
+// or the general path's offset tables.
 template <class T, ReduceOp kOp>
-Status ReduceTyped(const Node& node, const Tensor& X, const Tensor* axes_input, Tensor& Y) {
+Status ReduceTyped(const Node& node, const Tensor& X, const Tensor* axes_input, Tensor& Y,
+                   const KernelContext& ctx) {
   using R = Reducer<T, kOp>;
   using Acc = typename R::Acc;
+  static_assert(sizeof(Acc) == sizeof(int64_t) && alignof(Acc) == alignof(int64_t));
   const Shape& xs = X.shape();
   int64_t rank = X.rank();
   ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedAxes(node, axes_input, rank));
@@ -403,6 +415,7 @@ Status ReduceTyped(const Node& node, const Tensor& X, const Tensor* axes_input, 
   if (Y.shape() != expect)
     return Fail(node, "output was allocated as " + ShapeToString(Y.shape()) +
                           ", the reduction gives " + ShapeToString(expect));
+  if (out_n == 0) return Status::Ok();
   const T* x = X.data<T>();
   T* y = Y.data<T>();
   // Each output accumulates its reduced elements in row-major order of their indices.
@@ -417,7 +430,8 @@ Status ReduceTyped(const Node& node, const Tensor& X, const Tensor* axes_input, 
   if (leading_reduced) {
     // Reduced dims all before the kept ones ([R, O] view): sweep rows so memory is read in order.
     // Same per-output order (r ascending) as the general path.
-    std::vector<Acc> acc(out_n, R::Init());
+    Acc* acc = WorkspaceArray<Acc>(ctx);
+    std::fill_n(acc, out_n, R::Init());
     for (int64_t r = 0; r < red_n; ++r) {
       const T* row = x + r * out_n;
       for (int64_t o = 0; o < out_n; ++o) acc[o] = R::Step(acc[o], row[o]);
@@ -428,8 +442,7 @@ Status ReduceTyped(const Node& node, const Tensor& X, const Tensor* axes_input, 
   // General path: offsets of the kept and of the reduced index combinations.
   std::vector<int64_t> stride(rank, 1);
   for (int64_t i = rank - 2; i >= 0; --i) stride[i] = stride[i + 1] * xs[i + 1];
-  auto offsets = [&](bool want_reduced, int64_t count) {
-    std::vector<int64_t> offs(count, 0);
+  auto offsets = [&](bool want_reduced, int64_t count, int64_t* offs) {
     std::vector<int64_t> idx(rank, 0);
     for (int64_t c = 0; c < count; ++c) {
       int64_t off = 0;
@@ -442,9 +455,11 @@ Status ReduceTyped(const Node& node, const Tensor& X, const Tensor* axes_input, 
         idx[d] = 0;
       }
     }
-    return offs;
   };
-  std::vector<int64_t> out_offs = offsets(false, out_n), red_offs = offsets(true, red_n);
+  int64_t* out_offs = WorkspaceArray<int64_t>(ctx);
+  int64_t* red_offs = out_offs + out_n;
+  offsets(false, out_n, out_offs);
+  offsets(true, red_n, red_offs);
   for (int64_t o = 0; o < out_n; ++o) {
     Acc acc = R::Init();
     const T* base = x + out_offs[o];
@@ -456,26 +471,36 @@ Status ReduceTyped(const Node& node, const Tensor& X, const Tensor* axes_input, 
 
 template <ReduceOp kOp>
 Status ReduceKernel(const Node& node, std::span<const Tensor* const> in,
-                    std::span<Tensor* const> out, const KernelContext&) {
+                    std::span<Tensor* const> out, const KernelContext& ctx) {
   const Tensor* axes = in.size() > 1 ? in[1] : nullptr;
   constexpr bool kFloatOnly = kOp == ReduceOp::kL1 || kOp == ReduceOp::kL2 ||
                               kOp == ReduceOp::kSumSquare || kOp == ReduceOp::kLogSum ||
                               kOp == ReduceOp::kLogSumExp;
   switch (in[0]->dtype()) {
     case DType::kFloat32:
-      return ReduceTyped<float, kOp>(node, *in[0], axes, *out[0]);
+      return ReduceTyped<float, kOp>(node, *in[0], axes, *out[0], ctx);
     case DType::kFloat64:
-      return ReduceTyped<double, kOp>(node, *in[0], axes, *out[0]);
+      return ReduceTyped<double, kOp>(node, *in[0], axes, *out[0], ctx);
     case DType::kInt64:
       if (kFloatOnly) break;
-      return ReduceTyped<int64_t, kOp>(node, *in[0], axes, *out[0]);
+      return ReduceTyped<int64_t, kOp>(node, *in[0], axes, *out[0], ctx);
     case DType::kInt32:
       if (kFloatOnly) break;
-      return ReduceTyped<int32_t, kOp>(node, *in[0], axes, *out[0]);
+      return ReduceTyped<int32_t, kOp>(node, *in[0], axes, *out[0], ctx);
     default:
       break;
   }
   return UnsupportedType(node, in[0]->dtype());
+}
+
+// The output's element count is out_n, and red_n = numel(X) / out_n whichever axes are reduced,
+// so the figure needs no axes (which may be a run-time input).
+int64_t ReduceWorkspace(const Node&, std::span<const OperandType> in,
+                        std::span<const OperandType> out) {
+  if (in.empty() || out.empty() || !in[0].shape || !out[0].shape) return 0;
+  const int64_t out_n = NumElements(*out[0].shape);
+  if (out_n <= 0) return 0;
+  return static_cast<int64_t>(sizeof(int64_t)) * (out_n + NumElements(*in[0].shape) / out_n);
 }
 
 // ============================== normalizations ==============================
@@ -532,8 +557,9 @@ Status LayerNormKernel(const Node& node, std::span<const Tensor* const> in,
 //   dX = inv * (g - mean(g) - xhat * mean(g * xhat));  dscale = sum_rows dY * xhat;
 //   dbias = sum_rows dY.
 // Row sums and the column sums over rows accumulate in double, rows in order.
+// Workspace: dscale, dbias, xhat and g, `cols` doubles each.
 Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
-                           std::span<Tensor* const> out, const KernelContext&) {
+                           std::span<Tensor* const> out, const KernelContext& ctx) {
   const Tensor& X = *in[1];
   if (X.dtype() != DType::kFloat32) return UnsupportedType(node, X.dtype());
   ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), X.rank()));
@@ -550,7 +576,11 @@ Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
   const float* mean = mean_t ? mean_t->data<float>() : nullptr;
   const float* inv = inv_t->data<float>();
   float* dx = out[0]->data<float>();
-  std::vector<double> dscale(cols, 0.0), dbias(cols, 0.0), xhat(cols), g(cols);
+  double* dscale = WorkspaceArray<double>(ctx);
+  double* dbias = dscale + cols;
+  double* xhat = dbias + cols;
+  double* g = xhat + cols;
+  std::fill_n(dscale, 2 * cols, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
     const float* dyr = dy + r * cols;
@@ -572,11 +602,20 @@ Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
   }
   for (size_t k = 1; k < out.size(); ++k) {
     if (out[k]->numel() != cols) continue;
-    const std::vector<double>& src = k == 1 ? dscale : dbias;
+    const double* src = k == 1 ? dscale : dbias;
     float* o = out[k]->data<float>();
     for (int64_t j = 0; j < cols; ++j) o[j] = static_cast<float>(src[j]);
   }
   return Status::Ok();
+}
+
+int64_t LayerNormGradWorkspace(const Node& node, std::span<const OperandType> in,
+                               std::span<const OperandType>) {
+  if (in.size() < 2 || !in[1].shape) return 0;
+  const Shape& s = *in[1].shape;
+  auto axis = NormalizeAxis(node.GetInt("axis", -1), static_cast<int64_t>(s.size()));
+  if (!axis.ok()) return 0;
+  return 4 * static_cast<int64_t>(sizeof(double)) * SplitAt(s, *axis).second;
 }
 
 // com.microsoft SimplifiedLayerNormalization (X, scale) -> (Y[, inv_std_var]), RMSNorm over dims
@@ -634,23 +673,29 @@ StatusOr<CeLayout> CeLayoutOf(const Node& node, const Tensor& scores, const Tens
   return l;
 }
 
-// The class of each target, or -1 when it is ignored; errors on labels outside [0, C).
-StatusOr<std::vector<int64_t>> CeTargets(const Node& node, const Tensor& labels, int64_t classes) {
-  bool has_ignore = node.HasAttr("ignore_index");
-  int64_t ignore = node.GetInt("ignore_index", 0);
-  std::vector<int64_t> t(labels.numel());
+// The labels as targets: the class of target i, or -1 when it is ignored. Read from the labels
+// each time (no table: kernels take no scratch they can do without).
+struct CeTargets {
+  const Tensor* labels = nullptr;
+  bool has_ignore = false;
+  int64_t ignore = 0;
+  int64_t operator[](int64_t i) const {
+    int64_t v = labels->GetAsInt64(i);
+    return has_ignore && v == ignore ? -1 : v;
+  }
+};
+
+// Errors on a label outside [0, C) that is not ignore_index, before anything is written.
+StatusOr<CeTargets> CheckCeTargets(const Node& node, const Tensor& labels, int64_t classes) {
+  CeTargets t{&labels, node.HasAttr("ignore_index"), node.GetInt("ignore_index", 0)};
   for (int64_t i = 0; i < labels.numel(); ++i) {
     int64_t v = labels.GetAsInt64(i);
-    if (has_ignore && v == ignore) {
-      t[i] = -1;
-    } else if (v < 0 || v >= classes) {
+    if (t.has_ignore && v == t.ignore) continue;
+    if (v < 0 || v >= classes)
       return Fail(node, "label " + std::to_string(v) + " at position " + std::to_string(i) +
                             " is outside [0, " + std::to_string(classes) + ")" +
-                            (has_ignore ? " and is not ignore_index " + std::to_string(ignore)
-                                        : std::string(" and there is no ignore_index")));
-    } else {
-      t[i] = v;
-    }
+                            (t.has_ignore ? " and is not ignore_index " + std::to_string(t.ignore)
+                                          : std::string(" and there is no ignore_index")));
   }
   return t;
 }
@@ -663,14 +708,13 @@ Status SoftmaxCrossEntropyKernel(const Node& node, std::span<const Tensor* const
   const Tensor& S = *in[0];
   if (S.dtype() != DType::kFloat32) return UnsupportedType(node, S.dtype());
   ASSIGN_OR_RETURN(CeLayout l, CeLayoutOf(node, S, *in[1]));
-  ASSIGN_OR_RETURN(std::vector<int64_t> target, CeTargets(node, *in[1], l.c));
+  ASSIGN_OR_RETURN(CeTargets target, CheckCeTargets(node, *in[1], l.c));
   const float* w = in.size() > 2 && in[2] ? in[2]->data<float>() : nullptr;
   std::string reduction = node.GetString("reduction", "mean");
   const float* s = S.data<float>();
   float* log_prob =
       out.size() > 1 && out[1]->numel() == S.numel() ? out[1]->data<float>() : nullptr;
   float* loss = out[0]->data<float>();
-  std::vector<double> lp(l.c);
   double total = 0, weight_sum = 0;
   for (int64_t n = 0; n < l.n; ++n) {
     for (int64_t i = 0; i < l.inner; ++i) {
@@ -680,15 +724,14 @@ Status SoftmaxCrossEntropyKernel(const Node& node, std::span<const Tensor* const
       double sum = 0;
       for (int64_t c = 0; c < l.c; ++c) sum += std::exp(s[base + c * l.inner] - m);
       double log_sum = std::log(sum);
-      for (int64_t c = 0; c < l.c; ++c) {
-        lp[c] = (s[base + c * l.inner] - m) - log_sum;
-        if (log_prob) log_prob[base + c * l.inner] = static_cast<float>(lp[c]);
-      }
-      int64_t k = n * l.inner + i;
+      auto lp = [&](int64_t c) { return (s[base + c * l.inner] - m) - log_sum; };
+      if (log_prob)
+        for (int64_t c = 0; c < l.c; ++c) log_prob[base + c * l.inner] = static_cast<float>(lp(c));
+      const int64_t k = n * l.inner + i, t = target[k];
       double li = 0;
-      if (target[k] >= 0) {
-        double wk = w ? w[target[k]] : 1.0;
-        li = -lp[target[k]] * wk;
+      if (t >= 0) {
+        double wk = w ? w[t] : 1.0;
+        li = -lp(t) * wk;
         weight_sum += wk;
       }
       total += li;
@@ -710,7 +753,7 @@ Status SoftmaxCrossEntropyGradKernel(const Node& node, std::span<const Tensor* c
   const Tensor& LP = *in[1];
   if (LP.dtype() != DType::kFloat32) return UnsupportedType(node, LP.dtype());
   ASSIGN_OR_RETURN(CeLayout l, CeLayoutOf(node, LP, *in[2]));
-  ASSIGN_OR_RETURN(std::vector<int64_t> target, CeTargets(node, *in[2], l.c));
+  ASSIGN_OR_RETURN(CeTargets target, CheckCeTargets(node, *in[2], l.c));
   const float* w = in.size() > 3 && in[3] ? in[3]->data<float>() : nullptr;
   std::string reduction = node.GetString("reduction", "mean");
   const float* dy = in[0]->data<float>();
@@ -719,18 +762,19 @@ Status SoftmaxCrossEntropyGradKernel(const Node& node, std::span<const Tensor* c
   double scale = reduction == "none" ? 1.0 : dy[0];
   if (reduction == "mean") {
     double weight_sum = 0;
-    for (int64_t t : target)
-      if (t >= 0) weight_sum += w ? w[t] : 1.0;
+    for (int64_t k = 0; k < l.n * l.inner; ++k)
+      if (const int64_t t = target[k]; t >= 0) weight_sum += w ? w[t] : 1.0;
     scale = weight_sum == 0 ? 0.0 : scale / weight_sum;
   }
   for (int64_t n = 0; n < l.n; ++n) {
     for (int64_t i = 0; i < l.inner; ++i) {
       int64_t k = n * l.inner + i, base = n * l.c * l.inner + i;
+      const int64_t t = target[k];
       double g = 0;
-      if (target[k] >= 0) g = (w ? w[target[k]] : 1.0) * (reduction == "none" ? dy[k] : scale);
+      if (t >= 0) g = (w ? w[t] : 1.0) * (reduction == "none" ? dy[k] : scale);
       for (int64_t c = 0; c < l.c; ++c) {
         int64_t p = base + c * l.inner;
-        double v = g == 0 ? 0.0 : (std::exp(static_cast<double>(lp[p])) - (c == target[k])) * g;
+        double v = g == 0 ? 0.0 : (std::exp(static_cast<double>(lp[p])) - (c == t)) * g;
         ds[p] = static_cast<float>(v);
       }
     }
@@ -739,6 +783,17 @@ Status SoftmaxCrossEntropyGradKernel(const Node& node, std::span<const Tensor* c
 }
 
 }  // namespace
+
+void RegisterMathWorkspaces(CpuWorkspaceTable& table) {
+  table.Add("", "Softmax", SoftmaxWorkspace);
+  table.Add("", "LogSoftmax", SoftmaxWorkspace);
+  for (const char* op :
+       {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+        "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
+    table.Add("", op, ReduceWorkspace);
+  table.Add(kMs, "LayerNormalizationGrad", LayerNormGradWorkspace);
+  table.Add(kMs, "SimplifiedLayerNormalizationGrad", LayerNormGradWorkspace);
+}
 
 void RegisterMathKernels(CpuKernelTable& table) {
   // Runs once, when the kernel table is first built, i.e. before any GEMM (file comment).

@@ -121,10 +121,28 @@ Status ConstantKernel(const Node& node, Inputs in, Outputs out, const KernelCont
     if (t.nbytes()) std::memcpy(out[0]->raw(), t.raw(), t.nbytes());
     return Status::Ok();
   }
-  ASSIGN_OR_RETURN(Tensor t, Named(node, shape_ops::ConstantAttrTensor(node)));
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], t.dtype(), t.shape()));
-  if (t.nbytes()) std::memcpy(out[0]->raw(), t.raw(), t.nbytes());
-  return Status::Ok();
+  // The value_* attributes go straight into the output (no temporary tensor).
+  auto write = [&](DType dtype, Shape shape, const void* bytes) -> Status {
+    RETURN_IF_ERROR(CheckOutput(node, *out[0], dtype, shape));
+    if (out[0]->nbytes()) std::memcpy(out[0]->raw(), bytes, out[0]->nbytes());
+    return Status::Ok();
+  };
+  if (v != node.attrs.end()) return Named(node, shape_ops::ConstantAttrTensor(node)).status();
+  if (auto a = node.attrs.find("value_float"); a != node.attrs.end()) {
+    const float f =
+        a->second.kind == Attribute::Kind::kInt ? static_cast<float>(a->second.i) : a->second.f;
+    return write(DType::kFloat32, {}, &f);
+  }
+  if (auto a = node.attrs.find("value_floats"); a != node.attrs.end())
+    return write(DType::kFloat32, {static_cast<int64_t>(a->second.floats.size())},
+                 a->second.floats.data());
+  if (auto a = node.attrs.find("value_int"); a != node.attrs.end())
+    return write(DType::kInt64, {}, &a->second.i);
+  if (auto a = node.attrs.find("value_ints"); a != node.attrs.end())
+    return write(DType::kInt64, {static_cast<int64_t>(a->second.ints.size())},
+                 a->second.ints.data());
+  // No usable attribute: the shared reader says which are accepted.
+  return Named(node, shape_ops::ConstantAttrTensor(node)).status();
 }
 
 Status ShapeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
@@ -147,17 +165,19 @@ Status SizeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&
 }
 
 Status ConstantOfShapeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  Tensor value = Tensor::Scalar(0.f);
+  static constexpr float kZero = 0.f;
+  DType dtype = DType::kFloat32;
+  const auto* v = reinterpret_cast<const uint8_t*>(&kZero);
   if (node.HasAttr("value")) {
     const Attribute& a = node.attrs.at("value");
     if (a.kind != Attribute::Kind::kTensor || !a.t || a.t->numel() != 1)
       return Fail(node, "attribute 'value' must be a one-element tensor");
-    value = *a.t;
+    dtype = a.t->dtype();
+    v = static_cast<const uint8_t*>(a.t->raw());
   }
   Shape shape = in[0]->ToInt64Vector();
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], value.dtype(), shape));
-  const size_t elem = DTypeSize(value.dtype());
-  const auto* v = static_cast<const uint8_t*>(value.raw());
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], dtype, shape));
+  const size_t elem = DTypeSize(dtype);
   bool zero = std::all_of(v, v + elem, [](uint8_t b) { return b == 0; });
   auto* dst = static_cast<uint8_t*>(out[0]->raw());
   if (zero) {
@@ -213,7 +233,8 @@ Status CopyBytes(const Node& node, const Tensor& in, Tensor& out) {
                           std::to_string(out.numel()) + " elements) for an input of shape " +
                           ShapeToString(in.shape()) + " (" + std::to_string(in.numel()) +
                           " elements)");
-  if (in.nbytes()) std::memcpy(out.raw(), in.raw(), in.nbytes());
+  // The planner made the output a view of the input: the bytes are already there.
+  if (in.nbytes() && out.raw() != in.raw()) std::memcpy(out.raw(), in.raw(), in.nbytes());
   return Status::Ok();
 }
 
@@ -437,6 +458,18 @@ StatusOr<GatherDims> GetGatherDims(const Node& node, const Shape& data) {
   return g;
 }
 
+// Every index in range, checked once before anything is written; Row then reads them unchecked
+// (no table of rows: kernels take no scratch they can do without).
+Status CheckIndices(const Node& node, const Tensor& idx, const GatherDims& g) {
+  for (int64_t j = 0; j < idx.numel(); ++j)
+    RETURN_IF_ERROR(IndexAt(node, idx, j, g.axis, g.dim).status());
+  return Status::Ok();
+}
+int64_t Row(const Tensor& idx, int64_t j, const GatherDims& g) {
+  const int64_t v = idx.GetAsInt64(j);
+  return v < 0 ? v + g.dim : v;
+}
+
 Shape GatherShape(const Shape& data, const Shape& idx, int64_t axis) {
   Shape out(data.begin(), data.begin() + axis);
   out.insert(out.end(), idx.begin(), idx.end());
@@ -452,28 +485,25 @@ Status GatherKernel(const Node& node, Inputs in, Outputs out, const KernelContex
   RETURN_IF_ERROR(
       CheckOutput(node, *out[0], x.dtype(), GatherShape(x.shape(), idx.shape(), g.axis)));
   const int64_t n = idx.numel();
-  std::vector<int64_t> rows(n);
-  for (int64_t j = 0; j < n; ++j) {
-    ASSIGN_OR_RETURN(rows[j], IndexAt(node, idx, j, g.axis, g.dim));
-  }
+  RETURN_IF_ERROR(CheckIndices(node, idx, g));
   const size_t row_bytes = g.inner * DTypeSize(x.dtype());
   const auto* src = static_cast<const uint8_t*>(x.raw());
   auto* dst = static_cast<uint8_t*>(out[0]->raw());
   for (int64_t o = 0; o < g.outer; ++o)
     for (int64_t j = 0; j < n; ++j)
-      std::memcpy(dst + (o * n + j) * row_bytes, src + (o * g.dim + rows[j]) * row_bytes,
+      std::memcpy(dst + (o * n + j) * row_bytes, src + (o * g.dim + Row(idx, j, g)) * row_bytes,
                   row_bytes);
   return Status::Ok();
 }
 
 template <class T>
-void GatherGradT(const GatherDims& g, const std::vector<int64_t>& rows, const T* dy, T* dx) {
-  const int64_t n = static_cast<int64_t>(rows.size());
+void GatherGradT(const GatherDims& g, const Tensor& idx, const T* dy, T* dx) {
+  const int64_t n = idx.numel();
   std::fill(dx, dx + g.outer * g.dim * g.inner, T(0));
   for (int64_t o = 0; o < g.outer; ++o)
     for (int64_t j = 0; j < n; ++j) {
       const T* s = dy + (o * n + j) * g.inner;
-      T* d = dx + (o * g.dim + rows[j]) * g.inner;
+      T* d = dx + (o * g.dim + Row(idx, j, g)) * g.inner;
       for (int64_t i = 0; i < g.inner; ++i) d[i] += s[i];
     }
 }
@@ -491,16 +521,13 @@ Status GatherGradKernel(const Node& node, Inputs in, Outputs out, const KernelCo
   if (dy.shape() != expect)
     return Fail(
         node, "dY has shape " + ShapeToString(dy.shape()) + ", expected " + ShapeToString(expect));
-  std::vector<int64_t> rows(idx.numel());
-  for (int64_t j = 0; j < idx.numel(); ++j) {
-    ASSIGN_OR_RETURN(rows[j], IndexAt(node, idx, j, g.axis, g.dim));
-  }
+  RETURN_IF_ERROR(CheckIndices(node, idx, g));
   switch (dy.dtype()) {
     case DType::kFloat32:
-      GatherGradT(g, rows, dy.data<float>(), out[0]->data<float>());
+      GatherGradT(g, idx, dy.data<float>(), out[0]->data<float>());
       break;
     case DType::kFloat64:
-      GatherGradT(g, rows, dy.data<double>(), out[0]->data<double>());
+      GatherGradT(g, idx, dy.data<double>(), out[0]->data<double>());
       break;
     default:
       return Fail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
@@ -508,9 +535,10 @@ Status GatherGradKernel(const Node& node, Inputs in, Outputs out, const KernelCo
   return Status::Ok();
 }
 
-// For GatherElements and its gradient: the data offset each element of `indices` refers to.
-StatusOr<std::vector<int64_t>> ElementOffsets(const Node& node, const Shape& data,
-                                              const Tensor& idx) {
+// For GatherElements and its gradient: fn(e, offset) for each element e of `indices` in order, with
+// the data offset it refers to. Every index is checked before fn first runs.
+template <class Fn>
+Status ForEachElementOffset(const Node& node, const Shape& data, const Tensor& idx, Fn fn) {
   RETURN_IF_ERROR(CheckIndexType(node, idx));
   const int64_t r = static_cast<int64_t>(data.size());
   if (idx.rank() != r)
@@ -521,38 +549,39 @@ StatusOr<std::vector<int64_t>> ElementOffsets(const Node& node, const Shape& dat
     if (k != axis && idx.shape()[k] > data[k])
       return Fail(node, "indices " + ShapeToString(idx.shape()) + " exceed data " +
                             ShapeToString(data) + " on axis " + std::to_string(k));
+  for (int64_t e = 0; e < idx.numel(); ++e)
+    RETURN_IF_ERROR(IndexAt(node, idx, e, axis, data[axis]).status());
   std::vector<int64_t> ds = Strides(data);
   std::vector<int64_t> pos(r, 0);
-  std::vector<int64_t> offsets(idx.numel());
   for (int64_t e = 0; e < idx.numel(); ++e) {
-    ASSIGN_OR_RETURN(int64_t v, IndexAt(node, idx, e, axis, data[axis]));
+    int64_t v = idx.GetAsInt64(e);
+    if (v < 0) v += data[axis];
     int64_t off = 0;
     for (int64_t k = 0; k < r; ++k) off += (k == axis ? v : pos[k]) * ds[k];
-    offsets[e] = off;
+    fn(e, off);
     for (int64_t k = r - 1; k >= 0; --k) {
       if (++pos[k] < idx.shape()[k]) break;
       pos[k] = 0;
     }
   }
-  return offsets;
+  return Status::Ok();
 }
 
 Status GatherElementsKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const Tensor& x = *in[0];
   RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), in[1]->shape()));
-  ASSIGN_OR_RETURN(std::vector<int64_t> offsets, ElementOffsets(node, x.shape(), *in[1]));
   const size_t elem = DTypeSize(x.dtype());
   const auto* src = static_cast<const uint8_t*>(x.raw());
   auto* dst = static_cast<uint8_t*>(out[0]->raw());
-  for (size_t e = 0; e < offsets.size(); ++e)
-    std::memcpy(dst + e * elem, src + offsets[e] * elem, elem);
-  return Status::Ok();
+  return ForEachElementOffset(node, x.shape(), *in[1], [&](int64_t e, int64_t off) {
+    std::memcpy(dst + e * elem, src + off * elem, elem);
+  });
 }
 
 template <class T>
-void ScatterAddT(const std::vector<int64_t>& offsets, const T* dy, T* dx, int64_t n) {
-  std::fill(dx, dx + n, T(0));
-  for (size_t e = 0; e < offsets.size(); ++e) dx[offsets[e]] += dy[e];
+Status ScatterAddT(const Node& node, const Shape& shape, const Tensor& idx, const T* dy, T* dx) {
+  std::fill(dx, dx + NumElements(shape), T(0));
+  return ForEachElementOffset(node, shape, idx, [&](int64_t e, int64_t off) { dx[off] += dy[e]; });
 }
 
 // GatherElementsGrad (dY, shape, indices) -> dX.
@@ -563,19 +592,14 @@ Status GatherElementsGradKernel(const Node& node, Inputs in, Outputs out, const 
   if (dy.shape() != in[2]->shape())
     return Fail(node, "dY " + ShapeToString(dy.shape()) + " and indices " +
                           ShapeToString(in[2]->shape()) + " must have the same shape");
-  ASSIGN_OR_RETURN(std::vector<int64_t> offsets, ElementOffsets(node, shape, *in[2]));
-  const int64_t n = out[0]->numel();
   switch (dy.dtype()) {
     case DType::kFloat32:
-      ScatterAddT(offsets, dy.data<float>(), out[0]->data<float>(), n);
-      break;
+      return ScatterAddT(node, shape, *in[2], dy.data<float>(), out[0]->data<float>());
     case DType::kFloat64:
-      ScatterAddT(offsets, dy.data<double>(), out[0]->data<double>(), n);
-      break;
+      return ScatterAddT(node, shape, *in[2], dy.data<double>(), out[0]->data<double>());
     default:
       return Fail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
   }
-  return Status::Ok();
 }
 
 Status TriluKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
@@ -607,7 +631,8 @@ Status TriluKernel(const Node& node, Inputs in, Outputs out, const KernelContext
   return Status::Ok();
 }
 
-Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+// Workspace (PadWorkspace): per axis, the input index each output index reads.
+Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext& ctx) {
   const Tensor& x = *in[0];
   const int64_t r = x.rank();
   std::vector<int64_t> pads =
@@ -632,17 +657,23 @@ Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext&)
   if (out[0]->numel() == 0) return Status::Ok();
 
   const size_t elem = DTypeSize(x.dtype());
-  std::vector<uint8_t> fill(elem, 0);
+  uint64_t fill_bytes = 0;  // one element of any type the kernel moves
+  if (elem > sizeof(fill_bytes)) return Fail(node, "unsupported element type");
+  auto* fill = reinterpret_cast<uint8_t*>(&fill_bytes);
   if (in.size() > 2 && in[2]) {
     RETURN_IF_ERROR(CheckSameDType(node, *in[2], x));
-    std::memcpy(fill.data(), in[2]->raw(), elem);
+    std::memcpy(fill, in[2]->raw(), elem);
   } else if (node.HasAttr("value") && x.dtype() == DType::kFloat32) {
     float v = node.GetFloat("value", 0.f);
-    std::memcpy(fill.data(), &v, elem);
+    std::memcpy(fill, &v, elem);
   }
-  // Per axis, the input index each output index reads (-1: the constant).
-  std::vector<std::vector<int64_t>> map(r);
+  // Per axis, the input index each output index reads (-1: the constant): map[k] is shape[k]
+  // entries of the workspace.
+  std::vector<int64_t*> map(r);
+  int64_t* next = WorkspaceArray<int64_t>(ctx);
   for (int64_t k = 0; k < r; ++k) {
+    map[k] = next;
+    next += shape[k];
     const int64_t d = x.shape()[k];
     for (int64_t o = 0; o < shape[k]; ++o) {
       int64_t i = o - pads[k];
@@ -662,7 +693,7 @@ Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext&)
       } else {
         return Fail(node, "mode '" + mode + "' is not supported (constant, reflect, edge are)");
       }
-      map[k].push_back(i);
+      map[k][o] = i;
     }
   }
   std::vector<int64_t> st = Strides(x.shape());
@@ -677,13 +708,20 @@ Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext&)
       inside = i >= 0;
       off += i * st[k];
     }
-    std::memcpy(dst + e * elem, inside ? src + off * elem : fill.data(), elem);
+    std::memcpy(dst + e * elem, inside ? src + off * elem : fill, elem);
     for (int64_t k = r - 1; k >= 0; --k) {
       if (++pos[k] < shape[k]) break;
       pos[k] = 0;
     }
   }
   return Status::Ok();
+}
+
+int64_t PadWorkspace(const Node&, std::span<const OperandType>, std::span<const OperandType> out) {
+  if (out.empty() || !out[0].shape || NumElements(*out[0].shape) == 0) return 0;
+  int64_t n = 0;
+  for (int64_t d : *out[0].shape) n += d;
+  return static_cast<int64_t>(sizeof(int64_t)) * n;
 }
 
 Status OneHotKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
@@ -792,6 +830,8 @@ Status ScatterNDKernel(const Node& node, Inputs in, Outputs out, const KernelCon
 }
 
 }  // namespace
+
+void RegisterShapeOpWorkspaces(CpuWorkspaceTable& table) { table.Add("", "Pad", PadWorkspace); }
 
 void RegisterShapeOpKernels(CpuKernelTable& table) {
   table.Add("", "Constant", ConstantKernel);

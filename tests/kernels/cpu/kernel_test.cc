@@ -44,5 +44,17 @@ TEST(PoisonTest, RunCpuKernelPoisonsOutputsBeforeTheKernelRuns) {
   EXPECT_EQ(reinterpret_cast<const uint8_t*>(mask.raw())[1], 0xA5);
 }
 
+// An output that shares its data pointer with an input (a view, in place) holds that input: the
+// poison fill must leave it alone, or the kernel would read NaN.
+TEST(PoisonTest, AnOutputInAnInputsBufferIsNotPoisoned) {
+  Tensor x = Tensor::FromVector<float>(DType::kFloat32, {3}, {1.f, -2.f, 3.f});
+  const Tensor* ins[] = {&x};
+  Tensor* outs[] = {&x};
+  ASSERT_TRUE(RunCpuKernel(MakeNode("Neg", {"x"}), ins, outs, {}).ok());
+  EXPECT_EQ(x.data<float>()[0], -1.f);
+  EXPECT_EQ(x.data<float>()[1], 2.f);
+  EXPECT_EQ(x.data<float>()[2], -3.f);
+}
+
 }  // namespace
 }  // namespace foundry
