@@ -89,7 +89,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
   for (const auto& name : graph.inputs) RETURN_IF_ERROR(region_view(name, MemoryClass::kInput, "input"));
   // Constants: the graph's data.
   for (const auto& [name, v] : graph.values()) {
-    if (!v.data || e->views_.count(name)) continue;
+    // A value a node produces is the node's to write, in the plan's storage, even if it has data.
+    if (!v.data || e->views_.count(name) || produced.count(name)) continue;
     v.data->SetMemoryClass(MemoryClass::kConstant);
     e->views_[name] = Tensor::View(v.data->dtype(), v.data->shape(), const_cast<void*>(v.data->raw()));
   }
