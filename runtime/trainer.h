@@ -93,6 +93,11 @@ class Trainer {
   // (plan, graph, --feed or --data files).
   Status CheckSaveTarget(const std::string& dir) const;
 
+  // Error if `path` (about to be written for `option`, e.g. "--report-json") is one of the run's
+  // input files (plan, graph, --feed, --data, the --resume directory's files).
+  Status CheckNotAnInput(const std::string& path, const std::string& option,
+                         const std::string& advice = "choose another folder") const;
+
   // DIR/model.onnx (the training graph, trained parameters as initializers),
   // DIR/optimizer/<param>.m.pb and .v.pb, DIR/state.json. Written into DIR.tmp.<pid>, then swapped
   // in, so DIR is always either the old save or the new one.
@@ -125,8 +130,6 @@ class Trainer {
   Status ApplyOptimizer();
   Status NonFiniteError(int64_t step, const InterpretOptions& base) const;
   Status WriteSave(const std::string& tmp) const;
-  // Error if `path` (about to be written for `option`) is one of the run's input files.
-  Status CheckNotAnInput(const std::string& path, const std::string& option) const;
 
   LoadedPlan plan_;
   TrainerOptions options_;

@@ -86,13 +86,14 @@ std::string NormalDir(const std::string& dir_arg) {
 
 }  // namespace
 
-Status Trainer::CheckNotAnInput(const std::string& path, const std::string& option) const {
+Status Trainer::CheckNotAnInput(const std::string& path, const std::string& option,
+                                const std::string& advice) const {
   const std::optional<FileId> id = GetFileId(path);
   if (!id) return Status::Ok();
   for (const auto& input : input_files_)
     if (GetFileId(input) == id)
       return Error(option + ": writing '" + path + "' would overwrite '" + input +
-                   "', an input of this run; choose another folder");
+                   "', an input of this run; " + advice);
   return Status::Ok();
 }
 
