@@ -32,6 +32,33 @@ StatusOr<std::string> PlanToJson(const Plan& plan) {
   j["gradients"] = plan.gradients;
   j["dims"] = plan.dims;
   j["input_dims"] = plan.input_dims;
+  const MemoryPlan& m = plan.memory;
+  nlohmann::ordered_json mem;
+  mem["schedule"] = m.schedule;
+  mem["alias"] = nlohmann::ordered_json::object();
+  for (const auto& [value, a] : m.alias)
+    mem["alias"][value] = {{"owner", a.owner},
+                           {"kind", a.kind == AliasKind::kView ? "view" : "in_place"}};
+  mem["layouts"] = nlohmann::ordered_json::object();
+  for (const BackendLayout& l : m.layouts) {
+    nlohmann::ordered_json lj;
+    lj["arena_bytes"] = l.arena_bytes;
+    lj["lower_bound_bytes"] = l.lower_bound_bytes;
+    lj["peak_step"] = l.peak_step;
+    lj["offsets"] = l.offsets;
+    lj["workspace"] = nlohmann::ordered_json::object();
+    for (size_t s = 0; s < l.workspace_bytes.size() && s < m.schedule.size(); ++s)
+      if (l.workspace_bytes[s] != 0)
+        lj["workspace"][m.schedule[s]] = {l.workspace_offsets.at(s), l.workspace_bytes[s]};
+    mem["layouts"][l.backend] = std::move(lj);
+  }
+  mem["parameter_bytes"] = m.parameter_bytes;
+  mem["gradient_bytes"] = m.gradient_bytes;
+  mem["output_bytes"] = m.output_bytes;
+  mem["input_bytes"] = m.input_bytes;
+  mem["constant_bytes"] = m.constant_bytes;
+  mem["optimizer_state_bytes"] = m.optimizer_state_bytes;
+  j["memory"] = std::move(mem);
   try {
     return j.dump(2) + "\n";
   } catch (const nlohmann::json::exception&) {
@@ -45,6 +72,63 @@ Status WritePlan(const Plan& plan, const std::string& path) {
   ASSIGN_OR_RETURN(std::string json, PlanToJson(plan));
   return WriteFileAtomic(path, json);
 }
+
+namespace {
+
+// The "memory" section; what the JSON library cannot catch (type errors throw) is said here. The
+// returned message is the part in parentheses of ReadPlan's "damaged" error.
+Status ReadMemorySection(const nlohmann::json& j, MemoryPlan& m) {
+  if (!j.is_object()) return Error("memory is not an object");
+  m.schedule = j.at("schedule").get<std::vector<std::string>>();
+  std::map<std::string, size_t> step;
+  for (size_t s = 0; s < m.schedule.size(); ++s)
+    if (!step.emplace(m.schedule[s], s).second)
+      return Error("node '" + m.schedule[s] + "' is scheduled twice");
+  for (const auto& [value, a] : j.at("alias").items()) {
+    Alias alias;
+    alias.owner = a.at("owner").get<std::string>();
+    const std::string kind = a.at("kind").get<std::string>();
+    if (kind == "view")
+      alias.kind = AliasKind::kView;
+    else if (kind == "in_place")
+      alias.kind = AliasKind::kInPlace;
+    else
+      return Error("alias '" + value + "' has kind '" + kind + "'; kinds are view and in_place");
+    m.alias[value] = alias;
+  }
+  for (const auto& [backend, lj] : j.at("layouts").items()) {
+    BackendLayout l;
+    l.backend = backend;
+    l.arena_bytes = lj.at("arena_bytes").get<int64_t>();
+    l.lower_bound_bytes = lj.at("lower_bound_bytes").get<int64_t>();
+    l.peak_step = lj.at("peak_step").get<int64_t>();
+    l.offsets = lj.at("offsets").get<std::map<std::string, int64_t>>();
+    l.workspace_bytes.assign(m.schedule.size(), 0);
+    l.workspace_offsets.assign(m.schedule.size(), -1);
+    for (const auto& [node, w] : lj.at("workspace").items()) {
+      auto it = step.find(node);
+      if (it == step.end())
+        return Error("layout '" + backend + "' gives workspace to '" + node +
+                     "', which is not a scheduled node");
+      const auto pair = w.get<std::vector<int64_t>>();
+      if (pair.size() != 2)
+        return Error("layout '" + backend + "': the workspace of '" + node +
+                     "' is not [offset, bytes]");
+      l.workspace_offsets[it->second] = pair[0];
+      l.workspace_bytes[it->second] = pair[1];
+    }
+    m.layouts.push_back(std::move(l));
+  }
+  m.parameter_bytes = j.at("parameter_bytes").get<int64_t>();
+  m.gradient_bytes = j.at("gradient_bytes").get<int64_t>();
+  m.output_bytes = j.at("output_bytes").get<int64_t>();
+  m.input_bytes = j.at("input_bytes").get<int64_t>();
+  m.constant_bytes = j.at("constant_bytes").get<int64_t>();
+  m.optimizer_state_bytes = j.at("optimizer_state_bytes").get<int64_t>();
+  return Status::Ok();
+}
+
+}  // namespace
 
 StatusOr<Plan> ReadPlan(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -77,6 +161,9 @@ StatusOr<Plan> ReadPlan(const std::string& path) {
     p.dims = j.at("dims").get<std::map<std::string, int64_t>>();
     if (j.contains("input_dims"))
       p.input_dims = j.at("input_dims").get<std::map<std::string, std::vector<std::string>>>();
+    Status memory = ReadMemorySection(j.at("memory"), p.memory);
+    if (!memory.ok())
+      return Error("'" + path + "' is a damaged foundry plan (" + memory.message() + ")" + fix);
   } catch (const nlohmann::json::exception& e) {
     return Error("'" + path + "' is a damaged foundry plan (" + e.what() + ")" + fix);
   }

@@ -1,7 +1,8 @@
 // The executable plan foundry-compile writes beside the training graph (<prefix>.plan): what the
 // runtime needs to run the graph in <prefix>.train.onnx without re-deriving it — which input is
-// what, which output is the loss, which gradient belongs to which parameter. Versioned JSON; the
-// memory plan and kernel choices join it as later format versions.
+// what, which output is the loss, which gradient belongs to which parameter, and (format 2) the
+// memory plan: schedule, aliases, and per backend the arena offsets and workspace. Versioned JSON;
+// kernel choices join it as a later format version.
 #pragma once
 
 #include <cstdint>
@@ -11,11 +12,12 @@
 
 #include "base/status.h"
 #include "compiler/ir.h"
+#include "passes/memory_plan.h"
 
 namespace foundry {
 
 struct Plan {
-  static constexpr int kVersion = 1;
+  static constexpr int kVersion = 2;
   int version = kVersion;
   std::string graph_file;               // relative to the plan's directory
   std::string source_model;             // the model foundry-compile read (as given)
@@ -29,6 +31,13 @@ struct Plan {
   // fixed axis): {"input_ids": ["batch", "seq"]}. Lets the runtime check `dims` against the
   // graph's input shapes. Optional in the file (plans written before it have none).
   std::map<std::string, std::vector<std::string>> input_dims;
+  // Written as "memory": {"schedule": [node, ...], "alias": {value: {"owner": o, "kind": "view" |
+  // "in_place"}}, "layouts": {backend: {"arena_bytes", "lower_bound_bytes", "peak_step",
+  // "offsets": {owner: offset}, "workspace": {node: [offset, bytes]}}}, "parameter_bytes",
+  // "gradient_bytes", "output_bytes", "input_bytes", "constant_bytes", "optimizer_state_bytes"}.
+  // Only nodes with workspace appear under "workspace". ReadPlan checks what it can without the
+  // graph; LoadPlan runs CheckMemoryPlan against the graph.
+  MemoryPlan memory;
 };
 
 // The JSON text of a plan file.
@@ -37,7 +46,9 @@ StatusOr<std::string> PlanToJson(const Plan& plan);
 Status WritePlan(const Plan& plan, const std::string& path);
 // Reads a plan and checks what it can without the graph (a hand-edited plan is as likely as a
 // damaged one): parameters and inputs are unique, every parameter has a gradient and every
-// gradient belongs to a parameter, no value plays two roles, dims are positive.
+// gradient belongs to a parameter, no value plays two roles, dims are positive; the memory
+// section is well-formed (alias kinds known, schedule nodes unique, workspace names scheduled
+// nodes). A plan of another format version is refused with a "recompile" message.
 StatusOr<Plan> ReadPlan(const std::string& path);
 
 // ---- foundry-compile's outputs -------------------------------------------------------------

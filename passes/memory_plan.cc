@@ -1,18 +1,24 @@
 #include "passes/memory_plan.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <limits>
+#include <random>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "compiler/op_schema.h"
+#include "compiler/phase.h"
 #include "passes/schedule.h"
 
 namespace foundry {
 
 namespace {
+
+// More than any machine holds; keeps every sum of rounded sizes far from overflow.
+constexpr int64_t kMaxBytes = int64_t{1} << 50;
 
 int64_t RoundUp(int64_t bytes) {
   return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
@@ -60,8 +66,10 @@ struct GraphIndex {
       return it->second >= 1 && it->second <= g.parameters.size() ? StorageClass::kGradient
                                                                   : StorageClass::kOutput;
     if (initializers.count(v)) return StorageClass::kConstant;
+    // A value a node produces is computed at run time, even when folding left its payload on it
+    // (the exported graph then carries no payload for it).
     const Value* value = g.FindValue(v);
-    if (value && value->data) return StorageClass::kConstant;
+    if (value && value->data && !producer.count(v)) return StorageClass::kConstant;
     return StorageClass::kArena;
   }
 };
@@ -177,7 +185,7 @@ Bound LowerBound(const std::vector<Item>& items, size_t steps) {
 // those that start in (first, last] (an ordered set of starts), so the cost follows the overlaps,
 // not the square of the item count.
 int64_t Place(const std::vector<Item>& items, const std::vector<size_t>& order, size_t steps,
-              std::vector<int64_t>& offsets) {
+              std::vector<int64_t>& offsets, int64_t* work = nullptr) {
   offsets.assign(items.size(), 0);
   const size_t n = std::max<size_t>(steps, 1);
   std::vector<std::vector<size_t>> tree(4 * n);
@@ -217,6 +225,7 @@ int64_t Place(const std::vector<Item>& items, const std::vector<size_t>& order, 
          it != starts.end() && it->first <= item.last; ++it)
       ranges.emplace_back(offsets[it->second], offsets[it->second] + items[it->second].size);
     std::sort(ranges.begin(), ranges.end());
+    if (work) *work += static_cast<int64_t>(ranges.size()) + 1;
     int64_t best = -1, best_waste = std::numeric_limits<int64_t>::max(), top = 0;
     for (const auto& [begin, end] : ranges) {
       if (begin - top >= item.size && begin - top - item.size < best_waste) {
@@ -238,6 +247,11 @@ int64_t Place(const std::vector<Item>& items, const std::vector<size_t>& order, 
 // stopping early at the lower bound. Orders: biggest first; by first step; the steps by live
 // bytes, most first, each placing its unplaced items biggest first (TFLite's "greedy by
 // breadth"); biggest size x lifetime first. Ties: earlier first step, then name.
+// The local search's budget: at most this many trials, and stop once the placements together
+// have looked at this many overlapping buffers (deterministic, unlike a time limit).
+constexpr size_t kMaxSearchTrials = 1000;
+constexpr int64_t kSearchWork = 6'000'000;
+
 int64_t PlaceBest(const std::vector<Item>& items, const Bound& bound, size_t steps,
                   const std::function<std::string_view(size_t)>& name,
                   std::vector<int64_t>& offsets) {
@@ -313,11 +327,45 @@ int64_t PlaceBest(const std::vector<Item>& items, const Bound& bound, size_t ste
   };
   int64_t best = -1;
   std::vector<int64_t> trial;
+  std::vector<size_t> best_order;
   for (size_t k = 0; k < orders.size() && best != bound.bytes; ++k) {
-    const int64_t arena = Place(items, orders[k](), steps, trial);
+    std::vector<size_t> order = orders[k]();
+    const int64_t arena = Place(items, order, steps, trial);
     if (best < 0 || arena < best) {
       best = arena;
       offsets.swap(trial);
+      best_order = std::move(order);
+    }
+  }
+  // Still above the bound: a local search over the best order. Each trial moves one item to an
+  // earlier place in it: every other trial an item that ends at the top of the arena (it sets the
+  // size), otherwise any item; the result is kept when the arena is no bigger. A fixed seed and
+  // the generator's raw output keep it deterministic on every platform.
+  const size_t n = best_order.size();
+  std::mt19937_64 rng(0x5eed);
+  int64_t work = 0;
+  std::vector<size_t> position(n);
+  for (size_t t = 0; n >= 2 && t < kMaxSearchTrials && work < kSearchWork && best != bound.bytes;
+       ++t) {
+    size_t from = 1 + rng() % (n - 1);
+    if (t % 2 == 0) {
+      for (size_t k = 0; k < n; ++k) position[best_order[k]] = k;
+      std::vector<size_t> top;
+      for (size_t i = 0; i < items.size(); ++i)
+        if (items[i].size > 0 && offsets[i] + items[i].size == best) top.push_back(i);
+      if (!top.empty()) from = position[top[rng() % top.size()]];
+      if (from == 0) continue;
+    }
+    const size_t to = rng() % from;
+    std::vector<size_t> order = best_order;
+    std::rotate(order.begin() + static_cast<std::ptrdiff_t>(to),
+                order.begin() + static_cast<std::ptrdiff_t>(from),
+                order.begin() + static_cast<std::ptrdiff_t>(from) + 1);
+    const int64_t arena = Place(items, order, steps, trial, &work);
+    if (arena <= best) {
+      best = arena;
+      offsets.swap(trial);
+      best_order.swap(order);
     }
   }
   return best;
@@ -452,7 +500,9 @@ Status CheckLayoutOnly(const Graph& g, const MemoryPlan& plan, const BackendLayo
     auto node = [&] {
       return "the workspace of " + Q(g.nodes[s].name) + " (step " + std::to_string(s) + ")";
     };
-    if (bytes < 0) return Error(what + node() + " is " + std::to_string(bytes) + " bytes");
+    // A plan file may say anything: no sum or rounding below may overflow.
+    if (bytes < 0 || bytes > kMaxBytes)
+      return Error(what + node() + " is " + std::to_string(bytes) + " bytes");
     if (workspace && *workspace) {
       const int64_t need = (*workspace)(g, g.nodes[s]);
       if (bytes < need)
@@ -560,7 +610,12 @@ StorageClass ClassOf(const Graph& graph, const MemoryPlan& plan, const std::stri
   }
   if (has(graph.initializers)) return StorageClass::kConstant;
   const Value* v = graph.FindValue(owner);
-  if (v && v->data) return StorageClass::kConstant;
+  if (v && v->data) {
+    for (const Node& n : graph.nodes)
+      if (std::find(n.outputs.begin(), n.outputs.end(), owner) != n.outputs.end())
+        return StorageClass::kArena;  // computed at run time (see GraphIndex::BaseClass)
+    return StorageClass::kConstant;
+  }
   return StorageClass::kArena;
 }
 
@@ -665,7 +720,10 @@ StatusOr<MemoryPlan> PlanMemory(const Graph& g, const std::vector<BackendSpec>& 
     std::vector<int64_t> offsets;
     layout.arena_bytes = PlaceBest(
         items, bound, steps,
-        [&](size_t i) -> std::string_view { return i < buffers.size() ? buffers[i].owner : ""; },
+        [&](size_t i) -> std::string_view {
+          if (i < buffers.size()) return buffers[i].owner;
+          return {};  // a workspace: ties go by its step
+        },
         offsets);
     layout.lower_bound_bytes = bound.bytes;
     layout.peak_step = bound.step;
@@ -705,6 +763,105 @@ Status CheckLayout(const Graph& graph, const MemoryPlan& plan, const BackendLayo
   const GraphIndex ix(graph);
   RETURN_IF_ERROR(CheckCommon(graph, plan, ix));
   return CheckLayoutOnly(graph, plan, layout, workspace, BuffersOf(graph, plan, ix));
+}
+
+namespace {
+
+// 512 B, 3.25 KiB, 1.50 MiB, 2.00 GiB.
+std::string Bytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  char buf[48];
+  if (bytes < 1024)
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  else if (bytes < (int64_t{1} << 20))
+    std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
+  else if (bytes < (int64_t{1} << 30))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024.0));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+std::string Ratio(const BackendLayout& l) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f",
+                l.lower_bound_bytes > 0
+                    ? static_cast<double>(l.arena_bytes) / static_cast<double>(l.lower_bound_bytes)
+                    : 1.0);
+  return buf;
+}
+
+std::string PeakNode(const MemoryPlan& plan, const BackendLayout& l) {
+  return l.peak_step >= 0 && l.peak_step < static_cast<int64_t>(plan.schedule.size())
+             ? plan.schedule[l.peak_step]
+             : "";
+}
+
+}  // namespace
+
+std::string MemorySummary(const Graph&, const MemoryPlan& plan, const BackendLayout& l) {
+  return "memory: arena " + Bytes(l.arena_bytes) + " (lower bound " + Bytes(l.lower_bound_bytes) +
+         ", ratio " + Ratio(l) + "), peak at step " + std::to_string(l.peak_step) + " " +
+         Q(PeakNode(plan, l)) + "; outside the arena: parameters " + Bytes(plan.parameter_bytes) +
+         ", gradients " + Bytes(plan.gradient_bytes) + ", optimizer state (AdamW) " +
+         Bytes(plan.optimizer_state_bytes) + ", inputs " + Bytes(plan.input_bytes) +
+         ", constants " + Bytes(plan.constant_bytes) + ", outputs " + Bytes(plan.output_bytes) +
+         "; total " + Bytes(plan.TotalBytes(l));
+}
+
+// The dump, one block per step, then one summary per layout:
+//
+//   foundry memory plan: 1249 steps, 312 aliases, layouts: cpu
+//   step 0 [F] Gather 'Gather_0'
+//     out '/wte/Gather_output_0' f32[1,16,64] 4096 B arena @cpu 0
+//     out 'v' f32[16,64] 4096 B arena view of '/wte/Gather_output_0'
+//     workspace @cpu 8192 512 B
+//   ...
+//   layout cpu: memory: arena ... (MemorySummary)
+//
+// Phase marks: F forward, B backward, R recompute, O optimizer, - none. "@cpu N" is the byte
+// offset in that backend's arena (an alias's is its owner's); values outside the arena name their
+// class instead (parameter, gradient, output, input, constant). Workspace lines appear only for
+// steps with workspace, one per layout.
+std::string DumpMemoryPlan(const Graph& g, const MemoryPlan& plan) {
+  std::string out = "foundry memory plan: " + std::to_string(plan.schedule.size()) + " steps, " +
+                    std::to_string(plan.alias.size()) + " aliases, layouts:";
+  for (const auto& l : plan.layouts) out += " " + l.backend;
+  out += "\n";
+  const GraphIndex ix(g);
+  for (size_t s = 0; s < g.nodes.size(); ++s) {
+    const Node& n = g.nodes[s];
+    const auto phase = PhaseOf(n);
+    const char mark = !phase                        ? '-'
+                      : *phase == Phase::kForward   ? 'F'
+                      : *phase == Phase::kBackward  ? 'B'
+                      : *phase == Phase::kRecompute ? 'R'
+                                                    : 'O';
+    out += "step " + std::to_string(s) + " [" + mark + "] " +
+           (n.domain.empty() ? "" : n.domain + "::") + n.op_type + " " + Q(n.name) + "\n";
+    for (const auto& o : n.outputs) {
+      if (o.empty() || ix.Producer(o) != static_cast<int64_t>(s)) continue;
+      const std::string owner = RootOf(plan, o);
+      const StorageClass c = ix.BaseClass(g, owner);
+      out += "  out " + Q(o) + " " + TypeOf(g, o) + " " + Bytes(ValueBytes(g, o)) + " " +
+             std::string(StorageClassName(c));
+      if (auto a = plan.alias.find(o); a != plan.alias.end())
+        out += std::string(a->second.kind == AliasKind::kView ? " view of " : " in place over ") +
+               Q(owner);
+      if (c == StorageClass::kArena)
+        for (const auto& l : plan.layouts)
+          if (auto it = l.offsets.find(owner); it != l.offsets.end())
+            out += " @" + l.backend + " " + std::to_string(it->second);
+      out += "\n";
+    }
+    for (const auto& l : plan.layouts)
+      if (s < l.workspace_bytes.size() && l.workspace_bytes[s] > 0)
+        out += "  workspace @" + l.backend + " " + std::to_string(l.workspace_offsets[s]) + " " +
+               Bytes(l.workspace_bytes[s]) + "\n";
+  }
+  for (const auto& l : plan.layouts)
+    out += "layout " + l.backend + ": " + MemorySummary(g, plan, l) + "\n";
+  return out;
 }
 
 }  // namespace foundry

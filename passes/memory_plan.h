@@ -27,8 +27,9 @@
 // BackendLayout per backend it was compiled for. Every arena buffer and workspace is aligned to
 // kArenaAlignment and its size rounded up to it.
 //
-// Lower bound: the maximum over steps of the live rounded bytes (buffers + workspace). The arena can
-// never be smaller; the planner's arena is held against it (the checker requires arena >= bound).
+// Lower bound: the maximum over steps of the live rounded bytes (buffers + workspace). The arena
+// can never be smaller; the planner's arena is held against it (the checker requires arena >=
+// bound).
 #pragma once
 
 #include <cstdint>
@@ -130,5 +131,11 @@ StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<BackendSpe
 Status CheckMemoryPlan(const Graph& graph, const MemoryPlan& plan);
 Status CheckLayout(const Graph& graph, const MemoryPlan& plan, const BackendLayout& layout,
                    const WorkspaceFn* workspace = nullptr);
+
+// foundry-compile's one line about the plan for `layout`: "memory: arena 1.50 MiB (lower bound
+// 1.48 MiB, ratio 1.0135), peak at step 67 'node'; outside the arena: parameters ..., total ...".
+std::string MemorySummary(const Graph& graph, const MemoryPlan& plan, const BackendLayout& layout);
+// foundry-compile --dump-plan: the plan as readable text (format at the definition).
+std::string DumpMemoryPlan(const Graph& graph, const MemoryPlan& plan);
 
 }  // namespace foundry

@@ -5,6 +5,7 @@
 
 #include "compiler/onnx_import.h"
 #include "compiler/op_schema.h"
+#include "passes/memory_plan.h"
 #include "runtime/messages.h"
 
 namespace foundry {
@@ -93,6 +94,10 @@ StatusOr<LoadedPlan> LoadPlan(const std::string& prefix_or_plan_path) {
   lp.graph = std::move(graph).value();
   RETURN_IF_ERROR(CheckPlan(lp.plan, lp.graph, lp.plan_path));
   Status st = EnsureShapes(lp.graph);
+  // The plan says what is trained (the importer's guess may differ under --freeze/--trainable);
+  // the memory plan's classes follow it.
+  lp.graph.parameters = lp.plan.parameters;
+  if (st.ok()) st = CheckMemoryPlan(lp.graph, lp.plan.memory);
   if (!st.ok())
     return Error("'" + lp.plan_path + "' is a damaged foundry plan (" + st.message() + ")" +
                  kRecompile);

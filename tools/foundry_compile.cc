@@ -13,7 +13,9 @@
 #include "compiler/onnx_import.h"
 #include "compiler/op_schema.h"
 #include "compiler/plan.h"
+#include "kernels/cpu/kernel.h"
 #include "passes/fold.h"
+#include "passes/memory_plan.h"
 #include "passes/pipeline.h"
 #include "tools/cli.h"
 
@@ -30,22 +32,23 @@ int Fail(const std::string& message, int code = cli::kExitError) {
 
 // An output that would replace one of the compile's own inputs: the model or one of its external
 // data files. Files are compared by (device, inode), so no spelling of a path slips through.
-Status CheckOutputsSpareInputs(const CompiledOutputs& out, const std::string& model,
-                               const ModelFiles& files) {
-  std::vector<std::string> existing;
-  for (const std::string& path : {out.data, out.graph, out.plan})
-    if (GetFileId(path)) existing.push_back(path);
+// `outputs`: each output path with the option that names it ("-o PREFIX", "--dump-plan FILE").
+Status CheckOutputsSpareInputs(const std::vector<std::pair<std::string, std::string>>& outputs,
+                               const std::string& model, const ModelFiles& files) {
+  std::vector<std::pair<std::string, std::string>> existing;
+  for (const auto& out : outputs)
+    if (GetFileId(out.first)) existing.push_back(out);
   const std::optional<FileId> model_id = GetFileId(model);
-  for (const auto& path : existing)
+  for (const auto& [path, option] : existing)
     if (GetFileId(path) == model_id)
-      return Error("output '" + path + "' is the input model; choose another -o PREFIX");
+      return Error("output '" + path + "' is the input model; choose another " + option);
   for (const auto& data : files.external_data) {
     std::optional<FileId> id = GetFileId(data);
     if (!id) continue;
-    for (const auto& path : existing)
+    for (const auto& [path, option] : existing)
       if (GetFileId(path) == id)
         return Error("output '" + path + "' is the external data file '" + data +
-                     "' of the input model; choose another -o PREFIX");
+                     "' of the input model; choose another " + option);
   }
   return Status::Ok();
 }
@@ -63,7 +66,7 @@ int Main(int argc, char** argv) {
   bool list_modules = false, list_ops = false, forward_only = false;
   std::vector<std::string> dim_specs, freeze, trainable;
   std::string fold_limit_text = std::to_string(int64_t{1} << 20);
-  std::string dump_after;
+  std::string dump_after, dump_plan;
   app.add_option("model", model, "the exported model (.onnx)");
   auto* o_output = app.add_option("-o,--output", prefix,
                                   "output prefix: writes PREFIX.train.onnx and PREFIX.plan");
@@ -89,6 +92,10 @@ int Main(int argc, char** argv) {
   app.add_option("--dump-after", dump_after,
                  "print the IR (text form) after this pass: fold, canonicalize, autodiff")
       ->type_name("PASS");
+  auto* o_dump_plan = app.add_option("--dump-plan", dump_plan,
+                                     "write the memory plan as readable text to FILE (schedule, "
+                                     "offsets, aliases, workspace, totals)")
+                          ->type_name("FILE");
   // Let the model path be validated by the importer, which words the error itself.
   if (auto code = cli::Parse(app, argc, argv, kTool)) return *code;
 
@@ -112,6 +119,15 @@ int Main(int argc, char** argv) {
     if (!paths.ok()) return Fail(paths.status().message(), cli::kExitUsage);
     outputs = *paths;
   }
+  if (o_dump_plan->count() && forward_only)
+    return Fail("--dump-plan needs the training graph; drop --forward-only", cli::kExitUsage);
+  if (o_dump_plan->count() && outputs) {
+    for (const std::string& path : {outputs->graph, outputs->data, outputs->plan})
+      if (fs::path(path).lexically_normal() == fs::path(dump_plan).lexically_normal())
+        return Fail("--dump-plan " + dump_plan + " is also an output of -o " + prefix +
+                        "; choose another FILE",
+                    cli::kExitUsage);
+  }
 
   ImportOptions import_options;
   import_options.dims = *dims;
@@ -131,11 +147,16 @@ int Main(int argc, char** argv) {
     std::cerr << "foundry-compile: warning: " << w->second << "\n";
 
   ModelFiles model_files;
-  if (outputs) {
+  if (outputs || o_dump_plan->count()) {
     auto files = InspectModelFile(model);
     if (!files.ok()) return Fail(files.status().message());
     model_files = std::move(files).value();
-    Status st = CheckOutputsSpareInputs(*outputs, model, model_files);
+    std::vector<std::pair<std::string, std::string>> paths;
+    if (outputs)
+      for (const std::string& path : {outputs->data, outputs->graph, outputs->plan})
+        paths.emplace_back(path, "-o PREFIX");
+    if (o_dump_plan->count()) paths.emplace_back(dump_plan, "--dump-plan FILE");
+    Status st = CheckOutputsSpareInputs(paths, model, model_files);
     if (!st.ok()) return Fail(st.message());
   }
 
@@ -154,11 +175,23 @@ int Main(int argc, char** argv) {
   Status st = RunPasses(*graph, BuildPipeline(options), pipeline);
   if (!st.ok()) return Fail(st.message());
 
+  Plan plan;
+  if (!forward_only) {
+    auto memory = PlanMemory(*graph, {{"cpu", CpuWorkspaceBytes}});
+    if (!memory.ok()) return Fail(memory.status().message());
+    plan.memory = std::move(memory).value();
+    std::cout << MemorySummary(*graph, plan.memory, plan.memory.layouts.at(0)) << "\n";
+  }
+  if (o_dump_plan->count()) {
+    st = WriteFileAtomic(dump_plan, DumpMemoryPlan(*graph, plan.memory));
+    if (!st.ok()) return Fail(st.message());
+    std::cout << "wrote " << dump_plan << "\n";
+  }
+
   if (!outputs) {
     std::cout << "(no -o PREFIX given: nothing written)\n";
     return 0;
   }
-  Plan plan;
   if (!forward_only) {
     plan.graph_file = fs::path(outputs->graph).filename().string();
     plan.source_model = model;

@@ -377,6 +377,15 @@ TEST_F(MemoryPlanCheckTest, ScheduleIsNotTheGraph) {
             "memory plan: the schedule has 5 steps; the graph has 6 nodes");
 }
 
+// A plan file's workspace figure beyond any machine is refused before any sum could overflow.
+TEST_F(MemoryPlanCheckTest, AbsurdWorkspace) {
+  cpu().workspace_bytes[0] = INT64_MAX;
+  cpu().workspace_offsets[0] = 0;
+  EXPECT_EQ(CheckMessage(g_, plan_),
+            "memory plan: layout 'cpu': the workspace of 'Exp_0' (step 0) is 9223372036854775807 "
+            "bytes");
+}
+
 TEST_F(MemoryPlanCheckTest, OutsideFigures) {
   plan_.input_bytes = 4;
   EXPECT_EQ(CheckMessage(g_, plan_), "memory plan: input_bytes is 4; the graph needs 1024");

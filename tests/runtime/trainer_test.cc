@@ -13,6 +13,8 @@
 #include "compiler/plan.h"
 #include "compiler/tensor_proto.h"
 #include "compiler/text.h"
+#include "kernels/cpu/kernel.h"
+#include "passes/memory_plan.h"
 #include "passes/pipeline.h"
 #include "tests/support/grad_check.h"
 #include "tests/support/test_util.h"
@@ -64,6 +66,9 @@ LoadedPlan Compile(bool weights, const char* text = kTinyLm) {
   for (size_t i = 0; i < g.parameters.size(); ++i)
     lp.plan.gradients[g.parameters[i]] = g.outputs[i + 1];
   EXPECT_TRUE(CheckPlan(lp.plan, g, lp.plan_path).ok());
+  auto memory = PlanMemory(g, {{"cpu", CpuWorkspaceBytes}});
+  EXPECT_TRUE(memory.ok()) << memory.status().message();
+  if (memory.ok()) lp.plan.memory = std::move(memory).value();
   lp.graph = std::move(g);
   return lp;
 }

@@ -318,6 +318,56 @@ TEST_F(FoundryCompileTest, RefusesToWriteOverTheModelsExternalData) {
                        "' of the input model; choose another -o PREFIX");
 }
 
+// The memory line, the plan's memory section and --dump-plan, with and without -o.
+TEST_F(FoundryCompileTest, PlansMemoryAndDumpsThePlan) {
+  std::string model = MatMulModel("mm.onnx");
+  ExecResult r =
+      Compile({model, "--dim", "batch=2", "-o", Path("m"), "--dump-plan", Path("plan.txt")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  // y = MatMul(x, w) and the backward's shape constants: 256 bytes each once rounded, two live at
+  // the peak; w: 32 bytes, and the same again as its gradient; AdamW 2 x 32; x 32; the axes
+  // constant 16 and the loss's seed gradient 4; the loss 4.
+  EXPECT_NE(r.out.find("memory: arena 512 B (lower bound 512 B, ratio 1.0000), peak at step "),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("; outside the arena: parameters 32 B, gradients 32 B, optimizer state "
+                       "(AdamW) 64 B, inputs 32 B, constants 20 B, outputs 4 B; total 696 B\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("wrote " + Path("plan.txt") + "\n"), std::string::npos);
+  const std::string dump = ReadWholeFile(Path("plan.txt"));
+  EXPECT_EQ(dump.rfind("foundry memory plan: ", 0), 0u) << dump;
+  EXPECT_NE(dump.find("\nstep 0 [F] MatMul "), std::string::npos) << dump;
+  EXPECT_NE(dump.find("  out 'y' f32[2,2] 16 B arena @cpu 0\n"), std::string::npos) << dump;
+  EXPECT_NE(dump.find(" gradient\n"), std::string::npos) << dump;
+  EXPECT_NE(dump.find("\nlayout cpu: memory: arena 512 B"), std::string::npos) << dump;
+  const std::string plan = ReadWholeFile(Path("m.plan"));
+  EXPECT_NE(plan.find("\"version\": 2"), std::string::npos);
+  EXPECT_NE(plan.find("\"memory\": {"), std::string::npos);
+
+  // Without -o: the dump alone.
+  fs::remove(Path("plan.txt"));
+  r = Compile({model, "--dim", "batch=2", "--dump-plan", Path("plan.txt")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(ReadWholeFile(Path("plan.txt")), dump);
+}
+
+TEST_F(FoundryCompileTest, DumpPlanNeverWritesOverAnInput) {
+  std::string model = MatMulModel("mm.onnx");
+  ExpectCleanError({model, "--dim", "batch=2", "--dump-plan", model},
+                   "output '" + model + "' is the input model; choose another --dump-plan FILE");
+  fs::create_hard_link(model, Path("link.txt"));
+  ExpectCleanError(
+      {model, "--dim", "batch=2", "-o", Path("m"), "--dump-plan", Path("link.txt")},
+      "output '" + Path("link.txt") + "' is the input model; choose another --dump-plan FILE");
+  ExpectCleanError({model, "--dim", "batch=2", "-o", Path("m"), "--dump-plan", Path("m.plan")},
+                   "--dump-plan " + Path("m.plan") + " is also an output of -o " + Path("m") +
+                       "; choose another FILE",
+                   2);
+  ExpectCleanError({model, "--dim", "batch=2", "--forward-only", "--dump-plan", Path("d.txt")},
+                   "--dump-plan needs the training graph; drop --forward-only", 2);
+}
+
 // A plan given where the model goes is read as a model (and rejected); it is never rewritten.
 TEST_F(FoundryCompileTest, PlanGivenAsModelIsLeftAlone) {
   std::string model = MatMulModel("mm.onnx");

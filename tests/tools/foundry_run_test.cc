@@ -123,7 +123,7 @@ TEST_F(FoundryRunTest, CorruptPlan) {
   r = Run({Path("v99")});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err, Line("'" + Path("v99.plan") +
-                        "' is plan format version 99; this foundry-run reads version 1; "
+                        "' is plan format version 99; this foundry-run reads version 2; "
                         "recompile it with foundry-compile MODEL.onnx -o PREFIX"));
 }
 
