@@ -36,12 +36,16 @@ compile_s() {
 }
 
 for layers in 24 48; do
-  /usr/bin/python3 models/export_mpt.py --config mpt_7b --n-layers "$layers" --no-weights \
-    -o "$tmp/mpt_7b_${layers}l.onnx" > /dev/null
+  if ! /usr/bin/python3 models/export_mpt.py --config mpt_7b --n-layers "$layers" --no-weights \
+    -o "$tmp/mpt_7b_${layers}l.onnx" > "$tmp/export.log" 2>&1; then
+    echo "compile_scaling: error: the $layers-layer export failed:" >&2
+    cat "$tmp/export.log" >&2
+    exit 1
+  fi
 done
 
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores; $repeats runs each"
-echo "$compile $(git rev-parse --short HEAD 2>/dev/null || echo '?') ($(git rev-parse --abbrev-ref HEAD 2>/dev/null || echo '?'))"
+echo "compiler: $compile (built $(date -r "$compile" -u +%FT%TZ)); worktree at $(git rev-parse --short HEAD 2>/dev/null || echo '?') ($(git rev-parse --abbrev-ref HEAD 2>/dev/null || echo '?'))"
 t24=$(compile_s "$tmp/mpt_7b_24l.onnx" 2048)
 echo "mpt_7b structure, 24 layers, batch=1 seq=2048: $t24 s"
 t48=$(compile_s "$tmp/mpt_7b_48l.onnx" 2048)

@@ -483,7 +483,10 @@ DropoutResult RunDropout(const Tensor& x, float ratio, bool training_mode, uint6
   DropoutResult res{Tensor(x.dtype(), x.shape()), Tensor(DType::kBool, x.shape())};
   std::vector<const Tensor*> ins = {&x, &r, &t};
   std::vector<Tensor*> outs = {&res.y, &res.mask};
-  KernelContext ctx{seed, node_key, ctx_training};
+  KernelContext ctx;
+  ctx.seed = seed;
+  ctx.node_key = node_key;
+  ctx.training = ctx_training;
   Status st = RunCpuKernel(n, ins, outs, ctx);
   EXPECT_TRUE(st.ok()) << st.message();
   return res;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/op_schema.h"
 #include "kernels/cpu/kernel.h"
 #include "tests/support/grad_check.h"
 #include "tests/support/test_util.h"
@@ -23,21 +24,12 @@ struct InPlaceOp {
   std::vector<int> in_place;  // inputs output 0 may alias
 };
 
-// The list the planner works from (compiler/ops/elementwise.cc sets it as the schemas'
-// in_place_inputs on branch `plan`); this test carries its own copy until that lands.
+// The list the planner works from: every schema's in_place_inputs (compiler/ops/elementwise.cc).
 std::vector<InPlaceOp> InPlaceOps() {
   std::vector<InPlaceOp> ops;
-  for (const char* op : {"Add", "Sub", "Mul", "Div"}) ops.push_back({"", op, {0, 1}});
-  for (const char* op : {"Pow", "Clip", "Dropout", "Sqrt", "Reciprocal", "Exp", "Log", "Erf",
-                         "Tanh", "Sigmoid", "Neg", "Abs", "Relu", "Softplus"})
-    ops.push_back({"", op, {0}});
-  ops.push_back({kMs, "Gelu", {0}});
-  ops.push_back({kMs, "FastGelu", {0}});
-  ops.push_back({"", "Where", {1, 2}});
-  ops.push_back({"", "Sum", {0, 1, 2, 3, 4, 5, 6, 7}});
-  for (const char* op : {"GeluGrad", "FastGeluGrad", "ReluGrad", "SigmoidGrad", "TanhGrad"})
-    ops.push_back({kMs, op, {0, 1}});
-  ops.push_back({kMs, "DropoutGrad", {0}});
+  for (const auto& row : OpSchemas().rows())
+    if (!row.value.in_place_inputs.empty())
+      ops.push_back({row.domain, row.op_type, row.value.in_place_inputs});
   return ops;
 }
 
@@ -110,7 +102,10 @@ Status RunTrial(const Trial& s, std::vector<const Tensor*> ins, std::vector<Tens
 TEST(InPlaceTest, EveryListedInputGivesTheSeparateBufferBits) {
   const Shape full = {6, 9};
   int checked = 0;
-  for (const InPlaceOp& o : InPlaceOps()) {
+  const std::vector<InPlaceOp> ops = InPlaceOps();
+  ASSERT_FALSE(ops.empty()) << "no schema lists in_place_inputs";
+  for (const InPlaceOp& o : ops) {
+    ASSERT_NE(CpuKernels().Find(o.domain, o.op), nullptr) << o.op;
     std::vector<Shape> others = {full};
     if (Broadcasts(o.op)) others.insert(others.end(), {{1}, {9}, {6, 1}});
     for (int alias : o.in_place) {
