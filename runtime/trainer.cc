@@ -54,8 +54,11 @@ void FindTokenInput(const Graph& g, const std::vector<std::string>& inputs, std:
   }
 }
 
-// The plan's memory plan for the CPU backend: planned here from the loaded (scheduled) graph.
+// The memory plan to run: the plan file's (LoadPlan checked it against the graph; the executor
+// checks its layout against this backend's kernels). A plan built in memory without one (tests,
+// tools that compile and train in one process) is planned here, as foundry-compile would.
 StatusOr<MemoryPlan> MemoryPlanFor(const LoadedPlan& lp) {
+  if (!lp.plan.memory.layouts.empty()) return lp.plan.memory;
   auto plan = PlanMemory(lp.graph, {GetCpuBackend().Spec()});
   if (!plan.ok())
     return plan.status().Prepend("cannot plan the memory of '" + lp.plan_path + "': ");
