@@ -107,7 +107,8 @@ void WriteTokenBatch(const std::vector<int64_t>& windows, int64_t batch, int64_t
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < seq; ++t) {
       Put(ids, b * seq + t, windows[static_cast<size_t>(b * (seq + 1) + t)]);
-      if (labels) Put(*labels, b * seq + t, windows[static_cast<size_t>(b * (seq + 1) + t + shift)]);
+      if (labels)
+        Put(*labels, b * seq + t, windows[static_cast<size_t>(b * (seq + 1) + t + shift)]);
     }
 }
 

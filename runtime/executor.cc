@@ -53,7 +53,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
   auto type_of = [&](const std::string& name) -> StatusOr<const Value*> {
     const Value* v = graph.FindValue(name);
     if (!v || !v->ShapeKnown())
-      return Error("value '" + name + "' has no concrete shape; bind symbolic dimensions with --dim");
+      return Error("value '" + name +
+                   "' has no concrete shape; bind symbolic dimensions with --dim");
     return v;
   };
   auto region_view = [&](const std::string& name, MemoryClass c,
@@ -66,7 +67,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     return Status::Ok();
   };
 
-  ASSIGN_OR_RETURN(e->arena_, backend.Allocate(layout.arena_bytes, MemoryClass::kArena, "the arena"));
+  ASSIGN_OR_RETURN(e->arena_,
+                   backend.Allocate(layout.arena_bytes, MemoryClass::kArena, "the arena"));
 
   std::set<std::string> produced;
   for (const Node& n : graph.nodes)
@@ -86,13 +88,15 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     e->views_[name] = Tensor::View(t.dtype(), t.shape(), t.raw());
   }
   // Inputs: storage of their own.
-  for (const auto& name : graph.inputs) RETURN_IF_ERROR(region_view(name, MemoryClass::kInput, "input"));
+  for (const auto& name : graph.inputs)
+    RETURN_IF_ERROR(region_view(name, MemoryClass::kInput, "input"));
   // Constants: the graph's data.
   for (const auto& [name, v] : graph.values()) {
     // A value a node produces is the node's to write, in the plan's storage, even if it has data.
     if (!v.data || e->views_.count(name) || produced.count(name)) continue;
     v.data->SetMemoryClass(MemoryClass::kConstant);
-    e->views_[name] = Tensor::View(v.data->dtype(), v.data->shape(), const_cast<void*>(v.data->raw()));
+    e->views_[name] =
+        Tensor::View(v.data->dtype(), v.data->shape(), const_cast<void*>(v.data->raw()));
   }
   for (const auto& name : graph.initializers)
     if (!e->views_.count(name))
@@ -103,10 +107,9 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
   for (const auto& name : graph.outputs) {
     if (produced.count(name)) {
       if (!e->views_.count(name))
-        RETURN_IF_ERROR(region_view(name, ToMemoryClass(ClassOf(graph, e->plan_, name)),
-                                    ClassOf(graph, e->plan_, name) == StorageClass::kGradient
-                                        ? "gradient"
-                                        : "output"));
+        RETURN_IF_ERROR(region_view(
+            name, ToMemoryClass(ClassOf(graph, e->plan_, name)),
+            ClassOf(graph, e->plan_, name) == StorageClass::kGradient ? "gradient" : "output"));
       continue;
     }
     const Value* v = graph.FindValue(name);
@@ -114,8 +117,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
       return Error("graph output '" + name +
                    "' is neither computed by a node nor a constant; the planned executor cannot "
                    "produce it");
-    Tensor source = Tensor::View(v->data->dtype(), v->data->shape(),
-                                 const_cast<void*>(v->data->raw()));
+    Tensor source =
+        Tensor::View(v->data->dtype(), v->data->shape(), const_cast<void*>(v->data->raw()));
     RETURN_IF_ERROR(region_view(name, ToMemoryClass(ClassOf(graph, e->plan_, name)), "output"));
     RETURN_IF_ERROR(backend.CopyIn(source, e->views_.at(name)));
   }

@@ -20,7 +20,7 @@ namespace foundry {
 class Backend;
 
 struct InterpretOptions {
-  KernelContext ctx;  // ctx.workspace is ignored: each node gets its own
+  KernelContext ctx;           // ctx.workspace is ignored: each node gets its own
   Backend* backend = nullptr;  // null: the CPU backend
   // Values to return besides the graph outputs (e.g. gradients for --dump-grads).
   std::vector<std::string> extra_fetches;

@@ -83,9 +83,9 @@ struct MemoryReport {
   // The planned classes' high-water mark: the total's, less the bytes outside them when the loop
   // started (graph structure: Constant nodes' payloads).
   int64_t total_measured = 0;
-  int64_t other_before = 0;   // bytes outside the planned classes when the loop started
-  int64_t other_during = 0;   // more of them allocated during the steps (the plan says none)
-  int64_t rss_baseline = 0;   // before the plan was loaded
+  int64_t other_before = 0;  // bytes outside the planned classes when the loop started
+  int64_t other_during = 0;  // more of them allocated during the steps (the plan says none)
+  int64_t rss_baseline = 0;  // before the plan was loaded
   int64_t peak_rss = 0;
 };
 
@@ -113,16 +113,18 @@ MemoryReport MeasureMemory(const Trainer& t, int64_t other_before, int64_t rss_b
   return r;
 }
 
-std::string MiB(int64_t bytes) { return Format("%.2f MiB", static_cast<double>(bytes) / (1 << 20)); }
+std::string MiB(int64_t bytes) {
+  return Format("%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+}
 
 void PrintMemory(const MemoryReport& r, const OptimizerOptions& o) {
   char line[160];
   std::cout << "memory (bytes)        planned       measured\n";
   for (const auto& row : r.rows) {
-    std::snprintf(line, sizeof line, "  %-16s %13lld  %13lld%s\n", row.name.c_str(),
-                  static_cast<long long>(row.planned), static_cast<long long>(row.measured),
-                  row.name == "arena" ? (row.planned == row.measured ? "  (equal)" : "  (DIFFERS)")
-                                      : "");
+    std::snprintf(
+        line, sizeof line, "  %-16s %13lld  %13lld%s\n", row.name.c_str(),
+        static_cast<long long>(row.planned), static_cast<long long>(row.measured),
+        row.name == "arena" ? (row.planned == row.measured ? "  (equal)" : "  (DIFFERS)") : "");
     std::cout << line;
   }
   std::snprintf(line, sizeof line, "  %-16s %13lld  %13lld  (%s planned, %s measured)\n", "total",
@@ -179,8 +181,7 @@ Status CheckReportTarget(const Trainer& t, const std::string& path) {
     return Error("--report-json " + path + ": it is a folder; give a file name");
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty() && !fs::is_directory(parent, ec))
-    return Error("--report-json " + path + ": the folder '" + parent.string() +
-                 "' does not exist");
+    return Error("--report-json " + path + ": the folder '" + parent.string() + "' does not exist");
   return t.CheckNotAnInput(path, "--report-json", "choose another file");
 }
 
@@ -493,8 +494,7 @@ int Main(int argc, char** argv) {
     const double ms = steps > 0 ? total_seconds / steps * 1e3 : 0;
     const double tps =
         total_seconds > 0 ? static_cast<double>(t.batch() * t.seq() * steps) / total_seconds : 0;
-    st = WriteFileAtomic(report_json,
-                         ReportJson(steps, first_loss, last_loss, ms, tps, memory, o));
+    st = WriteFileAtomic(report_json, ReportJson(steps, first_loss, last_loss, ms, tps, memory, o));
     if (!st.ok()) return Fail("--report-json " + report_json + ": " + st.message());
     std::cout << "report " << report_json << "\n";
   }

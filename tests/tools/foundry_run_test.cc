@@ -587,8 +587,8 @@ TEST_F(FoundryRunTest, ReportJson) {
   EXPECT_LE(m["total_measured_bytes"].get<int64_t>(), m["total_planned_bytes"].get<int64_t>());
   EXPECT_GT(m["peak_rss_bytes"].get<int64_t>(), 0);
   EXPECT_EQ(m["outside_plan_during_steps_bytes"], 0);
-  for (const char* c : {"parameters", "gradients", "optimizer_state", "inputs", "constants",
-                        "outputs"})
+  for (const char* c :
+       {"parameters", "gradients", "optimizer_state", "inputs", "constants", "outputs"})
     EXPECT_EQ(m[std::string(c) + "_measured_bytes"], m[std::string(c) + "_planned_bytes"]) << c;
   // The loss figures are the printed ones.
   char first[32];
@@ -620,8 +620,8 @@ TEST_F(FoundryRunTest, ReportJsonNeverOverwritesAnInput) {
   ExpectCleanError({Path("mpt"), "--report-json", Path("a_folder")},
                    "--report-json " + Path("a_folder") + ": it is a folder; give a file name");
   ExpectCleanError({Path("mpt"), "--report-json", Path("no/such/r.json")},
-                   "--report-json " + Path("no/such/r.json") + ": the folder '" +
-                       Path("no/such") + "' does not exist");
+                   "--report-json " + Path("no/such/r.json") + ": the folder '" + Path("no/such") +
+                       "' does not exist");
   ExpectCleanError({"--forward", kFixture + "/model.onnx", "--report-json", Path("r.json")},
                    "--report-json is for training runs, not --forward", 2);
 }
