@@ -96,24 +96,82 @@ std::string ShapeToString(std::span<const int64_t> shape) {
   return out.str();
 }
 
-void Tensor::Free::operator()(void* p) const { std::free(p); }
-
 StatusOr<Tensor> Tensor::Allocate(DType dtype, Shape shape) {
   ASSIGN_OR_RETURN(int64_t n, CheckTensorSize(dtype, shape));
-  // n <= kMaxTensorBytes, so neither the rounding nor the element count can overflow.
-  size_t alloc = std::max<size_t>((static_cast<size_t>(n) + 63) / 64 * 64, 64);
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, alloc));
+  // n <= kMaxTensorBytes, so the allocator's rounding cannot overflow.
+  const MemoryClass c = CurrentMemoryClass();
+  auto* p = static_cast<uint8_t*>(AllocateAccounted(static_cast<size_t>(n), 64, c));
   if (!p)
     return Error("cannot allocate " + std::to_string(n) + " bytes for " +
                  std::string(DTypeName(dtype)) + ShapeToString(shape) + ": out of memory");
-  std::memset(p, 0, alloc);
   Tensor t;
   t.dtype_ = dtype;
   t.numel_ = NumElements(shape);
   t.shape_ = std::move(shape);
-  t.bytes_.ptr.reset(p);
-  t.bytes_.size = static_cast<size_t>(n);
+  t.data_ = p;
+  t.owns_ = true;
+  t.owned_bytes_ = static_cast<size_t>(n);
+  t.class_ = c;
   return t;
+}
+
+Tensor Tensor::View(DType dtype, Shape shape, void* data) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.numel_ = NumElements(shape);
+  t.shape_ = std::move(shape);
+  t.data_ = static_cast<uint8_t*>(data);
+  return t;
+}
+
+void Tensor::SetMemoryClass(MemoryClass c) const {
+  if (!owns_) return;
+  ReclassAccounted(owned_bytes_, class_, c);
+  class_ = c;
+}
+
+void Tensor::Release() {
+  if (owns_) FreeAccounted(data_, owned_bytes_, class_);
+  data_ = nullptr;
+  owns_ = false;
+  owned_bytes_ = 0;
+}
+
+Tensor::~Tensor() { Release(); }
+
+Tensor::Tensor(Tensor&& other) noexcept
+    : dtype_(other.dtype_),
+      shape_(std::move(other.shape_)),
+      numel_(other.numel_),
+      data_(other.data_),
+      owns_(other.owns_),
+      owned_bytes_(other.owned_bytes_),
+      class_(other.class_) {
+  other.data_ = nullptr;
+  other.owns_ = false;
+  other.owned_bytes_ = 0;
+  other.dtype_ = DType::kUndefined;
+  other.shape_.clear();
+  other.numel_ = 0;
+}
+
+Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  if (this == &other) return *this;
+  Release();
+  dtype_ = other.dtype_;
+  shape_ = std::move(other.shape_);
+  numel_ = other.numel_;
+  data_ = other.data_;
+  owns_ = other.owns_;
+  owned_bytes_ = other.owned_bytes_;
+  class_ = other.class_;
+  other.data_ = nullptr;
+  other.owns_ = false;
+  other.owned_bytes_ = 0;
+  other.dtype_ = DType::kUndefined;
+  other.shape_.clear();
+  other.numel_ = 0;
+  return *this;
 }
 
 Tensor::Tensor(DType dtype, Shape shape) {
@@ -122,7 +180,14 @@ Tensor::Tensor(DType dtype, Shape shape) {
   *this = std::move(*t);
 }
 
-Tensor::Tensor(const Tensor& other) : Tensor(other.dtype_, other.shape_) {
+Tensor::Tensor(const Tensor& other) {
+  if (!other.data_) {  // a default or moved-from tensor: nothing to copy
+    dtype_ = other.dtype_;
+    shape_ = other.shape_;
+    numel_ = other.numel_;
+    return;
+  }
+  *this = Tensor(other.dtype_, other.shape_);
   if (other.nbytes()) std::memcpy(raw(), other.raw(), other.nbytes());
 }
 

@@ -1,5 +1,14 @@
-// A dense tensor that owns its bytes: constants, initializers, run-time buffers on the CPU backend.
-// Element types use ONNX's TensorProto codes so import/export is a cast.
+// A dense tensor: constants, initializers, run-time buffers on the CPU backend. Element types use
+// ONNX's TensorProto codes so import/export is a cast.
+//
+// Storage. An owning tensor allocates its bytes through the accounting allocator
+// (base/memory_accounting.h) under the thread's current memory class, and frees them there. A view
+// (Tensor::View) points at bytes someone else owns (an arena region, another tensor) and owns
+// nothing: it must not outlive them. Copying any tensor, a view included, makes an owning copy
+// (a copy has bytes of its own, counted under the copier's current class); moving keeps what the
+// source was (a moved view is still a view of the same bytes). The view of a device's memory
+// (a CUDA arena) may only be moved, never copied or read on the host: copies go through the
+// backend (runtime/backend.h).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/memory_accounting.h"
 #include "base/status.h"
 
 namespace foundry {
@@ -66,6 +76,9 @@ class Tensor {
   // Zero-filled; an error (naming the type and the bytes asked for) instead of a throw when the
   // shape is invalid, exceeds kMaxTensorBytes, or the allocator has no memory for it.
   static StatusOr<Tensor> Allocate(DType dtype, Shape shape);
+  // A non-owning tensor over `data`, which holds at least the bytes dtype and shape need (the
+  // caller checked the size) and outlives the view.
+  static Tensor View(DType dtype, Shape shape, void* data);
 
   template <class T>
   static Tensor FromVector(DType dtype, Shape shape, const std::vector<T>& values) {
@@ -82,16 +95,26 @@ class Tensor {
   int64_t numel() const { return numel_; }
   size_t nbytes() const { return static_cast<size_t>(numel_) * DTypeSize(dtype_); }
 
-  void* raw() { return bytes_.data(); }
-  const void* raw() const { return bytes_.data(); }
+  void* raw() { return data_; }
+  const void* raw() const { return data_; }
   template <class T>
   T* data() {
-    return reinterpret_cast<T*>(bytes_.data());
+    return reinterpret_cast<T*>(data_);
   }
   template <class T>
   const T* data() const {
-    return reinterpret_cast<const T*>(bytes_.data());
+    return reinterpret_cast<const T*>(data_);
   }
+
+  // True for a non-owning view (View), false for an owning tensor (and an empty default one).
+  bool is_view() const { return data_ != nullptr && !owns_; }
+  // Bytes this tensor's own storage holds in the accounting (0 for a view).
+  int64_t owned_bytes() const { return owns_ ? static_cast<int64_t>(owned_bytes_) : 0; }
+  MemoryClass memory_class() const { return class_; }
+  // Re-classes an owning tensor's storage in the accounting (a view: nothing to do). Const because
+  // it changes what the bytes are counted as, never the tensor's value: shared constant tensors
+  // (Value::data) are re-classed when their role becomes known.
+  void SetMemoryClass(MemoryClass c) const;
 
   // Same bytes, new shape (element count must match; caller checks).
   void Reshape(Shape shape);
@@ -106,22 +129,20 @@ class Tensor {
   DType dtype_ = DType::kUndefined;
   Shape shape_;
   int64_t numel_ = 0;
-  // 64-byte aligned storage: BLAS and vector loops like it.
-  struct Free {
-    void operator()(void* p) const;
-  };
-  struct Buffer {
-    std::unique_ptr<uint8_t, Free> ptr;
-    size_t size = 0;
-    uint8_t* data() const { return ptr.get(); }
-  };
-  Buffer bytes_;
+  // Owning storage is 64-byte aligned (BLAS and vector loops like it) and counted as owned_bytes_
+  // under class_.
+  uint8_t* data_ = nullptr;
+  bool owns_ = false;
+  size_t owned_bytes_ = 0;
+  mutable MemoryClass class_ = MemoryClass::kOther;
+  void Release();
 
  public:
   Tensor(const Tensor& other);
   Tensor& operator=(const Tensor& other);
-  Tensor(Tensor&&) noexcept = default;
-  Tensor& operator=(Tensor&&) noexcept = default;
+  Tensor(Tensor&& other) noexcept;
+  Tensor& operator=(Tensor&& other) noexcept;
+  ~Tensor();
 };
 
 // False when a floating-point tensor (f32, f64, f16, bf16) holds a NaN or an infinity; true for

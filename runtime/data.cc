@@ -92,31 +92,31 @@ void SyntheticWindow(uint64_t seed, int64_t k, int64_t window, int64_t vocab, in
 
 namespace {
 
-Tensor IntTensor(DType dtype, int64_t batch, int64_t seq, const std::vector<int64_t>& values) {
-  Tensor t(dtype, {batch, seq});
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dtype == DType::kInt32)
-      t.data<int32_t>()[i] = static_cast<int32_t>(values[static_cast<size_t>(i)]);
-    else
-      t.data<int64_t>()[i] = values[static_cast<size_t>(i)];
-  }
-  return t;
+void Put(Tensor& t, int64_t i, int64_t value) {
+  if (t.dtype() == DType::kInt32)
+    t.data<int32_t>()[i] = static_cast<int32_t>(value);
+  else
+    t.data<int64_t>()[i] = value;
 }
 
 }  // namespace
 
-TokenBatch MakeTokenBatch(const std::vector<int64_t>& windows, int64_t batch, int64_t seq,
-                          bool loss_in_model, DType ids_dtype, DType labels_dtype) {
-  std::vector<int64_t> ids(static_cast<size_t>(batch * seq)), labels(ids.size());
+void WriteTokenBatch(const std::vector<int64_t>& windows, int64_t batch, int64_t seq,
+                     bool loss_in_model, Tensor& ids, Tensor* labels) {
   const int64_t shift = loss_in_model ? 0 : 1;
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < seq; ++t) {
-      ids[static_cast<size_t>(b * seq + t)] = windows[static_cast<size_t>(b * (seq + 1) + t)];
-      labels[static_cast<size_t>(b * seq + t)] =
-          windows[static_cast<size_t>(b * (seq + 1) + t + shift)];
+      Put(ids, b * seq + t, windows[static_cast<size_t>(b * (seq + 1) + t)]);
+      if (labels)
+        Put(*labels, b * seq + t, windows[static_cast<size_t>(b * (seq + 1) + t + shift)]);
     }
-  return TokenBatch{IntTensor(ids_dtype, batch, seq, ids),
-                    IntTensor(labels_dtype, batch, seq, labels)};
+}
+
+TokenBatch MakeTokenBatch(const std::vector<int64_t>& windows, int64_t batch, int64_t seq,
+                          bool loss_in_model, DType ids_dtype, DType labels_dtype) {
+  TokenBatch tb{Tensor(ids_dtype, {batch, seq}), Tensor(labels_dtype, {batch, seq})};
+  WriteTokenBatch(windows, batch, seq, loss_in_model, tb.input_ids, &tb.labels);
+  return tb;
 }
 
 // ---- feeds ---------------------------------------------------------------------------------

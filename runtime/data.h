@@ -51,6 +51,10 @@ struct TokenBatch {
 };
 TokenBatch MakeTokenBatch(const std::vector<int64_t>& windows, int64_t batch, int64_t seq,
                           bool loss_in_model, DType ids_dtype, DType labels_dtype);
+// The same batch written in place into `ids` and, unless null, `labels` (each [batch, seq], i64 or
+// i32): a step's batch goes straight into the executor's input storage.
+void WriteTokenBatch(const std::vector<int64_t>& windows, int64_t batch, int64_t seq,
+                     bool loss_in_model, Tensor& ids, Tensor* labels);
 
 // ---- feeds ---------------------------------------------------------------------------------
 

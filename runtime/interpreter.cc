@@ -5,6 +5,7 @@
 
 #include "base/hash.h"
 #include "compiler/random_seed.h"
+#include "runtime/cpu_backend.h"
 
 namespace foundry {
 
@@ -42,6 +43,7 @@ StatusOr<std::map<std::string, Tensor>> Interpret(const Graph& graph,
     return l == live.end() ? nullptr : &l->second;
   };
 
+  Backend& backend = options.backend ? *options.backend : GetCpuBackend();
   KernelContext ctx = options.ctx;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const Node& node = graph.nodes[i];
@@ -71,14 +73,13 @@ StatusOr<std::map<std::string, Tensor>> Interpret(const Graph& graph,
     for (auto& t : outs) out_ptrs.push_back(&t);
     ctx.node_key = NodeKey(node);
     // Unplanned, so each node's scratch is an allocation of its own (a plan puts it in the arena).
-    Tensor workspace;
-    if (const int64_t ws = CpuWorkspaceBytesFor(node, ins, out_ptrs); ws > 0) {
-      StatusOr<Tensor> w = Tensor::Allocate(DType::kUint8, {ws});
-      if (!w.ok()) return Error(node.Describe() + ": workspace: " + w.status().message());
-      workspace = std::move(*w);
+    Region workspace;
+    if (const int64_t ws = backend.WorkspaceBytes(graph, node); ws > 0) {
+      ASSIGN_OR_RETURN(workspace, backend.Allocate(ws, CurrentMemoryClass(),
+                                                   "the workspace of " + node.Describe()));
     }
-    ctx.workspace = {static_cast<std::byte*>(workspace.raw()), workspace.nbytes()};
-    RETURN_IF_ERROR(RunCpuKernel(node, ins, out_ptrs, ctx));
+    RETURN_IF_ERROR(backend.Run(node, ins, out_ptrs,
+                                std::span<std::byte>(workspace.data(), workspace.bytes()), ctx));
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       if (node.outputs[k].empty()) continue;
       if (options.check_finite && !AllFinite(outs[k]))

@@ -1,7 +1,9 @@
-// The simplest executor: runs a graph's nodes in order on the CPU reference kernels, allocating
-// each value when it is produced and freeing it after its last consumer. Used by tests, by the
-// forward-only mode of foundry-run and by constant folding; the planned-arena executor replaces it
-// for training runs.
+// The unplanned executor: runs a graph's nodes in order through a backend (the CPU one unless told
+// otherwise), allocating each value as an owning host tensor when it is produced (and each node's
+// workspace just for its node) and freeing it after its last consumer. Used by tests, by the
+// forward-only mode of foundry-run, and to replay a failed training step with finite checks; the
+// planned executor (runtime/executor.h) runs training steps. It needs a backend whose memory is
+// host memory.
 #pragma once
 
 #include <map>
@@ -15,8 +17,11 @@
 
 namespace foundry {
 
+class Backend;
+
 struct InterpretOptions {
-  KernelContext ctx;
+  KernelContext ctx;           // ctx.workspace is ignored: each node gets its own
+  Backend* backend = nullptr;  // null: the CPU backend
   // Values to return besides the graph outputs (e.g. gradients for --dump-grads).
   std::vector<std::string> extra_fetches;
   // Check every float output for NaN/Inf and fail naming the first node that produced one.

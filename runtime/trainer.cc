@@ -24,6 +24,7 @@
 #include "compiler/op_schema.h"
 #include "compiler/tensor_proto.h"
 #include "kernels/cpu/philox.h"
+#include "runtime/cpu_backend.h"
 #include "runtime/interpreter.h"
 #include "runtime/messages.h"
 
@@ -53,6 +54,17 @@ void FindTokenInput(const Graph& g, const std::vector<std::string>& inputs, std:
   }
 }
 
+// The memory plan to run: the plan file's (LoadPlan checked it against the graph; the executor
+// checks its layout against this backend's kernels). A plan built in memory without one (tests,
+// tools that compile and train in one process) is planned here, as foundry-compile would.
+StatusOr<MemoryPlan> MemoryPlanFor(const LoadedPlan& lp) {
+  if (!lp.plan.memory.layouts.empty()) return lp.plan.memory;
+  auto plan = PlanMemory(lp.graph, {GetCpuBackend().Spec()});
+  if (!plan.ok())
+    return plan.status().Prepend("cannot plan the memory of '" + lp.plan_path + "': ");
+  return plan;
+}
+
 }  // namespace
 
 // ---- trainer -------------------------------------------------------------------------------
@@ -73,8 +85,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
       t->input_files_.push_back(spec.substr(eq + 1));
   if (!options.data_path.empty()) t->input_files_.push_back(options.data_path);
 
-  // Parameters: the graph's data, or the seeded initialisation. The graph's copy is dropped: the
-  // trainer's tensors are fed in every step.
+  // Parameters: the graph's data, or the seeded initialisation. The graph's tensor is moved out
+  // (copied only when another graph shares it), so the weights are held once.
   for (const auto& name : p.parameters) {
     Value* v = g.FindValue(name);
     if (v->dtype != DType::kFloat32)
@@ -82,9 +94,24 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
                    "; the trainer updates f32 parameters only");
     if (!v->ShapeKnown())
       return Error("parameter '" + name + "' has no concrete shape (" + v->TypeString() + ")");
-    t->bindings_[name] = v->data ? *v->data : InitParameter(name, v->shape, options.init_seed);
+    ScopedMemoryClass scope(MemoryClass::kParameter);
+    Tensor& param = t->params_[name];
+    if (!v->data)
+      param = InitParameter(name, v->shape, options.init_seed);
+    else if (v->data.use_count() == 1)
+      param = std::move(const_cast<Tensor&>(*v->data));  // the graph's only reference
+    else
+      param = *v->data;
+    param.SetMemoryClass(MemoryClass::kParameter);
     v->data = nullptr;
   }
+  // A value a node produces is computed by that node every step, in the arena. An in-memory graph
+  // may still carry its data (autodiff's Constant nodes share their tensor with the value); the
+  // graph a plan file loads never does (only initializers carry data in ONNX), so drop it here and
+  // both plan, run and count alike.
+  for (const Node& n : g.nodes)
+    for (const auto& out : n.outputs)
+      if (Value* v = out.empty() ? nullptr : g.FindValue(out); v && v->data) v->data = nullptr;
   std::set<std::string> trained(p.parameters.begin(), p.parameters.end());
   for (const auto& init : g.initializers) {
     const Value* v = g.FindValue(init);
@@ -95,10 +122,12 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
   }
 
   // Inputs: --feed, then tokens for whatever is left.
+  std::map<std::string, Tensor> fed;
   for (const auto& spec : options.feeds) {
     ASSIGN_OR_RETURN(Feed f, ReadFeed(spec));
     RETURN_IF_ERROR(CheckFeed(f, g, p.inputs));
-    t->fed_[f.name] = std::move(f.tensor);
+    t->fed_.insert(f.name);
+    fed[f.name] = std::move(f.tensor);
   }
   FindTokenInput(g, p.inputs, &t->tokens_input_, &t->vocab_);
   if (t->tokens_input_.empty() &&
@@ -165,23 +194,54 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
       t->seq_ = ids->shape[1];
     }
   }
-  for (auto& [name, tensor] : t->fed_) t->bindings_[name] = tensor;
+  // Optimizer slots, zero: what the first update starts from.
+  {
+    ScopedMemoryClass scope(MemoryClass::kOptimizerState);
+    const OptimizerOptions& o = options.optimizer;
+    for (const auto& name : p.parameters) {
+      const Shape& shape = t->params_.at(name).shape();
+      if (o.kind == OptimizerKind::kAdamW || o.momentum != 0) {
+        ASSIGN_OR_RETURN(t->slot_m_[name], Tensor::Allocate(DType::kFloat32, shape));
+      }
+      if (o.kind == OptimizerKind::kAdamW) {
+        ASSIGN_OR_RETURN(t->slot_v_[name], Tensor::Allocate(DType::kFloat32, shape));
+      }
+    }
+  }
+
+  // The executor: the arena, inputs and outputs, allocated once. Fed inputs are written into
+  // their storage now and never again.
+  ASSIGN_OR_RETURN(MemoryPlan memory, MemoryPlanFor(t->plan_));
+  std::map<std::string, Tensor*> params;
+  for (auto& [name, tensor] : t->params_) params[name] = &tensor;
+  ASSIGN_OR_RETURN(t->executor_, Executor::Create(g, memory, GetCpuBackend(), params));
+  for (auto& [name, tensor] : fed) {
+    Tensor* in = t->executor_->input(name);
+    if (!in) return Error("--feed: '" + name + "' is not an input of the graph");
+    RETURN_IF_ERROR(t->executor_->backend().CopyIn(tensor, *in));
+  }
   return t;
 }
 
 int64_t Trainer::num_parameter_elements() const {
   int64_t n = 0;
-  for (const auto& name : plan_.plan.parameters) n += bindings_.at(name).numel();
+  for (const auto& name : plan_.plan.parameters) n += params_.at(name).numel();
   return n;
 }
 
 std::map<std::string, Tensor> Trainer::parameters() const {
   std::map<std::string, Tensor> out;
-  for (const auto& name : plan_.plan.parameters) out[name] = bindings_.at(name);
+  for (const auto& name : plan_.plan.parameters) out[name] = params_.at(name);
   return out;
 }
 
-const Tensor& Trainer::parameter(const std::string& name) const { return bindings_.at(name); }
+const Tensor& Trainer::parameter(const std::string& name) const { return params_.at(name); }
+
+const Tensor& Trainer::output(const std::string& name) const {
+  const Tensor* t = executor_->value(name);
+  if (!t) throw std::out_of_range("no graph output '" + name + "'");
+  return *t;
+}
 
 std::string Trainer::DataDescription() const {
   if (tokens_input_.empty() || fed_.count(tokens_input_)) return "--feed";
@@ -196,36 +256,42 @@ std::string Trainer::DataDescription() const {
 Status Trainer::BuildBatch() {
   if (tokens_input_.empty() || fed_.count(tokens_input_)) return Status::Ok();
   const int64_t window = seq_ + 1;
-  std::vector<int64_t> windows(static_cast<size_t>(batch_ * window));
+  windows_.resize(static_cast<size_t>(batch_ * window));
   for (int64_t b = 0; b < batch_; ++b) {
     int64_t k = data_position_ + b;
-    int64_t* out = &windows[static_cast<size_t>(b * window)];
+    int64_t* out = &windows_[static_cast<size_t>(b * window)];
     if (data_)
       RETURN_IF_ERROR(data_->ReadWindow(k, window, vocab_, out));
     else
       SyntheticWindow(options_.seed, k, window, vocab_, out);
   }
-  const Graph& g = plan_.graph;
-  DType ids_dtype = g.FindValue(tokens_input_)->dtype;
-  DType labels_dtype = labels_input_.empty() ? DType::kInt64 : g.FindValue(labels_input_)->dtype;
-  TokenBatch tb =
-      MakeTokenBatch(windows, batch_, seq_, plan_.plan.loss_in_model, ids_dtype, labels_dtype);
-  bindings_[tokens_input_] = std::move(tb.input_ids);
-  if (!labels_input_.empty() && !fed_.count(labels_input_))
-    bindings_[labels_input_] = std::move(tb.labels);
+  // Straight into the executor's input storage (CPU memory; a device backend would stage it).
+  Tensor* labels = labels_input_.empty() || fed_.count(labels_input_)
+                       ? nullptr
+                       : executor_->input(labels_input_);
+  WriteTokenBatch(windows_, batch_, seq_, plan_.plan.loss_in_model,
+                  *executor_->input(tokens_input_), labels);
   return Status::Ok();
 }
 
 Status Trainer::NonFiniteError(int64_t step, const InterpretOptions& base) const {
   InterpretOptions io = base;
   io.check_finite = true;
-  auto replay = Interpret(plan_.graph, bindings_, io);
+  // The step's own bindings, as views: the parameters and the batch still in the input storage.
+  std::map<std::string, Tensor> bindings;
+  for (const auto& [name, t] : params_)
+    bindings[name] = Tensor::View(t.dtype(), t.shape(), const_cast<void*>(t.raw()));
+  for (const auto& name : plan_.graph.inputs) {
+    const Tensor* t = executor_->value(name);
+    bindings[name] = Tensor::View(t->dtype(), t->shape(), const_cast<void*>(t->raw()));
+  }
+  auto replay = Interpret(plan_.graph, bindings, io);
   const std::string prefix =
       "step " + std::to_string(step) + ": non-finite value first produced by ";
   if (replay.ok()) {
     // Every node produced finite values: a non-finite weight was fed in.
     for (const auto& name : plan_.plan.parameters)
-      if (!AllFinite(bindings_.at(name)))
+      if (!AllFinite(params_.at(name)))
         return Error("step " + std::to_string(step) + ": parameter '" + name +
                      "' holds a non-finite value");
     return Error("step " + std::to_string(step) + ": non-finite loss or gradient");
@@ -239,29 +305,23 @@ Status Trainer::NonFiniteError(int64_t step, const InterpretOptions& base) const
                "); lower --lr, or check the inputs and weights");
 }
 
-Status Trainer::ApplyOptimizer(const std::map<std::string, Tensor>& outputs) {
+Status Trainer::ApplyOptimizer() {
   const OptimizerOptions& o = options_.optimizer;
   for (const auto& name : plan_.plan.parameters) {
-    Tensor& param = bindings_.at(name);
+    Tensor& param = params_.at(name);
     const std::string& gname = plan_.plan.gradients.at(name);
-    const Tensor& grad = outputs.at(gname);
+    const Tensor& grad = output(gname);
     if (grad.dtype() != DType::kFloat32 || grad.shape() != param.shape())
       return Error("gradient '" + gname + "' is " + TypeOf(grad.dtype(), grad.shape()) +
                    " but parameter '" + name + "' is " + TypeOf(param.dtype(), param.shape()));
     if (o.kind == OptimizerKind::kAdamW) {
-      auto [mi, m_new] = slot_m_.try_emplace(name, DType::kFloat32, param.shape());
-      auto [vi, v_new] = slot_v_.try_emplace(name, DType::kFloat32, param.shape());
-      AdamWUpdate(o, step_ + 1, param.data<float>(), grad.data<float>(), mi->second.data<float>(),
-                  vi->second.data<float>(), param.numel());
+      AdamWUpdate(o, step_ + 1, param.data<float>(), grad.data<float>(),
+                  slot_m_.at(name).data<float>(), slot_v_.at(name).data<float>(), param.numel());
     } else {
-      float* buf = nullptr;
-      bool first = true;
-      if (o.momentum != 0) {
-        auto [mi, m_new] = slot_m_.try_emplace(name, DType::kFloat32, param.shape());
-        buf = mi->second.data<float>();
-        first = m_new;
-      }
-      SgdUpdate(o, first, param.data<float>(), grad.data<float>(), buf, param.numel());
+      // The momentum buffer starts as the first update's gradient: the run's first update, or the
+      // first after resuming a save made before any (no slots saved then).
+      float* buf = o.momentum != 0 ? slot_m_.at(name).data<float>() : nullptr;
+      SgdUpdate(o, step_ == 0, param.data<float>(), grad.data<float>(), buf, param.numel());
     }
   }
   return Status::Ok();
@@ -280,13 +340,12 @@ StatusOr<StepReport> Trainer::Step() {
   InterpretOptions io;
   io.ctx.seed = StepSeed(options_.seed, step);
   io.ctx.training = true;
-  auto result = Interpret(plan_.graph, bindings_, io);
-  if (!result.ok()) return result.status().Prepend("step " + std::to_string(step) + ": ");
-  std::map<std::string, Tensor>& outputs = *result;
+  Status run = executor_->Run(io.ctx);
+  if (!run.ok()) return run.Prepend("step " + std::to_string(step) + ": ");
 
-  const Tensor& loss_t = outputs.at(plan_.plan.loss);
+  const Tensor& loss_t = output(plan_.plan.loss);
   bool finite = AllFinite(loss_t);
-  for (const auto& [param, gname] : plan_.plan.gradients) finite &= AllFinite(outputs.at(gname));
+  for (const auto& [param, gname] : plan_.plan.gradients) finite &= AllFinite(output(gname));
   if (!finite) {
     failed_ = true;
     return NonFiniteError(step, io);
@@ -307,7 +366,7 @@ StatusOr<StepReport> Trainer::Step() {
       const std::string gname = name + "_grad";
       dumps.emplace_back(
           (fs::path(options_.dump_grads_dir) / (FileNameForValue(gname) + ".pb")).string(),
-          &outputs.at(plan_.plan.gradients.at(name)), gname);
+          &output(plan_.plan.gradients.at(name)), gname);
       RETURN_IF_ERROR(CheckNotAnInput(std::get<0>(dumps.back()), "--dump-grads"));
     }
   }
@@ -315,18 +374,18 @@ StatusOr<StepReport> Trainer::Step() {
     for (const auto& out : plan_.graph.outputs) {
       dumps.emplace_back(
           (fs::path(options_.dump_outputs_dir) / (FileNameForValue(out) + ".pb")).string(),
-          &outputs.at(out), out);
+          &output(out), out);
       RETURN_IF_ERROR(CheckNotAnInput(std::get<0>(dumps.back()), "--dump-outputs"));
     }
   }
   // From here on the parameters are being changed in place: any error ends the trainer.
   failed_ = true;
-  RETURN_IF_ERROR(ApplyOptimizer(outputs));
+  RETURN_IF_ERROR(ApplyOptimizer());
   // Finite gradients can still give non-finite weights (an lr that overflows fp32, a weight at
   // the edge of the range). The update is in place, so the trainer is done for; nothing of it
   // may be saved.
   for (const auto& name : plan_.plan.parameters)
-    if (!AllFinite(bindings_.at(name)))
+    if (!AllFinite(params_.at(name)))
       return Error("step " + std::to_string(step) + ": the optimizer update made parameter '" +
                    name + "' non-finite (lr " + Num(options_.optimizer.lr) +
                    "); lower --lr, or check the weights");
@@ -347,7 +406,6 @@ StatusOr<StepReport> Trainer::Step() {
   r.loss = static_cast<float>(loss_t.GetAsDouble(0));
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.tokens_per_second = r.seconds > 0 ? static_cast<double>(batch_ * seq_) / r.seconds : 0;
-  last_outputs_ = std::move(outputs);
   return r;
 }
 

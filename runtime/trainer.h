@@ -1,6 +1,15 @@
 // The training loop behind foundry-run: load a compiled plan, bind weights, feed a batch, run the
-// training graph (forward, loss, backward) on the CPU interpreter, apply the optimizer, save and
-// resume.
+// training graph (forward, loss, backward) on the planned executor (runtime/executor.h: one arena,
+// nothing allocated per step), apply the optimizer, save and resume.
+//
+// Storage (each byte once, counted by class in base/memory_accounting.h):
+//  - parameters: the trainer's tensors (class parameter), MOVED out of the loaded graph (an
+//    imported initializer is not held twice); the executor reads them in place;
+//  - optimizer slots: allocated at Create (class optimizer_state): AdamW m and v, SGD momentum m;
+//  - inputs, the loss and the gradients: the executor's storage. The batch is written into the
+//    input storage in place, the optimizer reads the gradients in place, the loss and the dumps
+//    are read from the output storage (nothing is copied out);
+//  - constants: the loaded graph's data (class constant).
 //
 // A step:
 //  1. The batch: --feed tensors (fixed for every step), else windows of a flat token file (--data),
@@ -10,10 +19,12 @@
 //                              input_ids = labels = window[0:seq]
 //       loss_in_model = false (foundry appended an unshifted loss):
 //                              input_ids = window[0:seq], labels = window[1:seq+1]
-//  2. Interpret(training graph, batch + current parameters) -> loss and one gradient per parameter.
+//  2. The executor runs the training graph -> loss and one gradient per parameter, bitwise equal
+//     to Interpret on the same bindings (tested on every fixture).
 //     Dropout draws from Philox keyed by StepSeed(seed, step), so a resumed run redraws the masks.
-//  3. A non-finite loss or gradient stops the run: the step is replayed with the interpreter's
-//     finite check to name the first node that produced the value.
+//  3. A non-finite loss or gradient stops the run: the step is replayed with Interpret and its
+//     finite check to name the first node that produced the value. The replay is diagnostics after
+//     a failure: unplanned, it allocates every value on its own.
 //  4. The optimizer updates every parameter in place, elementwise, in fp32 (see AdamWUpdate).
 //
 // Resume contract: N steps, Save, Resume, M steps is bitwise identical (losses and weights) to
@@ -24,12 +35,15 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "base/tensor.h"
+#include "passes/memory_plan.h"
 #include "runtime/data.h"
+#include "runtime/executor.h"
 #include "runtime/loaded_plan.h"
 #include "runtime/optimizer.h"
 #include "runtime/param_init.h"
@@ -79,6 +93,11 @@ class Trainer {
   // (plan, graph, --feed or --data files).
   Status CheckSaveTarget(const std::string& dir) const;
 
+  // Error if `path` (about to be written for `option`, e.g. "--report-json") is one of the run's
+  // input files (plan, graph, --feed, --data, the --resume directory's files).
+  Status CheckNotAnInput(const std::string& path, const std::string& option,
+                         const std::string& advice = "choose another folder") const;
+
   // DIR/model.onnx (the training graph, trained parameters as initializers),
   // DIR/optimizer/<param>.m.pb and .v.pb, DIR/state.json. Written into DIR.tmp.<pid>, then swapped
   // in, so DIR is always either the old save or the new one.
@@ -96,26 +115,32 @@ class Trainer {
   // The current parameter values (a copy) / one of them.
   std::map<std::string, Tensor> parameters() const;
   const Tensor& parameter(const std::string& name) const;
-  // Graph outputs (loss, gradients) of the last step.
-  const std::map<std::string, Tensor>& last_outputs() const { return last_outputs_; }
+  // A graph output (the loss, a gradient) of the last step, in the executor's storage (no copy).
+  const Tensor& output(const std::string& name) const;
+  // The memory plan the executor runs, and the executor (its storage, its layout).
+  const MemoryPlan& memory_plan() const { return executor_->plan(); }
+  const Executor& executor() const { return *executor_; }
+  // Optimizer slots: AdamW exp_avg (m) and exp_avg_sq (v); SGD with momentum m only.
+  const std::map<std::string, Tensor>& slot_m() const { return slot_m_; }
+  const std::map<std::string, Tensor>& slot_v() const { return slot_v_; }
 
  private:
   Trainer() = default;
   Status BuildBatch();
-  Status ApplyOptimizer(const std::map<std::string, Tensor>& outputs);
+  Status ApplyOptimizer();
   Status NonFiniteError(int64_t step, const InterpretOptions& base) const;
   Status WriteSave(const std::string& tmp) const;
-  // Error if `path` (about to be written for `option`) is one of the run's input files.
-  Status CheckNotAnInput(const std::string& path, const std::string& option) const;
 
   LoadedPlan plan_;
   TrainerOptions options_;
-  // What every step feeds the interpreter: the parameters (updated in place by the optimizer),
-  // the --feed tensors and the current token batch.
-  std::map<std::string, Tensor> bindings_;
+  // The parameters, updated in place by the optimizer; the executor holds views of them, so they
+  // never move (a resume copies into them).
+  std::map<std::string, Tensor> params_;
   std::map<std::string, Tensor> slot_m_;  // AdamW exp_avg / SGD momentum buffer
   std::map<std::string, Tensor> slot_v_;  // AdamW exp_avg_sq
-  std::map<std::string, Tensor> fed_;     // --feed tensors
+  std::set<std::string> fed_;             // inputs given by --feed (written into storage once)
+  std::unique_ptr<Executor> executor_;
+  std::vector<int64_t> windows_;  // the token windows of a step, reused
   std::unique_ptr<TokenFile> data_;
   std::string tokens_input_;  // the input the embedding gathers ("" if none)
   std::string labels_input_;  // "labels" if the plan has it
@@ -127,7 +152,6 @@ class Trainer {
   std::string resume_dir_;
   // Every file the run reads: never overwritten by a dump or a save.
   std::vector<std::string> input_files_;
-  std::map<std::string, Tensor> last_outputs_;
 };
 
 }  // namespace foundry

@@ -86,13 +86,14 @@ std::string NormalDir(const std::string& dir_arg) {
 
 }  // namespace
 
-Status Trainer::CheckNotAnInput(const std::string& path, const std::string& option) const {
+Status Trainer::CheckNotAnInput(const std::string& path, const std::string& option,
+                                const std::string& advice) const {
   const std::optional<FileId> id = GetFileId(path);
   if (!id) return Status::Ok();
   for (const auto& input : input_files_)
     if (GetFileId(input) == id)
       return Error(option + ": writing '" + path + "' would overwrite '" + input +
-                   "', an input of this run; choose another folder");
+                   "', an input of this run; " + advice);
   return Status::Ok();
 }
 
@@ -141,7 +142,7 @@ Status Trainer::WriteSave(const std::string& tmp) const {
 
   Graph g = plan_.graph;
   for (const auto& name : plan_.plan.parameters)
-    g.FindValue(name)->data = std::make_shared<const Tensor>(bindings_.at(name));
+    g.FindValue(name)->data = std::make_shared<const Tensor>(params_.at(name));
   RETURN_IF_ERROR(ExportOnnx(g, (fs::path(tmp) / "model.onnx").string()));
   auto write_slots = [&](const std::map<std::string, Tensor>& slots,
                          const std::string& suffix) -> Status {
@@ -206,7 +207,7 @@ Status Trainer::Resume(const std::string& dir) {
   std::map<std::string, Tensor> params, m, v;
   for (const auto& name : plan_.plan.parameters) {
     const Value* sv = saved->FindValue(name);
-    const Tensor& cur = bindings_.at(name);
+    const Tensor& cur = params_.at(name);
     if (!sv || !sv->data)
       return Error("--resume " + dir + ": '" + model + "' has no values for parameter '" + name +
                    "'; was it saved from another model?");
@@ -239,9 +240,13 @@ Status Trainer::Resume(const std::string& dir) {
     return Error("--resume " + dir + ": data position " + std::to_string(s.data_position) +
                  " is out of range for batches of " + std::to_string(batch_) + " x " +
                  std::to_string(seq_ + 1) + " tokens");
-  for (auto& [name, t] : params) bindings_[name] = std::move(t);
-  slot_m_ = std::move(m);
-  slot_v_ = std::move(v);
+  // Into the trainer's own tensors: the executor reads the parameters where they are.
+  auto copy_into = [](std::map<std::string, Tensor>& from, std::map<std::string, Tensor>& to) {
+    for (auto& [name, t] : from) std::memcpy(to.at(name).raw(), t.raw(), t.nbytes());
+  };
+  copy_into(params, params_);
+  copy_into(m, slot_m_);
+  copy_into(v, slot_v_);
   step_ = s.step;
   data_position_ = s.data_position;
   resume_dir_ = dir;

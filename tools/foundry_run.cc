@@ -3,17 +3,21 @@
 // libraries. Every error is one line `foundry-run: error: <message>` on stderr; exit code 2 for a
 // wrong command line, 1 for anything else (tools/cli.h).
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "base/file_util.h"
+#include "base/memory_accounting.h"
 #include "compiler/onnx_import.h"
 #include "compiler/tensor_proto.h"
 #include "passes/fold.h"
@@ -51,10 +55,134 @@ Status CheckDevice(const std::string& device) {
   return Error("--device cuda: the CUDA backend is not built yet; use --device cpu");
 }
 
-double PeakRssMiB() {
+int64_t PeakRssBytes() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+  return static_cast<int64_t>(ru.ru_maxrss) * 1024;  // ru_maxrss is in KiB on Linux
+}
+
+// Resident bytes now (0 when /proc is not there).
+int64_t RssBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  if (!(statm >> pages >> resident)) return 0;
+  return resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// Planned vs measured bytes of one training step, per class. Measured: the accounting
+// allocator's high-water marks over the step loop (peaks are reset when it starts, after
+// loading, initialisation and --resume, whose transients come before any step runs).
+struct MemoryReport {
+  struct Row {
+    std::string name;  // as printed and as the JSON key
+    int64_t planned = 0;
+    int64_t measured = 0;
+  };
+  std::vector<Row> rows;  // arena, parameters, ..., outputs
+  int64_t total_planned = 0;
+  // The planned classes' high-water mark: the total's, less the bytes outside them when the loop
+  // started (graph structure: Constant nodes' payloads).
+  int64_t total_measured = 0;
+  int64_t other_before = 0;  // bytes outside the planned classes when the loop started
+  int64_t other_during = 0;  // more of them allocated during the steps (the plan says none)
+  int64_t rss_baseline = 0;  // before the plan was loaded
+  int64_t peak_rss = 0;
+};
+
+MemoryReport MeasureMemory(const Trainer& t, int64_t other_before, int64_t rss_baseline) {
+  const MemoryPlan& plan = t.memory_plan();
+  const BackendLayout& layout = t.executor().layout();
+  const MemorySnapshot m = MemoryUsage();
+  MemoryReport r;
+  auto row = [&](const char* name, int64_t planned, MemoryClass c) {
+    r.rows.push_back({name, planned, m[c].peak});
+  };
+  row("arena", layout.arena_bytes, MemoryClass::kArena);
+  row("parameters", plan.parameter_bytes, MemoryClass::kParameter);
+  row("gradients", plan.gradient_bytes, MemoryClass::kGradient);
+  row("optimizer_state", plan.optimizer_state_bytes, MemoryClass::kOptimizerState);
+  row("inputs", plan.input_bytes, MemoryClass::kInput);
+  row("constants", plan.constant_bytes, MemoryClass::kConstant);
+  row("outputs", plan.output_bytes, MemoryClass::kOutput);
+  r.total_planned = plan.TotalBytes(layout);
+  r.total_measured = m.total.peak - other_before;
+  r.other_before = other_before;
+  r.other_during = m[MemoryClass::kOther].peak - other_before;
+  r.rss_baseline = rss_baseline;
+  r.peak_rss = PeakRssBytes();
+  return r;
+}
+
+std::string MiB(int64_t bytes) {
+  return Format("%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+void PrintMemory(const MemoryReport& r, const OptimizerOptions& o) {
+  char line[160];
+  std::cout << "memory (bytes)        planned       measured\n";
+  for (const auto& row : r.rows) {
+    std::snprintf(
+        line, sizeof line, "  %-16s %13lld  %13lld%s\n", row.name.c_str(),
+        static_cast<long long>(row.planned), static_cast<long long>(row.measured),
+        row.name == "arena" ? (row.planned == row.measured ? "  (equal)" : "  (DIFFERS)") : "");
+    std::cout << line;
+  }
+  std::snprintf(line, sizeof line, "  %-16s %13lld  %13lld  (%s planned, %s measured)\n", "total",
+                static_cast<long long>(r.total_planned), static_cast<long long>(r.total_measured),
+                MiB(r.total_planned).c_str(), MiB(r.total_measured).c_str());
+  std::cout << line;
+  if (o.kind != OptimizerKind::kAdamW)
+    std::cout << "  optimizer state is planned for AdamW (two slots per parameter); this run uses "
+              << OptimizerName(o.kind)
+              << (o.momentum != 0 ? " with momentum (one slot)" : " without momentum (none)")
+              << "\n";
+  std::cout << "  outside the plan   " << r.other_before << " before the steps (graph constants"
+            << " in node attributes), " << r.other_during << " more during them\n"
+            << "  peak RSS " << MiB(r.peak_rss) << ", " << MiB(r.peak_rss - r.rss_baseline)
+            << " over the " << MiB(r.rss_baseline) << " before loading (planned total "
+            << MiB(r.total_planned) << ")\n";
+}
+
+std::string ReportJson(int64_t steps, float loss_first, float loss_last, double ms_per_step,
+                       double tokens_per_s, const MemoryReport& m, const OptimizerOptions& o) {
+  nlohmann::ordered_json j;
+  j["version"] = 1;
+  j["steps"] = steps;
+  j["loss_first"] = loss_first;
+  j["loss_last"] = loss_last;
+  j["ms_per_step"] = ms_per_step;
+  j["tokens_per_s"] = tokens_per_s;
+  nlohmann::ordered_json mem;
+  mem["arena_planned_bytes"] = m.rows[0].planned;
+  mem["arena_measured_bytes"] = m.rows[0].measured;
+  mem["total_planned_bytes"] = m.total_planned;
+  mem["total_measured_bytes"] = m.total_measured;
+  mem["peak_rss_bytes"] = m.peak_rss;
+  mem["rss_baseline_bytes"] = m.rss_baseline;
+  mem["peak_rss_over_baseline_bytes"] = m.peak_rss - m.rss_baseline;
+  for (const auto& row : m.rows) {
+    if (row.name == "arena") continue;
+    mem[row.name + "_planned_bytes"] = row.planned;
+    mem[row.name + "_measured_bytes"] = row.measured;
+  }
+  mem["outside_plan_bytes"] = m.other_before;
+  mem["outside_plan_during_steps_bytes"] = m.other_during;
+  mem["optimizer_planned"] = "adamw";
+  mem["optimizer"] = std::string(OptimizerName(o.kind));
+  j["memory"] = mem;
+  return j.dump(2) + "\n";
+}
+
+// --report-json FILE may be written at the end of the run: not over an input, not a folder, in a
+// folder that exists. Checked before the first step.
+Status CheckReportTarget(const Trainer& t, const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    return Error("--report-json " + path + ": it is a folder; give a file name");
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty() && !fs::is_directory(parent, ec))
+    return Error("--report-json " + path + ": the folder '" + parent.string() + "' does not exist");
+  return t.CheckNotAnInput(path, "--report-json", "choose another file");
 }
 
 // --forward MODEL: import, bind dims (--dim, else from the feeds' shapes), fold, interpret.
@@ -152,7 +280,7 @@ int Main(int argc, char** argv) {
       "1 an error in the input (plan, data, a save) or in a step. Every error is one line\n"
       "`foundry-run: error: ...` on stderr.");
   std::string target, device = "cpu", optimizer = "adamw", data, data_dtype = "uint16";
-  std::string save_dir, resume_dir, dump_grads, dump_outputs;
+  std::string save_dir, resume_dir, dump_grads, dump_outputs, report_json;
   std::vector<std::string> feeds, dim_specs;
   std::string steps_text = "1", seed_text = "0", init_seed_text = "0";
   bool forward = false;
@@ -211,6 +339,10 @@ int Main(int argc, char** argv) {
   app.add_option("--dump-outputs", dump_outputs,
                  "write the first step's graph outputs (--forward: the outputs) to DIR/<name>.pb")
       ->type_name("DIR");
+  auto* o_report = app.add_option("--report-json", report_json,
+                                  "write the run's figures (loss, speed, planned vs measured "
+                                  "memory) to FILE as JSON")
+                       ->type_name("FILE");
   auto* o_dim = cli::OneValueEach(
       app.add_option("--dim", dim_specs, "with --forward: bind a symbolic dimension")
           ->type_name("NAME=VALUE"));
@@ -230,7 +362,7 @@ int Main(int argc, char** argv) {
   if (forward) {
     if (target.empty())
       return Fail("--forward needs a model: foundry-run --forward MODEL.onnx", cli::kExitUsage);
-    for (auto* o : {o_save, o_resume, o_dump_grads, o_data})
+    for (auto* o : {o_save, o_resume, o_dump_grads, o_data, o_report})
       if (o->count())
         return Fail(o->get_name() + " is for training runs, not --forward", cli::kExitUsage);
     return RunForward(target, feeds, dim_specs, dump_outputs, *seed);
@@ -279,6 +411,7 @@ int Main(int argc, char** argv) {
   st = CheckOptimizerOptions(options.optimizer);
   if (!st.ok()) return Fail(st.message(), cli::kExitUsage);
 
+  const int64_t rss_baseline = RssBytes();
   auto plan = LoadPlan(target);
   if (!plan.ok()) return Fail(plan.status().message());
   auto trainer = Trainer::Create(std::move(plan).value(), options);
@@ -291,6 +424,10 @@ int Main(int argc, char** argv) {
   // Before the first step, so a long run never ends in an error it could have given at once.
   if (!save_dir.empty()) {
     st = t.CheckSaveTarget(save_dir);
+    if (!st.ok()) return Fail(st.message());
+  }
+  if (!report_json.empty()) {
+    st = CheckReportTarget(t, report_json);
     if (!st.ok()) return Fail(st.message());
   }
   if (*steps_or > INT64_MAX - t.step())
@@ -319,6 +456,9 @@ int Main(int argc, char** argv) {
     std::cout << "  resumed    " << resume_dir << " at step " << t.step() << "\n";
 
   const int64_t steps = *steps_or, first = t.step(), last = t.step() + steps;
+  // The step loop's high-water marks: from here.
+  ResetMemoryPeaks();
+  const int64_t other_before = MemoryUsage()[MemoryClass::kOther].live;
   double total_seconds = 0;
   float first_loss = 0, last_loss = 0;
   for (int64_t i = 0; i < steps; ++i) {
@@ -337,9 +477,10 @@ int Main(int argc, char** argv) {
     std::cout << "done: " << steps << " steps (" << first + 1 << ".." << last << "), loss "
               << Format("%.4f", first_loss) << " -> " << Format("%.4f", last_loss) << ", "
               << Format("%.1f", total_seconds / steps * 1e3) << " ms/step, "
-              << Format("%.0f", total_seconds > 0 ? tokens / total_seconds : 0)
-              << " tok/s, peak RSS " << Format("%.0f", PeakRssMiB()) << " MiB\n";
+              << Format("%.0f", total_seconds > 0 ? tokens / total_seconds : 0) << " tok/s\n";
   }
+  const MemoryReport memory = MeasureMemory(t, other_before, rss_baseline);
+  PrintMemory(memory, o);
   if (!dump_grads.empty() && steps > 0)
     std::cout << "gradients of step " << first + 1 << " in " << dump_grads << "\n";
   if (!dump_outputs.empty() && steps > 0)
@@ -348,6 +489,14 @@ int Main(int argc, char** argv) {
     st = t.Save(save_dir);
     if (!st.ok()) return Fail(st.message());
     std::cout << "saved " << save_dir << " (step " << t.step() << ")\n";
+  }
+  if (!report_json.empty()) {
+    const double ms = steps > 0 ? total_seconds / steps * 1e3 : 0;
+    const double tps =
+        total_seconds > 0 ? static_cast<double>(t.batch() * t.seq() * steps) / total_seconds : 0;
+    st = WriteFileAtomic(report_json, ReportJson(steps, first_loss, last_loss, ms, tps, memory, o));
+    if (!st.ok()) return Fail("--report-json " + report_json + ": " + st.message());
+    std::cout << "report " << report_json << "\n";
   }
   return 0;
 }

@@ -563,3 +563,68 @@ TEST_F(FoundryRunTest, ForwardRunsAnyModel) {
 
 }  // namespace
 }  // namespace foundry
+
+namespace foundry {
+namespace {
+
+// --report-json: the run's figures, planned == measured for the arena, measured <= planned in
+// total, written atomically; the same output-file rules as --save and the dumps.
+TEST_F(FoundryRunTest, ReportJson) {
+  Result r = Run({Path("mpt"), "--steps", "2", "--report-json", Path("report.json")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("report " + Path("report.json") + "\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  arena "), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(ReadWholeFile(Path("report.json")));
+  EXPECT_EQ(j["version"], 1);
+  EXPECT_EQ(j["steps"], 2);
+  EXPECT_GT(j["loss_first"].get<double>(), 0);
+  EXPECT_GT(j["loss_last"].get<double>(), 0);
+  EXPECT_GT(j["ms_per_step"].get<double>(), 0);
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
+  const nlohmann::json& m = j["memory"];
+  EXPECT_GT(m["arena_planned_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(m["arena_measured_bytes"], m["arena_planned_bytes"]);
+  EXPECT_LE(m["total_measured_bytes"].get<int64_t>(), m["total_planned_bytes"].get<int64_t>());
+  EXPECT_GT(m["peak_rss_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(m["outside_plan_during_steps_bytes"], 0);
+  for (const char* c :
+       {"parameters", "gradients", "optimizer_state", "inputs", "constants", "outputs"})
+    EXPECT_EQ(m[std::string(c) + "_measured_bytes"], m[std::string(c) + "_planned_bytes"]) << c;
+  // The loss figures are the printed ones.
+  char first[32];
+  std::snprintf(first, sizeof first, "loss %.4f", j["loss_first"].get<double>());
+  EXPECT_NE(r.out.find(first), std::string::npos) << r.out;
+
+  // SGD keeps no slots: measured below the AdamW plan, and the report says which optimizer ran.
+  r = Run({Path("mpt"), "--optimizer", "sgd", "--report-json", Path("report.json")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("optimizer state is planned for AdamW"), std::string::npos) << r.out;
+  const nlohmann::json s = nlohmann::json::parse(ReadWholeFile(Path("report.json")));
+  EXPECT_EQ(s["memory"]["optimizer"], "sgd");
+  EXPECT_EQ(s["memory"]["optimizer_state_measured_bytes"], 0);
+  EXPECT_LT(s["memory"]["total_measured_bytes"].get<int64_t>(),
+            s["memory"]["total_planned_bytes"].get<int64_t>());
+}
+
+TEST_F(FoundryRunTest, ReportJsonNeverOverwritesAnInput) {
+  ExpectCleanError({Path("mpt"), "--report-json", Path("mpt.plan")},
+                   "--report-json: writing '" + Path("mpt.plan") + "' would overwrite '" +
+                       Path("mpt.plan") + "', an input of this run; choose another file");
+  fs::copy_file(kFixture + "/inputs/labels.pb", Path("labels_in.pb"),
+                fs::copy_options::overwrite_existing);
+  ExpectCleanError({Path("mpt"), "--feed", "labels=" + Path("labels_in.pb"), "--report-json",
+                    Path("labels_in.pb")},
+                   "--report-json: writing '" + Path("labels_in.pb") + "' would overwrite '" +
+                       Path("labels_in.pb") + "', an input of this run; choose another file");
+  fs::create_directories(Path("a_folder"));
+  ExpectCleanError({Path("mpt"), "--report-json", Path("a_folder")},
+                   "--report-json " + Path("a_folder") + ": it is a folder; give a file name");
+  ExpectCleanError({Path("mpt"), "--report-json", Path("no/such/r.json")},
+                   "--report-json " + Path("no/such/r.json") + ": the folder '" + Path("no/such") +
+                       "' does not exist");
+  ExpectCleanError({"--forward", kFixture + "/model.onnx", "--report-json", Path("r.json")},
+                   "--report-json is for training runs, not --forward", 2);
+}
+
+}  // namespace
+}  // namespace foundry
