@@ -327,11 +327,18 @@ TEST_F(FoundryCompileTest, PlansMemoryAndDumpsThePlan) {
   // y = MatMul(x, w) and the backward's shape constants: 256 bytes each once rounded, two live at
   // the peak; w: 32 bytes, and the same again as its gradient; AdamW 2 x 32; x 32; the axes
   // constant 16 and the loss's seed gradient 4; the loss 4.
-  EXPECT_NE(r.out.find("memory: arena 512 B (lower bound 512 B, ratio 1.0000), peak at step "),
+  EXPECT_NE(r.out.find("  arena              512 B\n"
+                       "  lower bound        512 B  (arena / bound 1.0000)\n"
+                       "  peak               step "),
             std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find("; outside the arena: parameters 32 B, gradients 32 B, optimizer state "
-                       "(AdamW) 64 B, inputs 32 B, constants 20 B, outputs 4 B; total 696 B\n"),
+  EXPECT_NE(r.out.find("  parameters         32 B\n"
+                       "  gradients          32 B\n"
+                       "  optimizer state    64 B  (AdamW)\n"
+                       "  inputs             32 B\n"
+                       "  constants          20 B\n"
+                       "  outputs            4 B\n"
+                       "  total              696 B\n"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("wrote " + Path("plan.txt") + "\n"), std::string::npos);
