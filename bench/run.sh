@@ -81,8 +81,10 @@ step_ms() {
   echo
   echo "## Compile — big no-weights exports, whole training graph written (median of $repeats)"
   echo
-  echo "| export | dims | nodes in | after fold | kept at run time (> 1 MiB) | forward / backward nodes | live transients at peak: schedule (autodiff order) | ms |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|"
+  echo "Memory columns from the compile's \`--report-json\`: the arena (every transient and kernel workspace of a step, one block), its lower bound (the most bytes live at one step, buffers rounded to 256 B) and their ratio, what the backward keeps from the forward, and the planned total of one step (arena, parameters, gradients, AdamW state, inputs, constants)."
+  echo
+  echo "| export | dims | nodes in | after fold | kept at run time (> 1 MiB) | forward / backward nodes | live transients at peak: schedule (autodiff order) | arena MiB | lower bound MiB | arena / bound | saved for backward MiB | planned total MiB | ms |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for spec in "mpt_125m:batch=1,seq=2048" "mpt_1b:batch=1,seq=2048" "mpt_7b:batch=1,seq=2048" \
       "mpt_30b:batch=1,seq=8192" "gpt2_124m:batch=1,seq=1024" "pythia_160m:batch=1,seq=2048" \
       "bert_base:batch=1,seq=512"; do
@@ -94,14 +96,29 @@ step_ms() {
     dimargs=()
     IFS=, read -ra ds <<< "$dims"
     for d in "${ds[@]}"; do dimargs+=(--dim "$d"); done
-    ms=$(compile_ms "$f" "$tmp/big_$name" "${dimargs[@]}")
+    ms=$(compile_ms "$f" "$tmp/big_$name" "${dimargs[@]}" --report-json "$tmp/report.json")
     log=$(cat "$tmp/compile.log")
     remain=$(echo "$log" | sed -nE 's/.*folded [0-9]+ nodes, ([0-9]+) remain \(([0-9]+) kept.*/\1/p')
     kept=$(echo "$log" | sed -nE 's/.*folded [0-9]+ nodes, ([0-9]+) remain \(([0-9]+) kept.*/\2/p')
     fb=$(echo "$log" | sed -nE 's/.*; ([0-9]+) forward nodes, ([0-9]+) backward nodes.*/\1 \/ \2/p')
     peak=$(echo "$log" | sed -nE "s/.*schedule: peak live ([0-9.]+ MiB) at .* \(autodiff order ([0-9.]+ MiB)\)/\1 (\2)/p")
-    echo "| $name | $dims | $nodes | $remain | $kept | $fb | $peak | $ms |"
+    mem=$(/usr/bin/python3 -c "
+import json, sys
+m = json.load(open(sys.argv[1]))['memory']
+mib = lambda k: '%.1f' % (m[k] / 2**20)
+print(' | '.join([mib('arena_bytes'), mib('lower_bound_bytes'),
+                  '%.4f' % (m['arena_bytes'] / m['lower_bound_bytes']),
+                  mib('saved_for_backward_bytes'), mib('total_bytes')]))" "$tmp/report.json")
+    echo "| $name | $dims | $nodes | $remain | $kept | $fb | $peak | $mem | $ms |"
   done
+  echo
+  echo "## Compile time against depth (issue 9: 24 vs 48 layers <= 2.2x, the 30B structure < 2 s)"
+  echo
+  echo '```'
+  bash bench/compile_scaling.sh "$build"
+  echo '```'
+  echo
+  bash bench/vs_pytorch.sh "$build"
   echo
   echo "$marker"
   # Sections written by hand (fuzzing, mutation test) follow the marker and are kept.

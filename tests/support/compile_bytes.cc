@@ -2,6 +2,9 @@
 
 #include "compiler/onnx_export.h"
 #include "compiler/onnx_import.h"
+#include "kernels/cpu/kernel.h"
+#include "passes/memory_plan.h"
+#include "passes/memory_report.h"
 #include "passes/pipeline.h"
 #include "runtime/interpreter.h"
 
@@ -19,6 +22,12 @@ CompileBytesResult CompileOnce(std::string_view bytes, const CompileBytesOptions
   compile.fold.dims = options.dims;
   Status st = RunPasses(*graph, BuildPipeline(compile), PipelineOptions{});
   if (!st.ok()) return {st, "compile"};
+
+  // What foundry-compile does next: the memory plan (its checker runs inside) and the report.
+  StatusOr<MemoryPlan> memory = PlanMemory(*graph, {{"cpu", CpuWorkspaceBytes}});
+  if (!memory.ok()) return {memory.status(), "plan"};
+  StatusOr<MemoryReport> report = BuildMemoryReport(*graph, *memory, "cpu", "mutant", options.dims);
+  if (!report.ok()) return {report.status(), "plan"};
 
   StatusOr<std::string> exported = ExportOnnxToBytes(*graph);
   if (!exported.ok()) return {exported.status(), "export"};

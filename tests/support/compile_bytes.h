@@ -23,7 +23,7 @@ struct CompileBytesOptions {
 };
 
 // What happened: the first error, or Ok. `stage` says how far the model got ("import", "compile",
-// "export", "run", "done").
+// "plan", "export", "run", "done").
 struct CompileBytesResult {
   Status status;
   std::string stage;
