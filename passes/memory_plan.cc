@@ -92,6 +92,14 @@ bool SameShapeAndElement(const Graph& g, const std::string& a, const std::string
          DTypeSize(va->dtype) == DTypeSize(vb->dtype);
 }
 
+// A graph output that transients may be written into before it is made (memory_plan.h): one a node
+// computes, not a parameter or feed passed through.
+bool WritableOutput(const Graph& g, const GraphIndex& ix, const std::string& v) {
+  if (ix.Producer(v) < 0 || !ix.output_pos.count(v)) return false;
+  const StorageClass c = ix.BaseClass(g, v);
+  return c == StorageClass::kGradient || c == StorageClass::kOutput;
+}
+
 // The values outside the arena and their exact bytes.
 struct OutsideBytes {
   int64_t parameter = 0, gradient = 0, output = 0, input = 0, constant = 0, optimizer = 0;
@@ -382,6 +390,31 @@ Status CheckCommon(const Graph& g, const MemoryPlan& plan, const GraphIndex& ix)
       return Error("memory plan: step " + std::to_string(s) + " of the schedule is " +
                    Q(plan.schedule[s]) + "; the graph runs " + Q(g.nodes[s].name) + " there");
 
+  // The inputs that a writer of a graph output's storage takes in place: node M whose output 0 is
+  // the graph output G or an in-place alias of it, slot k in M's in_place_inputs, same shape and
+  // element size, no other input of M in G's storage. Such an input may itself live in G.
+  std::unordered_set<std::string> taken_by_writer;
+  for (const Node& m : g.nodes) {
+    if (!m.HasOutput(0)) continue;
+    const std::string& out0 = m.outputs[0];
+    std::string storage = out0;
+    if (auto a = plan.alias.find(out0); a != plan.alias.end()) {
+      if (a->second.kind != AliasKind::kInPlace) continue;
+      storage = a->second.owner;
+    }
+    if (!WritableOutput(g, ix, storage) || plan.alias.count(storage)) continue;
+    const OpSchema* schema = OpSchemas().Find(m.domain, m.op_type);
+    if (!schema) continue;
+    for (int k : schema->in_place_inputs) {
+      if (!m.HasInput(k) || !SameShapeAndElement(g, out0, m.inputs[k])) continue;
+      bool shared = false;
+      for (size_t j = 0; j < m.inputs.size(); ++j)
+        if (static_cast<int>(j) != k && m.HasInput(j) && RootOf(plan, m.inputs[j]) == storage)
+          shared = true;
+      if (!shared) taken_by_writer.insert(m.inputs[k]);
+    }
+  }
+
   for (const auto& [v, a] : plan.alias) {
     const std::string what = "memory plan: alias " + Q(v) + ": ";
     const int64_t step = ix.Producer(v);
@@ -391,6 +424,16 @@ Status CheckCommon(const Graph& g, const MemoryPlan& plan, const GraphIndex& ix)
       return Error(what + "its owner " + Q(a.owner) + " is itself an alias");
     if (a.owner == v) return Error(what + "it names itself as its owner");
     const Node& node = g.nodes[step];
+    const bool into_output = a.kind == AliasKind::kInPlace && WritableOutput(g, ix, a.owner);
+    if (into_output) {
+      if (ix.BaseClass(g, v) != StorageClass::kArena)
+        return Error(what + "it is not a transient value");
+      if (step >= ix.Producer(a.owner))
+        return Error(what + "it is made at step " + std::to_string(step) +
+                     ", not before graph output " + Q(a.owner) + " (step " +
+                     std::to_string(ix.Producer(a.owner)) + "), whose value it would overwrite");
+      if (taken_by_writer.count(v)) continue;
+    }
     if (node.outputs.empty() || node.outputs[0] != v)
       return Error(what + "it is not output 0 of " + node.Describe());
     if (ix.BaseClass(g, v) != StorageClass::kArena)
@@ -415,8 +458,10 @@ Status CheckCommon(const Graph& g, const MemoryPlan& plan, const GraphIndex& ix)
         }
     if (taken < 0)
       return Error(what + node.Describe() + " may not write over the buffer of " + Q(a.owner));
-    if (ix.BaseClass(g, a.owner) != StorageClass::kArena || ix.Producer(a.owner) < 0)
-      return Error(what + "its owner " + Q(a.owner) + " is not in the arena");
+    if (!into_output &&
+        (ix.BaseClass(g, a.owner) != StorageClass::kArena || ix.Producer(a.owner) < 0))
+      return Error(what + "its owner " + Q(a.owner) +
+                   " is neither in the arena nor a graph output a node computes");
     const std::string& in = node.inputs[taken];
     if (!SameShapeAndElement(g, v, in))
       return Error(what + "input " + Q(in) + " is " + TypeOf(g, in) + " but the output is " +
@@ -433,6 +478,9 @@ Status CheckCommon(const Graph& g, const MemoryPlan& plan, const GraphIndex& ix)
   std::unordered_map<std::string, std::vector<std::pair<int64_t, std::string>>> overwrites;
   for (const auto& [v, a] : plan.alias)
     if (a.kind == AliasKind::kInPlace) overwrites[a.owner].emplace_back(ix.Producer(v), v);
+  // A graph output's storage is written last by the output itself.
+  for (auto& [owner, list] : overwrites)
+    if (WritableOutput(g, ix, owner)) list.emplace_back(ix.Producer(owner), owner);
   for (auto& [owner, list] : overwrites) std::sort(list.begin(), list.end());
   auto check_member = [&](const std::string& m, const std::string& owner) -> Status {
     auto it = overwrites.find(owner);
@@ -447,6 +495,10 @@ Status CheckCommon(const Graph& g, const MemoryPlan& plan, const GraphIndex& ix)
       return Error("memory plan: view " + Q(m) + " of " + Q(owner) + " is read at step " +
                    std::to_string(read) + ", after " + Q(w->second) +
                    " took the buffer in place at step " + std::to_string(w->first));
+    if (w->second == owner)
+      return Error("memory plan: graph output " + Q(owner) + " is written over " + Q(m) +
+                   " in place at step " + std::to_string(w->first) + ", but " + Q(m) +
+                   " is read later, at step " + std::to_string(read));
     return Error("memory plan: alias " + Q(w->second) + " (in place) takes the buffer of " +
                  Q(owner) + " at step " + std::to_string(w->first) + ", but " + Q(m) +
                  " is read later, at step " + std::to_string(read));
@@ -656,6 +708,10 @@ StatusOr<MemoryPlan> PlanMemory(const Graph& g, const std::vector<BackendSpec>& 
   // any value of its buffer so far; a value made later that joins the buffer reads it later, so
   // at step s the figure is final for the question "does the buffer die here?".
   std::unordered_map<std::string, int64_t> buffer_last;
+  // Per arena owner: its aliases so far, and whether an in-place write took the owner itself (not
+  // a view of it) as its input; both for moving a buffer into a graph output's storage.
+  std::unordered_map<std::string, std::vector<std::string>> members;
+  std::unordered_set<std::string> taken_directly;
   for (size_t s = 0; s < g.nodes.size(); ++s) {
     const Node& node = g.nodes[s];
     const auto step = static_cast<int64_t>(s);
@@ -689,10 +745,43 @@ StatusOr<MemoryPlan> PlanMemory(const Graph& g, const std::vector<BackendSpec>& 
         aliased = true;
       }
     }
+    // A graph output written over a transient that dies here: the transient's whole buffer moves
+    // into the output's storage (the accumulation of a gradient read more than once).
+    if (schema && !out0.empty() && ix.Producer(out0) == step && WritableOutput(g, ix, out0)) {
+      for (int k : schema->in_place_inputs) {
+        if (!node.HasInput(k)) continue;
+        const std::string& x = node.inputs[k];
+        const std::string owner = RootOf(plan, x);
+        auto it = buffer_last.find(owner);
+        if (it == buffer_last.end() || it->second != step) continue;
+        if (!SameShapeAndElement(g, out0, x)) continue;
+        // The owner must itself be an input some writer of the storage takes in place.
+        if (owner != x && !taken_directly.count(owner)) continue;
+        bool shared = false;
+        for (size_t j = 0; j < node.inputs.size(); ++j)
+          if (static_cast<int>(j) != k && node.HasInput(j) && RootOf(plan, node.inputs[j]) == owner)
+            shared = true;
+        if (shared) continue;
+        for (const std::string& m : members[owner]) plan.alias[m].owner = out0;
+        plan.alias[owner] = {out0, AliasKind::kInPlace};
+        buffer_last.erase(it);
+        members.erase(owner);
+        break;
+      }
+    }
     for (const auto& o : node.outputs)
       if (!o.empty() && !(aliased && o == out0) && ix.Producer(o) == step &&
           ix.BaseClass(g, o) == StorageClass::kArena)
         buffer_last.emplace(o, std::max(step, ix.LastRead(o)));
+    if (aliased) {
+      const Alias& a = plan.alias.at(out0);
+      members[a.owner].push_back(out0);
+      if (a.kind == AliasKind::kInPlace) {
+        const std::vector<int>& slots = schema->in_place_inputs;
+        for (int k : slots)
+          if (node.HasInput(k) && node.inputs[k] == a.owner) taken_directly.insert(a.owner);
+      }
+    }
   }
 
   const std::vector<ArenaBuffer> buffers = BuffersOf(g, plan, ix);

@@ -15,6 +15,14 @@
 //    arena buffer of input k when that buffer dies at this node (no other value of the buffer is
 //    read later), input k has output 0's shape and element size, and no other input of the node
 //    reads the same buffer.
+//  - in place into a graph output: a transient X may use the storage of a graph output G that a
+//    node N computes (a gradient, the loss; G is never an alias) when N lists X's input slot in
+//    `in_place_inputs`, X has G's shape and element size, X's buffer (X and its views) is last
+//    read at N, no other input of N reads that buffer, and X is not a graph output. Chains
+//    follow, link by link: when c1 -> Add -> g1 -> Add -> G and each link obeys the rule (the
+//    first the in-place rule above), c1 and g1 both live in G's storage. Such values are aliases
+//    of G of kind in place, made before N; their class is G's, so they take no arena bytes. This
+//    is how a parameter read more than once accumulates its gradient without an arena buffer.
 // `alias` maps each aliased value to the value that owns the buffer (never to another alias); the
 // owner's storage class is the alias's class.
 //

@@ -179,7 +179,13 @@ StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& p
       if (p == producer.end() || PhaseOrForward(graph.nodes[p->second]) != Phase::kForward)
         continue;
       const std::string& owner = owner_of(in);
-      if (ClassOf(graph, plan, owner) == StorageClass::kArena && !saved.count(owner))
+      // A transient written into a graph output's storage (memory_plan.h) is a buffer of its
+      // own until that output is made: it counts like an arena buffer.
+      const StorageClass c = ClassOf(graph, plan, owner);
+      auto a = plan.alias.find(in);
+      const bool in_output = a != plan.alias.end() && a->second.kind == AliasKind::kInPlace &&
+                             (c == StorageClass::kGradient || c == StorageClass::kOutput);
+      if ((c == StorageClass::kArena || in_output) && !saved.count(owner))
         saved[owner] = data_of(in);
     }
   }
