@@ -61,22 +61,18 @@ StatusOr<std::string> GradBuilder::Emit1(const std::string& op_type,
 }
 
 std::string GradBuilder::Constant(Tensor t, const std::string& hint) {
-  Node n;
-  n.op_type = "Constant";
-  n.name = graph_.UniqueNodeName(fwd_.name + "_Grad/Constant_" + std::to_string(counter_++));
-  n.scope = fwd_.scope;
+  // An initializer, not a Constant node: a constant needs no step of the schedule, and its bytes
+  // are then planned with the other constants instead of living in a node attribute beside the
+  // memory plan.
+  // The number stays taken, so the names of the nodes emitted after it are as they always were.
+  ++counter_;
   std::string out = graph_.UniqueValueName(fwd_.name + "_Grad/" + hint);
   Value& v = graph_.GetOrAddValue(out);
   v.dtype = t.dtype();
   v.shape = t.shape();
   v.rank_known = true;
-  auto data = std::make_shared<const Tensor>(std::move(t));
-  v.data = data;
-  n.attrs["value"] = Attribute{};
-  n.attrs["value"].kind = Attribute::Kind::kTensor;
-  n.attrs["value"].t = data;
-  n.outputs = {out};
-  emitted_.push_back(n);
+  v.data = std::make_shared<const Tensor>(std::move(t));
+  graph_.initializers.push_back(out);
   return out;
 }
 

@@ -324,9 +324,10 @@ TEST_F(FoundryCompileTest, PlansMemoryAndDumpsThePlan) {
   ExecResult r =
       Compile({model, "--dim", "batch=2", "-o", Path("m"), "--dump-plan", Path("plan.txt")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  // y = MatMul(x, w) and the backward's shape constants: 256 bytes each once rounded, two live at
-  // the peak; w: 32 bytes, and the same again as its gradient; AdamW 2 x 32; x 32; the axes
-  // constant 16 and the loss's seed gradient 4; the loss 4.
+  // y = MatMul(x, w), 16 bytes, and the ReduceSum's workspace: 256 bytes each once rounded, both
+  // live at the peak; w: 32 bytes, and the same again as its gradient; AdamW 2 x 32; x 32;
+  // constants: the axes 16, the loss's seed gradient 4 and the backward's two shape constants
+  // 2 x 16; the loss 4.
   EXPECT_NE(r.out.find("  arena              512 B\n"
                        "  lower bound        512 B  (arena / bound 1.0000)\n"
                        "  peak               step "),
@@ -336,9 +337,9 @@ TEST_F(FoundryCompileTest, PlansMemoryAndDumpsThePlan) {
                        "  gradients          32 B\n"
                        "  optimizer state    64 B  (AdamW)\n"
                        "  inputs             32 B\n"
-                       "  constants          20 B\n"
+                       "  constants          52 B\n"
                        "  outputs            4 B\n"
-                       "  total              696 B\n"),
+                       "  total              728 B\n"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("wrote " + Path("plan.txt") + "\n"), std::string::npos);
