@@ -4,8 +4,11 @@
 # weights, and initialises it itself), batch 1, AdamW:
 #  - saved-for-backward bytes at seq 1024: foundry's compile-time report against the unique
 #    storages PyTorch's saved_tensors_hooks see (parameters and feeds excluded on both sides);
-#  - step time and peak memory at seq 256 with 1 and 2 threads (foundry: OPENBLAS_NUM_THREADS, its
-#    own kernels are single-threaded; PyTorch: torch.set_num_threads): median step of steps 2..N
+#  - step time and peak memory at seq 256 with 1 and 2 threads: OPENBLAS_NUM_THREADS and
+#    OMP_NUM_THREADS on both sides (foundry's own kernels are single-threaded; Debian's torch does
+#    its matrix products in OpenBLAS, whose threads torch.set_num_threads does not limit: without
+#    the variable "1 thread" PyTorch runs its GEMMs on every core), plus torch.set_num_threads:
+#    median step of steps 2..N
 #    (PyTorch: N steps after one warm-up), and peak RSS over the RSS before the model is loaded.
 # Prints a markdown section on stdout (bench/run.sh puts it in bench/RESULTS.md).
 # Usage: bench/vs_pytorch.sh [BUILD_DIR]   BENCH_TORCH_STEPS (default 4): timed steps per side.
@@ -36,13 +39,14 @@ torch_version=$(json "$tmp/t1024.json" "d['torch']")
   --report-json "$tmp/r256.json" > /dev/null
 rows=()
 for threads in 1 2; do
-  OPENBLAS_NUM_THREADS=$threads "$build/foundry-run" "$tmp/m256" --steps $((steps + 1)) \
+  OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads "$build/foundry-run" "$tmp/m256" --steps $((steps + 1)) \
     --report-json "$tmp/f$threads.json" > "$tmp/f$threads.log"
   f_ms=$(awk '/^step /{split($2, a, "/"); if (a[1] > 1) print $5}' "$tmp/f$threads.log" |
     sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}')
   f_mem=$(json "$tmp/f$threads.json" "d['memory']['peak_rss_over_baseline_bytes']")
   f_planned=$(json "$tmp/f$threads.json" "d['memory']['total_planned_bytes']")
-  $py bench/pytorch_side.py --config mpt_125m --seq 256 --threads "$threads" --steps "$steps" \
+  OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads \
+    $py bench/pytorch_side.py --config mpt_125m --seq 256 --threads "$threads" --steps "$steps" \
     > "$tmp/t$threads.json"
   t_ms=$(json "$tmp/t$threads.json" "round(d['step_seconds'] * 1000, 1)")
   t_mem=$(json "$tmp/t$threads.json" "d['peak_minus_baseline_bytes']")
@@ -57,7 +61,7 @@ echo "| seq 1024 | foundry (compile-time report) | PyTorch (saved_tensors_hooks,
 echo "|---|---:|---:|---:|"
 echo "| saved for backward, parameters and feeds excluded | $f_saved B ($(mib "$f_saved") MiB) | $t_saved B ($(mib "$t_saved") MiB) | $(ratio "$f_saved" "$t_saved") |"
 echo
-echo "Seq 256, median step of $steps (after one warm-up step), and peak RSS over the RSS before the model is loaded (PyTorch: after \`import torch\`):"
+echo "Seq 256, median step of $steps (after one warm-up step), and peak RSS over the RSS before the model is loaded (PyTorch: after \`import torch\`). Threads: OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = torch.set_num_threads on both sides (matrix products are OpenBLAS on both)."
 echo
 echo "| threads | foundry ms/step | PyTorch ms/step | time ratio | foundry peak MiB | PyTorch peak MiB | memory ratio |"
 echo "|---:|---:|---:|---:|---:|---:|---:|"

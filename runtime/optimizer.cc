@@ -1,6 +1,8 @@
 #include "runtime/optimizer.h"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "runtime/messages.h"
@@ -47,8 +49,17 @@ Status CheckOptimizerOptions(const OptimizerOptions& o) {
 #define FOUNDRY_FMA_CLONES
 #endif
 
+namespace {
+// 1 when `x` is Inf or NaN (exponent bits all ones); branch-free so the update loops vectorize.
+inline uint32_t NonFinite(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return static_cast<uint32_t>((b & 0x7F800000u) == 0x7F800000u);
+}
+}  // namespace
+
 FOUNDRY_FMA_CLONES
-void AdamWUpdate(const OptimizerOptions& o, int64_t step, float* param, const float* grad, float* m,
+bool AdamWUpdate(const OptimizerOptions& o, int64_t step, float* param, const float* grad, float* m,
                  float* v, int64_t n) {
   const double t = static_cast<double>(step);
   const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
@@ -61,6 +72,7 @@ void AdamWUpdate(const OptimizerOptions& o, int64_t step, float* param, const fl
   const float neg_step_size = static_cast<float>(-(o.lr / bias_correction1));
   const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   const float eps = static_cast<float>(o.eps);
+  uint32_t bad = 0;
   for (int64_t i = 0; i < n; ++i) {
     const float g = grad[i];
     float p = param[i] * decay;
@@ -68,15 +80,18 @@ void AdamWUpdate(const OptimizerOptions& o, int64_t step, float* param, const fl
     v[i] = std::fma(one_minus_beta2 * g, g, v[i] * beta2);
     const float denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
     param[i] = p + (neg_step_size * m[i]) / denom;
+    bad |= NonFinite(param[i]);
   }
+  return bad == 0;
 }
 
 FOUNDRY_FMA_CLONES
-void SgdUpdate(const OptimizerOptions& o, bool first_step, float* param, const float* grad,
+bool SgdUpdate(const OptimizerOptions& o, bool first_step, float* param, const float* grad,
                float* momentum_buf, int64_t n) {
   const float wd = static_cast<float>(o.weight_decay);
   const float momentum = static_cast<float>(o.momentum);
   const float neg_lr = static_cast<float>(-o.lr);
+  uint32_t bad = 0;
   for (int64_t i = 0; i < n; ++i) {
     float d = grad[i];
     if (o.weight_decay != 0) d = std::fma(param[i], wd, d);
@@ -87,7 +102,9 @@ void SgdUpdate(const OptimizerOptions& o, bool first_step, float* param, const f
       d = momentum_buf[i];
     }
     param[i] = std::fma(d, neg_lr, param[i]);
+    bad |= NonFinite(param[i]);
   }
+  return bad == 0;
 }
 
 }  // namespace foundry

@@ -38,14 +38,16 @@ struct OptimizerOptions {
 // 0 <= momentum < 1.
 Status CheckOptimizerOptions(const OptimizerOptions& o);
 
-void AdamWUpdate(const OptimizerOptions& o, int64_t step, float* param, const float* grad, float* m,
+// Both updates return whether every updated parameter element is finite (checked in the same
+// pass over memory as the update: on big models the update is memory-bound).
+bool AdamWUpdate(const OptimizerOptions& o, int64_t step, float* param, const float* grad, float* m,
                  float* v, int64_t n);
 
 // One SGD step, torch.optim.SGD (dampening 0, no Nesterov): coupled weight decay
 // d = fma(p, f32(wd), g) when wd != 0; with momentum, buf = d on the first step, else
 // buf = buf * f32(momentum) + d, and d = buf; then p = fma(d, f32(-lr), p).
 // `momentum_buf` is unused (may be null) when momentum is 0.
-void SgdUpdate(const OptimizerOptions& o, bool first_step, float* param, const float* grad,
+bool SgdUpdate(const OptimizerOptions& o, bool first_step, float* param, const float* grad,
                float* momentum_buf, int64_t n);
 
 }  // namespace foundry

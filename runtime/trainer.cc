@@ -305,7 +305,7 @@ Status Trainer::NonFiniteError(int64_t step, const InterpretOptions& base) const
                "); lower --lr, or check the inputs and weights");
 }
 
-Status Trainer::ApplyOptimizer() {
+Status Trainer::ApplyOptimizer(std::string* non_finite_param) {
   const OptimizerOptions& o = options_.optimizer;
   for (const auto& name : plan_.plan.parameters) {
     Tensor& param = params_.at(name);
@@ -314,15 +314,19 @@ Status Trainer::ApplyOptimizer() {
     if (grad.dtype() != DType::kFloat32 || grad.shape() != param.shape())
       return Error("gradient '" + gname + "' is " + TypeOf(grad.dtype(), grad.shape()) +
                    " but parameter '" + name + "' is " + TypeOf(param.dtype(), param.shape()));
+    bool finite;
     if (o.kind == OptimizerKind::kAdamW) {
-      AdamWUpdate(o, step_ + 1, param.data<float>(), grad.data<float>(),
-                  slot_m_.at(name).data<float>(), slot_v_.at(name).data<float>(), param.numel());
+      finite = AdamWUpdate(o, step_ + 1, param.data<float>(), grad.data<float>(),
+                           slot_m_.at(name).data<float>(), slot_v_.at(name).data<float>(),
+                           param.numel());
     } else {
       // The momentum buffer starts as the first update's gradient: the run's first update, or the
       // first after resuming a save made before any (no slots saved then).
       float* buf = o.momentum != 0 ? slot_m_.at(name).data<float>() : nullptr;
-      SgdUpdate(o, step_ == 0, param.data<float>(), grad.data<float>(), buf, param.numel());
+      finite = SgdUpdate(o, step_ == 0, param.data<float>(), grad.data<float>(), buf,
+                         param.numel());
     }
+    if (!finite && non_finite_param->empty()) *non_finite_param = name;
   }
   return Status::Ok();
 }
@@ -380,15 +384,15 @@ StatusOr<StepReport> Trainer::Step() {
   }
   // From here on the parameters are being changed in place: any error ends the trainer.
   failed_ = true;
-  RETURN_IF_ERROR(ApplyOptimizer());
   // Finite gradients can still give non-finite weights (an lr that overflows fp32, a weight at
   // the edge of the range). The update is in place, so the trainer is done for; nothing of it
   // may be saved.
-  for (const auto& name : plan_.plan.parameters)
-    if (!AllFinite(params_.at(name)))
-      return Error("step " + std::to_string(step) + ": the optimizer update made parameter '" +
-                   name + "' non-finite (lr " + Num(options_.optimizer.lr) +
-                   "); lower --lr, or check the weights");
+  std::string non_finite;
+  RETURN_IF_ERROR(ApplyOptimizer(&non_finite));
+  if (!non_finite.empty())
+    return Error("step " + std::to_string(step) + ": the optimizer update made parameter '" +
+                 non_finite + "' non-finite (lr " + Num(options_.optimizer.lr) +
+                 "); lower --lr, or check the weights");
   // The dumps last, so a failed step writes nothing.
   if (steps_this_run_ == 0 && !options_.dump_grads_dir.empty())
     RETURN_IF_ERROR(make_dir("--dump-grads", options_.dump_grads_dir));

@@ -127,7 +127,8 @@ class Trainer {
  private:
   Trainer() = default;
   Status BuildBatch();
-  Status ApplyOptimizer();
+  // Updates every parameter; names the first one the update made non-finite (else leaves it).
+  Status ApplyOptimizer(std::string* non_finite_param);
   Status NonFiniteError(int64_t step, const InterpretOptions& base) const;
   Status WriteSave(const std::string& tmp) const;
 

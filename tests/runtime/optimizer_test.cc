@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "tests/support/test_util.h"
@@ -107,6 +109,21 @@ TEST(OptimizerTest, VectorizedLoopsGiveTheScalarBits) {
   SgdUpdate(o, false, p.data(), g.data(), buf.data(), n);
   EXPECT_TRUE(BitwiseEqual(p.data(), sp.data(), n));
   EXPECT_TRUE(BitwiseEqual(buf.data(), sb.data(), n));
+}
+
+TEST(OptimizerTest, UpdatesSayWhetherTheParametersStayFinite) {
+  OptimizerOptions o;
+  o.lr = 1e38;
+  std::vector<float> p(100, 1.0f), g(100, -1.0f), m(100, 0.0f), v(100, 0.0f);
+  EXPECT_TRUE(SgdUpdate(o, true, p.data(), g.data(), nullptr, 100));  // 1 + 1e38
+  p[37] = 3.0e38f;  // + 1e38 overflows f32
+  EXPECT_FALSE(SgdUpdate(o, true, p.data(), g.data(), nullptr, 100));
+  EXPECT_TRUE(std::isinf(p[37]));
+  o.lr = 1e-3;
+  std::fill(p.begin(), p.end(), 1.0f);
+  EXPECT_TRUE(AdamWUpdate(o, 1, p.data(), g.data(), m.data(), v.data(), 100));
+  p[99] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(AdamWUpdate(o, 2, p.data(), g.data(), m.data(), v.data(), 100));
 }
 
 TEST(OptimizerTest, AdamWByHand) {
