@@ -323,8 +323,8 @@ Status Trainer::ApplyOptimizer(std::string* non_finite_param) {
       // The momentum buffer starts as the first update's gradient: the run's first update, or the
       // first after resuming a save made before any (no slots saved then).
       float* buf = o.momentum != 0 ? slot_m_.at(name).data<float>() : nullptr;
-      finite = SgdUpdate(o, step_ == 0, param.data<float>(), grad.data<float>(), buf,
-                         param.numel());
+      finite =
+          SgdUpdate(o, step_ == 0, param.data<float>(), grad.data<float>(), buf, param.numel());
     }
     if (!finite && non_finite_param->empty()) *non_finite_param = name;
   }

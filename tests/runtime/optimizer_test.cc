@@ -116,7 +116,7 @@ TEST(OptimizerTest, UpdatesSayWhetherTheParametersStayFinite) {
   o.lr = 1e38;
   std::vector<float> p(100, 1.0f), g(100, -1.0f), m(100, 0.0f), v(100, 0.0f);
   EXPECT_TRUE(SgdUpdate(o, true, p.data(), g.data(), nullptr, 100));  // 1 + 1e38
-  p[37] = 3.0e38f;  // + 1e38 overflows f32
+  p[37] = 3.0e38f;                                                    // + 1e38 overflows f32
   EXPECT_FALSE(SgdUpdate(o, true, p.data(), g.data(), nullptr, 100));
   EXPECT_TRUE(std::isinf(p[37]));
   o.lr = 1e-3;

@@ -23,7 +23,8 @@ namespace {
 Node EwNode(const std::string& op, std::vector<std::string> inputs,
             std::vector<std::string> outputs = {"y"}, std::map<std::string, Attribute> attrs = {},
             const std::string& domain = "") {
-  return MakeNode(op, std::move(inputs), std::move(outputs), std::move(attrs), domain, op + "_node");
+  return MakeNode(op, std::move(inputs), std::move(outputs), std::move(attrs), domain,
+                  op + "_node");
 }
 
 // Runs one node on named inputs; returns output 0.
@@ -357,8 +358,7 @@ TEST(ElementwiseKernelTest, IntegerUnaryOps) {
             (std::vector<int64_t>{3, 0, -5, std::numeric_limits<int64_t>::min()}));
   EXPECT_EQ(Values<int64_t>(Run1(EwNode("Abs", {"x"}), in)),
             (std::vector<int64_t>{3, 0, 5, std::numeric_limits<int64_t>::min()}));
-  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Sign", {"x"}), in)),
-            (std::vector<int64_t>{-1, 0, 1, -1}));
+  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Sign", {"x"}), in)), (std::vector<int64_t>{-1, 0, 1, -1}));
   EXPECT_EQ(Values<int64_t>(Run1(EwNode("Relu", {"x"}), in)), (std::vector<int64_t>{0, 0, 5, 0}));
 }
 
@@ -366,12 +366,10 @@ TEST(ElementwiseKernelTest, NanAndInfTests) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::map<std::string, Tensor> in = {{"x", F32({4}, {1.f, inf, -inf, nan})}};
-  EXPECT_EQ(Values<uint8_t>(Run1(EwNode("IsNaN", {"x"}), in)),
-            (std::vector<uint8_t>{0, 0, 0, 1}));
-  EXPECT_EQ(Values<uint8_t>(Run1(EwNode("IsInf", {"x"}), in)),
-            (std::vector<uint8_t>{0, 1, 1, 0}));
-  EXPECT_EQ(Values<uint8_t>(Run1(
-                EwNode("IsInf", {"x"}, {"y"}, {{"detect_positive", Attribute::Int(0)}}), in)),
+  EXPECT_EQ(Values<uint8_t>(Run1(EwNode("IsNaN", {"x"}), in)), (std::vector<uint8_t>{0, 0, 0, 1}));
+  EXPECT_EQ(Values<uint8_t>(Run1(EwNode("IsInf", {"x"}), in)), (std::vector<uint8_t>{0, 1, 1, 0}));
+  EXPECT_EQ(Values<uint8_t>(
+                Run1(EwNode("IsInf", {"x"}, {"y"}, {{"detect_positive", Attribute::Int(0)}}), in)),
             (std::vector<uint8_t>{0, 0, 1, 0}));
   Tensor r = Run1(EwNode("Relu", {"x"}), in);
   EXPECT_TRUE(std::isnan(r.data<float>()[3]));
@@ -396,8 +394,8 @@ TEST(ElementwiseKernelTest, WhereBroadcastsAllThreeOperands) {
   Tensor cc = Bool({3}, {0, 1, 0});
   Tensor xi = I64({2, 3}, {1, 2, 3, 4, 5, 6});
   Tensor yi = I64({2, 1}, {-1, -2});
-  EXPECT_EQ(Values<int64_t>(Run1(EwNode("Where", {"c", "x", "y"}, {"out"}),
-                                 {{"c", cc}, {"x", xi}, {"y", yi}})),
+  EXPECT_EQ(Values<int64_t>(
+                Run1(EwNode("Where", {"c", "x", "y"}, {"out"}), {{"c", cc}, {"x", xi}, {"y", yi}})),
             (std::vector<int64_t>{-1, 2, -1, -2, 5, -2}));
 }
 
@@ -458,7 +456,7 @@ TEST(ElementwiseKernelTest, ClipBoundsFromInputsOrAttributes) {
   EXPECT_EQ(Values<float>(Run1(EwNode("Clip", {"x", "", "hi"}), in))[0], -2.f);
   EXPECT_EQ(Values<float>(Run1(EwNode("Clip", {"x", "lo"}), in))[3], 1.5f);
   Node attrs = EwNode("Clip", {"x"}, {"y"},
-                        {{"min", Attribute::Float(-0.5f)}, {"max", Attribute::Float(0.5f)}});
+                      {{"min", Attribute::Float(-0.5f)}, {"max", Attribute::Float(0.5f)}});
   EXPECT_EQ(Values<float>(Run1(attrs, in))[0], -0.5f);
   EXPECT_EQ(Values<float>(Run1(attrs, in))[3], 0.5f);
   Tensor xi = I64({4}, {-5, 0, 5, 10});
@@ -609,9 +607,9 @@ TEST(FastGeluKernelTest, FastGeluAndFastGeluGradMatchDoubleReferences) {
   Tensor dy = RandomTensor({997}, 35);
   const double k = std::sqrt(2 / M_PI), c = 0.044715;
   for (const char* form : {"gelu_new", "torch_tanh"}) {
-    Tensor y = Run1(
-        EwNode("FastGelu", {"x"}, {"y"}, {{"form", Attribute::String(form)}}, "com.microsoft"),
-        {{"x", x}});
+    Tensor y =
+        Run1(EwNode("FastGelu", {"x"}, {"y"}, {{"form", Attribute::String(form)}}, "com.microsoft"),
+             {{"x", x}});
     Tensor dx = Run1(EwNode("FastGeluGrad", {"dy", "x"}, {"dx"}, {}, "com.microsoft"),
                      {{"dy", dy}, {"x", x}});
     for (int64_t i = 0; i < x.numel(); ++i) {
