@@ -23,60 +23,12 @@
 #include "passes/pipeline.h"
 #include "runtime/interpreter.h"
 #include "runtime/trainer.h"
+#include "tests/support/fixture_plans.h"
 
 namespace fs = std::filesystem;
 
 namespace foundry {
 namespace {
-
-struct Fixture {
-  fs::path dir;
-  std::vector<std::string> feeds;  // NAME=FILE.pb, one per file in inputs/
-};
-
-std::vector<Fixture> Fixtures() {
-  std::vector<Fixture> out;
-  for (const auto& e : fs::directory_iterator(fs::path(FOUNDRY_SOURCE_DIR) / "models/fixtures")) {
-    if (!fs::exists(e.path() / "inputs")) continue;
-    Fixture f{e.path(), {}};
-    for (const auto& in : fs::directory_iterator(e.path() / "inputs"))
-      f.feeds.push_back(in.path().stem().string() + "=" + in.path().string());
-    std::sort(f.feeds.begin(), f.feeds.end());
-    out.push_back(std::move(f));
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.dir < b.dir; });
-  return out;
-}
-
-// What foundry-compile MODEL --dim ... -o PREFIX builds, in memory (as fixtures_training_test).
-StatusOr<LoadedPlan> Compile(const fs::path& model, const std::vector<std::string>& feeds) {
-  ASSIGN_OR_RETURN(Graph g, ImportOnnx(model.string(), {}));
-  std::map<std::string, int64_t> dims;
-  for (const auto& spec : feeds) {
-    ASSIGN_OR_RETURN(Feed f, ReadFeed(spec));
-    const Value* v = g.FindValue(f.name);
-    if (!v) return Error("no input " + f.name);
-    for (size_t d = 0; d < v->dim_params.size() && d < f.tensor.shape().size(); ++d)
-      if (!v->dim_params[d].empty()) dims[v->dim_params[d]] = f.tensor.shape()[d];
-  }
-  CompileOptions options;
-  options.fold.dims = dims;
-  RETURN_IF_ERROR(RunPasses(g, BuildPipeline(options), {}));
-  LoadedPlan lp;
-  lp.plan_path = (fs::path(testing::TempDir()) / "fixture.plan").string();
-  lp.plan.graph_file = "fixture.train.onnx";
-  lp.plan.source_model = model.string();
-  lp.plan.loss = g.metadata["foundry.loss"];
-  lp.plan.loss_in_model = g.metadata.count("foundry.loss_appended") == 0;
-  lp.plan.inputs = g.inputs;
-  lp.plan.parameters = g.parameters;
-  for (size_t i = 0; i < g.parameters.size(); ++i)
-    lp.plan.gradients[g.parameters[i]] = g.outputs[i + 1];
-  lp.plan.dims = dims;
-  RETURN_IF_ERROR(CheckPlan(lp.plan, g, lp.plan_path));
-  lp.graph = std::move(g);
-  return lp;
-}
 
 // Bytes of every tensor the graph holds (value data, attribute payloads), each once.
 int64_t GraphTensorBytes(const Graph& g) {
@@ -119,13 +71,14 @@ int64_t Live(const MemorySnapshot& now, const MemorySnapshot& base, MemoryClass 
 }
 
 TEST(ExecutorTest, EveryFixturePlannedEqualsMeasuredAndMatchesInterpretBitwise) {
-  const std::vector<Fixture> fixtures = Fixtures();
+  const std::vector<TrainingFixture> fixtures =
+      TrainingFixtures(fs::path(FOUNDRY_SOURCE_DIR) / "models/fixtures");
   ASSERT_GE(fixtures.size(), 7u);
-  for (const Fixture& f : fixtures) {
+  for (const TrainingFixture& f : fixtures) {
     for (const char* file : {"model.onnx", "model.stock.onnx"}) {
       SCOPED_TRACE(f.dir.filename().string() + "/" + file);
       const MemorySnapshot base = MemoryUsage();
-      auto plan = Compile(f.dir / file, f.feeds);
+      auto plan = CompileFixture(f.dir / file, f.feeds);
       ASSERT_TRUE(plan.ok()) << plan.status().message();
       TrainerOptions options;  // AdamW: the optimizer the plan's figure assumes
       options.feeds = f.feeds;

@@ -20,6 +20,7 @@
 #include "compiler/plan.h"
 #include "passes/pipeline.h"
 #include "runtime/trainer.h"
+#include "tests/support/fixture_plans.h"
 
 namespace fs = std::filesystem;
 
@@ -28,56 +29,6 @@ namespace {
 
 constexpr int kSteps = 200;
 constexpr double kMemorised = 0.1;  // final loss / first loss
-
-struct Fixture {
-  fs::path dir;
-  std::vector<std::string> feeds;  // NAME=FILE.pb, one per file in inputs/
-};
-
-std::vector<Fixture> Fixtures() {
-  std::vector<Fixture> out;
-  for (const auto& e : fs::directory_iterator(fs::path(FOUNDRY_SOURCE_DIR) / "models/fixtures")) {
-    if (!fs::exists(e.path() / "inputs")) continue;
-    Fixture f{e.path(), {}};
-    for (const auto& in : fs::directory_iterator(e.path() / "inputs"))
-      f.feeds.push_back(in.path().stem().string() + "=" + in.path().string());
-    std::sort(f.feeds.begin(), f.feeds.end());
-    out.push_back(std::move(f));
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.dir < b.dir; });
-  return out;
-}
-
-// What foundry-compile MODEL --dim ... -o PREFIX builds, in memory; the symbolic dimensions are
-// bound from the shapes of the fed tensors.
-StatusOr<LoadedPlan> Compile(const fs::path& model, const std::vector<std::string>& feeds) {
-  ASSIGN_OR_RETURN(Graph g, ImportOnnx(model.string(), {}));
-  std::map<std::string, int64_t> dims;
-  for (const auto& spec : feeds) {
-    ASSIGN_OR_RETURN(Feed f, ReadFeed(spec));
-    const Value* v = g.FindValue(f.name);
-    if (!v) return Error("no input " + f.name);
-    for (size_t d = 0; d < v->dim_params.size() && d < f.tensor.shape().size(); ++d)
-      if (!v->dim_params[d].empty()) dims[v->dim_params[d]] = f.tensor.shape()[d];
-  }
-  CompileOptions options;
-  options.fold.dims = dims;
-  RETURN_IF_ERROR(RunPasses(g, BuildPipeline(options), {}));
-  LoadedPlan lp;
-  lp.plan_path = (fs::path(testing::TempDir()) / "fixture.plan").string();
-  lp.plan.graph_file = "fixture.train.onnx";
-  lp.plan.source_model = model.string();
-  lp.plan.loss = g.metadata["foundry.loss"];
-  lp.plan.loss_in_model = g.metadata.count("foundry.loss_appended") == 0;
-  lp.plan.inputs = g.inputs;
-  lp.plan.parameters = g.parameters;
-  for (size_t i = 0; i < g.parameters.size(); ++i)
-    lp.plan.gradients[g.parameters[i]] = g.outputs[i + 1];
-  lp.plan.dims = dims;
-  RETURN_IF_ERROR(CheckPlan(lp.plan, g, lp.plan_path));
-  lp.graph = std::move(g);
-  return lp;
-}
 
 struct Run {
   std::vector<float> losses;
@@ -98,14 +49,15 @@ StatusOr<Run> Train(LoadedPlan plan, const std::vector<std::string>& feeds) {
 }
 
 TEST(FixturesTrainingTest, EveryFixtureAndExportKindMemorisesItsBatchBitwiseRepeatably) {
-  const std::vector<Fixture> fixtures = Fixtures();
+  const std::vector<TrainingFixture> fixtures =
+      TrainingFixtures(fs::path(FOUNDRY_SOURCE_DIR) / "models/fixtures");
   ASSERT_GE(fixtures.size(), 7u);
   const auto start = std::chrono::steady_clock::now();
-  for (const Fixture& f : fixtures) {
+  for (const TrainingFixture& f : fixtures) {
     for (const char* file : {"model.onnx", "model.stock.onnx"}) {
       SCOPED_TRACE(f.dir.filename().string() + "/" + file);
       ASSERT_TRUE(fs::exists(f.dir / file)) << "regenerate with models/make_fixtures.py";
-      auto plan = Compile(f.dir / file, f.feeds);
+      auto plan = CompileFixture(f.dir / file, f.feeds);
       ASSERT_TRUE(plan.ok()) << plan.status().message();
       auto a = Train(*plan, f.feeds);
       ASSERT_TRUE(a.ok()) << a.status().message();
