@@ -139,21 +139,8 @@ void Tensor::Release() {
 
 Tensor::~Tensor() { Release(); }
 
-Tensor::Tensor(Tensor&& other) noexcept
-    : dtype_(other.dtype_),
-      shape_(std::move(other.shape_)),
-      numel_(other.numel_),
-      data_(other.data_),
-      owns_(other.owns_),
-      owned_bytes_(other.owned_bytes_),
-      class_(other.class_) {
-  other.data_ = nullptr;
-  other.owns_ = false;
-  other.owned_bytes_ = 0;
-  other.dtype_ = DType::kUndefined;
-  other.shape_.clear();
-  other.numel_ = 0;
-}
+// Members start as an empty tensor (tensor.h), so the assignment below takes over `other`.
+Tensor::Tensor(Tensor&& other) noexcept { *this = std::move(other); }
 
 Tensor& Tensor::operator=(Tensor&& other) noexcept {
   if (this == &other) return *this;
