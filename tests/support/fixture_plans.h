@@ -27,4 +27,31 @@ StatusOr<LoadedPlan> CompileFixture(const std::filesystem::path& model,
                                     const std::vector<std::string>& feeds,
                                     const std::vector<std::string>& checkpoint = {});
 
+// One checkpointed compile of a committed fixture, for the proofs that checkpointing changes no
+// number and no byte of the accounting: the `--ckpt` arguments as a user types them and the
+// module instances they must select (sorted).
+struct CkptCase {
+  std::string fixture;                 // a folder of models/fixtures
+  std::string file;                    // model.onnx (annotated) or model.stock.onnx (plain export)
+  std::vector<std::string> ckpt;       // --ckpt arguments
+  std::vector<std::string> instances;  // the modules they select, sorted
+  std::string Name() const;            // "mpt_tiny/model.onnx --ckpt mptblock"
+};
+
+// Every target form on every fixture kind, each at least once (the forms of DESIGN §3):
+//  - MPT, annotated: each registry key the fixture's classes answer to, a class name, a path
+//    glob, a child name relative to the blocks, `block`, several targets at once, nested targets;
+//    the layer forms (n, first-, last-, middle-, range-, an explicit list) on mpt_tiny_4layer;
+//  - Llama, GPT-2, Pythia, BERT, annotated: their class names, `block`, a glob, a registry key
+//    where one answers (layernorm), several at once;
+//  - every stock export (no classes): `block`, a glob, a relative child name.
+// mpt_tiny_dropout (the fixture with dropout on) gets every MPT form.
+std::vector<CkptCase> CheckpointCases();
+
+// The case's fixture under `fixtures_dir` (models/fixtures), with its feeds.
+StatusOr<TrainingFixture> FixtureOf(const std::filesystem::path& fixtures_dir, const CkptCase& c);
+
+// The case's plan: its fixture compiled with the case's instances checkpointed.
+StatusOr<LoadedPlan> CompileCkptCase(const std::filesystem::path& fixtures_dir, const CkptCase& c);
+
 }  // namespace foundry

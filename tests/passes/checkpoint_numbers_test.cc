@@ -1,0 +1,139 @@
+// Proof 2 of checkpointing: the loss and every gradient are bitwise identical with and without
+// checkpointing, on the CPU backend (Interpret), for every target form on every fixture kind
+// (CheckpointCases: annotated and stock exports, MPT with each registry key and layer form, the
+// other families by class name), dropout on (mpt_tiny_dropout) and off (the rest).
+//
+// So that a case cannot pass by checkpointing nothing: each selected instance has recompute
+// clones, and the checkpointed graph saves fewer bytes for the backward... except where the
+// instance is a bare norm, which frees only its statistics (still fewer bytes). And so that the
+// dropout fixture cannot pass by dropping nothing: another seed changes its loss.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <map>
+
+#include "compiler/phase.h"
+#include "kernels/cpu/kernel.h"
+#include "passes/memory_plan.h"
+#include "passes/memory_report.h"
+#include "passes/remat.h"
+#include "runtime/data.h"
+#include "runtime/interpreter.h"
+#include "tests/support/fixture_plans.h"
+
+namespace fs = std::filesystem;
+
+namespace foundry {
+namespace {
+
+constexpr uint64_t kSeed = 7;
+
+fs::path FixturesDir() { return fs::path(FOUNDRY_SOURCE_DIR) / "models/fixtures"; }
+
+StatusOr<std::map<std::string, Tensor>> Interpreted(const Graph& g,
+                                                    const std::vector<std::string>& feeds,
+                                                    uint64_t seed) {
+  std::map<std::string, Tensor> inputs;
+  for (const auto& spec : feeds) {
+    ASSIGN_OR_RETURN(Feed f, ReadFeed(spec));
+    inputs.emplace(f.name, std::move(f.tensor));
+  }
+  InterpretOptions options;
+  options.ctx.seed = seed;
+  return Interpret(g, inputs, options);
+}
+
+int64_t SavedBytes(const Graph& g) {
+  auto plan = PlanMemory(g, {{"cpu", CpuWorkspaceBytes}});
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  if (!plan.ok()) return -1;
+  auto report = BuildMemoryReport(g, *plan, "cpu", "fixture", {});
+  EXPECT_TRUE(report.ok()) << report.status().message();
+  return report.ok() ? report->saved_for_backward_bytes : -1;
+}
+
+struct Plain {
+  Graph graph;
+  std::map<std::string, Tensor> outputs;
+  int64_t saved_bytes = 0;
+};
+
+TEST(CheckpointNumbersTest, EveryTargetFormOnEveryFixtureIsBitwiseTheSame) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<CkptCase> cases = CheckpointCases();
+  std::map<std::string, Plain> plains;  // by fixture/file
+  std::set<std::string> covered;
+  for (const CkptCase& c : cases) {
+    SCOPED_TRACE(c.Name());
+    auto fixture = FixtureOf(FixturesDir(), c);
+    ASSERT_TRUE(fixture.ok()) << fixture.status().message();
+    const std::string key = c.fixture + "/" + c.file;
+    if (!plains.count(key)) {
+      auto plan = CompileFixture(fixture->dir / c.file, fixture->feeds);
+      ASSERT_TRUE(plan.ok()) << plan.status().message();
+      auto out = Interpreted(plan->graph, fixture->feeds, kSeed);
+      ASSERT_TRUE(out.ok()) << out.status().message();
+      ASSERT_EQ(out->size(), plan->graph.outputs.size());
+      const int64_t saved = SavedBytes(plan->graph);
+      Plain& p = plains[key];
+      p.graph = std::move(plan->graph);
+      p.outputs = std::move(out).value();
+      p.saved_bytes = saved;
+    }
+    const Plain& plain = plains.at(key);
+
+    auto plan = CompileCkptCase(FixturesDir(), c);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    const Graph& g = plan->graph;
+    ASSERT_FALSE(c.instances.empty());
+    for (const auto& inst : c.instances)
+      EXPECT_FALSE(RecomputeNodesOf(g, inst).empty()) << inst << " has no recompute clone";
+    EXPECT_LT(SavedBytes(g), plain.saved_bytes) << "checkpointing saved nothing";
+
+    auto out = Interpreted(g, fixture->feeds, kSeed);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    ASSERT_EQ(out->size(), plain.outputs.size());
+    for (const auto& [name, t] : plain.outputs) {
+      ASSERT_TRUE(out->count(name)) << name;
+      EXPECT_TRUE(t.BitwiseEqual(out->at(name))) << name << " differs with checkpointing";
+    }
+    covered.insert(key);
+  }
+  // Every fixture, both export kinds.
+  for (const TrainingFixture& f : TrainingFixtures(FixturesDir()))
+    for (const char* file : {"model.onnx", "model.stock.onnx"})
+      EXPECT_TRUE(covered.count(f.dir.filename().string() + "/" + file))
+          << f.dir.filename().string() << "/" << file << " has no checkpointing case";
+  std::cout << cases.size() << " cases on " << covered.size() << " models, "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+            << " s\n";
+}
+
+// The dropout fixture really drops: its loss depends on the seed (with and without
+// checkpointing), so the bitwise equality above covers random ops recomputed with their key.
+TEST(CheckpointNumbersTest, DropoutFixtureDependsOnTheSeed) {
+  for (const char* file : {"model.onnx", "model.stock.onnx"}) {
+    SCOPED_TRACE(file);
+    const CkptCase c{
+        "mpt_tiny_dropout", file, {"block"}, {"transformer.blocks.0", "transformer.blocks.1"}};
+    auto fixture = FixtureOf(FixturesDir(), c);
+    ASSERT_TRUE(fixture.ok()) << fixture.status().message();
+    auto plain = CompileFixture(fixture->dir / file, fixture->feeds);
+    ASSERT_TRUE(plain.ok()) << plain.status().message();
+    auto ckpt = CompileCkptCase(FixturesDir(), c);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+    const std::string& loss = plain->plan.loss;
+    for (const Graph* g : {&plain->graph, &ckpt->graph}) {
+      auto a = Interpreted(*g, fixture->feeds, kSeed),
+           b = Interpreted(*g, fixture->feeds, kSeed + 1);
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_FALSE(a->at(loss).BitwiseEqual(b->at(loss)))
+          << "the loss does not depend on the dropout seed";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace foundry
