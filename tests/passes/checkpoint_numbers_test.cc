@@ -9,10 +9,13 @@
 // dropout fixture cannot pass by dropping nothing: another seed changes its loss.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "compiler/phase.h"
 #include "kernels/cpu/kernel.h"
@@ -131,6 +134,69 @@ TEST(CheckpointNumbersTest, DropoutFixtureDependsOnTheSeed) {
       ASSERT_TRUE(a.ok() && b.ok());
       EXPECT_FALSE(a->at(loss).BitwiseEqual(b->at(loss)))
           << "the loss does not depend on the dropout seed";
+    }
+  }
+}
+
+bool InModule(const std::string& scope, const std::string& module) {
+  return scope == module || scope.rfind(module + ".", 0) == 0;
+}
+
+bool IsForward(const Node& n) { return PhaseOf(n).value_or(Phase::kForward) == Phase::kForward; }
+
+// The boundary of instance S in the rewritten graph, from the graph alone: the activations S's
+// forward nodes read from outside (graph inputs included; parameters and constants are not
+// activations) and S's outputs (values it makes that a forward node outside S or the graph's
+// outputs read).
+std::set<std::string> Boundary(const Graph& g, const std::string& s) {
+  std::set<std::string> made_inside, read_inside, read_outside;
+  for (const Node& n : g.nodes) {
+    if (!IsForward(n)) continue;
+    const bool inside = InModule(n.scope, s);
+    for (const auto& o : n.outputs)
+      if (inside && !o.empty()) made_inside.insert(o);
+    for (const auto& v : n.inputs)
+      if (!v.empty()) {
+        (inside ? read_inside : read_outside).insert(v);
+      }
+  }
+  read_outside.insert(g.outputs.begin(), g.outputs.end());
+  std::set<std::string> boundary;
+  for (const auto& v : read_inside) {
+    const Value* value = g.FindValue(v);
+    if (!made_inside.count(v) && !g.IsInitializer(v) && !(value && value->data)) boundary.insert(v);
+  }
+  for (const auto& v : made_inside)
+    if (read_outside.count(v)) boundary.insert(v);
+  return boundary;
+}
+
+// Proof 4: a checkpointed instance keeps exactly its boundary saved (SavedValuesOf: the values of
+// S a backward or recompute node reads directly), nothing made inside it; a whole MPT block's
+// boundary in foundry's export is its hidden state in and out (ALiBi folds into a constant; the
+// stock export computes it at run time, a third boundary value). An attention or FFN instance's
+// output feeds a residual Add, whose backward does not read it: not saved.
+TEST(CheckpointNumbersTest, EachInstanceKeepsExactlyItsBoundary) {
+  for (const CkptCase& c : CheckpointCases()) {
+    SCOPED_TRACE(c.Name());
+    auto plan = CompileCkptCase(FixturesDir(), c);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    for (const auto& inst : c.instances) {
+      const std::vector<std::string> saved = SavedValuesOf(plan->graph, inst);
+      const std::set<std::string> boundary = Boundary(plan->graph, inst);
+      for (const auto& v : saved)
+        EXPECT_TRUE(boundary.count(v)) << inst << " keeps " << v << ", made inside it";
+      // A whole block: every boundary value is read back (its input by the recompute, its output
+      // by the next module's backward), so it keeps exactly its boundary.
+      const std::string last = inst.substr(inst.rfind('.') + 1);
+      const bool whole_block = std::all_of(last.begin(), last.end(), [](char ch) {
+        return std::isdigit(static_cast<unsigned char>(ch));
+      });
+      if (!whole_block) continue;
+      EXPECT_EQ(std::set<std::string>(saved.begin(), saved.end()), boundary) << inst;
+      if (c.fixture.rfind("mpt_", 0) == 0 && c.file == "model.onnx") {
+        EXPECT_EQ(saved.size(), 2u) << inst << ": " << ::testing::PrintToString(saved);
+      }
     }
   }
 }
