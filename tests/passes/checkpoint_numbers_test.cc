@@ -4,9 +4,9 @@
 // other families by class name), dropout on (mpt_tiny_dropout) and off (the rest).
 //
 // So that a case cannot pass by checkpointing nothing: each selected instance has recompute
-// clones, and the checkpointed graph saves fewer bytes for the backward... except where the
-// instance is a bare norm, which frees only its statistics (still fewer bytes). And so that the
-// dropout fixture cannot pass by dropping nothing: another seed changes its loss.
+// clones, and the checkpointed graph saves fewer bytes for the backward (a bare norm frees only its
+// statistics, still fewer). So that the dropout fixture cannot pass by dropping nothing: another
+// seed changes its loss. In the same loop, proof 4's "each instance keeps only its boundary".
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,13 +57,70 @@ int64_t SavedBytes(const Graph& g) {
   return report.ok() ? report->saved_for_backward_bytes : -1;
 }
 
+bool InModule(const std::string& scope, const std::string& module) {
+  return scope == module || scope.rfind(module + ".", 0) == 0;
+}
+
+bool IsForward(const Node& n) { return PhaseOf(n).value_or(Phase::kForward) == Phase::kForward; }
+
+// The boundary of instance S in the rewritten graph, from the graph alone: the activations S's
+// forward nodes read from outside (graph inputs included; parameters and constants are not
+// activations) and S's outputs (values it makes that a forward node outside S or the graph's
+// outputs read).
+std::set<std::string> Boundary(const Graph& g, const std::string& s) {
+  std::set<std::string> made_inside, read_inside, read_outside;
+  for (const Node& n : g.nodes) {
+    if (!IsForward(n)) continue;
+    const bool inside = InModule(n.scope, s);
+    for (const auto& o : n.outputs)
+      if (inside && !o.empty()) made_inside.insert(o);
+    for (const auto& v : n.inputs)
+      if (!v.empty()) {
+        (inside ? read_inside : read_outside).insert(v);
+      }
+  }
+  read_outside.insert(g.outputs.begin(), g.outputs.end());
+  std::set<std::string> boundary;
+  for (const auto& v : read_inside) {
+    const Value* value = g.FindValue(v);
+    if (!made_inside.count(v) && !g.IsInitializer(v) && !(value && value->data)) boundary.insert(v);
+  }
+  for (const auto& v : made_inside)
+    if (read_outside.count(v)) boundary.insert(v);
+  return boundary;
+}
+
+// Proof 4: a checkpointed instance keeps exactly its boundary saved (SavedValuesOf: the values of
+// S a backward or recompute node reads directly), nothing made inside it. A whole block keeps
+// exactly its boundary; an annotated MPT block's boundary is its hidden state in and out (ALiBi
+// folds into a constant; the stock export computes it at run time, a third boundary value). An
+// attention or FFN instance's output feeds a residual Add, whose backward does not read it: not
+// saved.
+void ExpectBoundaryKept(const CkptCase& c, const Graph& g) {
+  for (const auto& inst : c.instances) {
+    const std::vector<std::string> saved = SavedValuesOf(g, inst);
+    const std::set<std::string> boundary = Boundary(g, inst);
+    for (const auto& v : saved)
+      EXPECT_TRUE(boundary.count(v)) << inst << " keeps " << v << ", made inside it";
+    const std::string last = inst.substr(inst.rfind('.') + 1);
+    const bool whole_block = std::all_of(last.begin(), last.end(), [](char ch) {
+      return std::isdigit(static_cast<unsigned char>(ch));
+    });
+    if (!whole_block) continue;
+    EXPECT_EQ(std::set<std::string>(saved.begin(), saved.end()), boundary) << inst;
+    if (c.fixture.rfind("mpt_", 0) == 0 && c.file == "model.onnx") {
+      EXPECT_EQ(saved.size(), 2u) << inst << ": " << ::testing::PrintToString(saved);
+    }
+  }
+}
+
 struct Plain {
   Graph graph;
   std::map<std::string, Tensor> outputs;
   int64_t saved_bytes = 0;
 };
 
-TEST(CheckpointNumbersTest, EveryTargetFormOnEveryFixtureIsBitwiseTheSame) {
+TEST(CheckpointNumbersTest, EveryTargetFormBitwiseTheSameAndKeepsOnlyTheBoundary) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<CkptCase> cases = CheckpointCases();
   std::map<std::string, Plain> plains;  // by fixture/file
@@ -94,6 +151,7 @@ TEST(CheckpointNumbersTest, EveryTargetFormOnEveryFixtureIsBitwiseTheSame) {
     for (const auto& inst : c.instances)
       EXPECT_FALSE(RecomputeNodesOf(g, inst).empty()) << inst << " has no recompute clone";
     EXPECT_LT(SavedBytes(g), plain.saved_bytes) << "checkpointing saved nothing";
+    ExpectBoundaryKept(c, g);
 
     auto out = Interpreted(g, fixture->feeds, kSeed);
     ASSERT_TRUE(out.ok()) << out.status().message();
@@ -134,69 +192,6 @@ TEST(CheckpointNumbersTest, DropoutFixtureDependsOnTheSeed) {
       ASSERT_TRUE(a.ok() && b.ok());
       EXPECT_FALSE(a->at(loss).BitwiseEqual(b->at(loss)))
           << "the loss does not depend on the dropout seed";
-    }
-  }
-}
-
-bool InModule(const std::string& scope, const std::string& module) {
-  return scope == module || scope.rfind(module + ".", 0) == 0;
-}
-
-bool IsForward(const Node& n) { return PhaseOf(n).value_or(Phase::kForward) == Phase::kForward; }
-
-// The boundary of instance S in the rewritten graph, from the graph alone: the activations S's
-// forward nodes read from outside (graph inputs included; parameters and constants are not
-// activations) and S's outputs (values it makes that a forward node outside S or the graph's
-// outputs read).
-std::set<std::string> Boundary(const Graph& g, const std::string& s) {
-  std::set<std::string> made_inside, read_inside, read_outside;
-  for (const Node& n : g.nodes) {
-    if (!IsForward(n)) continue;
-    const bool inside = InModule(n.scope, s);
-    for (const auto& o : n.outputs)
-      if (inside && !o.empty()) made_inside.insert(o);
-    for (const auto& v : n.inputs)
-      if (!v.empty()) {
-        (inside ? read_inside : read_outside).insert(v);
-      }
-  }
-  read_outside.insert(g.outputs.begin(), g.outputs.end());
-  std::set<std::string> boundary;
-  for (const auto& v : read_inside) {
-    const Value* value = g.FindValue(v);
-    if (!made_inside.count(v) && !g.IsInitializer(v) && !(value && value->data)) boundary.insert(v);
-  }
-  for (const auto& v : made_inside)
-    if (read_outside.count(v)) boundary.insert(v);
-  return boundary;
-}
-
-// Proof 4: a checkpointed instance keeps exactly its boundary saved (SavedValuesOf: the values of
-// S a backward or recompute node reads directly), nothing made inside it; a whole MPT block's
-// boundary in foundry's export is its hidden state in and out (ALiBi folds into a constant; the
-// stock export computes it at run time, a third boundary value). An attention or FFN instance's
-// output feeds a residual Add, whose backward does not read it: not saved.
-TEST(CheckpointNumbersTest, EachInstanceKeepsExactlyItsBoundary) {
-  for (const CkptCase& c : CheckpointCases()) {
-    SCOPED_TRACE(c.Name());
-    auto plan = CompileCkptCase(FixturesDir(), c);
-    ASSERT_TRUE(plan.ok()) << plan.status().message();
-    for (const auto& inst : c.instances) {
-      const std::vector<std::string> saved = SavedValuesOf(plan->graph, inst);
-      const std::set<std::string> boundary = Boundary(plan->graph, inst);
-      for (const auto& v : saved)
-        EXPECT_TRUE(boundary.count(v)) << inst << " keeps " << v << ", made inside it";
-      // A whole block: every boundary value is read back (its input by the recompute, its output
-      // by the next module's backward), so it keeps exactly its boundary.
-      const std::string last = inst.substr(inst.rfind('.') + 1);
-      const bool whole_block = std::all_of(last.begin(), last.end(), [](char ch) {
-        return std::isdigit(static_cast<unsigned char>(ch));
-      });
-      if (!whole_block) continue;
-      EXPECT_EQ(std::set<std::string>(saved.begin(), saved.end()), boundary) << inst;
-      if (c.fixture.rfind("mpt_", 0) == 0 && c.file == "model.onnx") {
-        EXPECT_EQ(saved.size(), 2u) << inst << ": " << ::testing::PrintToString(saved);
-      }
     }
   }
 }
