@@ -365,11 +365,7 @@ StatusOr<std::vector<Candidate>> Resolve(const Tree& t, const CkptTarget& target
         if (m.path == b) cls = m.qualified_class;
       out.push_back({b, cls, t.block_index.at(b), t.block_list_of.at(b)});
     }
-    if (out.empty())
-      return Error(where +
-                   ": 'block' matches nothing: this model has no blocks (no repeated "
-                   "instances of a module list); name a module path instead");
-    return out;
+    return out;  // never empty: SelectCkptTargets turns a model without blocks away first
   }
   std::vector<std::string> outside;
   for (const ModuleInfo* m : matched) {
@@ -618,6 +614,11 @@ StatusOr<CkptSelection> SelectCkptTargets(const Graph& graph,
                  "1.13's torch.onnx.export (scoped node names), with torch.onnx.export(..., "
                  "export_modules_as_functions=...) or with torch >= 2.5's dynamo exporter");
   Tree tree = BuildTree(graph);
+  if (tree.blocks.empty())
+    return Error(Where(targets.front()) +
+                 ": the model has no blocks (repeated instances of a module list, module_tree.h), "
+                 "and only modules inside blocks can be checkpointed; foundry-compile "
+                 "--list-modules shows its module tree");
 
   // Check every layer spec's syntax before any name: a malformed spec is wrong on any model.
   for (const auto& t : targets) {

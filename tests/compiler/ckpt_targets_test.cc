@@ -441,6 +441,47 @@ TEST(CkptTargetsTest, NestedTargetsTheOuterWins) {
     EXPECT_NE(n.find("inside transformer.blocks.0 (block=1)"), std::string::npos) << n;
 }
 
+// The order names resolve in: registry key, `block`, class, child name, path glob. Here the class
+// MLP is the child `ffn`, and the child called `mlp` is an Other: `mlp` is the class.
+TEST(CkptTargetsTest, AmbiguousNamesResolveInAFixedOrder) {
+  auto g = ParseGraph(R"(graph m opset=17 {
+  module "h.0" : x.Block
+  module "h.0.ffn" : x.MLP
+  module "h.0.mlp" : x.Other
+  module "h.1" : x.Block
+  module "h.1.ffn" : x.MLP
+  module "h.1.mlp" : x.Other
+  module "head" : x.Head
+  input x : f32[2,4]
+  a = Relu(x) @"h.0.ffn"
+  b = Relu(a) @"h.0.mlp"
+  c = Relu(b) @"h.1.ffn"
+  d = Relu(c) @"h.1.mlp"
+  e = Relu(d) @"head"
+  output e
+}
+)");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(Picked(*g, {"mlp"}), (std::vector<std::string>{"h.0.ffn <- mlp", "h.1.ffn <- mlp"}));
+  EXPECT_EQ(Picked(*g, {"h.*.mlp"}),
+            (std::vector<std::string>{"h.0.mlp <- h.*.mlp", "h.1.mlp <- h.*.mlp"}));
+  // A class named Block: `block` is the key every block answers to, whatever its class.
+  EXPECT_EQ(Picked(*g, {"block=1"}), (std::vector<std::string>{"h.0 <- block=1"}));
+
+  auto flat = ParseGraph(R"(graph m opset=17 {
+  module "encoder" : x.Encoder
+  input x : f32[2,4]
+  y = Relu(x) @"encoder"
+  output y
+}
+)");
+  ASSERT_TRUE(flat.ok()) << flat.status().message();
+  EXPECT_EQ(ErrorOf(*flat, {"encoder"}),
+            "--ckpt encoder: the model has no blocks (repeated instances of a module list, "
+            "module_tree.h), and only modules inside blocks can be checkpointed; foundry-compile "
+            "--list-modules shows its module tree");
+}
+
 // --- errors ------------------------------------------------------------------------------------
 
 TEST(CkptTargetsTest, ErrorNoModuleAnnotations) {
