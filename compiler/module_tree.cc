@@ -355,7 +355,7 @@ std::string FormatModuleTree(const std::vector<ModuleInfo>& modules) {
            ": the repeated instances of a module list; layer ranges count N)\n";
   }
   out +=
-      "--ckpt keys: the names that select the module (case-insensitive; a base class's name "
+      "keys: the --ckpt names that select the module (case-insensitive; a base class's name "
       "selects too; modules outside the blocks are never checkpointed)\n";
   if (unknown_class)
     out +=

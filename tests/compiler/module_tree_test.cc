@@ -237,7 +237,7 @@ TEST(ModuleTreeTest, FormatsATable) {
     blocks.0.attn  MultiheadAttention  multihead_attention,grouped_query_attention,multiheadattention,attn      1    64 B
   blocks.1         ?                   block                                                                    0     0 B
 block: blocks.N, N = 0..1 (2 blocks: the repeated instances of a module list; layer ranges count N)
---ckpt keys: the names that select the module (case-insensitive; a base class's name selects too; modules outside the blocks are never checkpointed)
+keys: the --ckpt names that select the module (case-insensitive; a base class's name selects too; modules outside the blocks are never checkpointed)
 ?: the export names no class for the module (a plain torch.onnx.export; foundry's exporter adds the classes)
 )");
 }
@@ -301,7 +301,7 @@ TEST(ModuleTreeTest, StockExportWithScopedNamesOnly) {
   transformer                                          ?      -                3   128 B
     transformer.wte                                    ?      -                3   128 B
 block: bert.encoder.layer.N, N = 0..1 (2 blocks: the repeated instances of a module list; layer ranges count N)
---ckpt keys: the names that select the module (case-insensitive; a base class's name selects too; modules outside the blocks are never checkpointed)
+keys: the --ckpt names that select the module (case-insensitive; a base class's name selects too; modules outside the blocks are never checkpointed)
 ?: the export names no class for the module (a plain torch.onnx.export; foundry's exporter adds the classes)
 )");
   for (const Node& n : g->nodes) {
