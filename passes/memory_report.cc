@@ -81,6 +81,75 @@ LayoutSummary Summarize(const Graph& graph, const MemoryPlan& plan, const Backen
 
 }  // namespace
 
+namespace {
+
+// The per-op table of memory_report.h. Multi-term rows spell their formula's terms.
+const std::map<std::pair<std::string, std::string>, OpFlops>& FlopTable() {
+  static const auto* table = [] {
+    auto* t = new std::map<std::pair<std::string, std::string>, OpFlops>;
+    auto row = [&](const char* domain, std::initializer_list<const char*> ops, int64_t flops,
+                   int input = -1) {
+      for (const char* op : ops) (*t)[{domain, op}] = {flops, input};
+    };
+    const char* ms = "com.microsoft";
+    row("",
+        {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Constant", "Shape", "Size",
+         "ConstantOfShape", "Range", "Cast", "CastLike", "Transpose", "Concat", "Split", "Slice",
+         "Gather", "GatherElements", "Expand", "Tile", "Pad", "Trilu", "OneHot", "ScatterND"},
+        0);
+    row(ms, {"SliceGrad"}, 0);
+    row("",
+        {"Add",  "Sub",  "Mul",   "Div",  "Pow",        "Mod",  "Neg",  "Abs",  "Relu",
+         "Sign", "Floor", "Ceil", "Round", "Sqrt",      "Reciprocal", "Exp", "Log",
+         "Erf",  "Tanh", "Sin",   "Cos",  "Less",       "Greater", "LessOrEqual",
+         "GreaterOrEqual", "Equal", "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Where"},
+        1);
+    row(ms, {"ReluGrad"}, 1);                 // dy where y > 0
+    row("", {"Min", "Max", "Sum", "Mean"}, 1);  // per input beyond the first (NodeFlops)
+    row("", {"Clip"}, 2);                     // max, min
+    row("", {"Dropout"}, 2);                  // compare to the ratio, scale
+    row(ms, {"DropoutGrad"}, 2);              // dy · mask · scale
+    row("", {"Softplus"}, 3);                 // log(1 + exp x)
+    row(ms, {"SigmoidGrad"}, 3);              // dy · y · (1 - y)
+    row(ms, {"TanhGrad"}, 3);                 // dy · (1 - y²)
+    row(ms, {"SoftmaxCrossEntropyLossGrad"}, 3);  // exp(log p), minus the label's one, · dloss
+    row("", {"Sigmoid"}, 4);                      // 1 / (1 + exp(-x))
+    row(ms, {"SimplifiedLayerNormalization"}, 4);  // x², Σ, · 1/rms, · scale
+    row(ms, {"SoftmaxGrad_13"}, 4);                // y · (dy - Σ dy·y): ·, Σ, -, ·
+    row(ms, {"LogSoftmaxGrad_13"}, 4);             // dy - exp(y) · Σ dy: Σ, exp, ·, -
+    row("", {"Softmax", "LogSoftmax"}, 5);         // max, -, exp, Σ, / (or - log Σ)
+    row(ms, {"Gelu"}, 5);                          // x/√2, erf, +1, ·x, ·0.5
+    row("", {"LayerNormalization"}, 7);            // Σ, -mean, square, Σ, ·1/std, ·scale, +bias
+    row(ms, {"FastGelu"}, 9);  // x², x³, ·c, +x, ·√(2/π), tanh, +1, ·x, ·0.5
+    // x̂ = x·r (1); dscale += dy·x̂ (2); g = dy·scale (1); Σ g·x̂ (2); dx = r·(g - x̂·mean) (3).
+    row(ms, {"SimplifiedLayerNormalizationGrad"}, 9);
+    // dy · (0.5·(1 + erf(x/√2)) + x·exp(-x²/2)/√(2π)): 4 + 5 + 1 + 1.
+    row(ms, {"GeluGrad"}, 11);
+    // x̂ = (x - mean)·r (2); dbias += dy (1); dscale += dy·x̂ (2); g = dy·scale (1); Σ g (1);
+    // Σ g·x̂ (2); dx = r·(g - mean(g) - x̂·mean(g·x̂)) (4).
+    row(ms, {"LayerNormalizationGrad"}, 13);
+    // t = tanh(u), u = k·(x + c·x³) (6); 0.5·(1 + t) (2); 1 - t² (2); du/dx = k·(1 + 3c·x²) (3);
+    // 0.5·x·(1 - t²)·du/dx (3); the sum (1); · dy (1).
+    row(ms, {"FastGeluGrad"}, 18);
+    row("",
+        {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSum"}, 1,
+        0);
+    row("", {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"}, 2, 0);
+    row("", {"SoftmaxCrossEntropyLoss"}, 5, 0);  // the log-softmax over the logits
+    row(ms, {"GatherGrad"}, 1, 2);               // one add per element of dY
+    row(ms, {"GatherElementsGrad"}, 1, 0);
+    return t;
+  }();
+  return *table;
+}
+
+}  // namespace
+
+const OpFlops* FindOpFlops(const std::string& domain, const std::string& op_type) {
+  auto it = FlopTable().find({domain, op_type});
+  return it == FlopTable().end() ? nullptr : &it->second;
+}
+
 int64_t NodeFlops(const Graph& graph, const Node& node) {
   if (!node.HasOutput(0)) return 0;
   const int64_t out = Elements(graph, node.outputs[0]);
@@ -94,12 +163,21 @@ int64_t NodeFlops(const Graph& graph, const Node& node) {
     return 2 * out * Dim(graph, node.inputs[0], trans_a && !vector ? -2 : -1);
   }
   if (node.domain.empty() && node.op_type == "Gemm" && node.HasInput(0))
-    return 2 * out * Dim(graph, node.inputs[0], node.GetInt("transA", 0) != 0 ? 0 : 1);
-  const OpSchema* schema = OpSchemas().Find(node.domain, node.op_type);
-  if ((schema && schema->view) || (node.domain.empty() && node.op_type == "Constant")) return 0;
-  int64_t flops = 0;
-  for (const auto& o : node.outputs) flops += Elements(graph, o);
-  return flops;
+    return 2 * out * Dim(graph, node.inputs[0], node.GetInt("transA", 0) != 0 ? 0 : 1) +
+           (node.HasInput(2) ? out : 0);
+  const OpFlops* row = FindOpFlops(node.domain, node.op_type);
+  if (!row) return out;
+  if (node.domain.empty() &&
+      (node.op_type == "Min" || node.op_type == "Max" || node.op_type == "Sum" ||
+       node.op_type == "Mean")) {
+    int64_t inputs = 0;
+    for (const auto& in : node.inputs) inputs += !in.empty();
+    return out * (std::max<int64_t>(inputs, 1) - (node.op_type == "Mean" ? 0 : 1));
+  }
+  if (row->input < 0) return row->per_element * out;
+  return node.HasInput(row->input)
+             ? row->per_element * Elements(graph, node.inputs[row->input])
+             : 0;
 }
 
 FlopCounts CountFlops(const Graph& graph) {
@@ -120,6 +198,48 @@ FlopCounts CountFlops(const Graph& graph) {
     }
   }
   return f;
+}
+
+std::map<std::string, std::string> SavedBuffers(const Graph& graph, const MemoryPlan& plan) {
+  std::unordered_map<std::string, size_t> producer;
+  for (size_t s = 0; s < graph.nodes.size(); ++s)
+    for (const auto& o : graph.nodes[s].outputs)
+      if (!o.empty()) producer[o] = s;
+  auto owner_of = [&](const std::string& v) -> const std::string& {
+    auto a = plan.alias.find(v);
+    return a == plan.alias.end() ? v : a->second.owner;
+  };
+  // The bytes the backward reads were written by the saved value with views followed back (an
+  // in-place alias is a value of its own: its input died before it was written).
+  auto data_of = [&](std::string v) {
+    for (auto p = producer.find(v); p != producer.end(); p = producer.find(v)) {
+      const Node& n = graph.nodes[p->second];
+      auto a = plan.alias.find(v);
+      if (a == plan.alias.end() || a->second.kind != AliasKind::kView || !n.HasInput(0)) break;
+      v = n.inputs[0];
+    }
+    return v;
+  };
+  std::map<std::string, std::string> saved;  // owner -> data value
+  for (const Node& n : graph.nodes) {
+    const Phase phase = PhaseOrForward(n);
+    if (phase != Phase::kBackward && phase != Phase::kRecompute) continue;
+    for (const auto& in : n.inputs) {
+      auto p = in.empty() ? producer.end() : producer.find(in);
+      if (p == producer.end() || PhaseOrForward(graph.nodes[p->second]) != Phase::kForward)
+        continue;
+      const std::string& owner = owner_of(in);
+      // A transient written into a graph output's storage (memory_plan.h) is a buffer of its
+      // own until that output is made: it counts like an arena buffer.
+      const StorageClass c = ClassOf(graph, plan, owner);
+      auto a = plan.alias.find(in);
+      const bool in_output = a != plan.alias.end() && a->second.kind == AliasKind::kInPlace &&
+                             (c == StorageClass::kGradient || c == StorageClass::kOutput);
+      if ((c == StorageClass::kArena || in_output) && !saved.count(owner))
+        saved[owner] = data_of(in);
+    }
+  }
+  return saved;
 }
 
 StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& plan,
@@ -153,42 +273,7 @@ StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& p
   for (size_t s = 0; s < steps; ++s)
     for (const auto& o : graph.nodes[s].outputs)
       if (!o.empty()) producer[o] = s;
-  auto owner_of = [&](const std::string& v) -> const std::string& {
-    auto a = plan.alias.find(v);
-    return a == plan.alias.end() ? v : a->second.owner;
-  };
-
-  // The saved buffers, by owner, each with the value whose bytes the backward reads: the saved
-  // value with views followed back to the node that wrote the bytes (an in-place alias is a
-  // value of its own: its input died before it was written).
-  auto data_of = [&](std::string v) {
-    for (auto p = producer.find(v); p != producer.end(); p = producer.find(v)) {
-      const Node& n = graph.nodes[p->second];
-      auto a = plan.alias.find(v);
-      if (a == plan.alias.end() || a->second.kind != AliasKind::kView || !n.HasInput(0)) break;
-      v = n.inputs[0];
-    }
-    return v;
-  };
-  std::map<std::string, std::string> saved;  // owner -> data value
-  for (const Node& n : graph.nodes) {
-    const Phase phase = PhaseOrForward(n);
-    if (phase != Phase::kBackward && phase != Phase::kRecompute) continue;
-    for (const auto& in : n.inputs) {
-      auto p = in.empty() ? producer.end() : producer.find(in);
-      if (p == producer.end() || PhaseOrForward(graph.nodes[p->second]) != Phase::kForward)
-        continue;
-      const std::string& owner = owner_of(in);
-      // A transient written into a graph output's storage (memory_plan.h) is a buffer of its
-      // own until that output is made: it counts like an arena buffer.
-      const StorageClass c = ClassOf(graph, plan, owner);
-      auto a = plan.alias.find(in);
-      const bool in_output = a != plan.alias.end() && a->second.kind == AliasKind::kInPlace &&
-                             (c == StorageClass::kGradient || c == StorageClass::kOutput);
-      if ((c == StorageClass::kArena || in_output) && !saved.count(owner))
-        saved[owner] = data_of(in);
-    }
-  }
+  const std::map<std::string, std::string> saved = SavedBuffers(graph, plan);
   auto scope_of = [&](const std::string& value) -> const std::string& {
     static const std::string kRoot;
     auto p = producer.find(value);
