@@ -327,6 +327,10 @@ StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& p
   return r;
 }
 
+double RecomputePercent(const CheckpointReport& c) {
+  return c.step_flops > 0 ? 100.0 * double(c.flops_recomputed) / double(c.step_flops) : 0.0;
+}
+
 std::string MemoryReportJson(const MemoryReport& r) {
   using nlohmann::ordered_json;
   ordered_json j;
@@ -376,6 +380,33 @@ std::string MemoryReportJson(const MemoryReport& r) {
                             {"peak_step", s.peak_step},
                             {"peak_node", s.peak_node},
                             {"total_bytes", s.total_bytes}});
+  if (r.checkpoint) {
+    const CheckpointReport& c = *r.checkpoint;
+    ordered_json ck;
+    ck["targets"] = c.targets;
+    ck["instances"] = ordered_json::array();
+    for (const auto& i : c.instances)
+      ck["instances"].push_back({{"module", i.module},
+                                 {"class", i.class_name},
+                                 {"target", i.target},
+                                 {"values_freed", i.values_freed},
+                                 {"bytes_freed", i.bytes_freed},
+                                 {"bytes_added", i.bytes_added},
+                                 {"nodes_recomputed", i.nodes_recomputed},
+                                 {"flops_recomputed", i.flops_recomputed},
+                                 {"note", i.note}});
+    ck["values_freed"] = c.values_freed;
+    ck["bytes_freed"] = c.bytes_freed;
+    ck["bytes_added"] = c.bytes_added;
+    ck["nodes_recomputed"] = c.nodes_recomputed;
+    ck["flops_recomputed"] = c.flops_recomputed;
+    ck["saved_before_bytes"] = c.saved_before_bytes;
+    ck["saved_after_bytes"] = c.saved_after_bytes;
+    ck["step_flops"] = c.step_flops;
+    ck["recompute_percent"] = RecomputePercent(c);
+    ck["notes"] = c.notes;
+    j["checkpoint"] = std::move(ck);
+  }
   return j.dump(2) + "\n";
 }
 
@@ -387,16 +418,168 @@ std::string Bytes(int64_t bytes) {
   return HumanBytes(bytes) + " (" + std::to_string(bytes) + " B)";
 }
 
+// "3.00 GFLOP": three significant-ish digits in the unit that keeps the number under 1000.
 std::string Flops(int64_t flops) {
+  if (flops < 1000) return std::to_string(flops) + " FLOP";
+  const char* units[] = {"kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"};
+  double v = double(flops) / 1e3;
+  int u = 0;
+  while (v >= 1000 && u < 4) {
+    v /= 1000;
+    ++u;
+  }
   char buf[32];
-  if (flops >= 1'000'000'000)
-    std::snprintf(buf, sizeof buf, "%.2f GFLOP", double(flops) / 1e9);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f MFLOP", double(flops) / 1e6);
+  std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
   return buf;
 }
 
 std::string ModuleName(const std::string& scope) { return scope.empty() ? "(root)" : scope; }
+
+std::vector<std::string> Segments(const std::string& path) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    out.push_back(path.substr(start, dot == std::string::npos ? dot : dot - start));
+    if (dot == std::string::npos) return out;
+    start = dot + 1;
+  }
+}
+
+bool AllDigits(const std::string& s) {
+  return !s.empty() && s.size() < 18 && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c)) != 0;
+  });
+}
+
+// The one segment where two module paths differ when both hold a layer number there; -1 when
+// they differ elsewhere or more.
+int LayerSegment(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  if (a.size() != b.size()) return -1;
+  int at = -1;
+  for (size_t k = 0; k < a.size(); ++k) {
+    if (a[k] == b[k]) continue;
+    if (at >= 0 || !AllDigits(a[k]) || !AllDigits(b[k])) return -1;
+    at = static_cast<int>(k);
+  }
+  return at;
+}
+
+// "0..3,6,8..9": the numbers in order, runs of consecutive ones collapsed.
+std::string Ranges(const std::vector<int64_t>& numbers) {
+  std::string out;
+  for (size_t i = 0; i < numbers.size();) {
+    size_t j = i;
+    while (j + 1 < numbers.size() && numbers[j + 1] == numbers[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(numbers[i]);
+    if (j > i) out += ".." + std::to_string(numbers[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// Instances whose rows are identical but for the layer number print as one row
+// ("transformer.blocks.{0..47}.attn", 48): a 48-layer model with two targets stays 2 rows.
+struct InstanceGroup {
+  std::string modules;
+  const CheckpointInstanceReport* row = nullptr;  // the first; the others have the same numbers
+  int64_t count = 0;
+};
+
+std::vector<InstanceGroup> GroupInstances(const std::vector<CheckpointInstanceReport>& rows) {
+  auto same = [](const CheckpointInstanceReport& a, const CheckpointInstanceReport& b) {
+    return a.class_name == b.class_name && a.target == b.target &&
+           a.values_freed == b.values_freed && a.bytes_freed == b.bytes_freed &&
+           a.bytes_added == b.bytes_added && a.nodes_recomputed == b.nodes_recomputed &&
+           a.flops_recomputed == b.flops_recomputed && a.note == b.note;
+  };
+  std::vector<InstanceGroup> groups;
+  for (size_t i = 0; i < rows.size();) {
+    const std::vector<std::string> first = Segments(rows[i].module);
+    int at = -1;
+    size_t j = i + 1;
+    std::vector<int64_t> layers;
+    for (; j < rows.size() && same(rows[i], rows[j]); ++j) {
+      const std::vector<std::string> segs = Segments(rows[j].module);
+      const int k = LayerSegment(first, segs);
+      if (k < 0 || (at >= 0 && k != at)) break;
+      const int64_t layer = std::stoll(segs[k]);
+      const int64_t previous = at < 0 ? std::stoll(first[k]) : layers.back();
+      if (layer <= previous) break;  // increasing numbers only: readable ranges
+      if (at < 0) layers.push_back(previous);
+      at = k;
+      layers.push_back(layer);
+    }
+    InstanceGroup g{rows[i].module, &rows[i], static_cast<int64_t>(j - i)};
+    if (at >= 0) {
+      std::vector<std::string> segs = first;
+      segs[at] = "{" + Ranges(layers) + "}";
+      g.modules.clear();
+      for (size_t k = 0; k < segs.size(); ++k) g.modules += (k ? "." : "") + segs[k];
+    }
+    groups.push_back(std::move(g));
+    i = j;
+  }
+  return groups;
+}
+
+// Left-aligned text columns, right-aligned number columns, two spaces apart.
+std::string Table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right,
+                  const std::string& indent) {
+  std::vector<size_t> width(right.size(), 0);
+  for (const auto& row : rows)
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  std::ostringstream out;
+  for (const auto& row : rows) {
+    std::string line = indent;
+    for (size_t c = 0; c < row.size(); ++c) {
+      const std::string pad(width[c] - row[c].size(), ' ');
+      line += (c ? "  " : "") + (right[c] ? pad + row[c] : row[c] + pad);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << "\n";
+  }
+  return out.str();
+}
+
+std::string FormatCheckpoint(const CheckpointReport& c) {
+  std::ostringstream out;
+  out << "checkpointing: " << c.instances.size() << " instance"
+      << (c.instances.size() == 1 ? "" : "s") << " of";
+  for (size_t i = 0; i < c.targets.size(); ++i) out << (i ? ", " : " ") << c.targets[i];
+  out << "\n";
+  std::vector<std::vector<std::string>> rows = {{"module", "n", "class", "target", "values freed",
+                                                 "bytes freed", "bytes added", "nodes",
+                                                 "recompute"}};
+  const std::vector<InstanceGroup> groups = GroupInstances(c.instances);
+  for (const InstanceGroup& g : groups) {
+    const CheckpointInstanceReport& i = *g.row;
+    rows.push_back({g.modules, std::to_string(g.count),
+                    i.class_name.empty() ? "?" : BareClassName(i.class_name), i.target,
+                    std::to_string(i.values_freed), HumanBytes(i.bytes_freed),
+                    HumanBytes(i.bytes_added), std::to_string(i.nodes_recomputed),
+                    Flops(i.flops_recomputed)});
+  }
+  rows.push_back({"total", std::to_string(c.instances.size()), "", "",
+                  std::to_string(c.values_freed), HumanBytes(c.bytes_freed),
+                  HumanBytes(c.bytes_added), std::to_string(c.nodes_recomputed),
+                  Flops(c.flops_recomputed)});
+  out << Table(rows, {false, true, false, false, true, true, true, true, true}, "  ");
+  out << "  (a row with n > 1 is n instances with these numbers each)\n";
+  char percent[32];
+  std::snprintf(percent, sizeof percent, "%.2f", RecomputePercent(c));
+  out << "  saved for backward " << HumanBytes(c.saved_before_bytes) << " -> "
+      << HumanBytes(c.saved_after_bytes) << "  (" << c.saved_before_bytes << " - "
+      << c.bytes_freed << " freed + " << c.bytes_added << " added = " << c.saved_after_bytes
+      << " B)\n"
+      << "  recompute          " << Flops(c.flops_recomputed) << ", " << percent
+      << " % of the step's " << Flops(c.step_flops) << "\n";
+  for (const auto& note : c.notes) out << "  note: " << note << "\n";
+  for (const InstanceGroup& g : groups)
+    if (!g.row->note.empty()) out << "  note: " << g.modules << ": " << g.row->note << "\n";
+  return out.str();
+}
 
 }  // namespace
 
@@ -458,6 +641,7 @@ std::string FormatMemoryReport(const MemoryReport& r) {
     out << "  " << std::setw(10) << HumanBytes(rest) << "  (" << r.modules.size() - kModuleRows
         << " more modules)\n";
   }
+  if (r.checkpoint) out << FormatCheckpoint(*r.checkpoint);
   return out.str();
 }
 

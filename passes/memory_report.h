@@ -159,6 +159,9 @@ StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& p
                                          const std::string& backend, const std::string& model,
                                          const std::map<std::string, int64_t>& dims);
 
+// flops_recomputed / step_flops · 100 (0 for an empty step).
+double RecomputePercent(const CheckpointReport& checkpoint);
+
 // The --report-json document (schema in README.md), pretty-printed, ending in a newline.
 std::string MemoryReportJson(const MemoryReport& report);
 
