@@ -140,8 +140,8 @@ StatusOr<CheckpointReport> BuildCheckpointReport(const Graph& plain, const Memor
     if (row.bytes_freed * 100 >= kept_bytes * kLowFreeingPercent && row.bytes_freed > 0) continue;
     row.note = "frees " + HumanBytes(row.bytes_freed) + ", " +
                Percent(double(row.bytes_freed), double(kept_bytes)) + " % of the " +
-               HumanBytes(kept_bytes) +
-               " its boundary and outputs keep saved (under " + std::to_string(kLowFreeingPercent) +
+               HumanBytes(kept_bytes) + " its boundary and outputs keep saved (under " +
+               std::to_string(kLowFreeingPercent) +
                " %): checkpointing it saves almost nothing; checkpoint its enclosing module "
                "instead";
   }

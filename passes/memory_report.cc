@@ -92,28 +92,31 @@ const std::map<std::pair<std::string, std::string>, OpFlops>& FlopTable() {
       for (const char* op : ops) (*t)[{domain, op}] = {flops, input};
     };
     const char* ms = "com.microsoft";
-    row("",
-        {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Constant", "Shape", "Size",
-         "ConstantOfShape", "Range", "Cast", "CastLike", "Transpose", "Concat", "Split", "Slice",
-         "Gather", "GatherElements", "Expand", "Tile", "Pad", "Trilu", "OneHot", "ScatterND"},
+    row("", {"Identity", "Reshape",  "Flatten",        "Squeeze",         "Unsqueeze",
+             "Constant", "Shape",    "Size",           "ConstantOfShape", "Range",
+             "Cast",     "CastLike", "Transpose",      "Concat",          "Split",
+             "Slice",    "Gather",   "GatherElements", "Expand",          "Tile",
+             "Pad",      "Trilu",    "OneHot",         "ScatterND"},
         0);
     row(ms, {"SliceGrad"}, 0);
-    row("",
-        {"Add",  "Sub",  "Mul",   "Div",  "Pow",        "Mod",  "Neg",  "Abs",  "Relu",
-         "Sign", "Floor", "Ceil", "Round", "Sqrt",      "Reciprocal", "Exp", "Log",
-         "Erf",  "Tanh", "Sin",   "Cos",  "Less",       "Greater", "LessOrEqual",
-         "GreaterOrEqual", "Equal", "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Where"},
+    row("", {"Add",   "Sub",   "Mul",     "Div",         "Pow",
+             "Mod",   "Neg",   "Abs",     "Relu",        "Sign",
+             "Floor", "Ceil",  "Round",   "Sqrt",        "Reciprocal",
+             "Exp",   "Log",   "Erf",     "Tanh",        "Sin",
+             "Cos",   "Less",  "Greater", "LessOrEqual", "GreaterOrEqual",
+             "Equal", "And",   "Or",      "Xor",         "Not",
+             "IsNaN", "IsInf", "Where"},
         1);
-    row(ms, {"ReluGrad"}, 1);                 // dy where y > 0
-    row("", {"Min", "Max", "Sum", "Mean"}, 1);  // per input beyond the first (NodeFlops)
-    row("", {"Clip"}, 2);                     // max, min
-    row("", {"Dropout"}, 2);                  // compare to the ratio, scale
-    row(ms, {"DropoutGrad"}, 2);              // dy · mask · scale
-    row("", {"Softplus"}, 3);                 // log(1 + exp x)
-    row(ms, {"SigmoidGrad"}, 3);              // dy · y · (1 - y)
-    row(ms, {"TanhGrad"}, 3);                 // dy · (1 - y²)
-    row(ms, {"SoftmaxCrossEntropyLossGrad"}, 3);  // exp(log p), minus the label's one, · dloss
-    row("", {"Sigmoid"}, 4);                      // 1 / (1 + exp(-x))
+    row(ms, {"ReluGrad"}, 1);                      // dy where y > 0
+    row("", {"Min", "Max", "Sum", "Mean"}, 1);     // per input beyond the first (NodeFlops)
+    row("", {"Clip"}, 2);                          // max, min
+    row("", {"Dropout"}, 2);                       // compare to the ratio, scale
+    row(ms, {"DropoutGrad"}, 2);                   // dy · mask · scale
+    row("", {"Softplus"}, 3);                      // log(1 + exp x)
+    row(ms, {"SigmoidGrad"}, 3);                   // dy · y · (1 - y)
+    row(ms, {"TanhGrad"}, 3);                      // dy · (1 - y²)
+    row(ms, {"SoftmaxCrossEntropyLossGrad"}, 3);   // exp(log p), minus the label's one, · dloss
+    row("", {"Sigmoid"}, 4);                       // 1 / (1 + exp(-x))
     row(ms, {"SimplifiedLayerNormalization"}, 4);  // x², Σ, · 1/rms, · scale
     row(ms, {"SoftmaxGrad_13"}, 4);                // y · (dy - Σ dy·y): ·, Σ, -, ·
     row(ms, {"LogSoftmaxGrad_13"}, 4);             // dy - exp(y) · Σ dy: Σ, exp, ·, -
@@ -131,8 +134,7 @@ const std::map<std::pair<std::string, std::string>, OpFlops>& FlopTable() {
     // t = tanh(u), u = k·(x + c·x³) (6); 0.5·(1 + t) (2); 1 - t² (2); du/dx = k·(1 + 3c·x²) (3);
     // 0.5·x·(1 - t²)·du/dx (3); the sum (1); · dy (1).
     row(ms, {"FastGeluGrad"}, 18);
-    row("",
-        {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSum"}, 1,
+    row("", {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSum"}, 1,
         0);
     row("", {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"}, 2, 0);
     row("", {"SoftmaxCrossEntropyLoss"}, 5, 0);  // the log-softmax over the logits
@@ -167,17 +169,15 @@ int64_t NodeFlops(const Graph& graph, const Node& node) {
            (node.HasInput(2) ? out : 0);
   const OpFlops* row = FindOpFlops(node.domain, node.op_type);
   if (!row) return out;
-  if (node.domain.empty() &&
-      (node.op_type == "Min" || node.op_type == "Max" || node.op_type == "Sum" ||
-       node.op_type == "Mean")) {
+  if (node.domain.empty() && (node.op_type == "Min" || node.op_type == "Max" ||
+                              node.op_type == "Sum" || node.op_type == "Mean")) {
     int64_t inputs = 0;
     for (const auto& in : node.inputs) inputs += !in.empty();
     return out * (std::max<int64_t>(inputs, 1) - (node.op_type == "Mean" ? 0 : 1));
   }
   if (row->input < 0) return row->per_element * out;
-  return node.HasInput(row->input)
-             ? row->per_element * Elements(graph, node.inputs[row->input])
-             : 0;
+  return node.HasInput(row->input) ? row->per_element * Elements(graph, node.inputs[row->input])
+                                   : 0;
 }
 
 FlopCounts CountFlops(const Graph& graph) {
@@ -480,7 +480,8 @@ std::string Ranges(const std::vector<int64_t>& numbers) {
 }
 
 // Instances whose rows are identical but for the layer number print as one row
-// ("transformer.blocks.{0..47}.attn", 48): a 48-layer model with two targets stays 2 rows.
+// ("transformer.blocks.{0..47}.attn", 48): a 48-layer model with two targets stays 2 rows, though
+// the selection interleaves them layer by layer. Groups list in the order of their first instance.
 struct InstanceGroup {
   std::string modules;
   const CheckpointInstanceReport* row = nullptr;  // the first; the others have the same numbers
@@ -494,32 +495,41 @@ std::vector<InstanceGroup> GroupInstances(const std::vector<CheckpointInstanceRe
            a.bytes_added == b.bytes_added && a.nodes_recomputed == b.nodes_recomputed &&
            a.flops_recomputed == b.flops_recomputed && a.note == b.note;
   };
-  std::vector<InstanceGroup> groups;
-  for (size_t i = 0; i < rows.size();) {
-    const std::vector<std::string> first = Segments(rows[i].module);
-    int at = -1;
-    size_t j = i + 1;
-    std::vector<int64_t> layers;
-    for (; j < rows.size() && same(rows[i], rows[j]); ++j) {
-      const std::vector<std::string> segs = Segments(rows[j].module);
-      const int k = LayerSegment(first, segs);
-      if (k < 0 || (at >= 0 && k != at)) break;
+  struct Building {
+    std::vector<std::string> segments;  // the first instance's path
+    const CheckpointInstanceReport* row;
+    int at = -1;  // the segment holding the layer, once a second instance joined
+    std::set<int64_t> layers;
+  };
+  std::vector<Building> building;
+  for (const CheckpointInstanceReport& row : rows) {
+    const std::vector<std::string> segs = Segments(row.module);
+    bool joined = false;
+    for (Building& g : building) {
+      if (!same(*g.row, row)) continue;
+      const int k = LayerSegment(g.segments, segs);
+      if (k < 0 || (g.at >= 0 && k != g.at)) continue;
       const int64_t layer = std::stoll(segs[k]);
-      const int64_t previous = at < 0 ? std::stoll(first[k]) : layers.back();
-      if (layer <= previous) break;  // increasing numbers only: readable ranges
-      if (at < 0) layers.push_back(previous);
-      at = k;
-      layers.push_back(layer);
+      if (g.layers.count(layer)) continue;
+      if (g.at < 0) g.layers.insert(std::stoll(g.segments[k]));
+      g.at = k;
+      g.layers.insert(layer);
+      joined = true;
+      break;
     }
-    InstanceGroup g{rows[i].module, &rows[i], static_cast<int64_t>(j - i)};
-    if (at >= 0) {
-      std::vector<std::string> segs = first;
-      segs[at] = "{" + Ranges(layers) + "}";
+    if (!joined) building.push_back({segs, &row, -1, {}});
+  }
+  std::vector<InstanceGroup> groups;
+  for (const Building& b : building) {
+    InstanceGroup g{b.row->module, b.row, 1};
+    if (b.at >= 0) {
+      std::vector<std::string> segs = b.segments;
+      segs[b.at] = "{" + Ranges({b.layers.begin(), b.layers.end()}) + "}";
       g.modules.clear();
       for (size_t k = 0; k < segs.size(); ++k) g.modules += (k ? "." : "") + segs[k];
+      g.count = static_cast<int64_t>(b.layers.size());
     }
     groups.push_back(std::move(g));
-    i = j;
   }
   return groups;
 }
@@ -566,13 +576,16 @@ std::string FormatCheckpoint(const CheckpointReport& c) {
                   HumanBytes(c.bytes_added), std::to_string(c.nodes_recomputed),
                   Flops(c.flops_recomputed)});
   out << Table(rows, {false, true, false, false, true, true, true, true, true}, "  ");
-  out << "  (a row with n > 1 is n instances with these numbers each)\n";
+  for (const InstanceGroup& g : groups)
+    if (g.count > 1) {
+      out << "  (a row with n > 1 is n instances with these numbers each)\n";
+      break;
+    }
   char percent[32];
   std::snprintf(percent, sizeof percent, "%.2f", RecomputePercent(c));
   out << "  saved for backward " << HumanBytes(c.saved_before_bytes) << " -> "
-      << HumanBytes(c.saved_after_bytes) << "  (" << c.saved_before_bytes << " - "
-      << c.bytes_freed << " freed + " << c.bytes_added << " added = " << c.saved_after_bytes
-      << " B)\n"
+      << HumanBytes(c.saved_after_bytes) << "  (" << c.saved_before_bytes << " - " << c.bytes_freed
+      << " freed + " << c.bytes_added << " added = " << c.saved_after_bytes << " B)\n"
       << "  recompute          " << Flops(c.flops_recomputed) << ", " << percent
       << " % of the step's " << Flops(c.step_flops) << "\n";
   for (const auto& note : c.notes) out << "  note: " << note << "\n";

@@ -103,10 +103,10 @@ std::vector<Column> Columns(const std::vector<int64_t>& totals, int64_t max_colu
 
 }  // namespace
 
-TimelineCurve TimelineCurveOf(const MemoryReport& report, const std::string& label) {
+TimelineCurve PlainTimelineCurve(const MemoryReport& plain) {
   TimelineCurve curve;
-  curve.label = label + " (peak " + HumanBytes(report.layout.lower_bound_bytes) + ")";
-  for (const auto& s : report.steps) curve.live_bytes.push_back(s.Total());
+  curve.label = "without checkpointing (peak " + HumanBytes(plain.layout.lower_bound_bytes) + ")";
+  for (const auto& s : plain.steps) curve.live_bytes.push_back(s.Total());
   return curve;
 }
 
@@ -158,10 +158,9 @@ std::string MemoryTimelineSvg(const MemoryReport& report, const TimelineOptions&
       << Xml("backend " + report.backend + ": arena " + HumanBytes(report.layout.arena_bytes) +
              ", lower bound " + HumanBytes(report.layout.lower_bound_bytes) +
              ", saved for backward " + HumanBytes(report.saved_for_backward_bytes) +
-             (report.checkpoint
-                  ? " (" + HumanBytes(report.checkpoint->saved_before_bytes) +
-                        " without checkpointing)"
-                  : ""))
+             (report.checkpoint ? " (" + HumanBytes(report.checkpoint->saved_before_bytes) +
+                                      " without checkpointing)"
+                                : ""))
       << "</text>\n";
 
   // Phase bands, one rect per run of equal phase, labelled when wide enough.

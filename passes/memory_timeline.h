@@ -32,11 +32,9 @@ struct TimelineOptions {
   std::vector<TimelineCurve> extra_curves;
 };
 
-// A report's live bytes per step as a curve for extra_curves: the plain plan's, drawn over the
-// checkpointed one's stack. The label says whose and its peak: "without checkpointing (peak
-// 1.5 GiB)".
-TimelineCurve TimelineCurveOf(const MemoryReport& report,
-                              const std::string& label = "without checkpointing");
+// The plain plan's live bytes per step as a curve for extra_curves, drawn over the checkpointed
+// plan's stack; labelled with its peak: "without checkpointing (peak 1.5 GiB)".
+TimelineCurve PlainTimelineCurve(const MemoryReport& plain);
 
 // "peak 1.2 GiB at step 812 (node 'MatMul_41')": the label drawn at the peak.
 std::string TimelinePeakLabel(const MemoryReport& report);

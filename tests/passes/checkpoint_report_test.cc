@@ -2,13 +2,18 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "compiler/module_tree.h"
+#include "compiler/phase.h"
 #include "compiler/text.h"
+#include "kernels/cpu/kernel.h"
 #include "passes/fold.h"
 #include "passes/memory_report.h"
 #include "passes/memory_timeline.h"
+#include "passes/remat.h"
+#include "tests/support/fixture_plans.h"
 
 namespace foundry {
 namespace {
@@ -177,10 +182,11 @@ TEST(CheckpointReportTest, ACloneOfAnUnselectedInstanceIsAnError) {
   s.instances.pop_back();  // blk.mlp
   auto r = BuildCheckpointReport(plain.graph, plain.plan, ckpt.graph, ckpt.plan, s);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message(),
-            "checkpoint report: MatMul node 'MatMul_h_recompute' (module blk.mlp) recomputes instance "
-            "'blk.mlp', which the selection does not hold; build the report from the selection "
-            "the remat pass was given");
+  EXPECT_EQ(
+      r.status().message(),
+      "checkpoint report: MatMul node 'MatMul_h_recompute' (module blk.mlp) recomputes instance "
+      "'blk.mlp', which the selection does not hold; build the report from the selection "
+      "the remat pass was given");
 }
 
 TEST(CheckpointReportTest, JsonHasTheCheckpointObject) {
@@ -245,7 +251,6 @@ TEST(CheckpointReportTest, TextShowsRowsTotalsAndNotes) {
             "33.28 kFLOP\n"
             "  total    2                                3      1.0 KiB      1.0 KiB      4  "
             "35.07 kFLOP\n"
-            "  (a row with n > 1 is n instances with these numbers each)\n"
             "  saved for backward 2.0 KiB -> 2.0 KiB  (2080 - 1056 freed + 1024 added = 2048 B)\n"
             "  recompute          35.07 kFLOP, " +
                 std::string(percent) + " % of the step's " + step +
@@ -260,15 +265,17 @@ TEST(CheckpointReportTest, TextShowsRowsTotalsAndNotes) {
 TEST(CheckpointReportTest, IdenticalInstancesCollapseIntoOneRowPerTarget) {
   CheckpointReport c;
   c.targets = {"grouped_query_attention", "mptmlp=[0,2,5]"};
-  for (int layer = 0; layer < 48; ++layer)
+  // Module-tree order, as the selection lists them: per layer, the attention then the MLP.
+  for (int layer = 0; layer < 48; ++layer) {
     c.instances.push_back({"transformer.blocks." + std::to_string(layer) + ".attn",
                            "llmfoundry.GroupedQueryAttention", "grouped_query_attention", 5,
                            62914560, 0, 12, 3000000000, ""});
-  for (int layer : {0, 2, 5})
-    c.instances.push_back({"transformer.blocks." + std::to_string(layer) + ".ffn",
-                           "llmfoundry.MPTMLP", "mptmlp=[0,2,5]", 2, 25165824, 0, 4, 9000000000,
-                           ""});
-  c.instances[47].bytes_freed += 1;  // the last attention differs: a row of its own
+    if (layer == 0 || layer == 2 || layer == 5)
+      c.instances.push_back({"transformer.blocks." + std::to_string(layer) + ".ffn",
+                             "llmfoundry.MPTMLP", "mptmlp=[0,2,5]", 2, 25165824, 0, 4, 9000000000,
+                             ""});
+  }
+  c.instances.back().bytes_freed += 1;  // the last attention differs: a row of its own
   c.saved_before_bytes = int64_t{4} << 30;
   c.saved_after_bytes = c.saved_before_bytes;
   for (const auto& i : c.instances) {
@@ -290,10 +297,10 @@ TEST(CheckpointReportTest, IdenticalInstancesCollapseIntoOneRowPerTarget) {
             "  values freed  bytes freed  bytes added  nodes     recompute\n"
             "  transformer.blocks.{0..46}.attn  47  GroupedQueryAttention  grouped_query_attention"
             "             5     60.0 MiB          0 B     12    3.00 GFLOP\n"
-            "  transformer.blocks.47.attn        1  GroupedQueryAttention  grouped_query_attention"
-            "             5     60.0 MiB          0 B     12    3.00 GFLOP\n"
             "  transformer.blocks.{0,2,5}.ffn    3  MPTMLP                 mptmlp=[0,2,5]         "
             "             2     24.0 MiB          0 B      4    9.00 GFLOP\n"
+            "  transformer.blocks.47.attn        1  GroupedQueryAttention  grouped_query_attention"
+            "             5     60.0 MiB          0 B     12    3.00 GFLOP\n"
             "  total                            51                                                "
             "           246      2.9 GiB          0 B    588  171.00 GFLOP\n")
       << section;
@@ -313,18 +320,126 @@ TEST(CheckpointReportTest, TimelineShowsBothPlans) {
   auto before = BuildMemoryReport(plain.graph, plain.plan, "cpu", "m.onnx", {});
   auto after = BuildMemoryReport(ckpt.graph, ckpt.plan, "cpu", "m.onnx", {});
   ASSERT_TRUE(before.ok() && after.ok());
-  const TimelineCurve curve = TimelineCurveOf(*before);
+  const TimelineCurve curve = PlainTimelineCurve(*before);
   ASSERT_EQ(curve.live_bytes.size(), before->steps.size());
   for (size_t s = 0; s < curve.live_bytes.size(); ++s)
     EXPECT_EQ(curve.live_bytes[s], before->steps[s].Total()) << "step " << s;
-  EXPECT_EQ(curve.label, "without checkpointing (peak " +
-                             HumanBytes(before->layout.lower_bound_bytes) + ")");
+  EXPECT_EQ(curve.label,
+            "without checkpointing (peak " + HumanBytes(before->layout.lower_bound_bytes) + ")");
   TimelineOptions options;
   options.extra_curves.push_back(curve);
   const std::string svg = MemoryTimelineSvg(*after, options);
   EXPECT_NE(svg.find("<polyline"), std::string::npos);
   EXPECT_NE(svg.find(">" + curve.label + "<"), std::string::npos);
   EXPECT_NE(svg.find(">recompute<"), std::string::npos);  // the clones' steps are shaded
+}
+
+// The real thing: mpt_tiny compiled plain and through the remat pass, both planned as
+// foundry-compile plans them.
+struct FixtureReport {
+  Graph plain, ckpt;
+  MemoryPlan plain_plan, ckpt_plan;
+  CheckpointReport report;
+};
+
+FixtureReport CompileMptTiny(const std::vector<std::string>& instances) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(FOUNDRY_SOURCE_DIR) / "models/fixtures/mpt_tiny";
+  std::vector<std::string> feeds;
+  for (const TrainingFixture& f : TrainingFixtures(dir.parent_path()))
+    if (f.dir == dir) feeds = f.feeds;
+  FixtureReport out;
+  auto plain = CompileFixture(dir / "model.onnx", feeds);
+  auto ckpt = CompileFixture(dir / "model.onnx", feeds, instances);
+  EXPECT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status().message();
+  if (!plain.ok() || !ckpt.ok()) return out;
+  out.plain = std::move(plain->graph);
+  out.ckpt = std::move(ckpt->graph);
+  auto plain_plan = PlanMemory(out.plain, {{"cpu", CpuWorkspaceBytes}});
+  auto ckpt_plan = PlanMemory(out.ckpt, {{"cpu", CpuWorkspaceBytes}});
+  EXPECT_TRUE(plain_plan.ok() && ckpt_plan.ok());
+  if (!plain_plan.ok() || !ckpt_plan.ok()) return out;
+  out.plain_plan = std::move(plain_plan).value();
+  out.ckpt_plan = std::move(ckpt_plan).value();
+  CkptSelection selection;
+  selection.targets = {"test"};
+  for (const auto& m : instances) {
+    auto it = out.ckpt.modules.find(m);
+    selection.instances.push_back(
+        {m, it == out.ckpt.modules.end() || it->second.classes.empty() ? "" : it->second.classes[0],
+         -1, "test"});
+  }
+  auto report =
+      BuildCheckpointReport(out.plain, out.plain_plan, out.ckpt, out.ckpt_plan, selection);
+  EXPECT_TRUE(report.ok()) << report.status().message();
+  if (report.ok()) out.report = std::move(report).value();
+  return out;
+}
+
+// The accounting identity, the saved figures against the memory report's, and the recompute
+// FLOPs against an independent sum over the nodes the remat pass marked.
+void ExpectExactAccounting(const FixtureReport& f, const std::vector<std::string>& instances) {
+  const CheckpointReport& r = f.report;
+  ASSERT_EQ(r.instances.size(), instances.size());
+  EXPECT_EQ(r.saved_after_bytes, r.saved_before_bytes - r.bytes_freed + r.bytes_added);
+  EXPECT_LT(r.saved_after_bytes, r.saved_before_bytes);
+  auto before = BuildMemoryReport(f.plain, f.plain_plan, "cpu", "mpt_tiny", {});
+  auto after = BuildMemoryReport(f.ckpt, f.ckpt_plan, "cpu", "mpt_tiny", {});
+  ASSERT_TRUE(before.ok() && after.ok());
+  EXPECT_EQ(before->saved_for_backward_bytes, r.saved_before_bytes);
+  EXPECT_EQ(after->saved_for_backward_bytes, r.saved_after_bytes);
+  EXPECT_EQ(after->flops.recompute, r.flops_recomputed);
+
+  int64_t flops = 0, nodes = 0;
+  std::map<std::string, int64_t> flops_of;
+  for (const Node& n : f.ckpt.nodes) {
+    if (!n.marks.count(kRecomputeInstanceMark)) continue;
+    EXPECT_EQ(PhaseOf(n), Phase::kRecompute) << n.name;
+    flops += NodeFlops(f.ckpt, n);
+    flops_of[n.marks.at(kRecomputeInstanceMark)] += NodeFlops(f.ckpt, n);
+    ++nodes;
+  }
+  EXPECT_GT(flops, 0);
+  EXPECT_EQ(r.flops_recomputed, flops);
+  EXPECT_EQ(r.nodes_recomputed, nodes);
+  int64_t freed = 0, values = 0;
+  for (const auto& i : r.instances) {
+    EXPECT_EQ(i.flops_recomputed, flops_of[i.module]) << i.module;
+    EXPECT_EQ(i.nodes_recomputed, static_cast<int64_t>(RecomputeNodesOf(f.ckpt, i.module).size()))
+        << i.module;
+    freed += i.bytes_freed;
+    values += i.values_freed;
+  }
+  // Everything freed was made inside an instance.
+  EXPECT_EQ(freed, r.bytes_freed);
+  EXPECT_EQ(values, r.values_freed);
+}
+
+TEST(CheckpointReportFixtureTest, MptTinyBlocksAccountExactly) {
+  const std::vector<std::string> blocks = {"transformer.blocks.0", "transformer.blocks.1"};
+  FixtureReport f = CompileMptTiny(blocks);
+  ExpectExactAccounting(f, blocks);
+  for (const auto& i : f.report.instances) {
+    EXPECT_GT(i.bytes_freed, 0) << i.module;
+    EXPECT_EQ(i.note, "") << i.module;
+    EXPECT_EQ(i.class_name, "models.mpt.MPTBlock");
+  }
+}
+
+// Per submodule: the LayerNorms free only their statistics and get the note; the attention and
+// the MLP free several times their boundary and do not.
+TEST(CheckpointReportFixtureTest, MptTinyNormsGetTheNoteAttentionAndMlpDoNot) {
+  const std::vector<std::string> instances = {
+      "transformer.blocks.0.attn", "transformer.blocks.0.ffn", "transformer.blocks.0.norm_1",
+      "transformer.blocks.1.attn", "transformer.blocks.1.ffn", "transformer.blocks.1.norm_2"};
+  FixtureReport f = CompileMptTiny(instances);
+  ExpectExactAccounting(f, instances);
+  for (const auto& i : f.report.instances) {
+    const bool norm = i.module.find(".norm_") != std::string::npos;
+    EXPECT_EQ(i.note.empty(), !norm) << i.module << ": " << i.note;
+    EXPECT_GT(i.bytes_freed, 0) << i.module;
+  }
 }
 
 }  // namespace

@@ -238,21 +238,21 @@ TEST(MemoryReportTest, FlopsOfOtherOpsFollowTheTable) {
   EXPECT_EQ(flops["ln"], 7 * 32);
   EXPECT_EQ(flops["gl"], 5 * 32);
   EXPECT_EQ(flops["fg"], 18 * 24);
-  EXPECT_EQ(flops["sum3"], 2 * 32);   // two adds per element for three inputs
-  EXPECT_EQ(flops["mean3"], 3 * 32);  // and one scale
-  EXPECT_EQ(flops["max1"], 0);        // one input: a copy
-  EXPECT_EQ(flops["rs"], 32);         // per element reduced, not per (scalar) output
-  EXPECT_EQ(flops["loss"], 5 * 32);   // the log-softmax over the logits
-  EXPECT_EQ(flops["gg"], 24);         // one add per element of dY (input 2)
-  EXPECT_EQ(flops["tr"], 0);          // data movement
+  EXPECT_EQ(flops["sum3"], 2 * 32);               // two adds per element for three inputs
+  EXPECT_EQ(flops["mean3"], 3 * 32);              // and one scale
+  EXPECT_EQ(flops["max1"], 0);                    // one input: a copy
+  EXPECT_EQ(flops["rs"], 32);                     // per element reduced, not per (scalar) output
+  EXPECT_EQ(flops["loss"], 5 * 32);               // the log-softmax over the logits
+  EXPECT_EQ(flops["gg"], 24);                     // one add per element of dY (input 2)
+  EXPECT_EQ(flops["tr"], 0);                      // data movement
   EXPECT_EQ(flops["gb"], 2 * 4 * 6 * 8 + 4 * 6);  // 2·M·N·K and the bias add
 }
 
 // Every op foundry knows has a row (or is a matrix product): no op falls back silently.
 TEST(MemoryReportTest, EveryOpHasAFlopRow) {
   for (const OpSchema* op : OpSchemas().All()) {
-    const bool matrix = op->op_type == "MatMul" || op->op_type == "FusedMatMul" ||
-                        op->op_type == "Gemm";
+    const bool matrix =
+        op->op_type == "MatMul" || op->op_type == "FusedMatMul" || op->op_type == "Gemm";
     EXPECT_TRUE(matrix || FindOpFlops(op->domain, op->op_type))
         << op->domain << "::" << op->op_type << " has no row in the FLOP table";
   }
