@@ -1,8 +1,9 @@
 // Proof 6 of checkpointing: the big structures (models/exports/mpt_7b.onnx and mpt_30b.onnx, no
-// weights, batch 1, seq 2048) compile with each target (none, every block's attention, every
-// block's FFN, both, every block): the rewrite, the schedule and the memory plan are made, the plan
-// passes CheckMemoryPlan (what LoadPlan checks), and checkpointing lowers the saved-for-backward
-// bytes, the more the more it selects. No timing here (bench/ measures it).
+// weights, batch 1, seq 2048) compile with each target (none, grouped_query_attention, mptmlp,
+// both, mptblock; selected as foundry-compile selects them): the rewrite, the schedule and the
+// memory plan are made, the plan passes CheckMemoryPlan (what LoadPlan checks), and checkpointing
+// lowers the saved-for-backward bytes, the more the more it selects. No timing here (bench/
+// measures it).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <regex>
 #include <set>
 
+#include "compiler/ckpt_targets.h"
 #include "compiler/onnx_import.h"
 #include "kernels/cpu/kernel.h"
 #include "passes/memory_plan.h"
@@ -39,22 +41,26 @@ int Layers(const Graph& g) {
   return n.empty() ? 0 : *n.rbegin() + 1;
 }
 
-// `children` of every block ("" = the block itself).
-std::vector<std::string> Instances(int layers, const std::vector<std::string>& children) {
-  std::vector<std::string> out;
-  for (int i = 0; i < layers; ++i)
-    for (const auto& c : children)
-      out.push_back("transformer.blocks." + std::to_string(i) + (c.empty() ? "" : "." + c));
-  return out;
-}
-
-StatusOr<Compiled> Compile(const fs::path& model, const std::vector<std::string>& children) {
+// `targets` (--ckpt arguments) must select `per_layer` instances in each block.
+StatusOr<Compiled> Compile(const fs::path& model, const std::vector<std::string>& args,
+                           size_t per_layer) {
   ASSIGN_OR_RETURN(Graph g, ImportOnnx(model.string(), {}));
   const int layers = Layers(g);
   if (layers == 0) return Error(model.string() + ": no transformer.blocks.N");
   CompileOptions options;
   options.fold.dims = {{"batch", 1}, {"seq", 2048}};
-  options.remat.instances = Instances(layers, children);
+  if (!args.empty()) {
+    std::vector<CkptTarget> targets;
+    for (const auto& a : args) {
+      ASSIGN_OR_RETURN(CkptTarget t, ParseCkptArg(a));
+      targets.push_back(std::move(t));
+    }
+    ASSIGN_OR_RETURN(CkptSelection selection, SelectCkptTargets(g, targets));
+    for (const CkptInstance& i : selection.instances) options.remat.instances.push_back(i.module);
+  }
+  if (options.remat.instances.size() != per_layer * layers)
+    return Error(std::to_string(options.remat.instances.size()) + " instances selected, expected " +
+                 std::to_string(per_layer * layers));
   RETURN_IF_ERROR(RunPasses(g, BuildPipeline(options), {}));
   ASSIGN_OR_RETURN(MemoryPlan plan, PlanMemory(g, {{"cpu", CpuWorkspaceBytes}}));
   RETURN_IF_ERROR(CheckMemoryPlan(g, plan));
@@ -73,13 +79,21 @@ void ExpectEachTargetLowersSavedBytes(const std::string& name) {
   const fs::path model = fs::path(FOUNDRY_SOURCE_DIR) / "models/exports" / (name + ".onnx");
   const auto start = std::chrono::steady_clock::now();
   std::map<std::string, Compiled> by_target;
-  const std::vector<std::pair<std::string, std::vector<std::string>>> targets = {
-      {"none", {}},    {"attn", {"attn"}}, {"ffn", {"ffn"}}, {"attn+ffn", {"attn", "ffn"}},
-      {"block", {""}},
+  struct Target {
+    std::string name;
+    std::vector<std::string> args;
+    size_t per_layer;
   };
-  for (const auto& [target, children] : targets) {
+  const std::vector<Target> targets = {
+      {"none", {}, 0},
+      {"attn", {"grouped_query_attention"}, 1},
+      {"ffn", {"mptmlp"}, 1},
+      {"attn+ffn", {"grouped_query_attention", "mptmlp"}, 2},
+      {"block", {"mptblock"}, 1},
+  };
+  for (const auto& [target, args, per_layer] : targets) {
     SCOPED_TRACE(name + " " + target);
-    auto c = Compile(model, children);
+    auto c = Compile(model, args, per_layer);
     ASSERT_TRUE(c.ok()) << c.status().message();
     by_target[target] = *c;
     std::cout << name << " " << target << ": saved for backward " << c->saved_bytes << " B, arena "

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "compiler/ckpt_targets.h"
 #include "compiler/onnx_import.h"
 #include "compiler/plan.h"
 #include "passes/pipeline.h"
@@ -28,9 +29,12 @@ std::vector<TrainingFixture> TrainingFixtures(const fs::path& fixtures_dir) {
   return out;
 }
 
-StatusOr<LoadedPlan> CompileFixture(const fs::path& model, const std::vector<std::string>& feeds,
-                                    const std::vector<std::string>& checkpoint) {
-  ASSIGN_OR_RETURN(Graph g, ImportOnnx(model.string(), {}));
+namespace {
+
+// The compile of an imported fixture graph (with `checkpoint` instances).
+StatusOr<LoadedPlan> CompileImported(Graph g, const fs::path& model,
+                                     const std::vector<std::string>& feeds,
+                                     const std::vector<std::string>& checkpoint) {
   std::map<std::string, int64_t> dims;
   for (const auto& spec : feeds) {
     ASSIGN_OR_RETURN(Feed f, ReadFeed(spec));
@@ -57,6 +61,25 @@ StatusOr<LoadedPlan> CompileFixture(const fs::path& model, const std::vector<std
   RETURN_IF_ERROR(CheckPlan(lp.plan, g, lp.plan_path));
   lp.graph = std::move(g);
   return lp;
+}
+
+}  // namespace
+
+StatusOr<LoadedPlan> CompileFixture(const fs::path& model, const std::vector<std::string>& feeds,
+                                    const std::vector<std::string>& checkpoint) {
+  ASSIGN_OR_RETURN(Graph g, ImportOnnx(model.string(), {}));
+  return CompileImported(std::move(g), model, feeds, checkpoint);
+}
+
+StatusOr<LoadedPlan> CompileFixture(const fs::path& model, const std::vector<std::string>& feeds,
+                                    const std::vector<CkptTarget>& targets,
+                                    CkptSelection* selection) {
+  ASSIGN_OR_RETURN(Graph g, ImportOnnx(model.string(), {}));
+  ASSIGN_OR_RETURN(CkptSelection selected, SelectCkptTargets(g, targets));
+  std::vector<std::string> instances;
+  for (const CkptInstance& i : selected.instances) instances.push_back(i.module);
+  if (selection) *selection = std::move(selected);
+  return CompileImported(std::move(g), model, feeds, instances);
 }
 
 std::string CkptCase::Name() const {
@@ -263,7 +286,23 @@ StatusOr<TrainingFixture> FixtureOf(const fs::path& fixtures_dir, const CkptCase
 
 StatusOr<LoadedPlan> CompileCkptCase(const fs::path& fixtures_dir, const CkptCase& c) {
   ASSIGN_OR_RETURN(TrainingFixture f, FixtureOf(fixtures_dir, c));
-  return CompileFixture(f.dir / c.file, f.feeds, c.instances);
+  std::vector<CkptTarget> targets;
+  for (const auto& arg : c.ckpt) {
+    ASSIGN_OR_RETURN(CkptTarget t, ParseCkptArg(arg));
+    targets.push_back(std::move(t));
+  }
+  CkptSelection selection;
+  ASSIGN_OR_RETURN(LoadedPlan lp, CompileFixture(f.dir / c.file, f.feeds, targets, &selection));
+  std::vector<std::string> selected;
+  for (const CkptInstance& i : selection.instances) selected.push_back(i.module);
+  std::sort(selected.begin(), selected.end());
+  if (selected != c.instances) {
+    std::string got, want;
+    for (const auto& m : selected) got += " " + m;
+    for (const auto& m : c.instances) want += " " + m;
+    return Error(c.Name() + " selected" + (got.empty() ? " nothing" : got) + "; expected" + want);
+  }
+  return lp;
 }
 
 }  // namespace foundry

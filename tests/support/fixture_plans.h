@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "compiler/ckpt_targets.h"
 #include "runtime/loaded_plan.h"
 
 namespace foundry {
@@ -26,6 +27,13 @@ std::vector<TrainingFixture> TrainingFixtures(const std::filesystem::path& fixtu
 StatusOr<LoadedPlan> CompileFixture(const std::filesystem::path& model,
                                     const std::vector<std::string>& feeds,
                                     const std::vector<std::string>& checkpoint = {});
+
+// The same with checkpointing targets (`--ckpt` arguments, parsed), resolved by SelectCkptTargets
+// on the imported graph as foundry-compile does; `selection` (if given) receives what they chose.
+StatusOr<LoadedPlan> CompileFixture(const std::filesystem::path& model,
+                                    const std::vector<std::string>& feeds,
+                                    const std::vector<CkptTarget>& targets,
+                                    CkptSelection* selection = nullptr);
 
 // One checkpointed compile of a committed fixture, for the proofs that checkpointing changes no
 // number and no byte of the accounting: the `--ckpt` arguments as a user types them and the
@@ -54,7 +62,8 @@ std::vector<CkptCase> CheckpointCases();
 // The case's fixture under `fixtures_dir` (models/fixtures), with its feeds.
 StatusOr<TrainingFixture> FixtureOf(const std::filesystem::path& fixtures_dir, const CkptCase& c);
 
-// The case's plan: its fixture compiled with the case's instances checkpointed.
+// The case's plan: its fixture compiled with the case's --ckpt arguments (ParseCkptArg,
+// SelectCkptTargets); an error unless they select exactly the case's instances.
 StatusOr<LoadedPlan> CompileCkptCase(const std::filesystem::path& fixtures_dir, const CkptCase& c);
 
 }  // namespace foundry
