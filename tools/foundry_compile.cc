@@ -15,8 +15,8 @@
 #include "compiler/op_schema.h"
 #include "compiler/plan.h"
 #include "kernels/cpu/kernel.h"
-#include "passes/fold.h"
 #include "passes/checkpoint_report.h"
+#include "passes/fold.h"
 #include "passes/memory_plan.h"
 #include "passes/memory_report.h"
 #include "passes/memory_timeline.h"
@@ -293,8 +293,8 @@ int Main(int argc, char** argv) {
     for (size_t i = 0; i < report_files.size(); ++i) {
       const std::string& path = report_files[i].first;
       if (path.empty()) continue;
-      RETURN_IF_ERROR(
-          WriteFileAtomic(path, i == 0 ? MemoryReportJson(*report) : MemoryTimelineSvg(*report, timeline)));
+      RETURN_IF_ERROR(WriteFileAtomic(
+          path, i == 0 ? MemoryReportJson(*report) : MemoryTimelineSvg(*report, timeline)));
       std::cout << "wrote " << path << "\n";
     }
     return Status::Ok();
