@@ -442,8 +442,9 @@ StatusOr<CkptTarget> ParseCkptArg(const std::string& arg) {
     return malformed("a space in the name");
   if (eq != std::string::npos) {
     t.layers = arg.substr(eq + 1);
+    // The layer error says what LAYERS accepts.
     auto items = ParseLayerItems(t.layers);
-    if (!items.ok()) return malformed(items.status().message());
+    if (!items.ok()) return Error("--ckpt '" + arg + "': " + items.status().message());
   }
   return t;
 }

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <iomanip>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -553,6 +554,39 @@ std::string Table(const std::vector<std::vector<std::string>>& rows, const std::
   return out.str();
 }
 
+// Notes that differ only in the layer number ("transformer.blocks.3.attn (...) is inside
+// transformer.blocks.3 (...)") print once, the layers as "{0..7}": a note per layer would bury the
+// table on a 48-layer model.
+std::vector<std::string> GroupNotes(const std::vector<std::string>& notes) {
+  static const std::regex kLayer(R"(\.(\d+)(?=[.\s]|$))");
+  std::vector<std::string> keys;
+  std::map<std::string, std::vector<int64_t>> layers;
+  for (const std::string& note : notes) {
+    std::set<std::string> numbers;
+    for (auto it = std::sregex_iterator(note.begin(), note.end(), kLayer);
+         it != std::sregex_iterator(); ++it)
+      numbers.insert((*it)[1].str());
+    std::string key = note;
+    if (numbers.size() == 1 && numbers.begin()->size() <= 18)
+      key = std::regex_replace(note, kLayer, ".\x01");
+    if (!layers.count(key)) keys.push_back(key);
+    if (key != note)
+      layers[key].push_back(std::stoll(*numbers.begin()));
+    else
+      layers[key];
+  }
+  std::vector<std::string> out;
+  for (const std::string& key : keys) {
+    std::vector<int64_t> l = layers[key];
+    std::sort(l.begin(), l.end());
+    std::string text = key;
+    const std::string fill = l.size() == 1 ? std::to_string(l[0]) : "{" + Ranges(l) + "}";
+    for (size_t at; (at = text.find('\x01')) != std::string::npos;) text.replace(at, 1, fill);
+    out.push_back(text);
+  }
+  return out;
+}
+
 std::string FormatCheckpoint(const CheckpointReport& c) {
   std::ostringstream out;
   out << "checkpointing: " << c.instances.size() << " instance"
@@ -588,7 +622,7 @@ std::string FormatCheckpoint(const CheckpointReport& c) {
       << " freed + " << c.bytes_added << " added = " << c.saved_after_bytes << " B)\n"
       << "  recompute          " << Flops(c.flops_recomputed) << ", " << percent
       << " % of the step's " << Flops(c.step_flops) << "\n";
-  for (const auto& note : c.notes) out << "  note: " << note << "\n";
+  for (const auto& note : GroupNotes(c.notes)) out << "  note: " << note << "\n";
   for (const InstanceGroup& g : groups)
     if (!g.row->note.empty()) out << "  note: " << g.modules << ": " << g.row->note << "\n";
   return out.str();

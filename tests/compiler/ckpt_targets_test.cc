@@ -155,8 +155,7 @@ TEST(CkptTargetsTest, ParsesCkptArguments) {
   EXPECT_EQ(bad.status().message(),
             "--ckpt 'mptblock=': malformed layers ''; accepted: an int n (the first n layers), a "
             "comma-separated list of first-n, last-k, middle-m, range-i-j (half-open) and layer "
-            "indices, or a list [0,2,5]" +
-                forms);
+            "indices, or a list [0,2,5]");
   bad = ParseCkptArg("mptblock=firsts-2");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message().substr(0, 52),

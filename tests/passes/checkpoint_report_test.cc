@@ -313,6 +313,29 @@ TEST(CheckpointReportTest, IdenticalInstancesCollapseIntoOneRowPerTarget) {
       << section;
 }
 
+// Nested-target notes that differ only in the layer print once with the layers collapsed; other
+// notes as they are.
+TEST(CheckpointReportTest, NotesCollapseAcrossLayers) {
+  CheckpointReport c;
+  c.targets = {"mptblock=first-3", "grouped_query_attention"};
+  for (int layer : {2, 0, 1})
+    c.notes.push_back("transformer.blocks." + std::to_string(layer) +
+                      ".attn (grouped_query_attention) is inside transformer.blocks." +
+                      std::to_string(layer) + " (mptblock=first-3): the outer target wins");
+  c.notes.push_back("transformer.blocks.7.attn (x) is inside transformer.blocks.7 (y): ok");
+  c.notes.push_back("a.1.b is inside a.2: two numbers stay apart");
+  MemoryReport r;
+  r.backend = "cpu";
+  r.checkpoint = c;
+  const std::string text = FormatMemoryReport(r);
+  const std::string notes = text.substr(text.find("  note: "));
+  EXPECT_EQ(notes,
+            "  note: transformer.blocks.{0..2}.attn (grouped_query_attention) is inside "
+            "transformer.blocks.{0..2} (mptblock=first-3): the outer target wins\n"
+            "  note: transformer.blocks.7.attn (x) is inside transformer.blocks.7 (y): ok\n"
+            "  note: a.1.b is inside a.2: two numbers stay apart\n");
+}
+
 // The plain plan's curve on the checkpointed plan's chart: both on one set of axes, in the legend.
 TEST(CheckpointReportTest, TimelineShowsBothPlans) {
   Planned plain = Plan(std::string(kPrefix) + kPlainBackward);

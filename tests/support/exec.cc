@@ -32,7 +32,9 @@ ExecResult Exec(const std::string& binary, const std::vector<std::string>& args,
               err = scratch_dir + "/stderr." + std::to_string(n);
   ++n;
   // A hang is a failure too, not a stalled suite: coreutils' timeout ends the run with 124.
-  std::string cmd = "timeout -k 5 300 " + Quote(binary);
+  // In the scratch folder, so that outputs a CLI writes to its current folder by default land
+  // there, never in the source tree the suite runs from.
+  std::string cmd = "cd " + Quote(scratch_dir) + " && timeout -k 5 300 " + Quote(binary);
   for (const auto& a : args) cmd += " " + Quote(a);
   cmd += " >" + Quote(out) + " 2>" + Quote(err);
   int status = std::system(cmd.c_str());

@@ -11,7 +11,7 @@ struct ExecResult {
   std::string out, err;
 };
 
-// `scratch_dir` holds the captured output files.
+// Runs in `scratch_dir` (its current folder), which also holds the captured output files.
 ExecResult Exec(const std::string& binary, const std::vector<std::string>& args,
                 const std::string& scratch_dir);
 

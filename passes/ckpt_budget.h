@@ -1,0 +1,111 @@
+// `--memory-budget` (issue 12): the cheapest checkpointing whose planned training step fits in a
+// budget, found with the real planner, and said as llm-foundry config.
+//
+// Everything here starts from the training graph autodiff made (before remat and the schedule):
+// one evaluation of a selection = copy that graph, RematPass on the selection, SchedulePass,
+// PlanMemory, and read the planned total (memory_report.h's LayoutSummary::total_bytes: arena +
+// parameters + gradients + optimizer state + feeds + constants + outputs) and the recompute
+// FLOPs/nodes (the clones, NodeFlops).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "compiler/ckpt_targets.h"
+#include "compiler/ir.h"
+
+namespace foundry {
+
+// One checkpointing selection and what the real planner says of it.
+struct CkptEvaluation {
+  std::vector<std::string> instances;  // module paths, none inside another, module-tree order
+  int64_t total_bytes = 0;             // planned total of the step
+  int64_t arena_bytes = 0;
+  int64_t saved_bytes = 0;             // saved for backward
+  int64_t flops_recomputed = 0;
+  int64_t nodes_recomputed = 0;
+  int64_t step_flops = 0;  // forward + backward + recompute of the step
+  std::string label;  // for uniform llm-foundry targets: "grouped_query_attention=first-3"; else ""
+};
+
+// Plans selections of one model. Holds a copy of the autodiff output; thread-compatible.
+class CkptEvaluator {
+ public:
+  // `autodiff_graph`: the pipeline's graph right after the autodiff pass.
+  explicit CkptEvaluator(const Graph& autodiff_graph);
+  StatusOr<CkptEvaluation> Evaluate(const std::vector<std::string>& instances) const;
+  int evaluations() const { return evaluations_; }
+  const Graph& graph() const { return graph_; }
+
+ private:
+  Graph graph_;
+  mutable int evaluations_ = 0;
+};
+
+// The per-layer options of the search (issue 12, "Candidates"): for each block, the block itself,
+// and every combination of its non-nested eligible children (attention, FFN, norms: the children
+// that carry a registry key, or on an export without classes every child with forward nodes).
+struct LayerOption {
+  std::vector<std::string> children;  // child names relative to the block ("attn", "ffn"); empty
+                                      // with whole_block false = nothing checkpointed
+  bool whole_block = false;
+};
+struct BlockLayer {
+  std::string block;   // "transformer.blocks.3"
+  int64_t layer = -1;  // its index N
+  std::vector<std::string> children;  // eligible children (names relative to the block)
+};
+std::vector<BlockLayer> CheckpointableLayers(const Graph& graph);
+
+struct BudgetOptions {
+  int64_t budget_bytes = 0;
+  int max_plans = 400;  // real plans the search may make before it settles for the best so far
+};
+
+struct BudgetResult {
+  CkptEvaluation chosen;
+  std::vector<CkptEvaluation> uniform;   // every llm-foundry uniform target evaluated (with first-n)
+  std::vector<CkptEvaluation> searched;  // every other selection planned, in the order planned
+  int plans = 0;                         // real plans made in all
+};
+
+// The cheapest fitting selection: fewest recompute FLOPs, then fewest recompute nodes, then
+// earlier layers left un-checkpointed. Errors: a budget below the minimum possible (the message
+// says the minimum and what dominates it: parameters + gradients + optimizer state, or the largest
+// transient).
+StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
+                                           const BudgetOptions& options);
+
+// "20GiB", "20 GiB", "1.5GB", "512MiB", "123456789" (bytes): powers of 1024 for KiB/MiB/GiB/TiB,
+// of 1000 for KB/MB/GB/TB. Errors name the text and the accepted forms.
+StatusOr<int64_t> ParseByteSize(const std::string& text);
+
+// The selection as llm-foundry's activation_checkpointing_target dict, as compact as its layer
+// syntax allows ({mptblock: first-3, grouped_query_attention: range-3-23}), one YAML line, which
+// --ckpt-config reads back to the same instances. `warnings`: one line each where upstream
+// llm-foundry would reject it (FFN names, several names at once, foundry-only names such as child
+// names or globs).
+struct CkptConfigText {
+  std::string yaml;  // "{mptblock: first-3, grouped_query_attention: range-3-23}"
+  std::vector<CkptTarget> targets;  // the same, as targets
+  std::vector<std::string> warnings;
+};
+StatusOr<CkptConfigText> SelectionAsConfig(const Graph& graph,
+                                           const std::vector<std::string>& instances);
+
+// The Pareto frontier picture (`--memory-frontier FILE.svg`): planned total (x) against recompute
+// FLOPs as % of the step (y), the chosen selections over a range of budgets as a step line with
+// points, and llm-foundry's uniform targets (none, attention, FFN, attention + FFN, block) as
+// labelled points. Hand-written SVG like passes/memory_timeline.cc.
+struct FrontierPoint {
+  int64_t total_bytes = 0;
+  double recompute_percent = 0;
+  std::string label;  // uniform targets: "grouped_query_attention"; frontier points: ""
+};
+std::string MemoryFrontierSvg(const std::string& title, const std::vector<FrontierPoint>& frontier,
+                              const std::vector<FrontierPoint>& uniform);
+
+}  // namespace foundry
