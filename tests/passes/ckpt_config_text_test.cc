@@ -101,6 +101,20 @@ TEST(SelectionAsConfig, IssueExampleOnThe7B) {
   EXPECT_EQ(ReadBack(g, c.yaml), Sorted(sel));
   EXPECT_TRUE(c.warnings.empty()) << c.warnings.front();
   EXPECT_EQ(Yaml(g, Paths(kMpt, {29, 30, 31}, "attn")), "{grouped_query_attention: last-3}");
+
+  // Blocks, then attention, with the FFN too in the last 12 layers: two upstream objections.
+  sel = Paths(kMpt, {0, 1, 2, 3, 4, 5, 6, 7});
+  for (int l = 8; l < 32; ++l) sel.push_back(kMpt + std::to_string(l) + ".attn");
+  for (int l = 20; l < 32; ++l) sel.push_back(kMpt + std::to_string(l) + ".ffn");
+  c = Config(g, Sorted(sel));
+  EXPECT_EQ(c.yaml, "{mptblock: first-8, grouped_query_attention: last-24, mptmlp: last-12}");
+  EXPECT_EQ(ReadBack(g, c.yaml), Sorted(sel));
+  EXPECT_EQ(c.warnings,
+            (std::vector<std::string>{
+                "upstream llm-foundry rejects 'mptmlp': FFN keys raise a TypeError there (foundry "
+                "reads them)",
+                "upstream llm-foundry rejects several names on one block: grouped_query_attention, "
+                "mptmlp share layers 20..31 (its overlap check allows one name per block)"}));
 }
 
 TEST(SelectionAsConfig, NamesAndWarnings) {
