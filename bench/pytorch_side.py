@@ -24,7 +24,9 @@ memory does not count in the next one's peak), prints one JSON line:
   (the same as foundry's saved-for-backward, which is what stays alive from the forward into the
   backward). Feeds (input_ids, labels) are included as PyTorch holds them; saved_input_bytes says
   how much of the total they are (foundry's report excludes feeds). region_input_bytes says how
-  much of the total is held only as a region input (not also seen by the hooks).
+  much of the total is held only as a region input (not also seen by the hooks);
+  saved_storage_sizes counts the storages by size ({bytes: how many}), to tell which tensors
+  make a difference against foundry's saved values.
 - ckpt, checkpointed_modules: the target (none; a registry key of models/mpt.py's
   MODULE_REGISTRY such as grouped_query_attention, mptmlp or mptblock; several joined by commas;
   `both` = grouped_query_attention,mptmlp) and how many modules it wrapped
@@ -92,7 +94,8 @@ def record_region_inputs(model, record):
 
 def saved_bytes(model, input_ids, labels):
     """Saved-for-backward storages of one forward (see the module docstring): (bytes excluding
-    parameters, of which feeds, of which held only as checkpointed regions' inputs, loss)."""
+    parameters, of which feeds, of which held only as checkpointed regions' inputs, loss,
+    {storage bytes: count})."""
     import torch
     params = {storage_key(p)[0] for p in model.parameters()}
     feeds = {storage_key(t)[0] for t in (input_ids, labels)}
@@ -113,8 +116,11 @@ def saved_bytes(model, input_ids, labels):
     loss.backward()
     only_region = {p: n for p, n in region.items() if p not in seen}
     seen.update({p: max(n, seen.get(p, 0)) for p, n in region.items()})
+    sizes = {}
+    for n in seen.values():
+        sizes[n] = sizes.get(n, 0) + 1
     return (sum(seen.values()), sum(n for p, n in seen.items() if p in feeds),
-            sum(only_region.values()), loss)
+            sum(only_region.values()), loss, dict(sorted(sizes.items(), reverse=True)))
 
 
 def grads_of(model):
@@ -138,7 +144,8 @@ def measure_one(config_name: str, batch: int, seq: int, threads: int, steps: int
     result = {"config": config["name"], "batch": batch, "seq": seq, "threads": threads,
               "torch": torch.__version__, "ckpt": ckpt, "checkpointed_modules": wrapped}
     (result["saved_for_backward_bytes"], result["saved_input_bytes"],
-     result["region_input_bytes"], loss) = saved_bytes(model, input_ids, labels)
+     result["region_input_bytes"], loss,
+     result["saved_storage_sizes"]) = saved_bytes(model, input_ids, labels)
     if keys and steps == 0:
         # The same step without the wrapping, on a second copy of the same seeded weights.
         plain = families.seeded_model(config)
