@@ -25,6 +25,7 @@ Status RunPasses(Graph& graph, const std::vector<std::unique_ptr<Pass>>& passes,
         return Error("internal error after pass '" + std::string(pass->name()) +
                      "': " + st.message());
     }
+    if (options.after_pass) options.after_pass(pass->name(), graph);
     if (!dumped && pass->name() == options.dump_after && options.dump) {
       *options.dump << PrintGraph(graph);
       dumped = true;
@@ -46,6 +47,8 @@ std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options) 
   passes.push_back(std::make_unique<CanonicalizePass>());
   if (options.training) {
     passes.push_back(std::make_unique<AutodiffPass>(options.autodiff));
+    if (!options.remat.instances.empty())
+      passes.push_back(std::make_unique<RematPass>(options.remat));
     passes.push_back(std::make_unique<SchedulePass>());
   }
   return passes;

@@ -1,8 +1,10 @@
 // Orders the passes: parameters (the trainable set; training only) -> fold (bind dims, infer,
-// fold) -> canonicalize -> autodiff -> schedule (training only). The verifier runs after every pass
+// fold) -> canonicalize -> autodiff -> remat (when instances are selected) -> schedule (training
+// only). The verifier runs after every pass
 // that changed the graph; the IR can be dumped after a named pass.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -13,6 +15,7 @@
 #include "passes/fold.h"
 #include "passes/parameters.h"
 #include "passes/pass.h"
+#include "passes/remat.h"
 #include "passes/schedule.h"
 
 namespace foundry {
@@ -22,6 +25,9 @@ struct PipelineOptions {
   std::string dump_after;  // pass name; its output IR goes to `dump`
   std::ostream* dump = nullptr;
   std::ostream* log = nullptr;  // one line of statistics per pass
+  // Called after each pass with its name and the graph it left (e.g. to keep the plain training
+  // graph, after autodiff, beside the checkpointed one).
+  std::function<void(std::string_view pass, const Graph& graph)> after_pass;
 };
 
 Status RunPasses(Graph& graph, const std::vector<std::unique_ptr<Pass>>& passes,
@@ -31,7 +37,8 @@ struct CompileOptions {
   ParametersPass::Options parameters;
   FoldPass::Options fold;
   AutodiffPass::Options autodiff;
-  bool training = true;  // false: forward graph only (fold + canonicalize)
+  RematPass::Options remat;  // no instances: no remat pass
+  bool training = true;      // false: forward graph only (fold + canonicalize)
 };
 
 std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options);

@@ -25,14 +25,15 @@ inline constexpr const char* kRecomputeInstanceMark = "recompute_instance";  // 
 
 struct RematInstanceStats {
   std::string module;
-  int values_freed = 0;       // values of S the backward read and now reads through clones
-  int nodes_recomputed = 0;   // clones
+  int values_freed = 0;      // values of S the backward read and now reads through clones
+  int nodes_recomputed = 0;  // clones
 };
 
 class RematPass : public Pass {
  public:
   struct Options {
-    std::vector<std::string> instances;  // module paths; an instance with no forward node is an error
+    std::vector<std::string>
+        instances;  // module paths; an instance with no forward node is an error
   };
   explicit RematPass(Options options) : options_(std::move(options)) {}
   std::string_view name() const override { return "remat"; }

@@ -28,7 +28,8 @@ std::vector<TrainingFixture> TrainingFixtures(const fs::path& fixtures_dir) {
   return out;
 }
 
-StatusOr<LoadedPlan> CompileFixture(const fs::path& model, const std::vector<std::string>& feeds) {
+StatusOr<LoadedPlan> CompileFixture(const fs::path& model, const std::vector<std::string>& feeds,
+                                    const std::vector<std::string>& checkpoint) {
   ASSIGN_OR_RETURN(Graph g, ImportOnnx(model.string(), {}));
   std::map<std::string, int64_t> dims;
   for (const auto& spec : feeds) {
@@ -40,6 +41,7 @@ StatusOr<LoadedPlan> CompileFixture(const fs::path& model, const std::vector<std
   }
   CompileOptions options;
   options.fold.dims = dims;
+  options.remat.instances = checkpoint;
   RETURN_IF_ERROR(RunPasses(g, BuildPipeline(options), {}));
   LoadedPlan lp;
   lp.plan_path = (fs::path(testing::TempDir()) / "fixture.plan").string();

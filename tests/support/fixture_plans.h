@@ -22,7 +22,9 @@ std::vector<TrainingFixture> TrainingFixtures(const std::filesystem::path& fixtu
 
 // The training plan of `model` with its symbolic dimensions bound from the shapes of the fed
 // tensors, checked as LoadPlan checks a plan file (its memory plan is made by the trainer).
+// `checkpoint`: module instances the remat pass checkpoints (none: the plain plan).
 StatusOr<LoadedPlan> CompileFixture(const std::filesystem::path& model,
-                                    const std::vector<std::string>& feeds);
+                                    const std::vector<std::string>& feeds,
+                                    const std::vector<std::string>& checkpoint = {});
 
 }  // namespace foundry
