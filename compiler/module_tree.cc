@@ -11,23 +11,43 @@ namespace foundry {
 
 namespace {
 
-// llm-foundry's activation_checkpointing_target names for the classes that carry them.
-struct RegistryEntry {
-  const char* bare_class;
-  const char* key;
+// Upstream (mosaicml/llm-foundry, llmfoundry/models/utils/act_ckpt.py get_act_ckpt_module, and
+// the registries it reads: layers_registry.py's attention_classes, ffns, ffns_with_norm,
+// ffns_with_megablocks, norms; blocks.py's MPTBlock and FusedNormAttentionNorm).
+const std::vector<CkptRegistryEntry> kRegistry = {
+    {"mptblock", "MPTBlock", "llmfoundry.models.layers.blocks", false},
+    {"norm_attn_norm", "FusedNormAttentionNorm", "llmfoundry.models.layers.blocks", false},
+    {"grouped_query_attention", "GroupedQueryAttention", "llmfoundry.models.layers.attention",
+     false},
+    {"multihead_attention", "MultiheadAttention", "llmfoundry.models.layers.attention", false},
+    {"multiquery_attention", "MultiQueryAttention", "llmfoundry.models.layers.attention", false},
+    {"mptmlp", "MPTMLP", "llmfoundry.models.layers.ffn", false},
+    {"mptglu", "MPTGLU", "llmfoundry.models.layers.ffn", false},
+    {"torch_dmoe", "dMoE", "llmfoundry.models.layers.dmoe", false},
+    {"te_ln_mlp", "LayerNormMLP", "transformer_engine.pytorch", false},
+    {"mb_moe", "MoE", "megablocks.layers.moe", true},
+    {"mb_dmoe", "dMoE", "megablocks.layers.dmoe", true},
+    {"layernorm", "LayerNorm", "torch.nn", false},
+    {"low_precision_layernorm", "LPLayerNorm", "llmfoundry.models.layers.norm", false},
+    {"rmsnorm", "RMSNorm", "llmfoundry.models.layers.norm", false},
+    {"low_precision_rmsnorm", "LPRMSNorm", "llmfoundry.models.layers.norm", false},
+    {"triton_rmsnorm", "TritonRMSNorm", "llmfoundry.models.layers.norm", false},
 };
-constexpr RegistryEntry kRegistry[] = {
-    {"MPTBlock", "mptblock"},
-    {"GroupedQueryAttention", "grouped_query_attention"},
-    {"MultiheadAttention", "multihead_attention"},
-    {"MultiQueryAttention", "multiquery_attention"},
-    {"MPTMLP", "mptmlp"},
-    {"MPTGLU", "mptglu"},
-    {"LayerNorm", "layernorm"},
-    {"LPLayerNorm", "low_precision_layernorm"},
-    {"RMSNorm", "rmsnorm"},
-    {"LPRMSNorm", "low_precision_rmsnorm"},
-};
+
+// Whether `entry` selects a class written `qualified` (or bare): a package_only entry takes only
+// its package's class; another entry with the same bare name takes every other package's.
+bool RegistrySelects(const CkptRegistryEntry& entry, const std::string& qualified) {
+  if (BareClassName(qualified) != entry.bare_class) return false;
+  auto in_package = [&](const CkptRegistryEntry& e) {
+    return qualified.compare(0, std::string(e.package).size() + 1, std::string(e.package) + ".") ==
+           0;
+  };
+  if (entry.package_only) return in_package(entry);
+  for (const auto& other : kRegistry)
+    if (other.package_only && other.bare_class == entry.bare_class && in_package(other))
+      return false;
+  return true;
+}
 
 // Base classes llm-foundry defines, for exports that name a class without its bases (the dynamo
 // exporter's class_hierarchy, ONNX functions): the keys still match as isinstance would.
@@ -90,11 +110,7 @@ bool IsInside(const std::string& name, const std::string& module) {
          name[module.size()] == '.';
 }
 
-bool IsRegistryKey(const std::string& key) {
-  for (const auto& r : kRegistry)
-    if (key == r.key) return true;
-  return false;
-}
+bool IsRegistryKey(const std::string& key) { return IsCkptRegistryKey(key); }
 
 // Where a module sits in the model's blocks: P, N and whether it is the block itself.
 struct BlockPlace {
@@ -158,24 +174,39 @@ BlockPlace PlaceInBlocks(const std::vector<std::string>& segments,
 
 }  // namespace
 
+const std::vector<CkptRegistryEntry>& CkptRegistry() { return kRegistry; }
+
+bool IsCkptRegistryKey(const std::string& lowercase_name) {
+  for (const auto& r : kRegistry)
+    if (lowercase_name == r.key) return true;
+  return false;
+}
+
+bool ModulePathLess(const std::string& a, const std::string& b) {
+  return PathLess(Segments(a), Segments(b));
+}
+
 std::vector<std::string> RegistryKeys(const std::vector<std::string>& classes) {
-  std::vector<std::string> bare;
-  auto add_bare = [&](const std::string& name) {
-    if (!name.empty() && std::find(bare.begin(), bare.end(), name) == bare.end())
-      bare.push_back(name);
+  // The classes as written (qualified where the export qualifies them), then the known bases.
+  std::vector<std::string> all;
+  auto add_class = [&](const std::string& name) {
+    if (name.empty()) return;
+    for (const auto& c : all)
+      if (BareClassName(c) == BareClassName(name)) return;
+    all.push_back(name);
   };
-  for (const auto& c : classes) add_bare(BareClassName(c));
-  for (size_t i = 0; i < bare.size(); ++i)  // grows while known bases are appended
+  for (const auto& c : classes) add_class(c);
+  for (size_t i = 0; i < all.size(); ++i)  // grows while known bases are appended
     for (const auto& kb : kKnownBases)
-      if (bare[i] == kb.bare_class) add_bare(kb.base);
+      if (BareClassName(all[i]) == kb.bare_class) add_class(kb.base);
   std::vector<std::string> keys;
   auto add_key = [&](const std::string& k) {
     if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
   };
-  for (const auto& b : bare)
+  for (const auto& c : all)
     for (const auto& r : kRegistry)
-      if (b == r.bare_class) add_key(r.key);
-  for (const auto& b : bare) add_key(Lower(b));
+      if (RegistrySelects(r, c)) add_key(r.key);
+  for (const auto& c : all) add_key(Lower(BareClassName(c)));
   return keys;
 }
 
@@ -253,13 +284,33 @@ std::string FormatModuleTree(const std::vector<ModuleInfo>& modules) {
   bool unknown_class = false;
   std::vector<std::string> lists;                      // in tree order
   std::map<std::string, std::vector<int64_t>> blocks;  // list -> indices, in tree order
+  // Names that resolve before a child name does (ckpt_targets.h): registry keys, `block`, classes.
+  std::set<std::string> taken = {kBlockKey};
+  for (const auto& r : kRegistry) taken.insert(r.key);
+  for (const auto& m : modules) {
+    for (const auto& k : m.registry_keys) taken.insert(k);
+    for (const auto& c : m.classes) taken.insert(Lower(c));
+  }
   for (const auto& m : modules) {
     Row r;
     r.module = std::string(2 * m.depth, ' ') + (m.path.empty() ? "(root)" : m.path);
     r.cls = m.qualified_class.empty() ? "?" : BareClassName(m.qualified_class);
     unknown_class |= m.qualified_class.empty();
-    for (const auto& k : m.registry_keys)
-      if (IsRegistryKey(k) || k == kBlockKey) r.keys += (r.keys.empty() ? "" : ",") + k;
+    std::vector<std::string> keys;
+    auto add = [&](const std::string& k) {
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+    };
+    // Modules outside the blocks cannot be checkpointed: no key selects them.
+    if (m.block_index >= 0) {
+      for (const auto& k : m.registry_keys)
+        if (IsRegistryKey(k) || k == kBlockKey) add(k);
+      if (!m.qualified_class.empty()) add(Lower(BareClassName(m.qualified_class)));
+      std::vector<std::string> segments = Segments(m.path);
+      if (!m.is_block && segments.size() == Segments(m.block_list).size() + 2 &&
+          !taken.count(Lower(segments.back())))
+        add(Lower(segments.back()));
+    }
+    for (const auto& k : keys) r.keys += (r.keys.empty() ? "" : ",") + k;
     if (r.keys.empty()) r.keys = "-";
     r.nodes = std::to_string(m.node_count);
     r.params = HumanBytes(m.param_bytes);
@@ -303,6 +354,9 @@ std::string FormatModuleTree(const std::vector<ModuleInfo>& modules) {
            " (" + std::to_string(n.size()) + (n.size() == 1 ? " block" : " blocks") +
            ": the repeated instances of a module list; layer ranges count N)\n";
   }
+  out +=
+      "keys: the --ckpt names that select the module (case-insensitive; a base class's name "
+      "selects too; modules outside the blocks are never checkpointed)\n";
   if (unknown_class)
     out +=
         "?: the export names no class for the module (a plain torch.onnx.export; foundry's "

@@ -43,6 +43,24 @@ struct ModuleInfo {
 // The --ckpt key every block answers to, whatever its class (or none).
 inline constexpr const char* kBlockKey = "block";
 
+// llm-foundry's activation_checkpointing_target registry, in full: every key upstream's
+// get_act_ckpt_module accepts (mptblock, norm_attn_norm, the attention_classes, ffns,
+// ffns_with_norm, ffns_with_megablocks and norms registries) with the class it selects. A key
+// selects a module whose class or a base of it has `bare_class` as its last segment; `package`
+// is where upstream defines the class and, when `package_only`, the only package it is taken from
+// (megablocks' `MoE` and `dMoE` share their bare names with other classes).
+struct CkptRegistryEntry {
+  const char* key;
+  const char* bare_class;
+  const char* package;
+  bool package_only;
+};
+const std::vector<CkptRegistryEntry>& CkptRegistry();
+bool IsCkptRegistryKey(const std::string& lowercase_name);
+
+// Natural order of module paths (blocks.2 before blocks.10), the order of ListModules.
+bool ModulePathLess(const std::string& a, const std::string& b);
+
 // Every module of Graph::modules, in tree order: parents before children, siblings in natural
 // order (blocks.2 before blocks.10).
 std::vector<ModuleInfo> ListModules(const Graph& graph);
@@ -54,8 +72,10 @@ std::vector<std::string> RegistryKeys(const std::vector<std::string>& classes);
 std::string HumanBytes(int64_t bytes);
 
 // An aligned table: module path indented by depth, bare class (`?` where the export names none),
-// the llm-foundry registry keys and `block` (the class-name keys are left out: the class column
-// shows them), nodes, parameter bytes. Then a legend: one line per module list of blocks
+// the --ckpt keys that select the module (its llm-foundry registry keys, `block`, its own class
+// name in lowercase, and for a child of a block its attribute name when that name does not
+// resolve to something else first; base-class names select too but are left out to keep the
+// column short), nodes, parameter bytes. Then a legend: one line per module list of blocks
 // (`block = transformer.h.N, N = 0..11 (12 blocks)`), and one for `?` when a class is unknown.
 std::string FormatModuleTree(const std::vector<ModuleInfo>& modules);
 

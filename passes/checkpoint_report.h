@@ -13,6 +13,13 @@
 // (an alias that differs between the plans) are counted in the totals only.
 // nodes_recomputed / flops_recomputed: the clones marked with the instance (passes/remat.h), FLOPs
 // by NodeFlops (memory_report.h).
+//
+// The low-freeing note: an instance gets one when bytes_freed is under kLowFreeingPercent % of
+// the bytes it still keeps saved in the checkpointed plan (the saved buffers a forward node of
+// the instance writes or reads: its boundary and its outputs), i.e. when checkpointing it trades
+// a recompute for almost no memory. A LayerNorm frees its mean and inverse std (2 floats a row)
+// against its input and output (2·d floats a row); an attention, an MLP or a block frees several
+// times its boundary.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +32,8 @@
 #include "passes/memory_plan.h"
 
 namespace foundry {
+
+inline constexpr int64_t kLowFreeingPercent = 10;
 
 struct CheckpointInstanceReport {
   std::string module;

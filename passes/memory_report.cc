@@ -81,6 +81,77 @@ LayoutSummary Summarize(const Graph& graph, const MemoryPlan& plan, const Backen
 
 }  // namespace
 
+namespace {
+
+// The per-op table of memory_report.h. Multi-term rows spell their formula's terms.
+const std::map<std::pair<std::string, std::string>, OpFlops>& FlopTable() {
+  static const auto* table = [] {
+    auto* t = new std::map<std::pair<std::string, std::string>, OpFlops>;
+    auto row = [&](const char* domain, std::initializer_list<const char*> ops, int64_t flops,
+                   int input = -1) {
+      for (const char* op : ops) (*t)[{domain, op}] = {flops, input};
+    };
+    const char* ms = "com.microsoft";
+    row("", {"Identity", "Reshape",  "Flatten",        "Squeeze",         "Unsqueeze",
+             "Constant", "Shape",    "Size",           "ConstantOfShape", "Range",
+             "Cast",     "CastLike", "Transpose",      "Concat",          "Split",
+             "Slice",    "Gather",   "GatherElements", "Expand",          "Tile",
+             "Pad",      "Trilu",    "OneHot",         "ScatterND"},
+        0);
+    row(ms, {"SliceGrad"}, 0);
+    row("", {"Add",   "Sub",   "Mul",     "Div",         "Pow",
+             "Mod",   "Neg",   "Abs",     "Relu",        "Sign",
+             "Floor", "Ceil",  "Round",   "Sqrt",        "Reciprocal",
+             "Exp",   "Log",   "Erf",     "Tanh",        "Sin",
+             "Cos",   "Less",  "Greater", "LessOrEqual", "GreaterOrEqual",
+             "Equal", "And",   "Or",      "Xor",         "Not",
+             "IsNaN", "IsInf", "Where"},
+        1);
+    row(ms, {"ReluGrad"}, 1);                      // dy where y > 0
+    row("", {"Min", "Max", "Sum", "Mean"}, 1);     // per input beyond the first (NodeFlops)
+    row("", {"Clip"}, 2);                          // max, min
+    row("", {"Dropout"}, 2);                       // compare to the ratio, scale
+    row(ms, {"DropoutGrad"}, 2);                   // dy · mask · scale
+    row("", {"Softplus"}, 3);                      // log(1 + exp x)
+    row(ms, {"SigmoidGrad"}, 3);                   // dy · y · (1 - y)
+    row(ms, {"TanhGrad"}, 3);                      // dy · (1 - y²)
+    row(ms, {"SoftmaxCrossEntropyLossGrad"}, 3);   // exp(log p), minus the label's one, · dloss
+    row("", {"Sigmoid"}, 4);                       // 1 / (1 + exp(-x))
+    row(ms, {"SimplifiedLayerNormalization"}, 4);  // x², Σ, · 1/rms, · scale
+    row(ms, {"SoftmaxGrad_13"}, 4);                // y · (dy - Σ dy·y): ·, Σ, -, ·
+    row(ms, {"LogSoftmaxGrad_13"}, 4);             // dy - exp(y) · Σ dy: Σ, exp, ·, -
+    row("", {"Softmax", "LogSoftmax"}, 5);         // max, -, exp, Σ, / (or - log Σ)
+    row(ms, {"Gelu"}, 5);                          // x/√2, erf, +1, ·x, ·0.5
+    row("", {"LayerNormalization"}, 7);            // Σ, -mean, square, Σ, ·1/std, ·scale, +bias
+    row(ms, {"FastGelu"}, 9);  // x², x³, ·c, +x, ·√(2/π), tanh, +1, ·x, ·0.5
+    // x̂ = x·r (1); dscale += dy·x̂ (2); g = dy·scale (1); Σ g·x̂ (2); dx = r·(g - x̂·mean) (3).
+    row(ms, {"SimplifiedLayerNormalizationGrad"}, 9);
+    // dy · (0.5·(1 + erf(x/√2)) + x·exp(-x²/2)/√(2π)): 4 + 5 + 1 + 1.
+    row(ms, {"GeluGrad"}, 11);
+    // x̂ = (x - mean)·r (2); dbias += dy (1); dscale += dy·x̂ (2); g = dy·scale (1); Σ g (1);
+    // Σ g·x̂ (2); dx = r·(g - mean(g) - x̂·mean(g·x̂)) (4).
+    row(ms, {"LayerNormalizationGrad"}, 13);
+    // t = tanh(u), u = k·(x + c·x³) (6); 0.5·(1 + t) (2); 1 - t² (2); du/dx = k·(1 + 3c·x²) (3);
+    // 0.5·x·(1 - t²)·du/dx (3); the sum (1); · dy (1).
+    row(ms, {"FastGeluGrad"}, 18);
+    row("", {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSum"}, 1,
+        0);
+    row("", {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"}, 2, 0);
+    row("", {"SoftmaxCrossEntropyLoss"}, 5, 0);  // the log-softmax over the logits
+    row(ms, {"GatherGrad"}, 1, 2);               // one add per element of dY
+    row(ms, {"GatherElementsGrad"}, 1, 0);
+    return t;
+  }();
+  return *table;
+}
+
+}  // namespace
+
+const OpFlops* FindOpFlops(const std::string& domain, const std::string& op_type) {
+  auto it = FlopTable().find({domain, op_type});
+  return it == FlopTable().end() ? nullptr : &it->second;
+}
+
 int64_t NodeFlops(const Graph& graph, const Node& node) {
   if (!node.HasOutput(0)) return 0;
   const int64_t out = Elements(graph, node.outputs[0]);
@@ -94,12 +165,19 @@ int64_t NodeFlops(const Graph& graph, const Node& node) {
     return 2 * out * Dim(graph, node.inputs[0], trans_a && !vector ? -2 : -1);
   }
   if (node.domain.empty() && node.op_type == "Gemm" && node.HasInput(0))
-    return 2 * out * Dim(graph, node.inputs[0], node.GetInt("transA", 0) != 0 ? 0 : 1);
-  const OpSchema* schema = OpSchemas().Find(node.domain, node.op_type);
-  if ((schema && schema->view) || (node.domain.empty() && node.op_type == "Constant")) return 0;
-  int64_t flops = 0;
-  for (const auto& o : node.outputs) flops += Elements(graph, o);
-  return flops;
+    return 2 * out * Dim(graph, node.inputs[0], node.GetInt("transA", 0) != 0 ? 0 : 1) +
+           (node.HasInput(2) ? out : 0);
+  const OpFlops* row = FindOpFlops(node.domain, node.op_type);
+  if (!row) return out;
+  if (node.domain.empty() && (node.op_type == "Min" || node.op_type == "Max" ||
+                              node.op_type == "Sum" || node.op_type == "Mean")) {
+    int64_t inputs = 0;
+    for (const auto& in : node.inputs) inputs += !in.empty();
+    return out * (std::max<int64_t>(inputs, 1) - (node.op_type == "Mean" ? 0 : 1));
+  }
+  if (row->input < 0) return row->per_element * out;
+  return node.HasInput(row->input) ? row->per_element * Elements(graph, node.inputs[row->input])
+                                   : 0;
 }
 
 FlopCounts CountFlops(const Graph& graph) {
@@ -120,6 +198,48 @@ FlopCounts CountFlops(const Graph& graph) {
     }
   }
   return f;
+}
+
+std::map<std::string, std::string> SavedBuffers(const Graph& graph, const MemoryPlan& plan) {
+  std::unordered_map<std::string, size_t> producer;
+  for (size_t s = 0; s < graph.nodes.size(); ++s)
+    for (const auto& o : graph.nodes[s].outputs)
+      if (!o.empty()) producer[o] = s;
+  auto owner_of = [&](const std::string& v) -> const std::string& {
+    auto a = plan.alias.find(v);
+    return a == plan.alias.end() ? v : a->second.owner;
+  };
+  // The bytes the backward reads were written by the saved value with views followed back (an
+  // in-place alias is a value of its own: its input died before it was written).
+  auto data_of = [&](std::string v) {
+    for (auto p = producer.find(v); p != producer.end(); p = producer.find(v)) {
+      const Node& n = graph.nodes[p->second];
+      auto a = plan.alias.find(v);
+      if (a == plan.alias.end() || a->second.kind != AliasKind::kView || !n.HasInput(0)) break;
+      v = n.inputs[0];
+    }
+    return v;
+  };
+  std::map<std::string, std::string> saved;  // owner -> data value
+  for (const Node& n : graph.nodes) {
+    const Phase phase = PhaseOrForward(n);
+    if (phase != Phase::kBackward && phase != Phase::kRecompute) continue;
+    for (const auto& in : n.inputs) {
+      auto p = in.empty() ? producer.end() : producer.find(in);
+      if (p == producer.end() || PhaseOrForward(graph.nodes[p->second]) != Phase::kForward)
+        continue;
+      const std::string& owner = owner_of(in);
+      // A transient written into a graph output's storage (memory_plan.h) is a buffer of its
+      // own until that output is made: it counts like an arena buffer.
+      const StorageClass c = ClassOf(graph, plan, owner);
+      auto a = plan.alias.find(in);
+      const bool in_output = a != plan.alias.end() && a->second.kind == AliasKind::kInPlace &&
+                             (c == StorageClass::kGradient || c == StorageClass::kOutput);
+      if ((c == StorageClass::kArena || in_output) && !saved.count(owner))
+        saved[owner] = data_of(in);
+    }
+  }
+  return saved;
 }
 
 StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& plan,
@@ -153,42 +273,7 @@ StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& p
   for (size_t s = 0; s < steps; ++s)
     for (const auto& o : graph.nodes[s].outputs)
       if (!o.empty()) producer[o] = s;
-  auto owner_of = [&](const std::string& v) -> const std::string& {
-    auto a = plan.alias.find(v);
-    return a == plan.alias.end() ? v : a->second.owner;
-  };
-
-  // The saved buffers, by owner, each with the value whose bytes the backward reads: the saved
-  // value with views followed back to the node that wrote the bytes (an in-place alias is a
-  // value of its own: its input died before it was written).
-  auto data_of = [&](std::string v) {
-    for (auto p = producer.find(v); p != producer.end(); p = producer.find(v)) {
-      const Node& n = graph.nodes[p->second];
-      auto a = plan.alias.find(v);
-      if (a == plan.alias.end() || a->second.kind != AliasKind::kView || !n.HasInput(0)) break;
-      v = n.inputs[0];
-    }
-    return v;
-  };
-  std::map<std::string, std::string> saved;  // owner -> data value
-  for (const Node& n : graph.nodes) {
-    const Phase phase = PhaseOrForward(n);
-    if (phase != Phase::kBackward && phase != Phase::kRecompute) continue;
-    for (const auto& in : n.inputs) {
-      auto p = in.empty() ? producer.end() : producer.find(in);
-      if (p == producer.end() || PhaseOrForward(graph.nodes[p->second]) != Phase::kForward)
-        continue;
-      const std::string& owner = owner_of(in);
-      // A transient written into a graph output's storage (memory_plan.h) is a buffer of its
-      // own until that output is made: it counts like an arena buffer.
-      const StorageClass c = ClassOf(graph, plan, owner);
-      auto a = plan.alias.find(in);
-      const bool in_output = a != plan.alias.end() && a->second.kind == AliasKind::kInPlace &&
-                             (c == StorageClass::kGradient || c == StorageClass::kOutput);
-      if ((c == StorageClass::kArena || in_output) && !saved.count(owner))
-        saved[owner] = data_of(in);
-    }
-  }
+  const std::map<std::string, std::string> saved = SavedBuffers(graph, plan);
   auto scope_of = [&](const std::string& value) -> const std::string& {
     static const std::string kRoot;
     auto p = producer.find(value);
@@ -242,6 +327,10 @@ StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& p
   return r;
 }
 
+double RecomputePercent(const CheckpointReport& c) {
+  return c.step_flops > 0 ? 100.0 * double(c.flops_recomputed) / double(c.step_flops) : 0.0;
+}
+
 std::string MemoryReportJson(const MemoryReport& r) {
   using nlohmann::ordered_json;
   ordered_json j;
@@ -291,6 +380,33 @@ std::string MemoryReportJson(const MemoryReport& r) {
                             {"peak_step", s.peak_step},
                             {"peak_node", s.peak_node},
                             {"total_bytes", s.total_bytes}});
+  if (r.checkpoint) {
+    const CheckpointReport& c = *r.checkpoint;
+    ordered_json ck;
+    ck["targets"] = c.targets;
+    ck["instances"] = ordered_json::array();
+    for (const auto& i : c.instances)
+      ck["instances"].push_back({{"module", i.module},
+                                 {"class", i.class_name},
+                                 {"target", i.target},
+                                 {"values_freed", i.values_freed},
+                                 {"bytes_freed", i.bytes_freed},
+                                 {"bytes_added", i.bytes_added},
+                                 {"nodes_recomputed", i.nodes_recomputed},
+                                 {"flops_recomputed", i.flops_recomputed},
+                                 {"note", i.note}});
+    ck["values_freed"] = c.values_freed;
+    ck["bytes_freed"] = c.bytes_freed;
+    ck["bytes_added"] = c.bytes_added;
+    ck["nodes_recomputed"] = c.nodes_recomputed;
+    ck["flops_recomputed"] = c.flops_recomputed;
+    ck["saved_before_bytes"] = c.saved_before_bytes;
+    ck["saved_after_bytes"] = c.saved_after_bytes;
+    ck["step_flops"] = c.step_flops;
+    ck["recompute_percent"] = RecomputePercent(c);
+    ck["notes"] = c.notes;
+    j["checkpoint"] = std::move(ck);
+  }
   return j.dump(2) + "\n";
 }
 
@@ -302,16 +418,181 @@ std::string Bytes(int64_t bytes) {
   return HumanBytes(bytes) + " (" + std::to_string(bytes) + " B)";
 }
 
+// "3.00 GFLOP": three significant-ish digits in the unit that keeps the number under 1000.
 std::string Flops(int64_t flops) {
+  if (flops < 1000) return std::to_string(flops) + " FLOP";
+  const char* units[] = {"kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"};
+  double v = double(flops) / 1e3;
+  int u = 0;
+  while (v >= 1000 && u < 4) {
+    v /= 1000;
+    ++u;
+  }
   char buf[32];
-  if (flops >= 1'000'000'000)
-    std::snprintf(buf, sizeof buf, "%.2f GFLOP", double(flops) / 1e9);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f MFLOP", double(flops) / 1e6);
+  std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
   return buf;
 }
 
 std::string ModuleName(const std::string& scope) { return scope.empty() ? "(root)" : scope; }
+
+std::vector<std::string> Segments(const std::string& path) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    out.push_back(path.substr(start, dot == std::string::npos ? dot : dot - start));
+    if (dot == std::string::npos) return out;
+    start = dot + 1;
+  }
+}
+
+bool AllDigits(const std::string& s) {
+  return !s.empty() && s.size() < 18 && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c)) != 0;
+  });
+}
+
+// The one segment where two module paths differ when both hold a layer number there; -1 when
+// they differ elsewhere or more.
+int LayerSegment(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  if (a.size() != b.size()) return -1;
+  int at = -1;
+  for (size_t k = 0; k < a.size(); ++k) {
+    if (a[k] == b[k]) continue;
+    if (at >= 0 || !AllDigits(a[k]) || !AllDigits(b[k])) return -1;
+    at = static_cast<int>(k);
+  }
+  return at;
+}
+
+// "0..3,6,8..9": the numbers in order, runs of consecutive ones collapsed.
+std::string Ranges(const std::vector<int64_t>& numbers) {
+  std::string out;
+  for (size_t i = 0; i < numbers.size();) {
+    size_t j = i;
+    while (j + 1 < numbers.size() && numbers[j + 1] == numbers[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(numbers[i]);
+    if (j > i) out += ".." + std::to_string(numbers[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// Instances whose rows are identical but for the layer number print as one row
+// ("transformer.blocks.{0..47}.attn", 48): a 48-layer model with two targets stays 2 rows, though
+// the selection interleaves them layer by layer. Groups list in the order of their first instance.
+struct InstanceGroup {
+  std::string modules;
+  const CheckpointInstanceReport* row = nullptr;  // the first; the others have the same numbers
+  int64_t count = 0;
+};
+
+std::vector<InstanceGroup> GroupInstances(const std::vector<CheckpointInstanceReport>& rows) {
+  auto same = [](const CheckpointInstanceReport& a, const CheckpointInstanceReport& b) {
+    return a.class_name == b.class_name && a.target == b.target &&
+           a.values_freed == b.values_freed && a.bytes_freed == b.bytes_freed &&
+           a.bytes_added == b.bytes_added && a.nodes_recomputed == b.nodes_recomputed &&
+           a.flops_recomputed == b.flops_recomputed && a.note == b.note;
+  };
+  struct Building {
+    std::vector<std::string> segments;  // the first instance's path
+    const CheckpointInstanceReport* row;
+    int at = -1;  // the segment holding the layer, once a second instance joined
+    std::set<int64_t> layers;
+  };
+  std::vector<Building> building;
+  for (const CheckpointInstanceReport& row : rows) {
+    const std::vector<std::string> segs = Segments(row.module);
+    bool joined = false;
+    for (Building& g : building) {
+      if (!same(*g.row, row)) continue;
+      const int k = LayerSegment(g.segments, segs);
+      if (k < 0 || (g.at >= 0 && k != g.at)) continue;
+      const int64_t layer = std::stoll(segs[k]);
+      if (g.layers.count(layer)) continue;
+      if (g.at < 0) g.layers.insert(std::stoll(g.segments[k]));
+      g.at = k;
+      g.layers.insert(layer);
+      joined = true;
+      break;
+    }
+    if (!joined) building.push_back({segs, &row, -1, {}});
+  }
+  std::vector<InstanceGroup> groups;
+  for (const Building& b : building) {
+    InstanceGroup g{b.row->module, b.row, 1};
+    if (b.at >= 0) {
+      std::vector<std::string> segs = b.segments;
+      segs[b.at] = "{" + Ranges({b.layers.begin(), b.layers.end()}) + "}";
+      g.modules.clear();
+      for (size_t k = 0; k < segs.size(); ++k) g.modules += (k ? "." : "") + segs[k];
+      g.count = static_cast<int64_t>(b.layers.size());
+    }
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+// Left-aligned text columns, right-aligned number columns, two spaces apart.
+std::string Table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right,
+                  const std::string& indent) {
+  std::vector<size_t> width(right.size(), 0);
+  for (const auto& row : rows)
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  std::ostringstream out;
+  for (const auto& row : rows) {
+    std::string line = indent;
+    for (size_t c = 0; c < row.size(); ++c) {
+      const std::string pad(width[c] - row[c].size(), ' ');
+      line += (c ? "  " : "") + (right[c] ? pad + row[c] : row[c] + pad);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << "\n";
+  }
+  return out.str();
+}
+
+std::string FormatCheckpoint(const CheckpointReport& c) {
+  std::ostringstream out;
+  out << "checkpointing: " << c.instances.size() << " instance"
+      << (c.instances.size() == 1 ? "" : "s") << " of";
+  for (size_t i = 0; i < c.targets.size(); ++i) out << (i ? ", " : " ") << c.targets[i];
+  out << "\n";
+  std::vector<std::vector<std::string>> rows = {{"module", "n", "class", "target", "values freed",
+                                                 "bytes freed", "bytes added", "nodes",
+                                                 "recompute"}};
+  const std::vector<InstanceGroup> groups = GroupInstances(c.instances);
+  for (const InstanceGroup& g : groups) {
+    const CheckpointInstanceReport& i = *g.row;
+    rows.push_back({g.modules, std::to_string(g.count),
+                    i.class_name.empty() ? "?" : BareClassName(i.class_name), i.target,
+                    std::to_string(i.values_freed), HumanBytes(i.bytes_freed),
+                    HumanBytes(i.bytes_added), std::to_string(i.nodes_recomputed),
+                    Flops(i.flops_recomputed)});
+  }
+  rows.push_back({"total", std::to_string(c.instances.size()), "", "",
+                  std::to_string(c.values_freed), HumanBytes(c.bytes_freed),
+                  HumanBytes(c.bytes_added), std::to_string(c.nodes_recomputed),
+                  Flops(c.flops_recomputed)});
+  out << Table(rows, {false, true, false, false, true, true, true, true, true}, "  ");
+  for (const InstanceGroup& g : groups)
+    if (g.count > 1) {
+      out << "  (a row with n > 1 is n instances with these numbers each)\n";
+      break;
+    }
+  char percent[32];
+  std::snprintf(percent, sizeof percent, "%.2f", RecomputePercent(c));
+  out << "  saved for backward " << HumanBytes(c.saved_before_bytes) << " -> "
+      << HumanBytes(c.saved_after_bytes) << "  (" << c.saved_before_bytes << " - " << c.bytes_freed
+      << " freed + " << c.bytes_added << " added = " << c.saved_after_bytes << " B)\n"
+      << "  recompute          " << Flops(c.flops_recomputed) << ", " << percent
+      << " % of the step's " << Flops(c.step_flops) << "\n";
+  for (const auto& note : c.notes) out << "  note: " << note << "\n";
+  for (const InstanceGroup& g : groups)
+    if (!g.row->note.empty()) out << "  note: " << g.modules << ": " << g.row->note << "\n";
+  return out.str();
+}
 
 }  // namespace
 
@@ -373,6 +654,7 @@ std::string FormatMemoryReport(const MemoryReport& r) {
     out << "  " << std::setw(10) << HumanBytes(rest) << "  (" << r.modules.size() - kModuleRows
         << " more modules)\n";
   }
+  if (r.checkpoint) out << FormatCheckpoint(*r.checkpoint);
   return out.str();
 }
 

@@ -103,6 +103,13 @@ std::vector<Column> Columns(const std::vector<int64_t>& totals, int64_t max_colu
 
 }  // namespace
 
+TimelineCurve PlainTimelineCurve(const MemoryReport& plain) {
+  TimelineCurve curve;
+  curve.label = "without checkpointing (peak " + HumanBytes(plain.layout.lower_bound_bytes) + ")";
+  for (const auto& s : plain.steps) curve.live_bytes.push_back(s.Total());
+  return curve;
+}
+
 std::string TimelinePeakLabel(const MemoryReport& report) {
   return "peak " + HumanBytes(report.layout.lower_bound_bytes) + " at step " +
          std::to_string(report.layout.peak_step) + " (node '" + report.layout.peak_node + "')";
@@ -150,7 +157,10 @@ std::string MemoryTimelineSvg(const MemoryReport& report, const TimelineOptions&
       << "<text x=\"" << width / 2 << "\" y=\"48\" text-anchor=\"middle\" fill=\"#555\">"
       << Xml("backend " + report.backend + ": arena " + HumanBytes(report.layout.arena_bytes) +
              ", lower bound " + HumanBytes(report.layout.lower_bound_bytes) +
-             ", saved for backward " + HumanBytes(report.saved_for_backward_bytes))
+             ", saved for backward " + HumanBytes(report.saved_for_backward_bytes) +
+             (report.checkpoint ? " (" + HumanBytes(report.checkpoint->saved_before_bytes) +
+                                      " without checkpointing)"
+                                : ""))
       << "</text>\n";
 
   // Phase bands, one rect per run of equal phase, labelled when wide enough.

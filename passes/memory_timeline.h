@@ -32,6 +32,10 @@ struct TimelineOptions {
   std::vector<TimelineCurve> extra_curves;
 };
 
+// The plain plan's live bytes per step as a curve for extra_curves, drawn over the checkpointed
+// plan's stack; labelled with its peak: "without checkpointing (peak 1.5 GiB)".
+TimelineCurve PlainTimelineCurve(const MemoryReport& plain);
+
 // "peak 1.2 GiB at step 812 (node 'MatMul_41')": the label drawn at the peak.
 std::string TimelinePeakLabel(const MemoryReport& report);
 

@@ -8,7 +8,7 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   libcli11-dev libgtest-dev libgmock-dev
   libopenblas-dev
-  nlohmann-json3-dev
+  nlohmann-json3-dev libyaml-cpp-dev
   python3-torch python3-onnx python3-numpy
   libonnx-testdata
   bc

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/file_util.h"
+#include "compiler/ckpt_targets.h"
 #include "compiler/model_files.h"
 #include "compiler/module_tree.h"
 #include "compiler/onnx_export.h"
@@ -15,6 +16,7 @@
 #include "compiler/plan.h"
 #include "kernels/cpu/kernel.h"
 #include "passes/fold.h"
+#include "passes/checkpoint_report.h"
 #include "passes/memory_plan.h"
 #include "passes/memory_report.h"
 #include "passes/memory_timeline.h"
@@ -71,7 +73,26 @@ int Main(int argc, char** argv) {
   std::string dump_after, dump_plan;
   app.add_option("model", model, "the exported model (.onnx)");
   auto* o_output = app.add_option("-o,--output", prefix,
-                                  "output prefix: writes PREFIX.train.onnx and PREFIX.plan");
+                                  "output prefix: writes PREFIX.train.onnx and PREFIX.plan "
+                                  "(default: the model's file stem, in the current folder)");
+  bool dry_run = false;
+  app.add_flag("--dry-run", dry_run, "compile and print the report, but write no plan");
+  std::vector<std::string> ckpt_specs;
+  std::string ckpt_config;
+  cli::OneValueEach(
+      app.add_option("--ckpt", ckpt_specs,
+                     "checkpoint these modules (repeatable): an llm-foundry "
+                     "activation_checkpointing_target name (mptblock, grouped_query_attention, "
+                     "mptmlp, ...), a class name, a module-path glob (transformer.blocks.*.attn), "
+                     "a child of every block (attn) or `block`; =LAYERS picks layers as "
+                     "llm-foundry's target_blocks: 3 (the first 3), first-2,last-1, middle-2, "
+                     "range-0-4, [0,2,5]")
+          ->type_name("NAME[=LAYERS]"));
+  app.add_option("--ckpt-config", ckpt_config,
+                 "read the targets from an llm-foundry activation_checkpointing_target (a YAML or "
+                 "JSON value, or a whole training config: model.activation_checkpointing_target, "
+                 "on when fsdp_config.activation_checkpointing is true)")
+      ->type_name("FILE");
   app.add_flag("--list-modules", list_modules,
                "print the module tree (path, class, --ckpt keys, nodes, parameter bytes) and exit");
   app.add_flag("--list-ops", list_ops,
@@ -124,8 +145,31 @@ int Main(int argc, char** argv) {
   auto fold_limit = cli::ParseInteger<int64_t>("--fold-limit", fold_limit_text, 1, INT64_MAX,
                                                "a positive number of bytes");
   if (!fold_limit.ok()) return Fail(fold_limit.status().message(), cli::kExitUsage);
+  if (o_output->count() && dry_run)
+    return Fail("-o PREFIX and --dry-run contradict each other; drop one", cli::kExitUsage);
+  // Checkpoint targets: parsed before the import, so a typo costs nothing.
+  std::vector<CkptTarget> ckpt_targets;
+  for (const auto& spec : ckpt_specs) {
+    auto t = ParseCkptArg(spec);
+    if (!t.ok()) return Fail(t.status().message(), cli::kExitUsage);
+    ckpt_targets.push_back(*t);
+  }
+  if (!ckpt_config.empty()) {
+    auto config = ReadCkptConfig(ckpt_config);
+    if (!config.ok()) return Fail(config.status().message());
+    for (const auto& w : config->warnings) std::cerr << kTool << ": warning: " << w << "\n";
+    if (config->enabled)
+      ckpt_targets.insert(ckpt_targets.end(), config->targets.begin(), config->targets.end());
+  }
+  if (!ckpt_targets.empty() && forward_only)
+    return Fail("--ckpt and --ckpt-config checkpoint a training step; drop --forward-only",
+                cli::kExitUsage);
+
+  // Without -o the outputs go to the current folder under the model's stem (never over the
+  // input: CheckOutputsSpareInputs below compares files, not names).
+  if (!o_output->count() && !dry_run) prefix = fs::path(model).stem().string();
   std::optional<CompiledOutputs> outputs;
-  if (o_output->count()) {
+  if (!dry_run) {
     auto paths = CompiledOutputPaths(prefix);
     if (!paths.ok()) return Fail(paths.status().message(), cli::kExitUsage);
     outputs = *paths;
@@ -165,6 +209,13 @@ int Main(int argc, char** argv) {
           option.substr(0, option.find(' ')) + " describes a training step; drop --forward-only",
           cli::kExitUsage);
 
+  std::optional<CkptSelection> selection;
+  if (!ckpt_targets.empty()) {
+    auto selected = SelectCkptTargets(*graph, ckpt_targets);
+    if (!selected.ok()) return Fail(selected.status().message());
+    selection = std::move(selected).value();
+  }
+
   ModelFiles model_files;
   if (outputs || o_dump_plan->count() || !report_json.empty() || !memory_timeline.empty()) {
     auto files = InspectModelFile(model);
@@ -191,6 +242,16 @@ int Main(int argc, char** argv) {
   pipeline.log = &std::cout;
   pipeline.dump_after = dump_after;
   pipeline.dump = &std::cout;
+  // With checkpointing, the plain training graph (autodiff's output) is planned beside the
+  // checkpointed one: the report says what checkpointing changed against it.
+  std::optional<Graph> plain;
+  if (selection) {
+    for (const auto& instance : selection->instances)
+      options.remat.instances.push_back(instance.module);
+    pipeline.after_pass = [&](std::string_view pass, const Graph& g) {
+      if (pass == "autodiff") plain = g;
+    };
+  }
 
   std::cout << "foundry-compile " << model << "\n";
   Status st = RunPasses(*graph, BuildPipeline(options), pipeline);
@@ -200,6 +261,7 @@ int Main(int argc, char** argv) {
   // The memory plan and its report: printed after every training compile; the report files are
   // written last, so a failed -o pair leaves none behind.
   std::optional<MemoryReport> report;
+  TimelineOptions timeline;
   if (!forward_only) {
     auto memory = PlanMemory(*graph, {{"cpu", CpuWorkspaceBytes}});
     if (!memory.ok()) return Fail(memory.status().message());
@@ -207,6 +269,19 @@ int Main(int argc, char** argv) {
     auto built = BuildMemoryReport(*graph, plan.memory, "cpu", model, *dims);
     if (!built.ok()) return Fail(built.status().message());
     report = std::move(built).value();
+    if (plain) {
+      SchedulePass schedule;
+      auto scheduled = schedule.Run(*plain);
+      if (!scheduled.ok()) return Fail(scheduled.status().message());
+      auto plain_memory = PlanMemory(*plain, {{"cpu", CpuWorkspaceBytes}});
+      if (!plain_memory.ok()) return Fail(plain_memory.status().message());
+      auto plain_report = BuildMemoryReport(*plain, *plain_memory, "cpu", model, *dims);
+      if (!plain_report.ok()) return Fail(plain_report.status().message());
+      auto ckpt = BuildCheckpointReport(*plain, *plain_memory, *graph, plan.memory, *selection);
+      if (!ckpt.ok()) return Fail(ckpt.status().message());
+      report->checkpoint = std::move(ckpt).value();
+      timeline.extra_curves.push_back(PlainTimelineCurve(*plain_report));
+    }
     std::cout << FormatMemoryReport(*report);
   }
   if (o_dump_plan->count()) {
@@ -219,7 +294,7 @@ int Main(int argc, char** argv) {
       const std::string& path = report_files[i].first;
       if (path.empty()) continue;
       RETURN_IF_ERROR(
-          WriteFileAtomic(path, i == 0 ? MemoryReportJson(*report) : MemoryTimelineSvg(*report)));
+          WriteFileAtomic(path, i == 0 ? MemoryReportJson(*report) : MemoryTimelineSvg(*report, timeline)));
       std::cout << "wrote " << path << "\n";
     }
     return Status::Ok();
@@ -227,7 +302,7 @@ int Main(int argc, char** argv) {
 
   if (!outputs) {
     if (Status w = write_report_files(); !w.ok()) return Fail(w.message());
-    std::cout << "(no -o PREFIX given: no plan written)\n";
+    std::cout << "(--dry-run: no plan written)\n";
     return 0;
   }
   if (!forward_only) {

@@ -177,6 +177,35 @@ TEST(ModuleTreeTest, HugeLayerNumbersAreNotBlocks) {
   for (const auto& m : ListModules(g)) EXPECT_EQ(m.block_index, -1) << m.path;
 }
 
+// Every llm-foundry registry key, with the class it selects; megablocks' MoE and dMoE only from
+// megablocks (llm-foundry's own dMoE is torch_dmoe; a MoE of any other package is no key's).
+TEST(ModuleTreeTest, TheWholeLlmFoundryRegistry) {
+  std::vector<std::string> keys;
+  for (const auto& r : CkptRegistry()) keys.push_back(r.key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"mptblock", "norm_attn_norm", "grouped_query_attention",
+                                            "multihead_attention", "multiquery_attention", "mptmlp",
+                                            "mptglu", "torch_dmoe", "te_ln_mlp", "mb_moe",
+                                            "mb_dmoe", "layernorm", "low_precision_layernorm",
+                                            "rmsnorm", "low_precision_rmsnorm", "triton_rmsnorm"}));
+  EXPECT_TRUE(IsCkptRegistryKey("te_ln_mlp"));
+  EXPECT_FALSE(IsCkptRegistryKey("block"));
+  EXPECT_EQ(RegistryKeys({"llmfoundry.models.layers.dmoe.dMoE"}),
+            (std::vector<std::string>{"torch_dmoe", "dmoe"}));
+  EXPECT_EQ(RegistryKeys({"megablocks.layers.dmoe.dMoE"}),
+            (std::vector<std::string>{"mb_dmoe", "dmoe"}));
+  EXPECT_EQ(RegistryKeys({"megablocks.layers.moe.MoE"}),
+            (std::vector<std::string>{"mb_moe", "moe"}));
+  EXPECT_EQ(RegistryKeys({"mymodel.MoE"}), (std::vector<std::string>{"moe"}));
+  EXPECT_EQ(RegistryKeys({"llmfoundry.models.layers.blocks.FusedNormAttentionNorm"}),
+            (std::vector<std::string>{"norm_attn_norm", "fusednormattentionnorm"}));
+  EXPECT_EQ(RegistryKeys({"transformer_engine.pytorch.LayerNormMLP"}),
+            (std::vector<std::string>{"te_ln_mlp", "layernormmlp"}));
+  EXPECT_EQ(RegistryKeys({"TritonRMSNorm"}),
+            (std::vector<std::string>{"triton_rmsnorm", "tritonrmsnorm"}));
+  EXPECT_TRUE(ModulePathLess("blocks.2", "blocks.10"));
+  EXPECT_FALSE(ModulePathLess("blocks.10", "blocks.2"));
+}
+
 TEST(ModuleTreeTest, HumanBytes) {
   EXPECT_EQ(HumanBytes(0), "0 B");
   EXPECT_EQ(HumanBytes(1023), "1023 B");
@@ -201,13 +230,14 @@ TEST(ModuleTreeTest, FormatsATable) {
   g.modules["blocks.1"] = Module{};  // a module whose class the export did not name
   EXPECT_EQ(
       FormatModuleTree(ListModules(g)),
-      R"(module             class               --ckpt keys                                  nodes  params
-(root)             Root                -                                                2    64 B
-  blocks.0         MPTBlock            mptblock,block                                   2    64 B
-    blocks.0.act   GELU                -                                                1     0 B
-    blocks.0.attn  MultiheadAttention  multihead_attention,grouped_query_attention      1    64 B
-  blocks.1         ?                   block                                            0     0 B
+      R"(module             class               --ckpt keys                                                          nodes  params
+(root)             Root                -                                                                        2    64 B
+  blocks.0         MPTBlock            mptblock,block                                                           2    64 B
+    blocks.0.act   GELU                gelu,act                                                                 1     0 B
+    blocks.0.attn  MultiheadAttention  multihead_attention,grouped_query_attention,multiheadattention,attn      1    64 B
+  blocks.1         ?                   block                                                                    0     0 B
 block: blocks.N, N = 0..1 (2 blocks: the repeated instances of a module list; layer ranges count N)
+keys: the --ckpt names that select the module (case-insensitive; a base class's name selects too; modules outside the blocks are never checkpointed)
 ?: the export names no class for the module (a plain torch.onnx.export; foundry's exporter adds the classes)
 )");
 }
@@ -257,20 +287,21 @@ TEST(ModuleTreeTest, StockExportWithScopedNamesOnly) {
   bert                                                 ?      -                6   256 B
     bert.encoder                                       ?      -                6   256 B
       bert.encoder.layer.0                             ?      block            3   128 B
-        bert.encoder.layer.0.attention                 ?      -                2    64 B
+        bert.encoder.layer.0.attention                 ?      attention        2    64 B
           bert.encoder.layer.0.attention.self          ?      -                2    64 B
             bert.encoder.layer.0.attention.self.query  ?      -                1    64 B
-        bert.encoder.layer.0.output                    ?      -                1    64 B
+        bert.encoder.layer.0.output                    ?      output           1    64 B
           bert.encoder.layer.0.output.dense            ?      -                1    64 B
       bert.encoder.layer.1                             ?      block            3   128 B
-        bert.encoder.layer.1.attention                 ?      -                2    64 B
+        bert.encoder.layer.1.attention                 ?      attention        2    64 B
           bert.encoder.layer.1.attention.self          ?      -                2    64 B
             bert.encoder.layer.1.attention.self.query  ?      -                1    64 B
-        bert.encoder.layer.1.output                    ?      -                1    64 B
+        bert.encoder.layer.1.output                    ?      output           1    64 B
           bert.encoder.layer.1.output.dense            ?      -                1    64 B
   transformer                                          ?      -                3   128 B
     transformer.wte                                    ?      -                3   128 B
 block: bert.encoder.layer.N, N = 0..1 (2 blocks: the repeated instances of a module list; layer ranges count N)
+keys: the --ckpt names that select the module (case-insensitive; a base class's name selects too; modules outside the blocks are never checkpointed)
 ?: the export names no class for the module (a plain torch.onnx.export; foundry's exporter adds the classes)
 )");
   for (const Node& n : g->nodes) {

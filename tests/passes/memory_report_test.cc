@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compiler/op_schema.h"
 #include "compiler/text.h"
 #include "passes/fold.h"
 
@@ -126,7 +127,7 @@ TEST(MemoryReportTest, RecomputeReadersSaveOptimizerReadersDoNot) {
   r = BuildMemoryReport(g, StepPlan(g), "cpu", "step.onnx", {});
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->saved_for_backward_bytes, 2048);
-  EXPECT_EQ(r->flops.recompute, 1);  // g2: one scalar
+  EXPECT_EQ(r->flops.recompute, 512);  // g2: a ReduceSum, one add per element of b
 }
 
 TEST(MemoryReportTest, StepsSplitLiveBytesByKindAndPeakAtTheBound) {
@@ -191,6 +192,72 @@ TEST(MemoryReportTest, FlopsOfMatMulGemmAndFusedMatMulAreExact) {
   EXPECT_EQ(f.recompute, 0);
 }
 
+// The per-op table: rows per output element, per input element, variadic ops, Gemm's bias.
+TEST(MemoryReportTest, FlopsOfOtherOpsFollowTheTable) {
+  auto g = ParseGraph(R"(graph g {
+  input x : f32[4,8]
+  input y : f32[4,8]
+  input z : f32[4,8]
+  input s : f32[8]
+  input bias : f32[6]
+  input w : f32[8,6]
+  input labels : i64[4]
+  input idx : i64[3]
+  input dy : f32[3,8]
+  const shape : i64[2] = [4, 8]
+  sm = Softmax(x) {axis=-1}
+  ln = LayerNormalization(x, s, s) {axis=-1}
+  gl = com.microsoft::Gelu(x)
+  fg = com.microsoft::FastGeluGrad(dy, dy)
+  sum3 = Sum(x, y, z)
+  mean3 = Mean(x, y, z)
+  max1 = Max(x)
+  rs = ReduceSum(x) {keepdims=0}
+  loss = SoftmaxCrossEntropyLoss(x, labels) {reduction="mean"}
+  gg = com.microsoft::GatherGrad(shape, idx, dy)
+  tr = Transpose(x) {perm=[1, 0]}
+  gb = Gemm(x, w, bias)
+  output sm
+  output ln
+  output gl
+  output fg
+  output sum3
+  output mean3
+  output max1
+  output rs
+  output loss
+  output gg
+  output tr
+  output gb
+})");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_TRUE(FoldPass({}).Run(*g).ok());
+  std::map<std::string, int64_t> flops;
+  for (const Node& n : g->nodes) flops[n.outputs[0]] = NodeFlops(*g, n);
+  EXPECT_EQ(flops["sm"], 5 * 32);
+  EXPECT_EQ(flops["ln"], 7 * 32);
+  EXPECT_EQ(flops["gl"], 5 * 32);
+  EXPECT_EQ(flops["fg"], 18 * 24);
+  EXPECT_EQ(flops["sum3"], 2 * 32);               // two adds per element for three inputs
+  EXPECT_EQ(flops["mean3"], 3 * 32);              // and one scale
+  EXPECT_EQ(flops["max1"], 0);                    // one input: a copy
+  EXPECT_EQ(flops["rs"], 32);                     // per element reduced, not per (scalar) output
+  EXPECT_EQ(flops["loss"], 5 * 32);               // the log-softmax over the logits
+  EXPECT_EQ(flops["gg"], 24);                     // one add per element of dY (input 2)
+  EXPECT_EQ(flops["tr"], 0);                      // data movement
+  EXPECT_EQ(flops["gb"], 2 * 4 * 6 * 8 + 4 * 6);  // 2·M·N·K and the bias add
+}
+
+// Every op foundry knows has a row (or is a matrix product): no op falls back silently.
+TEST(MemoryReportTest, EveryOpHasAFlopRow) {
+  for (const OpSchema* op : OpSchemas().All()) {
+    const bool matrix =
+        op->op_type == "MatMul" || op->op_type == "FusedMatMul" || op->op_type == "Gemm";
+    EXPECT_TRUE(matrix || FindOpFlops(op->domain, op->op_type))
+        << op->domain << "::" << op->op_type << " has no row in the FLOP table";
+  }
+}
+
 TEST(MemoryReportTest, JsonHasEverySchemaKey) {
   Graph g = StepGraph();
   MemoryPlan plan = StepPlan(g);
@@ -213,8 +280,10 @@ TEST(MemoryReportTest, JsonHasEverySchemaKey) {
   EXPECT_EQ(m.at("constant_bytes"), 24);
   EXPECT_EQ(m.at("total_bytes"), 5632 + 1024 + 1024 + 2048 + 1024 + 24 + 4);
   const auto& f = j.at("flops");
-  EXPECT_EQ(f.at("forward"), 256 + 512 + 512 + 1);
-  EXPECT_EQ(f.at("backward"), 256 + 256 + 256 + 1 + 1 + 256);
+  // Mul, Reshape (a view: 0), Concat (a copy: 0), Exp, ReduceSum (per element of its input).
+  EXPECT_EQ(f.at("forward"), 256 + 0 + 0 + 512 + 512);
+  // g1 Mul, g1f view, g3 Mul, g4 Add, g2 ReduceSum over b, g2l scalar Mul, w_grad Mul.
+  EXPECT_EQ(f.at("backward"), 256 + 0 + 256 + 256 + 512 + 1 + 256);
   EXPECT_EQ(f.at("recompute"), 0);
   ASSERT_EQ(j.at("modules").size(), 2u);
   EXPECT_EQ(j.at("modules")[0], (nlohmann::json{{"module", "blk.attn"},

@@ -51,9 +51,9 @@ class FoundryCompileReportTest : public testing::Test {
   std::string dir_;
 };
 
-TEST_F(FoundryCompileReportTest, WritesBothFilesWithoutDashO) {
-  ExecResult r =
-      Compile({kTiny, "--report-json", Path("r.json"), "--memory-timeline", Path("t.svg")});
+TEST_F(FoundryCompileReportTest, WritesBothFilesWithDryRun) {
+  ExecResult r = Compile(
+      {kTiny, "--dry-run", "--report-json", Path("r.json"), "--memory-timeline", Path("t.svg")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_EQ(Files(), (std::vector<std::string>{"r.json", "t.svg"}));
   const auto j = nlohmann::json::parse(ReadWholeFile(Path("r.json")));
@@ -83,7 +83,7 @@ TEST_F(FoundryCompileReportTest, WritesBothFilesWithoutDashO) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("wrote " + Path("r.json") + "\n"), std::string::npos);
-  EXPECT_NE(r.out.find("(no -o PREFIX given: no plan written)"), std::string::npos);
+  EXPECT_NE(r.out.find("(--dry-run: no plan written)"), std::string::npos);
   EXPECT_EQ(ReadWholeFile(Path("t.svg")).rfind("<?xml", 0), 0u);
 }
 

@@ -165,11 +165,16 @@ TEST_F(FoundryCompileTest, ListModulesOnAStockExport) {
   EXPECT_EQ(columns(r.out).size(), 29u) << r.out;
   EXPECT_EQ(columns(r.out), columns(annotated.out));
   for (const char* line :
-       {"(root)                                         ?      -              272  455.0 KiB\n",
-        "    transformer.blocks.0                       ?      block          114  195.2 KiB\n",
-        "      transformer.blocks.0.attn                ?      -               90   65.0 KiB\n",
-        "    transformer.blocks.1                       ?      block          111  195.2 KiB\n",
-        "    transformer.wte                            ?      -                3   64.0 KiB\n",
+       {"(root)                                         ?      -                     272  455.0 "
+        "KiB\n",
+        "    transformer.blocks.0                       ?      block                 114  195.2 "
+        "KiB\n",
+        "      transformer.blocks.0.attn                ?      attn                   90   65.0 "
+        "KiB\n",
+        "    transformer.blocks.1                       ?      block                 111  195.2 "
+        "KiB\n",
+        "    transformer.wte                            ?      -                       3   64.0 "
+        "KiB\n",
         "block: transformer.blocks.N, N = 0..1 (2 blocks: the repeated instances of a module "
         "list; layer ranges count N)\n",
         "?: the export names no class for the module (a plain torch.onnx.export; foundry's "
