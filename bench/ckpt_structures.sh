@@ -5,7 +5,8 @@
 # (= grouped_query_attention + mptmlp), mptblock. For each, from
 # `foundry-compile X.onnx --dim batch=1 --dim seq=S --ckpt ... --report-json F -o PREFIX`:
 # saved for backward, arena and planned total of one step (memory.*_bytes), recompute FLOPs as a
-# share of forward + backward FLOPs (flops.recompute / (flops.forward + flops.backward)), and the
+# share of the step's FLOPs as the report gives it (checkpoint.recompute_percent: flops.recompute
+# / (forward + backward + recompute)), and the
 # compile time, import -> plan written (the whole process's wall clock, training graph and plan
 # written), median of BENCH_REPEATS (default 3) runs.
 # Prints a markdown section on stdout (bench/run.sh puts it in bench/RESULTS.md).
@@ -59,7 +60,7 @@ compile_s() {
 
 echo "## Activation checkpointing on the big structures (compile only, no weights)"
 echo
-echo "Measured by \`bench/ckpt_structures.sh\` with \`$compile\` (built $(date -r "$compile" -u +%FT%TZ), worktree at $(git rev-parse --short HEAD 2>/dev/null || echo '?')), load average $(cut -d' ' -f1-3 /proc/loadavg) at the start, $(nproc) cores. \`foundry-compile X.onnx --dim batch=1 --dim seq=S --ckpt ... --report-json F -o PREFIX\`; \`both\` = \`--ckpt grouped_query_attention --ckpt mptmlp\`. MiB from the report: saved for backward, the arena (every transient of a step), the planned total of one step (arena, parameters, gradients, AdamW state, inputs, constants). Recompute FLOPs: \`flops.recompute / (flops.forward + flops.backward)\`. Compile: wall clock of the whole command, import -> training graph and plan written, median of $repeats."
+echo "Measured by \`bench/ckpt_structures.sh\` with \`$compile\` (built $(date -r "$compile" -u +%FT%TZ), worktree at $(git rev-parse --short HEAD 2>/dev/null || echo '?')), load average $(cut -d' ' -f1-3 /proc/loadavg) at the start, $(nproc) cores. \`foundry-compile X.onnx --dim batch=1 --dim seq=S --ckpt ... --report-json F -o PREFIX\`; \`both\` = \`--ckpt grouped_query_attention --ckpt mptmlp\`. MiB from the report: saved for backward, the arena (every transient of a step), the planned total of one step (arena, parameters, gradients, AdamW state, inputs, constants). Recompute FLOPs: the report's share of the step's FLOPs (\`checkpoint.recompute_percent\` = recompute / (forward + backward + recompute)). Compile: wall clock of the whole command, import -> training graph and plan written, median of $repeats."
 echo
 echo "| structure | seq | target | saved for backward MiB | saved vs none | arena MiB | total MiB | recompute FLOPs | compile s |"
 echo "|---|---:|---|---:|---:|---:|---:|---:|---:|"
@@ -75,8 +76,10 @@ for spec in mpt_1b:2048 mpt_7b:2048 mpt_30b:2048 mpt_30b:8192; do
 import json, sys
 d = json.load(open(sys.argv[1]))
 m, fl = d['memory'], d['flops']
-print(m['saved_for_backward_bytes'], m['arena_bytes'], m['total_bytes'],
-      '%.1f' % (100 * fl['recompute'] / (fl['forward'] + fl['backward'])))" "$tmp/report.json")
+c = d.get('checkpoint', {})
+# The report's share of the step (forward + backward + recompute); no checkpoint object: none.
+pct = c.get('recompute_percent', 100 * fl['recompute'] / (fl['forward'] + fl['backward'] + fl['recompute']))
+print(m['saved_for_backward_bytes'], m['arena_bytes'], m['total_bytes'], '%.2f' % pct)" "$tmp/report.json")
     [[ $t == none ]] && none_saved=$saved
     mib() { echo "$1 / 1048576" | bc -l | xargs printf "%.1f"; }
     echo "| $name | $seq | $t | $(mib "$saved") | $(echo "$saved / $none_saved" | bc -l | xargs printf "%.3f") | $(mib "$arena") | $(mib "$total") | $rc % | $s |"
