@@ -14,8 +14,9 @@
 #    (OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = 1 on both sides, torch.set_num_threads(1), as
 #    bench/vs_pytorch.sh): median ms/step of BENCH_CKPT_STEPS (default 4) steps after one warm-up
 #    on each side, and each target's overhead over the same side's plain step, with foundry's
-#    recompute-FLOP ratio at that seq beside it. Targets run one after the other, foundry then
-#    PyTorch for each, so slow drift of the machine's load hits both sides alike.
+#    recompute-FLOP ratio at that seq beside it. Each target's plain step is measured right
+#    before it on each side (foundry plain, foundry target, PyTorch plain, PyTorch target), so slow
+#    drift of the machine's load does not land in the ratios.
 # Prints a markdown section on stdout (bench/run.sh puts it in bench/RESULTS.md).
 # Usage: bench/ckpt_vs_pytorch.sh [BUILD_DIR]
 #   BENCH_CKPT_TARGETS (default "none grouped_query_attention mptmlp both mptblock"): the targets;
@@ -137,7 +138,7 @@ for t in "${targets[@]}"; do
   t_region=$(json "$tmp/t.json" "d['region_input_bytes']")
   t_saved=$((t_all - t_feeds))
   [[ $t == none ]] && { f_none=$f_saved; t_none=$t_saved; }
-  saved_rows+=("| $t | $(mib "$f_saved") | $(mib "$t_saved") (of which region inputs $(mib "$t_region")) | $(ratio "$f_saved" "$t_saved") | $(ratio "$f_saved" "$f_none") | $(ratio "$t_saved" "$t_none") | $(recompute_pct "$tmp/${t}_1024.json") |")
+  saved_rows+=("| $t | $(mib "$f_saved") | $(mib "$t_saved") (of which region inputs $(mib "$t_region")) | $((f_saved - t_saved)) | $(ratio "$f_saved" "$t_saved") | $(ratio "$f_saved" "$f_none") | $(ratio "$t_saved" "$t_none") | $(recompute_pct "$tmp/${t}_1024.json") |")
   diff_notes+=("- $t: $(saved_diff "$tmp/${t}_1024.train.onnx" "$tmp/t.json")")
   if [[ $t != none ]]; then
     grad_notes+=("$t $(json "$tmp/t.json" "'%g' % d['grad_max_abs_diff_vs_plain']") ($(json "$tmp/t.json" "d['checkpointed_modules']") modules wrapped)")
@@ -146,27 +147,34 @@ for t in "${targets[@]}"; do
 done
 
 # --- step time, seq $tseq, one thread ---
+# Median ms/step of target $1 on foundry's side, then on PyTorch's.
+foundry_ms() {
+  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$run" "$tmp/${1}_$tseq" --steps $((steps + 1)) > "$tmp/f.log"
+  awk '/^step /{split($2, a, "/"); if (a[1] > 1) print $5}' "$tmp/f.log" | median
+}
+torch_ms() {
+  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $py bench/pytorch_side.py --config mpt_125m \
+    --seq "$tseq" --threads 1 --steps "$steps" --ckpt "$1" > "$tmp/t.json"
+  json "$tmp/t.json" "round(d['step_seconds'] * 1000, 1)"
+}
 time_rows=()
-for t in "${targets[@]}"; do
+[[ $steps -gt 0 ]] && compile_target none "$tseq"
+for t in "${targets[@]:1}"; do
   [[ $steps -gt 0 ]] || break
   compile_target "$t" "$tseq"
-  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$run" "$tmp/${t}_$tseq" --steps $((steps + 1)) > "$tmp/f.log"
-  f_ms=$(awk '/^step /{split($2, a, "/"); if (a[1] > 1) print $5}' "$tmp/f.log" | median)
-  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $py bench/pytorch_side.py --config mpt_125m \
-    --seq "$tseq" --threads 1 --steps "$steps" --ckpt "$t" > "$tmp/t.json"
-  t_ms=$(json "$tmp/t.json" "round(d['step_seconds'] * 1000, 1)")
-  [[ $t == none ]] && { f_plain=$f_ms; t_plain=$t_ms; }
+  # Each overhead against a plain step measured right beside it: the machine's load drifts over
+  # minutes (other builds share its cores), so a plain step measured once at the start would not do.
+  f_plain=$(foundry_ms none)
+  f_ms=$(foundry_ms "$t")
+  t_plain=$(torch_ms none)
+  t_ms=$(torch_ms "$t")
   rc=$(json "$tmp/${t}_$tseq.json" "'%.8f' % (d['flops']['recompute'] / (d['flops']['forward'] + d['flops']['backward']))")
-  if [[ $t == none ]]; then
-    f_over="-"; t_over="-"; diff="-"; vs_flops="-"
-  else
-    f_over=$(pct "$f_ms" "$f_plain")
-    t_over=$(pct "$t_ms" "$t_plain")
-    diff=$(echo "($f_ms / $f_plain - $t_ms / $t_plain) * 100" | bc -l | xargs printf "%+.1f")
-    vs_flops=$(echo "$rc > 0" | bc -l | grep -q 1 &&
-      echo "($f_ms / $f_plain - 1) / $rc" | bc -l | xargs printf "%.2f" || echo "-")
-  fi
-  time_rows+=("| $t | $f_ms | $f_over | $(recompute_pct "$tmp/${t}_$tseq.json") | $vs_flops | $t_ms | $t_over | $diff |")
+  f_over=$(pct "$f_ms" "$f_plain")
+  t_over=$(pct "$t_ms" "$t_plain")
+  diff=$(echo "($f_ms / $f_plain - $t_ms / $t_plain) * 100" | bc -l | xargs printf "%+.1f")
+  vs_flops=$(echo "$rc > 0" | bc -l | grep -q 1 &&
+    echo "($f_ms / $f_plain - 1) / $rc" | bc -l | xargs printf "%.2f" || echo "-")
+  time_rows+=("| $t | $f_plain | $f_ms | $f_over | $(recompute_pct "$tmp/${t}_$tseq.json") | $vs_flops | $t_plain | $t_ms | $t_over | $diff |")
 done
 
 echo "## Activation checkpointing side by side with PyTorch (CPU, MPT-125M, batch 1, fp32)"
@@ -175,8 +183,8 @@ echo "Measured by \`bench/ckpt_vs_pytorch.sh\` (PyTorch $torch_version, \`bench/
 echo
 echo "Seq 1024: saved for backward in MiB, parameters and feeds excluded. foundry: the compile-time report. PyTorch: unique storages seen by \`saved_tensors_hooks\` plus the checkpointed regions' inputs, which the non-reentrant checkpoint keeps for its recompute (the tensors saved inside a region exist only during the backward's recompute and are not counted on either side)."
 echo
-echo "| target | foundry MiB | PyTorch MiB | foundry / PyTorch | foundry vs none | PyTorch vs none | recompute FLOPs |"
-echo "|---|---:|---:|---:|---:|---:|---:|"
+echo "| target | foundry MiB | PyTorch MiB | foundry - PyTorch bytes | foundry / PyTorch | foundry vs none | PyTorch vs none | recompute FLOPs |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 printf '%s\n' "${saved_rows[@]}"
 echo
 echo "Where the two differ, by storage size (size: how many foundry keeps vs how many PyTorch keeps; foundry: the saved values recomputed from the compiled \`.train.onnx\`; PyTorch: the storages counted above, feeds included; a PyTorch view keeps its whole base storage, so one PyTorch storage can stand for several foundry values):"
@@ -188,8 +196,8 @@ if [[ ${#grad_notes[@]} -gt 0 ]]; then
   echo
 fi
 [[ $steps -gt 0 ]] || exit 0
-echo "Seq $tseq, one thread on both sides (OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = torch.set_num_threads = 1): median ms/step of $steps steps after one warm-up (forward, backward, AdamW), and each target's overhead over the same side's plain step. Goals: foundry's overhead <= PyTorch's (last column, foundry's overhead minus PyTorch's in percentage points, <= 0) and within 20 % of its recompute-FLOP ratio (overhead / recompute FLOPs between 0.8 and 1.2). The issue's earlier PyTorch measurement: attention +22 %, mptmlp +3 %, mptblock +12 %."
+echo "Seq $tseq, one thread on both sides (OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = torch.set_num_threads = 1): median ms/step of $steps steps after one warm-up (forward, backward, AdamW), and each target's overhead over the same side's plain step, measured right before it (foundry plain, foundry checkpointed, PyTorch plain, PyTorch checkpointed, one target after the other). Goals: foundry's overhead <= PyTorch's (last column, foundry's overhead minus PyTorch's in percentage points, <= 0) and within 20 % of its recompute-FLOP ratio (overhead / recompute FLOPs between 0.8 and 1.2). The issue's earlier PyTorch measurement: attention +22 %, mptmlp +3 %, mptblock +12 %."
 echo
-echo "| target | foundry ms/step | foundry overhead | foundry recompute FLOPs | overhead / recompute FLOPs | PyTorch ms/step | PyTorch overhead | foundry - PyTorch overhead (points) |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+echo "| target | foundry plain ms | foundry ms | foundry overhead | foundry recompute FLOPs | overhead / recompute FLOPs | PyTorch plain ms | PyTorch ms | PyTorch overhead | foundry - PyTorch overhead (points) |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 printf '%s\n' "${time_rows[@]}"
