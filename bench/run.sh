@@ -6,6 +6,8 @@
 # Usage: bench/run.sh [BUILD_DIR]   (build first: scripts/test.sh or cmake --build)
 # BENCH_REPEATS (default 5): compiles per fixture and export kind; the median is reported.
 # BENCH_STEPS (default 200): training steps per fixture; the median of steps 11.. is reported.
+# Sections from bench/vs_pytorch.sh, bench/ckpt_structures.sh and bench/ckpt_vs_pytorch.sh (the
+# activation-checkpointing tables) follow; see each script for its own variables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -119,6 +121,10 @@ print(' | '.join([mib('arena_bytes'), mib('lower_bound_bytes'),
   echo '```'
   echo
   bash bench/vs_pytorch.sh "$build"
+  echo
+  bash bench/ckpt_structures.sh "$build"
+  echo
+  bash bench/ckpt_vs_pytorch.sh "$build"
   echo
   echo "$marker"
   # Sections written by hand (fuzzing, mutation test) follow the marker and are kept.

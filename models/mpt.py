@@ -474,6 +474,43 @@ FUNCTION_CLASSES = {MPTBlock, GroupedQueryAttention, MultiheadAttention, MultiQu
                     MPTMLP, MPTGLU, LPLayerNorm, RMSNorm, LPRMSNorm}
 
 
+def apply_activation_checkpointing(model: nn.Module, targets) -> int:
+    """Wraps, in place, every module of `model` that is an instance of a MODULE_REGISTRY class
+    named in `targets` (registry keys, e.g. ["grouped_query_attention", "mptmlp"]) in a
+    non-reentrant checkpoint, as llm-foundry trains with `fsdp_config.activation_checkpointing`
+    (Composer's FSDP setup, `activation_checkpointing_reentrant: false`): torch's
+    `checkpoint_wrapper(module, checkpoint_impl=CheckpointImpl.NO_REENTRANT)` in place of each
+    selected child, inner modules before outer ones, as torch's `apply_activation_checkpointing`
+    (which Composer calls) does. That function itself is not used: it imports
+    torch.distributed.fsdp, which Debian's torch 1.13 cannot import under Python 3.11.
+
+    Off unless called; the export never calls it. The wrapped forward runs the same modules on the
+    same inputs, so loss and gradients are unchanged (the backward re-runs each wrapped forward
+    with the saved RNG state). Returns how many modules were wrapped.
+    """
+    # Private in torch 1.13 and 2.x alike, but the same path and signature in both.
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl, checkpoint_wrapper)
+
+    unknown = [t for t in targets if t.lower() not in MODULE_REGISTRY]
+    if unknown:
+        raise ValueError(f"unknown activation checkpointing targets {unknown} "
+                         f"(known: {sorted(MODULE_REGISTRY)})")
+    classes = tuple(MODULE_REGISTRY[t.lower()] for t in targets)
+
+    def wrap_children(parent: nn.Module) -> int:
+        wrapped = 0
+        for name, child in list(parent.named_children()):
+            wrapped += wrap_children(child)
+            if isinstance(child, classes):
+                setattr(parent, name,
+                        checkpoint_wrapper(child, checkpoint_impl=CheckpointImpl.NO_REENTRANT))
+                wrapped += 1
+        return wrapped
+
+    return wrap_children(model)
+
+
 def build_model(config: Dict[str, Any], device=None) -> MPTForCausalLM:
     return MPTForCausalLM(MPTConfig.from_dict(config), device=device)
 
