@@ -1,0 +1,347 @@
+// --memory-budget's search (passes/ckpt_budget.h): optimality against brute force on 2-layer
+// fixtures (every selection planned with the real planner), the lower bound the search prunes
+// with, a smoke test on the 7B structure against llm-foundry's uniform targets, the error below
+// the minimum, and byte sizes.
+#include "passes/ckpt_budget.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <set>
+
+#include "compiler/module_tree.h"
+#include "compiler/onnx_import.h"
+#include "passes/pipeline.h"
+#include "runtime/data.h"
+#include "tests/support/fixture_plans.h"
+
+namespace fs = std::filesystem;
+
+namespace foundry {
+namespace {
+
+// The pipeline's graph right after autodiff, as foundry-compile keeps it.
+std::optional<Graph> AutodiffGraph(const fs::path& model,
+                                   const std::map<std::string, int64_t>& dims) {
+  auto g = ImportOnnx(model.string(), {.dims = dims});
+  EXPECT_TRUE(g.ok()) << g.status().message();
+  if (!g.ok()) return std::nullopt;
+  CompileOptions options;
+  options.fold.dims = dims;
+  std::optional<Graph> out;
+  PipelineOptions pipeline;
+  pipeline.after_pass = [&](std::string_view pass, const Graph& graph) {
+    if (pass == "autodiff") out = graph;
+  };
+  Status st = RunPasses(*g, BuildPipeline(options), pipeline);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return out;
+}
+
+// A fixture's autodiff graph at the shapes of its inputs.
+std::optional<Graph> FixtureGraph(const std::string& fixture, const std::string& file) {
+  const fs::path dir = fs::path(FOUNDRY_SOURCE_DIR) / "models/fixtures" / fixture;
+  std::map<std::string, int64_t> dims;
+  for (const TrainingFixture& f : TrainingFixtures(dir.parent_path())) {
+    if (f.dir != dir) continue;
+    auto g = ImportOnnx((dir / file).string(), {});
+    EXPECT_TRUE(g.ok()) << g.status().message();
+    if (!g.ok()) return std::nullopt;
+    for (const auto& spec : f.feeds) {
+      auto feed = ReadFeed(spec);
+      EXPECT_TRUE(feed.ok()) << feed.status().message();
+      if (!feed.ok()) return std::nullopt;
+      const Value* v = g->FindValue(feed->name);
+      if (!v) continue;
+      for (size_t d = 0; d < v->dim_params.size() && d < feed->tensor.shape().size(); ++d)
+        if (!v->dim_params[d].empty()) dims[v->dim_params[d]] = feed->tensor.shape()[d];
+    }
+  }
+  EXPECT_FALSE(dims.empty()) << fixture;
+  return AutodiffGraph(dir / file, dims);
+}
+
+// Per layer: none, the block, every non-empty subset of its eligible children.
+std::vector<std::vector<std::vector<std::string>>> LayerOptions(const Graph& g) {
+  std::vector<std::vector<std::vector<std::string>>> out;
+  for (const BlockLayer& layer : CheckpointableLayers(g)) {
+    std::vector<std::vector<std::string>> options = {{}, {layer.block}};
+    for (uint32_t m = 1; m < (1u << layer.children.size()); ++m) {
+      std::vector<std::string> subset;
+      for (size_t c = 0; c < layer.children.size(); ++c)
+        if (m & (1u << c)) subset.push_back(layer.block + "." + layer.children[c]);
+      options.push_back(subset);
+    }
+    out.push_back(std::move(options));
+  }
+  return out;
+}
+
+struct Planned {
+  CkptEvaluation e;
+  std::vector<uint8_t> checkpointed;  // per layer
+};
+
+// Every selection of a model with two layers, each planned.
+std::vector<Planned> BruteForce(const CkptEvaluator& ev) {
+  const auto options = LayerOptions(ev.graph());
+  EXPECT_EQ(options.size(), 2u);
+  std::vector<Planned> out;
+  if (options.size() != 2) return out;
+  for (const auto& a : options[0])
+    for (const auto& b : options[1]) {
+      std::vector<std::string> instances = a;
+      instances.insert(instances.end(), b.begin(), b.end());
+      auto e = ev.Evaluate(instances);
+      EXPECT_TRUE(e.ok()) << e.status().message();
+      if (!e.ok()) return {};
+      out.push_back({*e, {static_cast<uint8_t>(!a.empty()), static_cast<uint8_t>(!b.empty())}});
+    }
+  return out;
+}
+
+TEST(CheckpointableLayersTest, EligibleChildrenOfTheFixtures) {
+  auto mpt = FixtureGraph("mpt_tiny", "model.onnx");
+  ASSERT_TRUE(mpt);
+  auto layers = CheckpointableLayers(*mpt);
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_EQ(layers[1].block, "transformer.blocks.1");
+  EXPECT_EQ(layers[1].layer, 1);
+  // Registry keys: attention, FFN, the two norms; the dropouts carry none.
+  EXPECT_EQ(layers[1].children, (std::vector<std::string>{"attn", "ffn", "norm_1", "norm_2"}));
+  // No classes: every child with forward nodes (the residual dropouts, p = 0, fold away).
+  auto stock = FixtureGraph("mpt_tiny", "model.stock.onnx");
+  ASSERT_TRUE(stock);
+  EXPECT_EQ(CheckpointableLayers(*stock)[0].children,
+            (std::vector<std::string>{"attn", "ffn", "norm_1", "norm_2"}));
+  // Classes outside llm-foundry's registry: the children that own parameters.
+  auto llama = FixtureGraph("llama_tiny", "model.onnx");
+  ASSERT_TRUE(llama);
+  EXPECT_EQ(CheckpointableLayers(*llama)[0].children,
+            (std::vector<std::string>{"input_layernorm", "mlp", "post_attention_layernorm",
+                                      "self_attn"}));
+}
+
+// Brute force on 2-layer fixtures: the lower bound, the exact additivity of recompute FLOPs, and
+// the search's choice against every selection for budgets from every block to plain.
+void CheckOptimal(const std::string& fixture, const std::string& file) {
+  SCOPED_TRACE(fixture + "/" + file);
+  auto g = FixtureGraph(fixture, file);
+  ASSERT_TRUE(g);
+  CkptEvaluator ev(*g);
+  const std::vector<Planned> all = BruteForce(ev);
+  ASSERT_GT(all.size(), 4u);
+  const CkptEvaluation& plain = all[0].e;
+  ASSERT_TRUE(plain.instances.empty());
+  std::map<std::string, std::pair<int64_t, int64_t>> single;  // instance -> flops, nodes
+  int64_t all_blocks = 0;
+  for (const Planned& p : all) {
+    // The bound the search prunes with: every saved buffer is live at the turn, so the arena
+    // holds at least their sum (outside bytes do not depend on the selection).
+    EXPECT_GE(p.e.arena_bytes, p.e.saved_bytes);
+    EXPECT_EQ(p.e.total_bytes - p.e.arena_bytes, plain.total_bytes - plain.arena_bytes);
+    if (p.e.instances.size() == 1)
+      single[p.e.instances[0]] = {p.e.flops_recomputed, p.e.nodes_recomputed};
+    if (p.e.instances.size() == 2 && p.e.instances[0].find('.', 0) != std::string::npos &&
+        CheckpointableLayers(*g)[0].block == p.e.instances[0] &&
+        CheckpointableLayers(*g)[1].block == p.e.instances[1])
+      all_blocks = p.e.total_bytes;
+  }
+  ASSERT_GT(all_blocks, 0);
+  for (const Planned& p : all) {
+    int64_t flops = 0, nodes = 0;
+    for (const auto& i : p.e.instances) {
+      flops += single.at(i).first;
+      nodes += single.at(i).second;
+    }
+    EXPECT_EQ(p.e.flops_recomputed, flops) << "recompute FLOPs not additive";
+    EXPECT_EQ(p.e.nodes_recomputed, nodes);
+  }
+  // Budgets: the boundaries (every block, plain, one byte either side of a selection's total)
+  // and points between.
+  std::set<int64_t> budgets = {all_blocks, plain.total_bytes, plain.total_bytes - 1,
+                               (all_blocks + plain.total_bytes) / 2};
+  std::vector<int64_t> totals;
+  for (const Planned& p : all)
+    if (p.e.total_bytes > all_blocks && p.e.total_bytes < plain.total_bytes)
+      totals.push_back(p.e.total_bytes);
+  std::sort(totals.begin(), totals.end());
+  for (size_t q = 1; q < 4 && !totals.empty(); ++q) {
+    const int64_t t = totals[totals.size() * q / 4];
+    budgets.insert(t);
+    budgets.insert(t - 1);
+  }
+  for (int64_t budget : budgets) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    auto r = ChooseCheckpointing(ev, {budget, 400});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    const Planned* best = nullptr;
+    for (const Planned& p : all) {
+      if (p.e.total_bytes > budget) continue;
+      if (!best ||
+          std::tie(p.e.flops_recomputed, p.e.nodes_recomputed, p.checkpointed) <
+              std::tie(best->e.flops_recomputed, best->e.nodes_recomputed, best->checkpointed))
+        best = &p;
+    }
+    ASSERT_NE(best, nullptr);
+    EXPECT_LE(r->chosen.total_bytes, budget);
+    EXPECT_EQ(r->chosen.flops_recomputed, best->e.flops_recomputed)
+        << "chose " << ::testing::PrintToString(r->chosen.instances) << ", optimum "
+        << ::testing::PrintToString(best->e.instances);
+    EXPECT_EQ(r->chosen.nodes_recomputed, best->e.nodes_recomputed);
+    const auto layers = CheckpointableLayers(*g);
+    std::vector<uint8_t> checkpointed(2, 0);
+    for (const auto& i : r->chosen.instances)
+      for (size_t l = 0; l < 2; ++l)
+        if (i == layers[l].block || i.rfind(layers[l].block + ".", 0) == 0) checkpointed[l] = 1;
+    EXPECT_EQ(checkpointed, best->checkpointed);
+    EXPECT_LE(r->plans, 400);
+    // The multiset search (too few plans left for every assignment): it fits and beats or ties
+    // every fitting uniform target; how far it lands from the optimum is printed.
+    auto h = ChooseCheckpointing(ev, {budget, 60});
+    ASSERT_TRUE(h.ok()) << h.status().message();
+    EXPECT_LE(h->chosen.total_bytes, budget);
+    EXPECT_LE(h->plans, 60);
+    for (const auto& u : h->uniform)
+      if (u.total_bytes <= budget) {
+        EXPECT_LE(h->chosen.flops_recomputed, u.flops_recomputed) << u.label;
+      }
+    std::printf("%s budget %lld: multiset search %lld recompute FLOPs in %d plans, optimum %lld\n",
+                fixture.c_str(), static_cast<long long>(budget),
+                static_cast<long long>(h->chosen.flops_recomputed), h->plans,
+                static_cast<long long>(best->e.flops_recomputed));
+  }
+}
+
+TEST(ChooseCheckpointingTest, OptimalOnMptTiny) { CheckOptimal("mpt_tiny", "model.onnx"); }
+TEST(ChooseCheckpointingTest, OptimalOnGpt2Tiny) { CheckOptimal("gpt2_tiny", "model.onnx"); }
+TEST(ChooseCheckpointingTest, OptimalOnStockLlamaTiny) {
+  CheckOptimal("llama_tiny", "model.stock.onnx");
+}
+
+TEST(ChooseCheckpointingTest, UniformTargetsAreEvaluatedAndLabelled) {
+  auto g = FixtureGraph("mpt_tiny", "model.onnx");
+  ASSERT_TRUE(g);
+  CkptEvaluator ev(*g);
+  auto plain = ev.Evaluate({});
+  ASSERT_TRUE(plain.ok());
+  auto r = ChooseCheckpointing(ev, {plain->total_bytes - 1, 400});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::set<std::string> labels;
+  for (const auto& u : r->uniform) labels.insert(u.label);
+  for (const char* l :
+       {"none", "grouped_query_attention", "mptmlp", "grouped_query_attention, mptmlp", "mptblock"})
+    EXPECT_TRUE(labels.count(l)) << l;
+  EXPECT_GT(r->plans, 0);
+}
+
+TEST(ChooseCheckpointingTest, BudgetBelowTheMinimumSaysWhatDominates) {
+  auto g = FixtureGraph("mpt_tiny", "model.onnx");
+  ASSERT_TRUE(g);
+  CkptEvaluator ev(*g);
+  // The smallest selection of all (brute force): on mpt_tiny not every block.
+  int64_t smallest = INT64_MAX;
+  size_t instances = 0;
+  for (const Planned& p : BruteForce(ev))
+    if (p.e.total_bytes < smallest) {
+      smallest = p.e.total_bytes;
+      instances = p.e.instances.size();
+    }
+  auto r = ChooseCheckpointing(ev, {smallest - 1, 400});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "budget 1.9 MiB (" + std::to_string(smallest - 1) +
+                " bytes) is below the smallest plan foundry can make, 1.9 MiB (" +
+                std::to_string(smallest) + " bytes, " + std::to_string(instances) +
+                " instances checkpointed); its largest part is parameters + gradients + "
+                "optimizer state (1.8 MiB)");
+}
+
+// The 7B structure at batch 1, seq 2048: two budgets between every block and plain.
+TEST(ChooseCheckpointingTest, Mpt7bSmoke) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto g = AutodiffGraph(fs::path(FOUNDRY_SOURCE_DIR) / "models/exports/mpt_7b.onnx",
+                         {{"batch", 1}, {"seq", 2048}});
+  ASSERT_TRUE(g);
+  CkptEvaluator ev(*g);
+  std::vector<std::string> blocks;
+  for (const BlockLayer& l : CheckpointableLayers(*g)) blocks.push_back(l.block);
+  ASSERT_EQ(blocks.size(), 32u);
+  auto plain = ev.Evaluate({});
+  auto every = ev.Evaluate(blocks);
+  ASSERT_TRUE(plain.ok() && every.ok());
+  std::printf("7B compile to autodiff + plain and every-block plans: %.2f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  for (int third : {1, 2}) {
+    const int64_t budget =
+        every->total_bytes + (plain->total_bytes - every->total_bytes) * third / 3;
+    const auto start = std::chrono::steady_clock::now();
+    auto r = ChooseCheckpointing(ev, {budget, 400});
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_LE(r->chosen.total_bytes, budget);
+    const CkptEvaluation* cheapest = nullptr;
+    for (const auto& u : r->uniform)
+      if (u.total_bytes <= budget && (!cheapest || u.flops_recomputed < cheapest->flops_recomputed))
+        cheapest = &u;
+    ASSERT_NE(cheapest, nullptr);
+    EXPECT_LE(r->chosen.flops_recomputed, cheapest->flops_recomputed);
+    std::printf(
+        "budget %lld: %.2f s, %d plans; chosen %zu instances '%s', total %lld, recompute %.3f%% "
+        "of the step; cheapest fitting uniform '%s' %.3f%%\n",
+        static_cast<long long>(budget), s, r->plans, r->chosen.instances.size(),
+        r->chosen.label.c_str(), static_cast<long long>(r->chosen.total_bytes),
+        100.0 * r->chosen.flops_recomputed / r->chosen.step_flops, cheapest->label.c_str(),
+        100.0 * cheapest->flops_recomputed / cheapest->step_flops);
+  }
+}
+
+TEST(ParseByteSizeTest, UnitsAndDecimals) {
+  const std::pair<const char*, int64_t> ok[] = {
+      {"123456789", 123456789},
+      {"20GiB", int64_t{20} << 30},
+      {"20 GiB", int64_t{20} << 30},
+      {"1.5GiB", int64_t{3} << 29},
+      {"512MiB", int64_t{512} << 20},
+      {"1.5GB", 1500000000},
+      {"2KB", 2000},
+      {"3KiB", 3072},
+      {"1TiB", int64_t{1} << 40},
+      {"1TB", 1000000000000},
+      {"7MB", 7000000},
+      {"100B", 100},
+      {"20gib", int64_t{20} << 30},
+      {"1.3KiB", 1331},  // 1331.2 bytes round down
+  };
+  for (const auto& [text, bytes] : ok) {
+    auto v = ParseByteSize(text);
+    ASSERT_TRUE(v.ok()) << text << ": " << v.status().message();
+    EXPECT_EQ(*v, bytes) << text;
+  }
+  const std::string forms =
+      "; write bytes or a number with a unit: 123456789, 512MiB, 20 GiB, 1.5GB (KiB MiB GiB TiB "
+      "are powers of 1024, KB MB GB TB of 1000)";
+  const std::pair<const char*, std::string> bad[] = {
+      {"", "'' is not a byte size (it does not start with a number)" + forms},
+      {"GiB", "'GiB' is not a byte size (it does not start with a number)" + forms},
+      {"20 GiBs", "'20 GiBs' is not a byte size (unknown unit 'GiBs')" + forms},
+      {"20XB", "'20XB' is not a byte size (unknown unit 'XB')" + forms},
+      {"1.", "'1.' is not a byte size (no digits after the decimal point)" + forms},
+      {"1.5", "'1.5' is not a byte size (bytes are whole)" + forms},
+      {"0GiB", "'0GiB' is not a byte size (it must be more than 0 bytes)" + forms},
+      {"-1GiB", "'-1GiB' is not a byte size (it does not start with a number)" + forms},
+      {"9000000000TiB", "'9000000000TiB' is not a byte size (too large)" + forms},
+  };
+  for (const auto& [text, message] : bad) {
+    auto v = ParseByteSize(text);
+    ASSERT_FALSE(v.ok()) << text;
+    EXPECT_EQ(v.status().message(), message);
+  }
+}
+
+}  // namespace
+}  // namespace foundry
