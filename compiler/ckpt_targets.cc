@@ -555,13 +555,18 @@ StatusOr<CkptConfig> ReadYamlConfig(const std::string& path) {
     ASSIGN_OR_RETURN(config.targets, TargetsFrom(root, path, "the target"));
     return config;
   }
-  const YAML::Node model = root["model"];
-  const YAML::Node fsdp = root["fsdp_config"];
+  // A key the file lacks is an invalid node in yaml-cpp: IsDefined() is the only call it answers
+  // (the others throw), so each of these is tested for it first.
+  const YAML::Node model = root["model"].IsDefined() ? root["model"] : YAML::Node();
+  const YAML::Node fsdp = root["fsdp_config"].IsDefined() ? root["fsdp_config"] : YAML::Node();
   if (model.IsDefined() && !model.IsNull() && !model.IsMap())
     return Error(source + ": key 'model' is " + KindOf(model) + "; expected a mapping");
   if (fsdp.IsDefined() && !fsdp.IsNull() && !fsdp.IsMap())
     return Error(source + ": key 'fsdp_config' is " + KindOf(fsdp) + "; expected a mapping");
-  const YAML::Node target = model.IsMap() ? model["activation_checkpointing_target"] : YAML::Node();
+  const YAML::Node target =
+      model.IsMap() && model["activation_checkpointing_target"].IsDefined()
+          ? model["activation_checkpointing_target"]
+          : YAML::Node();
   bool flag = false;
   if (fsdp.IsMap() && fsdp["activation_checkpointing"].IsDefined()) {
     const YAML::Node f = fsdp["activation_checkpointing"];

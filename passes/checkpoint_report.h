@@ -61,6 +61,7 @@ struct CheckpointReport {
   int64_t saved_before_bytes = 0;  // plain saved for backward
   int64_t saved_after_bytes = 0;   // checkpointed
   int64_t step_flops = 0;          // forward + backward + recompute of the checkpointed graph
+  int64_t budget_bytes = -1;       // --memory-budget, when the selection was chosen for one
 };
 
 StatusOr<CheckpointReport> BuildCheckpointReport(const Graph& plain, const MemoryPlan& plain_plan,

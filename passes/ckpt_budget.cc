@@ -158,7 +158,17 @@ StatusOr<CkptEvaluation> PlanSelection(const Graph& base, std::vector<std::strin
 
 }  // namespace
 
-CkptEvaluator::CkptEvaluator(const Graph& autodiff_graph) : graph_(autodiff_graph) {}
+struct CkptPlanCache {
+  struct Entry {
+    CkptEvaluation evaluation;
+    PlanDetail detail;
+  };
+  std::map<std::string, Entry> entries;  // by KeyFor(instances)
+};
+
+CkptEvaluator::CkptEvaluator(const Graph& autodiff_graph)
+    : graph_(autodiff_graph), cache_(std::make_unique<CkptPlanCache>()) {}
+CkptEvaluator::~CkptEvaluator() = default;
 
 StatusOr<CkptEvaluation> CkptEvaluator::Evaluate(const std::vector<std::string>& instances) const {
   ++evaluations_;
@@ -305,8 +315,17 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
     const std::string key = KeyFor(instances);
     auto it = planned.find(key);
     if (it == planned.end() || detail) {
-      ASSIGN_OR_RETURN(CkptEvaluation e, PlanSelection(graph, instances, &blocks, detail));
-      ++result.plans;
+      // A real plan, unless an earlier search on this evaluator made it.
+      auto& cached = evaluator.cache().entries;
+      auto c = cached.find(key);
+      if (c == cached.end()) {
+        PlanDetail fresh;
+        ASSIGN_OR_RETURN(CkptEvaluation made, PlanSelection(graph, instances, &blocks, &fresh));
+        ++result.plans;
+        c = cached.emplace(key, CkptPlanCache::Entry{std::move(made), std::move(fresh)}).first;
+      }
+      CkptEvaluation e = c->second.evaluation;
+      if (detail) *detail = c->second.detail;
       outside = e.total_bytes - e.arena_bytes;
       min_overhead = std::min(min_overhead, e.total_bytes - outside - e.saved_bytes);
       it = planned.insert_or_assign(key, std::move(e)).first;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,18 +32,25 @@ struct CkptEvaluation {
   std::string label;  // for uniform llm-foundry targets: "grouped_query_attention=first-3"; else ""
 };
 
+// Plans already made for a model, by selection (ckpt_budget.cc): a second search on the same
+// evaluator (the --memory-frontier budgets) reuses them.
+struct CkptPlanCache;
+
 // Plans selections of one model. Holds a copy of the autodiff output; thread-compatible.
 class CkptEvaluator {
  public:
   // `autodiff_graph`: the pipeline's graph right after the autodiff pass.
   explicit CkptEvaluator(const Graph& autodiff_graph);
+  ~CkptEvaluator();
   StatusOr<CkptEvaluation> Evaluate(const std::vector<std::string>& instances) const;
   int evaluations() const { return evaluations_; }
   const Graph& graph() const { return graph_; }
+  CkptPlanCache& cache() const { return *cache_; }
 
  private:
   Graph graph_;
   mutable int evaluations_ = 0;
+  std::unique_ptr<CkptPlanCache> cache_;
 };
 
 // The per-layer options of the search (issue 12, "Candidates"): for each block, the block itself,

@@ -405,6 +405,7 @@ std::string MemoryReportJson(const MemoryReport& r) {
     ck["saved_after_bytes"] = c.saved_after_bytes;
     ck["step_flops"] = c.step_flops;
     ck["recompute_percent"] = RecomputePercent(c);
+    if (c.budget_bytes >= 0) ck["budget_bytes"] = c.budget_bytes;
     ck["notes"] = c.notes;
     j["checkpoint"] = std::move(ck);
   }
@@ -589,6 +590,7 @@ std::vector<std::string> GroupNotes(const std::vector<std::string>& notes) {
 
 std::string FormatCheckpoint(const CheckpointReport& c) {
   std::ostringstream out;
+  if (c.instances.empty()) return "checkpointing: none\n";
   out << "checkpointing: " << c.instances.size() << " instance"
       << (c.instances.size() == 1 ? "" : "s") << " of";
   for (size_t i = 0; i < c.targets.size(); ++i) out << (i ? ", " : " ") << c.targets[i];

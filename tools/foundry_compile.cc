@@ -16,6 +16,7 @@
 #include "compiler/plan.h"
 #include "kernels/cpu/kernel.h"
 #include "passes/checkpoint_report.h"
+#include "passes/ckpt_budget.h"
 #include "passes/fold.h"
 #include "passes/memory_plan.h"
 #include "passes/memory_report.h"
@@ -57,6 +58,51 @@ Status CheckOutputsSpareInputs(const std::vector<std::pair<std::string, std::str
   return Status::Ok();
 }
 
+// The --emit-ckpt-config file: the selection as the two keys of an llm-foundry training config
+// that switch it on (or off, when nothing needs checkpointing), which --ckpt-config reads back.
+std::string CkptConfigFile(const std::string& comment, const CkptConfigText& config) {
+  std::string out = "# " + comment + "\n";
+  if (config.yaml.empty())
+    return out + "fsdp_config:\n  activation_checkpointing: false\n";
+  return out + "model:\n  activation_checkpointing_target: " + config.yaml +
+         "\nfsdp_config:\n  activation_checkpointing: true\n";
+}
+
+// The selections --memory-frontier draws: the cheapest plan for budgets spread evenly from the
+// plain plan's total down to the smallest plan (every block), Pareto-filtered, and llm-foundry's
+// uniform targets on every layer.
+StatusOr<std::pair<std::vector<FrontierPoint>, std::vector<FrontierPoint>>> Frontier(
+    const CkptEvaluator& evaluator, const BudgetResult& first) {
+  auto percent = [](const CkptEvaluation& e) {
+    return e.step_flops > 0 ? 100.0 * double(e.flops_recomputed) / double(e.step_flops) : 0.0;
+  };
+  std::vector<FrontierPoint> uniform;
+  int64_t lo = INT64_MAX, hi = 0;
+  for (const CkptEvaluation& e : first.uniform) {
+    lo = std::min(lo, e.total_bytes);
+    hi = std::max(hi, e.total_bytes);
+    if (e.label.find('=') == std::string::npos) uniform.push_back({e.total_bytes, percent(e), e.label});
+  }
+  constexpr int kBudgets = 12;
+  std::vector<CkptEvaluation> chosen;
+  for (int k = 0; k <= kBudgets; ++k) {
+    BudgetOptions o;
+    o.budget_bytes = lo + (hi - lo) * k / kBudgets;
+    auto r = ChooseCheckpointing(evaluator, o);
+    if (!r.ok()) return r.status();
+    chosen.push_back(r->chosen);
+  }
+  std::sort(chosen.begin(), chosen.end(), [](const auto& a, const auto& b) {
+    return a.total_bytes != b.total_bytes ? a.total_bytes < b.total_bytes
+                                          : a.flops_recomputed < b.flops_recomputed;
+  });
+  std::vector<FrontierPoint> frontier;
+  for (const CkptEvaluation& e : chosen)  // the Pareto set: each cheaper than every smaller one
+    if (frontier.empty() || percent(e) < frontier.back().recompute_percent)
+      frontier.push_back({e.total_bytes, percent(e), ""});
+  return std::make_pair(frontier, uniform);
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{
       "foundry-compile: compile an ONNX transformer into a training plan.\n"
@@ -88,6 +134,20 @@ int Main(int argc, char** argv) {
                      "llm-foundry's target_blocks: 3 (the first 3), first-2,last-1, middle-2, "
                      "range-0-4, [0,2,5]")
           ->type_name("NAME[=LAYERS]"));
+  std::string memory_budget_text, emit_ckpt_config, memory_frontier;
+  app.add_option("--memory-budget", memory_budget_text,
+                 "choose what to checkpoint: the fewest recompute FLOPs whose planned training "
+                 "step fits in SIZE (bytes, or KiB/MiB/GiB/TiB, KB/MB/GB/TB: 20GiB); prints the "
+                 "choice as llm-foundry config")
+      ->type_name("SIZE");
+  app.add_option("--emit-ckpt-config", emit_ckpt_config,
+                 "write the checkpointing chosen by --memory-budget (or given by --ckpt) as "
+                 "llm-foundry config, which --ckpt-config reads back")
+      ->type_name("FILE");
+  app.add_option("--memory-frontier", memory_frontier,
+                 "draw planned total against recompute FLOPs for budgets from nothing "
+                 "checkpointed to every block, with llm-foundry's uniform targets marked")
+      ->type_name("FILE.svg");
   app.add_option("--ckpt-config", ckpt_config,
                  "read the targets from an llm-foundry activation_checkpointing_target (a YAML or "
                  "JSON value, or a whole training config: model.activation_checkpointing_target, "
@@ -164,6 +224,23 @@ int Main(int argc, char** argv) {
   if (!ckpt_targets.empty() && forward_only)
     return Fail("--ckpt and --ckpt-config checkpoint a training step; drop --forward-only",
                 cli::kExitUsage);
+  std::optional<int64_t> budget;
+  if (!memory_budget_text.empty()) {
+    auto b = ParseByteSize(memory_budget_text);
+    if (!b.ok()) return Fail("--memory-budget: " + b.status().message(), cli::kExitUsage);
+    budget = *b;
+    if (forward_only)
+      return Fail("--memory-budget plans a training step; drop --forward-only", cli::kExitUsage);
+    if (!ckpt_specs.empty() || !ckpt_config.empty())
+      return Fail("--memory-budget chooses the checkpointing itself; drop --ckpt / --ckpt-config",
+                  cli::kExitUsage);
+  }
+  if (!emit_ckpt_config.empty() && !budget && ckpt_targets.empty())
+    return Fail("--emit-ckpt-config writes the checkpointing of --memory-budget or --ckpt; give one",
+                cli::kExitUsage);
+  if (!memory_frontier.empty() && !budget)
+    return Fail("--memory-frontier draws the --memory-budget search; give --memory-budget",
+                cli::kExitUsage);
 
   // Without -o the outputs go to the current folder under the model's stem (never over the
   // input: CheckOutputsSpareInputs below compares files, not names).
@@ -202,7 +279,10 @@ int Main(int argc, char** argv) {
     std::cerr << "foundry-compile: warning: " << w->second << "\n";
 
   const std::vector<std::pair<std::string, std::string>> report_files = {
-      {report_json, "--report-json FILE"}, {memory_timeline, "--memory-timeline FILE.svg"}};
+      {report_json, "--report-json FILE"},
+      {memory_timeline, "--memory-timeline FILE.svg"},
+      {emit_ckpt_config, "--emit-ckpt-config FILE"},
+      {memory_frontier, "--memory-frontier FILE.svg"}};
   for (const auto& [path, option] : report_files)
     if (!path.empty() && forward_only)
       return Fail(
@@ -217,7 +297,9 @@ int Main(int argc, char** argv) {
   }
 
   ModelFiles model_files;
-  if (outputs || o_dump_plan->count() || !report_json.empty() || !memory_timeline.empty()) {
+  if (outputs || o_dump_plan->count() ||
+      std::any_of(report_files.begin(), report_files.end(),
+                  [](const auto& f) { return !f.first.empty(); })) {
     auto files = InspectModelFile(model);
     if (!files.ok()) return Fail(files.status().message());
     model_files = std::move(files).value();
@@ -248,14 +330,74 @@ int Main(int argc, char** argv) {
   if (selection) {
     for (const auto& instance : selection->instances)
       options.remat.instances.push_back(instance.module);
+  }
+  if (selection || budget)
     pipeline.after_pass = [&](std::string_view pass, const Graph& g) {
       if (pass == "autodiff") plain = g;
     };
-  }
 
   std::cout << "foundry-compile " << model << "\n";
   Status st = RunPasses(*graph, BuildPipeline(options), pipeline);
   if (!st.ok()) return Fail(st.message());
+
+  // --memory-budget: search from autodiff's output, then checkpoint the choice as --ckpt would.
+  std::string emitted_config, frontier_svg;
+  if (budget) {
+    CkptEvaluator evaluator(*plain);
+    BudgetOptions search;
+    search.budget_bytes = *budget;
+    auto chosen = ChooseCheckpointing(evaluator, search);
+    if (!chosen.ok()) return Fail("--memory-budget " + memory_budget_text + ": " +
+                                  chosen.status().message());
+    auto config = SelectionAsConfig(*plain, chosen->chosen.instances);
+    if (!config.ok()) return Fail(config.status().message());
+    const CkptEvaluation& c = chosen->chosen;
+    const double percent =
+        c.step_flops > 0 ? 100.0 * double(c.flops_recomputed) / double(c.step_flops) : 0;
+    char line[256];
+    std::snprintf(line, sizeof line, "planned total %s (%lld B) <= budget %s (%lld B), recompute %.2f %% of the step; %d plans evaluated",
+                  HumanBytes(c.total_bytes).c_str(), static_cast<long long>(c.total_bytes),
+                  HumanBytes(*budget).c_str(), static_cast<long long>(*budget), percent,
+                  chosen->plans);
+    std::cout << "memory budget: " << line << "\n";
+    if (config->yaml.empty())
+      std::cout << "  the plain plan fits: nothing to checkpoint (llm-foundry: "
+                   "fsdp_config.activation_checkpointing: false)\n";
+    else
+      std::cout << "  activation_checkpointing_target: " << config->yaml << "\n";
+    for (const auto& w : config->warnings) std::cout << "  note: " << w << "\n";
+    emitted_config = CkptConfigFile("foundry-compile " + model + " --memory-budget " +
+                                        memory_budget_text + ": " + line,
+                                    *config);
+    if (!memory_frontier.empty()) {
+      auto points = Frontier(evaluator, *chosen);
+      if (!points.ok()) return Fail(points.status().message());
+      frontier_svg = MemoryFrontierSvg("planned memory against recompute: " + model,
+                                       points->first, points->second);
+    }
+    if (!config->yaml.empty()) {
+      auto selected = SelectCkptTargets(*plain, config->targets);
+      if (!selected.ok()) return Fail(selected.status().message());
+      selection = std::move(selected).value();
+      Graph checkpointed = *plain;
+      std::vector<std::unique_ptr<Pass>> passes;
+      passes.push_back(std::make_unique<RematPass>(RematPass::Options{c.instances}));
+      passes.push_back(std::make_unique<SchedulePass>());
+      PipelineOptions tail;
+      tail.log = &std::cout;
+      st = RunPasses(checkpointed, passes, tail);
+      if (!st.ok()) return Fail(st.message());
+      *graph = std::move(checkpointed);
+    } else {
+      plain.reset();
+    }
+  } else if (selection && !emit_ckpt_config.empty()) {
+    std::vector<std::string> instances;
+    for (const auto& i : selection->instances) instances.push_back(i.module);
+    auto config = SelectionAsConfig(*plain, instances);
+    if (!config.ok()) return Fail(config.status().message());
+    emitted_config = CkptConfigFile("foundry-compile " + model + " --ckpt ...", *config);
+  }
 
   Plan plan;
   // The memory plan and its report: printed after every training compile; the report files are
@@ -282,6 +424,13 @@ int Main(int argc, char** argv) {
       report->checkpoint = std::move(ckpt).value();
       timeline.extra_curves.push_back(PlainTimelineCurve(*plain_report));
     }
+    if (budget && !report->checkpoint) {  // the plain plan fits: nothing checkpointed
+      CheckpointReport none;
+      none.saved_before_bytes = none.saved_after_bytes = report->saved_for_backward_bytes;
+      none.step_flops = report->flops.forward + report->flops.backward;
+      report->checkpoint = none;
+    }
+    if (budget) report->checkpoint->budget_bytes = *budget;
     std::cout << FormatMemoryReport(*report);
   }
   if (o_dump_plan->count()) {
@@ -293,8 +442,11 @@ int Main(int argc, char** argv) {
     for (size_t i = 0; i < report_files.size(); ++i) {
       const std::string& path = report_files[i].first;
       if (path.empty()) continue;
-      RETURN_IF_ERROR(WriteFileAtomic(
-          path, i == 0 ? MemoryReportJson(*report) : MemoryTimelineSvg(*report, timeline)));
+      const std::string text = i == 0   ? MemoryReportJson(*report)
+                               : i == 1 ? MemoryTimelineSvg(*report, timeline)
+                               : i == 2 ? emitted_config
+                                        : frontier_svg;
+      RETURN_IF_ERROR(WriteFileAtomic(path, text));
       std::cout << "wrote " << path << "\n";
     }
     return Status::Ok();

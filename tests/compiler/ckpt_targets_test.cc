@@ -668,6 +668,17 @@ TEST(CkptTargetsTest, ConfigWholeTrainingConfig) {
     EXPECT_EQ(Texts(every), (std::vector<std::string>{"block"})) << file;
     EXPECT_TRUE(every.warnings.empty());
   }
+  // A config with only one of the two keys (yaml-cpp's missing keys must not throw).
+  CkptConfig only_off = MustRead("whole_only_fsdp_off.yaml");
+  EXPECT_FALSE(only_off.enabled);
+  EXPECT_TRUE(only_off.warnings.empty());
+  CkptConfig only_on = MustRead("whole_only_fsdp_on.yaml");
+  EXPECT_TRUE(only_on.enabled);
+  EXPECT_EQ(Texts(only_on), (std::vector<std::string>{"block"}));
+  CkptConfig only_model = MustRead("whole_only_model.yaml");
+  EXPECT_FALSE(only_model.enabled);
+  EXPECT_EQ(only_model.warnings.size(), 1u);
+
   CkptConfig json = MustRead("whole.json");
   EXPECT_TRUE(json.enabled);
   EXPECT_EQ(Texts(json), (std::vector<std::string>{"mptblock=[0,2]", "mptmlp=middle-2"}));

@@ -1,0 +1,159 @@
+// End-to-end: `foundry-compile MODEL --memory-budget SIZE` — the choice fits and is printed as
+// llm-foundry config, --emit-ckpt-config reads back through --ckpt-config to the same plan, the
+// report carries the budget, the chosen plan trains with the plain plan's gradient bits, the
+// frontier picture is written, and the errors are one line with their exit status.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/exec.h"
+
+namespace foundry {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kCompile = FOUNDRY_BINARY_DIR "/foundry-compile";
+const std::string kRun = FOUNDRY_BINARY_DIR "/foundry-run";
+const std::string kFixture = std::string(FOUNDRY_SOURCE_DIR) + "/models/fixtures/mpt_tiny_dropout/";
+const std::string kModel = kFixture + "model.onnx";
+
+class FoundryCompileBudgetTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::path(testing::TempDir()) /
+            ("foundry_compile_budget_test_" + std::to_string(getpid()) + "_" +
+             testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  ExecResult Compile(std::vector<std::string> args) {
+    args.insert(args.begin(), kModel);
+    args.insert(args.end(), {"--dim", "batch=2", "--dim", "seq=16"});
+    return Exec(kCompile, args, dir_);
+  }
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+  nlohmann::json Json(const std::string& name) const {
+    return nlohmann::json::parse(ReadWholeFile(Path(name)));
+  }
+  // The planned total of the plain plan and of every block checkpointed.
+  std::pair<int64_t, int64_t> PlainAndAllBlocks() {
+    EXPECT_EQ(Compile({"--dry-run", "--report-json", Path("plain.json")}).code, 0);
+    EXPECT_EQ(Compile({"--dry-run", "--ckpt", "block", "--report-json", Path("all.json")}).code, 0);
+    return {Json("plain.json").at("memory").at("total_bytes").get<int64_t>(),
+            Json("all.json").at("memory").at("total_bytes").get<int64_t>()};
+  }
+
+  std::string dir_;
+};
+
+TEST_F(FoundryCompileBudgetTest, FitsPrintsTheConfigAndReadsBackToTheSamePlan) {
+  auto [plain, all] = PlainAndAllBlocks();
+  ASSERT_LT(all, plain);
+  const int64_t budget = (plain + all) / 2;
+  ExecResult r = Compile({"--memory-budget", std::to_string(budget), "-o", Path("a/m"),
+                          "--emit-ckpt-config", Path("ckpt.yaml"), "--report-json",
+                          Path("a.json"), "--memory-frontier", Path("f.svg")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("memory budget: planned total "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  activation_checkpointing_target: {"), std::string::npos) << r.out;
+  const auto j = Json("a.json");
+  EXPECT_LE(j.at("memory").at("total_bytes").get<int64_t>(), budget);
+  EXPECT_EQ(j.at("checkpoint").at("budget_bytes").get<int64_t>(), budget);
+  EXPECT_FALSE(j.at("checkpoint").at("instances").empty());
+  EXPECT_EQ(ReadWholeFile(Path("f.svg")).rfind("<?xml", 0), 0u);
+
+  // The emitted config, read back, gives the same plan and training graph.
+  ExecResult back = Compile({"--ckpt-config", Path("ckpt.yaml"), "-o", Path("b/m")});
+  ASSERT_EQ(back.code, 0) << back.out << back.err;
+  EXPECT_EQ(back.err, "");
+  EXPECT_EQ(ReadWholeFile(Path("a/m.plan")), ReadWholeFile(Path("b/m.plan")));
+  EXPECT_EQ(ReadWholeFile(Path("a/m.train.onnx")), ReadWholeFile(Path("b/m.train.onnx")));
+
+  // The chosen plan's first-step gradients are the plain plan's, bit for bit (dropout on).
+  ASSERT_EQ(Compile({"-o", Path("p/m")}).code, 0);
+  for (const char* prefix : {"a/m", "p/m"}) {
+    ExecResult run = Exec(kRun,
+                          {Path(prefix), "--steps", "1", "--feed",
+                           "input_ids=" + kFixture + "inputs/input_ids.pb", "--feed",
+                           "labels=" + kFixture + "inputs/labels.pb", "--dump-grads",
+                           Path(std::string(prefix) + ".grads")},
+                          dir_);
+    ASSERT_EQ(run.code, 0) << run.out << run.err;
+  }
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(Path("p/m.grads"))) {
+    ++files;
+    EXPECT_EQ(ReadWholeFile(e.path().string()),
+              ReadWholeFile(Path("a/m.grads/" + e.path().filename().string())))
+        << e.path().filename();
+  }
+  EXPECT_GT(files, 10);
+}
+
+TEST_F(FoundryCompileBudgetTest, AGenerousBudgetCheckpointsNothing) {
+  auto [plain, all] = PlainAndAllBlocks();
+  ExecResult r = Compile({"--memory-budget", std::to_string(plain), "--dry-run",
+                          "--emit-ckpt-config", Path("none.yaml"), "--report-json", Path("n.json")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("the plain plan fits: nothing to checkpoint"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("checkpointing: none\n"), std::string::npos) << r.out;
+  const auto j = Json("n.json");
+  EXPECT_EQ(j.at("memory").at("total_bytes").get<int64_t>(), plain);
+  EXPECT_EQ(j.at("checkpoint").at("budget_bytes").get<int64_t>(), plain);
+  EXPECT_TRUE(j.at("checkpoint").at("instances").empty());
+  const std::string yaml = ReadWholeFile(Path("none.yaml"));
+  EXPECT_NE(yaml.find("activation_checkpointing: false"), std::string::npos) << yaml;
+  ExecResult back = Compile({"--ckpt-config", Path("none.yaml"), "--dry-run"});
+  ASSERT_EQ(back.code, 0) << back.out << back.err;
+  EXPECT_EQ(back.out.find("checkpointing:"), std::string::npos) << back.out;
+}
+
+TEST_F(FoundryCompileBudgetTest, Errors) {
+  auto [plain, all] = PlainAndAllBlocks();
+  // Half the every-block plan is below anything checkpointing can reach (parameters, gradients
+  // and optimizer state alone are more).
+  const std::string small = std::to_string(all / 2);
+  ExecResult r = Compile({"--memory-budget", small, "--dry-run"});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_EQ(r.err.rfind("foundry-compile: error: --memory-budget " + small + ": budget ", 0), 0u)
+      << r.err;
+  EXPECT_NE(r.err.find("is below the smallest plan foundry can make"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("its largest part is parameters + gradients + optimizer state"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> usage = {
+      {{"--memory-budget", "20GiB", "--ckpt", "block"},
+       "--memory-budget chooses the checkpointing itself; drop --ckpt / --ckpt-config"},
+      {{"--memory-budget", "20GiB", "--forward-only"},
+       "--memory-budget plans a training step; drop --forward-only"},
+      {{"--emit-ckpt-config", Path("x.yaml")},
+       "--emit-ckpt-config writes the checkpointing of --memory-budget or --ckpt; give one"},
+      {{"--memory-frontier", Path("x.svg")},
+       "--memory-frontier draws the --memory-budget search; give --memory-budget"},
+  };
+  for (const Case& c : usage) {
+    ExecResult u = Compile(c.args);
+    EXPECT_EQ(u.code, 2) << u.err;
+    EXPECT_EQ(u.err, "foundry-compile: error: " + c.message + "\n");
+  }
+  ExecResult bad = Compile({"--memory-budget", "twenty"});
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_EQ(bad.err.rfind("foundry-compile: error: --memory-budget: ", 0), 0u) << bad.err;
+  EXPECT_FALSE(fs::exists(Path("model.plan")));
+}
+
+}  // namespace
+}  // namespace foundry
