@@ -126,6 +126,8 @@ print(' | '.join([mib('arena_bytes'), mib('lower_bound_bytes'),
   echo
   bash bench/ckpt_vs_pytorch.sh "$build"
   echo
+  bash bench/budget_7b.sh "$build"
+  echo
   echo "$marker"
   # Sections written by hand (fuzzing, mutation test) follow the marker and are kept.
   if [ -f bench/RESULTS.md ] && grep -qF "$marker" bench/RESULTS.md; then

@@ -563,10 +563,9 @@ StatusOr<CkptConfig> ReadYamlConfig(const std::string& path) {
     return Error(source + ": key 'model' is " + KindOf(model) + "; expected a mapping");
   if (fsdp.IsDefined() && !fsdp.IsNull() && !fsdp.IsMap())
     return Error(source + ": key 'fsdp_config' is " + KindOf(fsdp) + "; expected a mapping");
-  const YAML::Node target =
-      model.IsMap() && model["activation_checkpointing_target"].IsDefined()
-          ? model["activation_checkpointing_target"]
-          : YAML::Node();
+  const YAML::Node target = model.IsMap() && model["activation_checkpointing_target"].IsDefined()
+                                ? model["activation_checkpointing_target"]
+                                : YAML::Node();
   bool flag = false;
   if (fsdp.IsMap() && fsdp["activation_checkpointing"].IsDefined()) {
     const YAML::Node f = fsdp["activation_checkpointing"];

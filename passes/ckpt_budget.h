@@ -25,7 +25,7 @@ struct CkptEvaluation {
   std::vector<std::string> instances;  // module paths, none inside another, module-tree order
   int64_t total_bytes = 0;             // planned total of the step
   int64_t arena_bytes = 0;
-  int64_t saved_bytes = 0;             // saved for backward
+  int64_t saved_bytes = 0;  // saved for backward
   int64_t flops_recomputed = 0;
   int64_t nodes_recomputed = 0;
   int64_t step_flops = 0;  // forward + backward + recompute of the step
@@ -62,8 +62,8 @@ struct LayerOption {
   bool whole_block = false;
 };
 struct BlockLayer {
-  std::string block;   // "transformer.blocks.3"
-  int64_t layer = -1;  // its index N
+  std::string block;                  // "transformer.blocks.3"
+  int64_t layer = -1;                 // its index N
   std::vector<std::string> children;  // eligible children (names relative to the block)
 };
 std::vector<BlockLayer> CheckpointableLayers(const Graph& graph);
@@ -75,7 +75,7 @@ struct BudgetOptions {
 
 struct BudgetResult {
   CkptEvaluation chosen;
-  std::vector<CkptEvaluation> uniform;   // every llm-foundry uniform target evaluated (with first-n)
+  std::vector<CkptEvaluation> uniform;  // every llm-foundry uniform target evaluated (with first-n)
   std::vector<CkptEvaluation> searched;  // every other selection planned, in the order planned
   int plans = 0;                         // real plans made in all
 };
@@ -97,7 +97,7 @@ StatusOr<int64_t> ParseByteSize(const std::string& text);
 // llm-foundry would reject it (FFN names, several names at once, foundry-only names such as child
 // names or globs).
 struct CkptConfigText {
-  std::string yaml;  // "{mptblock: first-3, grouped_query_attention: range-3-23}"
+  std::string yaml;                 // "{mptblock: first-3, grouped_query_attention: range-3-23}"
   std::vector<CkptTarget> targets;  // the same, as targets
   std::vector<std::string> warnings;
 };

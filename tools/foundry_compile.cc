@@ -5,6 +5,7 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "base/file_util.h"
 #include "compiler/ckpt_targets.h"
@@ -62,8 +63,7 @@ Status CheckOutputsSpareInputs(const std::vector<std::pair<std::string, std::str
 // that switch it on (or off, when nothing needs checkpointing), which --ckpt-config reads back.
 std::string CkptConfigFile(const std::string& comment, const CkptConfigText& config) {
   std::string out = "# " + comment + "\n";
-  if (config.yaml.empty())
-    return out + "fsdp_config:\n  activation_checkpointing: false\n";
+  if (config.yaml.empty()) return out + "fsdp_config:\n  activation_checkpointing: false\n";
   return out + "model:\n  activation_checkpointing_target: " + config.yaml +
          "\nfsdp_config:\n  activation_checkpointing: true\n";
 }
@@ -81,7 +81,8 @@ StatusOr<std::pair<std::vector<FrontierPoint>, std::vector<FrontierPoint>>> Fron
   for (const CkptEvaluation& e : first.uniform) {
     lo = std::min(lo, e.total_bytes);
     hi = std::max(hi, e.total_bytes);
-    if (e.label.find('=') == std::string::npos) uniform.push_back({e.total_bytes, percent(e), e.label});
+    if (e.label.find('=') == std::string::npos)
+      uniform.push_back({e.total_bytes, percent(e), e.label});
   }
   constexpr int kBudgets = 12;
   std::vector<CkptEvaluation> chosen;
@@ -236,8 +237,9 @@ int Main(int argc, char** argv) {
                   cli::kExitUsage);
   }
   if (!emit_ckpt_config.empty() && !budget && ckpt_targets.empty())
-    return Fail("--emit-ckpt-config writes the checkpointing of --memory-budget or --ckpt; give one",
-                cli::kExitUsage);
+    return Fail(
+        "--emit-ckpt-config writes the checkpointing of --memory-budget or --ckpt; give one",
+        cli::kExitUsage);
   if (!memory_frontier.empty() && !budget)
     return Fail("--memory-frontier draws the --memory-budget search; give --memory-budget",
                 cli::kExitUsage);
@@ -347,15 +349,17 @@ int Main(int argc, char** argv) {
     BudgetOptions search;
     search.budget_bytes = *budget;
     auto chosen = ChooseCheckpointing(evaluator, search);
-    if (!chosen.ok()) return Fail("--memory-budget " + memory_budget_text + ": " +
-                                  chosen.status().message());
+    if (!chosen.ok())
+      return Fail("--memory-budget " + memory_budget_text + ": " + chosen.status().message());
     auto config = SelectionAsConfig(*plain, chosen->chosen.instances);
     if (!config.ok()) return Fail(config.status().message());
     const CkptEvaluation& c = chosen->chosen;
     const double percent =
         c.step_flops > 0 ? 100.0 * double(c.flops_recomputed) / double(c.step_flops) : 0;
     char line[256];
-    std::snprintf(line, sizeof line, "planned total %s (%lld B) <= budget %s (%lld B), recompute %.2f %% of the step; %d plans evaluated",
+    std::snprintf(line, sizeof line,
+                  "planned total %s (%lld B) <= budget %s (%lld B), recompute %.2f %% of the step; "
+                  "%d plans evaluated",
                   HumanBytes(c.total_bytes).c_str(), static_cast<long long>(c.total_bytes),
                   HumanBytes(*budget).c_str(), static_cast<long long>(*budget), percent,
                   chosen->plans);
@@ -366,14 +370,31 @@ int Main(int argc, char** argv) {
     else
       std::cout << "  activation_checkpointing_target: " << config->yaml << "\n";
     for (const auto& w : config->warnings) std::cout << "  note: " << w << "\n";
-    emitted_config = CkptConfigFile("foundry-compile " + model + " --memory-budget " +
-                                        memory_budget_text + ": " + line,
-                                    *config);
+    // What a hand-picked uniform target would have cost (the search evaluates them all).
+    const CkptEvaluation* uniform = nullptr;
+    for (const CkptEvaluation& u : chosen->uniform)
+      if (u.total_bytes <= *budget &&
+          (!uniform || std::tie(u.flops_recomputed, u.nodes_recomputed) <
+                           std::tie(uniform->flops_recomputed, uniform->nodes_recomputed)))
+        uniform = &u;
+    if (uniform) {
+      char cost[128];
+      std::snprintf(cost, sizeof cost, "%.2f %% of the step, planned total %s",
+                    uniform->step_flops > 0
+                        ? 100.0 * double(uniform->flops_recomputed) / double(uniform->step_flops)
+                        : 0.0,
+                    HumanBytes(uniform->total_bytes).c_str());
+      std::cout << "  cheapest uniform llm-foundry target that fits: " << uniform->label << ", "
+                << cost << "\n";
+    }
+    emitted_config = CkptConfigFile(
+        "foundry-compile " + model + " --memory-budget " + memory_budget_text + ": " + line,
+        *config);
     if (!memory_frontier.empty()) {
       auto points = Frontier(evaluator, *chosen);
       if (!points.ok()) return Fail(points.status().message());
-      frontier_svg = MemoryFrontierSvg("planned memory against recompute: " + model,
-                                       points->first, points->second);
+      frontier_svg = MemoryFrontierSvg("planned memory against recompute: " + model, points->first,
+                                       points->second);
     }
     if (!config->yaml.empty()) {
       auto selected = SelectCkptTargets(*plain, config->targets);

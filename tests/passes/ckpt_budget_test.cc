@@ -17,6 +17,7 @@
 #include "passes/pipeline.h"
 #include "runtime/data.h"
 #include "tests/support/fixture_plans.h"
+#include "tests/support/sanitizer.h"
 
 namespace fs = std::filesystem;
 
@@ -262,6 +263,7 @@ TEST(ChooseCheckpointingTest, BudgetBelowTheMinimumSaysWhatDominates) {
 
 // The 7B structure at batch 1, seq 2048: two budgets between every block and plain.
 TEST(ChooseCheckpointingTest, Mpt7bSmoke) {
+  FOUNDRY_SKIP_UNDER_SANITIZERS();
   auto t0 = std::chrono::steady_clock::now();
   auto g = AutodiffGraph(fs::path(FOUNDRY_SOURCE_DIR) / "models/exports/mpt_7b.onnx",
                          {{"batch", 1}, {"seq", 2048}});

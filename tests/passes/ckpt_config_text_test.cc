@@ -11,6 +11,7 @@
 #include "compiler/module_tree.h"
 #include "compiler/onnx_import.h"
 #include "passes/ckpt_budget.h"
+#include "tests/support/sanitizer.h"
 
 namespace foundry {
 namespace {
@@ -274,6 +275,7 @@ TEST(SelectionAsConfig, RandomRoundTrips) {
 }
 
 TEST(SelectionAsConfig, RandomRoundTripsOnThe7B) {
+  FOUNDRY_SKIP_UNDER_SANITIZERS();
   RandomRoundTrips(Model("models/exports/mpt_7b.onnx"), 60, 8);
 }
 

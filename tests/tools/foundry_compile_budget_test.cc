@@ -57,8 +57,8 @@ TEST_F(FoundryCompileBudgetTest, FitsPrintsTheConfigAndReadsBackToTheSamePlan) {
   ASSERT_LT(all, plain);
   const int64_t budget = (plain + all) / 2;
   ExecResult r = Compile({"--memory-budget", std::to_string(budget), "-o", Path("a/m"),
-                          "--emit-ckpt-config", Path("ckpt.yaml"), "--report-json",
-                          Path("a.json"), "--memory-frontier", Path("f.svg")});
+                          "--emit-ckpt-config", Path("ckpt.yaml"), "--report-json", Path("a.json"),
+                          "--memory-frontier", Path("f.svg")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("memory budget: planned total "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("  activation_checkpointing_target: {"), std::string::npos) << r.out;
@@ -78,12 +78,12 @@ TEST_F(FoundryCompileBudgetTest, FitsPrintsTheConfigAndReadsBackToTheSamePlan) {
   // The chosen plan's first-step gradients are the plain plan's, bit for bit (dropout on).
   ASSERT_EQ(Compile({"-o", Path("p/m")}).code, 0);
   for (const char* prefix : {"a/m", "p/m"}) {
-    ExecResult run = Exec(kRun,
-                          {Path(prefix), "--steps", "1", "--feed",
-                           "input_ids=" + kFixture + "inputs/input_ids.pb", "--feed",
-                           "labels=" + kFixture + "inputs/labels.pb", "--dump-grads",
-                           Path(std::string(prefix) + ".grads")},
-                          dir_);
+    ExecResult run = Exec(
+        kRun,
+        {Path(prefix), "--steps", "1", "--feed", "input_ids=" + kFixture + "inputs/input_ids.pb",
+         "--feed", "labels=" + kFixture + "inputs/labels.pb", "--dump-grads",
+         Path(std::string(prefix) + ".grads")},
+        dir_);
     ASSERT_EQ(run.code, 0) << run.out << run.err;
   }
   int files = 0;
@@ -98,8 +98,9 @@ TEST_F(FoundryCompileBudgetTest, FitsPrintsTheConfigAndReadsBackToTheSamePlan) {
 
 TEST_F(FoundryCompileBudgetTest, AGenerousBudgetCheckpointsNothing) {
   auto [plain, all] = PlainAndAllBlocks();
-  ExecResult r = Compile({"--memory-budget", std::to_string(plain), "--dry-run",
-                          "--emit-ckpt-config", Path("none.yaml"), "--report-json", Path("n.json")});
+  ExecResult r =
+      Compile({"--memory-budget", std::to_string(plain), "--dry-run", "--emit-ckpt-config",
+               Path("none.yaml"), "--report-json", Path("n.json")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("the plain plan fits: nothing to checkpoint"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("checkpointing: none\n"), std::string::npos) << r.out;
@@ -123,8 +124,7 @@ TEST_F(FoundryCompileBudgetTest, Errors) {
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_EQ(r.err.rfind("foundry-compile: error: --memory-budget " + small + ": budget ", 0), 0u)
       << r.err;
-  EXPECT_NE(r.err.find("is below the smallest plan foundry can make"), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("is below the smallest plan foundry can make"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("its largest part is parameters + gradients + optimizer state"),
             std::string::npos)
       << r.err;
