@@ -590,7 +590,7 @@ std::vector<std::string> GroupNotes(const std::vector<std::string>& notes) {
 
 std::string FormatCheckpoint(const CheckpointReport& c) {
   std::ostringstream out;
-  if (c.instances.empty()) return "checkpointing: none\n";
+  if (c.instances.empty() && c.notes.empty()) return "checkpointing: none\n";
   out << "checkpointing: " << c.instances.size() << " instance"
       << (c.instances.size() == 1 ? "" : "s") << " of";
   for (size_t i = 0; i < c.targets.size(); ++i) out << (i ? ", " : " ") << c.targets[i];
