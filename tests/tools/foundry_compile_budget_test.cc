@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/exec.h"
+#include "tests/support/scratch_dir.h"
 
 namespace foundry {
 namespace {
@@ -20,24 +21,13 @@ const std::string kRun = FOUNDRY_BINARY_DIR "/foundry-run";
 const std::string kFixture = std::string(FOUNDRY_SOURCE_DIR) + "/models/fixtures/mpt_tiny_dropout/";
 const std::string kModel = kFixture + "model.onnx";
 
-class FoundryCompileBudgetTest : public testing::Test {
+class FoundryCompileBudgetTest : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = (fs::path(testing::TempDir()) /
-            ("foundry_compile_budget_test_" + std::to_string(getpid()) + "_" +
-             testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   ExecResult Compile(std::vector<std::string> args) {
     args.insert(args.begin(), kModel);
     args.insert(args.end(), {"--dim", "batch=2", "--dim", "seq=16"});
     return Exec(kCompile, args, dir_);
   }
-  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
   nlohmann::json Json(const std::string& name) const {
     return nlohmann::json::parse(ReadWholeFile(Path(name)));
   }
@@ -48,8 +38,6 @@ class FoundryCompileBudgetTest : public testing::Test {
     return {Json("plain.json").at("memory").at("total_bytes").get<int64_t>(),
             Json("all.json").at("memory").at("total_bytes").get<int64_t>()};
   }
-
-  std::string dir_;
 };
 
 TEST_F(FoundryCompileBudgetTest, FitsPrintsTheConfigAndReadsBackToTheSamePlan) {

@@ -13,6 +13,7 @@
 #include "passes/remat.h"
 #include "runtime/loaded_plan.h"
 #include "tests/support/exec.h"
+#include "tests/support/scratch_dir.h"
 
 namespace foundry {
 namespace {
@@ -24,37 +25,12 @@ const std::string kRun = FOUNDRY_BINARY_DIR "/foundry-run";
 const std::string kSource = FOUNDRY_SOURCE_DIR;
 const std::string kTiny = kSource + "/models/fixtures/mpt_tiny/model.onnx";
 
-class FoundryCompileCkptTest : public testing::Test {
+class FoundryCompileCkptTest : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = (fs::path(testing::TempDir()) /
-            ("foundry_compile_ckpt_test_" + std::to_string(getpid()) + "_" +
-             testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   ExecResult Compile(std::vector<std::string> args) {
     args.insert(args.end(), {"--dim", "batch=2", "--dim", "seq=16"});
     return Exec(kCompile, args, dir_);
   }
-  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
-  std::vector<std::string> Files() const {
-    std::vector<std::string> files;
-    for (const auto& e : fs::directory_iterator(dir_)) {
-      std::string name = e.path().filename().string();
-      if (name.rfind("stdout.", 0) != 0 && name.rfind("stderr.", 0) != 0) files.push_back(name);
-    }
-    std::sort(files.begin(), files.end());
-    return files;
-  }
-  void Write(const std::string& name, const std::string& text) const {
-    std::ofstream(Path(name)) << text;
-  }
-
-  std::string dir_;
 };
 
 TEST_F(FoundryCompileCkptTest, WithoutDashOWritesTheModelsStemHereAndLeavesTheInput) {

@@ -11,6 +11,7 @@
 #include "compiler/onnx_export.h"
 #include "compiler/text.h"
 #include "tests/support/exec.h"
+#include "tests/support/scratch_dir.h"
 
 namespace foundry {
 namespace {
@@ -20,24 +21,13 @@ namespace fs = std::filesystem;
 const std::string kCompile = FOUNDRY_BINARY_DIR "/foundry-compile";
 const std::string kTiny = FOUNDRY_SOURCE_DIR "/models/fixtures/mpt_tiny/model.onnx";
 
-class FoundryCompileReportTest : public testing::Test {
+class FoundryCompileReportTest : public ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = (fs::path(testing::TempDir()) /
-            ("foundry_compile_report_test_" + std::to_string(getpid()) + "_" +
-             testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   ExecResult Compile(std::vector<std::string> args) {
     args.insert(args.end(), {"--dim", "batch=2", "--dim", "seq=16"});
     return Exec(kCompile, args, dir_);
   }
-  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
-  // Files in the test directory other than the captured stdout/stderr.
+  // Files in the test directory and below it, other than the captured stdout/stderr.
   std::vector<std::string> Files() const {
     std::vector<std::string> files;
     for (const auto& e : fs::recursive_directory_iterator(dir_)) {
@@ -47,8 +37,6 @@ class FoundryCompileReportTest : public testing::Test {
     std::sort(files.begin(), files.end());
     return files;
   }
-
-  std::string dir_;
 };
 
 TEST_F(FoundryCompileReportTest, WritesBothFilesWithDryRun) {
