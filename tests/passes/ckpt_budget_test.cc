@@ -16,6 +16,7 @@
 #include "compiler/onnx_import.h"
 #include "passes/pipeline.h"
 #include "runtime/data.h"
+#include "runtime/interpreter.h"
 #include "tests/support/fixture_plans.h"
 #include "tests/support/sanitizer.h"
 
@@ -342,6 +343,65 @@ TEST(ParseByteSizeTest, UnitsAndDecimals) {
     auto v = ParseByteSize(text);
     ASSERT_FALSE(v.ok()) << text;
     EXPECT_EQ(v.status().message(), message);
+  }
+}
+
+}  // namespace
+}  // namespace foundry
+
+namespace foundry {
+namespace {
+
+// The plans the search chooses train with the plain plan's numbers: for a budget halfway between
+// the smallest plan and the plain one, the chosen selection's loss and every gradient are
+// bitwise the plain graph's (dropout on in mpt_tiny_dropout; a stock export without classes).
+TEST(ChooseCheckpointingTest, ChosenPlansAreBitwiseThePlainNumbers) {
+  const std::vector<std::pair<std::string, std::string>> models = {
+      {"mpt_tiny_dropout", "model.onnx"},
+      {"llama_tiny", "model.onnx"},
+      {"gpt2_tiny", "model.stock.onnx"},
+      {"pythia_tiny", "model.onnx"}};
+  for (const auto& [fixture, file] : models) {
+    SCOPED_TRACE(fixture + "/" + file);
+    auto g = FixtureGraph(fixture, file);
+    ASSERT_TRUE(g);
+    CkptEvaluator evaluator(*g);
+    auto plain = evaluator.Evaluate({});
+    ASSERT_TRUE(plain.ok()) << plain.status().message();
+    std::vector<std::string> blocks;
+    for (const BlockLayer& l : CheckpointableLayers(*g)) blocks.push_back(l.block);
+    auto all = evaluator.Evaluate(blocks);
+    ASSERT_TRUE(all.ok()) << all.status().message();
+    BudgetOptions options;
+    options.budget_bytes = (plain->total_bytes + all->total_bytes) / 2;
+    auto chosen = ChooseCheckpointing(evaluator, options);
+    ASSERT_TRUE(chosen.ok()) << chosen.status().message();
+    ASSERT_FALSE(chosen->chosen.instances.empty());
+    EXPECT_LE(chosen->chosen.total_bytes, options.budget_bytes);
+
+    const fs::path dir = fs::path(FOUNDRY_SOURCE_DIR) / "models/fixtures" / fixture;
+    std::vector<std::string> feeds;
+    for (const TrainingFixture& f : TrainingFixtures(dir.parent_path()))
+      if (f.dir == dir) feeds = f.feeds;
+    auto a = CompileFixture(dir / file, feeds);
+    auto b = CompileFixture(dir / file, feeds, chosen->chosen.instances);
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    ASSERT_TRUE(b.ok()) << b.status().message();
+    std::map<std::string, Tensor> inputs;
+    for (const auto& spec : feeds) {
+      auto f = ReadFeed(spec);
+      ASSERT_TRUE(f.ok()) << f.status().message();
+      inputs.emplace(f->name, std::move(f->tensor));
+    }
+    InterpretOptions run;
+    run.ctx.seed = 5;
+    auto x = Interpret(a->graph, inputs, run);
+    auto y = Interpret(b->graph, inputs, run);
+    ASSERT_TRUE(x.ok()) << x.status().message();
+    ASSERT_TRUE(y.ok()) << y.status().message();
+    ASSERT_EQ(x->size(), a->graph.outputs.size());
+    for (const auto& [name, t] : *x)
+      EXPECT_TRUE(t.BitwiseEqual(y->at(name))) << name << " differs under the chosen plan";
   }
 }
 
