@@ -133,8 +133,12 @@ StatusOr<bool> RematPass::Run(Graph& graph) {
       }
       for (auto& o : clone.outputs) {
         if (o.empty()) continue;
+        const Value* typed = graph.FindValue(o);
+        if (!typed)
+          return Error("remat: " + orig.Describe() + " makes '" + o +
+                       "', which the graph has no type for; run the pass after type inference");
         const std::string fresh = graph.UniqueValueName(o + "_recompute");
-        Value copy = *graph.FindValue(o);
+        Value copy = *typed;
         copy.name = fresh;
         copy.data = nullptr;
         graph.GetOrAddValue(fresh) = std::move(copy);
