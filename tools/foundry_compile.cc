@@ -104,6 +104,83 @@ StatusOr<std::pair<std::vector<FrontierPoint>, std::vector<FrontierPoint>>> Fron
   return std::make_pair(frontier, uniform);
 }
 
+// What --memory-budget writes besides the plan: the --emit-ckpt-config text and the frontier.
+struct BudgetOutputs {
+  std::string config_file;
+  std::string frontier_svg;
+};
+
+// --memory-budget: searches from autodiff's output `plain`, prints the choice (as llm-foundry
+// config, beside the cheapest fitting uniform target). A non-empty choice makes `graph` the
+// checkpointed, scheduled training graph and `selection` its targets; an empty one resets `plain`
+// (`graph` is then the plain plan the pipeline made).
+StatusOr<BudgetOutputs> ApplyMemoryBudget(const std::string& model, const std::string& budget_text,
+                                          int64_t budget, bool frontier,
+                                          std::optional<Graph>& plain, Graph& graph,
+                                          std::optional<CkptSelection>& selection) {
+  BudgetOutputs out;
+  CkptEvaluator evaluator(*plain);
+  BudgetOptions search;
+  search.budget_bytes = budget;
+  auto chosen = ChooseCheckpointing(evaluator, search);
+  if (!chosen.ok())
+    return Error("--memory-budget " + budget_text + ": " + chosen.status().message());
+  ASSIGN_OR_RETURN(CkptConfigText config, SelectionAsConfig(*plain, chosen->chosen.instances));
+  const CkptEvaluation& c = chosen->chosen;
+  auto percent = [](const CkptEvaluation& e) {
+    return e.step_flops > 0 ? 100.0 * double(e.flops_recomputed) / double(e.step_flops) : 0.0;
+  };
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "planned total %s (%lld B) <= budget %s (%lld B), recompute %.2f %% of the step; "
+                "%d plans evaluated",
+                HumanBytes(c.total_bytes).c_str(), static_cast<long long>(c.total_bytes),
+                HumanBytes(budget).c_str(), static_cast<long long>(budget), percent(c),
+                chosen->plans);
+  std::cout << "memory budget: " << line << "\n";
+  if (config.yaml.empty())
+    std::cout << "  the plain plan fits: nothing to checkpoint (llm-foundry: "
+                 "fsdp_config.activation_checkpointing: false)\n";
+  else
+    std::cout << "  activation_checkpointing_target: " << config.yaml << "\n";
+  for (const auto& w : config.warnings) std::cout << "  note: " << w << "\n";
+  // What a hand-picked uniform target would have cost (the search evaluates them all).
+  const CkptEvaluation* uniform = nullptr;
+  for (const CkptEvaluation& u : chosen->uniform)
+    if (u.total_bytes <= budget &&
+        (!uniform || std::tie(u.flops_recomputed, u.nodes_recomputed) <
+                         std::tie(uniform->flops_recomputed, uniform->nodes_recomputed)))
+      uniform = &u;
+  if (uniform) {
+    char cost[128];
+    std::snprintf(cost, sizeof cost, "%.2f %% of the step, planned total %s", percent(*uniform),
+                  HumanBytes(uniform->total_bytes).c_str());
+    std::cout << "  cheapest uniform llm-foundry target that fits: " << uniform->label << ", "
+              << cost << "\n";
+  }
+  out.config_file = CkptConfigFile(
+      "foundry-compile " + model + " --memory-budget " + budget_text + ": " + line, config);
+  if (frontier) {
+    ASSIGN_OR_RETURN(auto points, Frontier(evaluator, *chosen));
+    out.frontier_svg = MemoryFrontierSvg("planned memory against recompute: " + model, points.first,
+                                         points.second);
+  }
+  if (config.yaml.empty()) {
+    plain.reset();
+    return out;
+  }
+  ASSIGN_OR_RETURN(selection, SelectCkptTargets(*plain, config.targets));
+  Graph checkpointed = *plain;
+  std::vector<std::unique_ptr<Pass>> passes;
+  passes.push_back(std::make_unique<RematPass>(RematPass::Options{c.instances}));
+  passes.push_back(std::make_unique<SchedulePass>());
+  PipelineOptions tail;
+  tail.log = &std::cout;
+  RETURN_IF_ERROR(RunPasses(checkpointed, passes, tail));
+  graph = std::move(checkpointed);
+  return out;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{
       "foundry-compile: compile an ONNX transformer into a training plan.\n"
@@ -345,79 +422,19 @@ int Main(int argc, char** argv) {
   // --memory-budget: search from autodiff's output, then checkpoint the choice as --ckpt would.
   std::string emitted_config, frontier_svg;
   if (budget) {
-    CkptEvaluator evaluator(*plain);
-    BudgetOptions search;
-    search.budget_bytes = *budget;
-    auto chosen = ChooseCheckpointing(evaluator, search);
-    if (!chosen.ok())
-      return Fail("--memory-budget " + memory_budget_text + ": " + chosen.status().message());
-    auto config = SelectionAsConfig(*plain, chosen->chosen.instances);
-    if (!config.ok()) return Fail(config.status().message());
-    const CkptEvaluation& c = chosen->chosen;
-    const double percent =
-        c.step_flops > 0 ? 100.0 * double(c.flops_recomputed) / double(c.step_flops) : 0;
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "planned total %s (%lld B) <= budget %s (%lld B), recompute %.2f %% of the step; "
-                  "%d plans evaluated",
-                  HumanBytes(c.total_bytes).c_str(), static_cast<long long>(c.total_bytes),
-                  HumanBytes(*budget).c_str(), static_cast<long long>(*budget), percent,
-                  chosen->plans);
-    std::cout << "memory budget: " << line << "\n";
-    if (config->yaml.empty())
-      std::cout << "  the plain plan fits: nothing to checkpoint (llm-foundry: "
-                   "fsdp_config.activation_checkpointing: false)\n";
-    else
-      std::cout << "  activation_checkpointing_target: " << config->yaml << "\n";
-    for (const auto& w : config->warnings) std::cout << "  note: " << w << "\n";
-    // What a hand-picked uniform target would have cost (the search evaluates them all).
-    const CkptEvaluation* uniform = nullptr;
-    for (const CkptEvaluation& u : chosen->uniform)
-      if (u.total_bytes <= *budget &&
-          (!uniform || std::tie(u.flops_recomputed, u.nodes_recomputed) <
-                           std::tie(uniform->flops_recomputed, uniform->nodes_recomputed)))
-        uniform = &u;
-    if (uniform) {
-      char cost[128];
-      std::snprintf(cost, sizeof cost, "%.2f %% of the step, planned total %s",
-                    uniform->step_flops > 0
-                        ? 100.0 * double(uniform->flops_recomputed) / double(uniform->step_flops)
-                        : 0.0,
-                    HumanBytes(uniform->total_bytes).c_str());
-      std::cout << "  cheapest uniform llm-foundry target that fits: " << uniform->label << ", "
-                << cost << "\n";
-    }
-    emitted_config = CkptConfigFile(
-        "foundry-compile " + model + " --memory-budget " + memory_budget_text + ": " + line,
-        *config);
-    if (!memory_frontier.empty()) {
-      auto points = Frontier(evaluator, *chosen);
-      if (!points.ok()) return Fail(points.status().message());
-      frontier_svg = MemoryFrontierSvg("planned memory against recompute: " + model, points->first,
-                                       points->second);
-    }
-    if (!config->yaml.empty()) {
-      auto selected = SelectCkptTargets(*plain, config->targets);
-      if (!selected.ok()) return Fail(selected.status().message());
-      selection = std::move(selected).value();
-      Graph checkpointed = *plain;
-      std::vector<std::unique_ptr<Pass>> passes;
-      passes.push_back(std::make_unique<RematPass>(RematPass::Options{c.instances}));
-      passes.push_back(std::make_unique<SchedulePass>());
-      PipelineOptions tail;
-      tail.log = &std::cout;
-      st = RunPasses(checkpointed, passes, tail);
-      if (!st.ok()) return Fail(st.message());
-      *graph = std::move(checkpointed);
-    } else {
-      plain.reset();
-    }
+    auto outputs = ApplyMemoryBudget(model, memory_budget_text, *budget, !memory_frontier.empty(),
+                                     plain, *graph, selection);
+    if (!outputs.ok()) return Fail(outputs.status().message());
+    emitted_config = outputs->config_file;
+    frontier_svg = outputs->frontier_svg;
   } else if (selection && !emit_ckpt_config.empty()) {
     std::vector<std::string> instances;
     for (const auto& i : selection->instances) instances.push_back(i.module);
     auto config = SelectionAsConfig(*plain, instances);
     if (!config.ok()) return Fail(config.status().message());
-    emitted_config = CkptConfigFile("foundry-compile " + model + " --ckpt ...", *config);
+    std::string command = "foundry-compile " + model;
+    for (const auto& t : selection->targets) command += " --ckpt " + t;
+    emitted_config = CkptConfigFile(command, *config);
   }
 
   Plan plan;

@@ -112,6 +112,24 @@ TEST_F(FoundryCompileCkptTest, CkptConfigAndItsSwitch) {
   EXPECT_EQ(r.err.rfind("foundry-compile: warning: ", 0), 0u) << r.err;
 }
 
+// --emit-ckpt-config with --ckpt: the targets as llm-foundry config, read back to the same plan.
+TEST_F(FoundryCompileCkptTest, EmitCkptConfigReadsBackToTheSamePlan) {
+  ExecResult r = Compile({kTiny, "--ckpt", "mptblock=first-1", "--ckpt", "mptmlp", "-o",
+                          Path("a/m"), "--emit-ckpt-config", Path("c.yaml")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::string yaml = ReadWholeFile(Path("c.yaml"));
+  EXPECT_NE(yaml.find("# foundry-compile " + kTiny + " --ckpt mptblock=first-1 --ckpt mptmlp\n"),
+            std::string::npos)
+      << yaml;
+  EXPECT_NE(yaml.find("activation_checkpointing_target: {mptblock: first-1, mptmlp: last-1}"),
+            std::string::npos)
+      << yaml;
+  ExecResult back = Compile({kTiny, "--ckpt-config", Path("c.yaml"), "-o", Path("b/m")});
+  ASSERT_EQ(back.code, 0) << back.out << back.err;
+  EXPECT_EQ(ReadWholeFile(Path("a/m.plan")), ReadWholeFile(Path("b/m.plan")));
+  EXPECT_EQ(ReadWholeFile(Path("a/m.train.onnx")), ReadWholeFile(Path("b/m.train.onnx")));
+}
+
 TEST_F(FoundryCompileCkptTest, ErrorsAreOneLineWithTheirExitStatus) {
   struct Case {
     std::vector<std::string> args;
