@@ -25,7 +25,7 @@ ratio() { echo "$1 / $2" | bc -l | xargs printf "%.2f"; }
 mib() { echo "$1 / 1048576" | bc -l | xargs printf "%.1f"; }
 
 # --- saved for backward, seq 1024 ---
-"$build/foundry-compile" "$model" --dim batch=1 --dim seq=1024 --report-json "$tmp/r1024.json" \
+"$build/foundry-compile" "$model" --dim batch=1 --dim seq=1024 --dry-run --report-json "$tmp/r1024.json" \
   > /dev/null
 f_saved=$(json "$tmp/r1024.json" "d['memory']['saved_for_backward_bytes']")
 $py bench/pytorch_side.py --config mpt_125m --seq 1024 --steps 0 > "$tmp/t1024.json"
