@@ -377,11 +377,12 @@ StatusOr<std::vector<Candidate>> Resolve(const Tree& t, const CkptTarget& target
   }
   if (!out.empty()) return out;
 
-  const bool looks_like_class =
-      target.name.find('*') == std::string::npos &&
-      (target.name.find('.') == std::string::npos ||
-       std::any_of(BareClassName(target.name).begin(), BareClassName(target.name).end(),
-                   [](char c) { return std::isupper(static_cast<unsigned char>(c)); }));
+  const std::string bare = BareClassName(target.name);
+  const bool looks_like_class = target.name.find('*') == std::string::npos &&
+                                (target.name.find('.') == std::string::npos ||
+                                 std::any_of(bare.begin(), bare.end(), [](char c) {
+                                   return std::isupper(static_cast<unsigned char>(c));
+                                 }));
   if (!t.has_classes && matched.empty() && looks_like_class && !t.blocks.empty()) {
     return Error(where + ": '" + target.name +
                  "' names no module path or child of this model, and the file carries no "
