@@ -24,6 +24,11 @@ struct KernelContext {
   // (planned in the arena, live during this node only). Kernels never allocate: what they need
   // beyond their outputs they take from here.
   std::span<std::byte> workspace;
+  // Host copies of the node's inputs that are constants (parallel to the inputs; null where an
+  // input is computed at run time). The CPU kernels read their inputs directly and ignore this; a
+  // device backend's kernels read shape-like arguments (Reshape's shape, Slice's starts) here
+  // instead of copying them back from the device. Empty when the caller has none.
+  std::span<const Tensor* const> constant_inputs;
 };
 
 using CpuKernelFn = Status (*)(const Node& node, std::span<const Tensor* const> inputs,
