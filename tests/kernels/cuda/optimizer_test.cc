@@ -150,8 +150,11 @@ TEST(CudaOptimizerTest, NonFiniteUpdateSetsTheFlag) {
   EXPECT_EQ(ReadFlag(flag, sb->stream), 1);
   EXPECT_FALSE(AdamWUpdate(o, 1, p.data(), g.data(), m.data(), v.data(), n));
   const std::vector<float> got = Download(dp, n, sb->stream);
-  for (int64_t i = 0; i < n; ++i)
-    if (i != 777) ASSERT_EQ(got[i], p[i]) << i;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i != 777) {
+      ASSERT_EQ(got[i], p[i]) << i;
+    }
+  }
   cuda::DestroyStreamAndBlas(*sb);
 #endif
 }
