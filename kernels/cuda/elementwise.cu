@@ -27,7 +27,7 @@ using Outputs = std::span<Tensor* const>;
 
 static_assert(sizeof(bool) == 1, "bool tensors are stored one byte per element");
 
-#define FOUNDRY_GRID_STRIDE(i, n)                                                     \
+#define FOUNDRY_GRID_STRIDE(i, n)                                                        \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
@@ -165,12 +165,13 @@ Status Binary(const Node& node, const CudaKernelContext& ctx, const Tensor& a, c
   const bool same = a.shape() == out.shape() && b.shape() == out.shape();
   Strides sa, sb;
   if (!same) {
-    ASSIGN_OR_RETURN(std::vector<Strides> s, OperandStrides(node, out.shape(), {&a.shape(), &b.shape()}));
+    ASSIGN_OR_RETURN(std::vector<Strides> s,
+                     OperandStrides(node, out.shape(), {&a.shape(), &b.shape()}));
     sa = s[0];
     sb = s[1];
   }
-  return Launch(node, ctx, "BinaryKernel", n, BinaryKernel<R, A, B, Op>, out.data<R>(),
-                a.data<A>(), b.data<B>(), n, sa, sb, same, op);
+  return Launch(node, ctx, "BinaryKernel", n, BinaryKernel<R, A, B, Op>, out.data<R>(), a.data<A>(),
+                b.data<B>(), n, sa, sb, same, op);
 }
 
 template <class T, class R, class Op>
@@ -328,7 +329,8 @@ Status Variadic(const Node& node, const CudaKernelContext& ctx, Inputs in, Tenso
   if (n == 0) return Status::Ok();
   for (size_t k = kMaxVariadic; k < in.size(); ++k)
     if (in[k]->raw() == out.raw())
-      return Error(node.Describe() + ": the output may share its buffer only with one of the first " +
+      return Error(node.Describe() +
+                   ": the output may share its buffer only with one of the first " +
                    std::to_string(kMaxVariadic) + " inputs, not input " + std::to_string(k));
   std::vector<const Shape*> shapes;
   for (const Tensor* t : in) shapes.push_back(&t->shape());
@@ -434,12 +436,12 @@ Status WhereKernelFn(const Node& node, Inputs in, Outputs out, const CudaKernelC
     Tensor& z = *out[0];
     const int64_t n = z.numel();
     if (n == 0) return Status::Ok();
-    const bool same = in[0]->shape() == z.shape() && in[1]->shape() == z.shape() &&
-                      in[2]->shape() == z.shape();
+    const bool same =
+        in[0]->shape() == z.shape() && in[1]->shape() == z.shape() && in[2]->shape() == z.shape();
     std::vector<Strides> s(3);
     if (!same) {
-      ASSIGN_OR_RETURN(s, OperandStrides(node, z.shape(),
-                                         {&in[0]->shape(), &in[1]->shape(), &in[2]->shape()}));
+      ASSIGN_OR_RETURN(
+          s, OperandStrides(node, z.shape(), {&in[0]->shape(), &in[1]->shape(), &in[2]->shape()}));
     }
     return Launch(node, ctx, "WhereKernel", n, WhereKernel<T>, z.data<T>(), in[0]->data<bool>(),
                   in[1]->data<T>(), in[2]->data<T>(), n, s[0], s[1], s[2], same);
@@ -518,8 +520,7 @@ Status DropoutKernelFn(const Node& node, Inputs in, Outputs out, const CudaKerne
 }
 
 // com.microsoft DropoutGrad (dY, mask[, ratio = 0.5, training_mode = false]) -> dX.
-Status DropoutGradKernelFn(const Node& node, Inputs in, Outputs out,
-                           const CudaKernelContext& ctx) {
+Status DropoutGradKernelFn(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
   float ratio = 0.5f;
   if (in.size() > 2 && in[2]) {
     const Tensor* c = ConstantInput(ctx, 2);

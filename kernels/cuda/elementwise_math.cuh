@@ -75,8 +75,8 @@ FOUNDRY_HD inline double Sub(double a, double b) {
 
 // libm by element type: the C names resolve to glibc on the host (what std::exp(float) calls) and
 // to CUDA's device math library on the device.
-#define FOUNDRY_EW_LIBM1(Name, f32, f64)                          \
-  FOUNDRY_HD inline float Name(float x) { return f32(x); }        \
+#define FOUNDRY_EW_LIBM1(Name, f32, f64)                   \
+  FOUNDRY_HD inline float Name(float x) { return f32(x); } \
   FOUNDRY_HD inline double Name(double x) { return f64(x); }
 FOUNDRY_EW_LIBM1(Sqrt, sqrtf, sqrt)
 FOUNDRY_EW_LIBM1(Exp, expf, exp)
@@ -497,8 +497,8 @@ FOUNDRY_HD inline bool DropoutKeep(uint32_t bits, float ratio) {
 // Elements 4·block .. min(4·block + 4, n) - 1: one Philox block feeds four elements, so one
 // thread per block draws each random number once. `y` may be `x` (read before written).
 template <class T>
-FOUNDRY_HD void DropoutQuad(uint64_t seed, uint64_t node_key, int64_t block, int64_t n,
-                            float ratio, T scale, const T* x, T* y, bool* mask) {
+FOUNDRY_HD void DropoutQuad(uint64_t seed, uint64_t node_key, int64_t block, int64_t n, float ratio,
+                            T scale, const T* x, T* y, bool* mask) {
   const Philox4 bits = PhiloxBlock(seed, node_key, static_cast<uint64_t>(block));
   for (int lane = 0; lane < 4; ++lane) {
     const int64_t e = block * 4 + lane;

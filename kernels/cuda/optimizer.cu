@@ -39,8 +39,8 @@ __global__ void SgdKernel(opt::SgdScalars s, bool first_step, float* param, cons
 Status Launched(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
-    return Error(std::string("launching the cuda ") + what + " update failed: " +
-                 cudaGetErrorString(err));
+    return Error(std::string("launching the cuda ") + what +
+                 " update failed: " + cudaGetErrorString(err));
   return Status::Ok();
 }
 

@@ -71,8 +71,8 @@ FOUNDRY_HD inline bool NonFinite(float x) { return !(fabsf(x) <= FLT_MAX); }
 
 // AdamW's f32 constants for one step, rounded from doubles exactly as AdamWUpdate rounds them.
 struct AdamWScalars {
-  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size,
-      bias_correction2_sqrt, eps;
+  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size, bias_correction2_sqrt,
+      eps;
 };
 inline AdamWScalars AdamWScalarsFor(const OptimizerOptions& o, int64_t step) {
   const double t = static_cast<double>(step);

@@ -70,19 +70,51 @@ std::vector<T> Values(int n_random, uint64_t seed) {
   std::vector<T> v;
   if constexpr (std::is_floating_point_v<T>) {
     const T inf = std::numeric_limits<T>::infinity();
-    v = {T(0),    T(-0.0), T(1),    T(-1),    T(0.5),   T(-0.5), T(1.5),  T(2.5),
-         T(-2.5), T(3),    inf,     -inf,     std::numeric_limits<T>::quiet_NaN(),
-         T(1e30), T(-1e30), T(1e-30), T(-1e-30), std::numeric_limits<T>::denorm_min(),
-         std::numeric_limits<T>::max(), std::numeric_limits<T>::lowest(), T(88.5), T(-88.5),
-         T(100),  T(-100), T(8388608.5), T(0.70710677), T(20), T(-20)};
+    v = {T(0),
+         T(-0.0),
+         T(1),
+         T(-1),
+         T(0.5),
+         T(-0.5),
+         T(1.5),
+         T(2.5),
+         T(-2.5),
+         T(3),
+         inf,
+         -inf,
+         std::numeric_limits<T>::quiet_NaN(),
+         T(1e30),
+         T(-1e30),
+         T(1e-30),
+         T(-1e-30),
+         std::numeric_limits<T>::denorm_min(),
+         std::numeric_limits<T>::max(),
+         std::numeric_limits<T>::lowest(),
+         T(88.5),
+         T(-88.5),
+         T(100),
+         T(-100),
+         T(8388608.5),
+         T(0.70710677),
+         T(20),
+         T(-20)};
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> u(-4, 4);
     for (int i = 0; i < n_random; ++i) v.push_back(static_cast<T>(u(rng)));
   } else if constexpr (std::is_same_v<T, bool>) {
     v = {false, true};
   } else {
-    v = {T(0), T(1), T(-1), T(2), T(-2), T(7), T(-7), T(3), std::numeric_limits<T>::max(),
-         std::numeric_limits<T>::min(), T(std::numeric_limits<T>::max() - 1)};
+    v = {T(0),
+         T(1),
+         T(-1),
+         T(2),
+         T(-2),
+         T(7),
+         T(-7),
+         T(3),
+         std::numeric_limits<T>::max(),
+         std::numeric_limits<T>::min(),
+         T(std::numeric_limits<T>::max() - 1)};
     std::mt19937_64 rng(seed);
     std::uniform_int_distribution<int64_t> u(-1000, 1000);
     for (int i = 0; i < n_random; ++i) v.push_back(static_cast<T>(u(rng)));
@@ -191,9 +223,9 @@ TEST(CudaElementwiseMathTest, FloatUnaryOpsEqualCpuBitwise) {
         ew::IsInfOp op;
         op.positive = pos;
         op.negative = neg;
-        CheckUnary<T, bool>("IsInf", op, "",
-                            {{"detect_positive", Attribute::Int(pos)},
-                             {"detect_negative", Attribute::Int(neg)}});
+        CheckUnary<T, bool>(
+            "IsInf", op, "",
+            {{"detect_positive", Attribute::Int(pos)}, {"detect_negative", Attribute::Int(neg)}});
       }
   };
   all(float{});
@@ -295,15 +327,16 @@ TEST(CudaElementwiseMathTest, CastEqualsCpuBitwiseForEveryTypePair) {
       using D = decltype(dst_tag);
       const std::vector<S> x = Values<S>(50, 8);
       const int64_t n = static_cast<int64_t>(x.size());
-      const Node node = MakeNode("Cast", {"x"}, {"y"},
-                                 {{"to", Attribute::Int(static_cast<int64_t>(DTypeFor<D>()))}},
-                                 "", "Cast_node");
+      const Node node =
+          MakeNode("Cast", {"x"}, {"y"},
+                   {{"to", Attribute::Int(static_cast<int64_t>(DTypeFor<D>()))}}, "", "Cast_node");
       auto cpu = Cpu(node, {{"x", Make<S>({n}, x)}});
       ASSERT_TRUE(cpu.ok()) << cpu.status().message();
       std::vector<D> expected;
       for (S v : x) expected.push_back(ew::CastOp<S, D>{}(v));
-      ExpectBits<D>(node, (*cpu)[0], expected,
-                    std::string(DTypeName(DTypeFor<S>())) + "->" + std::string(DTypeName(DTypeFor<D>())));
+      ExpectBits<D>(
+          node, (*cpu)[0], expected,
+          std::string(DTypeName(DTypeFor<S>())) + "->" + std::string(DTypeName(DTypeFor<D>())));
     };
     to(float{});
     to(double{});
@@ -394,11 +427,20 @@ int64_t RefOffset(const Shape& out, const Shape& s, int64_t flat) {
 }
 
 const std::vector<std::vector<Shape>> kBroadcastCases = {
-    {{3, 1, 5}, {4, 1}},          {{}, {2, 3}},          {{2, 3}, {}},
-    {{2, 3}, {3}},                {{4, 8, 16}, {16}},    {{4, 8, 16}, {8, 1}},
-    {{2, 1, 3, 1}, {1, 4, 1, 5}}, {{1, 1}, {1}},         {{7, 1, 1, 9}, {7, 5, 2, 9}},
-    {{5, 6}, {5, 6}},             {{1, 6}, {5, 1}},      {{2, 3, 4}, {3, 1}, {2, 1, 4}},
-    {{257}, {1}, {257}, {}},      {{3, 1, 2}, {1}, {3, 4, 2}, {4, 1}, {1, 4, 2}}};
+    {{3, 1, 5}, {4, 1}},
+    {{}, {2, 3}},
+    {{2, 3}, {}},
+    {{2, 3}, {3}},
+    {{4, 8, 16}, {16}},
+    {{4, 8, 16}, {8, 1}},
+    {{2, 1, 3, 1}, {1, 4, 1, 5}},
+    {{1, 1}, {1}},
+    {{7, 1, 1, 9}, {7, 5, 2, 9}},
+    {{5, 6}, {5, 6}},
+    {{1, 6}, {5, 1}},
+    {{2, 3, 4}, {3, 1}, {2, 1, 4}},
+    {{257}, {1}, {257}, {}},
+    {{3, 1, 2}, {1}, {3, 4, 2}, {4, 1}, {1, 4, 2}}};
 
 TEST(CudaElementwiseMathTest, CollapsedBroadcastIndexesEveryElementAsTheFullShapes) {
   for (const std::vector<Shape>& shapes : kBroadcastCases) {
@@ -476,10 +518,10 @@ TEST(CudaElementwiseMathTest, BroadcastVariadicLaunchesEqualCpuBitwise) {
         auto cpu = Cpu(node, feeds);
         ASSERT_TRUE(cpu.ok()) << op << ": " << cpu.status().message();
         const Shape& out = (*cpu)[0].shape();
-        std::vector<float> expected =
-            op == "Min"   ? SimulateVariadic(in, out, false, ew::MinOp{})
-            : op == "Max" ? SimulateVariadic(in, out, false, ew::MaxOp{})
-                          : SimulateVariadic(in, out, op == "Mean", ew::AddOp{});
+        std::vector<float> expected = op == "Min" ? SimulateVariadic(in, out, false, ew::MinOp{})
+                                      : op == "Max"
+                                          ? SimulateVariadic(in, out, false, ew::MaxOp{})
+                                          : SimulateVariadic(in, out, op == "Mean", ew::AddOp{});
         ExpectBits<float>(node, (*cpu)[0], expected, std::to_string(in.size()) + " inputs");
       }
     }
@@ -495,7 +537,8 @@ TEST(CudaElementwiseMathTest, DropoutQuadsEqualCpuMaskAndOutputBitwise) {
     for (uint64_t key : {uint64_t{0}, uint64_t{42}, uint64_t{0xfedcba9876543210ULL}}) {
       for (float ratio : {0.1f, 0.5f, 0.9f}) {
         for (int64_t n : {1, 7, 255, 257, 1001}) {
-          const Node node = MakeNode("Dropout", {"x", "r", "t"}, {"y", "m"}, {}, "", "Dropout_node");
+          const Node node =
+              MakeNode("Dropout", {"x", "r", "t"}, {"y", "m"}, {}, "", "Dropout_node");
           Tensor x = RandomTensor({n}, seed + n, -2, 2);
           Tensor r = Tensor::Scalar(ratio);
           Tensor t = Make<bool>({}, {true});

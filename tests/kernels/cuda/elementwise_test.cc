@@ -31,27 +31,50 @@ namespace {
 
 const std::vector<Shape> kShapes = {{}, {0}, {1}, {7}, {255}, {257}, {3, 347}, {2, 3, 4, 5}};
 const std::vector<std::pair<Shape, Shape>> kBroadcast = {
-    {{3, 1, 5}, {4, 1}}, {{}, {2, 3}},      {{2, 3}, {}},       {{4, 8, 16}, {16}},
-    {{257, 3}, {257, 1}}, {{0, 3}, {3}},    {{2, 1, 3, 1}, {1, 4, 1, 5}}, {{1, 1000}, {7, 1}}};
+    {{3, 1, 5}, {4, 1}},          {{}, {2, 3}},         {{2, 3}, {}},
+    {{4, 8, 16}, {16}},           {{257, 3}, {257, 1}}, {{0, 3}, {3}},
+    {{2, 1, 3, 1}, {1, 4, 1, 5}}, {{1, 1000}, {7, 1}}};
 
 // Random values of `dtype` with edge values (0, -0, ±inf, NaN, huge, tiny) first, for floats.
 Tensor Input(DType dtype, const Shape& shape, uint64_t seed) {
   Tensor t(dtype, shape);
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(-3, 3);
-  const double edges[] = {0.0, -0.0, 1.0, -1.0, 0.5, 2.5, -2.5,
+  const double edges[] = {0.0,
+                          -0.0,
+                          1.0,
+                          -1.0,
+                          0.5,
+                          2.5,
+                          -2.5,
                           std::numeric_limits<double>::infinity(),
                           -std::numeric_limits<double>::infinity(),
-                          std::numeric_limits<double>::quiet_NaN(), 1e30, -1e30, 1e-30, 20.0, -90.0};
+                          std::numeric_limits<double>::quiet_NaN(),
+                          1e30,
+                          -1e30,
+                          1e-30,
+                          20.0,
+                          -90.0};
   for (int64_t i = 0; i < t.numel(); ++i) {
     const double x = (i < 15 && t.numel() > 30) ? edges[i] : u(rng);
     switch (dtype) {
-      case DType::kFloat32: t.data<float>()[i] = static_cast<float>(x); break;
-      case DType::kFloat64: t.data<double>()[i] = x; break;
-      case DType::kInt32: t.data<int32_t>()[i] = static_cast<int32_t>(u(rng) * 100); break;
-      case DType::kInt64: t.data<int64_t>()[i] = static_cast<int64_t>(u(rng) * 100); break;
-      case DType::kBool: t.data<bool>()[i] = u(rng) > 0; break;
-      default: break;
+      case DType::kFloat32:
+        t.data<float>()[i] = static_cast<float>(x);
+        break;
+      case DType::kFloat64:
+        t.data<double>()[i] = x;
+        break;
+      case DType::kInt32:
+        t.data<int32_t>()[i] = static_cast<int32_t>(u(rng) * 100);
+        break;
+      case DType::kInt64:
+        t.data<int64_t>()[i] = static_cast<int64_t>(u(rng) * 100);
+        break;
+      case DType::kBool:
+        t.data<bool>()[i] = u(rng) > 0;
+        break;
+      default:
+        break;
     }
   }
   return t;
@@ -101,16 +124,26 @@ const std::vector<DType> kNumeric = {DType::kFloat32, DType::kFloat64, DType::kI
 TEST(CudaElementwiseTest, UnaryOpsMatchCpu) {
   FOUNDRY_REQUIRE_GPU();
   const std::vector<UnaryCase> cases = {
-      {"Neg", "", kNumeric, 0},          {"Abs", "", kNumeric, 0},
-      {"Sign", "", kNumeric, 0},         {"Relu", "", kNumeric, 0},
-      {"Sqrt", "", kFloat, 0},           {"Reciprocal", "", kFloat, 0},
-      {"Floor", "", kFloat, 0},          {"Ceil", "", kFloat, 0},
-      {"Round", "", kFloat, 0},          {"IsNaN", "", kFloat, 0},
-      {"IsInf", "", kFloat, 0},          {"Identity", "", kNumeric, 0},
-      {"Exp", "", kFloat, 1e-6},         {"Log", "", kFloat, 1e-6},
-      {"Erf", "", kFloat, 1e-6},         {"Tanh", "", kFloat, 1e-6},
-      {"Sigmoid", "", kFloat, 1e-6},     {"Sin", "", kFloat, 1e-6},
-      {"Cos", "", kFloat, 1e-6},         {"Softplus", "", kFloat, 1e-6},
+      {"Neg", "", kNumeric, 0},
+      {"Abs", "", kNumeric, 0},
+      {"Sign", "", kNumeric, 0},
+      {"Relu", "", kNumeric, 0},
+      {"Sqrt", "", kFloat, 0},
+      {"Reciprocal", "", kFloat, 0},
+      {"Floor", "", kFloat, 0},
+      {"Ceil", "", kFloat, 0},
+      {"Round", "", kFloat, 0},
+      {"IsNaN", "", kFloat, 0},
+      {"IsInf", "", kFloat, 0},
+      {"Identity", "", kNumeric, 0},
+      {"Exp", "", kFloat, 1e-6},
+      {"Log", "", kFloat, 1e-6},
+      {"Erf", "", kFloat, 1e-6},
+      {"Tanh", "", kFloat, 1e-6},
+      {"Sigmoid", "", kFloat, 1e-6},
+      {"Sin", "", kFloat, 1e-6},
+      {"Cos", "", kFloat, 1e-6},
+      {"Softplus", "", kFloat, 1e-6},
       {"Gelu", "com.microsoft", kFloat, 1e-5},
       {"FastGelu", "com.microsoft", kFloat, 1e-5},
       {"FastGelu", "com.microsoft", kFloat, 1e-5, {{"form", Attribute::String("gelu_new")}}},
@@ -133,14 +166,24 @@ TEST(CudaElementwiseTest, BinaryOpsMatchCpuWithBroadcasting) {
     double rtol;
     std::map<std::string, Attribute> attrs = {};
   };
-  const std::vector<Case> cases = {
-      {"Add", kNumeric, 0},   {"Sub", kNumeric, 0},          {"Mul", kNumeric, 0},
-      {"Div", kFloat, 0},     {"Min", kNumeric, 0},          {"Max", kNumeric, 0},
-      {"Sum", kNumeric, 0},   {"Mean", kFloat, 0},           {"Equal", kNumeric, 0},
-      {"Less", kNumeric, 0},  {"Greater", kNumeric, 0},      {"LessOrEqual", kNumeric, 0},
-      {"GreaterOrEqual", kNumeric, 0},                       {"Pow", kFloat, 1e-5},
-      {"Mod", kFloat, 0, {{"fmod", Attribute::Int(1)}}},     {"And", {DType::kBool}, 0},
-      {"Or", {DType::kBool}, 0},                             {"Xor", {DType::kBool}, 0}};
+  const std::vector<Case> cases = {{"Add", kNumeric, 0},
+                                   {"Sub", kNumeric, 0},
+                                   {"Mul", kNumeric, 0},
+                                   {"Div", kFloat, 0},
+                                   {"Min", kNumeric, 0},
+                                   {"Max", kNumeric, 0},
+                                   {"Sum", kNumeric, 0},
+                                   {"Mean", kFloat, 0},
+                                   {"Equal", kNumeric, 0},
+                                   {"Less", kNumeric, 0},
+                                   {"Greater", kNumeric, 0},
+                                   {"LessOrEqual", kNumeric, 0},
+                                   {"GreaterOrEqual", kNumeric, 0},
+                                   {"Pow", kFloat, 1e-5},
+                                   {"Mod", kFloat, 0, {{"fmod", Attribute::Int(1)}}},
+                                   {"And", {DType::kBool}, 0},
+                                   {"Or", {DType::kBool}, 0},
+                                   {"Xor", {DType::kBool}, 0}};
   std::vector<std::pair<Shape, Shape>> shapes = kBroadcast;
   for (const Shape& s : kShapes) shapes.push_back({s, s});
   for (const Case& c : cases)
@@ -148,8 +191,8 @@ TEST(CudaElementwiseTest, BinaryOpsMatchCpuWithBroadcasting) {
       for (const auto& [sa, sb] : shapes) {
         const Node node = MakeNode(c.op, {"a", "b"}, {"y"}, c.attrs, "", c.op + "_node");
         Status st = Compare(node, {{"a", Input(t, sa, 2)}, {"b", Input(t, sb, 3)}}, {}, c.rtol);
-        EXPECT_TRUE(st.ok()) << DTypeName(t) << " " << ShapeToString(sa) << " "
-                             << ShapeToString(sb) << ": " << st.message();
+        EXPECT_TRUE(st.ok()) << DTypeName(t) << " " << ShapeToString(sa) << " " << ShapeToString(sb)
+                             << ": " << st.message();
       }
 }
 
@@ -167,8 +210,9 @@ TEST(CudaElementwiseTest, IntegerDivAndModMatchCpuAndAConstantZeroDivisorFails) 
     }
   Tensor zero = Tensor::FromVector<int64_t>(DType::kInt64, {2}, {3, 0});
   const Node div = MakeNode("Div", {"a", "z"}, {"y"}, {}, "", "Div_node");
-  auto r = RunSingleNodeOnCuda(div, {{"a", Tensor::FromVector<int64_t>(DType::kInt64, {2}, {1, 2})}},
-                               {{"z", zero}}, {Tensor(DType::kInt64, {2})});
+  auto r =
+      RunSingleNodeOnCuda(div, {{"a", Tensor::FromVector<int64_t>(DType::kInt64, {2}, {1, 2})}},
+                          {{"z", zero}}, {Tensor(DType::kInt64, {2})});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("integer division by zero"), std::string::npos)
       << r.status().message();
@@ -177,7 +221,7 @@ TEST(CudaElementwiseTest, IntegerDivAndModMatchCpuAndAConstantZeroDivisorFails) 
 TEST(CudaElementwiseTest, VariadicOpsMatchCpuWithManyBroadcastInputs) {
   FOUNDRY_REQUIRE_GPU();
   // 11 inputs: two launches (8, then the output so far with the remaining 3).
-  const std::vector<Shape> shapes = {{3, 1, 257}, {1}, {4, 257}, {}, {3, 4, 257}, {257},
+  const std::vector<Shape> shapes = {{3, 1, 257}, {1},    {4, 257},    {},       {3, 4, 257}, {257},
                                      {3, 1, 1},   {4, 1}, {3, 4, 257}, {1, 257}, {3, 4, 1}};
   for (const char* op : {"Sum", "Min", "Max", "Mean"})
     for (size_t count : {size_t{1}, size_t{3}, size_t{8}, size_t{9}, size_t{11}}) {
@@ -195,9 +239,11 @@ TEST(CudaElementwiseTest, VariadicOpsMatchCpuWithManyBroadcastInputs) {
 
 TEST(CudaElementwiseTest, ActivationGradientsMatchCpu) {
   FOUNDRY_REQUIRE_GPU();
-  const std::vector<std::pair<std::string, double>> cases = {
-      {"GeluGrad", 1e-5}, {"FastGeluGrad", 1e-5}, {"ReluGrad", 0}, {"SigmoidGrad", 0},
-      {"TanhGrad", 0}};
+  const std::vector<std::pair<std::string, double>> cases = {{"GeluGrad", 1e-5},
+                                                             {"FastGeluGrad", 1e-5},
+                                                             {"ReluGrad", 0},
+                                                             {"SigmoidGrad", 0},
+                                                             {"TanhGrad", 0}};
   for (const auto& [op, rtol] : cases)
     for (DType t : kFloat)
       for (const Shape& s : kShapes) {
@@ -212,10 +258,9 @@ TEST(CudaElementwiseTest, WhereCastClipMatchCpu) {
   for (const auto& [sa, sb] : kBroadcast) {
     const Node node = MakeNode("Where", {"c", "x", "y"}, {"z"}, {}, "", "Where_node");
     for (DType t : {DType::kFloat32, DType::kInt64, DType::kBool}) {
-      Status st = Compare(node,
-                          {{"c", Input(DType::kBool, sa, 6)}, {"x", Input(t, sb, 7)},
-                           {"y", Input(t, sa, 8)}},
-                          {}, 0);
+      Status st = Compare(
+          node, {{"c", Input(DType::kBool, sa, 6)}, {"x", Input(t, sb, 7)}, {"y", Input(t, sa, 8)}},
+          {}, 0);
       EXPECT_TRUE(st.ok()) << ShapeToString(sa) << " " << ShapeToString(sb) << ": " << st.message();
     }
   }
@@ -224,9 +269,9 @@ TEST(CudaElementwiseTest, WhereCastClipMatchCpu) {
   for (DType from : all)
     for (DType to : all)
       for (const Shape& s : {Shape{}, Shape{1000}}) {
-        const Node node = MakeNode("Cast", {"x"}, {"y"},
-                                   {{"to", Attribute::Int(static_cast<int64_t>(to))}}, "",
-                                   "Cast_node");
+        const Node node =
+            MakeNode("Cast", {"x"}, {"y"}, {{"to", Attribute::Int(static_cast<int64_t>(to))}}, "",
+                     "Cast_node");
         Status st = Compare(node, {{"x", Input(from, s, 9)}}, {}, 0);
         EXPECT_TRUE(st.ok()) << DTypeName(from) << "->" << DTypeName(to) << ": " << st.message();
       }
@@ -262,13 +307,15 @@ TEST(CudaElementwiseTest, DropoutMaskAndGradientEqualCpuBitwise) {
         EXPECT_TRUE(st.ok()) << ratio << " " << ShapeToString(s) << ": " << st.message();
         const Node grad = MakeNode("DropoutGrad", {"dy", "m", "r", "t"}, {"dx"}, {},
                                    "com.microsoft", "DropoutGrad_node");
-        st = Compare(grad, {{"dy", Input(DType::kFloat32, s, 15)}, {"m", Input(DType::kBool, s, 16)}},
+        st = Compare(grad,
+                     {{"dy", Input(DType::kFloat32, s, 15)}, {"m", Input(DType::kBool, s, 16)}},
                      constants, 0);
         EXPECT_TRUE(st.ok()) << ratio << " " << ShapeToString(s) << ": " << st.message();
       }
   // A ratio computed at run time is an error naming the node and the input.
   const Node node = MakeNode("Dropout", {"x", "r"}, {"y"}, {}, "", "Dropout_node");
-  auto r = RunSingleNodeOnCuda(node, {{"x", Input(DType::kFloat32, {4}, 1)}, {"r", Tensor::Scalar(0.5f)}},
+  auto r = RunSingleNodeOnCuda(node,
+                               {{"x", Input(DType::kFloat32, {4}, 1)}, {"r", Tensor::Scalar(0.5f)}},
                                {}, {Tensor(DType::kFloat32, {4})});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("input 1 ('ratio') must be a constant on the cuda backend"),
@@ -306,7 +353,8 @@ StatusOr<Tensor> RunInPlace(const Node& node, const std::vector<Tensor>& inputs,
     ctx.stream = sb.stream;
     ctx.cublas = sb.cublas;
     status = RunCudaKernel(node, in, outs, ctx);
-    if (status.ok()) status = cuda::CopyToHost(result.raw(), out.raw(), result.nbytes(), sb.stream, "out");
+    if (status.ok())
+      status = cuda::CopyToHost(result.raw(), out.raw(), result.nbytes(), sb.stream, "out");
   }
   for (void* p : ptrs) cuda::DeviceFree(p);
   cuda::DestroyStreamAndBlas(sb);

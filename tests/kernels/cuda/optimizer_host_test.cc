@@ -68,8 +68,8 @@ TEST(CudaOptimizerMathTest, SgdElementEqualsSgdUpdateBitwise) {
       const opt::SgdScalars s = opt::SgdScalarsFor(o);
       for (int step = 1; step <= 5; ++step) {
         const std::vector<float> g = Random(n, 200 + step, 0.3f);
-        const bool finite = SgdUpdate(o, step == 1, p.data(), g.data(),
-                                      momentum != 0 ? buf.data() : nullptr, n);
+        const bool finite =
+            SgdUpdate(o, step == 1, p.data(), g.data(), momentum != 0 ? buf.data() : nullptr, n);
         bool bad = false;
         for (int64_t i = 0; i < n; ++i)
           bad |= opt::SgdElement(s, step == 1, hp[i], g[i], momentum != 0 ? &hbuf[i] : nullptr);
@@ -101,7 +101,8 @@ TEST(CudaOptimizerMathTest, NonFiniteParametersAreReportedAsOnTheCpu) {
   std::vector<float> q(n, 1.f), hq = q;
   const bool sgd_finite = SgdUpdate(o, true, q.data(), g.data(), nullptr, n);
   bool sgd_bad = false;
-  for (int64_t i = 0; i < n; ++i) sgd_bad |= opt::SgdElement(opt::SgdScalarsFor(o), true, hq[i], g[i], nullptr);
+  for (int64_t i = 0; i < n; ++i)
+    sgd_bad |= opt::SgdElement(opt::SgdScalarsFor(o), true, hq[i], g[i], nullptr);
   EXPECT_FALSE(sgd_finite);
   EXPECT_TRUE(sgd_bad);
   EXPECT_TRUE(Bitwise(q, hq));

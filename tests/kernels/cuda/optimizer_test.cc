@@ -1,5 +1,7 @@
 // The device AdamW / SGD updates against the CPU ones (runtime/optimizer.h), bitwise, over several
 // steps; the non-finite flag. Needs a GPU (skips without one).
+#include "runtime/optimizer.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,7 +9,6 @@
 #include <random>
 #include <vector>
 
-#include "runtime/optimizer.h"
 #include "tests/support/cuda_check.h"
 
 #ifdef FOUNDRY_HAVE_CUDA
