@@ -76,8 +76,16 @@ class Backend {
   virtual Status CopyIn(const Tensor& host, Tensor& device) = 0;
   virtual Status CopyOut(const Tensor& device, Tensor& host) = 0;
 
-  // Live and high-water bytes of this backend's memory per class.
+  // Live and high-water bytes of this backend's memory per class; ResetPeaks starts the
+  // high-water marks again from the live bytes.
   virtual MemorySnapshot Bytes() const = 0;
+  virtual void ResetPeaks() = 0;
+
+  // Whether tensors in this backend's memory may be read and written on the host (the CPU: yes;
+  // a GPU: no, every byte goes through CopyIn / CopyOut).
+  virtual bool host_memory() const { return true; }
+  // Waits until everything enqueued so far has finished (a no-op where Run is synchronous).
+  virtual Status Synchronize() { return Status::Ok(); }
 
  protected:
   // Null when the memory is not there.

@@ -47,6 +47,8 @@ Status CpuBackend::CopyOut(const Tensor& device, Tensor& host) {
 
 MemorySnapshot CpuBackend::Bytes() const { return MemoryUsage(); }
 
+void CpuBackend::ResetPeaks() { ResetMemoryPeaks(); }
+
 std::byte* CpuBackend::AllocateBytes(int64_t bytes, MemoryClass c) {
   return static_cast<std::byte*>(
       AllocateAccounted(static_cast<size_t>(bytes), static_cast<size_t>(kArenaAlignment), c));

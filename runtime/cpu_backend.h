@@ -18,6 +18,7 @@ class CpuBackend final : public Backend {
   // The process's accounting (base/memory_accounting.h): CPU backend memory is host memory, so
   // tensors the runtime owns on the host are in the same figures.
   MemorySnapshot Bytes() const override;
+  void ResetPeaks() override;
 
  protected:
   std::byte* AllocateBytes(int64_t bytes, MemoryClass c) override;

@@ -90,13 +90,23 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
   // Inputs: storage of their own.
   for (const auto& name : graph.inputs)
     RETURN_IF_ERROR(region_view(name, MemoryClass::kInput, "input"));
-  // Constants: the graph's data.
+  // Constants: the graph's data; on a device backend, a copy of it in device memory (class
+  // constant). Kernels also get the host copy (KernelContext::constant_inputs).
   for (const auto& [name, v] : graph.values()) {
     // A value a node produces is the node's to write, in the plan's storage, even if it has data.
     if (!v.data || e->views_.count(name) || produced.count(name)) continue;
     v.data->SetMemoryClass(MemoryClass::kConstant);
-    e->views_[name] =
-        Tensor::View(v.data->dtype(), v.data->shape(), const_cast<void*>(v.data->raw()));
+    e->host_constants_[name] = v.data.get();
+    if (backend.host_memory()) {
+      e->views_[name] =
+          Tensor::View(v.data->dtype(), v.data->shape(), const_cast<void*>(v.data->raw()));
+      continue;
+    }
+    ASSIGN_OR_RETURN(Region r, backend.Allocate(static_cast<int64_t>(v.data->nbytes()),
+                                                MemoryClass::kConstant, "constant '" + name + "'"));
+    e->views_[name] = Tensor::View(v.data->dtype(), v.data->shape(), r.data());
+    e->regions_.push_back(std::move(r));
+    RETURN_IF_ERROR(backend.CopyIn(*v.data, e->views_.at(name)));
   }
   for (const auto& name : graph.initializers)
     if (!e->views_.count(name))
@@ -158,8 +168,10 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
   e->steps_.reserve(graph.nodes.size());
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const Node& n = graph.nodes[i];
-    Step s{&n, {}, {}, {}, NodeKey(n)};
+    Step s{&n, {}, {}, {}, NodeKey(n), {}};
     for (const auto& in : n.inputs) {
+      auto host = in.empty() ? e->host_constants_.end() : e->host_constants_.find(in);
+      s.constants.push_back(host == e->host_constants_.end() ? nullptr : host->second);
       if (in.empty()) {
         s.inputs.push_back(nullptr);
         continue;
@@ -183,6 +195,7 @@ Status Executor::Run(const KernelContext& ctx) {
   KernelContext c = ctx;
   for (const Step& s : steps_) {
     c.node_key = s.node_key;
+    c.constant_inputs = s.constants;
     RETURN_IF_ERROR(backend_.Run(*s.node, s.inputs, s.outputs, s.workspace, c));
   }
   return Status::Ok();

@@ -8,10 +8,12 @@
 //    arena + offset of its buffer's owner (aliases, views and in-place outputs, at their owner's
 //    offset, under their own shape); each node's workspace a span at its workspace offset;
 //  - each graph output (the loss, the gradients) its own region (class output / gradient); each
-//    graph input its own region (class input), which the caller writes before Run;
+//    graph input its own region (class input), which the caller writes before Run (through
+//    backend.CopyIn when the backend's memory is not host memory);
 //  - parameters are bound: views of the caller's tensors (class parameter), which must stay put
 //    (same storage) for the executor's life; constants are views of the graph's data, re-classed
-//    as constant.
+//    as constant (on a device backend: copied once into regions of class constant; kernels get the
+//    host data too, as KernelContext::constant_inputs).
 // Run() executes the schedule: no allocation at all (the per-node input/output lists are built at
 // Create). Views a node's kernel writes through (out == in) are the schema's view/in-place cases.
 #pragma once
@@ -67,6 +69,7 @@ class Executor {
     std::vector<Tensor*> outputs;
     std::span<std::byte> workspace;
     uint64_t node_key;
+    std::vector<const Tensor*> constants;  // host data of constant inputs (null: computed)
   };
 
   const Graph& graph_;
@@ -76,6 +79,7 @@ class Executor {
   Region arena_;
   std::vector<Region> regions_;  // inputs and outputs
   std::unordered_map<std::string, Tensor> views_;
+  std::unordered_map<std::string, const Tensor*> host_constants_;  // the graph's data
   Tensor omitted_output_;  // what a node's omitted ("") output is written to: empty
   std::vector<Step> steps_;
 };

@@ -25,6 +25,12 @@
 #include "compiler/tensor_proto.h"
 #include "kernels/cpu/philox.h"
 #include "runtime/cpu_backend.h"
+#include "runtime/cuda_backend.h"
+#ifdef FOUNDRY_HAVE_CUDA
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/optimizer.h"
+#include "kernels/cuda/train_step.h"
+#endif
 #include "runtime/interpreter.h"
 #include "runtime/messages.h"
 
@@ -57,9 +63,9 @@ void FindTokenInput(const Graph& g, const std::vector<std::string>& inputs, std:
 // The memory plan to run: the plan file's (LoadPlan checked it against the graph; the executor
 // checks its layout against this backend's kernels). A plan built in memory without one (tests,
 // tools that compile and train in one process) is planned here, as foundry-compile would.
-StatusOr<MemoryPlan> MemoryPlanFor(const LoadedPlan& lp) {
+StatusOr<MemoryPlan> MemoryPlanFor(const LoadedPlan& lp, const Backend& backend) {
   if (!lp.plan.memory.layouts.empty()) return lp.plan.memory;
-  auto plan = PlanMemory(lp.graph, {GetCpuBackend().Spec()});
+  auto plan = PlanMemory(lp.graph, {backend.Spec()});
   if (!plan.ok())
     return plan.status().Prepend("cannot plan the memory of '" + lp.plan_path + "': ");
   return plan;
@@ -72,6 +78,16 @@ StatusOr<MemoryPlan> MemoryPlanFor(const LoadedPlan& lp) {
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const TrainerOptions& options) {
   RETURN_IF_ERROR(CheckOptimizerOptions(options.optimizer));
   std::unique_ptr<Trainer> t(new Trainer());
+  if (options.device == "cpu") {
+    t->backend_ = &GetCpuBackend();
+  } else if (options.device == "cuda") {
+    ASSIGN_OR_RETURN(CudaBackend * cuda, GetCudaBackend());
+    cuda->set_tf32(options.tf32);
+    t->backend_ = cuda;
+  } else {
+    return Error("unknown device '" + options.device + "' (choose cpu or cuda)");
+  }
+  t->on_device_ = !t->backend_->host_memory();
   t->plan_ = std::move(plan);
   t->options_ = options;
   Graph& g = t->plan_.graph;
@@ -211,10 +227,33 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
 
   // The executor: the arena, inputs and outputs, allocated once. Fed inputs are written into
   // their storage now and never again.
-  ASSIGN_OR_RETURN(MemoryPlan memory, MemoryPlanFor(t->plan_));
+  ASSIGN_OR_RETURN(MemoryPlan memory, MemoryPlanFor(t->plan_, *t->backend_));
   std::map<std::string, Tensor*> params;
-  for (auto& [name, tensor] : t->params_) params[name] = &tensor;
-  ASSIGN_OR_RETURN(t->executor_, Executor::Create(g, memory, GetCpuBackend(), params));
+  if (t->on_device_) {
+    // Device copies of the parameters and slots, each its own region of its class (as the CPU
+    // tensors are), plus the step's status block.
+    auto mirror = [&](const std::map<std::string, Tensor>& host, std::map<std::string, Tensor>& dev,
+                      MemoryClass c, const std::string& what) -> Status {
+      for (const auto& [name, h] : host) {
+        ASSIGN_OR_RETURN(Region r, t->backend_->Allocate(static_cast<int64_t>(h.nbytes()), c,
+                                                          what + " '" + name + "'"));
+        dev[name] = Tensor::View(h.dtype(), h.shape(), r.data());
+        t->dev_regions_.push_back(std::move(r));
+      }
+      return Status::Ok();
+    };
+    RETURN_IF_ERROR(mirror(t->params_, t->dev_params_, MemoryClass::kParameter, "parameter"));
+    RETURN_IF_ERROR(mirror(t->slot_m_, t->dev_m_, MemoryClass::kOptimizerState, "optimizer slot"));
+    RETURN_IF_ERROR(mirror(t->slot_v_, t->dev_v_, MemoryClass::kOptimizerState, "optimizer slot"));
+    ASSIGN_OR_RETURN(t->status_,
+                     t->backend_->Allocate(static_cast<int64_t>(4 * (2 + p.parameters.size())),
+                                           MemoryClass::kOther, "the step status"));
+    RETURN_IF_ERROR(t->PushToDevice());
+    for (auto& [name, tensor] : t->dev_params_) params[name] = &tensor;
+  } else {
+    for (auto& [name, tensor] : t->params_) params[name] = &tensor;
+  }
+  ASSIGN_OR_RETURN(t->executor_, Executor::Create(g, memory, *t->backend_, params));
   for (auto& [name, tensor] : fed) {
     Tensor* in = t->executor_->input(name);
     if (!in) return Error("--feed: '" + name + "' is not an input of the graph");
@@ -229,13 +268,70 @@ int64_t Trainer::num_parameter_elements() const {
   return n;
 }
 
+namespace {
+// The accessors below return references; a device that fails to copy back is past saving.
+void PullOrThrow(Status st) {
+  if (!st.ok()) throw std::runtime_error(st.message());
+}
+}  // namespace
+
+Status Trainer::PushToDevice() {
+  if (!on_device_) return Status::Ok();
+  auto push = [&](const std::map<std::string, Tensor>& host,
+                  std::map<std::string, Tensor>& dev) -> Status {
+    for (auto& [name, d] : dev) RETURN_IF_ERROR(backend_->CopyIn(host.at(name), d));
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(push(params_, dev_params_));
+  RETURN_IF_ERROR(push(slot_m_, dev_m_));
+  RETURN_IF_ERROR(push(slot_v_, dev_v_));
+  host_stale_ = false;
+  return Status::Ok();
+}
+
+Status Trainer::PullFromDevice() const {
+  if (!on_device_ || !host_stale_) return Status::Ok();
+  auto pull = [&](const std::map<std::string, Tensor>& dev,
+                  std::map<std::string, Tensor>& host) -> Status {
+    for (const auto& [name, d] : dev) RETURN_IF_ERROR(backend_->CopyOut(d, host.at(name)));
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(pull(dev_params_, params_));
+  RETURN_IF_ERROR(pull(dev_m_, slot_m_));
+  RETURN_IF_ERROR(pull(dev_v_, slot_v_));
+  host_stale_ = false;
+  return Status::Ok();
+}
+
+const std::map<std::string, Tensor>& Trainer::slot_m() const {
+  PullOrThrow(PullFromDevice());
+  return slot_m_;
+}
+
+const std::map<std::string, Tensor>& Trainer::slot_v() const {
+  PullOrThrow(PullFromDevice());
+  return slot_v_;
+}
+
+StatusOr<Tensor> Trainer::OutputOnHost(const std::string& name) const {
+  const Tensor* t = executor_->value(name);
+  if (!t) return Error("no graph output '" + name + "'");
+  Tensor host(t->dtype(), t->shape());
+  RETURN_IF_ERROR(backend_->CopyOut(*t, host));
+  return host;
+}
+
 std::map<std::string, Tensor> Trainer::parameters() const {
+  PullOrThrow(PullFromDevice());
   std::map<std::string, Tensor> out;
   for (const auto& name : plan_.plan.parameters) out[name] = params_.at(name);
   return out;
 }
 
-const Tensor& Trainer::parameter(const std::string& name) const { return params_.at(name); }
+const Tensor& Trainer::parameter(const std::string& name) const {
+  PullOrThrow(PullFromDevice());
+  return params_.at(name);
+}
 
 const Tensor& Trainer::output(const std::string& name) const {
   const Tensor* t = executor_->value(name);
@@ -265,12 +361,26 @@ Status Trainer::BuildBatch() {
     else
       SyntheticWindow(options_.seed, k, window, vocab_, out);
   }
-  // Straight into the executor's input storage (CPU memory; a device backend would stage it).
+  // Straight into the executor's input storage on the CPU; staged on the host and copied in
+  // for a device backend.
   Tensor* labels = labels_input_.empty() || fed_.count(labels_input_)
                        ? nullptr
                        : executor_->input(labels_input_);
-  WriteTokenBatch(windows_, batch_, seq_, plan_.plan.loss_in_model,
-                  *executor_->input(tokens_input_), labels);
+  Tensor* ids = executor_->input(tokens_input_);
+  if (!on_device_) {
+    WriteTokenBatch(windows_, batch_, seq_, plan_.plan.loss_in_model, *ids, labels);
+    return Status::Ok();
+  }
+  auto staged = [&](const std::string& name, const Tensor& like) -> Tensor& {
+    auto it = staged_.find(name);
+    if (it == staged_.end()) it = staged_.emplace(name, Tensor(like.dtype(), like.shape())).first;
+    return it->second;
+  };
+  Tensor& host_ids = staged(tokens_input_, *ids);
+  Tensor* host_labels = labels ? &staged(labels_input_, *labels) : nullptr;
+  WriteTokenBatch(windows_, batch_, seq_, plan_.plan.loss_in_model, host_ids, host_labels);
+  RETURN_IF_ERROR(backend_->CopyIn(host_ids, *ids));
+  if (labels) RETURN_IF_ERROR(backend_->CopyIn(*host_labels, *labels));
   return Status::Ok();
 }
 
@@ -278,11 +388,17 @@ Status Trainer::NonFiniteError(int64_t step, const InterpretOptions& base) const
   InterpretOptions io = base;
   io.check_finite = true;
   // The step's own bindings, as views: the parameters and the batch still in the input storage.
+  // A device run is replayed on the CPU from host copies (the parameters are not updated yet).
+  RETURN_IF_ERROR(PullFromDevice());
   std::map<std::string, Tensor> bindings;
   for (const auto& [name, t] : params_)
     bindings[name] = Tensor::View(t.dtype(), t.shape(), const_cast<void*>(t.raw()));
   for (const auto& name : plan_.graph.inputs) {
     const Tensor* t = executor_->value(name);
+    if (on_device_) {
+      ASSIGN_OR_RETURN(bindings[name], OutputOnHost(name));
+      continue;
+    }
     bindings[name] = Tensor::View(t->dtype(), t->shape(), const_cast<void*>(t->raw()));
   }
   auto replay = Interpret(plan_.graph, bindings, io);
@@ -347,9 +463,17 @@ StatusOr<StepReport> Trainer::Step() {
   Status run = executor_->Run(io.ctx);
   if (!run.ok()) return run.Prepend("step " + std::to_string(step) + ": ");
 
-  const Tensor& loss_t = output(plan_.plan.loss);
-  bool finite = AllFinite(loss_t);
-  for (const auto& [param, gname] : plan_.plan.gradients) finite &= AllFinite(output(gname));
+  float loss = 0;
+  bool finite = true;
+  if (on_device_) {
+    Status st = CheckStepOnDevice(&loss, &finite);
+    if (!st.ok()) return st.Prepend("step " + std::to_string(step) + ": ");
+  } else {
+    const Tensor& loss_t = output(plan_.plan.loss);
+    loss = static_cast<float>(loss_t.GetAsDouble(0));
+    finite = AllFinite(loss_t);
+    for (const auto& [param, gname] : plan_.plan.gradients) finite &= AllFinite(output(gname));
+  }
   if (!finite) {
     failed_ = true;
     return NonFiniteError(step, io);
@@ -357,6 +481,13 @@ StatusOr<StepReport> Trainer::Step() {
 
   // Dumps: every target is checked before any is written.
   std::vector<std::tuple<std::string, const Tensor*, std::string>> dumps;  // path, tensor, name
+  std::vector<std::unique_ptr<Tensor>> host_copies;  // a device run's dumped outputs
+  auto dump_source = [&](const std::string& value) -> StatusOr<const Tensor*> {
+    if (!on_device_) return &output(value);
+    ASSIGN_OR_RETURN(Tensor h, OutputOnHost(value));
+    host_copies.push_back(std::make_unique<Tensor>(std::move(h)));
+    return host_copies.back().get();
+  };
   auto make_dir = [&](const std::string& option, const std::string& dir) -> Status {
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -368,17 +499,19 @@ StatusOr<StepReport> Trainer::Step() {
   if (steps_this_run_ == 0 && !options_.dump_grads_dir.empty()) {
     for (const auto& name : plan_.plan.parameters) {
       const std::string gname = name + "_grad";
+      ASSIGN_OR_RETURN(const Tensor* src, dump_source(plan_.plan.gradients.at(name)));
       dumps.emplace_back(
-          (fs::path(options_.dump_grads_dir) / (FileNameForValue(gname) + ".pb")).string(),
-          &output(plan_.plan.gradients.at(name)), gname);
+          (fs::path(options_.dump_grads_dir) / (FileNameForValue(gname) + ".pb")).string(), src,
+          gname);
       RETURN_IF_ERROR(CheckNotAnInput(std::get<0>(dumps.back()), "--dump-grads"));
     }
   }
   if (steps_this_run_ == 0 && !options_.dump_outputs_dir.empty()) {
     for (const auto& out : plan_.graph.outputs) {
+      ASSIGN_OR_RETURN(const Tensor* src, dump_source(out));
       dumps.emplace_back(
-          (fs::path(options_.dump_outputs_dir) / (FileNameForValue(out) + ".pb")).string(),
-          &output(out), out);
+          (fs::path(options_.dump_outputs_dir) / (FileNameForValue(out) + ".pb")).string(), src,
+          out);
       RETURN_IF_ERROR(CheckNotAnInput(std::get<0>(dumps.back()), "--dump-outputs"));
     }
   }
@@ -388,7 +521,13 @@ StatusOr<StepReport> Trainer::Step() {
   // the edge of the range). The update is in place, so the trainer is done for; nothing of it
   // may be saved.
   std::string non_finite;
-  RETURN_IF_ERROR(ApplyOptimizer(&non_finite));
+  if (on_device_) {
+    host_stale_ = true;
+    Status st = ApplyOptimizerOnDevice(&non_finite);
+    if (!st.ok()) return st.Prepend("step " + std::to_string(step) + ": ");
+  } else {
+    RETURN_IF_ERROR(ApplyOptimizer(&non_finite));
+  }
   if (!non_finite.empty())
     return Error("step " + std::to_string(step) + ": the optimizer update made parameter '" +
                  non_finite + "' non-finite (lr " + Num(options_.optimizer.lr) +
@@ -407,10 +546,83 @@ StatusOr<StepReport> Trainer::Step() {
 
   StepReport r;
   r.step = step;
-  r.loss = static_cast<float>(loss_t.GetAsDouble(0));
+  r.loss = loss;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.tokens_per_second = r.seconds > 0 ? static_cast<double>(batch_ * seq_) / r.seconds : 0;
   return r;
 }
+
+// ---- device backends ----------------------------------------------------------------------
+
+#ifdef FOUNDRY_HAVE_CUDA
+
+Status Trainer::CheckStepOnDevice(float* loss, bool* finite) {
+  // One read-back per step: the loss bits and the gradients' finite flag, together.
+  void* stream = static_cast<CudaBackend*>(backend_)->stream();
+  int* status = reinterpret_cast<int*>(status_.data());
+  RETURN_IF_ERROR(cuda::DeviceMemset(status, 0, status_.bytes(), stream, "the step status"));
+  const Tensor& loss_t = output(plan_.plan.loss);
+  if (loss_t.dtype() != DType::kFloat32 || loss_t.numel() != 1)
+    return Error("the loss '" + plan_.plan.loss + "' is " + TypeOf(loss_t.dtype(), loss_t.shape()) +
+                 "; the cuda trainer reads an f32 scalar");
+  RETURN_IF_ERROR(cuda::DeviceCopy(status, loss_t.raw(), 4, stream, "the loss"));
+  RETURN_IF_ERROR(cuda::FlagNonFinite(loss_t.data<float>(), 1, status + 1, stream, "the loss"));
+  for (const auto& [param, gname] : plan_.plan.gradients) {
+    const Tensor& g = output(gname);
+    if (g.dtype() != DType::kFloat32)
+      return Error("gradient '" + gname + "' is " + TypeOf(g.dtype(), g.shape()) +
+                   "; the trainer updates f32 parameters only");
+    RETURN_IF_ERROR(cuda::FlagNonFinite(g.data<float>(), g.numel(), status + 1, stream,
+                                        gname.c_str()));
+  }
+  int host[2] = {0, 0};
+  RETURN_IF_ERROR(cuda::CopyToHost(host, status, sizeof host, stream, "the loss"));
+  std::memcpy(loss, &host[0], 4);
+  *finite = host[1] == 0;
+  return Status::Ok();
+}
+
+Status Trainer::ApplyOptimizerOnDevice(std::string* non_finite_param) {
+  const OptimizerOptions& o = options_.optimizer;
+  void* stream = static_cast<CudaBackend*>(backend_)->stream();
+  int* flags = reinterpret_cast<int*>(status_.data()) + 2;
+  const auto& names = plan_.plan.parameters;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    Tensor& param = dev_params_.at(name);
+    const std::string& gname = plan_.plan.gradients.at(name);
+    const Tensor& grad = output(gname);
+    if (grad.dtype() != DType::kFloat32 || grad.shape() != param.shape())
+      return Error("gradient '" + gname + "' is " + TypeOf(grad.dtype(), grad.shape()) +
+                   " but parameter '" + name + "' is " + TypeOf(param.dtype(), param.shape()));
+    if (o.kind == OptimizerKind::kAdamW) {
+      RETURN_IF_ERROR(CudaAdamWUpdate(o, step_ + 1, param.data<float>(), grad.data<float>(),
+                                      dev_m_.at(name).data<float>(), dev_v_.at(name).data<float>(),
+                                      param.numel(), flags + i, stream));
+    } else {
+      float* buf = o.momentum != 0 ? dev_m_.at(name).data<float>() : nullptr;
+      RETURN_IF_ERROR(CudaSgdUpdate(o, step_ == 0, param.data<float>(), grad.data<float>(), buf,
+                                    param.numel(), flags + i, stream));
+    }
+  }
+  // The end of the step: the updates have run when the flags are back.
+  std::vector<int> host(names.size(), 0);
+  RETURN_IF_ERROR(cuda::CopyToHost(host.data(), flags, static_cast<int64_t>(4 * host.size()),
+                                   stream, "the optimizer flags"));
+  for (size_t i = 0; i < names.size(); ++i)
+    if (host[i] && non_finite_param->empty()) *non_finite_param = names[i];
+  return Status::Ok();
+}
+
+#else
+
+Status Trainer::CheckStepOnDevice(float*, bool*) {
+  return Error("the CUDA backend is not built");
+}
+Status Trainer::ApplyOptimizerOnDevice(std::string*) {
+  return Error("the CUDA backend is not built");
+}
+
+#endif
 
 }  // namespace foundry

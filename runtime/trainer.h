@@ -64,6 +64,11 @@ struct TrainerOptions {
   // output as DIR/<output>.pb.
   std::string dump_grads_dir;
   std::string dump_outputs_dir;
+  // "cpu" (the reference) or "cuda": where the step runs. On cuda the parameters, gradients,
+  // optimizer slots and the arena live in device memory; the host keeps a copy of the parameters
+  // and slots that is brought up to date on demand (parameters(), Save).
+  std::string device = "cpu";
+  bool tf32 = false;  // cuda only: TF32 tensor cores in the matrix products
 };
 
 struct StepReport {
@@ -121,8 +126,12 @@ class Trainer {
   const MemoryPlan& memory_plan() const { return executor_->plan(); }
   const Executor& executor() const { return *executor_; }
   // Optimizer slots: AdamW exp_avg (m) and exp_avg_sq (v); SGD with momentum m only.
-  const std::map<std::string, Tensor>& slot_m() const { return slot_m_; }
-  const std::map<std::string, Tensor>& slot_v() const { return slot_v_; }
+  const std::map<std::string, Tensor>& slot_m() const;
+  const std::map<std::string, Tensor>& slot_v() const;
+  // A graph output of the last step copied to the host (any backend).
+  StatusOr<Tensor> OutputOnHost(const std::string& name) const;
+  // The backend the steps run on, and its memory figures.
+  Backend& backend() const { return *backend_; }
 
  private:
   Trainer() = default;
@@ -131,14 +140,32 @@ class Trainer {
   Status ApplyOptimizer(std::string* non_finite_param);
   Status NonFiniteError(int64_t step, const InterpretOptions& base) const;
   Status WriteSave(const std::string& tmp) const;
+  // Device backends: parameters and slots host -> device (Create, Resume) and device -> host
+  // (before anything reads the host copies).
+  Status PushToDevice();
+  Status PullFromDevice() const;
+  // The device half of Step: finite check with the loss read back, and the optimizer.
+  Status CheckStepOnDevice(float* loss, bool* finite);
+  Status ApplyOptimizerOnDevice(std::string* non_finite_param);
 
   LoadedPlan plan_;
   TrainerOptions options_;
   // The parameters, updated in place by the optimizer; the executor holds views of them, so they
   // never move (a resume copies into them).
-  std::map<std::string, Tensor> params_;
-  std::map<std::string, Tensor> slot_m_;  // AdamW exp_avg / SGD momentum buffer
-  std::map<std::string, Tensor> slot_v_;  // AdamW exp_avg_sq
+  // On a device backend these are the host copies (current after PullFromDevice).
+  mutable std::map<std::string, Tensor> params_;
+  mutable std::map<std::string, Tensor> slot_m_;  // AdamW exp_avg / SGD momentum buffer
+  mutable std::map<std::string, Tensor> slot_v_;  // AdamW exp_avg_sq
+  Backend* backend_ = nullptr;
+  bool on_device_ = false;  // the backend's memory is not host memory
+  mutable bool host_stale_ = false;  // the device copies changed since the last pull
+  // Device backends: the device copies (views of dev_regions_), the batch staged on the host,
+  // and a small status block: int [0] loss bits, [1] gradients flag, [2 + i] update flag of
+  // parameter i (the order of plan.parameters).
+  std::map<std::string, Tensor> dev_params_, dev_m_, dev_v_;
+  std::vector<Region> dev_regions_;
+  std::map<std::string, Tensor> staged_;
+  Region status_;
   std::set<std::string> fed_;             // inputs given by --feed (written into storage once)
   std::unique_ptr<Executor> executor_;
   std::vector<int64_t> windows_;  // the token windows of a step, reused

@@ -139,6 +139,7 @@ Status Trainer::Save(const std::string& dir_arg) const {
 
 Status Trainer::WriteSave(const std::string& tmp) const {
   std::error_code ec;
+  RETURN_IF_ERROR(PullFromDevice());
 
   Graph g = plan_.graph;
   for (const auto& name : plan_.plan.parameters)
@@ -247,6 +248,8 @@ Status Trainer::Resume(const std::string& dir) {
   copy_into(params, params_);
   copy_into(m, slot_m_);
   copy_into(v, slot_v_);
+  host_stale_ = false;
+  RETURN_IF_ERROR(PushToDevice());
   step_ = s.step;
   data_position_ = s.data_position;
   resume_dir_ = dir;

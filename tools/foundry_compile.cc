@@ -23,6 +23,7 @@
 #include "passes/memory_report.h"
 #include "passes/memory_timeline.h"
 #include "passes/pipeline.h"
+#include "runtime/cuda_backend.h"
 #include "tools/cli.h"
 
 namespace fs = std::filesystem;
@@ -443,7 +444,9 @@ int Main(int argc, char** argv) {
   std::optional<MemoryReport> report;
   TimelineOptions timeline;
   if (!forward_only) {
-    auto memory = PlanMemory(*graph, {{"cpu", CpuWorkspaceBytes}});
+    // A layout for every backend this foundry has kernels for (cpu, and cuda when built): the
+    // report shows the cpu one, foundry-run --device picks its own.
+    auto memory = PlanMemory(*graph, CompiledBackendSpecs());
     if (!memory.ok()) return Fail(memory.status().message());
     plan.memory = std::move(memory).value();
     auto built = BuildMemoryReport(*graph, plan.memory, "cpu", model, *dims);

@@ -25,7 +25,7 @@
 #include "runtime/trainer.h"
 #include "tools/cli.h"
 #ifdef FOUNDRY_HAVE_CUDA
-#include "kernels/cuda/device.h"
+#include "runtime/cuda_backend.h"
 #endif
 
 namespace fs = std::filesystem;
@@ -45,14 +45,10 @@ std::string Format(const char* fmt, double v) {
   return buf;
 }
 
+// Before anything is loaded: --device cuda on a machine without a GPU is one line at once.
 Status CheckDevice(const std::string& device) {
   if (device == "cpu") return Status::Ok();
-#ifdef FOUNDRY_HAVE_CUDA
-  if (CudaDeviceCount() == 0)
-    return Error("--device cuda: no CUDA device found (" + CudaDeviceDescription(0) +
-                 "); use --device cpu");
-#endif
-  return Error("--device cuda: the CUDA backend is not built yet; use --device cpu");
+  return GetCudaBackend().status();
 }
 
 int64_t PeakRssBytes() {
@@ -92,7 +88,7 @@ struct MemoryReport {
 MemoryReport MeasureMemory(const Trainer& t, int64_t other_before, int64_t rss_baseline) {
   const MemoryPlan& plan = t.memory_plan();
   const BackendLayout& layout = t.executor().layout();
-  const MemorySnapshot m = MemoryUsage();
+  const MemorySnapshot m = t.backend().Bytes();
   MemoryReport r;
   auto row = [&](const char* name, int64_t planned, MemoryClass c) {
     r.rows.push_back({name, planned, m[c].peak});
@@ -283,7 +279,7 @@ int Main(int argc, char** argv) {
   std::string save_dir, resume_dir, dump_grads, dump_outputs, report_json;
   std::vector<std::string> feeds, dim_specs;
   std::string steps_text = "1", seed_text = "0", init_seed_text = "0";
-  bool forward = false;
+  bool forward = false, tf32 = false;
   OptimizerOptions opt;
   app.add_option("target", target,
                  "PREFIX of a compiled plan (or the .plan file); with --forward, an ONNX model");
@@ -297,6 +293,9 @@ int Main(int argc, char** argv) {
           },
           "cpu|cuda"))
       ->capture_default_str();
+  auto* o_tf32 = app.add_flag("--tf32", tf32,
+                              "--device cuda: let cuBLAS use TF32 tensor cores in matrix products "
+                              "(faster, about 10 mantissa bits; off: exact fp32)");
   app.add_option("--steps", steps_text, "training steps to run (after --resume: more steps)")
       ->type_name("N")
       ->capture_default_str();
@@ -356,6 +355,11 @@ int Main(int argc, char** argv) {
       cli::ParseInteger<uint64_t>("--init-seed", init_seed_text, 0, UINT64_MAX, "an integer");
   if (!init_seed.ok()) return Fail(init_seed.status().message(), cli::kExitUsage);
 
+  if (o_tf32->count() && device != "cuda")
+    return Fail("--tf32 is for --device cuda (the CPU computes in exact fp32)", cli::kExitUsage);
+  if (forward && device != "cpu")
+    return Fail("--forward runs on the CPU reference backend; drop --device " + device,
+                cli::kExitUsage);
   Status st = CheckDevice(device);
   if (!st.ok()) return Fail(st.message());
 
@@ -404,6 +408,8 @@ int Main(int argc, char** argv) {
   if (resume_dir.empty() || o_data->count()) options.data_path = data;
   if (resume_dir.empty() || o_data_dtype->count())
     options.data_dtype = *ParseTokenDType(data_dtype);
+  options.device = device;
+  options.tf32 = tf32;
   options.dump_grads_dir = dump_grads;
   options.dump_outputs_dir = dump_outputs;
 
@@ -457,8 +463,8 @@ int Main(int argc, char** argv) {
 
   const int64_t steps = *steps_or, first = t.step(), last = t.step() + steps;
   // The step loop's high-water marks: from here.
-  ResetMemoryPeaks();
-  const int64_t other_before = MemoryUsage()[MemoryClass::kOther].live;
+  t.backend().ResetPeaks();
+  const int64_t other_before = t.backend().Bytes()[MemoryClass::kOther].live;
   double total_seconds = 0;
   float first_loss = 0, last_loss = 0;
   for (int64_t i = 0; i < steps; ++i) {

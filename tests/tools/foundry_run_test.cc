@@ -162,13 +162,22 @@ TEST_F(FoundryRunTest, Devices) {
             Line("--device: unknown device 'tpu' (choose cpu or cuda) (run foundry-run --help)"));
   r = Run({Path("mpt"), "--device", "cuda"});
   EXPECT_EQ(r.code, 1);
-  std::string want = "--device cuda: the CUDA backend is not built yet; use --device cpu";
+  std::string want =
+      "--device cuda: this foundry was built without the CUDA backend (no nvcc at configure "
+      "time); use --device cpu";
+  bool have_gpu = false;
 #ifdef FOUNDRY_HAVE_CUDA
-  if (CudaDeviceCount() == 0)
-    want =
-        "--device cuda: no CUDA device found (" + CudaDeviceDescription(0) + "); use --device cpu";
+  want = "--device cuda: no CUDA device found (" + CudaDeviceDescription(0) + "); use --device cpu";
+  have_gpu = CudaDeviceCount() > 0;
 #endif
-  EXPECT_EQ(r.err, Line(want));
+  // With a GPU the run goes on (tests/runtime/cuda_training_test.cc covers it).
+  if (!have_gpu) EXPECT_EQ(r.err, Line(want));
+  r = Run({Path("mpt"), "--tf32"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, Line("--tf32 is for --device cuda (the CPU computes in exact fp32)"));
+  r = Run({Path("mpt"), "--forward", "--device", "cuda"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, Line("--forward runs on the CPU reference backend; drop --device cuda"));
 }
 
 TEST_F(FoundryRunTest, UsageErrors) {
