@@ -67,8 +67,7 @@ FOUNDRY_HD inline void StridedOffsets(const StridedParams& p, int64_t e, int64_t
 }
 
 template <class T>
-FOUNDRY_HD inline void StridedCopyElement(const StridedParams& p, int64_t e, T* dst,
-                                          const T* src) {
+FOUNDRY_HD inline void StridedCopyElement(const StridedParams& p, int64_t e, T* dst, const T* src) {
   int64_t d, s;
   StridedOffsets(p, e, &d, &s);
   dst[d] = src[s];
@@ -182,7 +181,13 @@ FOUNDRY_HD inline T GatherElementsGradValue(int64_t off, const int64_t* sorted,
 }
 
 // ScatterND: data viewed as [slots, slice]; index tuple t (k values) picks a slot.
-enum ScatterReduction : int { kScatterNone = 0, kScatterAdd, kScatterMul, kScatterMax, kScatterMin };
+enum ScatterReduction : int {
+  kScatterNone = 0,
+  kScatterAdd,
+  kScatterMul,
+  kScatterMax,
+  kScatterMin
+};
 
 struct ScatterParams {
   int k = 0;
@@ -370,8 +375,8 @@ inline bool Present(std::span<const Tensor* const> in, size_t i) {
 
 // The host copy of input i, which the kernel needs on the host (Slice's starts, Pad's pads).
 inline StatusOr<const Tensor*> RequireConstant(const Node& node,
-                                               std::span<const Tensor* const> constants,
-                                               size_t i, const char* name) {
+                                               std::span<const Tensor* const> constants, size_t i,
+                                               const char* name) {
   if (const Tensor* t = ConstantAt(constants, i)) return t;
   return ShapeOpError(node, "input " + std::to_string(i) + " ('" + name +
                                 "') must be a constant on the cuda backend; fold it at compile "
@@ -491,16 +496,16 @@ inline StatusOr<StridedParams> ExpandStrided(const Node& node, const Tensor& x,
   const Shape want = target ? target->ToInt64Vector() : out.shape();
   auto shape = BroadcastShapes(x.shape(), want);
   if (!shape.ok())
-    return ShapeOpError(node, "cannot expand input of shape " + ShapeToString(x.shape()) +
-                                  " to " + ShapeToString(want) + ": " + shape.status().message());
+    return ShapeOpError(node, "cannot expand input of shape " + ShapeToString(x.shape()) + " to " +
+                                  ShapeToString(want) + ": " + shape.status().message());
   RETURN_IF_ERROR(CheckOutputType(node, out, x.dtype(), *shape));
   return MakeStrided(node, *shape, 0, DenseStrides(*shape), 0,
                      BroadcastReadStrides(x.shape(), *shape));
 }
 
 // Tile's repeats come from the output's shape when the input is computed at run time.
-inline StatusOr<StridedParams> TileStrided(const Node& node, const Tensor& x,
-                                           const Tensor* repeats, const Tensor& out) {
+inline StatusOr<StridedParams> TileStrided(const Node& node, const Tensor& x, const Tensor* repeats,
+                                           const Tensor& out) {
   std::vector<int64_t> reps;
   if (repeats) {
     reps = repeats->ToInt64Vector();
@@ -537,7 +542,8 @@ inline StatusOr<StridedParams> TileStrided(const Node& node, const Tensor& x,
 inline StatusOr<std::vector<StridedParams>> ConcatStrided(const Node& node,
                                                           std::span<const Tensor* const> in,
                                                           const Tensor& y) {
-  ASSIGN_OR_RETURN(int64_t axis, NamedStatus(node, NormalizeAxis(node.GetInt("axis", 0), y.rank())));
+  ASSIGN_OR_RETURN(int64_t axis,
+                   NamedStatus(node, NormalizeAxis(node.GetInt("axis", 0), y.rank())));
   const std::vector<int64_t> st = DenseStrides(y.shape());
   std::vector<StridedParams> copies;
   int64_t offset = 0;
@@ -568,7 +574,8 @@ inline StatusOr<std::vector<StridedParams>> ConcatStrided(const Node& node,
 inline StatusOr<std::vector<StridedParams>> SplitStrided(const Node& node, const Tensor& x,
                                                          bool split_input, const Tensor* split,
                                                          std::span<Tensor* const> out) {
-  ASSIGN_OR_RETURN(int64_t axis, NamedStatus(node, NormalizeAxis(node.GetInt("axis", 0), x.rank())));
+  ASSIGN_OR_RETURN(int64_t axis,
+                   NamedStatus(node, NormalizeAxis(node.GetInt("axis", 0), x.rank())));
   std::vector<int64_t> sizes;
   if (split) {
     sizes = split->ToInt64Vector();
@@ -577,8 +584,9 @@ inline StatusOr<std::vector<StridedParams>> SplitStrided(const Node& node, const
   } else if (node.HasAttr("split")) {
     sizes = node.GetInts("split");
   } else {
-    ASSIGN_OR_RETURN(sizes, NamedStatus(node, shape_ops::EqualSplitSizes(
-                                                  x.shape()[axis], static_cast<int64_t>(out.size()))));
+    ASSIGN_OR_RETURN(
+        sizes, NamedStatus(node, shape_ops::EqualSplitSizes(x.shape()[axis],
+                                                            static_cast<int64_t>(out.size()))));
   }
   if (sizes.size() != out.size())
     return ShapeOpError(node, "split " + ShapeToString(sizes) + " has " +
@@ -596,8 +604,8 @@ inline StatusOr<std::vector<StridedParams>> SplitStrided(const Node& node, const
     shape[axis] = sizes[i];
     if (out[i]) {
       RETURN_IF_ERROR(CheckOutputType(node, *out[i], x.dtype(), shape));
-      ASSIGN_OR_RETURN(StridedParams p, MakeStrided(node, shape, 0, DenseStrides(shape),
-                                                    offset * st[axis], st));
+      ASSIGN_OR_RETURN(StridedParams p,
+                       MakeStrided(node, shape, 0, DenseStrides(shape), offset * st[axis], st));
       copies.push_back(p);
     } else {
       copies.push_back(StridedParams{});  // an omitted output: nothing to write
@@ -667,8 +675,7 @@ inline StatusOr<StridedParams> SliceStrided(const Node& node, std::span<const Te
 
 // SliceGrad (dY, shape, starts, ends[, axes, steps]) -> dX: dX is zeroed, then dY written into the
 // slice positions (distinct: steps are nonzero), as on the CPU.
-inline StatusOr<StridedParams> SliceGradStrided(const Node& node,
-                                                std::span<const Tensor* const> in,
+inline StatusOr<StridedParams> SliceGradStrided(const Node& node, std::span<const Tensor* const> in,
                                                 std::span<const Tensor* const> constants,
                                                 const Tensor& out) {
   const Tensor& dy = *in[0];
@@ -693,8 +700,9 @@ inline Shape GatherOutputShape(const Shape& data, const Shape& idx, int64_t axis
 inline StatusOr<GatherParams> GatherDimsOf(const Node& node, const Shape& data, int64_t n,
                                            int64_t* axis_out) {
   GatherParams g;
-  ASSIGN_OR_RETURN(int64_t axis, NamedStatus(node, NormalizeAxis(node.GetInt("axis", 0),
-                                                                 static_cast<int64_t>(data.size()))));
+  ASSIGN_OR_RETURN(
+      int64_t axis,
+      NamedStatus(node, NormalizeAxis(node.GetInt("axis", 0), static_cast<int64_t>(data.size()))));
   for (int64_t k = 0; k < axis; ++k) g.outer *= data[k];
   g.dim = data[axis];
   for (size_t k = axis + 1; k < data.size(); ++k) g.inner *= data[k];
@@ -711,9 +719,8 @@ inline StatusOr<GatherParams> GatherPrep(const Node& node, const Tensor& x, cons
   ASSIGN_OR_RETURN(GatherParams g, GatherDimsOf(node, x.shape(), idx.numel(), &axis));
   RETURN_IF_ERROR(
       CheckOutputType(node, out, x.dtype(), GatherOutputShape(x.shape(), idx.shape(), axis)));
-  RETURN_IF_ERROR(CheckConstantIndices(node, idx_const, [&](int64_t) {
-    return std::pair<int64_t, int64_t>(axis, g.dim);
-  }));
+  RETURN_IF_ERROR(CheckConstantIndices(
+      node, idx_const, [&](int64_t) { return std::pair<int64_t, int64_t>(axis, g.dim); }));
   return g;
 }
 
@@ -730,11 +737,10 @@ inline StatusOr<GatherParams> GatherGradPrep(const Node& node, const Tensor* sha
   ASSIGN_OR_RETURN(GatherParams g, GatherDimsOf(node, shape, idx.numel(), &axis));
   const Shape expect = GatherOutputShape(shape, idx.shape(), axis);
   if (dy.shape() != expect)
-    return ShapeOpError(node, "dY has shape " + ShapeToString(dy.shape()) + ", expected " +
-                                  ShapeToString(expect));
-  RETURN_IF_ERROR(CheckConstantIndices(node, idx_const, [&](int64_t) {
-    return std::pair<int64_t, int64_t>(axis, g.dim);
-  }));
+    return ShapeOpError(
+        node, "dY has shape " + ShapeToString(dy.shape()) + ", expected " + ShapeToString(expect));
+  RETURN_IF_ERROR(CheckConstantIndices(
+      node, idx_const, [&](int64_t) { return std::pair<int64_t, int64_t>(axis, g.dim); }));
   if (dy.dtype() != DType::kFloat32 && dy.dtype() != DType::kFloat64)
     return ShapeOpError(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
   return g;
@@ -753,9 +759,8 @@ inline StatusOr<ElementsParams> ElementsPrep(const Node& node, const Shape& data
     if (k != axis && idx.shape()[k] > data[k])
       return ShapeOpError(node, "indices " + ShapeToString(idx.shape()) + " exceed data " +
                                     ShapeToString(data) + " on axis " + std::to_string(k));
-  RETURN_IF_ERROR(CheckConstantIndices(node, idx_const, [&](int64_t) {
-    return std::pair<int64_t, int64_t>(axis, data[axis]);
-  }));
+  RETURN_IF_ERROR(CheckConstantIndices(
+      node, idx_const, [&](int64_t) { return std::pair<int64_t, int64_t>(axis, data[axis]); }));
   RETURN_IF_ERROR(CheckRank(node, data.size(), kShapeMaxRank));
   ElementsParams p;
   p.rank = static_cast<int>(r);
@@ -771,9 +776,8 @@ inline StatusOr<ElementsParams> ElementsPrep(const Node& node, const Shape& data
 
 // GatherElementsGrad (dY, shape, indices) -> dX.
 inline StatusOr<ElementsParams> GatherElementsGradPrep(const Node& node, const Tensor& dy,
-                                                       const Tensor* shape_const,
-                                                       const Tensor& idx, const Tensor* idx_const,
-                                                       const Tensor& out) {
+                                                       const Tensor* shape_const, const Tensor& idx,
+                                                       const Tensor* idx_const, const Tensor& out) {
   const Shape shape = shape_const ? shape_const->ToInt64Vector() : out.shape();
   RETURN_IF_ERROR(CheckOutputType(node, out, dy.dtype(), shape));
   if (dy.shape() != idx.shape())
@@ -811,7 +815,7 @@ inline StatusOr<ScatterParams> ScatterPrep(const Node& node, const Tensor& x, co
     if (!numeric || (red != "add" && red != "mul" && red != "max" && red != "min"))
       return ShapeOpError(node, "reduction '" + red + "' is not supported for " +
                                     std::string(DTypeName(x.dtype())));
-    p.reduction = red == "add" ? kScatterAdd
+    p.reduction = red == "add"   ? kScatterAdd
                   : red == "mul" ? kScatterMul
                   : red == "max" ? kScatterMax
                                  : kScatterMin;
@@ -854,9 +858,12 @@ inline SegmentLayout SegmentWorkspace(int64_t n, int64_t slots) {
 }
 
 inline Status PadModeOf(const Node& node, const std::string& mode, int* out) {
-  if (mode == "constant") *out = kPadConstant;
-  else if (mode == "edge") *out = kPadEdge;
-  else if (mode == "reflect") *out = kPadReflect;
+  if (mode == "constant")
+    *out = kPadConstant;
+  else if (mode == "edge")
+    *out = kPadEdge;
+  else if (mode == "reflect")
+    *out = kPadReflect;
   else
     return ShapeOpError(node, "mode '" + mode + "' is not supported (constant, reflect, edge are)");
   return Status::Ok();
@@ -882,8 +889,8 @@ inline StatusOr<PadParams> PadPrep(const Node& node, std::span<const Tensor* con
     ASSIGN_OR_RETURN(const Tensor* t, RequireConstant(node, constants, 3, "axes"));
     axes = t->ToInt64Vector();
   }
-  ASSIGN_OR_RETURN(pads, NamedStatus(node, shape_ops::FullPads(r, pads,
-                                                               Present(in, 3) ? &axes : nullptr)));
+  ASSIGN_OR_RETURN(
+      pads, NamedStatus(node, shape_ops::FullPads(r, pads, Present(in, 3) ? &axes : nullptr)));
   const std::string mode = node.GetString("mode", "constant");
   Shape shape(r);
   for (int64_t k = 0; k < r; ++k)
@@ -912,8 +919,8 @@ inline StatusOr<PadParams> PadPrep(const Node& node, std::span<const Tensor* con
   for (int64_t k = 0; k < r; ++k) {
     if (mode == "constant") continue;
     if (x.shape()[k] == 0)
-      return ShapeOpError(node, "mode '" + mode + "' cannot pad the empty axis " +
-                                    std::to_string(k));
+      return ShapeOpError(node,
+                          "mode '" + mode + "' cannot pad the empty axis " + std::to_string(k));
     int m;
     RETURN_IF_ERROR(PadModeOf(node, mode, &m));
   }
@@ -931,16 +938,16 @@ inline StatusOr<PadParams> PadPrep(const Node& node, std::span<const Tensor* con
 }
 
 // OneHot (indices, depth, values): depth is the output's size on the axis unless it is a constant.
-inline StatusOr<OneHotParams> OneHotPrep(const Node& node, const Tensor& idx,
-                                         const Tensor& depth, const Tensor* depth_const,
-                                         const Tensor& values, const Tensor& out) {
+inline StatusOr<OneHotParams> OneHotPrep(const Node& node, const Tensor& idx, const Tensor& depth,
+                                         const Tensor* depth_const, const Tensor& values,
+                                         const Tensor& out) {
   if (depth.numel() != 1) return ShapeOpError(node, "depth must be a scalar");
   if (values.numel() != 2) return ShapeOpError(node, "values must hold two elements [off, on]");
   const int64_t r = idx.rank();
   int64_t axis = node.GetInt("axis", -1);
   if (axis < -(r + 1) || axis > r)
-    return ShapeOpError(node, "axis " + std::to_string(axis) +
-                                  " is out of range for output rank " + std::to_string(r + 1));
+    return ShapeOpError(node, "axis " + std::to_string(axis) + " is out of range for output rank " +
+                                  std::to_string(r + 1));
   if (axis < 0) axis += r + 1;
   int64_t d = 0;
   if (depth_const)
@@ -952,8 +959,9 @@ inline StatusOr<OneHotParams> OneHotPrep(const Node& node, const Tensor& idx,
   RETURN_IF_ERROR(CheckOutputType(node, out, values.dtype(), shape));
   const DType t = idx.dtype();
   if (t != DType::kInt64 && t != DType::kInt32 && t != DType::kFloat32 && t != DType::kFloat64)
-    return ShapeOpError(node, "indices of type " + std::string(DTypeName(t)) +
-                                  " are not supported on the cuda backend (i64, i32, f32, f64 are)");
+    return ShapeOpError(node,
+                        "indices of type " + std::string(DTypeName(t)) +
+                            " are not supported on the cuda backend (i64, i32, f32, f64 are)");
   OneHotParams p;
   p.depth = d;
   for (int64_t k = 0; k < axis; ++k) p.outer *= idx.shape()[k];
@@ -1030,8 +1038,7 @@ inline StatusOr<ConstantBytes> ConstantPrep(const Node& node, const Tensor& out)
     RETURN_IF_ERROR(CheckOutputType(node, out, t.dtype(), t.shape()));
     return MakeConstantBytes(t.raw(), static_cast<int64_t>(t.nbytes()));
   }
-  if (v != node.attrs.end())
-    return NamedStatus(node, shape_ops::ConstantAttrTensor(node)).status();
+  if (v != node.attrs.end()) return NamedStatus(node, shape_ops::ConstantAttrTensor(node)).status();
   auto write = [&](DType dtype, Shape shape, const void* bytes) -> StatusOr<ConstantBytes> {
     RETURN_IF_ERROR(CheckOutputType(node, out, dtype, shape));
     return MakeConstantBytes(bytes, static_cast<int64_t>(out.nbytes()));
@@ -1081,10 +1088,9 @@ inline Status ConstantOfShapePrep(const Node& node, const Tensor* shape_const, c
 inline Status ViewPrep(const Node& node, const Tensor& in, const Tensor* reshape_to,
                        const Tensor& out) {
   if (reshape_to) {
-    ASSIGN_OR_RETURN(Shape shape,
-                     NamedStatus(node, shape_ops::ReshapeOutputShape(
-                                           in.shape(), reshape_to->ToInt64Vector(),
-                                           node.GetInt("allowzero", 0) != 0)));
+    ASSIGN_OR_RETURN(Shape shape, NamedStatus(node, shape_ops::ReshapeOutputShape(
+                                                        in.shape(), reshape_to->ToInt64Vector(),
+                                                        node.GetInt("allowzero", 0) != 0)));
     RETURN_IF_ERROR(CheckOutputType(node, out, in.dtype(), shape));
   }
   RETURN_IF_ERROR(CheckSameElementType(node, in, out));

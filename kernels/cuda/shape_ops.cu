@@ -32,7 +32,7 @@ using cuda::StreamOf;
 using Inputs = std::span<const Tensor* const>;
 using Outputs = std::span<Tensor* const>;
 
-#define FOUNDRY_GRID_STRIDE(i, n) \
+#define FOUNDRY_GRID_STRIDE(i, n)                                                        \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
@@ -53,14 +53,13 @@ __global__ void FillValueKernel(T* dst, int64_t n, T v) {
 }
 
 template <class T, class I>
-__global__ void GatherCuda(T* dst, const T* src, const I* idx, cuda::GatherParams p,
-                             int64_t n) {
+__global__ void GatherCuda(T* dst, const T* src, const I* idx, cuda::GatherParams p, int64_t n) {
   FOUNDRY_GRID_STRIDE(e, n) { cuda::GatherElement(p, e, dst, src, idx); }
 }
 
 template <class T, class I>
 __global__ void GatherElementsCuda(T* dst, const T* src, const I* idx, cuda::ElementsParams p,
-                                     int64_t n) {
+                                   int64_t n) {
   FOUNDRY_GRID_STRIDE(e, n) { cuda::GatherElementsElement(p, e, dst, src, idx); }
 }
 
@@ -119,8 +118,8 @@ __global__ void ScanCountsKernel(int64_t* start, const unsigned long long* count
 }
 
 // The order within a segment depends on the atomics' order; OrderSegmentsKernel undoes that.
-__global__ void PlaceKeysKernel(int64_t* unsorted, unsigned long long* cursor,
-                                const int64_t* start, const int64_t* keys, int64_t n) {
+__global__ void PlaceKeysKernel(int64_t* unsorted, unsigned long long* cursor, const int64_t* start,
+                                const int64_t* keys, int64_t n) {
   FOUNDRY_GRID_STRIDE(e, n) {
     const int64_t k = keys[e];
     if (k >= 0) unsorted[start[k] + static_cast<int64_t>(atomicAdd(cursor + k, 1ull))] = e;
@@ -148,8 +147,8 @@ __global__ void GatherElementsGradValueKernel(T* dx, const int64_t* sorted, cons
 }
 
 template <class T>
-__global__ void ScatterValueKernel(T* dst, const int64_t* sorted, const int64_t* start,
-                                   const T* x, const T* upd, cuda::ScatterParams p, int64_t n) {
+__global__ void ScatterValueKernel(T* dst, const int64_t* sorted, const int64_t* start, const T* x,
+                                   const T* upd, cuda::ScatterParams p, int64_t n) {
   FOUNDRY_GRID_STRIDE(e, n) { dst[e] = cuda::ScatterValue(p, e, sorted, start, x, upd); }
 }
 
@@ -228,13 +227,13 @@ const T* Data(const Tensor& t) {
   return static_cast<const T*>(t.raw());
 }
 
-Status LaunchStrided(const Node& node, const cuda::StridedParams& p, Tensor& dst,
-                     const Tensor& src, const CudaKernelContext& ctx) {
+Status LaunchStrided(const Node& node, const cuda::StridedParams& p, Tensor& dst, const Tensor& src,
+                     const CudaKernelContext& ctx) {
   if (p.n == 0) return Status::Ok();
   return ByElementSize(node, dst.dtype(), [&](auto tag) -> Status {
     using T = decltype(tag);
-    StridedCopyKernel<T><<<BlocksFor(p.n), kThreads, 0, StreamOf(ctx)>>>(Data<T>(dst),
-                                                                          Data<T>(src), p);
+    StridedCopyKernel<T>
+        <<<BlocksFor(p.n), kThreads, 0, StreamOf(ctx)>>>(Data<T>(dst), Data<T>(src), p);
     FOUNDRY_CUDA_LAUNCHED(node, "StridedCopyKernel");
     return Status::Ok();
   });
@@ -245,7 +244,7 @@ Status LaunchPattern(const Node& node, Tensor& out, const cuda::BytePattern& p,
   const int64_t nbytes = static_cast<int64_t>(out.nbytes());
   if (nbytes == 0) return Status::Ok();
   FillPatternKernel<<<BlocksFor(nbytes), kThreads, 0, StreamOf(ctx)>>>(Data<uint8_t>(out), nbytes,
-                                                                        p);
+                                                                       p);
   FOUNDRY_CUDA_LAUNCHED(node, "FillPatternKernel");
   return Status::Ok();
 }
@@ -285,8 +284,7 @@ Status SizeKernel(const Node& node, Inputs in, Outputs out, const CudaKernelCont
   return LaunchPattern(node, *out[0], p, ctx);
 }
 
-Status ConstantOfShapeKernel(const Node& node, Inputs, Outputs out,
-                             const CudaKernelContext& ctx) {
+Status ConstantOfShapeKernel(const Node& node, Inputs, Outputs out, const CudaKernelContext& ctx) {
   cuda::BytePattern v;
   RETURN_IF_ERROR(
       cuda::ConstantOfShapePrep(node, cuda::ConstantAt(Constants(ctx), 0), *out[0], &v));
@@ -300,8 +298,8 @@ Status ConstantOfShapeKernel(const Node& node, Inputs, Outputs out,
     using T = decltype(tag);
     T value;
     std::memcpy(&value, v.bytes, sizeof(T));
-    FillValueKernel<T><<<BlocksFor(y.numel()), kThreads, 0, StreamOf(ctx)>>>(Data<T>(y),
-                                                                              y.numel(), value);
+    FillValueKernel<T>
+        <<<BlocksFor(y.numel()), kThreads, 0, StreamOf(ctx)>>>(Data<T>(y), y.numel(), value);
     FOUNDRY_CUDA_LAUNCHED(node, "FillValueKernel");
     return Status::Ok();
   });
@@ -312,12 +310,12 @@ Status LaunchRange(const Node& node, Inputs in, Tensor& y, const CudaKernelConte
   const int64_t n = y.numel();
   if (n == 0) return Status::Ok();
   if constexpr (std::is_floating_point_v<T>) {
-    RangeAccumulateKernel<T><<<1, 1, 0, StreamOf(ctx)>>>(Data<T>(y), Data<T>(*in[0]),
-                                                         Data<T>(*in[2]), n);
+    RangeAccumulateKernel<T>
+        <<<1, 1, 0, StreamOf(ctx)>>>(Data<T>(y), Data<T>(*in[0]), Data<T>(*in[2]), n);
     FOUNDRY_CUDA_LAUNCHED(node, "RangeAccumulateKernel");
   } else {
     RangeIntKernel<T><<<BlocksFor(n), kThreads, 0, StreamOf(ctx)>>>(Data<T>(y), Data<T>(*in[0]),
-                                                                     Data<T>(*in[2]), n);
+                                                                    Data<T>(*in[2]), n);
     FOUNDRY_CUDA_LAUNCHED(node, "RangeIntKernel");
   }
   return Status::Ok();
@@ -372,8 +370,7 @@ Status TileKernel(const Node& node, Inputs in, Outputs out, const CudaKernelCont
 }
 
 Status ConcatKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
-  ASSIGN_OR_RETURN(std::vector<cuda::StridedParams> copies,
-                   cuda::ConcatStrided(node, in, *out[0]));
+  ASSIGN_OR_RETURN(std::vector<cuda::StridedParams> copies, cuda::ConcatStrided(node, in, *out[0]));
   for (size_t i = 0; i < copies.size(); ++i)
     RETURN_IF_ERROR(LaunchStrided(node, copies[i], *out[0], *in[i], ctx));
   return Status::Ok();
@@ -381,10 +378,10 @@ Status ConcatKernel(const Node& node, Inputs in, Outputs out, const CudaKernelCo
 
 Status SplitKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
   const bool split_input = cuda::Present(in, 1);
-  ASSIGN_OR_RETURN(std::vector<cuda::StridedParams> copies,
-                   cuda::SplitStrided(node, *in[0], split_input,
-                                      split_input ? cuda::ConstantAt(Constants(ctx), 1) : nullptr,
-                                      out));
+  ASSIGN_OR_RETURN(
+      std::vector<cuda::StridedParams> copies,
+      cuda::SplitStrided(node, *in[0], split_input,
+                         split_input ? cuda::ConstantAt(Constants(ctx), 1) : nullptr, out));
   for (size_t i = 0; i < copies.size(); ++i)
     if (out[i]) RETURN_IF_ERROR(LaunchStrided(node, copies[i], *out[i], *in[0], ctx));
   return Status::Ok();
@@ -416,8 +413,8 @@ Status GatherKernel(const Node& node, Inputs in, Outputs out, const CudaKernelCo
     using T = decltype(tag);
     return ByIndexType(node, idx.dtype(), [&](auto itag) -> Status {
       using I = decltype(itag);
-      GatherCuda<T, I><<<BlocksFor(n), kThreads, 0, StreamOf(ctx)>>>(
-          Data<T>(y), Data<T>(x), Data<I>(idx), g, n);
+      GatherCuda<T, I><<<BlocksFor(n), kThreads, 0, StreamOf(ctx)>>>(Data<T>(y), Data<T>(x),
+                                                                     Data<I>(idx), g, n);
       FOUNDRY_CUDA_LAUNCHED(node, "GatherCuda");
       return Status::Ok();
     });
@@ -438,8 +435,8 @@ Status GatherElementsKernel(const Node& node, Inputs in, Outputs out,
     using T = decltype(tag);
     return ByIndexType(node, idx.dtype(), [&](auto itag) -> Status {
       using I = decltype(itag);
-      GatherElementsCuda<T, I><<<BlocksFor(n), kThreads, 0, StreamOf(ctx)>>>(
-          Data<T>(y), Data<T>(x), Data<I>(idx), p, n);
+      GatherElementsCuda<T, I><<<BlocksFor(n), kThreads, 0, StreamOf(ctx)>>>(Data<T>(y), Data<T>(x),
+                                                                             Data<I>(idx), p, n);
       FOUNDRY_CUDA_LAUNCHED(node, "GatherElementsCuda");
       return Status::Ok();
     });
@@ -458,10 +455,10 @@ struct Segments {
 
 Segments SegmentsIn(const CudaKernelContext& ctx, const cuda::SegmentLayout& l) {
   std::byte* w = ctx.base.workspace.data();
-  return Segments{reinterpret_cast<int64_t*>(w + l.keys),
-                  reinterpret_cast<unsigned long long*>(w + l.count),
-                  reinterpret_cast<int64_t*>(w + l.start), reinterpret_cast<int64_t*>(w + l.unsorted),
-                  reinterpret_cast<int64_t*>(w + l.sorted)};
+  return Segments{
+      reinterpret_cast<int64_t*>(w + l.keys), reinterpret_cast<unsigned long long*>(w + l.count),
+      reinterpret_cast<int64_t*>(w + l.start), reinterpret_cast<int64_t*>(w + l.unsorted),
+      reinterpret_cast<int64_t*>(w + l.sorted)};
 }
 
 Status SortKeys(const Node& node, const Segments& s, int64_t n, int64_t slots,
@@ -476,8 +473,8 @@ Status SortKeys(const Node& node, const Segments& s, int64_t n, int64_t slots,
   FOUNDRY_CUDA_CHECK(node, cudaMemsetAsync(s.count, 0, count_bytes, stream));
   PlaceKeysKernel<<<BlocksFor(n), kThreads, 0, stream>>>(s.unsorted, s.count, s.start, s.keys, n);
   FOUNDRY_CUDA_LAUNCHED(node, "PlaceKeysKernel");
-  OrderSegmentsKernel<<<BlocksFor(n), kThreads, 0, stream>>>(s.sorted, s.unsorted, s.start,
-                                                             s.keys, n);
+  OrderSegmentsKernel<<<BlocksFor(n), kThreads, 0, stream>>>(s.sorted, s.unsorted, s.start, s.keys,
+                                                             n);
   FOUNDRY_CUDA_LAUNCHED(node, "OrderSegmentsKernel");
   return Status::Ok();
 }
@@ -509,8 +506,8 @@ Status GatherGradKernel(const Node& node, Inputs in, Outputs out, const CudaKern
   const Segments s = SegmentsIn(ctx, l);
   RETURN_IF_ERROR(ByIndexType(node, idx.dtype(), [&](auto itag) -> Status {
     using I = decltype(itag);
-    GatherGradKeysKernel<I><<<BlocksFor(g.n), kThreads, 0, StreamOf(ctx)>>>(s.keys, Data<I>(idx),
-                                                                             g);
+    GatherGradKeysKernel<I>
+        <<<BlocksFor(g.n), kThreads, 0, StreamOf(ctx)>>>(s.keys, Data<I>(idx), g);
     FOUNDRY_CUDA_LAUNCHED(node, "GatherGradKeysKernel");
     return Status::Ok();
   }));
@@ -541,8 +538,8 @@ Status GatherElementsGradKernel(const Node& node, Inputs in, Outputs out,
   const Segments s = SegmentsIn(ctx, l);
   RETURN_IF_ERROR(ByIndexType(node, idx.dtype(), [&](auto itag) -> Status {
     using I = decltype(itag);
-    GatherElementsGradKeysKernel<I><<<BlocksFor(n), kThreads, 0, StreamOf(ctx)>>>(
-        s.keys, Data<I>(idx), p, n);
+    GatherElementsGradKeysKernel<I>
+        <<<BlocksFor(n), kThreads, 0, StreamOf(ctx)>>>(s.keys, Data<I>(idx), p, n);
     FOUNDRY_CUDA_LAUNCHED(node, "GatherElementsGradKeysKernel");
     return Status::Ok();
   }));
@@ -585,8 +582,8 @@ Status ScatterNDKernel(const Node& node, Inputs in, Outputs out, const CudaKerne
   const Segments s = SegmentsIn(ctx, l);
   RETURN_IF_ERROR(ByIndexType(node, idx.dtype(), [&](auto itag) -> Status {
     using I = decltype(itag);
-    ScatterKeysKernel<I><<<BlocksFor(p.tuples), kThreads, 0, StreamOf(ctx)>>>(s.keys,
-                                                                               Data<I>(idx), p);
+    ScatterKeysKernel<I>
+        <<<BlocksFor(p.tuples), kThreads, 0, StreamOf(ctx)>>>(s.keys, Data<I>(idx), p);
     FOUNDRY_CUDA_LAUNCHED(node, "ScatterKeysKernel");
     return Status::Ok();
   }));
@@ -633,8 +630,8 @@ Status TriluKernelFn(const Node& node, Inputs in, Outputs out, const CudaKernelC
   if (n == 0) return Status::Ok();
   return ByElementSize(node, x.dtype(), [&](auto tag) -> Status {
     using T = decltype(tag);
-    TriluKernel<T><<<BlocksFor(n), kThreads, 0, StreamOf(ctx)>>>(Data<T>(y), Data<T>(x), k_dev, p,
-                                                                  n);
+    TriluKernel<T>
+        <<<BlocksFor(n), kThreads, 0, StreamOf(ctx)>>>(Data<T>(y), Data<T>(x), k_dev, p, n);
     FOUNDRY_CUDA_LAUNCHED(node, "TriluKernel");
     return Status::Ok();
   });
@@ -661,17 +658,17 @@ Status PadKernelFn(const Node& node, Inputs in, Outputs out, const CudaKernelCon
 Status OneHotKernelFn(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
   const Tensor& idx = *in[0];
   Tensor& y = *out[0];
-  ASSIGN_OR_RETURN(cuda::OneHotParams p,
-                   cuda::OneHotPrep(node, idx, *in[1], cuda::ConstantAt(Constants(ctx), 1), *in[2],
-                                    y));
+  ASSIGN_OR_RETURN(
+      cuda::OneHotParams p,
+      cuda::OneHotPrep(node, idx, *in[1], cuda::ConstantAt(Constants(ctx), 1), *in[2], y));
   const int64_t n = y.numel();
   if (n == 0) return Status::Ok();
   return ByElementSize(node, y.dtype(), [&](auto tag) -> Status {
     using T = decltype(tag);
     auto launch = [&](auto itag) -> Status {
       using I = decltype(itag);
-      OneHotKernel<T, I><<<BlocksFor(n), kThreads, 0, StreamOf(ctx)>>>(
-          Data<T>(y), Data<I>(idx), Data<T>(*in[2]), p, n);
+      OneHotKernel<T, I><<<BlocksFor(n), kThreads, 0, StreamOf(ctx)>>>(Data<T>(y), Data<I>(idx),
+                                                                       Data<T>(*in[2]), p, n);
       FOUNDRY_CUDA_LAUNCHED(node, "OneHotKernel");
       return Status::Ok();
     };

@@ -64,7 +64,8 @@ Tensor RandIndices(Shape s, int64_t dim, uint64_t seed) {
 
 Tensor ToI32(const Tensor& t) {
   Tensor x(DType::kInt32, t.shape());
-  for (int64_t i = 0; i < t.numel(); ++i) x.data<int32_t>()[i] = static_cast<int32_t>(t.GetAsInt64(i));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    x.data<int32_t>()[i] = static_cast<int32_t>(t.GetAsInt64(i));
   return x;
 }
 
@@ -72,6 +73,8 @@ Tensor ToI32(const Tensor& t) {
 // constants parallel to them, the CPU's outputs, and poisoned outputs of the same types for the
 // emulation to fill.
 struct Bound {
+  // Owned copies the pointers below point into (a moved map keeps its elements where they are).
+  TensorMap inputs, constant_map;
   std::vector<const Tensor*> in;
   std::vector<const Tensor*> constants;
   std::vector<Tensor> cpu;
@@ -85,11 +88,13 @@ Bound Bind(const Node& node, const TensorMap& inputs, const TensorMap& constants
   EXPECT_TRUE(cpu.ok()) << cpu.status().message();
   if (!cpu.ok()) return b;
   b.cpu = std::move(*cpu);
+  b.inputs = inputs;
+  b.constant_map = constants;
   for (const std::string& name : node.inputs) {
     const Tensor* t = nullptr;
     const Tensor* c = nullptr;
-    if (auto it = inputs.find(name); it != inputs.end()) t = &it->second;
-    if (auto it = constants.find(name); it != constants.end()) t = c = &it->second;
+    if (auto it = b.inputs.find(name); it != b.inputs.end()) t = &it->second;
+    if (auto it = b.constant_map.find(name); it != b.constant_map.end()) t = c = &it->second;
     b.in.push_back(name.empty() ? nullptr : t);
     b.constants.push_back(c);
   }
@@ -105,7 +110,13 @@ Bound Bind(const Node& node, const TensorMap& inputs, const TensorMap& constants
 void ExpectSameBits(const Bound& b, const std::string& what) {
   ASSERT_EQ(b.cpu.size(), b.out.size());
   for (size_t o = 0; o < b.cpu.size(); ++o)
-    EXPECT_TRUE(b.cpu[o].BitwiseEqual(b.out[o])) << what << ": output " << o << " differs";
+    if (!b.cpu[o].BitwiseEqual(b.out[o])) {
+      int64_t i = 0;
+      while (i < b.cpu[o].numel() && b.cpu[o].GetAsDouble(i) == b.out[o].GetAsDouble(i)) ++i;
+      ADD_FAILURE() << what << ": output " << o << " differs at element " << i << " of "
+                    << b.cpu[o].numel() << ": cpu " << b.cpu[o].GetAsDouble(i) << ", emulated "
+                    << b.out[o].GetAsDouble(i);
+    }
 }
 
 template <class F>
@@ -156,8 +167,9 @@ Sorted SortOnHost(const std::vector<int64_t>& keys, int64_t slots) {
   return s;
 }
 
-Node Op(const std::string& op, std::vector<std::string> in, std::map<std::string, Attribute> attrs = {},
-        std::vector<std::string> out = {"y"}, const std::string& domain = "") {
+Node Op(const std::string& op, std::vector<std::string> in,
+        std::map<std::string, Attribute> attrs = {}, std::vector<std::string> out = {"y"},
+        const std::string& domain = "") {
   return MakeNode(op, std::move(in), std::move(out), std::move(attrs), domain);
 }
 
@@ -170,7 +182,7 @@ TEST(CudaShapeIndexTest, ViewsKeepTheBytes) {
     TensorMap constants;
   };
   std::vector<Case> cases = {
-      {Op("Reshape", {"x", "s"}), {{"s", Ints({4, -1, 0})}}},
+      {Op("Reshape", {"x", "s"}), {{"s", Ints({3, -1, 0})}}},
       {Op("Flatten", {"x"}, {{"axis", Attribute::Int(-1)}}), {}},
       {Op("Squeeze", {"x"}), {}},
       {Op("Unsqueeze", {"x", "a"}), {{"a", Ints({0, -1})}}},
@@ -219,7 +231,9 @@ TEST(CudaShapeIndexTest, CreationOpsFillTheCpuBytes) {
   // Shape (with start / end) and Size.
   Tensor x = Rand(DType::kFloat32, {2, 3, 5, 7}, 2);
   for (auto attrs : std::vector<std::map<std::string, Attribute>>{
-           {}, {{"start", Attribute::Int(1)}}, {{"start", Attribute::Int(-3)}, {"end", Attribute::Int(-1)}}}) {
+           {},
+           {{"start", Attribute::Int(1)}},
+           {{"start", Attribute::Int(-3)}, {"end", Attribute::Int(-1)}}}) {
     Node n = Op("Shape", {"x"}, attrs);
     Bound b = Bind(n, {{"x", x}}, {});
     auto dims = ShapeValues(n, *b.in[0], b.out[0]);
@@ -263,16 +277,17 @@ TEST(CudaShapeIndexTest, RangeMatchesTheCpuAccumulation) {
     Tensor& y = b.out[0];
     switch (y.dtype()) {
       case DType::kFloat32:
-        RangeAccumulate(*c.start.data<float>(), *c.delta.data<float>(), y.numel(),
-                        y.data<float>());
+        RangeAccumulate(*c.start.data<float>(), *c.delta.data<float>(), y.numel(), y.data<float>());
         break;
       case DType::kInt64:
         for (int64_t i = 0; i < y.numel(); ++i)
-          y.data<int64_t>()[i] = RangeIntElement(*c.start.data<int64_t>(), *c.delta.data<int64_t>(), i);
+          y.data<int64_t>()[i] =
+              RangeIntElement(*c.start.data<int64_t>(), *c.delta.data<int64_t>(), i);
         break;
       default:
         for (int64_t i = 0; i < y.numel(); ++i)
-          y.data<int32_t>()[i] = RangeIntElement(*c.start.data<int32_t>(), *c.delta.data<int32_t>(), i);
+          y.data<int32_t>()[i] =
+              RangeIntElement(*c.start.data<int32_t>(), *c.delta.data<int32_t>(), i);
     }
     ExpectSameBits(b, "Range");
   }
@@ -374,8 +389,8 @@ TEST(CudaShapeIndexTest, ConcatAndSplitMatchTheCpu) {
     ASSERT_FALSE(b.cpu.empty());
     const bool split_input = b.in.size() > 1 && b.in[1];
     for (bool constant : {true, false}) {
-      auto copies = SplitStrided(c.node, x, split_input, constant && split_input ? b.constants[1] : nullptr,
-                                 b.out_ptrs);
+      auto copies = SplitStrided(c.node, x, split_input,
+                                 constant && split_input ? b.constants[1] : nullptr, b.out_ptrs);
       ASSERT_TRUE(copies.ok()) << copies.status().message();
       for (size_t i = 0; i < copies->size(); ++i) RunStrided((*copies)[i], b.out[i], x);
       ExpectSameBits(b, "Split");
@@ -425,8 +440,10 @@ TEST(CudaShapeIndexTest, SliceAndSliceGradMatchTheCpu) {
     ExpectSameBits(gb, "SliceGrad");
   }
   // Opset-1 attributes.
-  Node a = Op("Slice", {"x"}, {{"starts", Attribute::Ints({1, -2})}, {"ends", Attribute::Ints({3, kMax})},
-                               {"axes", Attribute::Ints({1, 2})}});
+  Node a = Op("Slice", {"x"},
+              {{"starts", Attribute::Ints({1, -2})},
+               {"ends", Attribute::Ints({3, kMax})},
+               {"axes", Attribute::Ints({1, 2})}});
   Bound b = Bind(a, {{"x", x}}, {});
   auto p = SliceStrided(a, b.in, b.constants, b.out[0]);
   ASSERT_TRUE(p.ok());
@@ -494,8 +511,8 @@ TEST(CudaShapeIndexTest, GatherAndGatherElementsMatchTheCpu) {
     int64_t axis;
     Shape idx;
   };
-  for (const ECase& c : std::vector<ECase>{{{4, 5}, 0, {7, 5}}, {{4, 5}, -1, {3, 9}},
-                                           {{3, 4, 300}, 2, {2, 4, 257}}}) {
+  for (const ECase& c : std::vector<ECase>{
+           {{4, 5}, 0, {7, 5}}, {{4, 5}, -1, {3, 9}}, {{3, 4, 300}, 2, {2, 4, 257}}}) {
     const int64_t dim = c.data[c.axis < 0 ? c.axis + c.data.size() : c.axis];
     Tensor x = Rand(DType::kInt64, c.data, 8);
     Tensor idx = RandIndices(c.idx, dim, 9);
@@ -660,12 +677,9 @@ TEST(CudaShapeIndexTest, PadMatchesTheCpu) {
     std::vector<int64_t> axes;
   };
   std::vector<Case> cases = {
-      {"constant", {1, 0, 2, 2, 3, 0}, true, {}},
-      {"constant", {0, -1, 1, 0, 0, -2}, false, {}},
-      {"edge", {2, 3, 0, 1, 0, 4}, false, {}},
-      {"reflect", {2, 3, 4, 1, 3, 4}, false, {}},
-      {"reflect", {1, 2}, false, {-1}},
-      {"constant", {1, 1, 2, 2}, true, {0, 2}},
+      {"constant", {1, 0, 2, 2, 3, 0}, true, {}}, {"constant", {0, -1, 1, 0, 0, -2}, false, {}},
+      {"edge", {2, 3, 0, 1, 0, 4}, false, {}},    {"reflect", {2, 3, 4, 1, 3, 4}, false, {}},
+      {"reflect", {1, 2}, false, {-1}},           {"constant", {1, 1, 2, 2}, true, {0, 2}},
   };
   for (const Case& c : cases) {
     std::vector<std::string> in = {"x", "p"};
@@ -717,8 +731,8 @@ TEST(CudaShapeIndexTest, OneHotMatchesTheCpu) {
     Bound b = Bind(n, {{"i", c.idx}, {"v", values}}, {{"d", Tensor::ScalarInt64(10)}});
     ASSERT_FALSE(b.cpu.empty());
     for (bool constant : {true, false}) {
-      auto p = OneHotPrep(n, c.idx, *b.in[1], constant ? b.constants[1] : nullptr, values,
-                          b.out[0]);
+      auto p =
+          OneHotPrep(n, c.idx, *b.in[1], constant ? b.constants[1] : nullptr, values, b.out[0]);
       ASSERT_TRUE(p.ok()) << p.status().message();
       for (int64_t e = 0; e < b.out[0].numel(); ++e) {
         const bool on = c.idx.dtype() == DType::kFloat32 ? OneHotOn(*p, e, c.idx.data<float>())

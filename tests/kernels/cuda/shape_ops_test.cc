@@ -1,5 +1,5 @@
-// The CUDA shape-op kernels against the CPU reference (kernels/cpu/shape_ops.cc) on a GPU: every op,
-// several shapes including sizes that are not multiples of the 256-thread block, rank 0,
+// The CUDA shape-op kernels against the CPU reference (kernels/cpu/shape_ops.cc) on a GPU: every
+// op, several shapes including sizes that are not multiples of the 256-thread block, rank 0,
 // broadcasting, negative axes / indices / steps. Data movement must be exact (atol = rtol = 0);
 // the scatter-adds sum in the CPU's order, so they are compared exactly too. Skips without a GPU.
 #include <gtest/gtest.h>
@@ -43,8 +43,10 @@ Tensor Idx(Shape s, int64_t dim, uint64_t seed, DType t = DType::kInt64) {
   for (int64_t i = 0; i < x.numel(); ++i) {
     const int64_t v =
         std::min<int64_t>(static_cast<int64_t>(r.data<float>()[i] * 2 * dim), 2 * dim - 1) - dim;
-    if (t == DType::kInt64) x.data<int64_t>()[i] = v;
-    else x.data<int32_t>()[i] = static_cast<int32_t>(v);
+    if (t == DType::kInt64)
+      x.data<int64_t>()[i] = v;
+    else
+      x.data<int32_t>()[i] = static_cast<int32_t>(v);
   }
   return x;
 }
@@ -80,11 +82,13 @@ TEST(CudaShapeOpsTest, ViewsAndCreation) {
   ExpectSame(Op("ConstantOfShape", {"s"}), {}, {{"s", Ints({7, 300})}}, "ConstantOfShape 0");
   ExpectSame(Op("ConstantOfShape", {"s"}, {{"value", Attribute::FromTensor(I64({1}, {-9}))}}), {},
              {{"s", Ints({1025})}}, "ConstantOfShape i64");
+  ExpectSame(
+      Op("Range", {"a", "b", "c"}), {},
+      {{"a", Tensor::Scalar(0.1f)}, {"b", Tensor::Scalar(300.f)}, {"c", Tensor::Scalar(0.7f)}},
+      "Range f32");
   ExpectSame(Op("Range", {"a", "b", "c"}), {},
-             {{"a", Tensor::Scalar(0.1f)}, {"b", Tensor::Scalar(300.f)}, {"c", Tensor::Scalar(0.7f)}},
-             "Range f32");
-  ExpectSame(Op("Range", {"a", "b", "c"}), {},
-             {{"a", Tensor::ScalarInt64(3)}, {"b", Tensor::ScalarInt64(-2000)},
+             {{"a", Tensor::ScalarInt64(3)},
+              {"b", Tensor::ScalarInt64(-2000)},
               {"c", Tensor::ScalarInt64(-7)}},
              "Range i64");
 }
@@ -92,7 +96,9 @@ TEST(CudaShapeOpsTest, ViewsAndCreation) {
 TEST(CudaShapeOpsTest, StridedCopies) {
   FOUNDRY_REQUIRE_GPU();
   for (DType t : {DType::kFloat32, DType::kInt64, DType::kBool}) {
-    auto X = [&](Shape s, uint64_t seed) { return t == DType::kFloat32 ? R(s, seed) : Counting(t, s); };
+    auto X = [&](Shape s, uint64_t seed) {
+      return t == DType::kFloat32 ? R(s, seed) : Counting(t, s);
+    };
     ExpectSame(Op("Transpose", {"x"}, {{"perm", Attribute::Ints({0, 2, 1, 3})}}),
                {{"x", X({2, 257, 3, 64}, 1)}}, {}, "Transpose attention");
     ExpectSame(Op("Transpose", {"x"}), {{"x", X({1000, 7}, 2)}}, {}, "Transpose 2d");
@@ -108,7 +114,9 @@ TEST(CudaShapeOpsTest, StridedCopies) {
     ExpectSame(Op("Split", {"x"}, {{"axis", Attribute::Int(0)}}, {"a", "b"}),
                {{"x", X({7, 5}, 11)}}, {}, "Split equal");
     ExpectSame(Op("Slice", {"x", "s", "e", "a", "p"}), {{"x", X({6, 1000}, 12)}},
-               {{"s", Ints({-1, 990})}, {"e", Ints({kMin, 3})}, {"a", Ints({0, -1})},
+               {{"s", Ints({-1, 990})},
+                {"e", Ints({kMin, 3})},
+                {"a", Ints({0, -1})},
                 {"p", Ints({-2, -3})}},
                "Slice negative steps");
     ExpectSame(Op("Slice", {"x", "s", "e"}), {{"x", X({6, 300}, 13)}},
@@ -116,16 +124,20 @@ TEST(CudaShapeOpsTest, StridedCopies) {
   }
   ExpectSame(Op("SliceGrad", {"dy", "sh", "s", "e", "a", "p"}, {}, {"dx"}, "com.microsoft"),
              {{"dy", R({3, 330}, 14)}},
-             {{"sh", Ints({6, 1000})}, {"s", Ints({-1, 990})}, {"e", Ints({kMin, 0})},
-              {"a", Ints({0, 1})}, {"p", Ints({-2, -3})}},
+             {{"sh", Ints({6, 1000})},
+              {"s", Ints({-1, 990})},
+              {"e", Ints({kMin, 0})},
+              {"a", Ints({0, 1})},
+              {"p", Ints({-2, -3})}},
              "SliceGrad");
 }
 
 TEST(CudaShapeOpsTest, IndexingAndScatters) {
   FOUNDRY_REQUIRE_GPU();
   for (DType it : {DType::kInt64, DType::kInt32}) {
-    ExpectSame(Op("Gather", {"x", "i"}), {{"x", R({1000, 33}, 1)}, {"i", Idx({4, 257}, 1000, 2, it)}},
-               {}, "Gather embedding");
+    ExpectSame(Op("Gather", {"x", "i"}),
+               {{"x", R({1000, 33}, 1)}, {"i", Idx({4, 257}, 1000, 2, it)}}, {},
+               "Gather embedding");
     ExpectSame(Op("Gather", {"x", "i"}, {{"axis", Attribute::Int(-1)}}),
                {{"x", R({3, 7, 10}, 3)}, {"i", Idx({}, 10, 4, it)}}, {}, "Gather scalar index");
     ExpectSame(Op("GatherElements", {"x", "i"}, {{"axis", Attribute::Int(1)}}),
@@ -134,10 +146,10 @@ TEST(CudaShapeOpsTest, IndexingAndScatters) {
     ExpectSame(Op("GatherGrad", {"s", "i", "dy"}, {}, {"dx"}, "com.microsoft"),
                {{"dy", R({2, 1024, 33}, 7)}},
                {{"s", Ints({1000, 33})}, {"i", Idx({2, 1024}, 50, 8, it)}}, "GatherGrad");
-    ExpectSame(Op("GatherGrad", {"s", "i", "dy"}, {{"axis", Attribute::Int(1)}}, {"dx"},
-                  "com.microsoft"),
-               {{"dy", R({3, 255, 2}, 9)}},
-               {{"s", Ints({3, 10, 2})}, {"i", Idx({255}, 10, 10, it)}}, "GatherGrad axis 1");
+    ExpectSame(
+        Op("GatherGrad", {"s", "i", "dy"}, {{"axis", Attribute::Int(1)}}, {"dx"}, "com.microsoft"),
+        {{"dy", R({3, 255, 2}, 9)}}, {{"s", Ints({3, 10, 2})}, {"i", Idx({255}, 10, 10, it)}},
+        "GatherGrad axis 1");
     ExpectSame(Op("GatherElementsGrad", {"dy", "s", "i"}, {{"axis", Attribute::Int(0)}}, {"dx"},
                   "com.microsoft"),
                {{"dy", R({300, 7}, 11)}}, {{"s", Ints({10, 7})}, {"i", Idx({300, 7}, 10, 12, it)}},
@@ -168,7 +180,8 @@ TEST(CudaShapeOpsTest, MasksPaddingOneHot) {
   for (const char* mode : {"constant", "edge", "reflect"})
     ExpectSame(Op("Pad", {"x", "p"}, {{"mode", Attribute::String(mode)}}), {{"x", R({3, 255}, 3)}},
                {{"p", Ints({1, 2, 2, 5})}}, std::string("Pad ") + mode);
-  ExpectSame(Op("Pad", {"x", "p", "v", "a"}), {{"x", R({3, 4, 257}, 4)}, {"v", Tensor::Scalar(7.f)}},
+  ExpectSame(Op("Pad", {"x", "p", "v", "a"}),
+             {{"x", R({3, 4, 257}, 4)}, {"v", Tensor::Scalar(7.f)}},
              {{"p", Ints({-1, 3})}, {"a", Ints({-1})}}, "Pad value axes");
   ExpectSame(Op("OneHot", {"i", "d", "v"}), {{"i", Idx({4, 257}, 10, 5)}, {"v", F32({2}, {0, 1})}},
              {{"d", Tensor::ScalarInt64(10)}}, "OneHot");
