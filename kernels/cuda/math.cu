@@ -138,10 +138,9 @@ Status GemmRowMajor(const Node& node, const CudaKernelContext& ctx, bool ta, boo
     FOUNDRY_CUBLAS_CHECK(
         node, Blas<T>::kGemm(CublasOf(ctx), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                              ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
-                             static_cast<int>(m), static_cast<int>(k), &alpha,
-                             b + first * stride_b, ldb, stride_b, a + first * stride_a, lda,
-                             stride_a, &beta, y + first * stride_y, static_cast<int>(n), stride_y,
-                             count));
+                             static_cast<int>(m), static_cast<int>(k), &alpha, b + first * stride_b,
+                             ldb, stride_b, a + first * stride_a, lda, stride_a, &beta,
+                             y + first * stride_y, static_cast<int>(n), stride_y, count));
   }
   return Status::Ok();
 }
@@ -249,8 +248,8 @@ Status GemmTyped(const Node& node, const Tensor& A, const Tensor& B, const Tenso
     while (cs.size() < 2) cs.insert(cs.begin(), 1);
     const int64_t si = cs[0] == 1 ? 0 : cs[1], sj = cs[1] == 1 ? 0 : 1;
     // With k == 0 the product is empty and Y is beta * C; otherwise cuBLAS scales C by beta.
-    BroadcastC<T><<<BlocksFor(m * n), cuda::kThreads, 0, StreamOf(ctx)>>>(
-        y, C->data<T>(), m, n, si, sj, k == 0 ? beta : T(1));
+    BroadcastC<T><<<BlocksFor(m * n), cuda::kThreads, 0, StreamOf(ctx)>>>(y, C->data<T>(), m, n, si,
+                                                                          sj, k == 0 ? beta : T(1));
     FOUNDRY_CUDA_LAUNCHED(node, "BroadcastC");
   }
   if (k == 0) {
@@ -326,7 +325,8 @@ struct Lanes {
   int64_t lanes = 0, n = 0, inner = 1;
 };
 StatusOr<Lanes> LanesOf(const Node& node, const Shape& s) {
-  ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), static_cast<int64_t>(s.size())));
+  ASSIGN_OR_RETURN(int64_t axis,
+                   Axis(node, node.GetInt("axis", -1), static_cast<int64_t>(s.size())));
   Lanes l;
   int64_t outer = 1;
   for (int64_t i = 0; i < axis; ++i) outer *= s[i];
@@ -364,8 +364,8 @@ Status SoftmaxGradTyped(const Node& node, const Tensor& DY, const Tensor& Y, Ten
                         const CudaKernelContext& ctx) {
   ASSIGN_OR_RETURN(Lanes l, LanesOf(node, Y.shape()));
   if (DY.numel() != Y.numel() || DX.numel() != Y.numel())
-    return Fail(node, "dY " + ShapeToString(DY.shape()) + " and Y " + ShapeToString(Y.shape()) +
-                          " differ");
+    return Fail(
+        node, "dY " + ShapeToString(DY.shape()) + " and Y " + ShapeToString(Y.shape()) + " differ");
   if (Y.numel() == 0) return Status::Ok();
   SoftmaxGradLanes<T, kLog><<<GridFor(l.lanes), kRowThreads, 0, StreamOf(ctx)>>>(
       DX.data<T>(), DY.data<T>(), Y.data<T>(), l.lanes, l.n, l.inner);
@@ -417,8 +417,10 @@ Status ReduceTyped(const Node& node, const Tensor& X, const std::vector<bool>& r
   bool keepdims = node.GetInt("keepdims", 1) != 0;
   Shape expect;
   for (int64_t i = 0; i < X.rank(); ++i)
-    if (!reduced[i]) expect.push_back(X.shape()[i]);
-    else if (keepdims) expect.push_back(1);
+    if (!reduced[i])
+      expect.push_back(X.shape()[i]);
+    else if (keepdims)
+      expect.push_back(1);
   if (Y.shape() != expect)
     return Fail(node, "output was allocated as " + ShapeToString(Y.shape()) +
                           ", the reduction gives " + ShapeToString(expect));
@@ -443,8 +445,8 @@ StatusOr<std::vector<bool>> ReducedAxes(const Node& node, std::span<const Tensor
   } else if (in.size() > 1 && in[1]) {
     const Tensor* c = ConstantInput(ctx, 1);
     if (!c)
-      return Fail(node,
-                  "input 1 ('axes') must be a constant on the cuda backend; fold it at compile time");
+      return Fail(
+          node, "input 1 ('axes') must be a constant on the cuda backend; fold it at compile time");
     axes = c->ToInt64Vector();
   }
   bool noop = node.GetInt("noop_with_empty_axes", 0) != 0;
@@ -706,7 +708,8 @@ __global__ void CeSamples(float* loss, double* sample_loss, double* sample_weigh
       for (int64_t c = threadIdx.x; c < l.c; c += blockDim.x)
         log_prob[base + c * l.inner] = static_cast<float>((s[base + c * l.inner] - m) - log_sum);
     if (threadIdx.x == 0) {
-      const int64_t t = mr::CeTarget(static_cast<int64_t>(labels[k]), tg.has_ignore, tg.ignore, l.c);
+      const int64_t t =
+          mr::CeTarget(static_cast<int64_t>(labels[k]), tg.has_ignore, tg.ignore, l.c);
       double li = 0, wk = 0;
       if (t >= 0) {
         wk = w ? w[t] : 1.0;
@@ -746,7 +749,8 @@ Status CeForward(const Node& node, std::span<const Tensor* const> in, std::span<
   const float* w = in.size() > 2 && in[2] ? in[2]->data<float>() : nullptr;
   float* log_prob = OptionalOutput<float>(out, 1, in[0]->numel());
   const int64_t samples = l.n * l.inner;
-  double* sample_loss = red == kCeNone ? nullptr : reinterpret_cast<double*>(ctx.base.workspace.data());
+  double* sample_loss =
+      red == kCeNone ? nullptr : reinterpret_cast<double*>(ctx.base.workspace.data());
   double* sample_weight = sample_loss ? sample_loss + samples : nullptr;
   if (samples > 0) {
     CeSamples<L><<<GridFor(samples), kRowThreads, 0, StreamOf(ctx)>>>(
@@ -756,7 +760,7 @@ Status CeForward(const Node& node, std::span<const Tensor* const> in, std::span<
   }
   if (red != kCeNone) {
     CeTotal<<<1, kRowThreads, 0, StreamOf(ctx)>>>(out[0]->data<float>(), sample_loss, sample_weight,
-                                                   samples, red == kCeMean);
+                                                  samples, red == kCeMean);
     FOUNDRY_CUDA_LAUNCHED(node, "CeTotal");
   }
   return Status::Ok();
@@ -793,9 +797,12 @@ __global__ void CeWeightSum(double* out, const L* labels, const float* w, int64_
   __shared__ double sh[kRowThreads];
   double sum = 0;
   for (int64_t k = threadIdx.x; k < samples; k += blockDim.x) {
-    const int64_t t = mr::CeTarget(static_cast<int64_t>(labels[k]), tg.has_ignore, tg.ignore, classes);
-    if (t >= 0) sum += w ? w[t] : 1.0;
-    else if (t == mr::kBadLabel) sum += NAN;
+    const int64_t t =
+        mr::CeTarget(static_cast<int64_t>(labels[k]), tg.has_ignore, tg.ignore, classes);
+    if (t >= 0)
+      sum += w ? w[t] : 1.0;
+    else if (t == mr::kBadLabel)
+      sum += NAN;
   }
   sum = RowReduce(sum, sh, AddOp{});
   if (threadIdx.x == 0) out[0] = sum;
@@ -804,9 +811,8 @@ __global__ void CeWeightSum(double* out, const L* labels, const float* w, int64_
 // d_scores[n, c, i] = (exp(log_prob) - [c == t]) * w[t] * g with g = dY ("sum"), dY / weight sum
 // ("mean", 0 when it is 0), dY[n, i] ("none"); 0 for ignored targets, NaN for bad labels.
 template <class L>
-__global__ void CeGrad(float* ds, const float* dy, const float* lp, const L* labels,
-                       const float* w, const double* weight_sum, CeLayout l, CeTargets tg,
-                       CeReduction red) {
+__global__ void CeGrad(float* ds, const float* dy, const float* lp, const L* labels, const float* w,
+                       const double* weight_sum, CeLayout l, CeTargets tg, CeReduction red) {
   const int64_t total = l.n * l.c * l.inner;
   for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < total;
        p += static_cast<int64_t>(blockDim.x) * gridDim.x) {
@@ -834,8 +840,8 @@ Status CeBackward(const Node& node, std::span<const Tensor* const> in, std::span
   const L* labels = in[2]->data<L>();
   double* weight_sum = reinterpret_cast<double*>(ctx.base.workspace.data());
   if (red == kCeMean) {
-    CeWeightSum<L><<<1, kRowThreads, 0, StreamOf(ctx)>>>(weight_sum, labels, w, l.n * l.inner, l.c,
-                                                         tg);
+    CeWeightSum<L>
+        <<<1, kRowThreads, 0, StreamOf(ctx)>>>(weight_sum, labels, w, l.n * l.inner, l.c, tg);
     FOUNDRY_CUDA_LAUNCHED(node, "CeWeightSum");
   }
   const int64_t total = l.n * l.c * l.inner;

@@ -233,12 +233,16 @@ struct Reducer {
   FOUNDRY_HD static Acc Init() {
     if constexpr (kOp == kProd) return Acc(1);
     if constexpr (kOp == kMax) {
-      if constexpr (kFloat) return -HUGE_VAL;
-      else return INT64_MIN;
+      if constexpr (kFloat)
+        return -HUGE_VAL;
+      else
+        return INT64_MIN;
     }
     if constexpr (kOp == kMin) {
-      if constexpr (kFloat) return HUGE_VAL;
-      else return INT64_MAX;
+      if constexpr (kFloat)
+        return HUGE_VAL;
+      else
+        return INT64_MAX;
     }
     return Acc(0);
   }
@@ -260,8 +264,10 @@ struct Reducer {
   FOUNDRY_HD static Acc Step(Acc acc, T x) { return Combine(acc, Lift(x)); }
   FOUNDRY_HD static T Finish(Acc acc, int64_t count) {
     if constexpr (kOp == kMean) {
-      if constexpr (kFloat) return static_cast<T>(acc / static_cast<double>(count));
-      else return static_cast<T>(count == 0 ? 0 : acc / count);
+      if constexpr (kFloat)
+        return static_cast<T>(acc / static_cast<double>(count));
+      else
+        return static_cast<T>(count == 0 ? 0 : acc / count);
     }
     if constexpr (kOp == kL2) return static_cast<T>(sqrt(static_cast<double>(acc)));
     if constexpr (kOp == kLogSum || kOp == kLogSumExp)
@@ -275,8 +281,10 @@ struct Reducer {
 // Along a lane with max m and sum = sum_j exp(x_j - m): softmax or log-softmax of x, in double.
 template <bool kLog>
 FOUNDRY_HD inline double SoftmaxOut(double x, double m, double sum) {
-  if constexpr (kLog) return (x - m) - log(sum);
-  else return exp(x - m) / sum;
+  if constexpr (kLog)
+    return (x - m) - log(sum);
+  else
+    return exp(x - m) / sum;
 }
 FOUNDRY_HD inline double MaxIgnoringNaN(double m, double x) { return m < x ? x : m; }
 
@@ -284,13 +292,17 @@ FOUNDRY_HD inline double MaxIgnoringNaN(double m, double x) { return m < x ? x :
 // s = sum(dY).
 template <bool kLog>
 FOUNDRY_HD inline double SoftmaxGradTerm(double dy, double y) {
-  if constexpr (kLog) return dy;
-  else return dy * y;
+  if constexpr (kLog)
+    return dy;
+  else
+    return dy * y;
 }
 template <bool kLog>
 FOUNDRY_HD inline double SoftmaxGradOut(double dy, double y, double s) {
-  if constexpr (kLog) return dy - exp(y) * s;
-  else return y * (dy - s);
+  if constexpr (kLog)
+    return dy - exp(y) * s;
+  else
+    return y * (dy - s);
 }
 
 // ============================== normalizations ==============================

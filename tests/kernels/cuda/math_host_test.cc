@@ -135,10 +135,10 @@ TEST(CudaMathHostTest, MatMulBatchPlanReproducesTheCpu) {
       {{2, 1, 3, 4}, {5, 4, 6}, false, false, 5},  // A broadcasts over the inner batch dim
       {{1, 3, 5}, {2, 5, 7}, false, false, 2},
       {{3, 5}, {2, 5, 7}, false, false, 2},
-      {{2, 3, 4, 5}, {2, 3, 5, 6}, false, false, 6},    // one call over both batch dims
-      {{2, 1, 4, 5}, {1, 3, 5, 6}, false, false, 3},    // not one linear run: 2 calls of 3
+      {{2, 3, 4, 5}, {2, 3, 5, 6}, false, false, 6},  // one call over both batch dims
+      {{2, 1, 4, 5}, {1, 3, 5, 6}, false, false, 3},  // not one linear run: 2 calls of 3
       {{4, 1, 3, 5}, {1, 6, 5, 2}, false, false, 6},
-      {{3, 4, 1, 6, 5}, {4, 1, 5, 7}, false, false, 1},  // B [4,1] vs A [4,1]: per batch
+      {{3, 4, 1, 6, 5}, {4, 1, 5, 7}, false, false, 4},  // B repeats for each of A's 3
       {{2, 5, 3}, {7, 5}, true, true, 2},
       {{1, 4, 3}, {2, 4, 6}, true, false, 2},
       {{2, 3, 67, 45}, {45, 33}, false, false, 0},
@@ -147,8 +147,8 @@ TEST(CudaMathHostTest, MatMulBatchPlanReproducesTheCpu) {
       {{3, 0}, {0, 4}, false, false, 0},
   };
   for (const MatMulCase& c : cases) {
-    std::string what = ShapeToString(c.a) + " x " + ShapeToString(c.b) +
-                       (c.ta ? " transA" : "") + (c.tb ? " transB" : "");
+    std::string what = ShapeToString(c.a) + " x " + ShapeToString(c.b) + (c.ta ? " transA" : "") +
+                       (c.tb ? " transB" : "");
     Tensor a = RandomTensor(c.a, 1), b = RandomTensor(c.b, 2);
     const bool fused = c.ta || c.tb;
     Node node = fused ? MakeNode("FusedMatMul", {"a", "b"}, {"y"},
@@ -258,10 +258,9 @@ TEST(CudaMathHostTest, ReducePlanVisitsEveryElementOnceInTheCpuOrder) {
 }
 
 TEST(CudaMathHostTest, ReductionsOverEveryAxisSubsetReproduceTheCpu) {
-  const std::vector<std::string> ops = {"ReduceSum",  "ReduceMean",      "ReduceMax",
-                                        "ReduceMin",  "ReduceProd",      "ReduceL1",
-                                        "ReduceL2",   "ReduceSumSquare", "ReduceLogSum",
-                                        "ReduceLogSumExp"};
+  const std::vector<std::string> ops = {
+      "ReduceSum", "ReduceMean", "ReduceMax",       "ReduceMin",    "ReduceProd",
+      "ReduceL1",  "ReduceL2",   "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"};
   for (Shape s : {Shape{3, 5, 7}, Shape{2, 300, 3}, Shape{1000, 3}, Shape{3, 1000}}) {
     Tensor x = RandomTensor(s, 41, 0.9f, 1.1f);
     for (const auto& axes : AxisSubsets(static_cast<int64_t>(s.size()))) {
@@ -283,13 +282,14 @@ TEST(CudaMathHostTest, ReductionsOverEveryAxisSubsetReproduceTheCpu) {
   }
   // Integers: exact; the noop with empty axes; all axes.
   Tensor xi = I64({3, 4}, {1, -2, 3, 4, 5, -6, 7, 8, -9, 10, 11, 12});
-  for (const std::string& op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"}) {
-    for (std::vector<bool> reduced : {std::vector<bool>{true, false}, {false, true}, {true, true}}) {
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"}) {
+    for (std::vector<bool> reduced :
+         {std::vector<bool>{true, false}, {false, true}, {true, true}}) {
       std::vector<int64_t> axes;
       for (int64_t d = 0; d < 2; ++d)
         if (reduced[d]) axes.push_back(d);
-      std::vector<Tensor> cpu = Cpu(MakeNode(op, {"x"}, {"y"}, {{"axes", Attribute::Ints(axes)}}),
-                                    {{"x", xi}});
+      std::vector<Tensor> cpu =
+          Cpu(MakeNode(op, {"x"}, {"y"}, {{"axes", Attribute::Ints(axes)}}), {{"x", xi}});
       ASSERT_EQ(cpu.size(), 1u);
       Tensor y = ReplayReduceOp<int64_t>(op, xi, reduced, cpu[0].shape());
       EXPECT_EQ(y.ToInt64Vector(), cpu[0].ToInt64Vector()) << op;
@@ -300,12 +300,13 @@ TEST(CudaMathHostTest, ReductionsOverEveryAxisSubsetReproduceTheCpu) {
       MakeNode("ReduceSum", {"x", "axes"}, {"y"}, {{"noop_with_empty_axes", Attribute::Int(1)}}),
       {{"x", x}}, {{"axes", I64({0}, {})}});
   ASSERT_EQ(noop.size(), 1u);
-  EXPECT_TRUE(ReplayReduceOp<float>("ReduceSum", x, {false, false}, x.shape()).BitwiseEqual(noop[0]));
+  EXPECT_TRUE(
+      ReplayReduceOp<float>("ReduceSum", x, {false, false}, x.shape()).BitwiseEqual(noop[0]));
   // NaN propagates through the tree as through the CPU's loop.
   float nan = std::numeric_limits<float>::quiet_NaN();
   Tensor xn = Tensor::FromVector<float>(DType::kFloat32, {1, 300}, std::vector<float>(300, 1.f));
   xn.data<float>()[137] = nan;
-  for (const std::string& op : {"ReduceMax", "ReduceMin"}) {
+  for (const char* op : {"ReduceMax", "ReduceMin"}) {
     Tensor y = ReplayReduceOp<float>(op, xn, {false, true}, {1, 1});
     EXPECT_TRUE(std::isnan(y.data<float>()[0])) << op;
   }
@@ -325,7 +326,8 @@ Tensor ReplaySoftmax(const Tensor& X, int64_t axis) {
     const int64_t base = (lane / inner) * n * inner + lane % inner;
     auto at = [&](int64_t j) { return static_cast<double>(x[base + j * inner]); };
     double m = Tree<double>(n, kRowThreads, -HUGE_VAL, at, mr::MaxIgnoringNaN);
-    double sum = Tree<double>(n, kRowThreads, 0.0, [&](int64_t j) { return exp(at(j) - m); }, Add);
+    double sum = Tree<double>(
+        n, kRowThreads, 0.0, [&](int64_t j) { return exp(at(j) - m); }, Add);
     for (int64_t j = 0; j < n; ++j)
       Y.data<float>()[base + j * inner] = static_cast<float>(mr::SoftmaxOut<kLog>(at(j), m, sum));
   }
@@ -344,7 +346,9 @@ Tensor ReplaySoftmaxGrad(const Tensor& DY, const Tensor& Yt, int64_t axis) {
     const int64_t base = (lane / inner) * n * inner + lane % inner;
     double s = Tree<double>(
         n, kRowThreads, 0.0,
-        [&](int64_t j) { return mr::SoftmaxGradTerm<kLog>(dy[base + j * inner], y[base + j * inner]); },
+        [&](int64_t j) {
+          return mr::SoftmaxGradTerm<kLog>(dy[base + j * inner], y[base + j * inner]);
+        },
         Add);
     for (int64_t j = 0; j < n; ++j) {
       const int64_t p = base + j * inner;
@@ -366,7 +370,8 @@ TEST(CudaMathHostTest, SoftmaxAndItsGradientReproduceTheCpu) {
       std::string what = ShapeToString(s) + " axis " + std::to_string(axis);
       ExpectClose(ReplaySoftmax<false>(x, axis), y[0], 1e-6, 1e-5, "softmax " + what);
       ExpectClose(ReplaySoftmax<true>(x, axis), ly[0], 1e-6, 1e-5, "log_softmax " + what);
-      Node g = MakeNode("SoftmaxGrad_13", {"dy", "y"}, {"dx"}, {{"axis", Attribute::Int(axis)}}, kMs);
+      Node g =
+          MakeNode("SoftmaxGrad_13", {"dy", "y"}, {"dx"}, {{"axis", Attribute::Int(axis)}}, kMs);
       Node lg =
           MakeNode("LogSoftmaxGrad_13", {"dy", "y"}, {"dx"}, {{"axis", Attribute::Int(axis)}}, kMs);
       std::vector<Tensor> dx = Cpu(g, {{"dy", dy}, {"y", y[0]}});
@@ -390,14 +395,15 @@ Norm ReplayLayerNorm(const Tensor& X, const Tensor& scale, const Tensor* bias, i
          Tensor(DType::kFloat32, {rows})};
   for (int64_t i = 0; i < rows; ++i) {
     const float* xr = X.data<float>() + i * cols;
-    double mean = Tree<double>(cols, kRowThreads, 0.0, [&](int64_t j) { return xr[j]; }, Add) /
+    double mean = Tree<double>(
+                      cols, kRowThreads, 0.0, [&](int64_t j) { return xr[j]; }, Add) /
                   static_cast<double>(cols);
     double sq = Tree<double>(
         cols, kRowThreads, 0.0, [&](int64_t j) { return (xr[j] - mean) * (xr[j] - mean); }, Add);
     double inv = mr::LayerNormInv(sq, cols, eps);
     for (int64_t j = 0; j < cols; ++j)
-      r.y.data<float>()[i * cols + j] = mr::LayerNormOut(
-          xr[j], mean, inv, scale.data<float>()[j], bias ? bias->data<float>() : nullptr, j);
+      r.y.data<float>()[i * cols + j] = mr::LayerNormOut(xr[j], mean, inv, scale.data<float>()[j],
+                                                         bias ? bias->data<float>() : nullptr, j);
     r.mean.data<float>()[i] = static_cast<float>(mean);
     r.inv.data<float>()[i] = static_cast<float>(inv);
   }
@@ -410,8 +416,8 @@ Norm ReplayRmsNorm(const Tensor& X, const Tensor& w, int64_t rows, int64_t cols,
   Norm r{Tensor(DType::kFloat32, X.shape()), Tensor(), Tensor(DType::kFloat32, {rows})};
   for (int64_t i = 0; i < rows; ++i) {
     const float* xr = X.data<float>() + i * cols;
-    double sq =
-        Tree<double>(cols, threads, 0.0, [&](int64_t j) { return mr::RmsSquare(xr[j]); }, Add);
+    double sq = Tree<double>(
+        cols, threads, 0.0, [&](int64_t j) { return mr::RmsSquare(xr[j]); }, Add);
     float inv = mr::RmsInv(sq, cols, eps);
     for (int64_t j = 0; j < cols; ++j)
       r.y.data<float>()[i * cols + j] = mr::RmsOut(xr[j], inv, w.data<float>()[j]);
@@ -434,7 +440,8 @@ std::vector<Tensor> ReplayLayerNormGrad(const Tensor& DY, const Tensor& X, const
     auto g = [&](int64_t j) { return static_cast<double>(dy[r * cols + j]) * sc[j]; };
     auto xhat = [&](int64_t j) { return mr::LnXhat(x[r * cols + j], m, iv); };
     double s1 = Tree<double>(cols, kRowThreads, 0.0, g, Add);
-    double s2 = Tree<double>(cols, kRowThreads, 0.0, [&](int64_t j) { return g(j) * xhat(j); }, Add);
+    double s2 = Tree<double>(
+        cols, kRowThreads, 0.0, [&](int64_t j) { return g(j) * xhat(j); }, Add);
     const double c1 = mean ? s1 / static_cast<double>(cols) : 0.0;
     const double c2 = s2 / static_cast<double>(cols);
     for (int64_t j = 0; j < cols; ++j)
@@ -475,22 +482,19 @@ TEST(CudaMathHostTest, LayerNormForwardAndBackwardReproduceTheCpu) {
       }
       Node lng = MakeNode("LayerNormalizationGrad", {"dy", "x", "scale", "mean", "inv"},
                           {"dx", "dscale", "dbias"}, {{"axis", Attribute::Int(axis)}}, kMs);
-      std::vector<Tensor> gcpu = Cpu(lng, {{"dy", dy},
-                                           {"x", x},
-                                           {"scale", scale},
-                                           {"mean", cpu[1]},
-                                           {"inv", cpu[2]}});
+      std::vector<Tensor> gcpu =
+          Cpu(lng, {{"dy", dy}, {"x", x}, {"scale", scale}, {"mean", cpu[1]}, {"inv", cpu[2]}});
       ASSERT_EQ(gcpu.size(), 3u);
-      std::vector<Tensor> g = ReplayLayerNormGrad(dy, x, scale, cpu[1].data<float>(),
-                                                  cpu[2].data<float>(), rows, cols);
+      std::vector<Tensor> g =
+          ReplayLayerNormGrad(dy, x, scale, cpu[1].data<float>(), cpu[2].data<float>(), rows, cols);
       ExpectClose(g[0], gcpu[0], 1e-5, 1e-5, "LN dx " + what);
       ExpectClose(g[1], gcpu[1], 1e-5, 1e-5, "LN dscale " + what);
       ExpectClose(g[2], gcpu[2], 1e-5, 1e-5, "LN dbias " + what);
 
       // RMSNorm.
-      Node rms = MakeNode("SimplifiedLayerNormalization", {"x", "scale"}, {"y", "inv"},
-                          {{"axis", Attribute::Int(axis)}, {"epsilon", Attribute::Float(1e-5f)}},
-                          kMs);
+      Node rms =
+          MakeNode("SimplifiedLayerNormalization", {"x", "scale"}, {"y", "inv"},
+                   {{"axis", Attribute::Int(axis)}, {"epsilon", Attribute::Float(1e-5f)}}, kMs);
       std::vector<Tensor> rcpu = Cpu(rms, {{"x", x}, {"scale", scale}});
       ASSERT_EQ(rcpu.size(), 2u);
       // In the CPU's sequential order the formula is the CPU's bit for bit; in the device's tree
@@ -536,8 +540,8 @@ Ce ReplayCe(const Tensor& S, const std::vector<int64_t>& labels, const Tensor* w
     const int64_t base = (k / inner) * c * inner + k % inner;
     auto at = [&](int64_t j) { return static_cast<double>(s[base + j * inner]); };
     double m = Tree<double>(c, kRowThreads, -HUGE_VAL, at, mr::MaxIgnoringNaN);
-    double log_sum =
-        log(Tree<double>(c, kRowThreads, 0.0, [&](int64_t j) { return exp(at(j) - m); }, Add));
+    double log_sum = log(Tree<double>(
+        c, kRowThreads, 0.0, [&](int64_t j) { return exp(at(j) - m); }, Add));
     for (int64_t j = 0; j < c; ++j)
       r.log_prob.data<float>()[base + j * inner] = static_cast<float>((at(j) - m) - log_sum);
     const int64_t t = mr::CeTarget(labels[k], true, ignore, c);
@@ -553,11 +557,12 @@ Ce ReplayCe(const Tensor& S, const std::vector<int64_t>& labels, const Tensor* w
     sample_weight[k] = wk;
   }
   if (reduction != "none") {
-    double total = Tree<double>(n * inner, kRowThreads, 0.0, [&](int64_t k) { return sample_loss[k]; }, Add);
-    double wsum =
-        Tree<double>(n * inner, kRowThreads, 0.0, [&](int64_t k) { return sample_weight[k]; }, Add);
-    r.loss.data<float>()[0] = static_cast<float>(
-        reduction == "sum" ? total : (wsum == 0 ? 0.0 : total / wsum));
+    double total = Tree<double>(
+        n * inner, kRowThreads, 0.0, [&](int64_t k) { return sample_loss[k]; }, Add);
+    double wsum = Tree<double>(
+        n * inner, kRowThreads, 0.0, [&](int64_t k) { return sample_weight[k]; }, Add);
+    r.loss.data<float>()[0] =
+        static_cast<float>(reduction == "sum" ? total : (wsum == 0 ? 0.0 : total / wsum));
   }
   return r;
 }
@@ -565,13 +570,13 @@ Ce ReplayCe(const Tensor& S, const std::vector<int64_t>& labels, const Tensor* w
 Tensor ReplayCeGrad(const Tensor& DY, const Tensor& LP, const std::vector<int64_t>& labels,
                     const Tensor* w, const std::string& reduction, int64_t ignore) {
   const int64_t n = LP.shape()[0], c = LP.shape()[1], inner = LP.numel() / (n * c);
-  double wsum = Tree<double>(n * inner, kRowThreads, 0.0,
-                             [&](int64_t k) {
-                               int64_t t = mr::CeTarget(labels[k], true, ignore, c);
-                               return t >= 0 ? (w ? w->data<float>()[t] : 1.0)
-                                             : (t == mr::kBadLabel ? NAN : 0.0);
-                             },
-                             Add);
+  double wsum = Tree<double>(
+      n * inner, kRowThreads, 0.0,
+      [&](int64_t k) {
+        int64_t t = mr::CeTarget(labels[k], true, ignore, c);
+        return t >= 0 ? (w ? w->data<float>()[t] : 1.0) : (t == mr::kBadLabel ? NAN : 0.0);
+      },
+      Add);
   Tensor ds(DType::kFloat32, LP.shape());
   const float* dy = DY.data<float>();
   for (int64_t p = 0; p < LP.numel(); ++p) {
@@ -597,7 +602,7 @@ TEST(CudaMathHostTest, CrossEntropyForwardAndBackwardReproduceTheCpu) {
     bool weights;
   };
   const std::vector<Case> cases = {
-      {{4, 5}, "mean", false},   {{4, 5}, "mean", true},    {{300, 7}, "sum", true},
+      {{4, 5}, "mean", false},    {{4, 5}, "mean", true},     {{300, 7}, "sum", true},
       {{7, 1000}, "none", false}, {{2, 5, 3}, "mean", false}, {{2, 5, 3}, "none", true},
       {{3, 4}, "mean", false},  // every label ignored below
   };
@@ -639,8 +644,8 @@ TEST(CudaMathHostTest, CrossEntropyForwardAndBackwardReproduceTheCpu) {
         kMs);
     std::vector<Tensor> gcpu = Cpu(grad, gfeeds);
     ASSERT_EQ(gcpu.size(), 1u);
-    ExpectClose(ReplayCeGrad(dy, cpu[1], lab, c.weights ? &w : nullptr, c.reduction, -100),
-                gcpu[0], 1e-6, 1e-5, "grad " + what);
+    ExpectClose(ReplayCeGrad(dy, cpu[1], lab, c.weights ? &w : nullptr, c.reduction, -100), gcpu[0],
+                1e-6, 1e-5, "grad " + what);
   }
 }
 
