@@ -44,9 +44,10 @@ cmd_build() {
   if command -v ccache >/dev/null; then
     launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   fi
+  mkdir -p "$build"
   cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFOUNDRY_BUNDLE=ON \
-    -DFOUNDRY_CUDA_ARCH=90 "${launcher[@]}" > "$build.configure.log" ||
-    die "cmake failed: $build.configure.log"
+    -DFOUNDRY_CUDA_ARCH=90 "${launcher[@]}" > "$build/gpu-check.configure.log" ||
+    die "cmake failed: $build/gpu-check.configure.log"
   cmake --build "$build" -j "${GPU_CHECK_JOBS:-$(nproc)}" --target $BINARIES
 
   rm -rf "$out"
