@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "base/hash.h"
@@ -47,6 +48,18 @@ TEST(InitTest, SeededNormalIsDeterministic) {
   const double want[4] = {-0x1.0c15f6519fb4fp-3, 0x1.f30826f2d1b09p-5, 0x1.5336754067cfbp+0,
                           -0x1.fa3ac3b684d64p-3};
   for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(NormalSample(0, key, i), want[i]) << i;
+}
+
+TEST(InitTest, ThreadedFillGivesTheSameBitsAsOneElementAtATime) {
+  // Big enough to be split over threads (runtime/param_init.cc: 1 << 18 elements a thread), odd
+  // so that the chunks do not end on pairs of draws.
+  const int64_t n = (3 << 18) + 5;
+  Tensor t = InitParameter("transformer.wte.weight", {n}, 7);
+  const uint64_t key = Fnv1a("transformer.wte.weight");
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = static_cast<float>(0.02 * NormalSample(7, key, static_cast<uint64_t>(i)));
+    ASSERT_EQ(std::memcmp(&want, t.data<float>() + i, sizeof want), 0) << "element " << i;
+  }
 }
 
 TEST(InitTest, NormalStatistics) {
