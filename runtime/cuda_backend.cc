@@ -1,7 +1,6 @@
 #include "runtime/cuda_backend.h"
 
 #include "kernels/cpu/kernel.h"
-
 #include "kernels/cuda/device.h"
 #include "runtime/messages.h"
 #ifdef FOUNDRY_HAVE_CUDA

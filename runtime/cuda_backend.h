@@ -40,10 +40,10 @@ class CudaBackend final : public Backend {
  private:
   friend StatusOr<CudaBackend*> GetCudaBackend();
 
-// The planner's backend specs for every backend this build has kernels for: cpu, and cuda when the
-// CUDA backend is built (its workspace figures need no GPU). foundry-compile plans a layout for
-// each.
-std::vector<BackendSpec> CompiledBackendSpecs();
+  // The planner's backend specs for every backend this build has kernels for: cpu, and cuda when
+  // the CUDA backend is built (its workspace figures need no GPU). foundry-compile plans a layout
+  // for each.
+  std::vector<BackendSpec> CompiledBackendSpecs();
   CudaBackend() = default;
   void Count(MemoryClass c, int64_t delta);
 

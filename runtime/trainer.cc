@@ -236,7 +236,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
                       MemoryClass c, const std::string& what) -> Status {
       for (const auto& [name, h] : host) {
         ASSIGN_OR_RETURN(Region r, t->backend_->Allocate(static_cast<int64_t>(h.nbytes()), c,
-                                                          what + " '" + name + "'"));
+                                                         what + " '" + name + "'"));
         dev[name] = Tensor::View(h.dtype(), h.shape(), r.data());
         t->dev_regions_.push_back(std::move(r));
       }
@@ -572,8 +572,8 @@ Status Trainer::CheckStepOnDevice(float* loss, bool* finite) {
     if (g.dtype() != DType::kFloat32)
       return Error("gradient '" + gname + "' is " + TypeOf(g.dtype(), g.shape()) +
                    "; the trainer updates f32 parameters only");
-    RETURN_IF_ERROR(cuda::FlagNonFinite(g.data<float>(), g.numel(), status + 1, stream,
-                                        gname.c_str()));
+    RETURN_IF_ERROR(
+        cuda::FlagNonFinite(g.data<float>(), g.numel(), status + 1, stream, gname.c_str()));
   }
   int host[2] = {0, 0};
   RETURN_IF_ERROR(cuda::CopyToHost(host, status, sizeof host, stream, "the loss"));
@@ -616,9 +616,7 @@ Status Trainer::ApplyOptimizerOnDevice(std::string* non_finite_param) {
 
 #else
 
-Status Trainer::CheckStepOnDevice(float*, bool*) {
-  return Error("the CUDA backend is not built");
-}
+Status Trainer::CheckStepOnDevice(float*, bool*) { return Error("the CUDA backend is not built"); }
 Status Trainer::ApplyOptimizerOnDevice(std::string*) {
   return Error("the CUDA backend is not built");
 }

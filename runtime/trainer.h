@@ -157,7 +157,7 @@ class Trainer {
   mutable std::map<std::string, Tensor> slot_m_;  // AdamW exp_avg / SGD momentum buffer
   mutable std::map<std::string, Tensor> slot_v_;  // AdamW exp_avg_sq
   Backend* backend_ = nullptr;
-  bool on_device_ = false;  // the backend's memory is not host memory
+  bool on_device_ = false;           // the backend's memory is not host memory
   mutable bool host_stale_ = false;  // the device copies changed since the last pull
   // Device backends: the device copies (views of dev_regions_), the batch staged on the host,
   // and a small status block: int [0] loss bits, [1] gradients flag, [2 + i] update flag of
@@ -166,7 +166,7 @@ class Trainer {
   std::vector<Region> dev_regions_;
   std::map<std::string, Tensor> staged_;
   Region status_;
-  std::set<std::string> fed_;             // inputs given by --feed (written into storage once)
+  std::set<std::string> fed_;  // inputs given by --feed (written into storage once)
   std::unique_ptr<Executor> executor_;
   std::vector<int64_t> windows_;  // the token windows of a step, reused
   std::unique_ptr<TokenFile> data_;

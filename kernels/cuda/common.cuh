@@ -33,23 +33,23 @@ inline Status CublasError(const Node& node, const char* call, cublasStatus_t s) 
 }
 
 // Checks a CUDA runtime call inside a kernel function that has `node` in scope.
-#define FOUNDRY_CUDA_CHECK(node, expr)                                              \
-  do {                                                                              \
-    cudaError_t foundry_err_ = (expr);                                              \
+#define FOUNDRY_CUDA_CHECK(node, expr)                                                             \
+  do {                                                                                             \
+    cudaError_t foundry_err_ = (expr);                                                             \
     if (foundry_err_ != cudaSuccess) return ::foundry::cuda::CudaError(node, #expr, foundry_err_); \
   } while (0)
-#define FOUNDRY_CUBLAS_CHECK(node, expr)                                                \
-  do {                                                                                  \
-    cublasStatus_t foundry_st_ = (expr);                                                \
-    if (foundry_st_ != CUBLAS_STATUS_SUCCESS)                                           \
-      return ::foundry::cuda::CublasError(node, #expr, foundry_st_);                    \
+#define FOUNDRY_CUBLAS_CHECK(node, expr)                             \
+  do {                                                               \
+    cublasStatus_t foundry_st_ = (expr);                             \
+    if (foundry_st_ != CUBLAS_STATUS_SUCCESS)                        \
+      return ::foundry::cuda::CublasError(node, #expr, foundry_st_); \
   } while (0)
 // After a <<<...>>> launch: a launch error (bad geometry, no kernel image for this GPU) names the
 // node and the kernel.
-#define FOUNDRY_CUDA_LAUNCHED(node, kernel_name)                                    \
-  do {                                                                              \
-    cudaError_t foundry_err_ = cudaGetLastError();                                  \
-    if (foundry_err_ != cudaSuccess)                                                \
+#define FOUNDRY_CUDA_LAUNCHED(node, kernel_name)                                       \
+  do {                                                                                 \
+    cudaError_t foundry_err_ = cudaGetLastError();                                     \
+    if (foundry_err_ != cudaSuccess)                                                   \
       return ::foundry::cuda::CudaError(node, "launching " kernel_name, foundry_err_); \
   } while (0)
 

@@ -55,8 +55,9 @@ void DeviceFree(void* p) {
 
 Status DeviceMemset(void* p, int value, int64_t bytes, void* stream, const std::string& what) {
   if (bytes <= 0) return Status::Ok();
-  return Check(cudaMemsetAsync(p, value, static_cast<size_t>(bytes), static_cast<cudaStream_t>(stream)),
-               "cudaMemsetAsync", what);
+  return Check(
+      cudaMemsetAsync(p, value, static_cast<size_t>(bytes), static_cast<cudaStream_t>(stream)),
+      "cudaMemsetAsync", what);
 }
 
 namespace {
@@ -70,13 +71,16 @@ Status Copy(void* dst, const void* src, int64_t bytes, cudaMemcpyKind kind, void
 }
 }  // namespace
 
-Status CopyToDevice(void* dst, const void* src, int64_t bytes, void* stream, const std::string& what) {
+Status CopyToDevice(void* dst, const void* src, int64_t bytes, void* stream,
+                    const std::string& what) {
   return Copy(dst, src, bytes, cudaMemcpyHostToDevice, stream, what);
 }
-Status CopyToHost(void* dst, const void* src, int64_t bytes, void* stream, const std::string& what) {
+Status CopyToHost(void* dst, const void* src, int64_t bytes, void* stream,
+                  const std::string& what) {
   return Copy(dst, src, bytes, cudaMemcpyDeviceToHost, stream, what);
 }
-Status DeviceCopy(void* dst, const void* src, int64_t bytes, void* stream, const std::string& what) {
+Status DeviceCopy(void* dst, const void* src, int64_t bytes, void* stream,
+                  const std::string& what) {
   if (bytes <= 0) return Status::Ok();
   return Check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
                                static_cast<cudaStream_t>(stream)),

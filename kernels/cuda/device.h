@@ -24,7 +24,8 @@ void DeviceFree(void* p);  // null is fine; errors at free are ignored (teardown
 Status DeviceMemset(void* p, int value, int64_t bytes, void* stream, const std::string& what);
 
 // Copies on `stream`, then waits for it (the host buffer is usable on return).
-Status CopyToDevice(void* dst, const void* src, int64_t bytes, void* stream, const std::string& what);
+Status CopyToDevice(void* dst, const void* src, int64_t bytes, void* stream,
+                    const std::string& what);
 Status CopyToHost(void* dst, const void* src, int64_t bytes, void* stream, const std::string& what);
 Status DeviceCopy(void* dst, const void* src, int64_t bytes, void* stream, const std::string& what);
 Status Synchronize(void* stream, const std::string& what);

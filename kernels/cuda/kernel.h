@@ -5,7 +5,8 @@
 // Contract (the CPU one, on device memory):
 //  - inputs and outputs are tensors whose data pointers are DEVICE memory (Tensor::View of the
 //    arena or of a planned region); shapes and dtypes are the graph's. Never read them on the host.
-//  - outputs arrive allocated; kernels write every element (`=`, never `+=` into a caller's buffer);
+//  - outputs arrive allocated; kernels write every element (`=`, never `+=` into a caller's
+//  buffer);
 //    an output may share its pointer with input 0 of a view op or a schema in-place input, as on
 //    the CPU.
 //  - everything is enqueued on ctx.stream; no synchronization, no host round trip, no allocation:
@@ -27,10 +28,10 @@
 namespace foundry {
 
 struct CudaKernelContext {
-  KernelContext base;             // seed, node_key, training, workspace (device memory)
-  void* stream = nullptr;         // cudaStream_t
-  void* cublas = nullptr;         // cublasHandle_t, bound to `stream`
-  bool tf32 = false;              // allow TF32 tensor cores in cuBLAS (--tf32); off = exact fp32
+  KernelContext base;      // seed, node_key, training, workspace (device memory)
+  void* stream = nullptr;  // cudaStream_t
+  void* cublas = nullptr;  // cublasHandle_t, bound to `stream`
+  bool tf32 = false;       // allow TF32 tensor cores in cuBLAS (--tf32); off = exact fp32
 };
 
 using CudaKernelFn = Status (*)(const Node& node, std::span<const Tensor* const> inputs,

@@ -19,6 +19,7 @@
 #include "runtime/trainer.h"
 #include "tests/support/cuda_check.h"
 #include "tests/support/fixture_plans.h"
+#include "tests/support/source_dir.h"
 #include "tests/support/test_util.h"
 
 namespace fs = std::filesystem;
@@ -26,7 +27,9 @@ namespace fs = std::filesystem;
 namespace foundry {
 namespace {
 
-fs::path FixturesDir() { return fs::path(FOUNDRY_SOURCE_DIR) / "models/fixtures"; }
+// The bundle of scripts/gpu-check.sh runs this test away from the source tree: SourceDir() is
+// $FOUNDRY_SOURCE_DIR there.
+fs::path FixturesDir() { return SourceDir() / "models/fixtures"; }
 
 TrainerOptions Options(const std::vector<std::string>& feeds, const std::string& device) {
   TrainerOptions o;  // AdamW, lr 1e-3
@@ -67,7 +70,8 @@ StatusOr<Step1> Train(const LoadedPlan& plan, const std::vector<std::string>& fe
 void ExpectClose(const Tensor& want, const Tensor& got, double rtol, const std::string& what) {
   ASSERT_EQ(want.shape(), got.shape()) << what;
   double scale = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) scale = std::max(scale, std::fabs(want.GetAsDouble(i)));
+  for (int64_t i = 0; i < want.numel(); ++i)
+    scale = std::max(scale, std::fabs(want.GetAsDouble(i)));
   for (int64_t i = 0; i < want.numel(); ++i) {
     double a = want.GetAsDouble(i), b = got.GetAsDouble(i);
     ASSERT_LE(std::fabs(a - b), rtol * scale + 1e-7)

@@ -128,7 +128,8 @@ Status CompareCudaWithCpu(const Node& node, const std::map<std::string, Tensor>&
     const bool is_float = a.dtype() == DType::kFloat32 || a.dtype() == DType::kFloat64;
     for (int64_t i = 0; i < a.numel(); ++i) {
       double x = a.GetAsDouble(i), y = b.GetAsDouble(i);
-      bool ok = is_float ? (std::isnan(x) ? std::isnan(y) : std::fabs(x - y) <= atol + rtol * std::fabs(x))
+      bool ok = is_float ? (std::isnan(x) ? std::isnan(y)
+                                          : std::fabs(x - y) <= atol + rtol * std::fabs(x))
                          : x == y;
       if (!ok)
         return Error(node.op_type + " output " + node.outputs[o] + " element " + std::to_string(i) +

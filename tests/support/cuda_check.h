@@ -21,13 +21,13 @@ bool HaveGpu(std::string* why);
 bool GpuRequired();
 
 // Skips the test when there is no GPU (or fails it under FOUNDRY_REQUIRE_GPU=1), with the reason.
-#define FOUNDRY_REQUIRE_GPU()                                                          \
-  do {                                                                                 \
-    std::string foundry_why_;                                                          \
-    if (!::foundry::HaveGpu(&foundry_why_)) {                                          \
+#define FOUNDRY_REQUIRE_GPU()                                                             \
+  do {                                                                                    \
+    std::string foundry_why_;                                                             \
+    if (!::foundry::HaveGpu(&foundry_why_)) {                                             \
       if (::foundry::GpuRequired()) FAIL() << foundry_why_ << " (FOUNDRY_REQUIRE_GPU=1)"; \
-      GTEST_SKIP() << foundry_why_;                                                    \
-    }                                                                                  \
+      GTEST_SKIP() << foundry_why_;                                                       \
+    }                                                                                     \
   } while (0)
 
 // Runs `node` on the GPU: `inputs` (run time) and `constants` (also handed to the kernel as host
