@@ -21,12 +21,10 @@
 #include "compiler/onnx_import.h"
 #include "compiler/tensor_proto.h"
 #include "passes/fold.h"
+#include "runtime/cuda_backend.h"
 #include "runtime/interpreter.h"
 #include "runtime/trainer.h"
 #include "tools/cli.h"
-#ifdef FOUNDRY_HAVE_CUDA
-#include "runtime/cuda_backend.h"
-#endif
 
 namespace fs = std::filesystem;
 using namespace foundry;
