@@ -28,6 +28,7 @@
 #include "runtime/cuda_backend.h"
 #ifdef FOUNDRY_HAVE_CUDA
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/kernel.h"
 #include "kernels/cuda/optimizer.h"
 #include "kernels/cuda/train_step.h"
 #endif
@@ -227,6 +228,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
 
   // The executor: the arena, inputs and outputs, allocated once. Fed inputs are written into
   // their storage now and never again.
+#ifdef FOUNDRY_HAVE_CUDA
+  // Before any device memory is taken: a graph with an op the GPU cannot run says so at once.
+  if (t->on_device_)
+    if (std::vector<std::string> missing = MissingCudaKernels(g); !missing.empty())
+      return Error("the cuda backend has no kernel for " + JoinNames(missing) + " (in '" +
+                   t->plan_.plan_path + "'); run it with --device cpu");
+#endif
   ASSIGN_OR_RETURN(MemoryPlan memory, MemoryPlanFor(t->plan_, *t->backend_));
   std::map<std::string, Tensor*> params;
   if (t->on_device_) {

@@ -75,7 +75,16 @@ std::vector<OperandType> TensorTypes(std::span<T* const> tensors) {
   return types;
 }
 
-std::vector<OperandType> GraphTypes(const Graph& graph, const std::vector<std::string>& names) {
+}  // namespace
+
+std::vector<OperandType> OperandTypesOf(std::span<const Tensor* const> tensors) {
+  return TensorTypes(tensors);
+}
+std::vector<OperandType> OperandTypesOf(std::span<Tensor* const> tensors) {
+  return TensorTypes(tensors);
+}
+
+std::vector<OperandType> OperandTypesOf(const Graph& graph, const std::vector<std::string>& names) {
   std::vector<OperandType> types(names.size());
   for (size_t i = 0; i < names.size(); ++i) {
     const Value* v = names[i].empty() ? nullptr : graph.FindValue(names[i]);
@@ -84,17 +93,15 @@ std::vector<OperandType> GraphTypes(const Graph& graph, const std::vector<std::s
   return types;
 }
 
-}  // namespace
-
 int64_t CpuWorkspaceBytes(const Graph& graph, const Node& node) {
   if (!CpuWorkspaces().Find(node.domain, node.op_type)) return 0;
-  return WorkspaceOf(node, GraphTypes(graph, node.inputs), GraphTypes(graph, node.outputs));
+  return WorkspaceOf(node, OperandTypesOf(graph, node.inputs), OperandTypesOf(graph, node.outputs));
 }
 
 int64_t CpuWorkspaceBytesFor(const Node& node, std::span<const Tensor* const> inputs,
                              std::span<Tensor* const> outputs) {
   if (!CpuWorkspaces().Find(node.domain, node.op_type)) return 0;
-  return WorkspaceOf(node, TensorTypes(inputs), TensorTypes(outputs));
+  return WorkspaceOf(node, OperandTypesOf(inputs), OperandTypesOf(outputs));
 }
 
 Status RunCpuKernel(const Node& node, std::span<const Tensor* const> inputs,

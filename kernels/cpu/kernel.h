@@ -57,6 +57,11 @@ struct OperandType {
 // compile-time caller does not have). Ops without a row need none.
 using CpuWorkspaceFn = int64_t (*)(const Node& node, std::span<const OperandType> inputs,
                                    std::span<const OperandType> outputs);
+// A node's operand types as a workspace figure takes them: from the tensors a caller is about to
+// run it on (null: omitted), or from the graph's values named `names` ("" or unknown: omitted).
+std::vector<OperandType> OperandTypesOf(std::span<const Tensor* const> tensors);
+std::vector<OperandType> OperandTypesOf(std::span<Tensor* const> tensors);
+std::vector<OperandType> OperandTypesOf(const Graph& graph, const std::vector<std::string>& names);
 using CpuWorkspaceTable = OpTable<CpuWorkspaceFn>;
 const CpuWorkspaceTable& CpuWorkspaces();
 

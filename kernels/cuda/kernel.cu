@@ -27,38 +27,17 @@ const CudaWorkspaceTable& CudaWorkspaces() {
   return table;
 }
 
-namespace {
-
-template <class T>
-std::vector<OperandType> TensorTypes(std::span<T* const> tensors) {
-  std::vector<OperandType> types(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (tensors[i]) types[i] = OperandType{tensors[i]->dtype(), &tensors[i]->shape()};
-  return types;
-}
-
-std::vector<OperandType> GraphTypes(const Graph& graph, const std::vector<std::string>& names) {
-  std::vector<OperandType> types(names.size());
-  for (size_t i = 0; i < names.size(); ++i) {
-    const Value* v = names[i].empty() ? nullptr : graph.FindValue(names[i]);
-    if (v) types[i] = OperandType{v->dtype, v->ShapeKnown() ? &v->shape : nullptr};
-  }
-  return types;
-}
-
-}  // namespace
-
 int64_t CudaWorkspaceBytes(const Graph& graph, const Node& node) {
   const CpuWorkspaceFn* fn = CudaWorkspaces().Find(node.domain, node.op_type);
   if (!fn) return 0;
-  return (*fn)(node, GraphTypes(graph, node.inputs), GraphTypes(graph, node.outputs));
+  return (*fn)(node, OperandTypesOf(graph, node.inputs), OperandTypesOf(graph, node.outputs));
 }
 
 int64_t CudaWorkspaceBytesFor(const Node& node, std::span<const Tensor* const> inputs,
                               std::span<Tensor* const> outputs) {
   const CpuWorkspaceFn* fn = CudaWorkspaces().Find(node.domain, node.op_type);
   if (!fn) return 0;
-  return (*fn)(node, TensorTypes(inputs), TensorTypes(outputs));
+  return (*fn)(node, OperandTypesOf(inputs), OperandTypesOf(outputs));
 }
 
 Status RunCudaKernel(const Node& node, std::span<const Tensor* const> inputs,
