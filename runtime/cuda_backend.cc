@@ -118,6 +118,25 @@ StatusOr<CudaBackend*> GetCudaBackend() {
 
 #else  // !FOUNDRY_HAVE_CUDA
 
+// Never constructed in this build (GetCudaBackend refuses); defined so the class is complete: the
+// sanitizer build's vptr checks reference its type information.
+namespace {
+Status NotBuilt() { return Error("the CUDA backend is not built"); }
+}  // namespace
+CudaBackend::~CudaBackend() = default;
+int64_t CudaBackend::WorkspaceBytes(const Graph&, const Node&) const { return 0; }
+Status CudaBackend::Run(const Node&, std::span<const Tensor* const>, std::span<Tensor* const>,
+                        std::span<std::byte>, const KernelContext&) {
+  return NotBuilt();
+}
+Status CudaBackend::CopyIn(const Tensor&, Tensor&) { return NotBuilt(); }
+Status CudaBackend::CopyOut(const Tensor&, Tensor&) { return NotBuilt(); }
+MemorySnapshot CudaBackend::Bytes() const { return bytes_; }
+void CudaBackend::ResetPeaks() {}
+Status CudaBackend::Synchronize() { return NotBuilt(); }
+std::byte* CudaBackend::AllocateBytes(int64_t, MemoryClass) { return nullptr; }
+void CudaBackend::FreeBytes(std::byte*, int64_t, MemoryClass) {}
+
 StatusOr<CudaBackend*> GetCudaBackend() {
   return Error(
       "--device cuda: this foundry was built without the CUDA backend (no nvcc at configure "

@@ -9,8 +9,9 @@
 #   OUT/run.sh [RESULTS_FILE]                    on the GPU machine (= gpu-check.sh run OUT ...)
 #
 # OUT: bin/ (foundry-compile, foundry-run, foundry_gpu_tests: every GPU test in one binary;
-# stripped; our libraries, yaml-cpp, gtest and cudart linked in), lib/ (OpenBLAS's static library
-# linked once into libfoundry_openblas.so; ONNX, which Debian ships only as a shared library, and
+# stripped; gtest linked in), lib/ (our libraries, stripped, cudart linked into the CUDA kernels';
+# yaml-cpp; OpenBLAS's static library linked once into libfoundry_openblas.so; ONNX, which Debian
+# ships only as a shared library, and
 # the protobuf and zlib it links; found through the binaries' RPATH $ORIGIN/../lib; the C and C++
 # runtimes are the machine's: glibc >= 2.34, libstdc++ >= GCC 11, see BUILD_INFO), models/ (the fixtures
 # the GPU tests train, the benchmark's exports, configs and models/mpt.py), plans/ (the
@@ -24,7 +25,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 MAX_BYTES=$((64 * 1024 * 1024))
 # What the binaries may load from OUT/lib (copied from this machine) and from the GPU machine.
-BUNDLED_LIBS="libfoundry_openblas.so libonnx.so.1 libonnx_proto.so.1 libprotobuf.so.32 libz.so.1"
+FOUNDRY_LIBS="libfoundry_base.so libfoundry_compiler.so libfoundry_cpu_kernels.so libfoundry_cuda_kernels.so libfoundry_passes.so libfoundry_runtime.so"
+BUNDLED_LIBS="$FOUNDRY_LIBS libfoundry_openblas.so libyaml-cpp.so.0.7 libonnx.so.1 libonnx_proto.so.1 libprotobuf.so.32 libz.so.1"
 # libstdc++ and libgcc_s: the machine's (CMakeLists.txt, FOUNDRY_BUNDLE, says why).
 SYSTEM_LIBS="linux-vdso.so.1 libc.so.6 libm.so.6 libdl.so.2 librt.so.1 libpthread.so.0 ld-linux-x86-64.so.2 libstdc++.so.6 libgcc_s.so.1"
 EXTERNAL_LIBS="libcuda.so.1 libcublas.so.13 libcublasLt.so.13"
@@ -45,7 +47,7 @@ cmd_build() {
     launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   fi
   mkdir -p "$build"
-  cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFOUNDRY_BUNDLE=ON \
+  cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFOUNDRY_BUNDLE=ON -DFOUNDRY_SHARED_LIBS=ON \
     -DFOUNDRY_CUDA_ARCH=90 "${launcher[@]}" > "$build/gpu-check.configure.log" ||
     die "cmake failed: $build/gpu-check.configure.log"
   cmake --build "$build" -j "${GPU_CHECK_JOBS:-$(nproc)}" --target $BINARIES
@@ -71,6 +73,8 @@ cmd_build() {
     [ -f "$path" ] || die "$lib: not among the binaries' libraries (ldd: '$path'); update BUNDLED_LIBS"
     cp -L "$path" "$out/lib/$lib"
   done
+  # Our own libraries carry their debug info in the build folder; the folder gets them stripped.
+  for lib in $FOUNDRY_LIBS; do strip --strip-unneeded "$out/lib/$lib"; done
 
   # Models: the fixtures the GPU tests train, the benchmark's exports and PyTorch side.
   local f item
