@@ -82,10 +82,8 @@ class Backend {
   virtual void ResetPeaks() = 0;
 
   // Whether tensors in this backend's memory may be read and written on the host (the CPU: yes;
-  // a GPU: no, every byte goes through CopyIn / CopyOut).
+  // a GPU: no, every byte goes through CopyIn / CopyOut, which wait for the work before them).
   virtual bool host_memory() const { return true; }
-  // Waits until everything enqueued so far has finished (a no-op where Run is synchronous).
-  virtual Status Synchronize() { return Status::Ok(); }
 
  protected:
   // Null when the memory is not there.

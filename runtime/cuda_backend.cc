@@ -65,8 +65,6 @@ Status CudaBackend::CopyOut(const Tensor& device, Tensor& host) {
                           "cuda backend: copy from the device");
 }
 
-Status CudaBackend::Synchronize() { return cuda::Synchronize(stream_, "cuda backend"); }
-
 MemorySnapshot CudaBackend::Bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;
@@ -133,7 +131,6 @@ Status CudaBackend::CopyIn(const Tensor&, Tensor&) { return NotBuilt(); }
 Status CudaBackend::CopyOut(const Tensor&, Tensor&) { return NotBuilt(); }
 MemorySnapshot CudaBackend::Bytes() const { return bytes_; }
 void CudaBackend::ResetPeaks() {}
-Status CudaBackend::Synchronize() { return NotBuilt(); }
 std::byte* CudaBackend::AllocateBytes(int64_t, MemoryClass) { return nullptr; }
 void CudaBackend::FreeBytes(std::byte*, int64_t, MemoryClass) {}
 

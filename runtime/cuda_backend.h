@@ -26,11 +26,9 @@ class CudaBackend final : public Backend {
   Status CopyOut(const Tensor& device, Tensor& host) override;
   MemorySnapshot Bytes() const override;
   void ResetPeaks() override;
-  Status Synchronize() override;
 
   // TF32 tensor cores in cuBLAS (foundry-run --tf32). Off: exact fp32 products.
   void set_tf32(bool on) { tf32_ = on; }
-  bool tf32() const { return tf32_; }
   void* stream() const { return stream_; }
 
  protected:

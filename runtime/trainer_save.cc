@@ -248,8 +248,7 @@ Status Trainer::Resume(const std::string& dir) {
   copy_into(params, params_);
   copy_into(m, slot_m_);
   copy_into(v, slot_v_);
-  host_stale_ = false;
-  RETURN_IF_ERROR(PushToDevice());
+  RETURN_IF_ERROR(PushToDevice());  // the host copies are now the state: up to the device
   step_ = s.step;
   data_position_ = s.data_position;
   resume_dir_ = dir;

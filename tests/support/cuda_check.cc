@@ -128,9 +128,10 @@ Status CompareCudaWithCpu(const Node& node, const std::map<std::string, Tensor>&
     const bool is_float = a.dtype() == DType::kFloat32 || a.dtype() == DType::kFloat64;
     for (int64_t i = 0; i < a.numel(); ++i) {
       double x = a.GetAsDouble(i), y = b.GetAsDouble(i);
-      bool ok = is_float ? (std::isnan(x) ? std::isnan(y)
-                                          : std::fabs(x - y) <= atol + rtol * std::fabs(x))
-                         : x == y;
+      // x == y first: two equal infinities differ by NaN, which no tolerance accepts.
+      bool ok = x == y ||
+                (is_float &&
+                 (std::isnan(x) ? std::isnan(y) : std::fabs(x - y) <= atol + rtol * std::fabs(x)));
       if (!ok)
         return Error(node.op_type + " output " + node.outputs[o] + " element " + std::to_string(i) +
                      " of " + std::to_string(a.numel()) + ": cpu " + std::to_string(x) + ", cuda " +
