@@ -36,28 +36,6 @@ thread_local MemoryClass current_class = MemoryClass::kOther;
 
 }  // namespace
 
-std::string_view MemoryClassName(MemoryClass c) {
-  switch (c) {
-    case MemoryClass::kArena:
-      return "arena";
-    case MemoryClass::kParameter:
-      return "parameter";
-    case MemoryClass::kGradient:
-      return "gradient";
-    case MemoryClass::kOptimizerState:
-      return "optimizer_state";
-    case MemoryClass::kInput:
-      return "input";
-    case MemoryClass::kConstant:
-      return "constant";
-    case MemoryClass::kOutput:
-      return "output";
-    case MemoryClass::kOther:
-      return "other";
-  }
-  return "other";
-}
-
 void* AllocateAccounted(size_t bytes, size_t alignment, MemoryClass c) {
   // aligned_alloc wants a size that is a multiple of the alignment, and never 0 here so every
   // block is distinct.
@@ -90,9 +68,10 @@ void ReclassAccounted(size_t bytes, MemoryClass from, MemoryClass to) {
 MemorySnapshot MemoryUsage() {
   Counters& g = Global();
   MemorySnapshot s;
-  for (int i = 0; i < kNumMemoryClasses; ++i) {
-    s.by_class[i].live = g.by_class[i].live.load(std::memory_order_relaxed);
-    s.by_class[i].peak = g.by_class[i].peak.load(std::memory_order_relaxed);
+  for (MemoryClass c : kMemoryClasses) {
+    const Counter& from = g.by_class[static_cast<int>(c)];
+    s.by_class[c].live = from.live.load(std::memory_order_relaxed);
+    s.by_class[c].peak = from.peak.load(std::memory_order_relaxed);
   }
   s.total.live = g.total.live.load(std::memory_order_relaxed);
   s.total.peak = g.total.peak.load(std::memory_order_relaxed);

@@ -18,21 +18,9 @@
 #include <cstdint>
 #include <string_view>
 
-namespace foundry {
+#include "base/memory_class.h"
 
-enum class MemoryClass : uint8_t {
-  kArena,
-  kParameter,
-  kGradient,
-  kOptimizerState,
-  kInput,
-  kConstant,
-  kOutput,
-  kOther,
-};
-inline constexpr int kNumMemoryClasses = 8;
-// "arena", "parameter", "gradient", "optimizer_state", "input", "constant", "output", "other"
-std::string_view MemoryClassName(MemoryClass c);
+namespace foundry {
 
 struct MemoryBytes {
   int64_t live = 0;
@@ -40,9 +28,9 @@ struct MemoryBytes {
 };
 
 struct MemorySnapshot {
-  std::array<MemoryBytes, kNumMemoryClasses> by_class;
+  ByClass<MemoryBytes> by_class;
   MemoryBytes total;  // the total's own high-water mark (not the sum of the per-class peaks)
-  const MemoryBytes& operator[](MemoryClass c) const { return by_class[static_cast<int>(c)]; }
+  const MemoryBytes& operator[](MemoryClass c) const { return by_class[c]; }
 };
 
 // `bytes` counted under `c`; the block is `alignment`-aligned (a power of two, at least 16) and

@@ -231,4 +231,11 @@ UseDef BuildUseDef(const Graph& graph) {
   return ud;
 }
 
+int64_t ValueBytes(const Graph& g, const std::string& value) {
+  const Value* v = g.FindValue(value);
+  if (!v || !v->ShapeKnown()) return 0;
+  int64_t n = NumElements(v->shape);
+  return n < 0 ? 0 : n * static_cast<int64_t>(DTypeSize(v->dtype));
+}
+
 }  // namespace foundry

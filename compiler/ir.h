@@ -134,4 +134,7 @@ UseDef BuildUseDef(const Graph& graph);
 // "llmfoundry.models.layers.attention.GroupedQueryAttention" -> "GroupedQueryAttention".
 std::string BareClassName(const std::string& qualified);
 
+// Bytes of a value with a known type; 0 when its shape is not known.
+int64_t ValueBytes(const Graph& graph, const std::string& value);
+
 }  // namespace foundry

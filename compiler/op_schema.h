@@ -53,7 +53,7 @@ struct OpSchema {
   int min_outputs = 1;  // outputs beyond min_outputs are optional
   int max_outputs = 1;
   InferFn infer;
-  // Memory planning (passes/memory_plan.h). `view`: output 0 holds exactly the bytes of input 0
+  // Memory planning (compiler/memory_plan.h). `view`: output 0 holds exactly the bytes of input 0
   // under another shape (Reshape, Flatten, Squeeze, Unsqueeze, Identity); the planner makes it an
   // alias of input 0, and the kernel, handed the same pointer for both, copies nothing.
   // `in_place_inputs`: inputs whose buffer output 0 may take when that input dies at this node and

@@ -52,12 +52,8 @@ StatusOr<std::string> PlanToJson(const Plan& plan) {
         lj["workspace"][m.schedule[s]] = {l.workspace_offsets.at(s), l.workspace_bytes[s]};
     mem["layouts"][l.backend] = std::move(lj);
   }
-  mem["parameter_bytes"] = m.parameter_bytes;
-  mem["gradient_bytes"] = m.gradient_bytes;
-  mem["output_bytes"] = m.output_bytes;
-  mem["input_bytes"] = m.input_bytes;
-  mem["constant_bytes"] = m.constant_bytes;
-  mem["optimizer_state_bytes"] = m.optimizer_state_bytes;
+  for (MemoryClass c : kOutsideClasses)  // "parameter_bytes", ..., "optimizer_state_bytes"
+    mem[std::string(MemoryClassName(c)) + "_bytes"] = m.outside[c];
   j["memory"] = std::move(mem);
   try {
     return j.dump(2) + "\n";
@@ -119,12 +115,8 @@ Status ReadMemorySection(const nlohmann::json& j, MemoryPlan& m) {
     }
     m.layouts.push_back(std::move(l));
   }
-  m.parameter_bytes = j.at("parameter_bytes").get<int64_t>();
-  m.gradient_bytes = j.at("gradient_bytes").get<int64_t>();
-  m.output_bytes = j.at("output_bytes").get<int64_t>();
-  m.input_bytes = j.at("input_bytes").get<int64_t>();
-  m.constant_bytes = j.at("constant_bytes").get<int64_t>();
-  m.optimizer_state_bytes = j.at("optimizer_state_bytes").get<int64_t>();
+  for (MemoryClass c : kOutsideClasses)
+    m.outside[c] = j.at(std::string(MemoryClassName(c)) + "_bytes").get<int64_t>();
   return Status::Ok();
 }
 

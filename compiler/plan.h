@@ -12,7 +12,7 @@
 
 #include "base/status.h"
 #include "compiler/ir.h"
-#include "passes/memory_plan.h"
+#include "compiler/memory_plan.h"
 
 namespace foundry {
 

@@ -143,8 +143,9 @@ StatusOr<CkptEvaluation> PlanSelection(const Graph& base, std::vector<std::strin
       }
   }
   if (detail) {
-    detail->params_grads_optimizer =
-        plan.parameter_bytes + plan.gradient_bytes + plan.optimizer_state_bytes;
+    detail->params_grads_optimizer = plan.outside[MemoryClass::kParameter] +
+                                     plan.outside[MemoryClass::kGradient] +
+                                     plan.outside[MemoryClass::kOptimizerState];
     for (const ArenaBuffer& b : ArenaBuffers(g, plan))
       if (b.first <= layout.peak_step && layout.peak_step <= b.last &&
           (b.bytes > detail->largest_peak_bytes ||

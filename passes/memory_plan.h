@@ -1,149 +1,31 @@
-// The memory plan (DESIGN §6): where every byte of one training step lives, decided before anything
-// runs. The training graph arrives scheduled (passes/schedule.h: graph.nodes is the order the
-// runtime follows; step s is graph.nodes[s]).
+// The memory planner (DESIGN §6): the pass that decides where every byte of one scheduled training
+// step lives. The plan it makes, and the rules every plan obeys, are compiler/memory_plan.h's.
 //
-// Storage classes. Parameters, gradients (graph outputs that are a parameter's gradient), other
-// graph outputs (the loss), inputs (run-time feeds) and constants (initializers that are not
-// trained, folded constants) each have storage of their own for the whole run, outside the arena.
-// Every other value with bytes is a transient and lives in the arena, one buffer per owner.
-//
-// Aliases. A value may use another value's buffer instead of its own:
-//  - view: the output of a node whose schema says `view` (Reshape, Flatten, Squeeze, Unsqueeze,
-//    Identity) is input 0's bytes under another shape: no bytes, no copy. A graph output is never
-//    a view (it has storage of its own; its view node copies).
-//  - in place: output 0 of a node whose schema lists input k in `in_place_inputs` takes the
-//    arena buffer of input k when that buffer dies at this node (no other value of the buffer is
-//    read later), input k has output 0's shape and element size, and no other input of the node
-//    reads the same buffer.
-//  - in place into a graph output: a transient X may use the storage of a graph output G that a
-//    node N computes (a gradient, the loss; G is never an alias) when N lists X's input slot in
-//    `in_place_inputs`, X has G's shape and element size, X's buffer (X and its views) is last
-//    read at N, no other input of N reads that buffer, and X is not a graph output. Chains
-//    follow, link by link: when c1 -> Add -> g1 -> Add -> G and each link obeys the rule (the
-//    first the in-place rule above), c1 and g1 both live in G's storage. Such values are aliases
-//    of G of kind in place, made before N; their class is G's, so they take no arena bytes. This
-//    is how a parameter read more than once accumulates its gradient without an arena buffer.
-// `alias` maps each aliased value to the value that owns the buffer (never to another alias); the
-// owner's storage class is the alias's class.
-//
-// Liveness. An arena buffer is live from the step of its owner's producer to the last step that
-// reads any value of the buffer (the producer's step when nothing reads it). A node's workspace
-// (kernel scratch, WorkspaceFn) is live during its own step only. Two arena buffers live at a
-// common step never overlap.
-//
-// Layouts. Workspace sizes differ between backends, so offsets do too: the plan holds one
-// BackendLayout per backend it was compiled for. Every arena buffer and workspace is aligned to
-// kArenaAlignment and its size rounded up to it.
-//
-// Lower bound: the maximum over steps of the live rounded bytes (buffers + workspace). The arena
-// can never be smaller; the planner's arena is held against it (the checker requires arena >=
-// bound).
+// Algorithm, in stages:
+//  1. Bytes outside the arena per class (parameters, gradients, outputs, inputs, constants, AdamW
+//     state), counted exactly.
+//  2. Aliases in schedule order: a view output takes its input's buffer; an in-place output takes
+//     the buffer of an input that dies at its node; a graph output written over a transient that
+//     dies there takes that transient's whole buffer (how a gradient read more than once
+//     accumulates without an arena buffer).
+//  3. Per backend, the arena buffers and each step's workspace become intervals over the
+//     schedule; their lower bound is the most live rounded bytes at any step.
+//  4. Placement: each interval at the gap of least waste among the placed ones it overlaps, in
+//     several orders (biggest first; by first step; greedy by breadth; size x lifetime), then a
+//     deterministic local search, stopping at the lower bound. The smallest arena wins.
+//  5. The result is checked (CheckMemoryPlan, with the backends' workspace); a failure is a
+//     planner bug and says so.
 #pragma once
 
-#include <cstdint>
-#include <functional>
-#include <map>
-#include <string>
-#include <string_view>
 #include <vector>
 
 #include "base/status.h"
 #include "compiler/ir.h"
+#include "compiler/memory_plan.h"
 
 namespace foundry {
 
-inline constexpr int64_t kArenaAlignment = 256;
-
-enum class StorageClass : uint8_t {
-  kArena,
-  kParameter,
-  kGradient,
-  kOutput,
-  kInput,
-  kConstant,
-};
-// "arena", "parameter", "gradient", "output", "input", "constant"
-std::string_view StorageClassName(StorageClass c);
-
-// Scratch bytes a backend's kernel needs for one node of a graph whose types are concrete.
-using WorkspaceFn = std::function<int64_t(const Graph& graph, const Node& node)>;
-
-struct BackendSpec {
-  std::string name;  // "cpu", "cuda"
-  WorkspaceFn workspace;
-};
-
-enum class AliasKind : uint8_t { kView, kInPlace };
-
-struct Alias {
-  std::string owner;  // the value that owns the buffer (not itself an alias)
-  AliasKind kind = AliasKind::kView;
-};
-
-struct BackendLayout {
-  std::string backend;
-  int64_t arena_bytes = 0;
-  int64_t lower_bound_bytes = 0;
-  int64_t peak_step = -1;                  // a step where the live rounded bytes equal the bound
-  std::map<std::string, int64_t> offsets;  // every arena buffer owner -> byte offset in the arena
-  // Per step (index into graph.nodes): the node's workspace, exact bytes (0: none) and its offset
-  // in the arena (-1 when bytes is 0).
-  std::vector<int64_t> workspace_bytes;
-  std::vector<int64_t> workspace_offsets;
-};
-
-struct MemoryPlan {
-  std::vector<std::string> schedule;  // node names in run order; equals graph.nodes
-  std::map<std::string, Alias> alias;
-  std::vector<BackendLayout> layouts;
-
-  // Outside the arena, exact bytes. The optimizer figure assumes AdamW (two f32 slots per
-  // trainable element); SGD with momentum needs half of it, plain SGD none.
-  int64_t parameter_bytes = 0;
-  int64_t gradient_bytes = 0;
-  int64_t output_bytes = 0;
-  int64_t input_bytes = 0;
-  int64_t constant_bytes = 0;
-  int64_t optimizer_state_bytes = 0;
-
-  const BackendLayout* Layout(std::string_view backend) const;  // null when not planned for it
-  // arena + everything outside it: the planned peak of one training step.
-  int64_t TotalBytes(const BackendLayout& layout) const;
-};
-
-// The storage class of a value of `graph` under this plan's aliases. Graph outputs follow the
-// training graph's contract (passes/autodiff.h): outputs[0] is the loss (kOutput), outputs[1..P]
-// the gradients of graph.parameters in order (kGradient); any further output is kOutput.
-StorageClass ClassOf(const Graph& graph, const MemoryPlan& plan, const std::string& value);
-
-// One arena buffer with its live interval on the schedule.
-struct ArenaBuffer {
-  std::string owner;
-  int64_t bytes = 0;  // exact (unrounded) bytes of the owner
-  int64_t first = 0;  // step of the owner's producer
-  int64_t last = 0;   // last step that reads any value of the buffer
-};
-// The arena buffers in the order of their owner's producer; liveness as in the file comment.
-std::vector<ArenaBuffer> ArenaBuffers(const Graph& graph, const MemoryPlan& plan);
-
 // Plans the scheduled training graph for each backend. Every value must have a concrete shape.
 StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<BackendSpec>& backends);
-
-// The invariants, checked on every plan the compiler writes and every plan the runtime loads
-// (a plan file may be damaged or hand-edited): the schedule is graph.nodes; every alias is one
-// the rules above allow; every arena buffer owner has an offset; offsets and workspace are
-// aligned; buffers and workspace live at a common step do not overlap; everything fits in
-// arena_bytes; arena_bytes >= lower_bound_bytes and the bound is the one recomputed here; views
-// never outlive their owner's interval. When `workspace` is given, each step's workspace is at
-// least what that backend's kernels need. Errors name the value or node and the layout.
-Status CheckMemoryPlan(const Graph& graph, const MemoryPlan& plan);
-Status CheckLayout(const Graph& graph, const MemoryPlan& plan, const BackendLayout& layout,
-                   const WorkspaceFn* workspace = nullptr);
-
-// foundry-compile's one line about the plan for `layout`: "memory: arena 1.50 MiB (lower bound
-// 1.48 MiB, ratio 1.0135), peak at step 67 'node'; outside the arena: parameters ..., total ...".
-std::string MemorySummary(const Graph& graph, const MemoryPlan& plan, const BackendLayout& layout);
-// foundry-compile --dump-plan: the plan as readable text (format at the definition).
-std::string DumpMemoryPlan(const Graph& graph, const MemoryPlan& plan);
 
 }  // namespace foundry

@@ -232,11 +232,11 @@ std::map<std::string, std::string> SavedBuffers(const Graph& graph, const Memory
       const std::string& owner = owner_of(in);
       // A transient written into a graph output's storage (memory_plan.h) is a buffer of its
       // own until that output is made: it counts like an arena buffer.
-      const StorageClass c = ClassOf(graph, plan, owner);
+      const MemoryClass c = ClassOf(graph, plan, owner);
       auto a = plan.alias.find(in);
       const bool in_output = a != plan.alias.end() && a->second.kind == AliasKind::kInPlace &&
-                             (c == StorageClass::kGradient || c == StorageClass::kOutput);
-      if ((c == StorageClass::kArena || in_output) && !saved.count(owner))
+                             (c == MemoryClass::kGradient || c == MemoryClass::kOutput);
+      if ((c == MemoryClass::kArena || in_output) && !saved.count(owner))
         saved[owner] = data_of(in);
     }
   }
@@ -262,12 +262,7 @@ StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& p
   r.backend = backend;
   r.layout = Summarize(graph, plan, *layout);
   for (const BackendLayout& l : plan.layouts) r.layouts.push_back(Summarize(graph, plan, l));
-  r.parameter_bytes = plan.parameter_bytes;
-  r.gradient_bytes = plan.gradient_bytes;
-  r.optimizer_state_bytes = plan.optimizer_state_bytes;
-  r.input_bytes = plan.input_bytes;
-  r.constant_bytes = plan.constant_bytes;
-  r.output_bytes = plan.output_bytes;
+  r.outside = plan.outside;
   r.flops = CountFlops(graph);
 
   std::unordered_map<std::string, size_t> producer;
@@ -349,13 +344,13 @@ std::string MemoryReportJson(const MemoryReport& r) {
       {"peak_step", l.peak_step},
       {"peak_node", l.peak_node},
       {"saved_for_backward_bytes", r.saved_for_backward_bytes},
-      {"parameter_bytes", r.parameter_bytes},
-      {"gradient_bytes", r.gradient_bytes},
-      {"optimizer_state_bytes", r.optimizer_state_bytes},
+      {"parameter_bytes", r.outside[MemoryClass::kParameter]},
+      {"gradient_bytes", r.outside[MemoryClass::kGradient]},
+      {"optimizer_state_bytes", r.outside[MemoryClass::kOptimizerState]},
       {"optimizer", "adamw"},
-      {"input_bytes", r.input_bytes},
-      {"constant_bytes", r.constant_bytes},
-      {"output_bytes", r.output_bytes},
+      {"input_bytes", r.outside[MemoryClass::kInput]},
+      {"constant_bytes", r.outside[MemoryClass::kConstant]},
+      {"output_bytes", r.outside[MemoryClass::kOutput]},
       {"total_bytes", l.total_bytes},
   };
   j["flops"] = {{"forward", r.flops.forward},
@@ -650,12 +645,12 @@ std::string FormatMemoryReport(const MemoryReport& r) {
       << "  peak               step " << l.peak_step << " of " << r.steps.size() << ", node '"
       << l.peak_node << "'\n"
       << "  saved for backward " << Bytes(r.saved_for_backward_bytes) << "\n"
-      << "  parameters         " << Bytes(r.parameter_bytes) << "\n"
-      << "  gradients          " << Bytes(r.gradient_bytes) << "\n"
-      << "  optimizer state    " << Bytes(r.optimizer_state_bytes) << "  (AdamW)\n"
-      << "  inputs             " << Bytes(r.input_bytes) << "\n"
-      << "  constants          " << Bytes(r.constant_bytes) << "\n"
-      << "  outputs            " << Bytes(r.output_bytes) << "\n"
+      << "  parameters         " << Bytes(r.outside[MemoryClass::kParameter]) << "\n"
+      << "  gradients          " << Bytes(r.outside[MemoryClass::kGradient]) << "\n"
+      << "  optimizer state    " << Bytes(r.outside[MemoryClass::kOptimizerState]) << "  (AdamW)\n"
+      << "  inputs             " << Bytes(r.outside[MemoryClass::kInput]) << "\n"
+      << "  constants          " << Bytes(r.outside[MemoryClass::kConstant]) << "\n"
+      << "  outputs            " << Bytes(r.outside[MemoryClass::kOutput]) << "\n"
       << "  total              " << Bytes(l.total_bytes) << "\n"
       << "  flops              forward " << Flops(r.flops.forward) << ", backward "
       << Flops(r.flops.backward) << ", recompute " << Flops(r.flops.recompute) << "\n";

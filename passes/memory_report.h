@@ -65,9 +65,9 @@
 
 #include "base/status.h"
 #include "compiler/ir.h"
+#include "compiler/memory_plan.h"
 #include "compiler/phase.h"
 #include "passes/checkpoint_report.h"
-#include "passes/memory_plan.h"
 
 namespace foundry {
 
@@ -135,12 +135,7 @@ struct MemoryReport {
   LayoutSummary layout;                // of `backend`
   std::vector<LayoutSummary> layouts;  // every backend the plan holds, in plan order
   int64_t saved_for_backward_bytes = 0;
-  int64_t parameter_bytes = 0;
-  int64_t gradient_bytes = 0;
-  int64_t optimizer_state_bytes = 0;
-  int64_t input_bytes = 0;
-  int64_t constant_bytes = 0;
-  int64_t output_bytes = 0;
+  BytesByClass outside;  // the plan's bytes outside the arena, per class
 
   FlopCounts flops;
   std::vector<ModuleSavedBytes> modules;   // largest first, ties in natural order (2 < 10)

@@ -193,13 +193,6 @@ std::string Mib(int64_t bytes) {
 
 }  // namespace
 
-int64_t ValueBytes(const Graph& g, const std::string& value) {
-  const Value* v = g.FindValue(value);
-  if (!v || !v->ShapeKnown()) return 0;
-  int64_t n = NumElements(v->shape);
-  return n < 0 ? 0 : n * static_cast<int64_t>(DTypeSize(v->dtype));
-}
-
 LiveBytes PeakLiveBytes(const Graph& g, const std::vector<size_t>& order) {
   DepGraph d(g);
   std::vector<int> remaining = d.readers;

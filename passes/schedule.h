@@ -32,9 +32,6 @@
 
 namespace foundry {
 
-// Bytes of a value with a known type; 0 when its shape is not known.
-int64_t ValueBytes(const Graph& graph, const std::string& value);
-
 struct LiveBytes {
   int64_t peak = 0;        // bytes
   int64_t peak_step = -1;  // index into the order (-1: empty graph)

@@ -2,7 +2,7 @@
 // training step. The CPU backend (runtime/cpu_backend.h) implements it now, CUDA next; nothing in
 // here assumes the backend's memory is host memory.
 //
-//  - name() and WorkspaceBytes(): the planner's BackendSpec (passes/memory_plan.h), so a plan's
+//  - name() and WorkspaceBytes(): the planner's BackendSpec (compiler/memory_plan.h), so a plan's
 //    layout for this backend has room for its kernels' scratch;
 //  - Allocate(): a region of backend memory (kArenaAlignment-aligned), counted under a memory
 //    class; the region frees itself;
@@ -22,7 +22,7 @@
 #include "base/tensor.h"
 #include "compiler/ir.h"
 #include "kernels/cpu/kernel.h"
-#include "passes/memory_plan.h"
+#include "compiler/memory_plan.h"
 
 namespace foundry {
 

@@ -78,7 +78,7 @@ void CudaBackend::ResetPeaks() {
 
 void CudaBackend::Count(MemoryClass c, int64_t delta) {
   std::lock_guard<std::mutex> lock(mu_);
-  MemoryBytes& b = bytes_.by_class[static_cast<int>(c)];
+  MemoryBytes& b = bytes_.by_class[c];
   b.live += delta;
   if (b.live > b.peak) b.peak = b.live;
   bytes_.total.live += delta;

@@ -11,24 +11,6 @@ using namespace runtime_internal;  // NOLINT: the runtime's own message helpers
 
 namespace {
 
-MemoryClass ToMemoryClass(StorageClass c) {
-  switch (c) {
-    case StorageClass::kArena:
-      return MemoryClass::kArena;
-    case StorageClass::kParameter:
-      return MemoryClass::kParameter;
-    case StorageClass::kGradient:
-      return MemoryClass::kGradient;
-    case StorageClass::kOutput:
-      return MemoryClass::kOutput;
-    case StorageClass::kInput:
-      return MemoryClass::kInput;
-    case StorageClass::kConstant:
-      return MemoryClass::kConstant;
-  }
-  return MemoryClass::kOther;
-}
-
 std::string PlannedFor(const MemoryPlan& plan) {
   std::vector<std::string> names;
   for (const auto& l : plan.layouts) names.push_back(l.backend);
@@ -118,8 +100,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     if (produced.count(name)) {
       if (!e->views_.count(name))
         RETURN_IF_ERROR(region_view(
-            name, ToMemoryClass(ClassOf(graph, e->plan_, name)),
-            ClassOf(graph, e->plan_, name) == StorageClass::kGradient ? "gradient" : "output"));
+            name, ClassOf(graph, e->plan_, name),
+            ClassOf(graph, e->plan_, name) == MemoryClass::kGradient ? "gradient" : "output"));
       continue;
     }
     const Value* v = graph.FindValue(name);
@@ -129,7 +111,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
                    "produce it");
     Tensor source =
         Tensor::View(v->data->dtype(), v->data->shape(), const_cast<void*>(v->data->raw()));
-    RETURN_IF_ERROR(region_view(name, ToMemoryClass(ClassOf(graph, e->plan_, name)), "output"));
+    RETURN_IF_ERROR(region_view(name, ClassOf(graph, e->plan_, name), "output"));
     RETURN_IF_ERROR(backend.CopyIn(source, e->views_.at(name)));
   }
   // Transients: views into the arena, buffer owners first, then aliases at their owner's bytes.

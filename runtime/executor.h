@@ -29,7 +29,7 @@
 #include "base/tensor.h"
 #include "compiler/ir.h"
 #include "kernels/cpu/kernel.h"
-#include "passes/memory_plan.h"
+#include "compiler/memory_plan.h"
 #include "runtime/backend.h"
 
 namespace foundry {

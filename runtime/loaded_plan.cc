@@ -5,7 +5,7 @@
 
 #include "compiler/onnx_import.h"
 #include "compiler/op_schema.h"
-#include "passes/memory_plan.h"
+#include "compiler/memory_plan.h"
 #include "runtime/messages.h"
 
 namespace foundry {

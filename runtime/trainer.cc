@@ -32,6 +32,7 @@
 #include "kernels/cuda/optimizer.h"
 #include "kernels/cuda/train_step.h"
 #endif
+#include "passes/memory_plan.h"  // the in-memory plan fallback (goes with the runtime issue work)
 #include "runtime/interpreter.h"
 #include "runtime/messages.h"
 

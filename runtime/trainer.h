@@ -41,7 +41,7 @@
 
 #include "base/status.h"
 #include "base/tensor.h"
-#include "passes/memory_plan.h"
+#include "compiler/memory_plan.h"
 #include "runtime/data.h"
 #include "runtime/executor.h"
 #include "runtime/loaded_plan.h"

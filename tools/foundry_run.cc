@@ -92,12 +92,12 @@ MemoryReport MeasureMemory(const Trainer& t, int64_t other_before, int64_t rss_b
     r.rows.push_back({name, planned, m[c].peak});
   };
   row("arena", layout.arena_bytes, MemoryClass::kArena);
-  row("parameters", plan.parameter_bytes, MemoryClass::kParameter);
-  row("gradients", plan.gradient_bytes, MemoryClass::kGradient);
-  row("optimizer_state", plan.optimizer_state_bytes, MemoryClass::kOptimizerState);
-  row("inputs", plan.input_bytes, MemoryClass::kInput);
-  row("constants", plan.constant_bytes, MemoryClass::kConstant);
-  row("outputs", plan.output_bytes, MemoryClass::kOutput);
+  row("parameters", plan.outside[MemoryClass::kParameter], MemoryClass::kParameter);
+  row("gradients", plan.outside[MemoryClass::kGradient], MemoryClass::kGradient);
+  row("optimizer_state", plan.outside[MemoryClass::kOptimizerState], MemoryClass::kOptimizerState);
+  row("inputs", plan.outside[MemoryClass::kInput], MemoryClass::kInput);
+  row("constants", plan.outside[MemoryClass::kConstant], MemoryClass::kConstant);
+  row("outputs", plan.outside[MemoryClass::kOutput], MemoryClass::kOutput);
   r.total_planned = plan.TotalBytes(layout);
   r.total_measured = m.total.peak - other_before;
   r.other_before = other_before;

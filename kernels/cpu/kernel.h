@@ -39,7 +39,7 @@ using CpuKernelTable = OpTable<CpuKernelFn>;
 const CpuKernelTable& CpuKernels();
 
 // Scratch bytes the CPU kernel of `node` needs (0 for most ops), from the node's concrete types in
-// `graph`: the CPU backend's WorkspaceFn (passes/memory_plan.h). Declared per op next to its
+// `graph`: the CPU backend's WorkspaceFn (compiler/memory_plan.h). Declared per op next to its
 // kernel, so a kernel and its figure change together.
 int64_t CpuWorkspaceBytes(const Graph& graph, const Node& node);
 // The same figure from the tensors a caller is about to run the node on (null: omitted). Equal to

@@ -101,12 +101,12 @@ TEST_F(PlanFileTest, MemoryRoundTrips) {
   int64_t scratch = 0;
   for (int64_t w : b.Layout("scratch")->workspace_bytes) scratch += w;
   EXPECT_GT(scratch, 0);
-  EXPECT_EQ(b.parameter_bytes, a.parameter_bytes);
-  EXPECT_EQ(b.gradient_bytes, a.gradient_bytes);
-  EXPECT_EQ(b.output_bytes, a.output_bytes);
-  EXPECT_EQ(b.input_bytes, a.input_bytes);
-  EXPECT_EQ(b.constant_bytes, a.constant_bytes);
-  EXPECT_EQ(b.optimizer_state_bytes, a.optimizer_state_bytes);
+  EXPECT_EQ(b.outside[MemoryClass::kParameter], a.outside[MemoryClass::kParameter]);
+  EXPECT_EQ(b.outside[MemoryClass::kGradient], a.outside[MemoryClass::kGradient]);
+  EXPECT_EQ(b.outside[MemoryClass::kOutput], a.outside[MemoryClass::kOutput]);
+  EXPECT_EQ(b.outside[MemoryClass::kInput], a.outside[MemoryClass::kInput]);
+  EXPECT_EQ(b.outside[MemoryClass::kConstant], a.outside[MemoryClass::kConstant]);
+  EXPECT_EQ(b.outside[MemoryClass::kOptimizerState], a.outside[MemoryClass::kOptimizerState]);
   EXPECT_TRUE(CheckMemoryPlan(graph_, b).ok());
 }
 

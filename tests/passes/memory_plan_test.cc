@@ -67,8 +67,8 @@ TEST(MemoryPlanTest, ViewChainAliasesTheOwner) {
   EXPECT_EQ(cpu->arena_bytes, 1024);
   EXPECT_EQ(cpu->lower_bound_bytes, 1024);
   EXPECT_EQ(cpu->offsets, (std::map<std::string, int64_t>{{"a", 0}}));
-  EXPECT_EQ(ClassOf(g, plan, "v2"), StorageClass::kArena);
-  EXPECT_EQ(ClassOf(g, plan, "s"), StorageClass::kOutput);
+  EXPECT_EQ(ClassOf(g, plan, "v2"), MemoryClass::kArena);
+  EXPECT_EQ(ClassOf(g, plan, "s"), MemoryClass::kOutput);
   EXPECT_EQ(plan.Layout("cuda"), nullptr);
 }
 
@@ -89,20 +89,20 @@ TEST(MemoryPlanTest, ViewOfAParameterOrInputHasNoArenaBytes) {
   MemoryPlan plan = Plan(g);
   EXPECT_EQ(plan.alias.at("wv").owner, "w");
   EXPECT_EQ(plan.alias.at("xv").owner, "x");
-  EXPECT_EQ(ClassOf(g, plan, "wv"), StorageClass::kParameter);
-  EXPECT_EQ(ClassOf(g, plan, "xv"), StorageClass::kInput);
+  EXPECT_EQ(ClassOf(g, plan, "wv"), MemoryClass::kParameter);
+  EXPECT_EQ(ClassOf(g, plan, "xv"), MemoryClass::kInput);
   // gw is the gradient output: never an alias even though Identity is a view op.
   EXPECT_EQ(plan.alias.count("gw"), 0u);
-  EXPECT_EQ(ClassOf(g, plan, "gw"), StorageClass::kGradient);
+  EXPECT_EQ(ClassOf(g, plan, "gw"), MemoryClass::kGradient);
   auto buffers = ArenaBuffers(g, plan);
   ASSERT_EQ(buffers.size(), 1u);
   EXPECT_EQ(buffers[0].owner, "y");
-  EXPECT_EQ(plan.parameter_bytes, 64);
-  EXPECT_EQ(plan.gradient_bytes, 64);
-  EXPECT_EQ(plan.optimizer_state_bytes, 128);
-  EXPECT_EQ(plan.input_bytes, 64);
-  EXPECT_EQ(plan.output_bytes, 4);
-  EXPECT_EQ(plan.constant_bytes, 16);
+  EXPECT_EQ(plan.outside[MemoryClass::kParameter], 64);
+  EXPECT_EQ(plan.outside[MemoryClass::kGradient], 64);
+  EXPECT_EQ(plan.outside[MemoryClass::kOptimizerState], 128);
+  EXPECT_EQ(plan.outside[MemoryClass::kInput], 64);
+  EXPECT_EQ(plan.outside[MemoryClass::kOutput], 4);
+  EXPECT_EQ(plan.outside[MemoryClass::kConstant], 16);
   EXPECT_EQ(plan.TotalBytes(*plan.Layout("cpu")), 256 + 64 + 64 + 128 + 64 + 4 + 16);
 }
 
@@ -197,10 +197,10 @@ TEST(MemoryPlanTest, GraphOutputIsNeverAnAlias) {
   // b dies where z is made: it is written in z's storage (the other way round, never).
   ASSERT_EQ(plan.alias.size(), 1u);
   EXPECT_EQ(plan.alias.at("b").owner, "z");
-  EXPECT_EQ(ClassOf(g, plan, "y"), StorageClass::kOutput);
+  EXPECT_EQ(ClassOf(g, plan, "y"), MemoryClass::kOutput);
   EXPECT_EQ(plan.Layout("cpu")->offsets.count("y"), 0u);
   EXPECT_EQ(plan.Layout("cpu")->offsets.count("z"), 0u);
-  EXPECT_EQ(plan.output_bytes, 2048);
+  EXPECT_EQ(plan.outside[MemoryClass::kOutput], 2048);
 }
 
 // A parameter read twice: its first gradient contribution and the partial sum are written in the
@@ -230,8 +230,8 @@ TEST(MemoryPlanTest, GradientContributionsAccumulateInTheGradientsStorage) {
   EXPECT_EQ(plan.alias.at("g1").kind, AliasKind::kInPlace);
   EXPECT_EQ(plan.alias.count("u"), 0u);  // g1's other input: never both in one storage
   EXPECT_EQ(plan.alias.count("k"), 0u);
-  EXPECT_EQ(ClassOf(g, plan, "c1"), StorageClass::kGradient);
-  EXPECT_EQ(ClassOf(g, plan, "g1"), StorageClass::kGradient);
+  EXPECT_EQ(ClassOf(g, plan, "c1"), MemoryClass::kGradient);
+  EXPECT_EQ(ClassOf(g, plan, "g1"), MemoryClass::kGradient);
   std::vector<std::string> owners;
   for (const ArenaBuffer& b : ArenaBuffers(g, plan)) owners.push_back(b.owner);
   EXPECT_EQ(owners, (std::vector<std::string>{"a", "u", "k"}));
@@ -256,7 +256,7 @@ TEST(MemoryPlanTest, AContributionReadLaterStaysInTheArena) {
 })");
   MemoryPlan plan = Plan(g);
   EXPECT_EQ(plan.alias.count("c"), 0u);
-  EXPECT_EQ(ClassOf(g, plan, "c"), StorageClass::kArena);
+  EXPECT_EQ(ClassOf(g, plan, "c"), MemoryClass::kArena);
   // Forged: c in gw's storage would be overwritten at step 3 and read at step 4.
   plan.alias["c"] = {"gw", AliasKind::kInPlace};
   Status st = CheckMemoryPlan(g, plan);
@@ -473,7 +473,7 @@ TEST_F(MemoryPlanCheckTest, AbsurdWorkspace) {
 }
 
 TEST_F(MemoryPlanCheckTest, OutsideFigures) {
-  plan_.input_bytes = 4;
+  plan_.outside[MemoryClass::kInput] = 4;
   EXPECT_EQ(CheckMessage(g_, plan_), "memory plan: input_bytes is 4; the graph needs 1024");
 }
 

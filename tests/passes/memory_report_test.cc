@@ -74,12 +74,12 @@ MemoryPlan StepPlan(const Graph& g) {
   cpu.lower_bound_bytes = 5632;
   cpu.peak_step = 3;
   plan.layouts.push_back(cpu);
-  plan.parameter_bytes = 1024;
-  plan.gradient_bytes = 1024;
-  plan.optimizer_state_bytes = 2048;
-  plan.input_bytes = 1024;
-  plan.constant_bytes = 16 + 8;
-  plan.output_bytes = 4;
+  plan.outside[MemoryClass::kParameter] = 1024;
+  plan.outside[MemoryClass::kGradient] = 1024;
+  plan.outside[MemoryClass::kOptimizerState] = 2048;
+  plan.outside[MemoryClass::kInput] = 1024;
+  plan.outside[MemoryClass::kConstant] = 16 + 8;
+  plan.outside[MemoryClass::kOutput] = 4;
   return plan;
 }
 

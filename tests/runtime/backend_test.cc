@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "compiler/text.h"
+#include "passes/memory_plan.h"
 #include "passes/pipeline.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/executor.h"

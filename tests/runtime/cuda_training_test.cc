@@ -162,12 +162,12 @@ TEST(CudaTrainingTest, PlannedDeviceBytesAreMeasured) {
     ASSERT_NE(layout, nullptr);
     auto live = [&](MemoryClass c) { return after[c].live - before[c].live; };
     EXPECT_EQ(live(MemoryClass::kArena), layout->arena_bytes);
-    EXPECT_EQ(live(MemoryClass::kParameter), mp.parameter_bytes);
-    EXPECT_EQ(live(MemoryClass::kGradient), mp.gradient_bytes);
-    EXPECT_EQ(live(MemoryClass::kOptimizerState), mp.optimizer_state_bytes);
-    EXPECT_EQ(live(MemoryClass::kInput), mp.input_bytes);
-    EXPECT_EQ(live(MemoryClass::kConstant), mp.constant_bytes);
-    EXPECT_EQ(live(MemoryClass::kOutput), mp.output_bytes);
+    EXPECT_EQ(live(MemoryClass::kParameter), mp.outside[MemoryClass::kParameter]);
+    EXPECT_EQ(live(MemoryClass::kGradient), mp.outside[MemoryClass::kGradient]);
+    EXPECT_EQ(live(MemoryClass::kOptimizerState), mp.outside[MemoryClass::kOptimizerState]);
+    EXPECT_EQ(live(MemoryClass::kInput), mp.outside[MemoryClass::kInput]);
+    EXPECT_EQ(live(MemoryClass::kConstant), mp.outside[MemoryClass::kConstant]);
+    EXPECT_EQ(live(MemoryClass::kOutput), mp.outside[MemoryClass::kOutput]);
     std::cout << "mpt_tiny --ckpt '" << ckpt << "': cuda arena " << layout->arena_bytes
               << " bytes planned and allocated\n";
   }

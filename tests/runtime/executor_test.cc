@@ -90,12 +90,13 @@ void ExpectPlannedEqualsMeasured(const std::string& label, const std::vector<std
 
   MemorySnapshot now = MemoryUsage();
   EXPECT_EQ(Live(now, base, MemoryClass::kArena), layout.arena_bytes);
-  EXPECT_EQ(Live(now, base, MemoryClass::kParameter), mp.parameter_bytes);
-  EXPECT_EQ(Live(now, base, MemoryClass::kGradient), mp.gradient_bytes);
-  EXPECT_EQ(Live(now, base, MemoryClass::kOutput), mp.output_bytes);
-  EXPECT_EQ(Live(now, base, MemoryClass::kInput), mp.input_bytes);
-  EXPECT_EQ(Live(now, base, MemoryClass::kConstant), mp.constant_bytes);
-  EXPECT_EQ(Live(now, base, MemoryClass::kOptimizerState), mp.optimizer_state_bytes);
+  EXPECT_EQ(Live(now, base, MemoryClass::kParameter), mp.outside[MemoryClass::kParameter]);
+  EXPECT_EQ(Live(now, base, MemoryClass::kGradient), mp.outside[MemoryClass::kGradient]);
+  EXPECT_EQ(Live(now, base, MemoryClass::kOutput), mp.outside[MemoryClass::kOutput]);
+  EXPECT_EQ(Live(now, base, MemoryClass::kInput), mp.outside[MemoryClass::kInput]);
+  EXPECT_EQ(Live(now, base, MemoryClass::kConstant), mp.outside[MemoryClass::kConstant]);
+  EXPECT_EQ(Live(now, base, MemoryClass::kOptimizerState),
+            mp.outside[MemoryClass::kOptimizerState]);
   EXPECT_EQ(now.total.live - base.total.live, HeldBytes(t));
   // Nothing else: an initializer the graph still held besides the trainer's parameter, or a
   // gradient kept twice, would show up here as class other.

@@ -1,4 +1,4 @@
-// Views and in-place (passes/memory_plan.h): the memory planner gives a view op's output input 0's
+// Views and in-place (compiler/memory_plan.h): the memory planner gives a view op's output input 0's
 // buffer, and an in-place op's output 0 the buffer of an input its schema lists, when that input
 // has the output's shape and dtype and its other inputs are distinct buffers (which may
 // broadcast). Here every such (op, input) runs with the output aliasing the input and must give
