@@ -271,7 +271,7 @@ cmd_pack() {
   echo "gpu-check: $archive: $size bytes ($(mib "$size") MiB): $out without models/"
   # What the device tool would send: this checkout's tracked and untracked files, and the archive.
   tree=$(git -C "$here" ls-files -z -co --exclude-standard 2>/dev/null |
-         (cd "$here" || exit 0; du -cb --files0-from=- 2>/dev/null || true) | awk '$2 == "total" {t = $1} END {print t + 0}')
+         (cd "$here" || exit 0; du -cb --files0-from=- 2>/dev/null || true) | awk '$2 == "total" {t = $1} END {print t + 0}') || tree=0
   if [ "$tree" -gt 0 ]; then
     echo "gpu-check: with this checkout's files ($(mib "$tree") MiB), a device call carries $(mib $((tree + size))) MiB of its 64"
     [ $((tree + size)) -le "$MAX_BYTES" ] || echo "gpu-check: warning: that is over the device tool's 64 MiB" >&2
