@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# The GPU check (issue 11): build here one self-contained folder, run it on a GPU machine that
-# has only the NVIDIA driver and PyTorch 2.x with its nvidia wheels.
+# The GPU check (issues 11 and 17): build here one self-contained folder, run it on a GPU machine
+# that has only the NVIDIA driver and PyTorch 2.x with its nvidia wheels, in one short window.
 #
 #   scripts/gpu-check.sh build OUT [BUILD_DIR]   here: build for sm_90 (BUILD_DIR, default
-#                                                build-bundle) and fill OUT (<= 64 MiB)
-#   scripts/gpu-check.sh selftest OUT            here, without a GPU: OUT is self-contained and
-#                                                every GPU test skips with its reason
-#   OUT/run.sh [RESULTS_FILE]                    on the GPU machine (= gpu-check.sh run OUT ...)
+#                                                build-bundle), fill OUT (<= 64 MiB), verify it
+#   scripts/gpu-check.sh selftest OUT            here, without a GPU: OUT is self-contained, its
+#                                                tests skip, the run path works on stand-ins
+#   scripts/gpu-check.sh pack OUT [ARCHIVE]      here: OUT without models/ in one .tar.xz (about
+#                                                6 MB; default OUT.tar.xz), for the device tool
+#   OUT/run.sh [RESULTS]                         on the GPU machine (= gpu-check.sh run OUT ...)
+#   scripts/gpu-check.sh run ARCHIVE [RESULTS]   on the GPU machine, in a foundry checkout of the
+#                                                archive's commit (its models/ stand in)
 #
 # OUT: bin/ (foundry-compile, foundry-run, foundry_gpu_tests: every GPU test in one binary;
 # stripped; gtest linked in), lib/ (our libraries, stripped, cudart linked into the CUDA kernels';
@@ -16,11 +20,27 @@
 # runtimes are the machine's: glibc >= 2.34, libstdc++ >= GCC 11, see BUILD_INFO), models/ (the fixtures
 # the GPU tests train, the benchmark's exports, configs and models/mpt.py), plans/ (the
 # benchmark's plans, compiled here, graphs gzipped), bench/, scripts/, run.sh. cuBLAS is not in
-# it (libcublasLt alone is over 500 MB): run.sh takes it from the machine's PyTorch wheels.
+# it (libcublasLt alone is over 500 MB): run takes it from the machine's PyTorch wheels.
 #
-# run exit status: 0 every GPU test passed and every benchmark row ran; 1 a GPU test failed or
-# skipped; 2 no GPU, no driver, or no CUDA 13 cuBLAS (nothing ran); 3 the tests passed but a
-# benchmark row failed or did not fit the time window.
+# run: one window of GPU_CHECK_WINDOW_S (230) seconds from its start to the benchmark's end. A
+# preflight (OS, glibc, driver, python and torch, cuBLAS, ldd, the test list: a few seconds); one
+# process per test suite of bin/foundry_gpu_tests (--gtest_filter=SUITE.*), each with its own
+# timeout (GPU_CHECK_SUITE_TIMEOUT_S, 120, or what is left), log and XML file; each test that
+# failed, crashed or hung once more alone under CUDA_LAUNCH_BLOCKING=1 FOUNDRY_CUDA_SYNC=1 (at most
+# GPU_CHECK_MAX_RERUNS, 5, of GPU_CHECK_RERUN_TIMEOUT_S, 60, each); the benchmark last, in what is
+# left (GPU_CHECK_BENCH=0: none). PyTorch's python: GPU_CHECK_PYTHON, else the first of python3,
+# python, /usr/bin/python3, /opt/conda/bin/python and each python3.N on PATH whose sys.path has
+# CUDA 13's cuBLAS. Everything goes into one new folder, RESULTS/gpu-check-YYYYMMDD-HHMMSS (RESULTS
+# by default: OUT, or the archive's folder): summary.md (for bench/RESULTS.md), preflight.txt,
+# logs.tar.gz (each suite's log and XML, the reruns', the benchmark's stderr).
+#
+# run exit status: 0 every GPU test passed and every benchmark row ran; 1 a GPU test failed,
+# skipped, crashed or hung, or a suite exited non-zero; 2 nothing ran (no GPU or driver, no CUDA 13
+# cuBLAS, the binaries do not start, no test listed); 3 the tests passed but a benchmark row failed
+# or did not fit the time window; 4 every test that ran passed, but the suites' XML files hold
+# fewer tests than --gtest_list_tests lists (the window ran out, or a suite wrote no XML).
+# For tests: GPU_CHECK_TESTS_BIN replaces bin/foundry_gpu_tests (selftest's stand-in), and
+# `gpu-check.sh resolve-libs < LDD_OUTPUT` is the build's library step alone.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 MAX_BYTES=$((64 * 1024 * 1024))
@@ -35,12 +55,123 @@ BINARIES="foundry-compile foundry-run foundry_gpu_tests"
 FIXTURE_FILES="config.json model.onnx inputs reference"
 
 die() { echo "gpu-check: error: $*" >&2; exit "${code:-1}"; }
-usage() { sed -n '4,9p' "$0" >&2; exit 2; }
-lib_name() { awk '{print $1}'; }
+usage() { sed -n '4,13p' "$0" >&2; exit 2; }
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+
+# ---------------------------------------------------------------------------------------------
+# ldd output of the binaries on stdin -> "NAME PATH" for each of BUNDLED_LIBS, where this machine
+# resolves it. Fails, naming them, on a library in none of the lists and on a bundled one that is
+# missing or unresolved. One awk reads all of it: an `awk '... exit'` behind an ldd loop under
+# pipefail killed the loop with SIGPIPE in about one build in four.
+resolve_libs() {
+  awk -v bundled="$BUNDLED_LIBS" -v others="$SYSTEM_LIBS $EXTERNAL_LIBS" '
+    BEGIN {
+      nb = split(bundled, b, " "); for (i = 1; i <= nb; i++) want[b[i]] = 1
+      n = split(others, o, " "); for (i = 1; i <= n; i++) known[o[i]] = 1
+    }
+    NF == 0 { next }
+    { name = $1; sub(/.*\//, "", name) }
+    name in want {
+      if ($2 == "=>" && $3 ~ /^\//) { if (!(name in path)) path[name] = $3 }
+      else { print "gpu-check: error: " name " is not resolved here: " $0 > "/dev/stderr"; bad = bad_name[name] = 1 }
+      next
+    }
+    !(name in known) {
+      print "gpu-check: error: unexpected shared library " $1 ": link it statically or add it to BUNDLED_LIBS" > "/dev/stderr"
+      bad = 1
+    }
+    END {
+      for (i = 1; i <= nb; i++) {
+        if (b[i] in path) print b[i], path[b[i]]
+        else if (!bad_name[b[i]]) { print "gpu-check: error: " b[i] ": not among the binaries'"'"' libraries; update BUNDLED_LIBS" > "/dev/stderr"; bad = 1 }
+      }
+      exit bad
+    }'
+}
+
+# ldd of DIR/bin/BINARY under env -i: the bundled libraries from DIR/lib, the C and C++ runtimes,
+# and the three that the GPU machine has (printed). Prints every other line; returns 1 if any.
+ldd_from_bundle() {
+  local d=$1 b=$2 bad=0 listing name arrow path rest
+  listing=$(env -i ldd "$d/bin/$b" 2>&1) || { echo "ldd failed (exit $?): ${listing:-no output}"; return 1; }
+  while read -r name arrow path rest; do
+    case " $BUNDLED_LIBS " in *" $name "*)
+      [ "$(realpath -ms "$path")" = "$(realpath -ms "$d/lib/$name")" ] ||
+        { echo "$name -> $path, not OUT/lib"; bad=1; }
+      continue ;; esac
+    case " $SYSTEM_LIBS " in *" ${name##*/} "*) continue ;; esac
+    case " $EXTERNAL_LIBS " in *" $name "*) echo "  (from the GPU machine) $name $arrow $path"; continue ;; esac
+    echo "unexpected: $name $arrow $path $rest"; bad=1
+  done <<<"$listing"
+  return $bad
+}
+
+# What a complete folder holds: every file, ELF files of sane sizes, ldd resolving from its own
+# lib/, the size limit. One line per problem; returns 1 if any. The build runs it before the
+# folder replaces OUT, the selftest first.
+verify_bundle() {
+  local d=$1 bad=0 b lib f item cfg p n listing
+  problem() { echo "$*"; bad=1; }
+  elf() {  # elf PATH MIN_BYTES
+    local s
+    [ -f "$d/$1" ] || { problem "missing: $1"; return; }
+    cmp -s -n 4 "$d/$1" <(printf '\177ELF') || problem "not an ELF file: $1"
+    s=$(stat -c %s "$d/$1")
+    [ "$s" -ge "$2" ] || problem "$1: $s bytes, fewer than $2"
+  }
+  for b in $BINARIES; do
+    elf "bin/$b" 65536
+    [ -x "$d/bin/$b" ] || problem "not executable: bin/$b"
+  done
+  for lib in $BUNDLED_LIBS; do
+    case $lib in
+      libfoundry_cuda_kernels.so) elf "lib/$lib" $((1024 * 1024)) ;;  # its sm_90 device code
+      libfoundry_openblas.so) elf "lib/$lib" $((4 * 1024 * 1024)) ;;  # OpenBLAS's kernels
+      *) elf "lib/$lib" 16384 ;;
+    esac
+  done
+  for f in BUILD_INFO run.sh scripts/gpu-check.sh bench/gpu_vs_pytorch.sh bench/gpu_side.py \
+           models/__init__.py models/mpt.py; do
+    [ -s "$d/$f" ] || problem "missing or empty: $f"
+  done
+  [ -x "$d/run.sh" ] || problem "not executable: run.sh"
+  n=0
+  for f in "$d"/models/fixtures/*/; do
+    [ -d "$f" ] || continue
+    n=$((n + 1))
+    for item in config.json model.onnx inputs; do
+      [ -e "$f$item" ] || problem "missing: ${f#"$d"/}$item"
+    done
+  done
+  [ $n -gt 0 ] || problem "no fixture in models/fixtures/"
+  for cfg in $(bash "$d/bench/gpu_vs_pytorch.sh" rows | awk '{print $1}'); do
+    for f in "models/configs/$cfg.json" "models/exports/$cfg.onnx"; do
+      [ -s "$d/$f" ] || problem "missing or empty: $f"
+    done
+    n=0
+    for p in "$d/plans/$cfg".*.compile.log; do
+      [ -e "$p" ] || continue
+      p=${p%.compile.log}
+      n=$((n + 1))
+      [ -s "$p.plan" ] || problem "missing: ${p#"$d"/}.plan"
+      gzip -t "$p.train.onnx.gz" 2>/dev/null || problem "missing or corrupt: ${p#"$d"/}.train.onnx.gz"
+    done
+    [ $n -gt 0 ] || problem "no plan for $cfg in plans/"
+  done
+  for b in $BINARIES; do
+    listing=$(ldd_from_bundle "$d" "$b") || problem "ldd bin/$b: $(tr '\n' ' ' <<<"$listing")"
+  done
+  for f in run.sh scripts/gpu-check.sh bench/gpu_vs_pytorch.sh; do
+    bash -n "$d/$f" 2>/dev/null || problem "does not parse (bash -n): $f"
+  done
+  n=$(du -sb "$d" | cut -f1)
+  [ "$n" -le "$MAX_BYTES" ] || problem "$n bytes: over the 64 MiB limit ($MAX_BYTES)"
+  return $bad
+}
 
 # ---------------------------------------------------------------------------------------------
 cmd_build() {
-  local out=$1 build=${2:-$here/build-bundle}
+  local dest=$1 build=${2:-$here/build-bundle}
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-/work} CCACHE_NOHASHDIR=1
   local launcher=()
   if command -v ccache >/dev/null; then
@@ -50,29 +181,30 @@ cmd_build() {
   cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFOUNDRY_BUNDLE=ON -DFOUNDRY_SHARED_LIBS=ON \
     -DFOUNDRY_CUDA_ARCH=90 "${launcher[@]}" > "$build/gpu-check.configure.log" ||
     die "cmake failed: $build/gpu-check.configure.log"
-  cmake --build "$build" -j "${GPU_CHECK_JOBS:-$(nproc)}" --target $BINARIES
+  # shellcheck disable=SC2086  # (BINARIES: one target a word)
+  cmake --build "$build" -j "${GPU_CHECK_JOBS:-$(nproc)}" --target $BINARIES || die "the build failed (above)"
 
-  rm -rf "$out"
+  # The folder is filled beside OUT and replaces it only once it has checked itself: a failed
+  # build leaves OUT as it was, never half built.
+  mkdir -p "$(dirname "$dest")"
+  local parent name out
+  parent=$(cd "$(dirname "$dest")" && pwd)
+  name=$(basename "$dest")
+  out=$(mktemp -d "$parent/.$name.building.XXXXXX")
+  building=$out  # (global: the trap runs after this function)
+  trap 'rm -rf "$building"' EXIT
+  chmod 755 "$out"
   mkdir -p "$out"/{bin,lib,models/configs,models/exports,models/fixtures,plans,bench,scripts}
-  out=$(cd "$out" && pwd)
+  local b lib path
   for b in $BINARIES; do strip --strip-all -o "$out/bin/$b" "$build/$b"; done
 
   # Shared libraries: exactly the expected ones, copied from where this machine resolves them.
-  local needed lib path
   # (ldd of the build folder's binaries: their RPATH also holds $ORIGIN, where
-  # libfoundry_openblas.so is; OUT/lib is still empty.)
-  needed=$(for b in $BINARIES; do ldd "$build/$b"; done | lib_name | sort -u)
-  for lib in $needed; do
-    case " $BUNDLED_LIBS $SYSTEM_LIBS $EXTERNAL_LIBS " in
-      *" $(basename "$lib") "*) ;;
-      *) die "unexpected shared library $lib: link it statically or add it to BUNDLED_LIBS" ;;
-    esac
-  done
-  for lib in $BUNDLED_LIBS; do
-    path=$(for b in $BINARIES; do ldd "$build/$b"; done | awk -v l="$lib" '$1 == l {print $3; exit}')
-    [ -f "$path" ] || die "$lib: not among the binaries' libraries (ldd: '$path'); update BUNDLED_LIBS"
-    cp -L "$path" "$out/lib/$lib"
-  done
+  # libfoundry_openblas.so is. Into a file first, then read whole.)
+  for b in $BINARIES; do ldd "$build/$b" || die "ldd $build/$b failed"; done > "$build/gpu-check.ldd"
+  resolve_libs < "$build/gpu-check.ldd" > "$build/gpu-check.libs" ||
+    die "the binaries' shared libraries, above (ldd: $build/gpu-check.ldd)"
+  while read -r lib path; do cp -L "$path" "$out/lib/$lib"; done < "$build/gpu-check.libs"
   # Our own libraries carry their debug info in the build folder; the folder gets them stripped.
   for lib in $FOUNDRY_LIBS; do strip --strip-unneeded "$out/lib/$lib"; done
 
@@ -82,7 +214,7 @@ cmd_build() {
     [ -d "$f/inputs" ] || continue
     mkdir -p "$out/models/fixtures/$(basename "$f")"
     for item in $FIXTURE_FILES; do
-      [ -e "$f/$item" ] && cp -r "$f/$item" "$out/models/fixtures/$(basename "$f")/"
+      if [ -e "$f/$item" ]; then cp -r "$f/$item" "$out/models/fixtures/$(basename "$f")/"; fi
     done
   done
   cp "$here"/models/__init__.py "$here"/models/mpt.py "$out/models/"
@@ -96,12 +228,13 @@ cmd_build() {
   cp "$here/scripts/gpu-check.sh" "$out/scripts/"
   # The benchmark's plans, compiled by the folder's own compiler; the graphs (mostly the causal
   # masks folded to constants) shrink about 100x in gzip.
-  bash "$out/bench/gpu_vs_pytorch.sh" compile "$out/bin" "$out/plans"
+  bash "$out/bench/gpu_vs_pytorch.sh" compile "$out/bin" "$out/plans" || die "compiling the benchmark's plans failed"
   for f in "$out"/plans/*.train.onnx; do gzip -9 "$f"; done
   cat > "$out/run.sh" <<'EOF'
 #!/usr/bin/env bash
-# The GPU check: every GPU test, then the benchmark; results in one file (README: "Checking on
-# a GPU"). Usage: ./run.sh [RESULTS_FILE]   (default: gpu-results.md beside this script)
+# The GPU check: a preflight, every GPU test suite, then the benchmark, in one time window; the
+# results in one new folder (README: "Checking on a GPU"). Usage: ./run.sh [RESULTS]   (default:
+# beside this script; the folder is RESULTS/gpu-check-YYYYMMDD-HHMMSS)
 exec bash "$(dirname "$0")/scripts/gpu-check.sh" run "$(dirname "$0")" "$@"
 EOF
   chmod +x "$out/run.sh" "$out/scripts/gpu-check.sh" "$out/bench/gpu_vs_pytorch.sh"
@@ -111,17 +244,44 @@ EOF
     echo "needs from the machine: $(objdump -T "$out"/bin/* "$out"/lib/* | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1) (glibc), $(objdump -T "$out"/bin/* "$out"/lib/* | grep -o 'GLIBCXX_[0-9.]*' | sort -V | tail -1) (libstdc++.so.6)"
   } > "$out/BUILD_INFO"
 
+  local problems
+  problems=$(verify_bundle "$out") ||
+    die "the new folder failed its own check; $dest is left as it was:"$'\n'"$problems"
+  rm -rf "$dest"
+  mv -T "$out" "$parent/$name"
+  building=""
+  out=$parent/$name
   local size
   size=$(du -sb "$out" | cut -f1)
-  echo "gpu-check: $out: $size bytes ($(awk -v b="$size" 'BEGIN { printf "%.1f", b / 1048576 }') MiB of 64)"
+  echo "gpu-check: $out: $size bytes ($(mib "$size") MiB of 64), checked"
   du -sh "$out"/* | sed 's/^/  /'
-  [ "$size" -le "$MAX_BYTES" ] || die "$out is over 64 MiB"
+}
+
+# ---------------------------------------------------------------------------------------------
+# The folder without models/ (the device tool's copy of the checkout has them) in one archive:
+# the checkout and what a call carries must fit the tool's 64 MiB together.
+cmd_pack() {
+  local out archive problems size tree
+  out=$(cd "$1" && pwd)
+  archive=${2:-$out.tar.xz}
+  problems=$(verify_bundle "$out") || die "$out is not a complete folder:"$'\n'"$problems"
+  XZ_OPT=-9 tar -C "$out" --exclude=./models -cJf "$archive.part" . || die "tar -cJf $archive.part failed"
+  mv -f "$archive.part" "$archive"
+  size=$(stat -c %s "$archive")
+  echo "gpu-check: $archive: $size bytes ($(mib "$size") MiB): $out without models/"
+  # What the device tool would send: this checkout's tracked and untracked files, and the archive.
+  tree=$(git -C "$here" ls-files -z -co --exclude-standard 2>/dev/null |
+         (cd "$here" || exit 0; du -cb --files0-from=- 2>/dev/null || true) | awk '$2 == "total" {t = $1} END {print t + 0}') || tree=0
+  if [ "$tree" -gt 0 ]; then
+    echo "gpu-check: with this checkout's files ($(mib "$tree") MiB), a device call carries $(mib $((tree + size))) MiB of its 64"
+    [ $((tree + size)) -le "$MAX_BYTES" ] || echo "gpu-check: warning: that is over the device tool's 64 MiB" >&2
+  fi
 }
 
 # ---------------------------------------------------------------------------------------------
 # Without a GPU, under env -i: what a GPU run would trip over first.
 cmd_selftest() {
-  local out
+  local out self=$here/scripts/gpu-check.sh
   out=$(cd "$1" && pwd)
   local failed=0
   check() {  # check NAME COMMAND...: runs it, prints PASS/FAIL
@@ -135,22 +295,12 @@ cmd_selftest() {
 
   local size
   size=$(du -sb "$out" | cut -f1)
-  check "size $size bytes <= 64 MiB" test "$size" -le "$MAX_BYTES"
+  check "the build's own check: every file, sizes, ldd, $size bytes <= 64 MiB" verify_bundle "$out"
   # ldd under env -i: OUT/lib, the C library, and the three from the GPU machine.
-  ldd_ok() {
-    local b=$1 bad=0 line name path
-    while read -r line; do
-      name=$(awk '{print $1}' <<<"$line"); path=$(awk '{print $3}' <<<"$line")
-      case " $BUNDLED_LIBS " in *" $name "*)
-        [ "$(realpath -ms "$path")" = "$out/lib/$name" ] || { echo "$name -> $path, not OUT/lib"; bad=1; }
-        continue ;; esac
-      case " $SYSTEM_LIBS " in *" $(basename "$name") "*) continue ;; esac
-      case " $EXTERNAL_LIBS " in *" $name "*) echo "  (from the GPU machine) $line"; continue ;; esac
-      echo "unexpected: $line"; bad=1
-    done < <(env -i ldd "$out/bin/$b")
-    return $bad
-  }
-  for b in $BINARIES; do check "ldd bin/$b: only OUT/lib, libc, libcuda, libcublas*" ldd_ok "$b"; done
+  local b
+  for b in $BINARIES; do
+    check "ldd bin/$b: only OUT/lib, libc, libcuda, libcublas*" ldd_from_bundle "$out" "$b"
+  done
   # What the process really loads (libonnx.so.1's own libprotobuf and libz included): OUT/lib's
   # copies, and nothing from this machine but the C and C++ runtimes and cuBLAS.
   loads_ok() {
@@ -179,7 +329,8 @@ cmd_selftest() {
   check "env -i bin/foundry-run PLAN --device cuda: one-line error, exit 1" no_gpu_error
   # A shipped plan loads from a copy elsewhere (graph decompressed beside it), on the CPU.
   plan_loads() {  # (the .plan names its graph file: the copy keeps the name)
-    local p=$tmp/$(basename "$plan")
+    local p
+    p=$tmp/$(basename "$plan")
     cp "$plan.plan" "$p.plan" && gzip -dc "$plan.train.onnx.gz" > "$p.train.onnx" &&
       env -i "$out/bin/foundry-run" "$p" --steps 0
   }
@@ -187,7 +338,7 @@ cmd_selftest() {
   gpu_tests_skip() {
     env -i FOUNDRY_SOURCE_DIR="$out" "$out/bin/foundry_gpu_tests" > "$tmp/t" 2>&1 || { cat "$tmp/t"; return 1; }
     grep -E '^\[  SKIPPED \]|^\[  PASSED  \]|tests ran' "$tmp/t" | tail -4
-    grep -m3 -A1 '^\[ RUN' "$tmp/t" | grep -i 'skip' | head -3
+    awk '/^\[ RUN/ {getline; if (tolower($0) ~ /skip/ || n < 3) print; n++}' "$tmp/t" | sed -n '1,3p'
     # Every test skipped: "[  PASSED  ] 0 tests." and a skip line per test.
     grep -q '^\[  PASSED  \] 0 tests' "$tmp/t" && ! grep -q '^\[  FAILED  \]' "$tmp/t"
   }
@@ -196,7 +347,7 @@ cmd_selftest() {
     local rc=0
     env -i FOUNDRY_SOURCE_DIR="$out" FOUNDRY_REQUIRE_GPU=1 "$out/bin/foundry_gpu_tests" > "$tmp/t" 2>&1 || rc=$?
     grep -E '^\[  (PASSED|FAILED|SKIPPED) \] [0-9]+ test' "$tmp/t"
-    # run.sh counts a skip as a failure too, but a GPU test should not skip by itself.
+    # run counts a skip as a failure too, but a GPU test should not skip by itself.
     if grep -q '^\[  SKIPPED \] [0-9]' "$tmp/t"; then
       echo "these skip instead of failing (start them with FOUNDRY_REQUIRE_GPU(), tests/support/cuda_check.h):"
       grep -E '^\[  SKIPPED \] [A-Za-z]' "$tmp/t"
@@ -205,78 +356,158 @@ cmd_selftest() {
     [ "$rc" != 0 ] && grep -q '^\[  PASSED  \] 0 tests' "$tmp/t"
   }
   check "... with FOUNDRY_REQUIRE_GPU=1: every test fails" gpu_tests_fail
-  run_no_gpu() {
-    local rc=0
-    env -i PATH=/usr/bin:/bin "$out/run.sh" "$tmp/results.md" > "$tmp/o" 2>&1 || rc=$?
-    cat "$tmp/o"
-    [ "$rc" = 2 ]
+
+  # The run path. Each run makes one folder RESULTS/gpu-check-*: results_dir prints it.
+  results_dir() {
+    local d=("$1"/gpu-check-*)
+    if [ ${#d[@]} = 1 ] && [ -d "${d[0]}" ]; then echo "${d[0]}"; return 0; fi
+    echo "not one results folder in $1: ${d[*]}"
+    return 1
   }
-  check "env -i PATH=/usr/bin:/bin OUT/run.sh without a GPU: exit 2, says why" run_no_gpu
-  # run.sh's own path past the GPU check, on a stand-in: a fake nvidia-smi and a "wheel" folder
-  # holding this machine's CUDA 13 cuBLAS. The tests run (and their skip counts as a failure),
-  # the benchmark's tables come out with each row's error, exit 1.
+  run_no_gpu() {
+    local rc=0 r
+    env -i PATH=/usr/bin:/bin "$out/run.sh" "$tmp/r0" > "$tmp/o" 2>&1 || rc=$?
+    cat "$tmp/o"
+    r=$(results_dir "$tmp/r0") || return 1
+    [ "$rc" = 2 ] && grep -q '^gpu-check: error: no GPU' "$r/summary.md" &&
+      grep -q '^## glibc' "$r/preflight.txt" && [ "$(cd "$r" && echo *)" = "logs.tar.gz preflight.txt summary.md" ]
+  }
+  check "env -i PATH=/usr/bin:/bin OUT/run.sh without a GPU: exit 2, says why, in RESULTS/gpu-check-*/" run_no_gpu
+  check "pack OUT: one .tar.xz without models/" bash "$self" pack "$out" "$tmp/gpu-check.tar.xz"
+
+  # Past the GPU check, on stand-ins: a fake nvidia-smi, "wheel" folders holding this machine's
+  # CUDA 13 cuBLAS (or only a CUDA 12 name), python3.99 on PATH: the one python that has it.
   local cuda_lib=/usr/local/cuda/lib64
   if [ -e "$cuda_lib/libcublas.so.13" ]; then
-    mkdir -p "$tmp/fake/bin" "$tmp/fake/site13/nvidia/cu13/lib" "$tmp/fake/site12/nvidia/cublas/lib"
+    local fake=$tmp/fake
+    mkdir -p "$fake/bin" "$fake/py13" "$fake/site13/nvidia/cu13/lib" "$fake/site12/nvidia/cublas/lib"
     printf '#!/bin/sh
 case "$1" in -L) echo "GPU 0: stand-in (UUID: GPU-0)";; *) echo "stand-in, 0, 0 MiB";; esac
-' \
-      > "$tmp/fake/bin/nvidia-smi"
-    chmod +x "$tmp/fake/bin/nvidia-smi"
-    ln -s "$cuda_lib/libcublas.so.13" "$cuda_lib/libcublasLt.so.13" "$tmp/fake/site13/nvidia/cu13/lib/"
-    touch "$tmp/fake/site12/nvidia/cublas/lib/libcublas.so.12"
-    fake_run() {  # fake_run SITE: exit status of run.sh
-      local rc=0
-      env -i PATH="$tmp/fake/bin:/usr/bin:/bin" PYTHONPATH="$tmp/fake/$1" GPU_CHECK_PYTHON=python3 \
-        "$out/run.sh" "$tmp/fake/results.md" > "$tmp/fake/out" 2>&1 || rc=$?
+' > "$fake/bin/nvidia-smi"
+    printf '#!/bin/sh\nPYTHONPATH=%s exec /usr/bin/python3 "$@"\n' "$fake/site13" > "$fake/py13/python3.99"
+    chmod +x "$fake/bin/nvidia-smi" "$fake/py13/python3.99"
+    ln -s "$cuda_lib/libcublas.so.13" "$cuda_lib/libcublasLt.so.13" "$fake/site13/nvidia/cu13/lib/"
+    touch "$fake/site12/nvidia/cublas/lib/libcublas.so.12"
+    # A stand-in for bin/foundry_gpu_tests (GPU_CHECK_TESTS_BIN): gtest's flags, list, log lines
+    # and XML. FAKE_TESTS: what it lists; FAKE_RUNS: what it runs (default: those). *Boom
+    # crashes, *Sleeps hangs, *Bad fails unless CUDA_LAUNCH_BLOCKING=1 FOUNDRY_CUDA_SYNC=1.
+    cat > "$fake/gtest" <<'EOF'
+#!/usr/bin/env bash
+filter='*' xml='' cases='' rc=0 prev=''
+for a in "$@"; do
+  case $a in
+    --gtest_list_tests)
+      for t in $FAKE_TESTS; do [ "${t%%.*}" = "$prev" ] || echo "${t%%.*}."; prev=${t%%.*}; echo "  ${t#*.}"; done
+      exit 0 ;;
+    --gtest_filter=*) filter=${a#--gtest_filter=} ;;
+    --gtest_output=xml:*) xml=${a#--gtest_output=xml:} ;;
+  esac
+done
+for t in ${FAKE_RUNS:-$FAKE_TESTS}; do
+  # shellcheck disable=SC2053  # (a gtest filter is a glob)
+  [[ $t == $filter ]] || continue
+  echo "[ RUN      ] $t"
+  ok=1
+  case $t in
+    *Boom) echo "boom"; kill -SEGV $$ ;;
+    *Sleeps) sleep 100 ;;
+    *Bad) if [ "${CUDA_LAUNCH_BLOCKING:-}${FOUNDRY_CUDA_SYNC:-}" != 11 ]; then echo "fake.cc:1: Failure"; ok=0; fi ;;
+  esac
+  c="    <testcase name=\"${t#*.}\" status=\"run\" result=\"completed\" time=\"0\" classname=\"${t%%.*}\""
+  if [ $ok = 1 ]; then echo "[       OK ] $t (0 ms)"; cases+="$c />"$'\n'
+  else echo "[  FAILED  ] $t (0 ms)"; rc=1
+    cases+="$c>"$'\n'"      <failure message=\"bad\" type=\"\"><![CDATA[bad]]></failure>"$'\n'"    </testcase>"$'\n'
+  fi
+done
+if [ -n "$xml" ]; then
+  printf '<?xml version="1.0" encoding="UTF-8"?>\n<testsuites name="AllTests">\n  <testsuite name="fake">\n%s  </testsuite>\n</testsuites>\n' "$cases" > "$xml"
+fi
+exit $rc
+EOF
+    chmod +x "$fake/gtest"
+    fake_run() {  # fake_run NAME SRC VAR=VALUE...: run SRC into $fake/NAME; its exit status
+      local name=$1 src=$2 rc=0; shift 2
+      env -i HOME="$tmp" PATH="$fake/bin:$fake/py13:/usr/bin:/bin" "$@" \
+        bash "$self" run "$src" "$fake/$name" > "$fake/$name.out" 2>&1 || rc=$?
       return $rc
     }
     run_cuda12() {
-      local rc=0; fake_run site12 || rc=$?; cat "$tmp/fake/out"
-      [ $rc = 2 ] && grep -q 'libcublas.so.12' "$tmp/fake/out"
+      local rc=0 r
+      fake_run r12 "$out" PATH="$fake/bin:/usr/bin:/bin" PYTHONPATH="$fake/site12" || rc=$?
+      cat "$fake/r12.out"
+      r=$(results_dir "$fake/r12") || return 1
+      [ $rc = 2 ] && grep -q 'libcublas.so.12' "$fake/r12.out" && grep -q 'libcublas.so.12' "$r/preflight.txt"
     }
-    check "OUT/run.sh, stand-in GPU, only a CUDA 12 cuBLAS wheel: exit 2, says so" run_cuda12
+    check "run, stand-in GPU, only a CUDA 12 cuBLAS wheel: exit 2, says so" run_cuda12
+    # The real tests from the packed archive (models/ from this checkout): each fails without a
+    # GPU, two are rerun; the benchmark's tables come out with each row's error; exit 1.
     run_stand_in() {
-      local rc=0; fake_run site13 || rc=$?
-      tail -3 "$tmp/fake/out"
-      grep -E '^(## |### |\| none )' "$tmp/fake/results.md"
-      [ $rc = 1 ] && grep -q '^## GPU tests' "$tmp/fake/results.md" &&
-        [ "$(grep -c '^| none |' "$tmp/fake/results.md")" = 2 ]
+      local rc=0 r suites
+      fake_run r13 "$tmp/gpu-check.tar.xz" GPU_CHECK_MAX_RERUNS=2 || rc=$?
+      tail -3 "$fake/r13.out"
+      r=$(results_dir "$fake/r13") || return 1
+      grep -E '^(## |### |#### |\| none |\| Cuda)' "$r/summary.md"
+      tar -tzf "$r/logs.tar.gz" > "$fake/r13.files"
+      suites=$(grep -c '^Cuda.*\.$' "$r/preflight.txt")
+      [ $rc = 1 ] && grep -q "^chosen: $fake/py13/python3.99\$" "$r/preflight.txt" &&
+        grep -q '^## ldd ' "$r/preflight.txt" && grep -q '^preflight: [0-9]* s$' "$r/preflight.txt" &&
+        grep -qE '([0-9]+) listed by --gtest_list_tests, \1 in the suites' "$r/summary.md" &&
+        [ "$(grep -c '^| Cuda' "$r/summary.md")" = "$suites" ] &&
+        [ "$(grep -c '^logs/Cuda[A-Za-z]*\.xml$' "$fake/r13.files")" = "$suites" ] &&
+        [ "$(grep -c '^#### .*: failed; alone with CUDA_LAUNCH_BLOCKING=1 FOUNDRY_CUDA_SYNC=1: failed' "$r/summary.md")" = 2 ] &&
+        [ "$(grep -c '^logs/rerun\..*\.xml$' "$fake/r13.files")" = 2 ] &&
+        [ "$(grep -c '^| none |' "$r/summary.md")" = 2 ] && grep -q '^Result: exit 1' "$r/summary.md"
     }
-    check "OUT/run.sh, stand-in GPU + CUDA 13 cuBLAS: tests and benchmark run, results file, exit 1" run_stand_in
+    check "run ARCHIVE, stand-in GPU + CUDA 13 cuBLAS: a process a suite, reruns, benchmark, exit 1" run_stand_in
+    # The stand-in test binary: a crash and a hang end their own suite alone; both are counted,
+    # rerun, and missing from the XML count; *Bad passes when rerun synchronous.
+    run_faults() {
+      local rc=0 r
+      fake_run rf "$out" GPU_CHECK_TESTS_BIN="$fake/gtest" GPU_CHECK_BENCH=0 GPU_CHECK_SUITE_TIMEOUT_S=2 \
+        GPU_CHECK_RERUN_TIMEOUT_S=2 FAKE_TESTS="FakeCrash.Boom FakeCrash.After FakeHang.Sleeps FakePass.A FakePass.B FakeFail.Good FakeFail.Bad" || rc=$?
+      r=$(results_dir "$fake/rf") || return 1
+      cat "$r/summary.md"
+      tar -tzf "$r/logs.tar.gz" > "$fake/rf.files"
+      [ $rc = 1 ] &&
+        grep -q '^| FakeCrash | 2 | 0 | 0 | 1 | 0 | 139 (signal 11) |' "$r/summary.md" &&
+        grep -q '^| FakeHang | 1 | 0 | 0 | 1 | 0 | 124 (cut at 2 s) |' "$r/summary.md" &&
+        grep -q '^| FakePass | 2 | 2 | 2 | 0 | 0 | 0 |' "$r/summary.md" &&
+        grep -q '^| FakeFail | 2 | 2 | 1 | 1 | 0 | 1 |' "$r/summary.md" &&
+        grep -q '^#### FakeCrash.Boom: crashed; alone with .*: crashed, exit 139' "$r/summary.md" &&
+        grep -q '^#### FakeHang.Sleeps: hung; alone with .*: hung, exit 124' "$r/summary.md" &&
+        grep -q '^#### FakeFail.Bad: failed; alone with CUDA_LAUNCH_BLOCKING=1 FOUNDRY_CUDA_SYNC=1: passed' "$r/summary.md" &&
+        grep -q "7 listed by --gtest_list_tests, 4 in the suites' XML files (not in any XML file: FakeCrash.Boom FakeCrash.After FakeHang.Sleeps)" "$r/summary.md" &&
+        grep -q '^logs/FakeCrash.log$' "$fake/rf.files" && grep -q '^logs/rerun.FakeFail.Bad.xml$' "$fake/rf.files"
+    }
+    check "run, stand-in tests that crash, hang and fail: each suite alone, reruns, XML count, exit 1" run_faults
+    run_short() {
+      local rc=0 r
+      fake_run rs "$out" GPU_CHECK_TESTS_BIN="$fake/gtest" GPU_CHECK_BENCH=0 \
+        FAKE_TESTS="FakePass.A FakePass.B FakePass.Unreported" FAKE_RUNS="FakePass.A FakePass.B" || rc=$?
+      r=$(results_dir "$fake/rs") || return 1
+      grep -E "listed|^Result" "$r/summary.md"
+      [ $rc = 4 ] && grep -q "3 listed by --gtest_list_tests, 2 in the suites' XML files (not in any XML file: FakePass.Unreported)" "$r/summary.md"
+    }
+    check "run, a listed test in no XML file: exit 4" run_short
+    run_pass() {
+      local rc=0 r
+      fake_run rp "$out" GPU_CHECK_TESTS_BIN="$fake/gtest" GPU_CHECK_BENCH=0 FAKE_TESTS="FakePass.A FakeFail.Good" || rc=$?
+      r=$(results_dir "$fake/rp") || return 1
+      grep -E "listed|^Result" "$r/summary.md"
+      [ $rc = 0 ] && grep -q '^Result: exit 0, all 2 GPU tests passed\.$' "$r/summary.md"
+    }
+    check "run, every stand-in test passes (no benchmark): exit 0" run_pass
   fi
   check "bench/gpu_side.py parses (python3)" python3 -m py_compile "$out/bench/gpu_side.py"
-  check "scripts parse (bash -n)" bash -n "$out/run.sh" "$out/scripts/gpu-check.sh" \
-    "$out/bench/gpu_vs_pytorch.sh"
-  [ $failed = 0 ] && echo "selftest: all passed" || { echo "selftest: FAILED"; return 1; }
+  if [ $failed = 0 ]; then echo "selftest: all passed"; else echo "selftest: FAILED"; return 1; fi
 }
 
 # ---------------------------------------------------------------------------------------------
-# On the GPU machine, given only OUT.
-cmd_run() {
-  local out
-  out=$(cd "$1" && pwd)
-  local results=${2:-$out/gpu-results.md}
-  local start=$SECONDS py=${GPU_CHECK_PYTHON:-python3}
-  # The whole check must end within 4 minutes; the benchmark gets what the tests leave.
-  local window=${GPU_CHECK_WINDOW_S:-230}
-  local deadline=$(( $(date +%s) + window ))
-  : > "$results" || code=2 die "cannot write $results"
-  say() { echo "$*" | tee -a "$results"; }
-  local host_line="$(uname -n), $(date -u +%Y-%m-%dT%H:%MZ)"
+# On the GPU machine, given only OUT (or the packed archive and a checkout).
 
-  # 1. A GPU and its driver.
-  command -v nvidia-smi >/dev/null ||
-    code=2 die "nvidia-smi not found: no NVIDIA driver on this machine (the GPU check needs one)"
-  local smi
-  smi=$(nvidia-smi -L 2>&1) || code=2 die "nvidia-smi -L failed, no usable GPU: $smi"
-  grep -q '^GPU ' <<<"$smi" || code=2 die "nvidia-smi lists no GPU: $smi"
-
-  # 2. cuBLAS 13 from PyTorch's wheels (CUDA 13 wheels: nvidia/cu13/lib; older layout:
-  # nvidia/cublas/lib), on every sys.path folder.
-  command -v "$py" >/dev/null || code=2 die "$py not found (set GPU_CHECK_PYTHON to PyTorch's python)"
-  local found
-  found=$("$py" - <<'EOF' 2>&1
+# Prints "ok DIR" for the first folder on sys.path with CUDA 13's cuBLAS (the CUDA 13 wheels:
+# nvidia/cu13/lib; the older layout: nvidia/cublas/lib), else "missing: " and what it found.
+FIND_CUBLAS_PY='
 import glob, os, sys
 dirs = []
 for base in sys.path:
@@ -284,100 +515,381 @@ for base in sys.path:
         d = os.path.join(base or ".", sub)
         if os.path.isdir(d) and d not in dirs:
             dirs.append(d)
-with13 = [d for d in dirs if os.path.exists(os.path.join(d, "libcublas.so.13"))
-          and os.path.exists(os.path.join(d, "libcublasLt.so.13"))]
-if with13:
-    print("ok " + with13[0])
+ok = [d for d in dirs if os.path.exists(os.path.join(d, "libcublas.so.13"))
+      and os.path.exists(os.path.join(d, "libcublasLt.so.13"))]
+if ok:
+    print("ok " + ok[0])
 else:
     other = sorted({os.path.basename(p) for d in dirs for p in glob.glob(os.path.join(d, "libcublas.so.*"))})
-    try:
-        import torch
-        tv = f"torch {torch.__version__} (CUDA {torch.version.cuda})"
-    except Exception as e:  # noqa: BLE001
-        tv = f"no torch ({type(e).__name__})"
-    print("missing " + tv + "; cuBLAS found: " + (", ".join(other) or "none") +
-          " in " + (", ".join(dirs) or "no nvidia/*/lib folder on sys.path"))
-EOF
-) || true
-  case "$found" in
-    ok\ *) ;;
-    missing*)
-      code=2 die "no libcublas.so.13 + libcublasLt.so.13 in this python's nvidia wheels: ${found#missing }. The folder is built for CUDA 13: install PyTorch's CUDA 13 build (e.g. pip install torch --index-url https://download.pytorch.org/whl/cu130), or set GPU_CHECK_PYTHON to a python that has it." ;;
-    *) code=2 die "looking for cuBLAS with $py failed: $found" ;;
+    print("missing: cuBLAS found: " + (", ".join(other) or "none") + " in " +
+          (", ".join(dirs) or "no nvidia/*/lib folder on sys.path"))
+'
+# The driver asked directly (no nvidia-smi needed), then torch; "gpus=N" for the GPU check.
+INFO_PY='
+import ctypes, sys
+print("python: %s %s" % (sys.executable, sys.version.split()[0]))
+try:
+    cu = ctypes.CDLL("libcuda.so.1")
+    rc = cu.cuInit(0)
+    if rc != 0:
+        raise OSError("cuInit returned %d" % rc)
+    n, v = ctypes.c_int(0), ctypes.c_int(0)
+    cu.cuDriverGetVersion(ctypes.byref(v))
+    cu.cuDeviceGetCount(ctypes.byref(n))
+    names = []
+    for i in range(n.value):
+        dev, buf = ctypes.c_int(0), ctypes.create_string_buffer(256)
+        cu.cuDeviceGet(ctypes.byref(dev), i)
+        cu.cuDeviceGetName(buf, 256, dev)
+        names.append(buf.value.decode())
+    print("driver: libcuda.so.1, CUDA %d.%d, %d GPU(s): %s" %
+          (v.value // 1000, v.value % 1000 // 10, n.value, ", ".join(names)))
+    print("gpus=%d" % n.value)
+except Exception as e:  # noqa: BLE001
+    print("driver: libcuda.so.1 does not load or start: %s" % e)
+    print("gpus=0")
+try:
+    import torch
+    print("torch: %s, CUDA %s, torch.cuda.is_available() %s" %
+          (torch.__version__, torch.version.cuda, torch.cuda.is_available()))
+except Exception as e:  # noqa: BLE001
+    print("torch: none (%s: %s)" % (type(e).__name__, e))
+'
+UNPACK_PY='
+import sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    t.extractall(sys.argv[2], **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
+'
+
+# PyTorch's python, the candidates in order: GPU_CHECK_PYTHON alone when set, else python3,
+# python, /usr/bin/python3, /opt/conda/bin/python and each python3.N on PATH; each path once.
+python_candidates() {
+  if [ -n "${GPU_CHECK_PYTHON:-}" ]; then echo "$GPU_CHECK_PYTHON"; return 0; fi
+  local c dir seen=" "
+  local -a all=()
+  for c in python3 python /usr/bin/python3 /opt/conda/bin/python; do
+    if c=$(command -v "$c"); then all+=("$c"); fi
+  done
+  local IFS=:
+  for dir in $PATH; do
+    for c in "$dir"/python3.[0-9]*; do
+      case $c in *-config) continue ;; esac
+      if [ -f "$c" ] && [ -x "$c" ]; then all+=("$c"); fi
+    done
+  done
+  for c in "${all[@]}"; do
+    case $seen in *" $c "*) ;; *) seen+="$c "; echo "$c" ;; esac
+  done
+}
+
+# "STATUS SUITE.TEST" for each test one gtest process reported: from its XML file when it wrote
+# one (passed, failed, skipped), else from its log, where a test that started and never ended
+# crashed, or hung when `timeout` cut it (RC 124 or 137).
+outcomes() {  # outcomes XML LOG RC
+  if [ -s "$1" ]; then
+    awk '
+      function attr(k) {
+        if (match($0, " " k "=\"[^\"]*\"")) return substr($0, RSTART + length(k) + 3, RLENGTH - length(k) - 4)
+        return ""
+      }
+      function emit() { if (name != "") print st, cls "." name; name = "" }
+      /<testcase / {
+        emit(); name = attr("name"); cls = attr("classname")
+        st = (attr("result") == "skipped" || attr("status") == "notrun") ? "skipped" : "passed"
+        if ($0 ~ /\/>[ \t]*$/) emit()
+        next
+      }
+      /<failure/ && name != "" { st = "failed" }
+      /<skipped/ && name != "" && st != "failed" { st = "skipped" }
+      /<\/testcase>/ { emit() }
+      END { emit() }' "$1"
+  else
+    awk -v rc="$3" '
+      $1 == "[" && $2 == "RUN" && $3 == "]" { cur = $4; next }
+      $1 == "[" && $3 == "]" && $NF == "ms)" {
+        if ($2 == "OK") print "passed", $4; else if ($2 == "FAILED") print "failed", $4
+        else if ($2 == "SKIPPED") print "skipped", $4
+        if ($4 == cur) cur = ""
+      }
+      END { if (cur != "") print (rc == 124 || rc == 137 ? "hung" : "crashed"), cur }' "$2"
+  fi
+}
+tally() {  # tally OUTCOMES: "PASSED FAILED SKIPPED" (failed: also crashed and hung)
+  awk '$1 == "passed" {p++} $1 ~ /^(failed|crashed|hung)$/ {f++} $1 == "skipped" {s++}
+       END {print p + 0, f + 0, s + 0}' "$1"
+}
+# A test's lines in a gtest log, from its [ RUN ] to its result (or the end), at most MAX.
+test_output() {  # test_output LOG NAME MAX
+  awk -v t="$2" -v max="$3" -v file="${1##*/}" '
+    !on && !done && $0 == "[ RUN      ] " t { on = 1 }
+    on { if (n < max) print; n++ }
+    on && index($0, "] " t " (") > 0 && $NF == "ms)" { on = 0; done = 1 }
+    END { if (n > max) printf "... %d more lines: logs/%s\n", n - max, file }' "$1"
+}
+exit_text() {  # exit_text RC TIMEOUT_S
+  case $1 in
+    124|137) echo "$1 (cut at $2 s)" ;;
+    0|1) echo "$1" ;;
+    *) if [ "$1" -gt 128 ]; then echo "$1 (signal $(( $1 - 128 )))"; else echo "$1"; fi ;;
   esac
-  local cublas=${found#ok }
+}
+file_name() { local s=${1//[^A-Za-z0-9._-]/_}; echo "$s"; }
+
+# After any end of a run: the logs packed into one file, so that the folder comes back whole
+# (the device tool returns at most 8 files).
+on_run_exit() { local s=$?; finish_run || true; exit $s; }
+finish_run() {
+  [ -z "${run_unpacked:-}" ] || rm -rf "$run_unpacked"
+  [ -n "${run_res:-}" ] && [ -d "$run_res/logs" ] || return 0
+  tar -czf "$run_res/logs.tar.gz" -C "$run_res" logs && rm -rf "$run_res/logs"
+  echo "gpu-check: results in $run_res: $(cd "$run_res" && echo *)"
+}
+
+cmd_run() {
+  local src=$1 start=$SECONDS
+  local window=${GPU_CHECK_WINDOW_S:-230} suite_timeout=${GPU_CHECK_SUITE_TIMEOUT_S:-120}
+  local rerun_timeout=${GPU_CHECK_RERUN_TIMEOUT_S:-60} max_reruns=${GPU_CHECK_MAX_RERUNS:-5}
+  local deadline=$(( $(date +%s) + window ))
+  [ -e "$src" ] || code=2 die "$src: no such folder or archive"
+  local root=${2:-}
+  if [ -z "$root" ]; then if [ -d "$src" ]; then root=$src; else root=$(dirname "$src"); fi; fi
+  mkdir -p "$root" || code=2 die "cannot make $root"
+  run_res=$(cd "$root" && pwd)/gpu-check-$(date -u +%Y%m%d-%H%M%S)
+  mkdir "$run_res" "$run_res/logs" || code=2 die "cannot make $run_res"
+  trap on_run_exit EXIT
+  local res=$run_res logs=$run_res/logs
+  local summary=$res/summary.md pre=$res/preflight.txt
+  say() { echo "$*" | tee -a "$summary"; }
+  stop() { echo "gpu-check: error: $*" | tee -a "$summary" >&2; exit 2; }
+  echo "gpu-check: window $window s; results: $res"
+
+  # 1. Preflight: what this machine has, in preflight.txt; the reasons nothing can run, exit 2.
+  {
+    echo "# gpu-check preflight, $(uname -n), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo; echo "## OS"; uname -srm; sed -n 's/^PRETTY_NAME=//p' /etc/os-release 2>/dev/null || true
+    echo; echo "## glibc"; getconf GNU_LIBC_VERSION 2>&1 || true
+    echo; echo "## driver"
+    cat /proc/driver/nvidia/version 2>/dev/null || echo "/proc/driver/nvidia/version: none"
+  } >> "$pre"
+  local smi="" has_smi=0
+  if command -v nvidia-smi >/dev/null; then
+    has_smi=1
+    timeout 10 nvidia-smi >> "$pre" 2>&1 || echo "(nvidia-smi: exit $?)" >> "$pre"
+    smi=$(timeout 10 nvidia-smi -L 2>&1) || smi="nvidia-smi -L failed: $smi"
+  else
+    echo "nvidia-smi: not on PATH (optional: the driver is asked through libcuda.so.1 below)" >> "$pre"
+  fi
+  { echo; echo "## python: the first with CUDA 13's cuBLAS on its sys.path"; } >> "$pre"
+  local py="" py_any="" cublas="" c r tried=""
+  while read -r c; do
+    r=$(timeout 10 "$c" -c "$FIND_CUBLAS_PY" 2>&1) || r="does not run (exit $?): $r"
+    echo "$c: $r" >> "$pre"
+    case $r in ok\ *) py=$c; cublas=${r#ok }; break ;; esac
+    case $r in missing*) [ -n "$py_any" ] || py_any=$c ;; esac
+    tried+="; $c: ${r#missing: }"
+  done < <(python_candidates)
+  [ -z "$py" ] || echo "chosen: $py${GPU_CHECK_PYTHON:+ (GPU_CHECK_PYTHON)}" >> "$pre"
+  py_any=${py:-$py_any}
+  local info=$logs/info.txt
+  if [ -n "$py_any" ]; then
+    timeout 20 "$py_any" -c "$INFO_PY" > "$info" 2>&1 || echo "(exit $?)" >> "$info"
+  else
+    printf 'driver: not asked (no python found)\ngpus=0\ntorch: none (no python found)\n' > "$info"
+  fi
+  cat "$info" >> "$pre"
+
+  local out
+  if [ -d "$src" ]; then
+    out=$(cd "$src" && pwd)
+  else
+    [ -n "$py_any" ] || stop "no python here to unpack $src with"
+    run_unpacked=$(mktemp -d -t gpu-check.XXXXXX)
+    "$py_any" -c "$UNPACK_PY" "$src" "$run_unpacked" >> "$pre" 2>&1 || stop "cannot unpack $src (preflight.txt)"
+    [ -e "$run_unpacked/models" ] || ln -s "$here/models" "$run_unpacked/models"
+    [ -x "$run_unpacked/bin/foundry_gpu_tests" ] || stop "$src is not a packed GPU check folder"
+    [ -d "$run_unpacked/models/fixtures" ] ||
+      stop "$src has no models/ and $here/models/fixtures is missing: run it from a foundry checkout of the commit it was built from"
+    out=$run_unpacked
+    echo "unpacked $src into $out; models/ -> $here/models" >> "$pre"
+  fi
+  local tests=${GPU_CHECK_TESTS_BIN:-$out/bin/foundry_gpu_tests}
+
+  if [ $has_smi = 1 ]; then
+    grep -q '^GPU ' <<<"$smi" || stop "nvidia-smi lists no GPU, no usable GPU: $smi"
+  else
+    grep -qx 'gpus=[1-9][0-9]*' "$info" ||
+      stop "no GPU: nvidia-smi is not on PATH, and $(sed -n 's/^driver: //p' "$info" | cut -c1-300)"
+  fi
+  [ -n "$py" ] || stop "no libcublas.so.13 + libcublasLt.so.13 in any python's nvidia wheels (${tried#; }${tried:-no python found: tried python3, python, /usr/bin/python3, /opt/conda/bin/python, python3.N on PATH}). The folder is built for CUDA 13: install PyTorch's CUDA 13 build (e.g. pip install torch --index-url https://download.pytorch.org/whl/cu130), or set GPU_CHECK_PYTHON to a python that has it."
   export LD_LIBRARY_PATH=$cublas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export FOUNDRY_REQUIRE_GPU=1 FOUNDRY_SOURCE_DIR=$out
+  { echo; echo "## ldd ${tests#"$out"/} (LD_LIBRARY_PATH=$cublas)"; ldd "$tests" 2>&1 || true; } >> "$pre"
   local err
   err=$("$out/bin/foundry-run" --help 2>&1 >/dev/null) ||
-    code=2 die "bin/foundry-run does not start on this machine: $err. It needs what BUILD_INFO says ($(tail -1 "$out/BUILD_INFO")): Debian 12, Ubuntu 22.04 or newer."
+    stop "bin/foundry-run does not start on this machine: $err. It needs what BUILD_INFO says ($(tail -1 "$out/BUILD_INFO")): Debian 12, Ubuntu 22.04 or newer."
+  local listing=$logs/gtest-list.txt list=$logs/tests.txt
+  timeout 20 "$tests" --gtest_list_tests > "$listing" 2>&1 < /dev/null ||
+    stop "${tests#"$out"/} --gtest_list_tests failed: $(tail -3 "$listing" | tr '\n' ' ')"
+  { echo; echo "## tests (${tests#"$out"/} --gtest_list_tests)"; cat "$listing"; } >> "$pre"
+  # Suites are the lines "Suite." (gtest may add "  # TypeParam ..."), their tests the indented ones.
+  awk '$1 ~ /\.$/ && /^[^ ]/ {s = $1; next} /^  [^ ]/ && s != "" {print s $1}' "$listing" > "$list"
+  local -a suites=()
+  mapfile -t suites < <(awk '$1 ~ /\.$/ && /^[^ ]/ {print $1}' "$listing")
+  local listed
+  listed=$(wc -l < "$list")
+  [ "$listed" -gt 0 ] || stop "${tests#"$out"/} lists no tests"
+  local pre_s=$((SECONDS - start))
+  echo "preflight: $pre_s s" >> "$pre"
+  echo "gpu-check: preflight $pre_s s: python $py, cuBLAS $cublas, $listed tests in ${#suites[@]} suites"
 
   say "# foundry GPU check"
   say ""
-  say "- run on $host_line"
-  sed 's/^/- /' "$out/BUILD_INFO" | tee -a "$results"
+  say "- run on $(uname -n), $(date -u +%Y-%m-%dT%H:%MZ) (results: $(basename "$res"))"
+  sed 's/^/- /' "$out/BUILD_INFO" | tee -a "$summary"
+  say "- $(grep '^torch:' "$info" || echo 'torch: ?'); python $py$([ -z "${GPU_CHECK_PYTHON:-}" ] || echo ' (GPU_CHECK_PYTHON)')"
+  say "- cuBLAS: $cublas"
   say ""
   say '```'
-  say "$smi"
-  say "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
-  say "cuBLAS: $cublas"
+  if [ $has_smi = 1 ]; then
+    say "$smi"
+    say "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true)"
+  fi
+  say "$(grep '^driver:' "$info" || true)"
   say '```'
 
-  # 3. Every GPU test. A skip under FOUNDRY_REQUIRE_GPU=1 is a failure already; the summary is
-  # checked as well.
-  local t0=$SECONDS rc=0 log
-  log=$(dirname "$results")/gpu-tests.log  # (and gpu-tests.log.bench.err: the benchmark's stderr)
-  echo "gpu-check: running bin/foundry_gpu_tests (log: $log)"
-  timeout $(( deadline - $(date +%s) )) "$out/bin/foundry_gpu_tests" > "$log" 2>&1 || rc=$?
-  local passed failed skipped total
-  passed=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
-  failed=$(grep -oE '^\[  FAILED  \] [0-9]+ test' "$log" | grep -oE '[0-9]+' || echo 0)
-  skipped=$(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$log" | grep -oE '[0-9]+' || echo 0)
-  total=$(grep -oE '[0-9]+ tests? from [0-9]+ test suites? ran' "$log" | grep -oE '^[0-9]+' || echo '?')
-  local tests_ok=1
-  if [ "$rc" != 0 ] || [ "$failed" != 0 ] || [ "$skipped" != 0 ] || [ "$passed" = 0 ] ||
-     [ "$passed" != "$total" ]; then tests_ok=0; fi
+  # 2. One process a suite, each with its own timeout, log and XML: a fault or a hang ends that
+  # suite alone.
+  local t_tests=$SECONDS suite f left t rc t0 n_list n_xml p fl sk rows="" suites_ok=1
+  : > "$logs/outcomes.txt"; : > "$logs/seen.txt"; : > "$logs/lines.txt"
+  for suite in "${suites[@]}"; do
+    f=$(file_name "${suite%.}")
+    n_list=$(awk -v s="$suite" 'index($0, s) == 1 {n++} END {print n + 0}' "$list")
+    left=$(( deadline - $(date +%s) ))
+    if [ "$left" -lt 5 ]; then
+      awk -v s="$suite" 'index($0, s) == 1 {print "notrun", $0}' "$list" >> "$logs/outcomes.txt"
+      rows+="| ${suite%.} | $n_list | 0 | 0 | 0 | 0 | not run: the window was over | 0 |"$'\n'
+      echo "gpu-check: ${suite%.}: not run (the window was over)"
+      continue
+    fi
+    t=$(( left < suite_timeout ? left : suite_timeout ))
+    rc=0; t0=$SECONDS
+    timeout -k 5 "$t" "$tests" --gtest_filter="$suite*" --gtest_output="xml:$logs/$f.xml" \
+      > "$logs/$f.log" 2>&1 < /dev/null || rc=$?
+    outcomes "$logs/$f.xml" "$logs/$f.log" "$rc" > "$logs/$f.outcomes"
+    n_xml=0
+    if [ -s "$logs/$f.xml" ]; then
+      n_xml=$(wc -l < "$logs/$f.outcomes")
+      awk '{print $2}' "$logs/$f.outcomes" >> "$logs/seen.txt"
+    fi
+    cat "$logs/$f.outcomes" >> "$logs/outcomes.txt"
+    grep -E '^\[ +(OK|FAILED|SKIPPED) +\] .*\([0-9]+ ms\)$' "$logs/$f.log" >> "$logs/lines.txt" || true
+    read -r p fl sk < <(tally "$logs/$f.outcomes")
+    [ "$rc" = 0 ] || suites_ok=0
+    rows+="| ${suite%.} | $n_list | $n_xml | $p | $fl | $sk | $(exit_text "$rc" "$t") | $((SECONDS - t0)) |"$'\n'
+    echo "gpu-check: ${suite%.}: $p of $n_list passed, $fl failed, $sk skipped, exit $rc, $((SECONDS - t0)) s"
+  done
+  rm -f "$logs"/*.outcomes
+  local n_pass n_fail n_skip n_seen missing count_ok=1 tests_ok=1
+  read -r n_pass n_fail n_skip < <(tally "$logs/outcomes.txt")
+  # Did every listed test run? Counted in the XML files alone: a suite that died wrote none.
+  n_seen=$(wc -l < "$logs/seen.txt")
+  missing=$(awk -v f="$logs/seen.txt" 'BEGIN {while ((getline l < f) > 0) seen[l] = 1} !($0 in seen)' "$list")
+  if [ "$n_seen" != "$listed" ] || [ -n "$missing" ]; then count_ok=0; fi
+  if [ $suites_ok = 0 ] || [ "$n_fail" != 0 ] || [ "$n_skip" != 0 ]; then tests_ok=0; fi
+
+  # 3. Each test that failed, crashed or hung, once more alone and synchronous: the CUDA error
+  # surfaces at the kernel that caused it, and FOUNDRY_CUDA_SYNC=1 names the node.
+  local notpassed=$logs/notpassed.md st name rrc rst n_rerun=0 n_notpassed=0 rf
+  : > "$notpassed"
+  while read -r st name; do
+    n_notpassed=$((n_notpassed + 1))
+    f=$(file_name "${name%%.*}"); rf=rerun.$(file_name "$name")
+    local title="#### $name: $st" rerun=0
+    case $st in
+      failed|crashed|hung)
+        left=$(( deadline - $(date +%s) ))
+        if [ $n_rerun -ge "$max_reruns" ]; then title+="; not rerun (GPU_CHECK_MAX_RERUNS=$max_reruns)"
+        elif [ "$left" -lt 5 ]; then title+="; not rerun (the window was over)"
+        else
+          rerun=1; n_rerun=$((n_rerun + 1))
+          t=$(( left < rerun_timeout ? left : rerun_timeout ))
+          rrc=0; t0=$SECONDS
+          CUDA_LAUNCH_BLOCKING=1 FOUNDRY_CUDA_SYNC=1 timeout -k 5 "$t" "$tests" --gtest_filter="$name" \
+            --gtest_output="xml:$logs/$rf.xml" > "$logs/$rf.log" 2>&1 < /dev/null || rrc=$?
+          rst=$(outcomes "$logs/$rf.xml" "$logs/$rf.log" "$rrc" | awk -v t="$name" '$2 == t {print $1}')
+          title+="; alone with CUDA_LAUNCH_BLOCKING=1 FOUNDRY_CUDA_SYNC=1: ${rst:-no result}, exit $(exit_text "$rrc" "$t"), $((SECONDS - t0)) s"
+          echo "gpu-check: rerun $name: ${rst:-no result}, exit $rrc"
+        fi ;;
+    esac
+    {
+      echo; echo "$title"; echo; echo '```'
+      test_output "$logs/$f.log" "$name" 20
+      if [ $rerun = 1 ]; then echo "--- rerun alone (logs/$rf.log) ---"; test_output "$logs/$rf.log" "$name" 40; fi
+      echo '```'
+    } >> "$notpassed"
+  done < <(awk '$1 != "passed" && $1 != "notrun"' "$logs/outcomes.txt")
+
+  local count_line="$listed listed by --gtest_list_tests, $n_seen in the suites' XML files"
+  if [ $count_ok = 0 ]; then
+    count_line+=" (not in any XML file: $(awk 'NR <= 20 {printf "%s%s", (NR > 1 ? " " : ""), $0} NR == 21 {printf " ..."}' <<<"$missing"))"
+  fi
   say ""
   say "## GPU tests"
   say ""
-  say "\`FOUNDRY_REQUIRE_GPU=1 FOUNDRY_SOURCE_DIR=OUT LD_LIBRARY_PATH=<cuBLAS> bin/foundry_gpu_tests\`: $passed of $total passed, $failed failed, $skipped skipped, exit $rc$([ "$rc" = 124 ] && echo ' (cut at the time window)'), $((SECONDS - t0)) s."
+  say "\`FOUNDRY_REQUIRE_GPU=1 FOUNDRY_SOURCE_DIR=OUT LD_LIBRARY_PATH=<cuBLAS> bin/foundry_gpu_tests --gtest_filter=SUITE.*\`, one process a suite (each cut at $suite_timeout s or the window): $n_pass passed, $n_fail failed, $n_skip skipped; $count_line; $((SECONDS - t_tests)) s."
   say ""
-  say '```'
-  # One line a test (its result and time), then the output of every test that did not pass.
-  grep -E '^\[ +(OK|FAILED|SKIPPED) +\] .*\([0-9]+ ms\)$' "$log" >> "$results" || true
-  if [ $tests_ok = 0 ]; then
-    say "--- tests that did not pass, with their output (all of it: gpu-tests.log) ---"
-    awk '/^\[ RUN/ {block = $0 "\n"; next}
-         block != "" {block = block $0 "\n"}
-         /^\[ +(FAILED|SKIPPED) +\] .*\([0-9]+ ms\)$/ {printf "%s", block}
-         /^\[ +(OK|FAILED|SKIPPED) +\] .*\([0-9]+ ms\)$/ {block = ""}' "$log" |
-      head -200 >> "$results" || true
-    tail -5 "$log" >> "$results"
+  say "| suite | listed | in XML | passed | failed | skipped | exit | s |"
+  say "|---|---:|---:|---:|---:|---:|---|---:|"
+  printf '%s' "$rows" | tee -a "$summary"
+  { echo; echo '```'; cat "$logs/lines.txt"; echo '```'; } >> "$summary"
+  if [ $n_notpassed -gt 0 ]; then
+    say ""
+    say "### Did not pass: $n_notpassed (each failed, crashed or hung test rerun once alone, at most $max_reruns)"
+    tee -a "$summary" < "$notpassed" > /dev/null
   fi
-  say '```'
 
   # 4. The benchmark, in what is left of the window.
-  t0=$SECONDS
-  local bench_rc=0
-  echo "gpu-check: benchmark ($(( deadline - $(date +%s) )) s left)"
-  GPU_BENCH_DEADLINE=$deadline GPU_BENCH_PYTHON=$py \
-    bash "$out/bench/gpu_vs_pytorch.sh" run "$out/bin" "$out/plans" > "$log.bench.md" 2> "$log.bench.err" || bench_rc=$?
+  local bench_rc=0 t_b=$SECONDS
+  if [ "${GPU_CHECK_BENCH:-1}" = 0 ]; then
+    say ""
+    say "Benchmark: not run (GPU_CHECK_BENCH=0)."
+  else
+    left=$(( deadline - $(date +%s) ))
+    echo "gpu-check: benchmark ($left s left)"
+    [ "$left" -gt 0 ] || left=0
+    GPU_BENCH_DEADLINE=$deadline GPU_BENCH_PYTHON=$py timeout -k 5 $((left + 30)) \
+      bash "$out/bench/gpu_vs_pytorch.sh" run "$out/bin" "$out/plans" \
+      > "$logs/bench.md" 2> "$logs/bench.err" < /dev/null || bench_rc=$?
+    say ""
+    tee -a "$summary" < "$logs/bench.md"
+    say ""
+    say "Benchmark: $((SECONDS - t_b)) s, exit $bench_rc (its stderr: logs/bench.err)."
+  fi
+  say "Whole check: $((SECONDS - start)) s of a $window s window, the preflight $pre_s s."
   say ""
-  tee -a "$results" < "$log.bench.md" > /dev/null
-  cat "$log.bench.md"
-  rm -f "$log.bench.md"
-  say ""
-  say "Benchmark: $((SECONDS - t0)) s, exit $bench_rc. Whole check: $((SECONDS - start)) s."
-  echo "gpu-check: results in $results"
-  [ $tests_ok = 1 ] || { echo "gpu-check: GPU tests FAILED ($passed of $total passed, $failed failed, $skipped skipped)" >&2; exit 1; }
-  [ $bench_rc = 0 ] || { echo "gpu-check: the tests passed; a benchmark row failed or was skipped (see $results)" >&2; exit 3; }
-  echo "gpu-check: all GPU tests passed; benchmark complete"
+  if [ $tests_ok = 0 ]; then
+    say "Result: exit 1, GPU tests FAILED ($n_pass of $listed passed, $n_fail failed, $n_skip skipped; $count_line)."
+    exit 1
+  fi
+  if [ $count_ok = 0 ]; then
+    say "Result: exit 4, every test that ran passed, but not every listed test ran ($count_line)."
+    exit 4
+  fi
+  if [ $bench_rc != 0 ]; then
+    say "Result: exit 3, all $listed GPU tests passed; a benchmark row failed or was skipped."
+    exit 3
+  fi
+  say "Result: exit 0, all $listed GPU tests passed$([ "${GPU_CHECK_BENCH:-1}" = 0 ] || echo '; benchmark complete')."
 }
 
+case ${1:-} in
+  resolve-libs) [ $# -eq 1 ] || usage; resolve_libs; exit ;;
+esac
 [ $# -ge 2 ] || usage
 case $1 in
   build) [ $# -le 3 ] || usage; cmd_build "$2" "${3:-}" ;;
   selftest) [ $# -eq 2 ] || usage; cmd_selftest "$2" ;;
+  pack) [ $# -le 3 ] || usage; cmd_pack "$2" "${3:-}" ;;
   run) [ $# -le 3 ] || usage; cmd_run "$2" "${3:-}" ;;
   *) usage ;;
 esac
