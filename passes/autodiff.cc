@@ -196,7 +196,7 @@ void RenameValue(Graph& g, std::vector<Node>& nodes, const std::string& from,
 }  // namespace
 
 StatusOr<bool> AutodiffPass::Run(Graph& g) {
-  forward_nodes_ = static_cast<int>(g.nodes.size());
+  stats_.forward_nodes = static_cast<int>(g.nodes.size());
   ASSIGN_OR_RETURN(std::string loss, EnsureLoss(g, options_.labels_input));
   RETURN_IF_ERROR(ExposeSavedStatistics(g));
   const int num_forward = static_cast<int>(g.nodes.size());
@@ -205,8 +205,8 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
   std::vector<std::string> trainable;
   for (const auto& p : g.parameters)
     if (IsFloatValue(g, p)) trainable.push_back(p);
-  trainable_ = static_cast<int>(trainable.size());
-  padding_rows_zeroed_ = 0;
+  stats_.trainable = static_cast<int>(trainable.size());
+  stats_.padding_rows_zeroed = 0;
   auto padding_rows = PaddingRows(g, /*require_present=*/false);
   if (!padding_rows.ok()) return padding_rows.status().Prepend("autodiff: ");
   if (g.metadata.count(kPaddingIdxKey)) {
@@ -349,7 +349,7 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
       if (axis == 0) {  // a row lookup; a Gather along another axis is not an embedding
         ASSIGN_OR_RETURN(input_grads[0],
                          ZeroPaddingRow(b, input_grads[0], padding_rows->at(fwd.inputs[0])));
-        ++padding_rows_zeroed_;
+        ++stats_.padding_rows_zeroed;
       }
     }
     for (auto& e : emitted) {
@@ -395,7 +395,7 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
     }
     outputs.push_back(gname);
   }
-  backward_nodes_ = static_cast<int>(backward.size());
+  stats_.backward_nodes = static_cast<int>(backward.size());
   for (Node& n : g.nodes) SetPhase(n, Phase::kForward);  // the model and the loss
   for (auto& n : backward) {
     SetPhase(n, Phase::kBackward);
@@ -407,13 +407,13 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
   return true;
 }
 
-std::string AutodiffPass::Stats() const {
-  std::string s = std::to_string(trainable_) + " trainable parameters; " +
-                  std::to_string(forward_nodes_) + " forward nodes, " +
-                  std::to_string(backward_nodes_) + " backward nodes";
-  if (padding_rows_zeroed_ > 0)
-    s += "; padding row zeroed in " + std::to_string(padding_rows_zeroed_) + " lookup gradient" +
-         (padding_rows_zeroed_ > 1 ? "s" : "");
+std::string AutodiffStats::ToString() const {
+  std::string s = std::to_string(trainable) + " trainable parameters; " +
+                  std::to_string(forward_nodes) + " forward nodes, " +
+                  std::to_string(backward_nodes) + " backward nodes";
+  if (padding_rows_zeroed > 0)
+    s += "; padding row zeroed in " + std::to_string(padding_rows_zeroed) + " lookup gradient" +
+         (padding_rows_zeroed > 1 ? "s" : "");
   return s;
 }
 

@@ -36,6 +36,15 @@
 
 namespace foundry {
 
+// What one run built; ToString() is the pipeline's line.
+struct AutodiffStats {
+  int trainable = 0;            // parameters that got a gradient
+  int forward_nodes = 0;        // nodes the pass was given (before any loss it appends)
+  int backward_nodes = 0;       // gradient nodes added
+  int padding_rows_zeroed = 0;  // lookups whose padding row's gradient contribution is zeroed
+  std::string ToString() const;
+};
+
 class AutodiffPass : public Pass {
  public:
   struct Options {
@@ -45,14 +54,12 @@ class AutodiffPass : public Pass {
 
   std::string_view name() const override { return "autodiff"; }
   StatusOr<bool> Run(Graph& graph) override;
-  std::string Stats() const override;
+  std::string Stats() const override { return stats_.ToString(); }
+  const AutodiffStats& stats() const { return stats_; }
 
  private:
   Options options_;
-  int forward_nodes_ = 0;
-  int backward_nodes_ = 0;
-  int trainable_ = 0;
-  int padding_rows_zeroed_ = 0;
+  AutodiffStats stats_;
 };
 
 // Ops through which no gradient flows: piecewise constant (Floor, Ceil, Round, Sign) or random

@@ -163,11 +163,11 @@ std::string OtherOperand(const Node& mul, const std::string& known) {
 }  // namespace
 
 StatusOr<bool> CanonicalizePass::Run(Graph& g) {
-  gelu_ = fast_gelu_ = rmsnorm_ = matmul_ = dropout_ = cast_ = identity_ = dead_ = 0;
-  RemoveIdentities(g, dropout_, cast_, identity_);
+  stats_ = {};
+  RemoveIdentities(g, stats_.dropout, stats_.cast, stats_.identity);
   // The bypassed Identity nodes still read the values they forwarded; drop them before matching
   // so that they do not count as extra consumers of a pattern's intermediate values.
-  dead_ = RemoveDeadNodes(g);
+  stats_.dead = RemoveDeadNodes(g);
 
   // GELU: the root is Mul(_, 0.5).
   {
@@ -194,7 +194,7 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
       gelu.name = root.name + "/Gelu";
       gelu.inputs = {x};
       Replace(root, std::move(gelu));
-      ++gelu_;
+      ++stats_.gelu;
     }
   }
 
@@ -278,7 +278,7 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
       fast.inputs = {x};
       fast.attrs["form"] = Attribute::String(form);
       Replace(root, std::move(fast));
-      ++fast_gelu_;
+      ++stats_.fast_gelu;
     }
   }
 
@@ -326,7 +326,7 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
       rms.attrs["axis"] = Attribute::Int(-1);
       rms.attrs["epsilon"] = Attribute::Float(eps);
       Replace(root, std::move(rms));
-      ++rmsnorm_;
+      ++stats_.rmsnorm;
     }
   }
 
@@ -352,21 +352,22 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
       fused.attrs["transB"] = Attribute::Int(1);
       fused.attrs["alpha"] = Attribute::Float(1.0f);
       Replace(mm, std::move(fused));
-      ++matmul_;
+      ++stats_.matmul;
     }
   }
 
-  dead_ += RemoveDeadNodes(g);
+  stats_.dead += RemoveDeadNodes(g);
   for (Node& n : g.nodes) RETURN_IF_ERROR(InferAndSetTypes(g, n));
-  return gelu_ + fast_gelu_ + rmsnorm_ + matmul_ + dropout_ + cast_ + identity_ + dead_ > 0;
+  const CanonicalizeStats& c = stats_;
+  return c.gelu + c.fast_gelu + c.rmsnorm + c.matmul + c.dropout + c.cast + c.identity + c.dead > 0;
 }
 
-std::string CanonicalizePass::Stats() const {
-  return "gelu " + std::to_string(gelu_) + ", tanh gelu " + std::to_string(fast_gelu_) +
-         ", rmsnorm " + std::to_string(rmsnorm_) + ", transposed-weight matmul " +
-         std::to_string(matmul_) + ", inactive dropout " + std::to_string(dropout_) +
-         ", no-op cast " + std::to_string(cast_) + ", identity " + std::to_string(identity_) +
-         "; removed " + std::to_string(dead_) + " dead nodes";
+std::string CanonicalizeStats::ToString() const {
+  return "gelu " + std::to_string(gelu) + ", tanh gelu " + std::to_string(fast_gelu) +
+         ", rmsnorm " + std::to_string(rmsnorm) + ", transposed-weight matmul " +
+         std::to_string(matmul) + ", inactive dropout " + std::to_string(dropout) +
+         ", no-op cast " + std::to_string(cast) + ", identity " + std::to_string(identity) +
+         "; removed " + std::to_string(dead) + " dead nodes";
 }
 
 }  // namespace foundry

@@ -31,6 +31,19 @@
 
 namespace foundry {
 
+// Rewrites of one run, by kind; ToString() is the pipeline's line.
+struct CanonicalizeStats {
+  int gelu = 0;       // erf GELU fused
+  int fast_gelu = 0;  // tanh GELU fused
+  int rmsnorm = 0;
+  int matmul = 0;    // MatMul(x, Transpose(W)) made FusedMatMul {transB=1}
+  int dropout = 0;   // inactive Dropout made Identity
+  int cast = 0;      // no-op Cast made Identity
+  int identity = 0;  // Identity nodes removed
+  int dead = 0;      // dead nodes removed
+  std::string ToString() const;
+};
+
 class CanonicalizePass : public Pass {
  public:
   struct Options {};
@@ -39,11 +52,11 @@ class CanonicalizePass : public Pass {
 
   std::string_view name() const override { return "canonicalize"; }
   StatusOr<bool> Run(Graph& graph) override;
-  std::string Stats() const override;
+  std::string Stats() const override { return stats_.ToString(); }
+  const CanonicalizeStats& stats() const { return stats_; }
 
  private:
-  int gelu_ = 0, fast_gelu_ = 0, rmsnorm_ = 0, matmul_ = 0, dropout_ = 0, cast_ = 0,
-      identity_ = 0, dead_ = 0;
+  CanonicalizeStats stats_;
 };
 
 // Removes nodes none of whose outputs is consumed or a graph output. Returns how many.

@@ -58,7 +58,8 @@ bool IsRandom(const Node& n) {
 }  // namespace
 
 StatusOr<bool> FoldPass::Run(Graph& graph) {
-  folded_ = kept_large_ = remaining_ = 0;
+  stats_ = {};
+  stats_.max_folded_bytes = options_.max_folded_bytes;
   RETURN_IF_ERROR(BindDims(graph, options_.dims));
   // Inputs and shape-only parameters carry the sizes the model declares; inference checks what
   // nodes produce, this checks what they start from, before any pass sizes a buffer after it.
@@ -99,7 +100,7 @@ StatusOr<bool> FoldPass::Run(Graph& graph) {
     }
     bool foldable = (all_constant || shape_only) && !IsRandom(node) && outputs_known;
     if (foldable && out_bytes > options_.max_folded_bytes && node.op_type != "Constant") {
-      ++kept_large_;
+      ++stats_.kept_large;
       foldable = false;
     }
     if (!foldable) {
@@ -158,7 +159,7 @@ StatusOr<bool> FoldPass::Run(Graph& graph) {
       graph.FindValue(node.outputs[i])->data = std::make_shared<const Tensor>(std::move(outs[i]));
       new_constants.push_back(node.outputs[i]);
     }
-    ++folded_;
+    ++stats_.folded;
   }
   graph.nodes = std::move(kept);
 
@@ -183,14 +184,14 @@ StatusOr<bool> FoldPass::Run(Graph& graph) {
         return Error("fold: could not infer a concrete shape for '" + out + "' (" +
                      v->TypeString() + ") produced by " + n.Describe());
     }
-  remaining_ = static_cast<int>(graph.nodes.size());
-  return folded_ > 0;
+  stats_.remaining = static_cast<int>(graph.nodes.size());
+  return stats_.folded > 0;
 }
 
-std::string FoldPass::Stats() const {
-  return "folded " + std::to_string(folded_) + " nodes, " + std::to_string(remaining_) +
-         " remain (" + std::to_string(kept_large_) + " kept at run time: result above " +
-         std::to_string(options_.max_folded_bytes) + " bytes)";
+std::string FoldStats::ToString() const {
+  return "folded " + std::to_string(folded) + " nodes, " + std::to_string(remaining) + " remain (" +
+         std::to_string(kept_large) + " kept at run time: result above " +
+         std::to_string(max_folded_bytes) + " bytes)";
 }
 
 }  // namespace foundry

@@ -25,6 +25,15 @@
 
 namespace foundry {
 
+// What one run folded; ToString() is the pipeline's line.
+struct FoldStats {
+  int folded = 0;                // nodes replaced by initializers
+  int kept_large = 0;            // foldable, kept because the result is above max_folded_bytes
+  int remaining = 0;             // nodes left in the graph
+  int64_t max_folded_bytes = 0;  // the limit that run used
+  std::string ToString() const;
+};
+
 class FoldPass : public Pass {
  public:
   struct Options {
@@ -35,15 +44,12 @@ class FoldPass : public Pass {
 
   std::string_view name() const override { return "fold"; }
   StatusOr<bool> Run(Graph& graph) override;
-  std::string Stats() const override;
-
-  int folded() const { return folded_; }
+  std::string Stats() const override { return stats_.ToString(); }
+  const FoldStats& stats() const { return stats_; }
 
  private:
   Options options_;
-  int folded_ = 0;
-  int kept_large_ = 0;
-  int remaining_ = 0;
+  FoldStats stats_;
 };
 
 // Binds the symbolic dimensions of the graph inputs (and of any other value carrying them) from

@@ -41,26 +41,26 @@ StatusOr<bool> ParametersPass::Run(Graph& g) {
   }
   const std::set<std::string> before(g.parameters.begin(), g.parameters.end());
   std::vector<std::string> trainable;
-  trainable_ = frozen_ = added_ = 0;
+  stats_ = {};
   for (const auto& init : g.initializers) {
     if (!is_float(init)) continue;
     const bool was = before.count(init) > 0;
     bool is_param = was;
     for (const auto& pat : options_.trainable) is_param |= GlobMatch(pat, init);
     for (const auto& pat : options_.freeze) is_param &= !GlobMatch(pat, init);
-    frozen_ += was && !is_param;
-    added_ += !was && is_param;
+    stats_.frozen += was && !is_param;
+    stats_.added += !was && is_param;
     if (is_param) trainable.push_back(init);
   }
-  trainable_ = static_cast<int>(trainable.size());
+  stats_.trainable = static_cast<int>(trainable.size());
   const bool changed = trainable != g.parameters;
   g.parameters = std::move(trainable);
   return changed;
 }
 
-std::string ParametersPass::Stats() const {
-  return std::to_string(trainable_) + " trainable (" + std::to_string(frozen_) +
-         " frozen by --freeze, " + std::to_string(added_) + " added by --trainable)";
+std::string ParametersStats::ToString() const {
+  return std::to_string(trainable) + " trainable (" + std::to_string(frozen) +
+         " frozen by --freeze, " + std::to_string(added) + " added by --trainable)";
 }
 
 }  // namespace foundry

@@ -15,6 +15,14 @@
 
 namespace foundry {
 
+// What one run decided; ToString() is the pipeline's line.
+struct ParametersStats {
+  int trainable = 0;  // parameters after the pass
+  int frozen = 0;     // parameters --freeze took away
+  int added = 0;      // initializers --trainable made parameters
+  std::string ToString() const;
+};
+
 class ParametersPass : public Pass {
  public:
   struct Options {
@@ -25,11 +33,12 @@ class ParametersPass : public Pass {
 
   std::string_view name() const override { return "parameters"; }
   StatusOr<bool> Run(Graph& graph) override;
-  std::string Stats() const override;
+  std::string Stats() const override { return stats_.ToString(); }
+  const ParametersStats& stats() const { return stats_; }
 
  private:
   Options options_;
-  int trainable_ = 0, frozen_ = 0, added_ = 0;
+  ParametersStats stats_;
 };
 
 // fnmatch-style glob: '*' any run of characters, '?' one character.

@@ -1,5 +1,8 @@
 // The pass interface (STYLE §3): a short name, options in a constructor struct, Run(Graph&)
-// returning whether it changed the graph, and statistics as text the pipeline prints.
+// returning whether it changed the graph, and statistics. Each pass keeps its statistics in a
+// small struct of its own (FoldStats, RematInstanceStats, ...) that callers and tests read field
+// by field through the pass's stats(); Stats() is the same numbers as the one line the pipeline
+// prints.
 #pragma once
 
 #include <string>
@@ -15,7 +18,7 @@ class Pass {
   virtual ~Pass() = default;
   virtual std::string_view name() const = 0;
   virtual StatusOr<bool> Run(Graph& graph) = 0;
-  // One line of statistics from the last Run ("folded 412 nodes, 0 left"); empty when none.
+  // The last Run's statistics as one line ("folded 412 nodes, 0 remain (...)"); empty when none.
   virtual std::string Stats() const { return ""; }
 };
 

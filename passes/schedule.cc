@@ -221,10 +221,10 @@ StatusOr<std::vector<size_t>> ScheduleOrder(const Graph& g) {
 StatusOr<bool> SchedulePass::Run(Graph& g) {
   std::vector<size_t> identity(g.nodes.size());
   for (size_t i = 0; i < identity.size(); ++i) identity[i] = i;
-  before_ = PeakLiveBytes(g, OriginalOrder(g, DepGraph(g)));
+  stats_.before = PeakLiveBytes(g, OriginalOrder(g, DepGraph(g)));
   ASSIGN_OR_RETURN(std::vector<size_t> order, ScheduleOrder(g));
-  after_ = PeakLiveBytes(g, order);
-  peak_node_ = after_.peak_step < 0 ? "" : g.nodes[order[after_.peak_step]].name;
+  stats_.after = PeakLiveBytes(g, order);
+  stats_.peak_node = stats_.after.peak_step < 0 ? "" : g.nodes[order[stats_.after.peak_step]].name;
   if (order == identity) return false;
   std::vector<Node> nodes;
   nodes.reserve(g.nodes.size());
@@ -233,9 +233,9 @@ StatusOr<bool> SchedulePass::Run(Graph& g) {
   return true;
 }
 
-std::string SchedulePass::Stats() const {
-  return "peak live " + Mib(after_.peak) + " at '" + peak_node_ + "' (autodiff order " +
-         Mib(before_.peak) + ")";
+std::string ScheduleStats::ToString() const {
+  return "peak live " + Mib(after.peak) + " at '" + peak_node + "' (autodiff order " +
+         Mib(before.peak) + ")";
 }
 
 }  // namespace foundry

@@ -45,15 +45,24 @@ LiveBytes PeakLiveBytes(const Graph& graph, const std::vector<size_t>& order);
 // (a cycle or a value read before any node writes it).
 StatusOr<std::vector<size_t>> ScheduleOrder(const Graph& graph);
 
+// The peak live bytes of one run, in the incoming order and in the schedule; ToString() is the
+// pipeline's line.
+struct ScheduleStats {
+  LiveBytes before;       // the incoming (autodiff's) order
+  LiveBytes after;        // the schedule
+  std::string peak_node;  // the node at after.peak_step; "" for an empty graph
+  std::string ToString() const;
+};
+
 class SchedulePass : public Pass {
  public:
   std::string_view name() const override { return "schedule"; }
   StatusOr<bool> Run(Graph& graph) override;
-  std::string Stats() const override;
+  std::string Stats() const override { return stats_.ToString(); }
+  const ScheduleStats& stats() const { return stats_; }
 
  private:
-  LiveBytes before_, after_;
-  std::string peak_node_;
+  ScheduleStats stats_;
 };
 
 }  // namespace foundry

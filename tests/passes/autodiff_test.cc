@@ -292,13 +292,15 @@ constexpr const char* kUntiedLookup = R"(graph g {
 
 std::map<std::string, Tensor> RunTraining(Graph g, const std::string& padding,
                                           const std::map<std::string, Tensor>& feeds,
-                                          std::string* stats = nullptr) {
+                                          std::string* stats = nullptr,
+                                          AutodiffStats* typed = nullptr) {
   if (!padding.empty()) g.metadata["foundry.padding_idx"] = padding;
   AutodiffPass pass({});
   auto changed = pass.Run(g);
   EXPECT_TRUE(changed.ok()) << changed.status().message();
   EXPECT_TRUE(VerifyGraph(g).ok()) << VerifyGraph(g).message();
   if (stats) *stats = pass.Stats();
+  if (typed) *typed = pass.stats();
   auto out = Interpret(g, feeds);
   EXPECT_TRUE(out.ok()) << out.status().message();
   return out.ok() ? *out : std::map<std::string, Tensor>{};
@@ -317,8 +319,9 @@ TEST(AutodiffTest, PaddingRowGetsNoGradientFromTheLookup) {
   const Tensor w = RandomTensor({4, 3}, 7);
   const std::string pad = R"({"w": 0})";
   std::string stats;
+  AutodiffStats typed;
   auto plain = RunTraining(Parsed(kTiedLookup), "", {{"w", w}});
-  auto padded = RunTraining(Parsed(kTiedLookup), pad, {{"w", w}}, &stats);
+  auto padded = RunTraining(Parsed(kTiedLookup), pad, {{"w", w}}, &stats, &typed);
   auto split = RunTraining(Parsed(kUntiedLookup), "", {{"w", w}, {"w2", w}});
   auto split_padded = RunTraining(Parsed(kUntiedLookup), R"({"w2": 0})", {{"w", w}, {"w2", w}});
   ASSERT_TRUE(plain.count("w_grad") && padded.count("w_grad") && split.count("w2_grad") &&
@@ -326,6 +329,10 @@ TEST(AutodiffTest, PaddingRowGetsNoGradientFromTheLookup) {
   EXPECT_EQ(stats,
             "1 trainable parameters; 5 forward nodes, 9 backward nodes; padding row zeroed in 1 "
             "lookup gradient");
+  EXPECT_EQ(typed.trainable, 1);
+  EXPECT_EQ(typed.forward_nodes, 5);
+  EXPECT_EQ(typed.backward_nodes, 9);
+  EXPECT_EQ(typed.padding_rows_zeroed, 1);
   EXPECT_TRUE(padded.at("loss").BitwiseEqual(plain.at("loss")));
   // The lookup alone: row 0 is exact +0.0 (no -0.0 from a multiply), the rest untouched.
   const Tensor& lookup = split_padded.at("w2_grad");
@@ -377,6 +384,7 @@ TEST(AutodiffTest, PaddingRowsOfAFoldedTableAreDropped) {
   ASSERT_TRUE(pass.Run(g).ok());
   for (const Node& n : g.nodes) EXPECT_NE(n.op_type, "ScatterND");
   EXPECT_EQ(pass.Stats().find("padding"), std::string::npos) << pass.Stats();
+  EXPECT_EQ(pass.stats().padding_rows_zeroed, 0);
   EXPECT_EQ(g.FindValue("w"), nullptr);
   EXPECT_EQ(g.metadata.at("foundry.padding_idx"), "{}");
 }

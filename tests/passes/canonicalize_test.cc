@@ -157,6 +157,7 @@ TEST(CanonicalizeTest, DropoutWithoutRatioInTrainingModeIsActive) {
   ASSERT_TRUE(pass.Run(*g).ok());
   EXPECT_EQ(Ops(*g), (std::vector<std::string>{"Dropout", "Tanh"}));
   EXPECT_EQ(pass.Stats().find("inactive dropout 0") != std::string::npos, true) << pass.Stats();
+  EXPECT_EQ(pass.stats().dropout, 0);
 
   ExpectSameBits(R"(graph g {
   input x : f32[4]

@@ -69,6 +69,13 @@ TEST(FoldTest, LargeGeneratedTensorStaysARunTimeComputation) {
   EXPECT_EQ(ops, (std::vector<std::string>{"Reshape", "Transpose", "MatMul", "Less"}));
   EXPECT_EQ(g->FindValue("mask")->data, nullptr);
   EXPECT_EQ(g->FindValue("mask")->shape, (Shape{2048, 2048}));
+  // The statistics say the same: the Less kept, four nodes left, under the limit it was given.
+  EXPECT_EQ(pass.stats().kept_large, 1);
+  EXPECT_EQ(pass.stats().remaining, 4);
+  EXPECT_EQ(pass.stats().max_folded_bytes, 1 << 20);
+  EXPECT_GT(pass.stats().folded, 0);
+  EXPECT_EQ(pass.Stats(), "folded " + std::to_string(pass.stats().folded) +
+                              " nodes, 4 remain (1 kept at run time: result above 1048576 bytes)");
 }
 
 // Dropout on a buffer (all inputs constant) has everything folding needs, but its mask must be

@@ -36,6 +36,9 @@ TEST(ParametersTest, FreezeAndTrainableGlobs) {
   EXPECT_TRUE(*changed);
   EXPECT_EQ(g.parameters, (std::vector<std::string>{"w"}));
   EXPECT_EQ(frozen.Stats(), "1 trainable (1 frozen by --freeze, 0 added by --trainable)");
+  EXPECT_EQ(frozen.stats().trainable, 1);
+  EXPECT_EQ(frozen.stats().frozen, 1);
+  EXPECT_EQ(frozen.stats().added, 0);
 
   Graph with_buffer = Parsed();
   ASSERT_TRUE(ParametersPass({.freeze = {}, .trainable = {"bu?"}}).Run(with_buffer).ok());

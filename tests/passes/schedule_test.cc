@@ -105,6 +105,10 @@ TEST(ScheduleTest, RecomputeNodesLandJustBeforeTheirFirstBackwardReader) {
   std::vector<std::string> names;
   for (const Node& n : g.nodes) names.push_back(n.outputs[0]);
   EXPECT_EQ(names, (std::vector<std::string>{"a", "b", "loss", "da", "a2", "b2", "db"}));
+  // The statistics: never above the incoming order, the peak at a node of the schedule.
+  EXPECT_LE(pass.stats().after.peak, pass.stats().before.peak);
+  ASSERT_GE(pass.stats().after.peak_step, 0);
+  EXPECT_EQ(pass.stats().peak_node, g.nodes[pass.stats().after.peak_step].name);
   Status verified = VerifyGraph(g);
   EXPECT_TRUE(verified.ok()) << verified.message();
 }
