@@ -608,6 +608,22 @@ StatusOr<CkptConfig> ReadCkptConfig(const std::string& path) {
   }
 }
 
+std::string NestingNote(const std::string& inner_module, const std::string& inner_target,
+                        const std::string& outer_module, const std::string& outer_target) {
+  return inner_module + " (" + inner_target + ") is inside " + outer_module + " (" + outer_target +
+         "): the outer target wins";
+}
+
+std::string CkptNesting::Note() const {
+  return NestingNote(inner.module, inner.target, outer.module, outer.target);
+}
+
+std::vector<std::string> CkptSelection::notes() const {
+  std::vector<std::string> out;
+  for (const CkptNesting& n : nested) out.push_back(n.Note());
+  return out;
+}
+
 StatusOr<CkptSelection> SelectCkptTargets(const Graph& graph,
                                           const std::vector<CkptTarget>& targets) {
   CkptSelection sel;
@@ -657,7 +673,7 @@ StatusOr<CkptSelection> SelectCkptTargets(const Graph& graph,
       any = true;
       if (chosen.count(c.path)) continue;  // an earlier target selected it: it stays that one's
       chosen[c.path] = picked.size();
-      picked.push_back({c.path, c.class_name, c.layer, t.Text()});
+      picked.push_back({c.path, c.class_name, c.layer, t.Text(), c.list});
     }
     if (!any) {
       std::set<int64_t> wanted;
@@ -682,8 +698,7 @@ StatusOr<CkptSelection> SelectCkptTargets(const Graph& graph,
         outer = &other;
     }
     if (outer) {
-      sel.notes.push_back(inst.module + " (" + inst.target + ") is inside " + outer->module + " (" +
-                          outer->target + "): the outer target wins");
+      sel.nested.push_back({inst, *outer});
     } else {
       sel.instances.push_back(inst);
     }

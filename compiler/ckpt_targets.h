@@ -71,15 +71,34 @@ struct CkptInstance {
   std::string class_name;  // the module's qualified class; "" when the export names none
   int64_t layer = -1;      // the index N of its block
   std::string target;      // CkptTarget::Text() of the target that selected it
+  // P of its block P.N ("transformer.blocks"): `module` is P.N or a module inside it. With
+  // `layer`, what a report needs to write one line for many layers without parsing paths.
+  std::string block_list;
+  bool operator==(const CkptInstance&) const = default;
 };
+
+// A selected module dropped because a module enclosing it is selected too: the outer target
+// wins. Both lie in the same block.
+struct CkptNesting {
+  CkptInstance inner;  // dropped
+  CkptInstance outer;  // the outermost selected module holding `inner`; kept
+  bool operator==(const CkptNesting&) const = default;
+  // "transformer.blocks.0.attn (grouped_query_attention) is inside transformer.blocks.0
+  // (mptblock): the outer target wins".
+  std::string Note() const;
+};
+
+// The nesting note's words, the module paths as given: the report writes one for many layers
+// with paths such as "transformer.blocks.{0..7}.attn".
+std::string NestingNote(const std::string& inner_module, const std::string& inner_target,
+                        const std::string& outer_module, const std::string& outer_target);
 
 struct CkptSelection {
   std::vector<std::string> targets;     // CkptTarget::Text() of each target, in the order given
   std::vector<CkptInstance> instances;  // the outermost selected modules, in module-tree order
-  // One line per module dropped because an enclosing module is selected too:
-  // "transformer.blocks.0.attn (grouped_query_attention) is inside transformer.blocks.0
-  // (mptblock): the outer target wins".
-  std::vector<std::string> notes;
+  std::vector<CkptNesting> nested;      // the modules dropped, in module-tree order
+  // One line per nested module: its Note().
+  std::vector<std::string> notes() const;
 };
 
 // Matches the targets against `graph`'s module tree. Errors, each one line:

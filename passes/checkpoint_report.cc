@@ -48,7 +48,7 @@ StatusOr<CheckpointReport> BuildCheckpointReport(const Graph& plain, const Memor
                                                  const CkptSelection& selection) {
   CheckpointReport r;
   r.targets = selection.targets;
-  r.notes = selection.notes;
+  r.nested = selection.nested;
   std::unordered_map<std::string, int> index;
   for (const CkptInstance& inst : selection.instances) {
     index[inst.module] = static_cast<int>(r.instances.size());

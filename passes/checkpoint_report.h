@@ -52,7 +52,10 @@ struct CheckpointInstanceReport {
 struct CheckpointReport {
   std::vector<std::string> targets;
   std::vector<CheckpointInstanceReport> instances;  // selection order
-  std::vector<std::string> notes;                   // CkptSelection::notes
+  std::vector<CkptNesting> nested;                  // CkptSelection::nested
+  // Notes of any other kind, one line each, printed as they are after the nesting notes (the
+  // selection makes none today).
+  std::vector<std::string> notes;
   int64_t values_freed = 0;
   int64_t bytes_freed = 0;
   int64_t bytes_added = 0;

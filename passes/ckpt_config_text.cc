@@ -162,7 +162,7 @@ StatusOr<CkptConfigText> SelectionAsConfig(const Graph& graph,
     if (it != reach.end()) return it->second;
     NameReach r;
     auto sel = SelectCkptTargets(graph, {CkptTarget{name, "", "SelectionAsConfig"}});
-    if (sel.ok() && sel->notes.empty()) {
+    if (sel.ok() && sel->nested.empty()) {
       r.usable = true;
       for (const auto& inst : sel->instances) {
         r.by_layer[inst.layer].insert(inst.module);
@@ -301,7 +301,7 @@ StatusOr<CkptConfigText> SelectionAsConfig(const Graph& graph,
   if (!sel.ok()) return Error("checkpoint config " + out.yaml + ": " + sel.status().message());
   std::set<std::string> got;
   for (const auto& inst : sel->instances) got.insert(inst.module);
-  if (got != all || !sel->notes.empty())
+  if (got != all || !sel->nested.empty())
     return Error("checkpoint config " + out.yaml + " does not read back to the " +
                  std::to_string(all.size()) + " selected instances (it selects " +
                  std::to_string(got.size()) + ")");

@@ -4,10 +4,10 @@
 #include <cctype>
 #include <iomanip>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 
 #include "compiler/module_tree.h"
@@ -401,7 +401,10 @@ std::string MemoryReportJson(const MemoryReport& r) {
     ck["step_flops"] = c.step_flops;
     ck["recompute_percent"] = RecomputePercent(c);
     if (c.budget_bytes >= 0) ck["budget_bytes"] = c.budget_bytes;
-    ck["notes"] = c.notes;
+    std::vector<std::string> notes;
+    for (const CkptNesting& n : c.nested) notes.push_back(n.Note());
+    notes.insert(notes.end(), c.notes.begin(), c.notes.end());
+    ck["notes"] = notes;
     j["checkpoint"] = std::move(ck);
   }
   return j.dump(2) + "\n";
@@ -550,42 +553,56 @@ std::string Table(const std::vector<std::vector<std::string>>& rows, const std::
   return out.str();
 }
 
-// Notes that differ only in the layer number ("transformer.blocks.3.attn (...) is inside
+// `i.module` with its block's index written as `layers` ("transformer.blocks.{0..7}.attn");
+// nullopt when the module is not P.N or inside it (a selection made by hand).
+std::optional<std::string> AtLayers(const CkptInstance& i, const std::string& layers) {
+  if (i.layer < 0) return std::nullopt;
+  const std::string list = i.block_list.empty() ? "" : i.block_list + ".";
+  const std::string block = list + std::to_string(i.layer);
+  if (i.module.compare(0, block.size(), block) != 0 ||
+      (i.module.size() > block.size() && i.module[block.size()] != '.'))
+    return std::nullopt;
+  return list + layers + i.module.substr(block.size());
+}
+
+// Nesting notes that differ only in the layer ("transformer.blocks.3.attn (...) is inside
 // transformer.blocks.3 (...)") print once, the layers as "{0..7}": a note per layer would bury the
-// table on a 48-layer model.
-std::vector<std::string> GroupNotes(const std::vector<std::string>& notes) {
-  static const std::regex kLayer(R"(\.(\d+)(?=[.\s]|$))");
-  std::vector<std::string> keys;
-  std::map<std::string, std::vector<int64_t>> layers;
-  for (const std::string& note : notes) {
-    std::set<std::string> numbers;
-    for (auto it = std::sregex_iterator(note.begin(), note.end(), kLayer);
-         it != std::sregex_iterator(); ++it)
-      numbers.insert((*it)[1].str());
-    std::string key = note;
-    if (numbers.size() == 1 && numbers.begin()->size() <= 18)
-      key = std::regex_replace(note, kLayer, ".\x01");
-    if (!layers.count(key)) keys.push_back(key);
-    if (key != note)
-      layers[key].push_back(std::stoll(*numbers.begin()));
-    else
-      layers[key];
+// table on a 48-layer model. Groups list in the order of their first note.
+std::vector<std::string> GroupNotes(const std::vector<CkptNesting>& nested) {
+  struct Group {
+    const CkptNesting* first;
+    std::vector<int64_t> layers;  // empty: a note that groups with none
+  };
+  std::vector<Group> groups;
+  std::map<std::tuple<std::string, std::string, std::string, std::string>, size_t> by_key;
+  for (const CkptNesting& n : nested) {
+    const auto inner = AtLayers(n.inner, "{}"), outer = AtLayers(n.outer, "{}");
+    if (!inner || !outer || n.inner.layer != n.outer.layer) {
+      groups.push_back({&n, {}});
+      continue;
+    }
+    auto [it, added] = by_key.emplace(
+        std::make_tuple(*inner, n.inner.target, *outer, n.outer.target), groups.size());
+    if (added) groups.push_back({&n, {}});
+    groups[it->second].layers.push_back(n.inner.layer);
   }
   std::vector<std::string> out;
-  for (const std::string& key : keys) {
-    std::vector<int64_t> l = layers[key];
-    std::sort(l.begin(), l.end());
-    std::string text = key;
-    const std::string fill = l.size() == 1 ? std::to_string(l[0]) : "{" + Ranges(l) + "}";
-    for (size_t at; (at = text.find('\x01')) != std::string::npos;) text.replace(at, 1, fill);
-    out.push_back(text);
+  for (Group& g : groups) {
+    if (g.layers.size() < 2) {
+      out.push_back(g.first->Note());
+      continue;
+    }
+    std::sort(g.layers.begin(), g.layers.end());
+    const std::string fill = "{" + Ranges(g.layers) + "}";
+    out.push_back(NestingNote(*AtLayers(g.first->inner, fill), g.first->inner.target,
+                              *AtLayers(g.first->outer, fill), g.first->outer.target));
   }
   return out;
 }
 
 std::string FormatCheckpoint(const CheckpointReport& c) {
   std::ostringstream out;
-  if (c.instances.empty() && c.notes.empty()) return "checkpointing: none\n";
+  if (c.instances.empty() && c.nested.empty() && c.notes.empty()) return "checkpointing: none\n";
   out << "checkpointing: " << c.instances.size() << " instance"
       << (c.instances.size() == 1 ? "" : "s") << " of";
   for (size_t i = 0; i < c.targets.size(); ++i) out << (i ? ", " : " ") << c.targets[i];
@@ -619,7 +636,8 @@ std::string FormatCheckpoint(const CheckpointReport& c) {
       << " freed + " << c.bytes_added << " added = " << c.saved_after_bytes << " B)\n"
       << "  recompute          " << Flops(c.flops_recomputed) << ", " << percent
       << " % of the step's " << Flops(c.step_flops) << "\n";
-  for (const auto& note : GroupNotes(c.notes)) out << "  note: " << note << "\n";
+  for (const auto& note : GroupNotes(c.nested)) out << "  note: " << note << "\n";
+  for (const auto& note : c.notes) out << "  note: " << note << "\n";
   for (const InstanceGroup& g : groups)
     if (!g.row->note.empty()) out << "  note: " << g.modules << ": " << g.row->note << "\n";
   return out.str();

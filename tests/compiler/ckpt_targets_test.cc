@@ -206,8 +206,9 @@ TEST(CkptTargetsTest, RegistryKeysOnMpt) {
   EXPECT_EQ(sel->instances[0].class_name, "models.mpt.GroupedQueryAttention");
   EXPECT_EQ(sel->instances[0].layer, 2);
   EXPECT_EQ(sel->instances[0].target, "grouped_query_attention=last-1");
+  EXPECT_EQ(sel->instances[0].block_list, "transformer.blocks");
   EXPECT_EQ(sel->targets, (std::vector<std::string>{"grouped_query_attention=last-1"}));
-  EXPECT_TRUE(sel->notes.empty());
+  EXPECT_TRUE(sel->notes().empty());
 }
 
 TEST(CkptTargetsTest, NamesAreCaseInsensitive) {
@@ -403,7 +404,7 @@ TEST(CkptTargetsTest, SeveralTargetsAtOnce) {
   EXPECT_EQ(
       got, (std::vector<std::string>{"transformer.blocks.0.attn <- grouped_query_attention=first-2",
                                      "transformer.blocks.1.attn <- attn=[1]"}));
-  EXPECT_TRUE(sel->notes.empty());
+  EXPECT_TRUE(sel->notes().empty());
   EXPECT_EQ(sel->targets,
             (std::vector<std::string>{"attn=[1]", "grouped_query_attention=first-2"}));
 }
@@ -419,11 +420,17 @@ TEST(CkptTargetsTest, NestedTargetsTheOuterWins) {
                                       "transformer.blocks.1 <- mptblock=range-1-3",
                                       "transformer.blocks.2 <- mptblock=range-1-3",
                                       "transformer.blocks.3.attn <- grouped_query_attention"}));
-  EXPECT_EQ(sel->notes, (std::vector<std::string>{
-                            "transformer.blocks.1.attn (grouped_query_attention) is inside "
-                            "transformer.blocks.1 (mptblock=range-1-3): the outer target wins",
-                            "transformer.blocks.2.attn (grouped_query_attention) is inside "
-                            "transformer.blocks.2 (mptblock=range-1-3): the outer target wins"}));
+  EXPECT_EQ(sel->notes(), (std::vector<std::string>{
+                              "transformer.blocks.1.attn (grouped_query_attention) is inside "
+                              "transformer.blocks.1 (mptblock=range-1-3): the outer target wins",
+                              "transformer.blocks.2.attn (grouped_query_attention) is inside "
+                              "transformer.blocks.2 (mptblock=range-1-3): the outer target wins"}));
+  // The same as data: the dropped attention and the block that holds it, layer and list.
+  ASSERT_EQ(sel->nested.size(), 2u);
+  EXPECT_EQ(sel->nested[0].inner.module, "transformer.blocks.1.attn");
+  EXPECT_EQ(sel->nested[0].inner.layer, 1);
+  EXPECT_EQ(sel->nested[0].inner.block_list, "transformer.blocks");
+  EXPECT_EQ(sel->nested[0].outer, sel->instances[1]);
 
   // Nested inside one target, and two levels deep: qk LayerNorms inside the attention.
   const Graph& qkln = Model("mpt_tiny_qkln");
@@ -432,11 +439,11 @@ TEST(CkptTargetsTest, NestedTargetsTheOuterWins) {
   ASSERT_EQ(sel->instances.size(), 1u);
   EXPECT_EQ(sel->instances[0].module, "transformer.blocks.0");
   EXPECT_EQ(sel->instances[0].target, "block=1");
-  ASSERT_FALSE(sel->notes.empty());
-  EXPECT_EQ(sel->notes[0],
+  ASSERT_FALSE(sel->notes().empty());
+  EXPECT_EQ(sel->notes()[0],
             "transformer.blocks.0.attn (attn=1) is inside transformer.blocks.0 (block=1): the "
             "outer target wins");
-  for (const auto& n : sel->notes)
+  for (const auto& n : sel->notes())
     EXPECT_NE(n.find("inside transformer.blocks.0 (block=1)"), std::string::npos) << n;
 }
 

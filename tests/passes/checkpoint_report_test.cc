@@ -98,8 +98,11 @@ Planned Plan(const std::string& text) {
 CkptSelection Selection() {
   CkptSelection s;
   s.targets = {"blk.ln", "mlp"};
-  s.instances = {{"blk.ln", "pkg.LayerNorm", 0, "blk.ln"}, {"blk.mlp", "pkg.Mlp", 0, "mlp"}};
-  s.notes = {"blk.mlp.act (gelu) is inside blk.mlp (mlp): the outer target wins"};
+  s.instances = {{"blk.ln", "pkg.LayerNorm", 0, "blk.ln", ""},
+                 {"blk.mlp", "pkg.Mlp", 0, "mlp", ""}};
+  s.nested = {{{"blk.mlp.act", "pkg.Gelu", 0, "gelu", ""}, {"blk.mlp", "pkg.Mlp", 0, "mlp", ""}}};
+  EXPECT_EQ(s.notes(), (std::vector<std::string>{
+                           "blk.mlp.act (gelu) is inside blk.mlp (mlp): the outer target wins"}));
   return s;
 }
 
@@ -110,7 +113,7 @@ TEST(CheckpointReportTest, CountsFreedAddedAndRecomputedExactly) {
   ASSERT_TRUE(r.ok()) << r.status().message();
 
   EXPECT_EQ(r->targets, (std::vector<std::string>{"blk.ln", "mlp"}));
-  EXPECT_EQ(r->notes, Selection().notes);
+  EXPECT_EQ(r->nested, Selection().nested);
   EXPECT_EQ(r->saved_before_bytes, 1024 + 1024 + 16 + 16);  // n, e, mean, istd
   EXPECT_EQ(r->saved_after_bytes, 1024 + 1024);             // n, mask
   EXPECT_EQ(r->values_freed, 3);                            // e, mean, istd
@@ -211,7 +214,7 @@ TEST(CheckpointReportTest, JsonHasTheCheckpointObject) {
   EXPECT_EQ(k.at("step_flops"), c->step_flops);
   EXPECT_DOUBLE_EQ(k.at("recompute_percent").get<double>(),
                    100.0 * double(c->flops_recomputed) / double(c->step_flops));
-  EXPECT_EQ(k.at("notes"), nlohmann::json(Selection().notes));
+  EXPECT_EQ(k.at("notes"), nlohmann::json(Selection().notes()));
   ASSERT_EQ(k.at("instances").size(), 2u);
   EXPECT_EQ(k.at("instances")[1], (nlohmann::json{{"module", "blk.mlp"},
                                                   {"class", "pkg.Mlp"},
@@ -318,10 +321,12 @@ TEST(CheckpointReportTest, IdenticalInstancesCollapseIntoOneRowPerTarget) {
 TEST(CheckpointReportTest, NotesCollapseAcrossLayers) {
   CheckpointReport c;
   c.targets = {"mptblock=first-3", "grouped_query_attention"};
-  for (int layer : {2, 0, 1})
-    c.notes.push_back("transformer.blocks." + std::to_string(layer) +
-                      ".attn (grouped_query_attention) is inside transformer.blocks." +
-                      std::to_string(layer) + " (mptblock=first-3): the outer target wins");
+  for (int layer : {2, 0, 1}) {
+    const std::string block = "transformer.blocks." + std::to_string(layer);
+    c.nested.push_back(
+        {{block + ".attn", "GQA", layer, "grouped_query_attention", "transformer.blocks"},
+         {block, "MPTBlock", layer, "mptblock=first-3", "transformer.blocks"}});
+  }
   c.notes.push_back("transformer.blocks.7.attn (x) is inside transformer.blocks.7 (y): ok");
   c.notes.push_back("a.1.b is inside a.2: two numbers stay apart");
   MemoryReport r;
@@ -334,6 +339,36 @@ TEST(CheckpointReportTest, NotesCollapseAcrossLayers) {
             "transformer.blocks.{0..2} (mptblock=first-3): the outer target wins\n"
             "  note: transformer.blocks.7.attn (x) is inside transformer.blocks.7 (y): ok\n"
             "  note: a.1.b is inside a.2: two numbers stay apart\n");
+}
+
+// The grouping reads the layer from the instances, not from the text: notes group when the
+// modules (but for their block's index) and the targets are the same; a module that is not
+// inside a block P.N prints as it is.
+TEST(CheckpointReportTest, NestingNotesGroupOnTheirBlocksAndTargets) {
+  auto nesting = [](int layer, const std::string& outer_target) {
+    const std::string block = "h." + std::to_string(layer);
+    return CkptNesting{{block + ".mlp.act", "", layer, "gelu", "h"},
+                       {block + ".mlp", "", layer, outer_target, "h"}};
+  };
+  CheckpointReport c;
+  c.nested = {nesting(3, "mlp"),
+              nesting(10, "mlp"),
+              nesting(4, "mlp=[4]"),
+              nesting(11, "mlp"),
+              {{"blk.mlp.act", "", -1, "gelu", ""}, {"blk.mlp", "", -1, "mlp", ""}}};
+  MemoryReport r;
+  r.backend = "cpu";
+  r.checkpoint = c;
+  const std::string text = FormatMemoryReport(r);
+  EXPECT_EQ(text.substr(text.find("  note: ")),
+            "  note: h.{3,10..11}.mlp.act (gelu) is inside h.{3,10..11}.mlp (mlp): the outer "
+            "target wins\n"
+            "  note: h.4.mlp.act (gelu) is inside h.4.mlp (mlp=[4]): the outer target wins\n"
+            "  note: blk.mlp.act (gelu) is inside blk.mlp (mlp): the outer target wins\n");
+  const auto j = nlohmann::json::parse(MemoryReportJson(r));
+  ASSERT_EQ(j.at("checkpoint").at("notes").size(), 5u);  // the JSON keeps one note per module
+  EXPECT_EQ(j.at("checkpoint").at("notes")[1],
+            "h.10.mlp.act (gelu) is inside h.10.mlp (mlp): the outer target wins");
 }
 
 // The plain plan's curve on the checkpointed plan's chart: both on one set of axes, in the legend.
@@ -391,7 +426,7 @@ FixtureReport CompileMptTiny(const std::vector<std::string>& instances) {
     auto it = out.ckpt.modules.find(m);
     selection.instances.push_back(
         {m, it == out.ckpt.modules.end() || it->second.classes.empty() ? "" : it->second.classes[0],
-         -1, "test"});
+         -1, "test", ""});
   }
   auto report =
       BuildCheckpointReport(out.plain, out.plain_plan, out.ckpt, out.ckpt_plan, selection);

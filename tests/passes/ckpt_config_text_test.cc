@@ -42,7 +42,7 @@ std::vector<std::string> ReadBack(const Graph& g, const std::string& yaml) {
   auto sel = SelectCkptTargets(g, config->targets);
   EXPECT_TRUE(sel.ok()) << yaml << ": " << sel.status().message();
   if (!sel.ok()) return {};
-  EXPECT_TRUE(sel->notes.empty()) << yaml << ": " << sel->notes.front();
+  EXPECT_TRUE(sel->notes().empty()) << yaml << ": " << sel->notes().front();
   std::vector<std::string> out;
   for (const auto& i : sel->instances) out.push_back(i.module);
   return out;
