@@ -1,4 +1,5 @@
-// Files written whole or not at all, and file identity for "is this output one of my inputs?".
+// Files and directories written whole or not at all, and file identity for "is this output one of
+// my inputs?".
 #pragma once
 
 #include <sys/types.h>
@@ -21,6 +22,12 @@ Status WriteFileAtomic(const std::string& path, std::string_view bytes);
 // The same for a file too big to hold in memory: `write` streams into the temp file and returns
 // false on a write error.
 Status WriteFileAtomic(const std::string& path, const std::function<bool(std::FILE*)>& write);
+
+// Replaces the directory `dir` by the directory `tmp` (same file system) so that a reader sees
+// either the old directory or the new one: an atomic exchange (renameat2 RENAME_EXCHANGE) where
+// the file system has it, else two renames (a crash between them leaves the old one as
+// DIR.old.<pid> and the new one as `tmp`). `dir` need not exist; the old one is removed.
+Status SwapDirectoryIn(const std::string& tmp, const std::string& dir);
 
 // A file's identity (device, inode): two paths name the same file exactly when these are equal,
 // whatever symlinks, hard links or "./" spellings lie between.

@@ -1,3 +1,4 @@
+// Region, and the Backend helpers every backend shares (Allocate's checks and message).
 #include "runtime/backend.h"
 
 namespace foundry {
@@ -34,16 +35,29 @@ StatusOr<Region> Backend::Allocate(int64_t bytes, MemoryClass c, std::string_vie
     return Error("cannot allocate " + std::to_string(bytes) + " bytes for " + std::string(what) +
                  " on " + std::string(name()) + ": one region may hold at most " +
                  std::to_string(kMaxTensorBytes) + " (1 TiB)");
-  std::byte* p = AllocateBytes(bytes, c);
-  if (!p)
-    return Error("cannot allocate " + std::to_string(bytes) + " bytes for " + std::string(what) +
-                 " on " + std::string(name()) + ": out of memory");
+  StatusOr<std::byte*> p = AllocateBytes(bytes, c);
+  if (!p.ok())
+    return p.status().Prepend("cannot allocate " + std::to_string(bytes) + " bytes for " +
+                              std::string(what) + " on " + std::string(name()) + ": ");
   Region r;
   r.backend_ = this;
-  r.data_ = p;
+  r.data_ = *p;
   r.bytes_ = bytes;
   r.class_ = c;
   return r;
+}
+
+StatusOr<Tensor> Backend::ReadableOnHost(const Tensor& device) {
+  if (host_memory())
+    return Tensor::View(device.dtype(), device.shape(), const_cast<void*>(device.raw()));
+  Tensor host(device.dtype(), device.shape());
+  RETURN_IF_ERROR(CopyOut(device, host));
+  return host;
+}
+
+Tensor Backend::HostStaging(Tensor& device) const {
+  if (host_memory()) return Tensor::View(device.dtype(), device.shape(), device.raw());
+  return Tensor(device.dtype(), device.shape());
 }
 
 }  // namespace foundry

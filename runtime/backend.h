@@ -1,28 +1,38 @@
-// The backend interface (DESIGN §6): what the runtime needs from a device to run a planned
-// training step. The CPU backend (runtime/cpu_backend.h) implements it now, CUDA next; nothing in
+// The backend interface (DESIGN §7): everything the runtime does on a device goes through it, so
+// nothing above it (the executor, the trainer) knows which device it runs on. The CPU backend
+// (runtime/cpu_backend.h) and the CUDA backend (runtime/cuda_backend.h) implement it; nothing in
 // here assumes the backend's memory is host memory.
 //
-//  - name() and WorkspaceBytes(): the planner's BackendSpec (compiler/memory_plan.h), so a plan's
-//    layout for this backend has room for its kernels' scratch;
+//  - name(), WorkspaceBytes(), MissingKernels(): the planner's BackendSpec
+//  (compiler/memory_plan.h),
+//    so a plan's layout for this backend has room for its kernels' scratch, and the ops it has no
+//    kernel for;
 //  - Allocate(): a region of backend memory (kArenaAlignment-aligned), counted under a memory
 //    class; the region frees itself;
 //  - Run(): one node on tensors that are views of backend memory, with the node's workspace;
-//  - CopyIn()/CopyOut(): bytes between host tensors and backend tensors;
+//  - CopyIn()/CopyOut(), Copy(), Zero(): bytes between host and backend tensors, between two
+//    backend tensors, and zeroes;
+//  - CheckStep() and ApplyOptimizer(): the end of a training step, on the backend's memory: the
+//    loss and whether it and the gradients are finite (one read-back), then the optimizer update
+//    of every parameter with its own non-finite check;
 //  - Bytes(): live and high-water bytes per memory class.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/memory_accounting.h"
 #include "base/status.h"
 #include "base/tensor.h"
 #include "compiler/ir.h"
-#include "kernels/cpu/kernel.h"
 #include "compiler/memory_plan.h"
+#include "kernels/cpu/kernel.h"
+#include "kernels/cpu/optimizer.h"
 
 namespace foundry {
 
@@ -51,6 +61,21 @@ class Region {
   MemoryClass class_ = MemoryClass::kOther;
 };
 
+// One parameter's operands of an optimizer update, all in the backend's memory, f32 and of the
+// parameter's shape.
+struct ParameterUpdate {
+  Tensor* param = nullptr;  // updated in place
+  const Tensor* grad = nullptr;
+  Tensor* m = nullptr;  // AdamW exp_avg / SGD momentum buffer; null when the optimizer keeps none
+  Tensor* v = nullptr;  // AdamW exp_avg_sq
+};
+
+// What a step's end reads back from the backend.
+struct StepCheck {
+  float loss = 0;
+  bool finite = true;  // the loss and every gradient
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -60,9 +85,12 @@ class Backend {
   virtual int64_t WorkspaceBytes(const Graph& graph, const Node& node) const = 0;
   // name() and WorkspaceBytes() as the planner takes them; the backend must outlive the spec.
   BackendSpec Spec() const;
+  // The ops of `graph` this backend has no kernel for (sorted, each once); empty: it runs them all.
+  virtual std::vector<std::string> MissingKernels(const Graph& graph) const { return {}; }
 
   // `bytes` of backend memory (zero-filled, kArenaAlignment-aligned), counted under `c`. `what`
-  // names the use for the out-of-memory error ("the arena", "gradient 'w_grad'").
+  // names the use in the error ("the arena", "gradient 'w_grad'"), which carries the backend's
+  // reason: "cannot allocate 1024 bytes for the arena on cpu: out of memory".
   StatusOr<Region> Allocate(int64_t bytes, MemoryClass c, std::string_view what);
 
   // Runs `node`: inputs and outputs are tensors in this backend's memory (null for an omitted
@@ -75,6 +103,36 @@ class Backend {
   // Host tensor -> backend tensor and back; dtype and shape must match (an error says which).
   virtual Status CopyIn(const Tensor& host, Tensor& device) = 0;
   virtual Status CopyOut(const Tensor& device, Tensor& host) = 0;
+  // Backend tensor -> backend tensor (dtype and shape must match), and all bytes of one to zero.
+  // Ordered after the work before them, like every call here.
+  virtual Status Copy(const Tensor& from, Tensor& to) = 0;
+  virtual Status Zero(Tensor& device) = 0;
+
+  // `device` readable on the host: a view of it when the backend's memory is host memory (valid
+  // as long as `device`), else a host copy. For reading without a copy where none is needed.
+  StatusOr<Tensor> ReadableOnHost(const Tensor& device);
+  // Where the host writes the bytes of `device`: `device` itself (a view) when the host can,
+  // else a new host tensor of its type. CopyIn(HostStaging(d), d) then moves them (on the host
+  // it copies nothing: the bytes are already there).
+  Tensor HostStaging(Tensor& device) const;
+
+  // ---- the end of a training step ----
+  // The backend memory CheckStep and ApplyOptimizer read back through, for `num_parameters`
+  // parameters (the CPU: none, an empty region). Allocated once, before the steps, so that a
+  // step allocates nothing; each trainer has its own (a backend is shared by the process).
+  virtual StatusOr<Region> AllocateStepStatus(int64_t num_parameters) { return Region(); }
+  // The loss (a float scalar; on CUDA f32) and whether it and every gradient are finite, read in
+  // one round trip. `status` from AllocateStepStatus.
+  virtual StatusOr<StepCheck> CheckStep(const Tensor& loss,
+                                        std::span<const Tensor* const> gradients,
+                                        Region& status) = 0;
+  // One optimizer update of every parameter, in place, in fp32, bitwise the updates of
+  // kernels/cpu/optimizer.h; `step` counts it (1 = the first, which starts SGD's momentum
+  // buffer). Returns the index in `updates` of the first parameter the update made non-finite
+  // (nullopt: every one is finite). The caller checked the operands' types.
+  virtual StatusOr<std::optional<size_t>> ApplyOptimizer(const OptimizerOptions& o, int64_t step,
+                                                         std::span<const ParameterUpdate> updates,
+                                                         Region& status) = 0;
 
   // Live and high-water bytes of this backend's memory per class; ResetPeaks starts the
   // high-water marks again from the live bytes.
@@ -86,8 +144,9 @@ class Backend {
   virtual bool host_memory() const { return true; }
 
  protected:
-  // Null when the memory is not there.
-  virtual std::byte* AllocateBytes(int64_t bytes, MemoryClass c) = 0;
+  // The memory, or why there is none, in one line (the CPU: "out of memory"; CUDA: the CUDA
+  // error). Allocate prefixes what was asked for.
+  virtual StatusOr<std::byte*> AllocateBytes(int64_t bytes, MemoryClass c) = 0;
   virtual void FreeBytes(std::byte* p, int64_t bytes, MemoryClass c) = 0;
 
  private:

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kernels/cpu/optimizer.h"
 #include "runtime/messages.h"
 
 namespace foundry {
@@ -24,7 +25,7 @@ namespace {
 
 Status CheckCopy(const Tensor& from, const Tensor& to, const char* direction) {
   if (from.dtype() != to.dtype() || from.shape() != to.shape())
-    return Error(std::string("cpu backend: cannot copy ") + direction + " " +
+    return Error(std::string("cpu backend: cannot copy ") + direction +
                  TypeOf(from.dtype(), from.shape()) + " into " + TypeOf(to.dtype(), to.shape()));
   return Status::Ok();
 }
@@ -32,26 +33,70 @@ Status CheckCopy(const Tensor& from, const Tensor& to, const char* direction) {
 }  // namespace
 
 Status CpuBackend::CopyIn(const Tensor& host, Tensor& device) {
-  RETURN_IF_ERROR(CheckCopy(host, device, "in"));
+  RETURN_IF_ERROR(CheckCopy(host, device, "in "));
   if (host.nbytes() && host.raw() != device.raw())
     std::memcpy(device.raw(), host.raw(), host.nbytes());
   return Status::Ok();
 }
 
 Status CpuBackend::CopyOut(const Tensor& device, Tensor& host) {
-  RETURN_IF_ERROR(CheckCopy(device, host, "out"));
+  RETURN_IF_ERROR(CheckCopy(device, host, "out "));
   if (device.nbytes() && host.raw() != device.raw())
     std::memcpy(host.raw(), device.raw(), device.nbytes());
   return Status::Ok();
+}
+
+Status CpuBackend::Copy(const Tensor& from, Tensor& to) {
+  RETURN_IF_ERROR(CheckCopy(from, to, ""));
+  if (from.nbytes() && from.raw() != to.raw()) std::memcpy(to.raw(), from.raw(), from.nbytes());
+  return Status::Ok();
+}
+
+Status CpuBackend::Zero(Tensor& device) {
+  if (device.nbytes()) std::memset(device.raw(), 0, device.nbytes());
+  return Status::Ok();
+}
+
+StatusOr<StepCheck> CpuBackend::CheckStep(const Tensor& loss,
+                                          std::span<const Tensor* const> gradients, Region&) {
+  StepCheck c;
+  c.loss = static_cast<float>(loss.GetAsDouble(0));
+  c.finite = AllFinite(loss);
+  for (const Tensor* g : gradients) c.finite &= AllFinite(*g);
+  return c;
+}
+
+StatusOr<std::optional<size_t>> CpuBackend::ApplyOptimizer(const OptimizerOptions& o, int64_t step,
+                                                           std::span<const ParameterUpdate> updates,
+                                                           Region&) {
+  std::optional<size_t> first_non_finite;
+  for (size_t i = 0; i < updates.size(); ++i) {
+    const ParameterUpdate& u = updates[i];
+    float* param = u.param->data<float>();
+    const float* grad = u.grad->data<float>();
+    const int64_t n = u.param->numel();
+    bool finite;
+    if (o.kind == OptimizerKind::kAdamW) {
+      finite = AdamWUpdate(o, step, param, grad, u.m->data<float>(), u.v->data<float>(), n);
+    } else {
+      // The momentum buffer starts as the first update's gradient: the run's first update, or the
+      // first after resuming a save made before any (no slots saved then).
+      float* buf = o.momentum != 0 ? u.m->data<float>() : nullptr;
+      finite = SgdUpdate(o, step == 1, param, grad, buf, n);
+    }
+    if (!finite && !first_non_finite) first_non_finite = i;
+  }
+  return first_non_finite;
 }
 
 MemorySnapshot CpuBackend::Bytes() const { return MemoryUsage(); }
 
 void CpuBackend::ResetPeaks() { ResetMemoryPeaks(); }
 
-std::byte* CpuBackend::AllocateBytes(int64_t bytes, MemoryClass c) {
-  return static_cast<std::byte*>(
-      AllocateAccounted(static_cast<size_t>(bytes), static_cast<size_t>(kArenaAlignment), c));
+StatusOr<std::byte*> CpuBackend::AllocateBytes(int64_t bytes, MemoryClass c) {
+  void* p = AllocateAccounted(static_cast<size_t>(bytes), static_cast<size_t>(kArenaAlignment), c);
+  if (!p) return Error("out of memory");
+  return static_cast<std::byte*>(p);
 }
 
 void CpuBackend::FreeBytes(std::byte* p, int64_t bytes, MemoryClass c) {

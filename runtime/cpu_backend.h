@@ -1,5 +1,6 @@
 // The CPU reference backend: host memory from the accounting allocator, the kernels of
-// kernels/cpu/, memcpy for copies.
+// kernels/cpu/ (the optimizer's included), memcpy for copies. A step's end reads the loss and
+// checks finiteness in place: there is nothing to read back.
 #pragma once
 
 #include "runtime/backend.h"
@@ -15,13 +16,20 @@ class CpuBackend final : public Backend {
              const KernelContext& ctx) override;
   Status CopyIn(const Tensor& host, Tensor& device) override;
   Status CopyOut(const Tensor& device, Tensor& host) override;
+  Status Copy(const Tensor& from, Tensor& to) override;
+  Status Zero(Tensor& device) override;
+  StatusOr<StepCheck> CheckStep(const Tensor& loss, std::span<const Tensor* const> gradients,
+                                Region& status) override;
+  StatusOr<std::optional<size_t>> ApplyOptimizer(const OptimizerOptions& o, int64_t step,
+                                                 std::span<const ParameterUpdate> updates,
+                                                 Region& status) override;
   // The process's accounting (base/memory_accounting.h): CPU backend memory is host memory, so
   // tensors the runtime owns on the host are in the same figures.
   MemorySnapshot Bytes() const override;
   void ResetPeaks() override;
 
  protected:
-  std::byte* AllocateBytes(int64_t bytes, MemoryClass c) override;
+  StatusOr<std::byte*> AllocateBytes(int64_t bytes, MemoryClass c) override;
   void FreeBytes(std::byte* p, int64_t bytes, MemoryClass c) override;
 };
 

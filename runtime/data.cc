@@ -119,6 +119,136 @@ TokenBatch MakeTokenBatch(const std::vector<int64_t>& windows, int64_t batch, in
   return tb;
 }
 
+// ---- the data source of a plan -------------------------------------------------------------
+
+namespace {
+
+// The plan input that an embedding Gather (float initializer data, axis 0) takes as indices,
+// and that embedding's row count.
+void FindTokenInput(const Graph& g, const std::vector<std::string>& inputs, std::string* input,
+                    int64_t* vocab) {
+  for (const Node& n : g.nodes) {
+    if (!n.domain.empty() || n.op_type != "Gather" || n.inputs.size() < 2) continue;
+    if (n.GetInt("axis", 0) != 0) continue;
+    if (std::find(inputs.begin(), inputs.end(), n.inputs[1]) == inputs.end()) continue;
+    const Value* table = g.FindValue(n.inputs[0]);
+    if (!table || !g.IsInitializer(n.inputs[0]) || !IsFloat(table->dtype) ||
+        table->shape.size() != 2)
+      continue;
+    *input = n.inputs[1];
+    *vocab = table->shape[0];
+    return;
+  }
+}
+
+bool Has(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// Every input has data: fed, or filled by token batches.
+Status CheckEveryInputHasData(const DataSource& s, const std::vector<std::string>& inputs) {
+  std::vector<std::string> unfed;
+  for (const auto& in : inputs)
+    if (!s.fed.count(in)) unfed.push_back(in);
+  if (!unfed.empty() && s.tokens_input.empty())
+    return Error(
+        "cannot tell which input takes token ids (no Gather on an embedding consumes one); give "
+        "the inputs with --feed NAME=FILE.pb (inputs: " +
+        JoinNames(inputs) + ")");
+  for (const auto& in : unfed) {
+    if (in == s.tokens_input || (in == s.labels_input && s.token_batches())) continue;
+    if (in == s.labels_input)
+      return Error("input '" + in + "' has no data: pass it with --feed " + in +
+                   "=FILE.pb (with --feed " + s.tokens_input +
+                   " given, labels cannot come from token windows)");
+    return Error("input '" + in + "' has no data: pass it with --feed " + in + "=FILE.pb");
+  }
+  return Status::Ok();
+}
+
+// Token batches can fill the token input and the labels; the file, when given, holds a window.
+Status ChooseTokenBatches(const Graph& g, const std::string& data_path, TokenDType data_dtype,
+                          DataSource& s) {
+  if (data_path.empty() && s.vocab <= 0)
+    return Error("synthetic tokens need the vocabulary size, and no embedding Gather consumes '" +
+                 s.tokens_input + "'; pass --data FILE or --feed " + s.tokens_input + "=FILE.pb");
+  const Value* ids = g.FindValue(s.tokens_input);
+  if (ids->shape.size() != 2 || !ids->ShapeKnown() ||
+      (ids->dtype != DType::kInt64 && ids->dtype != DType::kInt32))
+    return Error("input '" + s.tokens_input + "' is " + ids->TypeString() +
+                 "; token batches need an i64 or i32 [batch, seq] input; give it with --feed");
+  s.batch = ids->shape[0];
+  s.seq = ids->shape[1];
+  if (s.labels_from_windows()) {
+    const Value* lv = g.FindValue(s.labels_input);
+    if (lv->shape != ids->shape || (lv->dtype != DType::kInt64 && lv->dtype != DType::kInt32))
+      return Error("input '" + s.labels_input + "' is " + lv->TypeString() + " but '" +
+                   s.tokens_input + "' is " + ids->TypeString() +
+                   "; token batches need labels shaped like the token ids; give them with "
+                   "--feed");
+  }
+  if (data_path.empty()) return Status::Ok();
+  ASSIGN_OR_RETURN(TokenFile f, TokenFile::Open(data_path, data_dtype));
+  if (f.num_tokens() < s.seq + 1)
+    return Error("--data " + data_path + ": " + std::to_string(f.num_tokens()) +
+                 " tokens is shorter than one window of seq + 1 = " + std::to_string(s.seq + 1) +
+                 " tokens");
+  s.file = std::move(f);
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<DataSource> ChooseDataSource(const Graph& g, const std::vector<std::string>& inputs,
+                                      const std::set<std::string>& fed,
+                                      const std::string& data_path, TokenDType data_dtype) {
+  DataSource s;
+  s.fed = fed;
+  FindTokenInput(g, inputs, &s.tokens_input, &s.vocab);
+  if (s.tokens_input.empty() && Has(inputs, "input_ids")) s.tokens_input = "input_ids";
+  if (Has(inputs, "labels")) s.labels_input = "labels";
+  RETURN_IF_ERROR(CheckEveryInputHasData(s, inputs));
+  if (!data_path.empty() && !s.token_batches())
+    return Error("--data " + data_path + ": --feed " + s.tokens_input +
+                 " already gives the tokens; drop one or the other");
+  if (s.token_batches()) {
+    RETURN_IF_ERROR(ChooseTokenBatches(g, data_path, data_dtype, s));
+    return s;
+  }
+  // Fully fed: batch x seq for tokens/s from the token input when it is [batch, seq].
+  const Value* ids = s.tokens_input.empty() ? nullptr : g.FindValue(s.tokens_input);
+  if (ids && ids->shape.size() == 2) {
+    s.batch = ids->shape[0];
+    s.seq = ids->shape[1];
+  }
+  return s;
+}
+
+std::string DataSource::Describe(uint64_t seed) const {
+  if (!token_batches()) return "--feed";
+  std::string d = file ? "--data " + file->path() + " (" +
+                             std::string(TokenDTypeName(file->dtype())) + ", " +
+                             std::to_string(file->num_tokens()) + " tokens)"
+                       : "synthetic tokens (seed " + std::to_string(seed) + ")";
+  if (!fed.empty()) d += " + --feed";
+  return d;
+}
+
+Status ReadStepWindows(const DataSource& source, uint64_t seed, int64_t position,
+                       std::vector<int64_t>& windows) {
+  const int64_t window = source.seq + 1;
+  windows.resize(static_cast<size_t>(source.batch * window));
+  for (int64_t b = 0; b < source.batch; ++b) {
+    const int64_t k = position + b;
+    int64_t* out = &windows[static_cast<size_t>(b * window)];
+    if (source.file)
+      RETURN_IF_ERROR(source.file->ReadWindow(k, window, source.vocab, out));
+    else
+      SyntheticWindow(seed, k, window, source.vocab, out);
+  }
+  return Status::Ok();
+}
+
 // ---- feeds ---------------------------------------------------------------------------------
 
 StatusOr<Feed> ReadFeed(const std::string& spec) {

@@ -1,8 +1,10 @@
 // Where a step's batch comes from: a flat token file (--data), synthetic tokens, or fixed
-// --feed tensors.
+// --feed tensors; and which input of a plan takes what (ChooseDataSource).
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +57,45 @@ TokenBatch MakeTokenBatch(const std::vector<int64_t>& windows, int64_t batch, in
 // i32): a step's batch goes straight into the executor's input storage.
 void WriteTokenBatch(const std::vector<int64_t>& windows, int64_t batch, int64_t seq,
                      bool loss_in_model, Tensor& ids, Tensor* labels);
+
+// ---- the data source of a plan -------------------------------------------------------------
+
+// Which input takes what. Token batches (token windows from --data or synthetic) fill the token
+// input and, from the same windows, the labels; every other input is fed.
+struct DataSource {
+  std::string tokens_input;   // the input an embedding Gather takes as indices, else "input_ids" if
+                              // the plan has it, else ""
+  std::string labels_input;   // "labels" if the plan has it, else ""
+  std::set<std::string> fed;  // the inputs given by --feed
+  // --data's file when token batches come from one; none: synthetic tokens (or no token batches).
+  std::optional<TokenFile> file;
+  // The token input's [batch, seq] (0 when it has no such shape); vocab: the rows of the
+  // embedding that gathers it (0 when none does).
+  int64_t batch = 0, seq = 0, vocab = 0;
+
+  // Whether a step writes token batches (the token input is not fed).
+  bool token_batches() const { return !tokens_input.empty() && !fed.count(tokens_input); }
+  // Whether the labels come from the token windows too.
+  bool labels_from_windows() const {
+    return token_batches() && !labels_input.empty() && !fed.count(labels_input);
+  }
+  // "synthetic tokens (seed 0)", "--data FILE (uint16, 1000 tokens)", "--feed", "... + --feed"
+  std::string Describe(uint64_t seed) const;
+};
+
+// The data source of a training graph with inputs `inputs`, `fed` of them given by --feed, and
+// the --data file (`data_path`, "" for none). An error (one line, saying which option to give)
+// when an input would have no data, when token batches cannot fill the token input (its type,
+// the labels' type, no vocabulary for synthetic tokens), when --data and a fed token input both
+// give the tokens, or when the file is shorter than one window.
+StatusOr<DataSource> ChooseDataSource(const Graph& graph, const std::vector<std::string>& inputs,
+                                      const std::set<std::string>& fed,
+                                      const std::string& data_path, TokenDType data_dtype);
+
+// The token windows of one step, row b reading window `position + b` (of seq + 1 tokens) of the
+// file or of the synthetic stream (`seed`), into `windows` (batch * (seq + 1) ids).
+Status ReadStepWindows(const DataSource& source, uint64_t seed, int64_t position,
+                       std::vector<int64_t>& windows);
 
 // ---- feeds ---------------------------------------------------------------------------------
 

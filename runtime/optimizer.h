@@ -1,53 +1,21 @@
-// The optimizers foundry-run applies after each step, elementwise in fp32, bitwise equal to
-// PyTorch's torch.optim.AdamW / SGD single-tensor CPU paths.
+// The optimizers foundry-run applies after each step, as the user names and sets them: option
+// names, parsing and range checks. The updates themselves (AdamW, SGD, bitwise PyTorch's) are
+// kernels: kernels/cpu/optimizer.h on the CPU, kernels/cuda/optimizer.h on the device.
 #pragma once
 
-#include <cstdint>
 #include <string_view>
 
 #include "base/status.h"
+#include "kernels/cpu/optimizer.h"
 
 namespace foundry {
 
-enum class OptimizerKind { kSgd, kAdamW };
 std::string_view OptimizerName(OptimizerKind kind);  // "sgd", "adamw"
 StatusOr<OptimizerKind> ParseOptimizerName(std::string_view name);
 
-// Hyper-parameters are doubles, as in PyTorch (Python floats); they are rounded to fp32 exactly
-// where PyTorch rounds them.
-struct OptimizerOptions {
-  OptimizerKind kind = OptimizerKind::kAdamW;
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  double momentum = 0.0;  // SGD only; 0 = plain SGD (no buffer)
-};
-
-// One AdamW step over n elements, PyTorch's torch.optim.AdamW (decoupled weight decay, bias
-// correction, amsgrad=False) operation for operation; `step` counts this update (1 = first).
-// Bitwise equal to torch 1.13's single-tensor CPU path (checked in trainer_test):
-//   p = p * f32(1 - lr*wd)
-//   m = fma(g, f32(1 - b1), m * f32(b1))                       exp_avg.mul_(b1).add_(g, alpha=1-b1)
-//   v = fma(f32(1 - b2) * g, g, v * f32(b2))        exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
-//   p = p + (f32(-lr / (1 - b1^t)) * m) / (sqrt(v) / f32(sqrt(1 - b2^t)) + f32(eps))
-// with the bias corrections computed in double, as Python does.
 // Each value in range, or an error naming the option as foundry-run spells it ("--lr nan: ..."):
 // lr finite > 0, 0 <= beta1, beta2 < 1, eps finite > 0, weight_decay finite >= 0,
 // 0 <= momentum < 1.
 Status CheckOptimizerOptions(const OptimizerOptions& o);
-
-// Both updates return whether every updated parameter element is finite (checked in the same
-// pass over memory as the update: on big models the update is memory-bound).
-bool AdamWUpdate(const OptimizerOptions& o, int64_t step, float* param, const float* grad, float* m,
-                 float* v, int64_t n);
-
-// One SGD step, torch.optim.SGD (dampening 0, no Nesterov): coupled weight decay
-// d = fma(p, f32(wd), g) when wd != 0; with momentum, buf = d on the first step, else
-// buf = buf * f32(momentum) + d, and d = buf; then p = fma(d, f32(-lr), p).
-// `momentum_buf` is unused (may be null) when momentum is 0.
-bool SgdUpdate(const OptimizerOptions& o, bool first_step, float* param, const float* grad,
-               float* momentum_buf, int64_t n);
 
 }  // namespace foundry

@@ -1,10 +1,16 @@
-// The training loop behind foundry-run: load a compiled plan, bind weights, feed a batch, run the
-// training graph (forward, loss, backward) on the planned executor (runtime/executor.h: one arena,
-// nothing allocated per step), apply the optimizer, save and resume.
+// The training loop behind foundry-run (runtime/train.h runs it): take a compiled plan, bind
+// weights, feed a batch, run the training graph (forward, loss, backward) on the planned executor
+// (runtime/executor.h: one arena, nothing allocated per step), apply the optimizer, save and
+// resume. Every device operation goes through the Backend interface (runtime/backend.h): the
+// trainer does not know which device it drives.
+//
+// The plan must carry a memory layout for the backend (foundry-compile plans one for every backend
+// the build has; a plan built in memory runs PlanMemory itself first).
 //
 // Storage (each byte once, counted by class in base/memory_accounting.h):
-//  - parameters: the trainer's tensors (class parameter), MOVED out of the loaded graph (an
-//    imported initializer is not held twice); the executor reads them in place;
+//  - parameters: the ParameterStore's tensors (class parameter, runtime/parameter_store.h), MOVED
+//    out of the loaded graph (an imported initializer is not held twice); the executor reads them
+//    in place (on a device: their device copies);
 //  - optimizer slots: allocated at Create (class optimizer_state): AdamW m and v, SGD momentum m;
 //  - inputs, the loss and the gradients: the executor's storage. The batch is written into the
 //    input storage in place, the optimizer reads the gradients in place, the loss and the dumps
@@ -25,7 +31,8 @@
 //  3. A non-finite loss or gradient stops the run: the step is replayed with Interpret and its
 //     finite check to name the first node that produced the value. The replay is diagnostics after
 //     a failure: unplanned, it allocates every value on its own.
-//  4. The optimizer updates every parameter in place, elementwise, in fp32 (see AdamWUpdate).
+//  4. The optimizer updates every parameter in place, elementwise, in fp32 (Backend::
+//     ApplyOptimizer: kernels/cpu/optimizer.h's AdamWUpdate and SgdUpdate, bit for bit).
 //
 // Resume contract: N steps, Save, Resume, M steps is bitwise identical (losses and weights) to
 // N + M steps in one run. Everything a step reads is saved: parameters, optimizer slots, the step
@@ -42,11 +49,13 @@
 #include "base/status.h"
 #include "base/tensor.h"
 #include "compiler/memory_plan.h"
+#include "runtime/backend.h"
 #include "runtime/data.h"
 #include "runtime/executor.h"
 #include "runtime/loaded_plan.h"
 #include "runtime/optimizer.h"
 #include "runtime/param_init.h"
+#include "runtime/parameter_store.h"
 #include "runtime/train_state.h"
 
 namespace foundry {
@@ -109,14 +118,14 @@ class Trainer {
   Status Save(const std::string& dir) const;
 
   int64_t step() const { return step_; }
-  int64_t batch() const { return batch_; }
-  int64_t seq() const { return seq_; }
-  int64_t vocab() const { return vocab_; }
+  int64_t batch() const { return data_.batch; }
+  int64_t seq() const { return data_.seq; }
+  int64_t vocab() const { return data_.vocab; }
   int64_t num_parameter_elements() const;
   const LoadedPlan& plan() const { return plan_; }
   const TrainerOptions& options() const { return options_; }
   // "synthetic tokens (seed 0)", "--data FILE (uint16, 1000 tokens)", "--feed"
-  std::string DataDescription() const;
+  std::string DataDescription() const { return data_.Describe(options_.seed); }
   // The current parameter values (a copy) / one of them.
   std::map<std::string, Tensor> parameters() const;
   const Tensor& parameter(const std::string& name) const;
@@ -134,45 +143,47 @@ class Trainer {
   Backend& backend() const { return *backend_; }
 
  private:
+  // A tensor a step writes to a file once it has succeeded.
+  struct Dump {
+    std::string path;
+    Tensor tensor;  // on the host: a view on a host-memory backend, else a copy
+    std::string name;
+  };
+
   Trainer() = default;
+  // Create's steps, in order.
+  void RecordInputFiles();
+  StatusOr<std::map<std::string, Tensor>> TakeParameters();
+  Status CheckGraphData();
+  StatusOr<std::map<std::string, Tensor>> ReadFeeds();
+  Status CheckBackendCanRun() const;
+  Status CreateExecutor(std::map<std::string, Tensor>& fed);
+  // Step's steps, in order.
+  Status CheckCanStep() const;
   Status BuildBatch();
-  // Updates every parameter; names the first one the update made non-finite (else leaves it).
-  Status ApplyOptimizer(std::string* non_finite_param);
   Status NonFiniteError(int64_t step, const InterpretOptions& base) const;
+  StatusOr<std::vector<Dump>> PrepareDumps() const;
+  Status ApplyOptimizer(int64_t step);
+  Status WriteDumps(const std::vector<Dump>& dumps) const;
+
   Status WriteSave(const std::string& tmp) const;
-  // Device backends: parameters and slots host -> device (Create, Resume) and device -> host
-  // (before anything reads the host copies).
-  Status PushToDevice();
-  Status PullFromDevice() const;
-  // The device half of Step: finite check with the loss read back, and the optimizer.
-  Status CheckStepOnDevice(float* loss, bool* finite);
-  Status ApplyOptimizerOnDevice(std::string* non_finite_param);
 
   LoadedPlan plan_;
   TrainerOptions options_;
-  // The parameters, updated in place by the optimizer; the executor holds views of them, so they
-  // never move (a resume copies into them).
-  // On a device backend these are the host copies (current after PullFromDevice).
-  mutable std::map<std::string, Tensor> params_;
-  mutable std::map<std::string, Tensor> slot_m_;  // AdamW exp_avg / SGD momentum buffer
-  mutable std::map<std::string, Tensor> slot_v_;  // AdamW exp_avg_sq
   Backend* backend_ = nullptr;
-  bool on_device_ = false;           // the backend's memory is not host memory
-  mutable bool host_stale_ = false;  // the device copies changed since the last pull
-  // Device backends: the device copies (views of dev_regions_), the batch staged on the host,
-  // and a small status block: int [0] loss bits, [1] gradients flag, [2 + i] update flag of
-  // parameter i (the order of plan.parameters).
-  std::map<std::string, Tensor> dev_params_, dev_m_, dev_v_;
-  std::vector<Region> dev_regions_;
-  std::map<std::string, Tensor> staged_;
-  Region status_;
-  std::set<std::string> fed_;  // inputs given by --feed (written into storage once)
+  // The parameters and optimizer slots, updated in place by the optimizer; the executor holds
+  // views of their backend tensors, so they never move (a resume copies into them).
+  std::unique_ptr<ParameterStore> store_;
+  DataSource data_;
   std::unique_ptr<Executor> executor_;
-  std::vector<int64_t> windows_;  // the token windows of a step, reused
-  std::unique_ptr<TokenFile> data_;
-  std::string tokens_input_;  // the input the embedding gathers ("" if none)
-  std::string labels_input_;  // "labels" if the plan has it
-  int64_t batch_ = 0, seq_ = 0, vocab_ = 0;
+  // Per step: the gradients (plan.parameters order), the optimizer's operands, the backend's
+  // read-back memory, the token windows, and where the host writes the batch (the token and
+  // labels inputs themselves on a host-memory backend, else host copies).
+  std::vector<const Tensor*> gradients_;
+  std::vector<ParameterUpdate> updates_;
+  Region status_;
+  std::vector<int64_t> windows_;
+  Tensor staged_ids_, staged_labels_;
   int64_t step_ = 0;
   int64_t data_position_ = 0;
   int64_t steps_this_run_ = 0;

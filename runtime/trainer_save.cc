@@ -1,29 +1,15 @@
 // Trainer::Save and Trainer::Resume: the --save directory (runtime/train_state.h) written and read.
-#include <fcntl.h>
-#include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <numbers>
-#include <set>
-#include <sstream>
-#include <tuple>
 
 #include "base/file_util.h"
-#include "base/hash.h"
 #include "compiler/onnx_export.h"
 #include "compiler/onnx_import.h"
-#include "compiler/op_schema.h"
 #include "compiler/tensor_proto.h"
-#include "kernels/cpu/philox.h"
-#include "runtime/interpreter.h"
 #include "runtime/messages.h"
 #include "runtime/trainer.h"
 
@@ -44,32 +30,6 @@ bool IsInside(const std::string& path, const std::string& dir) {
   if (ec) return false;
   auto [di, pi] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
   return di == d.end() || (std::next(di) == d.end() && di->empty());
-}
-
-// Replaces `dir` by `tmp` so that a reader sees either the old directory or the new one: an atomic
-// exchange (renameat2 RENAME_EXCHANGE) where the file system has it, else two renames (a crash
-// between them leaves the old save as DIR.old.<pid> and the new one as DIR.tmp.<pid>).
-Status SwapDirectoryIn(const std::string& tmp, const std::string& dir) {
-  std::error_code ec;
-  if (!fs::exists(dir, ec)) {
-    if (std::rename(tmp.c_str(), dir.c_str()) != 0)
-      return Error("cannot rename '" + tmp + "' to '" + dir + "': " + std::strerror(errno));
-    return Status::Ok();
-  }
-#ifdef RENAME_EXCHANGE
-  if (renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
-    fs::remove_all(tmp, ec);  // now the old save
-    return Status::Ok();
-  }
-#endif
-  std::string old = dir + ".old." + std::to_string(::getpid());
-  fs::remove_all(old, ec);
-  if (std::rename(dir.c_str(), old.c_str()) != 0)
-    return Error("cannot rename '" + dir + "' to '" + old + "': " + std::strerror(errno));
-  if (std::rename(tmp.c_str(), dir.c_str()) != 0)
-    return Error("cannot rename '" + tmp + "' to '" + dir + "': " + std::strerror(errno));
-  fs::remove_all(old, ec);
-  return Status::Ok();
 }
 
 }  // namespace
@@ -139,11 +99,11 @@ Status Trainer::Save(const std::string& dir_arg) const {
 
 Status Trainer::WriteSave(const std::string& tmp) const {
   std::error_code ec;
-  RETURN_IF_ERROR(PullFromDevice());
+  RETURN_IF_ERROR(store_->Pull());
 
   Graph g = plan_.graph;
   for (const auto& name : plan_.plan.parameters)
-    g.FindValue(name)->data = std::make_shared<const Tensor>(params_.at(name));
+    g.FindValue(name)->data = std::make_shared<const Tensor>(store_->host_params().at(name));
   RETURN_IF_ERROR(ExportOnnx(g, (fs::path(tmp) / "model.onnx").string()));
   auto write_slots = [&](const std::map<std::string, Tensor>& slots,
                          const std::string& suffix) -> Status {
@@ -153,8 +113,8 @@ Status Trainer::WriteSave(const std::string& tmp) const {
           name + suffix.substr(0, 2)));
     return Status::Ok();
   };
-  RETURN_IF_ERROR(write_slots(slot_m_, ".m.pb"));
-  RETURN_IF_ERROR(write_slots(slot_v_, ".v.pb"));
+  RETURN_IF_ERROR(write_slots(store_->host_m(), ".m.pb"));
+  RETURN_IF_ERROR(write_slots(store_->host_v(), ".v.pb"));
 
   const OptimizerOptions& o = options_.optimizer;
   nlohmann::ordered_json j;
@@ -172,7 +132,7 @@ Status Trainer::WriteSave(const std::string& tmp) const {
   j["seed"] = options_.seed;
   j["init_seed"] = options_.init_seed;
   std::string data_path;
-  if (data_) data_path = fs::absolute(data_->path(), ec).lexically_normal().string();
+  if (data_.file) data_path = fs::absolute(data_.file->path(), ec).lexically_normal().string();
   // Feed files by absolute path, so a resume from another directory finds them.
   std::vector<std::string> feeds;
   for (const auto& spec : options_.feeds) {
@@ -208,7 +168,7 @@ Status Trainer::Resume(const std::string& dir) {
   std::map<std::string, Tensor> params, m, v;
   for (const auto& name : plan_.plan.parameters) {
     const Value* sv = saved->FindValue(name);
-    const Tensor& cur = params_.at(name);
+    const Tensor& cur = store_->host_params().at(name);
     if (!sv || !sv->data)
       return Error("--resume " + dir + ": '" + model + "' has no values for parameter '" + name +
                    "'; was it saved from another model?");
@@ -237,18 +197,19 @@ Status Trainer::Resume(const std::string& dir) {
     }
   }
   // Room for one more step's windows: (position + batch) * (seq + 1) must fit int64.
-  if (batch_ > 0 && s.data_position > INT64_MAX / (seq_ + 1) - batch_)
+  const int64_t batch = data_.batch, seq = data_.seq;
+  if (batch > 0 && s.data_position > INT64_MAX / (seq + 1) - batch)
     return Error("--resume " + dir + ": data position " + std::to_string(s.data_position) +
-                 " is out of range for batches of " + std::to_string(batch_) + " x " +
-                 std::to_string(seq_ + 1) + " tokens");
+                 " is out of range for batches of " + std::to_string(batch) + " x " +
+                 std::to_string(seq + 1) + " tokens");
   // Into the trainer's own tensors: the executor reads the parameters where they are.
   auto copy_into = [](std::map<std::string, Tensor>& from, std::map<std::string, Tensor>& to) {
     for (auto& [name, t] : from) std::memcpy(to.at(name).raw(), t.raw(), t.nbytes());
   };
-  copy_into(params, params_);
-  copy_into(m, slot_m_);
-  copy_into(v, slot_v_);
-  RETURN_IF_ERROR(PushToDevice());  // the host copies are now the state: up to the device
+  copy_into(params, store_->host_params());
+  copy_into(m, store_->host_m());
+  copy_into(v, store_->host_v());
+  RETURN_IF_ERROR(store_->Push());  // the host copies are now the state: to the backend
   step_ = s.step;
   data_position_ = s.data_position;
   resume_dir_ = dir;

@@ -32,16 +32,26 @@ namespace {
 Status Check(cudaError_t err, const char* call, const std::string& what) {
   if (err == cudaSuccess) return Status::Ok();
   cudaGetLastError();
-  return Error(what + ": " + call + " failed: " + cudaGetErrorString(err));
+  return Error((what.empty() ? "" : what + ": ") + call + " failed: " + cudaGetErrorString(err));
+}
+
+Status CheckBlas(cublasStatus_t st, const char* call) {
+  if (st == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  return Error(std::string("the cuda backend: ") + call + " failed (status " +
+               std::to_string(static_cast<int>(st)) + ")");
 }
 
 }  // namespace
 
-Status DeviceAlloc(int64_t bytes, void** out, const std::string& what) {
+Status DeviceAlloc(int64_t bytes, void** out, void* stream, const std::string& what) {
   *out = nullptr;
   if (bytes <= 0) return Status::Ok();
   RETURN_IF_ERROR(Check(cudaMalloc(out, static_cast<size_t>(bytes)), "cudaMalloc", what));
-  Status s = Check(cudaMemset(*out, 0, static_cast<size_t>(bytes)), "cudaMemset", what);
+  // On the work stream, not the legacy default one: a non-blocking stream is not ordered after
+  // the default stream, so a plain cudaMemset could land after the first writes.
+  Status s =
+      Check(cudaMemsetAsync(*out, 0, static_cast<size_t>(bytes), static_cast<cudaStream_t>(stream)),
+            "cudaMemsetAsync", what);
   if (!s.ok()) {
     cudaFree(*out);
     *out = nullptr;
@@ -97,14 +107,17 @@ StatusOr<StreamAndBlas> CreateStreamAndBlas() {
   RETURN_IF_ERROR(Check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate",
                         "the cuda backend"));
   cublasHandle_t h = nullptr;
-  cublasStatus_t st = cublasCreate(&h);
-  if (st != CUBLAS_STATUS_SUCCESS) {
+  auto bind = [&]() -> Status {
+    RETURN_IF_ERROR(CheckBlas(cublasCreate(&h), "cublasCreate"));
+    RETURN_IF_ERROR(CheckBlas(cublasSetStream(h, s), "cublasSetStream"));
+    // Exact fp32 by default: no TF32 unless a kernel asks for it per call (--tf32).
+    return CheckBlas(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+  };
+  if (Status st = bind(); !st.ok()) {
+    if (h) cublasDestroy(h);
     cudaStreamDestroy(s);
-    return Error("the cuda backend: cublasCreate failed (status " + std::to_string(int(st)) + ")");
+    return st;
   }
-  cublasSetStream(h, s);
-  // Exact fp32 by default: no TF32 unless a kernel asks for it per call (--tf32).
-  cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH);
   r.stream = s;
   r.cublas = h;
   return r;

@@ -15,11 +15,14 @@ int CudaDeviceCount();
 // "NVIDIA H200 (sm_90, 139.8 GiB)" for device `index`, or the CUDA error saying why there is none.
 std::string CudaDeviceDescription(int index);
 
-// Every call below is checked; an error names `what` and the CUDA / cuBLAS error.
+// Every call below is checked; an error names `what` (when not empty) and the CUDA / cuBLAS error:
+// "<what>: cudaMalloc failed: out of memory".
 namespace cuda {
 
-// cudaMalloc of `bytes` (zero-filled); null `*out` for 0 bytes.
-Status DeviceAlloc(int64_t bytes, void** out, const std::string& what);
+// cudaMalloc of `bytes`, zero-filled by a cudaMemsetAsync on `stream` (a cudaStream_t): the work
+// that first touches the memory must run on that stream (or be ordered after it), which every
+// user of the backend's memory does. Null `*out` for 0 bytes.
+Status DeviceAlloc(int64_t bytes, void** out, void* stream, const std::string& what);
 void DeviceFree(void* p);  // null is fine; errors at free are ignored (teardown)
 Status DeviceMemset(void* p, int value, int64_t bytes, void* stream, const std::string& what);
 

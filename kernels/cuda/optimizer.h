@@ -1,11 +1,11 @@
 // The optimizer updates on the device: AdamW and SGD over fp32 arrays in device memory, bitwise
-// equal to runtime/optimizer.h's AdamWUpdate / SgdUpdate (same operations in the same order, every
-// product and sum rounded where the CPU rounds it). Plain C++ (no CUDA header): the per-element
-// updates below are FOUNDRY_HD functions that the kernels (kernels/cuda/optimizer.cu) and the host
-// test (tests/kernels/cuda/optimizer_host_test.cc, against the CPU updates) both run.
+// equal to kernels/cpu/optimizer.h's AdamWUpdate / SgdUpdate (same operations in the same order,
+// every product and sum rounded where the CPU rounds it). Plain C++ (no CUDA header): the
+// per-element updates below are FOUNDRY_HD functions that the kernels (kernels/cuda/optimizer.cu)
+// and the host test (tests/kernels/cuda/optimizer_host_test.cc, against the CPU updates) both run.
 //
-// The hyper-parameters arrive as runtime/optimizer.h's OptimizerOptions (a plain struct; only its
-// definition is used, nothing of the runtime library is linked).
+// The hyper-parameters arrive as kernels/cpu/optimizer.h's OptimizerOptions, the struct the CPU
+// updates take.
 #pragma once
 
 #include <cfloat>
@@ -13,8 +13,8 @@
 #include <cstdint>
 
 #include "base/status.h"
+#include "kernels/cpu/optimizer.h"
 #include "kernels/cuda/hd.h"
-#include "runtime/optimizer.h"
 
 namespace foundry {
 

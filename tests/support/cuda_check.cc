@@ -45,9 +45,10 @@ StatusOr<std::vector<Tensor>> RunSingleNodeOnCuda(const Node& node,
     ~Buffers() {
       for (void* p : ptrs) cuda::DeviceFree(p);
     }
+    void* stream = nullptr;
     StatusOr<void*> Get(int64_t bytes, const std::string& what) {
       void* p = nullptr;
-      RETURN_IF_ERROR(cuda::DeviceAlloc(bytes > 0 ? bytes : 1, &p, what));
+      RETURN_IF_ERROR(cuda::DeviceAlloc(bytes > 0 ? bytes : 1, &p, stream, what));
       ptrs.push_back(p);
       return p;
     }
@@ -57,6 +58,7 @@ StatusOr<std::vector<Tensor>> RunSingleNodeOnCuda(const Node& node,
     cuda::StreamAndBlas* s;
     ~Guard() { cuda::DestroyStreamAndBlas(*s); }
   } guard{&sb};
+  buffers.stream = sb.stream;
 
   std::vector<Tensor> dev_in(node.inputs.size());
   std::vector<const Tensor*> in_ptrs(node.inputs.size(), nullptr);

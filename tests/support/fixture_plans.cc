@@ -8,7 +8,9 @@
 #include "compiler/ckpt_targets.h"
 #include "compiler/onnx_import.h"
 #include "compiler/plan.h"
+#include "passes/memory_plan.h"
 #include "passes/pipeline.h"
+#include "runtime/cuda_backend.h"
 #include "runtime/data.h"
 
 namespace foundry {
@@ -59,6 +61,8 @@ StatusOr<LoadedPlan> CompileImported(Graph g, const fs::path& model,
     lp.plan.gradients[g.parameters[i]] = g.outputs[i + 1];
   lp.plan.dims = dims;
   RETURN_IF_ERROR(CheckPlan(lp.plan, g, lp.plan_path));
+  // The memory plan, as foundry-compile makes it: a layout for every backend this build has.
+  ASSIGN_OR_RETURN(lp.plan.memory, PlanMemory(g, CompiledBackendSpecs()));
   lp.graph = std::move(g);
   return lp;
 }

@@ -22,7 +22,8 @@ struct TrainingFixture {
 std::vector<TrainingFixture> TrainingFixtures(const std::filesystem::path& fixtures_dir);
 
 // The training plan of `model` with its symbolic dimensions bound from the shapes of the fed
-// tensors, checked as LoadPlan checks a plan file (its memory plan is made by the trainer).
+// tensors, checked as LoadPlan checks a plan file, with the memory plan foundry-compile makes (a
+// layout for every backend the build has: CompiledBackendSpecs).
 // `checkpoint`: module instances the remat pass checkpoints (none: the plain plan).
 StatusOr<LoadedPlan> CompileFixture(const std::filesystem::path& model,
                                     const std::vector<std::string>& feeds,

@@ -335,7 +335,7 @@ StatusOr<Tensor> RunInPlace(const Node& node, const std::vector<Tensor>& inputs,
   Status status = Status::Ok();
   for (size_t i = 0; i < inputs.size() && status.ok(); ++i) {
     void* p = nullptr;
-    status = cuda::DeviceAlloc(inputs[i].nbytes() + 1, &p, "input");
+    status = cuda::DeviceAlloc(inputs[i].nbytes() + 1, &p, sb.stream, "input");
     if (!status.ok()) break;
     ptrs.push_back(p);
     status = cuda::CopyToDevice(p, inputs[i].raw(), inputs[i].nbytes(), sb.stream, "input");

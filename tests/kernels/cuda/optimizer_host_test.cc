@@ -1,8 +1,8 @@
 // The device optimizer's per-element updates (kernels/cuda/optimizer.h), run on the host with g++
-// (this file is compiled with -ffp-contract=off, as runtime/optimizer.cc), bitwise against the CPU
-// updates AdamWUpdate / SgdUpdate over several steps, with and without weight decay and momentum.
-// Needs no GPU: it shows the formula and its roundings are the CPU's; the GPU test shows the
-// device computes this formula (__fmul_rn & co. keep nvcc from contracting it).
+// (this file is compiled with -ffp-contract=off, as kernels/cpu/optimizer.cc), bitwise against the
+// CPU updates AdamWUpdate / SgdUpdate over several steps, with and without weight decay and
+// momentum. Needs no GPU: it shows the formula and its roundings are the CPU's; the GPU test shows
+// the device computes this formula (__fmul_rn & co. keep nvcc from contracting it).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/optimizer.h"
 #include "kernels/cuda/optimizer.h"
-#include "runtime/optimizer.h"
 
 namespace foundry {
 namespace {

@@ -1,6 +1,6 @@
-// The device AdamW / SGD updates against the CPU ones (runtime/optimizer.h), bitwise, over several
-// steps; the non-finite flag. Needs a GPU (skips without one).
-#include "runtime/optimizer.h"
+// The device AdamW / SGD updates against the CPU ones (kernels/cpu/optimizer.h), bitwise, over
+// several steps; the non-finite flag. Needs a GPU (skips without one).
+#include "kernels/cpu/optimizer.h"
 
 #include <gtest/gtest.h>
 
@@ -36,14 +36,14 @@ struct DeviceArrays {
   }
   float* Upload(const std::vector<float>& v, void* stream) {
     void* p = nullptr;
-    EXPECT_TRUE(cuda::DeviceAlloc(v.size() * sizeof(float), &p, "array").ok());
+    EXPECT_TRUE(cuda::DeviceAlloc(v.size() * sizeof(float), &p, stream, "array").ok());
     ptrs.push_back(p);
     EXPECT_TRUE(cuda::CopyToDevice(p, v.data(), v.size() * sizeof(float), stream, "array").ok());
     return static_cast<float*>(p);
   }
   int* Flag(void* stream) {
     void* p = nullptr;
-    EXPECT_TRUE(cuda::DeviceAlloc(sizeof(int), &p, "flag").ok());
+    EXPECT_TRUE(cuda::DeviceAlloc(sizeof(int), &p, stream, "flag").ok());
     ptrs.push_back(p);
     return static_cast<int*>(p);
   }
