@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,13 +97,57 @@ StatusOr<int64_t> ParseByteSize(const std::string& text);
 // --ckpt-config reads back to the same instances. `warnings`: one line each where upstream
 // llm-foundry would reject it (FFN names, several names at once, foundry-only names such as child
 // names or globs).
+// One layer item of a dict value: "first-3", "last-2", "range-3-23", or a bare layer index.
+struct CkptLayerItem {
+  std::string text;    // as the YAML writes it
+  int64_t index = -1;  // >= 0: a bare layer index (`text` is its digits)
+};
+// One name of the dict with its layers as llm-foundry reads them: one string (the items joined
+// with commas: "first-2,last-1") or, when a bare index is among them, a list of the items.
+struct CkptConfigEntry {
+  std::string name;
+  std::vector<CkptLayerItem> items;
+  bool list = false;
+};
 struct CkptConfigText {
-  std::string yaml;                 // "{mptblock: first-3, grouped_query_attention: range-3-23}"
-  std::vector<CkptTarget> targets;  // the same, as targets
+  std::string yaml;  // "{mptblock: first-3, grouped_query_attention: range-3-23}"
+  std::vector<CkptConfigEntry> entries;  // the same dict, as data
+  std::vector<CkptTarget> targets;       // the same, as targets
   std::vector<std::string> warnings;
 };
 StatusOr<CkptConfigText> SelectionAsConfig(const Graph& graph,
                                            const std::vector<std::string>& instances);
+
+// The --emit-ckpt-config file: `comment` as its first line, then the two keys of an llm-foundry
+// training config that switch the selection on (or off, when `config` selects nothing), which
+// --ckpt-config reads back.
+std::string CkptConfigFile(const std::string& comment, const CkptConfigText& config);
+
+// What a --memory-budget search chose, and what it is measured against: foundry-compile prints
+// it (FormatBudgetChoice) and --report-json writes it as its "budget" object.
+struct BudgetChoice {
+  int64_t budget_bytes = 0;
+  CkptEvaluation chosen;  // BudgetResult::chosen
+  CkptConfigText config;  // chosen.instances as llm-foundry config; yaml "" when none
+  // The cheapest llm-foundry uniform target whose plan fits (fewest recompute FLOPs, then
+  // nodes; the first of equals in BudgetResult::uniform order); none when none fits.
+  std::optional<CkptEvaluation> uniform;
+  int plans = 0;  // BudgetResult::plans
+};
+// `result` of a search for `budget_bytes` over `autodiff_graph` (the evaluator's graph).
+StatusOr<BudgetChoice> MakeBudgetChoice(const Graph& autodiff_graph, const BudgetResult& result,
+                                        int64_t budget_bytes);
+
+// flops_recomputed / step_flops · 100 (0 for an empty step).
+double RecomputePercent(const CkptEvaluation& evaluation);
+
+// "planned total 1.4 MiB (1469915 B) <= budget 1.4 MiB (1500000 B), recompute 3.41 % of the
+// step; 34 plans evaluated": the line foundry-compile prints and heads the emitted config with.
+std::string BudgetLine(const BudgetChoice& choice);
+
+// The lines foundry-compile prints for the choice: "memory budget: " + BudgetLine, the target
+// (or that nothing is needed), the config's warnings as notes, the cheapest uniform target.
+std::string FormatBudgetChoice(const BudgetChoice& choice);
 
 // The Pareto frontier picture (`--memory-frontier FILE.svg`): planned total (x) against recompute
 // FLOPs as % of the step (y), the chosen selections over a range of budgets as a step line with
@@ -115,5 +160,15 @@ struct FrontierPoint {
 };
 std::string MemoryFrontierSvg(const std::string& title, const std::vector<FrontierPoint>& frontier,
                               const std::vector<FrontierPoint>& uniform);
+
+// The points --memory-frontier draws, from a first search `first` on `evaluator`: the cheapest
+// plan for 13 budgets spread evenly from the smallest uniform total (every block) to the largest
+// (nothing checkpointed), Pareto-filtered, and llm-foundry's uniform targets on every layer (the
+// ones without a layer spec). The extra searches reuse the evaluator's plans.
+struct FrontierPoints {
+  std::vector<FrontierPoint> frontier;
+  std::vector<FrontierPoint> uniform;
+};
+StatusOr<FrontierPoints> MemoryFrontier(const CkptEvaluator& evaluator, const BudgetResult& first);
 
 }  // namespace foundry

@@ -65,27 +65,33 @@ std::string YamlScalar(const std::string& s) {
 struct LayerSpec {
   std::string text;
   std::string yaml;
+  std::vector<CkptLayerItem> items;
+  bool list = false;
 };
 LayerSpec SpecOf(const std::set<int64_t>& layers, int64_t num_layers) {
   std::vector<std::string> items;
+  std::vector<CkptLayerItem> typed;
   bool has_index = false;
   for (auto it = layers.begin(); it != layers.end();) {
     const int64_t a = *it;
     int64_t b = a;
     for (++it; it != layers.end() && *it == b + 1; ++it) b = *it;
     if (a == 0) {
-      items.push_back("first-" + std::to_string(b + 1));
+      typed.push_back({"first-" + std::to_string(b + 1), -1});
     } else if (num_layers > 0 && b == num_layers - 1) {
-      items.push_back("last-" + std::to_string(num_layers - a));
+      typed.push_back({"last-" + std::to_string(num_layers - a), -1});
     } else if (num_layers > 0 && a == b) {
-      items.push_back(std::to_string(a));
+      typed.push_back({std::to_string(a), a});
       has_index = true;
     } else {
-      items.push_back("range-" + std::to_string(a) + "-" + std::to_string(b + 1));
+      typed.push_back({"range-" + std::to_string(a) + "-" + std::to_string(b + 1), -1});
     }
+    items.push_back(typed.back().text);
   }
   // A lone bare index would read as "the first n": bare indices go in a list.
   LayerSpec spec;
+  spec.items = std::move(typed);
+  spec.list = has_index;
   spec.text = has_index ? "[" + Join(items, ",") + "]" : Join(items, ",");
   if (has_index)
     spec.yaml = "[" + Join(items, ", ") + "]";
@@ -254,6 +260,7 @@ StatusOr<CkptConfigText> SelectionAsConfig(const Graph& graph,
   for (const auto& name : names) {
     const LayerSpec spec = SpecOf(layers[name], count_of(name));
     entries.push_back(YamlScalar(name) + ": " + spec.yaml);
+    out.entries.push_back({name, spec.items, spec.list});
     out.targets.push_back({name, spec.text, "SelectionAsConfig"});
   }
   out.yaml = "{" + Join(entries, ", ") + "}";
@@ -306,6 +313,13 @@ StatusOr<CkptConfigText> SelectionAsConfig(const Graph& graph,
                  std::to_string(all.size()) + " selected instances (it selects " +
                  std::to_string(got.size()) + ")");
   return out;
+}
+
+std::string CkptConfigFile(const std::string& comment, const CkptConfigText& config) {
+  std::string out = "# " + comment + "\n";
+  if (config.yaml.empty()) return out + "fsdp_config:\n  activation_checkpointing: false\n";
+  return out + "model:\n  activation_checkpointing_target: " + config.yaml +
+         "\nfsdp_config:\n  activation_checkpointing: true\n";
 }
 
 }  // namespace foundry

@@ -9,6 +9,7 @@
 // the marker).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <sstream>
 
@@ -214,6 +215,33 @@ std::string MemoryFrontierSvg(const std::string& title, const std::vector<Fronti
       << "llm-foundry uniform targets</text>\n";
   svg << "</svg>\n";
   return svg.str();
+}
+
+StatusOr<FrontierPoints> MemoryFrontier(const CkptEvaluator& evaluator, const BudgetResult& first) {
+  FrontierPoints out;
+  int64_t lo = INT64_MAX, hi = 0;
+  for (const CkptEvaluation& e : first.uniform) {
+    lo = std::min(lo, e.total_bytes);
+    hi = std::max(hi, e.total_bytes);
+    if (e.label.find('=') == std::string::npos)
+      out.uniform.push_back({e.total_bytes, RecomputePercent(e), e.label});
+  }
+  constexpr int kBudgets = 12;
+  std::vector<CkptEvaluation> chosen;
+  for (int k = 0; k <= kBudgets; ++k) {
+    BudgetOptions o;
+    o.budget_bytes = lo + (hi - lo) * k / kBudgets;
+    ASSIGN_OR_RETURN(BudgetResult r, ChooseCheckpointing(evaluator, o));
+    chosen.push_back(r.chosen);
+  }
+  std::sort(chosen.begin(), chosen.end(), [](const auto& a, const auto& b) {
+    return a.total_bytes != b.total_bytes ? a.total_bytes < b.total_bytes
+                                          : a.flops_recomputed < b.flops_recomputed;
+  });
+  for (const CkptEvaluation& e : chosen)  // the Pareto set: each cheaper than every smaller one
+    if (out.frontier.empty() || RecomputePercent(e) < out.frontier.back().recompute_percent)
+      out.frontier.push_back({e.total_bytes, RecomputePercent(e), ""});
+  return out;
 }
 
 }  // namespace foundry

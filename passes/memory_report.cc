@@ -327,6 +327,59 @@ double RecomputePercent(const CheckpointReport& c) {
   return c.step_flops > 0 ? 100.0 * double(c.flops_recomputed) / double(c.step_flops) : 0.0;
 }
 
+namespace {
+
+using nlohmann::ordered_json;
+
+// The planner's figures for one evaluated selection.
+ordered_json EvaluationJson(const CkptEvaluation& e) {
+  return {{"total_bytes", e.total_bytes},
+          {"arena_bytes", e.arena_bytes},
+          {"saved_for_backward_bytes", e.saved_bytes},
+          {"flops_recomputed", e.flops_recomputed},
+          {"nodes_recomputed", e.nodes_recomputed},
+          {"step_flops", e.step_flops},
+          {"recompute_percent", RecomputePercent(e)}};
+}
+
+// llm-foundry's activation_checkpointing_target dict, as its YAML reads: a string per name, or a
+// list of layer indices and strings.
+ordered_json TargetDictJson(const CkptConfigText& config) {
+  ordered_json dict = ordered_json::object();
+  for (const CkptConfigEntry& e : config.entries) {
+    if (!e.list) {
+      std::string joined;
+      for (const CkptLayerItem& item : e.items) joined += (joined.empty() ? "" : ",") + item.text;
+      dict[e.name] = joined;
+      continue;
+    }
+    ordered_json items = ordered_json::array();
+    for (const CkptLayerItem& item : e.items)
+      items.push_back(item.index >= 0 ? ordered_json(item.index) : ordered_json(item.text));
+    dict[e.name] = std::move(items);
+  }
+  return dict;
+}
+
+ordered_json BudgetJson(const BudgetChoice& b) {
+  ordered_json chosen = {{"activation_checkpointing_target", TargetDictJson(b.config)},
+                         {"yaml", b.config.yaml},
+                         {"instances", b.chosen.instances}};
+  chosen.update(EvaluationJson(b.chosen));
+  ordered_json uniform = nullptr;
+  if (b.uniform) {
+    uniform = {{"target", b.uniform->label}};
+    uniform.update(EvaluationJson(*b.uniform));
+  }
+  return {{"budget_bytes", b.budget_bytes},
+          {"chosen", std::move(chosen)},
+          {"uniform", std::move(uniform)},
+          {"plans_tried", b.plans},
+          {"warnings", b.config.warnings}};
+}
+
+}  // namespace
+
 std::string MemoryReportJson(const MemoryReport& r) {
   using nlohmann::ordered_json;
   ordered_json j;
@@ -407,6 +460,7 @@ std::string MemoryReportJson(const MemoryReport& r) {
     ck["notes"] = notes;
     j["checkpoint"] = std::move(ck);
   }
+  if (r.budget) j["budget"] = BudgetJson(*r.budget);
   return j.dump(2) + "\n";
 }
 

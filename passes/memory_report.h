@@ -68,6 +68,7 @@
 #include "compiler/memory_plan.h"
 #include "compiler/phase.h"
 #include "passes/checkpoint_report.h"
+#include "passes/ckpt_budget.h"
 
 namespace foundry {
 
@@ -145,6 +146,9 @@ struct MemoryReport {
   // What checkpointing did, against the plain plan of the same model; set by the caller (the
   // CLI with --ckpt), printed and written when set.
   std::optional<CheckpointReport> checkpoint;
+  // What --memory-budget chose; set by the caller, written to the JSON when set (the text report
+  // leaves it out: foundry-compile prints it as the search ends, FormatBudgetChoice).
+  std::optional<BudgetChoice> budget;
 };
 
 inline constexpr int kPeakValues = 10;

@@ -45,7 +45,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 MAX_BYTES=$((64 * 1024 * 1024))
 # What the binaries may load from OUT/lib (copied from this machine) and from the GPU machine.
-FOUNDRY_LIBS="libfoundry_base.so libfoundry_compiler.so libfoundry_cpu_kernels.so libfoundry_cuda_kernels.so libfoundry_passes.so libfoundry_runtime.so"
+FOUNDRY_LIBS="libfoundry_base.so libfoundry_compiler.so libfoundry_cpu_kernels.so libfoundry_cuda_kernels.so libfoundry_passes.so libfoundry_runtime.so libfoundry_driver.so"
 BUNDLED_LIBS="$FOUNDRY_LIBS libfoundry_openblas.so libyaml-cpp.so.0.7 libonnx.so.1 libonnx_proto.so.1 libprotobuf.so.32 libz.so.1"
 # libstdc++ and libgcc_s: the machine's (CMakeLists.txt, FOUNDRY_BUNDLE, says why).
 SYSTEM_LIBS="linux-vdso.so.1 libc.so.6 libm.so.6 libdl.so.2 librt.so.1 libpthread.so.0 ld-linux-x86-64.so.2 libstdc++.so.6 libgcc_s.so.1"

@@ -1,0 +1,232 @@
+#include "driver/compile.h"
+
+#include <filesystem>
+
+#include "base/file_util.h"
+#include "compiler/model_files.h"
+#include "compiler/onnx_import.h"
+#include "kernels/cpu/kernel.h"
+#include "passes/checkpoint_report.h"
+#include "passes/memory_plan.h"
+#include "passes/pipeline.h"
+#include "runtime/cuda_backend.h"
+
+namespace foundry {
+namespace {
+
+// What the steps share.
+struct Compilation {
+  const CompileRequest& request;
+  CompileResult result;
+  // Autodiff's output, kept with checkpointing or a budget: the search starts from it, and the
+  // checkpoint report compares against its plan.
+  std::optional<Graph> plain;
+  ModelFiles files;  // read in step 3 only
+};
+
+// An output that would replace one of the compile's own inputs: the model or one of its external
+// data files. Files are compared by (device, inode), so no spelling of a path slips through.
+Status CheckOutputsSpareInputs(const std::vector<OutputFile>& outputs, const std::string& model,
+                               const ModelFiles& files) {
+  std::vector<OutputFile> existing;
+  for (const auto& out : outputs)
+    if (GetFileId(out.path)) existing.push_back(out);
+  const std::optional<FileId> model_id = GetFileId(model);
+  for (const auto& [path, option] : existing)
+    if (GetFileId(path) == model_id)
+      return Error("output '" + path + "' is the input model; choose another " + option);
+  for (const auto& data : files.external_data) {
+    std::optional<FileId> id = GetFileId(data);
+    if (!id) continue;
+    for (const auto& [path, option] : existing)
+      if (GetFileId(path) == id)
+        return Error("output '" + path + "' is the external data file '" + data +
+                     "' of the input model; choose another " + option);
+  }
+  return Status::Ok();
+}
+
+// Step 3: only when the caller will write a file is the model file read a second time.
+Status CheckOutputs(Compilation& c) {
+  const CompileRequest& r = c.request;
+  std::vector<OutputFile> outputs;
+  if (!r.output_prefix.empty()) {
+    ASSIGN_OR_RETURN(c.result.outputs, CompiledOutputPaths(r.output_prefix));
+    for (const std::string& path :
+         {c.result.outputs->data, c.result.outputs->graph, c.result.outputs->plan})
+      outputs.push_back({path, "-o PREFIX"});
+  }
+  outputs.insert(outputs.end(), r.outputs.begin(), r.outputs.end());
+  if (outputs.empty()) return Status::Ok();
+  ASSIGN_OR_RETURN(c.files, InspectModelFile(r.model));
+  return CheckOutputsSpareInputs(outputs, r.model, c.files);
+}
+
+// Step 4.
+Status RunPipeline(Compilation& c) {
+  const CompileRequest& r = c.request;
+  CompileOptions options;
+  options.fold.dims = r.dims;
+  options.fold.max_folded_bytes = r.fold_limit_bytes;
+  options.parameters.freeze = r.freeze;
+  options.parameters.trainable = r.trainable;
+  options.training = r.training;
+  if (c.result.selection)
+    for (const auto& instance : c.result.selection->instances)
+      options.remat.instances.push_back(instance.module);
+  PipelineOptions pipeline;
+  pipeline.log = r.log;
+  pipeline.dump_after = r.dump_after;
+  pipeline.dump = r.dump;
+  if (c.result.selection || r.memory_budget)
+    pipeline.after_pass = [&c](std::string_view pass, const Graph& g) {
+      if (pass == "autodiff") c.plain = g;
+    };
+  if (r.log && !r.log_header.empty()) *r.log << r.log_header << "\n";
+  return RunPasses(c.result.graph, BuildPipeline(options), pipeline);
+}
+
+// Step 5: the search from autodiff's output; a non-empty choice is checkpointed as --ckpt with
+// the chosen targets would be, an empty one drops the plain graph (the pipeline's graph is then
+// the plan).
+Status ApplyMemoryBudget(Compilation& c) {
+  const CompileRequest& r = c.request;
+  CkptEvaluator evaluator(*c.plain);
+  BudgetOptions search;
+  search.budget_bytes = *r.memory_budget;
+  auto searched = ChooseCheckpointing(evaluator, search);
+  if (!searched.ok())
+    return Error("--memory-budget " + r.memory_budget_text + ": " + searched.status().message());
+  ASSIGN_OR_RETURN(BudgetChoice choice, MakeBudgetChoice(*c.plain, *searched, *r.memory_budget));
+  if (r.log) *r.log << FormatBudgetChoice(choice);
+  if (r.frontier) {
+    ASSIGN_OR_RETURN(c.result.frontier, MemoryFrontier(evaluator, *searched));
+  }
+  c.result.budget_search = std::move(searched).value();
+  c.result.ckpt_config = choice.config;
+  c.result.budget = choice;
+  if (choice.config.yaml.empty()) {
+    c.plain.reset();
+    return Status::Ok();
+  }
+  ASSIGN_OR_RETURN(c.result.selection, SelectCkptTargets(*c.plain, choice.config.targets));
+  Graph checkpointed = *c.plain;
+  std::vector<std::unique_ptr<Pass>> passes;
+  passes.push_back(std::make_unique<RematPass>(RematPass::Options{choice.chosen.instances}));
+  passes.push_back(std::make_unique<SchedulePass>());
+  PipelineOptions tail;
+  tail.log = r.log;
+  RETURN_IF_ERROR(RunPasses(checkpointed, passes, tail));
+  c.result.graph = std::move(checkpointed);
+  return Status::Ok();
+}
+
+// Step 6.
+Status SelectionConfig(Compilation& c) {
+  std::vector<std::string> instances;
+  for (const auto& i : c.result.selection->instances) instances.push_back(i.module);
+  ASSIGN_OR_RETURN(c.result.ckpt_config, SelectionAsConfig(*c.plain, instances));
+  return Status::Ok();
+}
+
+// What the plan file says besides the memory plan.
+void DescribePlan(Compilation& c, Plan& plan) {
+  Graph& graph = c.result.graph;
+  if (c.result.outputs)
+    plan.graph_file = std::filesystem::path(c.result.outputs->graph).filename().string();
+  plan.source_model = c.request.model;
+  plan.loss = graph.metadata["foundry.loss"];
+  plan.loss_in_model = graph.metadata.count("foundry.loss_appended") == 0;
+  plan.inputs = graph.inputs;
+  plan.parameters = graph.parameters;
+  for (size_t i = 0; i < graph.parameters.size(); ++i)
+    plan.gradients[graph.parameters[i]] = graph.outputs[i + 1];
+  plan.dims = c.request.dims;
+  for (const auto& in : plan.inputs)
+    if (c.files.input_dims.count(in)) plan.input_dims[in] = c.files.input_dims.at(in);
+}
+
+// Step 7, with checkpointing: the plain graph scheduled and planned (cpu only: the report is the
+// cpu layout's), its report's curve for the timeline, and what checkpointing changed against it.
+StatusOr<CheckpointReport> CompareWithPlain(Compilation& c, const MemoryPlan& memory) {
+  const CompileRequest& r = c.request;
+  SchedulePass schedule;
+  RETURN_IF_ERROR(schedule.Run(*c.plain).status());
+  ASSIGN_OR_RETURN(MemoryPlan plain_memory, PlanMemory(*c.plain, {{"cpu", CpuWorkspaceBytes}}));
+  ASSIGN_OR_RETURN(MemoryReport plain_report,
+                   BuildMemoryReport(*c.plain, plain_memory, "cpu", r.model, r.dims));
+  c.result.plain_curve = PlainTimelineCurve(plain_report);
+  return BuildCheckpointReport(*c.plain, plain_memory, c.result.graph, memory, *c.result.selection);
+}
+
+// Step 7: a layout for every backend this foundry has kernels for (cpu, and cuda when built);
+// the report shows the cpu one, foundry-run --device picks its own.
+Status PlanAndReport(Compilation& c) {
+  const CompileRequest& r = c.request;
+  Plan plan;
+  ASSIGN_OR_RETURN(plan.memory, PlanMemory(c.result.graph, CompiledBackendSpecs()));
+  ASSIGN_OR_RETURN(MemoryReport report,
+                   BuildMemoryReport(c.result.graph, plan.memory, "cpu", r.model, r.dims));
+  if (c.plain) {
+    ASSIGN_OR_RETURN(report.checkpoint, CompareWithPlain(c, plan.memory));
+  }
+  if (r.memory_budget && !report.checkpoint) {  // the plain plan fits: nothing checkpointed
+    CheckpointReport none;
+    none.saved_before_bytes = none.saved_after_bytes = report.saved_for_backward_bytes;
+    none.step_flops = report.flops.forward + report.flops.backward;
+    report.checkpoint = none;
+  }
+  if (r.memory_budget) report.checkpoint->budget_bytes = *r.memory_budget;
+  report.budget = c.result.budget;
+  DescribePlan(c, plan);
+  c.result.plan = std::move(plan);
+  c.result.report = std::move(report);
+  return Status::Ok();
+}
+
+// What the CLI rules out before it calls, for every other caller.
+Status CheckRequest(const CompileRequest& r) {
+  if (r.memory_budget && !r.ckpt_targets.empty())
+    return Error("--memory-budget chooses the checkpointing itself; drop --ckpt / --ckpt-config");
+  if (!r.training && (r.memory_budget || !r.ckpt_targets.empty()))
+    return Error(
+        "--memory-budget, --ckpt and --ckpt-config plan a training step; drop "
+        "--forward-only");
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<Graph> ImportModel(const CompileRequest& request) {
+  ImportOptions options;
+  options.dims = request.dims;
+  return ImportOnnx(request.model, options);
+}
+
+StatusOr<CompileResult> CompileImported(const CompileRequest& request, Graph model) {
+  RETURN_IF_ERROR(CheckRequest(request));
+  if (auto w = model.metadata.find(kImportWarningKey);
+      w != model.metadata.end() && request.training && request.warn)
+    request.warn(w->second);
+  Compilation c{request, {}, std::nullopt, {}};
+  c.result.graph = std::move(model);
+  if (!request.ckpt_targets.empty()) {
+    ASSIGN_OR_RETURN(c.result.selection, SelectCkptTargets(c.result.graph, request.ckpt_targets));
+  }
+  RETURN_IF_ERROR(CheckOutputs(c));
+  RETURN_IF_ERROR(RunPipeline(c));
+  if (request.memory_budget) {
+    RETURN_IF_ERROR(ApplyMemoryBudget(c));
+  } else if (c.result.selection && request.ckpt_config) {
+    RETURN_IF_ERROR(SelectionConfig(c));
+  }
+  if (request.training) RETURN_IF_ERROR(PlanAndReport(c));
+  return std::move(c.result);
+}
+
+StatusOr<CompileResult> Compile(const CompileRequest& request) {
+  ASSIGN_OR_RETURN(Graph model, ImportModel(request));
+  return CompileImported(request, std::move(model));
+}
+
+}  // namespace foundry

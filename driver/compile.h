@@ -1,0 +1,112 @@
+// Compile(const CompileRequest&): what foundry-compile does between parsing its options and
+// printing and writing its results, as one library call, so that a Python binding or a launcher
+// compiles exactly as the CLI does.
+//
+// Why a floor of its own (driver/, library foundry_driver, above passes/ and runtime/, below
+// tools/): the plan is laid out for every backend this build has kernels for, and those
+// backends' workspace figures are runtime/'s (CompiledBackendSpecs); passes/ sits beside
+// runtime/ and must not reach into it. The run side's Train(RunRequest) belongs here too.
+//
+// The steps, in the order their errors are reported (each an error value; nothing here prints
+// but to `log` and through `warn`, and nothing exits):
+//   1. the import (Compile only: CompileImported takes a model ImportModel read);
+//   2. the importer's warning through `warn` (a training compile only), then the checkpoint
+//      targets matched against the model's modules;
+//   3. when the caller will write files (`outputs`, `output_prefix`): the model file's second
+//      look (its external data, its inputs' dimension names), and no output may be one of them;
+//   4. the pass pipeline, its lines on `log` (after `log_header`), the IR on `dump` after
+//      `dump_after`;
+//   5. --memory-budget: the search from autodiff's output, the choice on `log`
+//      (FormatBudgetChoice), then remat and the schedule on the chosen instances (their lines
+//      on `log`), as --ckpt with the chosen targets would; the frontier's extra searches;
+//   6. --ckpt with `ckpt_config`: the selection as llm-foundry config;
+//   7. training only: the memory plan (every backend), the memory report (the cpu layout), with
+//      checkpointing the plain plan beside it and the checkpoint report, the plan's metadata.
+// Nothing is written: the caller writes the plan (WriteCompiledOutputs), the report files and
+// the config from the result.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "compiler/ckpt_targets.h"
+#include "compiler/ir.h"
+#include "compiler/plan.h"
+#include "passes/ckpt_budget.h"
+#include "passes/memory_report.h"
+#include "passes/memory_timeline.h"
+
+namespace foundry {
+
+// A file the caller will write, with the option that names it for messages ("--report-json
+// FILE"): Compile refuses it when it is the model or one of its external data files.
+struct OutputFile {
+  std::string path;
+  std::string option;
+};
+
+struct CompileRequest {
+  std::string model;                    // the exported model (.onnx)
+  std::map<std::string, int64_t> dims;  // --dim bindings
+  int64_t fold_limit_bytes = int64_t{1} << 20;
+  std::vector<std::string> freeze;     // globs over parameter names
+  std::vector<std::string> trainable;  // globs over float initializer names
+  bool training = true;                // false: the forward graph only (fold, canonicalize)
+
+  std::vector<CkptTarget> ckpt_targets;  // --ckpt and --ckpt-config, in that order
+  // --memory-budget: the search chooses the targets (ckpt_targets must be empty);
+  // `memory_budget_text` is the size as the user wrote it, for messages.
+  std::optional<int64_t> memory_budget;
+  std::string memory_budget_text;
+  bool frontier = false;     // with memory_budget: the --memory-frontier points too
+  bool ckpt_config = false;  // with ckpt_targets: the selection as llm-foundry config too
+
+  // -o PREFIX: the files WriteCompiledOutputs will write there are checked against the model's
+  // own, and the plan names PREFIX.train.onnx as its graph; "" when nothing is written there
+  // (--dry-run).
+  std::string output_prefix;
+  std::vector<OutputFile> outputs;  // every other file the caller will write
+
+  std::string dump_after;  // a pass name: its output IR goes to `dump`
+  std::ostream* dump = nullptr;
+  std::ostream* log = nullptr;                   // progress lines, `log_header` first
+  std::string log_header;                        // written to `log` when the passes start
+  std::function<void(const std::string&)> warn;  // one line each, without a prefix
+};
+
+struct CompileResult {
+  Graph graph;  // the training graph (scheduled; checkpointed when a selection applies) or the
+                // forward graph
+  std::optional<CompiledOutputs> outputs;  // the -o files, when output_prefix is set
+  // Training only: the memory plan (a layout per backend) and what the plan file says besides
+  // (graph_file with output_prefix only; input_dims only when step 3 read the model file again).
+  std::optional<Plan> plan;
+  // Training only: the cpu layout's report; report->checkpoint with checkpointing (and with a
+  // budget, even when it chose nothing), report->budget with a budget.
+  std::optional<MemoryReport> report;
+  std::optional<TimelineCurve> plain_curve;   // with checkpointing: the plain plan's live bytes
+  std::optional<CkptSelection> selection;     // the targets given or chosen, as matched
+  std::optional<BudgetResult> budget_search;  // --memory-budget: every plan the search made
+  std::optional<BudgetChoice> budget;         // --memory-budget: what it chose (as printed)
+  std::optional<FrontierPoints> frontier;     // request.frontier
+  // The chosen or given selection as llm-foundry config (memory_budget, or ckpt_config).
+  std::optional<CkptConfigText> ckpt_config;
+};
+
+// The importer with the request's dims.
+StatusOr<Graph> ImportModel(const CompileRequest& request);
+
+// Steps 2 onwards on a model ImportModel read.
+StatusOr<CompileResult> CompileImported(const CompileRequest& request, Graph model);
+
+// All of it.
+StatusOr<CompileResult> Compile(const CompileRequest& request);
+
+}  // namespace foundry

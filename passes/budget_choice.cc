@@ -1,0 +1,64 @@
+// BudgetChoice (ckpt_budget.h): what a --memory-budget search chose, said the way foundry-compile
+// prints it. The search itself is ckpt_budget.cc; the JSON form is memory_report.cc's.
+#include <cstdio>
+#include <tuple>
+
+#include "compiler/module_tree.h"
+#include "passes/ckpt_budget.h"
+
+namespace foundry {
+
+double RecomputePercent(const CkptEvaluation& e) {
+  return e.step_flops > 0 ? 100.0 * double(e.flops_recomputed) / double(e.step_flops) : 0.0;
+}
+
+StatusOr<BudgetChoice> MakeBudgetChoice(const Graph& autodiff_graph, const BudgetResult& result,
+                                        int64_t budget_bytes) {
+  BudgetChoice choice;
+  choice.budget_bytes = budget_bytes;
+  choice.chosen = result.chosen;
+  choice.plans = result.plans;
+  ASSIGN_OR_RETURN(choice.config, SelectionAsConfig(autodiff_graph, result.chosen.instances));
+  const CkptEvaluation* uniform = nullptr;
+  for (const CkptEvaluation& u : result.uniform)
+    if (u.total_bytes <= budget_bytes &&
+        (!uniform || std::tie(u.flops_recomputed, u.nodes_recomputed) <
+                         std::tie(uniform->flops_recomputed, uniform->nodes_recomputed)))
+      uniform = &u;
+  if (uniform) choice.uniform = *uniform;
+  return choice;
+}
+
+std::string BudgetLine(const BudgetChoice& choice) {
+  const CkptEvaluation& c = choice.chosen;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "planned total %s (%lld B) <= budget %s (%lld B), recompute %.2f %% of the step; "
+                "%d plans evaluated",
+                HumanBytes(c.total_bytes).c_str(), static_cast<long long>(c.total_bytes),
+                HumanBytes(choice.budget_bytes).c_str(),
+                static_cast<long long>(choice.budget_bytes), RecomputePercent(c), choice.plans);
+  return line;
+}
+
+std::string FormatBudgetChoice(const BudgetChoice& choice) {
+  std::string out = "memory budget: " + BudgetLine(choice) + "\n";
+  if (choice.config.yaml.empty())
+    out +=
+        "  the plain plan fits: nothing to checkpoint (llm-foundry: "
+        "fsdp_config.activation_checkpointing: false)\n";
+  else
+    out += "  activation_checkpointing_target: " + choice.config.yaml + "\n";
+  for (const auto& w : choice.config.warnings) out += "  note: " + w + "\n";
+  if (choice.uniform) {
+    char cost[128];
+    std::snprintf(cost, sizeof cost, "%.2f %% of the step, planned total %s",
+                  RecomputePercent(*choice.uniform),
+                  HumanBytes(choice.uniform->total_bytes).c_str());
+    out += "  cheapest uniform llm-foundry target that fits: " + choice.uniform->label + ", " +
+           cost + "\n";
+  }
+  return out;
+}
+
+}  // namespace foundry
