@@ -32,16 +32,20 @@ for k in 0 1 2 3 4 5 6 7 8 9; do
   budget=$((lo + (hi - lo) * k / 9))
   start=$(date +%s.%N)
   "$build/foundry-compile" "$model" "${dims[@]}" --memory-budget "$budget" --dry-run \
-    --report-json "$tmp/r.json" > "$tmp/out.txt"
+    --report-json "$tmp/r.json" > /dev/null
   secs=$(echo "$(date +%s.%N) - $start" | bc -l | xargs printf "%.1f")
-  line=$(grep '^memory budget:' "$tmp/out.txt")
-  planned=$(total "$tmp/r.json")
-  recompute=$(echo "$line" | sed -E 's/.*recompute ([0-9.]+) %.*/\1/')
-  plans=$(echo "$line" | sed -E 's/.*; ([0-9]+) plans evaluated.*/\1/')
-  config=$(grep '^  activation_checkpointing_target:' "$tmp/out.txt" | sed 's/^  activation_checkpointing_target: //' || true)
-  [ -n "$config" ] || config="(none needed)"
-  uniform=$(grep '^  cheapest uniform llm-foundry target that fits:' "$tmp/out.txt" |
-    sed -E 's/.*fits: (.*), ([0-9.]+) % of the step.*/\1|\2/' || true)
+  # Everything but the time from the report's "budget" object (the search's result as printed).
+  row=$($py - "$tmp/r.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+b, total = r["budget"], r["memory"]["total_bytes"]
+c, u = b["chosen"], b["uniform"]
+config = c["yaml"] or "(none needed)"
+uniform = ("%s|%.2f" % (u["target"], u["recompute_percent"])) if u else "(none fits)|-"
+print("%d|%.2f|%d|%s|%s" % (total, c["recompute_percent"], b["plans_tried"], uniform, config))
+PY
+)
+  IFS='|' read -r planned recompute plans uniform_target uniform_recompute config <<< "$row"
   [ "$planned" -le "$budget" ] || { echo "budget_7b: planned $planned > budget $budget" >&2; exit 1; }
-  echo "| $budget | \`$config\` | $planned | $recompute % | ${uniform%%|*} | ${uniform##*|} % | $plans | $secs |"
+  echo "| $budget | \`$config\` | $planned | $recompute % | $uniform_target | $uniform_recompute % | $plans | $secs |"
 done

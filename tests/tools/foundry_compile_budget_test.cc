@@ -56,6 +56,36 @@ TEST_F(FoundryCompileBudgetTest, FitsPrintsTheConfigAndReadsBackToTheSamePlan) {
   EXPECT_FALSE(j.at("checkpoint").at("instances").empty());
   EXPECT_EQ(ReadWholeFile(Path("f.svg")).rfind("<?xml", 0), 0u);
 
+  // The search's result is in the JSON as printed, so no script reads stdout: the chosen
+  // selection (the plan's instances, its YAML the printed line's), the cheapest uniform target
+  // that fits, the plans tried.
+  const auto& b = j.at("budget");
+  EXPECT_EQ(b.at("budget_bytes").get<int64_t>(), budget);
+  const auto& chosen = b.at("chosen");
+  std::vector<std::string> planned;
+  for (const auto& i : j.at("checkpoint").at("instances")) planned.push_back(i.at("module"));
+  EXPECT_EQ(chosen.at("instances").get<std::vector<std::string>>(), planned);
+  EXPECT_EQ(chosen.at("total_bytes"), j.at("memory").at("total_bytes"));
+  EXPECT_NE(r.out.find("  activation_checkpointing_target: " +
+                       chosen.at("yaml").get<std::string>() + "\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_TRUE(chosen.at("activation_checkpointing_target").is_object());
+  EXPECT_GT(chosen.at("flops_recomputed").get<int64_t>(), 0);
+  const auto& uniform = b.at("uniform");
+  ASSERT_TRUE(uniform.is_object()) << b.dump();  // every block fits, so some uniform target does
+  EXPECT_LE(uniform.at("total_bytes").get<int64_t>(), budget);
+  EXPECT_GE(uniform.at("flops_recomputed").get<int64_t>(),
+            chosen.at("flops_recomputed").get<int64_t>());
+  EXPECT_NE(r.out.find("cheapest uniform llm-foundry target that fits: " +
+                       uniform.at("target").get<std::string>() + ","),
+            std::string::npos)
+      << r.out;
+  const int plans = b.at("plans_tried").get<int>();
+  EXPECT_GT(plans, 1);
+  EXPECT_NE(r.out.find("; " + std::to_string(plans) + " plans evaluated"), std::string::npos)
+      << r.out;
+
   // The emitted config, read back, gives the same plan and training graph.
   ExecResult back = Compile({"--ckpt-config", Path("ckpt.yaml"), "-o", Path("b/m")});
   ASSERT_EQ(back.code, 0) << back.out << back.err;
@@ -96,6 +126,9 @@ TEST_F(FoundryCompileBudgetTest, AGenerousBudgetCheckpointsNothing) {
   EXPECT_EQ(j.at("memory").at("total_bytes").get<int64_t>(), plain);
   EXPECT_EQ(j.at("checkpoint").at("budget_bytes").get<int64_t>(), plain);
   EXPECT_TRUE(j.at("checkpoint").at("instances").empty());
+  EXPECT_TRUE(j.at("budget").at("chosen").at("instances").empty());
+  EXPECT_EQ(j.at("budget").at("chosen").at("yaml"), "");
+  EXPECT_EQ(j.at("budget").at("uniform").at("target"), "none");
   const std::string yaml = ReadWholeFile(Path("none.yaml"));
   EXPECT_NE(yaml.find("activation_checkpointing: false"), std::string::npos) << yaml;
   ExecResult back = Compile({"--ckpt-config", Path("none.yaml"), "--dry-run"});

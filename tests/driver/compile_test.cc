@@ -1,0 +1,127 @@
+// Compile(CompileRequest) as a library call (driver/compile.h): what foundry-compile prints and
+// writes is in the result (the plan with a layout per backend, the memory report, the budget
+// search's choice), nothing is written, and a request the CLI would refuse is an error here too.
+#include "driver/compile.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "compiler/plan.h"
+#include "runtime/cuda_backend.h"
+
+namespace foundry {
+namespace {
+
+const std::string kModel =
+    std::string(FOUNDRY_SOURCE_DIR) + "/models/fixtures/mpt_tiny_4layer/model.onnx";
+
+CompileRequest Request() {
+  CompileRequest r;
+  r.model = kModel;
+  r.dims = {{"batch", 2}, {"seq", 16}};
+  return r;
+}
+
+int64_t Total(const CompileResult& r) {
+  const MemoryPlan& m = r.plan->memory;
+  return m.TotalBytes(*m.Layout("cpu"));
+}
+
+TEST(CompileTest, PlainCompileHasAPlanForEveryBackendAndItsReport) {
+  std::ostringstream log;
+  CompileRequest req = Request();
+  req.log = &log;
+  req.log_header = "compiling";
+  StatusOr<CompileResult> r = Compile(req);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->plan && r->report);
+  EXPECT_FALSE(r->outputs);  // no -o: nothing will be written
+  EXPECT_FALSE(r->budget);
+  EXPECT_FALSE(r->selection);
+  std::vector<std::string> backends;
+  for (const BackendSpec& s : CompiledBackendSpecs()) backends.push_back(s.name);
+  ASSERT_EQ(r->plan->memory.layouts.size(), backends.size());
+  for (size_t i = 0; i < backends.size(); ++i)
+    EXPECT_EQ(r->plan->memory.layouts[i].backend, backends[i]);
+  EXPECT_EQ(r->report->backend, "cpu");
+  EXPECT_EQ(r->report->layout.total_bytes, Total(*r));
+  EXPECT_EQ(r->plan->parameters, r->graph.parameters);
+  EXPECT_FALSE(r->plan->parameters.empty());
+  EXPECT_EQ(log.str().rfind("compiling\n", 0), 0u) << log.str();
+  EXPECT_NE(log.str().find("autodiff"), std::string::npos) << log.str();
+}
+
+TEST(CompileTest, MemoryBudgetReturnsTheChoiceAndPlansIt) {
+  StatusOr<CompileResult> plain = Compile(Request());
+  CompileRequest blocks = Request();
+  blocks.ckpt_targets = {{"block", ""}};
+  StatusOr<CompileResult> all = Compile(blocks);
+  ASSERT_TRUE(plain.ok() && all.ok());
+  ASSERT_TRUE(all->report->checkpoint);
+  const int64_t budget = (Total(*plain) + Total(*all)) / 2;
+
+  CompileRequest req = Request();
+  req.memory_budget = budget;
+  req.memory_budget_text = std::to_string(budget);
+  StatusOr<CompileResult> r = Compile(req);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->budget && r->budget_search && r->selection && r->ckpt_config);
+  EXPECT_EQ(r->budget->budget_bytes, budget);
+  EXPECT_LE(Total(*r), budget);
+  EXPECT_EQ(r->budget->chosen.total_bytes, Total(*r));
+  std::vector<std::string> planned;
+  for (const auto& i : r->selection->instances) planned.push_back(i.module);
+  EXPECT_EQ(r->budget->chosen.instances, planned);
+  EXPECT_FALSE(r->budget->config.yaml.empty());
+  EXPECT_EQ(r->ckpt_config->yaml, r->budget->config.yaml);
+  EXPECT_GT(r->budget->plans, 1);
+  ASSERT_TRUE(r->budget->uniform);
+  EXPECT_LE(r->budget->uniform->total_bytes, budget);
+  EXPECT_GE(r->budget->uniform->flops_recomputed, r->budget->chosen.flops_recomputed);
+  // The report carries the same choice (its JSON is --report-json's "budget").
+  ASSERT_TRUE(r->report->budget && r->report->checkpoint);
+  EXPECT_EQ(r->report->budget->chosen.instances, planned);
+  EXPECT_EQ(r->report->checkpoint->budget_bytes, budget);
+}
+
+TEST(CompileTest, RefusesWhatTheCliRefuses) {
+  CompileRequest both = Request();
+  both.memory_budget = int64_t{1} << 30;
+  both.ckpt_targets = {{"block", ""}};
+  StatusOr<CompileResult> r = Compile(both);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "--memory-budget chooses the checkpointing itself; drop --ckpt / --ckpt-config");
+
+  CompileRequest forward = Request();
+  forward.training = false;
+  forward.ckpt_targets = {{"block", ""}};
+  EXPECT_FALSE(Compile(forward).ok());
+
+  CompileRequest over_model = Request();
+  over_model.outputs = {{kModel, "--report-json FILE"}};
+  r = Compile(over_model);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "output '" + kModel + "' is the input model; choose another --report-json FILE");
+}
+
+TEST(CompileTest, ForwardOnlyHasNoPlan) {
+  CompileRequest req = Request();
+  req.training = false;
+  StatusOr<CompileResult> r = Compile(req);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_FALSE(r->plan);
+  EXPECT_FALSE(r->report);
+  // The forward graph: no gradient outputs (the training graph has one per parameter).
+  StatusOr<CompileResult> training = Compile(Request());
+  ASSERT_TRUE(training.ok());
+  EXPECT_FALSE(r->graph.nodes.empty());
+  EXPECT_LT(r->graph.outputs.size() + training->plan->parameters.size(),
+            training->graph.outputs.size() + 1);
+}
+
+}  // namespace
+}  // namespace foundry
