@@ -1,0 +1,342 @@
+#include "driver/train.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "base/file_util.h"
+#include "compiler/onnx_import.h"
+#include "passes/fold.h"
+#include "runtime/interpreter.h"
+#include "runtime/train_state.h"
+
+namespace foundry {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Format(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+std::string MiB(int64_t bytes) {
+  return Format("%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+int64_t PeakRssBytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<int64_t>(ru.ru_maxrss) * 1024;  // ru_maxrss is in KiB on Linux
+}
+
+// Resident bytes now (0 when /proc is not there).
+int64_t RssBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  if (!(statm >> pages >> resident)) return 0;
+  return resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// The run report's name of a class: the JSON keys and the printed rows ("parameters").
+std::string RowName(MemoryClass c) {
+  std::string name(MemoryClassName(c));
+  return c == MemoryClass::kArena || c == MemoryClass::kOptimizerState ? name : name + "s";
+}
+
+// The classes the plan plans, in the order of the table.
+std::vector<MemoryClass> PlannedClasses() {
+  std::vector<MemoryClass> classes;
+  for (MemoryClass c : kMemoryClasses)
+    if (c != MemoryClass::kOther) classes.push_back(c);
+  return classes;
+}
+
+// The report file may be written at the end of the run: not over an input, not a folder, in a
+// folder that exists.
+Status CheckReportTarget(const Trainer& t, const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    return Error("--report-json " + path + ": it is a folder; give a file name");
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty() && !fs::is_directory(parent, ec))
+    return Error("--report-json " + path + ": the folder '" + parent.string() + "' does not exist");
+  return t.CheckNotAnInput(path, "--report-json", "choose another file");
+}
+
+// Step 2.
+Status CheckBeforeTheSteps(const RunRequest& r, const Trainer& t) {
+  if (!r.save_dir.empty()) RETURN_IF_ERROR(t.CheckSaveTarget(r.save_dir));
+  if (!r.report_json.empty()) RETURN_IF_ERROR(CheckReportTarget(t, r.report_json));
+  if (r.steps > INT64_MAX - t.step())
+    return Error("--steps " + std::to_string(r.steps) + ": the run would pass step " +
+                 std::to_string(INT64_MAX) + " (it resumes at step " + std::to_string(t.step()) +
+                 ")");
+  return Status::Ok();
+}
+
+// Step 3's header.
+void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t) {
+  const LoadedPlan& lp = t.plan();
+  const OptimizerOptions& o = t.options().optimizer;
+  const int64_t elements = t.num_parameter_elements();
+  log << "foundry-run " << lp.plan_path << "\n"
+      << "  model      " << lp.plan.graph_file << " (from " << lp.plan.source_model << ")\n"
+      << "  params     " << lp.plan.parameters.size() << " tensors, " << elements << " elements ("
+      << Format("%.2f", elements * 4.0 / (1 << 20)) << " MiB)\n";
+  if (t.batch() > 0)
+    log << "  batch      " << t.batch() << " x " << t.seq() << " (" << t.batch() * t.seq()
+        << " tokens/step)\n";
+  log << "  data       " << t.DataDescription() << "\n"
+      << "  optimizer  " << OptimizerName(o.kind) << "  lr " << o.lr;
+  if (o.kind == OptimizerKind::kAdamW)
+    log << "  betas (" << o.beta1 << ", " << o.beta2 << ")  eps " << o.eps;
+  else
+    log << "  momentum " << o.momentum;
+  log << "  weight_decay " << o.weight_decay << "\n"
+      << "  device     " << t.options().device << "\n";
+  if (!r.resume_dir.empty())
+    log << "  resumed    " << r.resume_dir << " at step " << t.step() << "\n";
+}
+
+// Step 3's steps.
+Status RunSteps(const RunRequest& r, Trainer& t, RunResult& result) {
+  result.first_step = t.step();
+  result.last_step = t.step() + r.steps;
+  for (int64_t i = 0; i < r.steps; ++i) {
+    ASSIGN_OR_RETURN(StepReport s, t.Step());
+    result.seconds += s.seconds;
+    if (i == 0) result.loss_first = s.loss;
+    result.loss_last = s.loss;
+    if (r.log)
+      *r.log << "step " << s.step << "/" << result.last_step << "  loss " << Format("%.4f", s.loss)
+             << "  " << Format("%.1f", s.seconds * 1e3) << " ms  "
+             << Format("%.0f", s.tokens_per_second) << " tok/s\n"
+             << std::flush;
+  }
+  if (r.steps == 0) return Status::Ok();
+  const double tokens = static_cast<double>(t.batch() * t.seq() * r.steps);
+  result.ms_per_step = result.seconds / static_cast<double>(r.steps) * 1e3;
+  result.tokens_per_s = result.seconds > 0 ? tokens / result.seconds : 0;
+  if (r.log)
+    *r.log << "done: " << r.steps << " steps (" << result.first_step + 1 << ".." << result.last_step
+           << "), loss " << Format("%.4f", result.loss_first) << " -> "
+           << Format("%.4f", result.loss_last) << ", " << Format("%.1f", result.ms_per_step)
+           << " ms/step, " << Format("%.0f", result.tokens_per_s) << " tok/s\n";
+  return Status::Ok();
+}
+
+RunMemory MeasureMemory(const Trainer& t, int64_t other_before, int64_t rss_baseline) {
+  const MemoryPlan& plan = t.memory_plan();
+  const BackendLayout& layout = t.executor().layout();
+  const MemorySnapshot m = t.backend().Bytes();
+  RunMemory r;
+  for (MemoryClass c : PlannedClasses()) {
+    r.planned[c] = c == MemoryClass::kArena ? layout.arena_bytes : plan.outside[c];
+    r.measured[c] = m[c].peak;
+  }
+  r.total_planned = plan.TotalBytes(layout);
+  r.total_measured = m.total.peak - other_before;
+  r.other_before = other_before;
+  r.other_during = m[MemoryClass::kOther].peak - other_before;
+  r.rss_baseline = rss_baseline;
+  r.peak_rss = PeakRssBytes();
+  return r;
+}
+
+// Step 4: the lines after the memory table, the save, the report.
+Status FinishRun(const RunRequest& r, Trainer& t, const RunResult& result) {
+  std::ostream* log = r.log;
+  if (log && !r.trainer.dump_grads_dir.empty() && r.steps > 0)
+    *log << "gradients of step " << result.first_step + 1 << " in " << r.trainer.dump_grads_dir
+         << "\n";
+  if (log && !r.trainer.dump_outputs_dir.empty() && r.steps > 0)
+    *log << "outputs of step " << result.first_step + 1 << " in " << r.trainer.dump_outputs_dir
+         << "\n";
+  if (!r.save_dir.empty()) {
+    RETURN_IF_ERROR(t.Save(r.save_dir));
+    if (log) *log << "saved " << r.save_dir << " (step " << t.step() << ")\n";
+  }
+  if (!r.report_json.empty()) {
+    Status st = WriteFileAtomic(r.report_json, RunReportJson(result, r.steps));
+    if (!st.ok()) return st.Prepend("--report-json " + r.report_json + ": ");
+    if (log) *log << "report " << r.report_json << "\n";
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<TrainerOptions> ResumedOptions(const std::string& dir, std::string& plan) {
+  ASSIGN_OR_RETURN(TrainState state, ReadTrainState(dir));
+  if (plan.empty()) plan = state.plan_path;
+  TrainerOptions o;
+  o.optimizer = state.optimizer;
+  o.seed = state.seed;
+  o.init_seed = state.init_seed;
+  o.feeds = state.feeds;
+  o.data_path = state.data_path;
+  o.data_dtype = state.data_dtype;
+  return o;
+}
+
+StatusOr<RunResult> Train(const RunRequest& r) {
+  const int64_t rss_baseline = RssBytes();
+  ASSIGN_OR_RETURN(LoadedPlan plan, LoadPlan(r.plan));
+  ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(std::move(plan), r.trainer));
+  Trainer& t = *trainer;
+  if (!r.resume_dir.empty()) RETURN_IF_ERROR(t.Resume(r.resume_dir));
+  RETURN_IF_ERROR(CheckBeforeTheSteps(r, t));
+  if (r.log) PrintHeader(*r.log, r, t);
+
+  // The step loop's high-water marks: from here.
+  t.backend().ResetPeaks();
+  const int64_t other_before = t.backend().Bytes()[MemoryClass::kOther].live;
+  RunResult result;
+  result.optimizer = t.options().optimizer;
+  RETURN_IF_ERROR(RunSteps(r, t, result));
+  result.memory = MeasureMemory(t, other_before, rss_baseline);
+  if (r.log) *r.log << FormatRunMemory(result.memory, result.optimizer);
+  RETURN_IF_ERROR(FinishRun(r, t, result));
+  return result;
+}
+
+std::string FormatRunMemory(const RunMemory& m, const OptimizerOptions& o) {
+  char line[160];
+  std::string out = "memory (bytes)        planned       measured\n";
+  for (MemoryClass c : PlannedClasses()) {
+    const char* note = "";
+    if (c == MemoryClass::kArena)
+      note = m.planned[c] == m.measured[c] ? "  (equal)" : "  (DIFFERS)";
+    std::snprintf(line, sizeof line, "  %-16s %13lld  %13lld%s\n", RowName(c).c_str(),
+                  static_cast<long long>(m.planned[c]), static_cast<long long>(m.measured[c]),
+                  note);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "  %-16s %13lld  %13lld  (%s planned, %s measured)\n", "total",
+                static_cast<long long>(m.total_planned), static_cast<long long>(m.total_measured),
+                MiB(m.total_planned).c_str(), MiB(m.total_measured).c_str());
+  out += line;
+  if (o.kind != OptimizerKind::kAdamW)
+    out += "  optimizer state is planned for AdamW (two slots per parameter); this run uses " +
+           std::string(OptimizerName(o.kind)) +
+           (o.momentum != 0 ? " with momentum (one slot)" : " without momentum (none)") + "\n";
+  out += "  outside the plan   " + std::to_string(m.other_before) +
+         " before the steps (graph constants in node attributes), " +
+         std::to_string(m.other_during) + " more during them\n";
+  out += "  peak RSS " + MiB(m.peak_rss) + ", " + MiB(m.peak_rss - m.rss_baseline) + " over the " +
+         MiB(m.rss_baseline) + " before loading (planned total " + MiB(m.total_planned) + ")\n";
+  return out;
+}
+
+std::string RunReportJson(const RunResult& r, int64_t steps) {
+  const RunMemory& m = r.memory;
+  nlohmann::ordered_json j;
+  j["version"] = 1;
+  j["steps"] = steps;
+  j["loss_first"] = r.loss_first;
+  j["loss_last"] = r.loss_last;
+  j["ms_per_step"] = r.ms_per_step;
+  j["tokens_per_s"] = r.tokens_per_s;
+  nlohmann::ordered_json mem;
+  mem["arena_planned_bytes"] = m.planned[MemoryClass::kArena];
+  mem["arena_measured_bytes"] = m.measured[MemoryClass::kArena];
+  mem["total_planned_bytes"] = m.total_planned;
+  mem["total_measured_bytes"] = m.total_measured;
+  mem["peak_rss_bytes"] = m.peak_rss;
+  mem["rss_baseline_bytes"] = m.rss_baseline;
+  mem["peak_rss_over_baseline_bytes"] = m.peak_rss - m.rss_baseline;
+  for (MemoryClass c : PlannedClasses()) {
+    if (c == MemoryClass::kArena) continue;
+    mem[RowName(c) + "_planned_bytes"] = m.planned[c];
+    mem[RowName(c) + "_measured_bytes"] = m.measured[c];
+  }
+  mem["outside_plan_bytes"] = m.other_before;
+  mem["outside_plan_during_steps_bytes"] = m.other_during;
+  mem["optimizer_planned"] = "adamw";
+  mem["optimizer"] = std::string(OptimizerName(r.optimizer.kind));
+  j["memory"] = mem;
+  return j.dump(2) + "\n";
+}
+
+// ---- --forward ----
+
+std::string ForwardDumpPath(const std::string& dir, const std::string& name) {
+  return (fs::path(dir) / (FileNameForValue(name) + ".pb")).string();
+}
+
+namespace {
+
+// A symbolic dimension not given with --dim takes its size from the first feed that has it.
+Status FoldWithFeedDims(Graph& g, const std::vector<Feed>& feeds,
+                        const std::map<std::string, int64_t>& dims) {
+  FoldPass::Options fold;
+  fold.dims = dims;
+  for (const auto& f : feeds) {
+    const Value* v = g.FindValue(f.name);
+    if (!v || std::find(g.inputs.begin(), g.inputs.end(), f.name) == g.inputs.end()) continue;
+    for (size_t i = 0; i < v->dim_params.size() && i < f.tensor.shape().size(); ++i)
+      if (!v->dim_params[i].empty() && !fold.dims.count(v->dim_params[i]))
+        fold.dims[v->dim_params[i]] = f.tensor.shape()[i];
+  }
+  FoldPass pass(fold);
+  return pass.Run(g).status();
+}
+
+// No output may replace an input (the model, a feed file): checked for all before any write.
+Status CheckForwardDumps(const ForwardRequest& r, const Graph& g) {
+  std::vector<std::string> inputs = {r.model};
+  for (const auto& spec : r.feeds) inputs.push_back(spec.substr(spec.find('=') + 1));
+  for (const auto& name : g.outputs) {
+    const std::string path = ForwardDumpPath(r.dump_dir, name);
+    std::optional<FileId> id = GetFileId(path);
+    for (const auto& in : inputs)
+      if (id && GetFileId(in) == id)
+        return Error("--dump-outputs: writing '" + path + "' would overwrite '" + in +
+                     "', an input of this run; choose another folder");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<ForwardResult> RunForward(const ForwardRequest& r) {
+  ImportOptions io;
+  io.dims = r.dims;
+  ForwardResult result;
+  ASSIGN_OR_RETURN(result.graph, ImportOnnx(r.model, io));
+  Graph& g = result.graph;
+  std::vector<Feed> feeds;
+  for (const auto& spec : r.feeds) {
+    ASSIGN_OR_RETURN(Feed f, ReadFeed(spec));
+    feeds.push_back(std::move(f));
+  }
+  RETURN_IF_ERROR(FoldWithFeedDims(g, feeds, r.dims));
+  std::map<std::string, Tensor> bound;
+  for (auto& f : feeds) {
+    RETURN_IF_ERROR(CheckFeed(f, g, g.inputs));
+    bound[f.name] = std::move(f.tensor);
+  }
+  for (const auto& init : g.initializers) {
+    const Value* v = g.FindValue(init);
+    if (v && !v->data && !bound.count(init))
+      return Error("initializer '" + init +
+                   "' has no data (a --no-weights export?); --forward needs the weights, or "
+                   "--feed " +
+                   init + "=FILE.pb");
+  }
+  InterpretOptions options;
+  options.ctx.seed = r.seed;
+  ASSIGN_OR_RETURN(result.outputs, Interpret(g, bound, options));
+  if (!r.dump_dir.empty()) RETURN_IF_ERROR(CheckForwardDumps(r, g));
+  return result;
+}
+
+}  // namespace foundry

@@ -1,0 +1,103 @@
+// Train(const RunRequest&): what foundry-run does with a compiled plan between parsing its options
+// and exiting, as one library call, so that a multi-process launcher or a Python binding trains
+// exactly as the CLI does. RunForward(const ForwardRequest&): the same for foundry-run --forward.
+//
+// Train's steps, in the order their errors are reported (each an error value; nothing here exits,
+// nothing is printed but to `log`):
+//   1. the plan is loaded and the trainer created (runtime/trainer.h), then resumed from
+//      `resume_dir`;
+//   2. before the first step, so a long run never ends in an error it could have given at once:
+//      the save folder and the report file may be written, the step count does not overflow;
+//   3. the run's header on `log`, then the steps, one line each (the high-water marks of the
+//      backend's memory are reset as they start);
+//   4. planned against measured memory per class (RunMemory) on `log`, then the save, then the
+//      report JSON (written atomically).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "base/memory_class.h"
+#include "base/status.h"
+#include "base/tensor.h"
+#include "compiler/ir.h"
+#include "runtime/trainer.h"
+
+namespace foundry {
+
+struct RunRequest {
+  std::string plan;  // PREFIX of foundry-compile's -o, or PREFIX.plan
+  TrainerOptions trainer;
+  int64_t steps = 1;
+  std::string resume_dir;   // continue the run saved there (trainer: ResumedOptions' values)
+  std::string save_dir;     // "" = no save
+  std::string report_json;  // "" = no report file
+  std::ostream* log = nullptr;
+};
+
+// Planned against measured bytes of the step loop per class. Measured: the backend's high-water
+// marks from the first step on (peaks are reset then, after loading, initialisation and --resume,
+// whose transients come before any step runs). kOther is not planned: other_* say what it held.
+struct RunMemory {
+  BytesByClass planned;   // [kArena]: the layout's arena; the rest: the plan's bytes outside it
+  BytesByClass measured;  // the high-water mark of each class
+  int64_t total_planned = 0;
+  // The planned classes' high-water mark: the total's, less the bytes outside them when the loop
+  // started (graph structure: Constant nodes' payloads).
+  int64_t total_measured = 0;
+  int64_t other_before = 0;  // bytes outside the planned classes when the loop started
+  int64_t other_during = 0;  // more of them allocated during the steps (the plan says none)
+  int64_t rss_baseline = 0;  // resident bytes before the plan was loaded
+  int64_t peak_rss = 0;
+};
+
+struct RunResult {
+  int64_t first_step = 0;  // the steps run are first_step + 1 .. last_step
+  int64_t last_step = 0;
+  float loss_first = 0, loss_last = 0;
+  double seconds = 0;  // the steps' own time, summed
+  double ms_per_step = 0;
+  double tokens_per_s = 0;
+  OptimizerOptions optimizer;  // as the run used it (a resume's, unless overridden)
+  RunMemory memory;
+};
+
+// The trainer options a resumed run starts from: those DIR/state.json recorded (its plan in
+// `plan`, when `plan` is empty). The caller overrides the ones its user gave again.
+StatusOr<TrainerOptions> ResumedOptions(const std::string& dir, std::string& plan);
+
+StatusOr<RunResult> Train(const RunRequest& request);
+
+// The memory table foundry-run prints after the steps (rows in kMemoryClasses order, without
+// kOther, then the total), with notes on a non-AdamW optimizer and on what is outside the plan.
+std::string FormatRunMemory(const RunMemory& memory, const OptimizerOptions& optimizer);
+// foundry-run --report-json: the run's losses, speed and memory (RunResult).
+std::string RunReportJson(const RunResult& result, int64_t steps);
+
+// ---- --forward ----
+
+struct ForwardRequest {
+  std::string model;                    // any ONNX model
+  std::vector<std::string> feeds;       // NAME=FILE.pb
+  std::map<std::string, int64_t> dims;  // --dim; the rest from the feeds' shapes
+  std::string dump_dir;                 // "" = no files: the caller writes them (CheckForwardDumps)
+  uint64_t seed = 0;                    // dropout
+};
+
+struct ForwardResult {
+  Graph graph;                            // imported and folded
+  std::map<std::string, Tensor> outputs;  // by graph output name
+};
+
+// Imports the model, binds the dimensions (--dim, else from the first feed that has them),
+// folds, checks the feeds and that every initializer has data, interprets. No output file may
+// be one of the run's inputs (the model, a feed): checked here, before any is written.
+StatusOr<ForwardResult> RunForward(const ForwardRequest& request);
+
+// DIR/<output>.pb for graph output `name`.
+std::string ForwardDumpPath(const std::string& dir, const std::string& name);
+
+}  // namespace foundry
