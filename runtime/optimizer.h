@@ -1,6 +1,7 @@
 // The optimizers foundry-run applies after each step, as the user names and sets them: option
 // names, parsing and range checks. The updates themselves (AdamW, SGD, bitwise PyTorch's) are
-// kernels: kernels/cpu/optimizer.h on the CPU, kernels/cuda/optimizer.h on the device.
+// kernels: kernels/cpu/optimizer.h on the CPU, its CUDA twin (reached through the CUDA backend)
+// on the device.
 #pragma once
 
 #include <string_view>
