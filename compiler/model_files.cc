@@ -58,7 +58,8 @@ StatusOr<ModelFiles> InspectModelFile(const std::string& model_path) {
     std::vector<std::string> axes;
     bool any = false;
     for (const auto& d : in.type().tensor_type().shape().dim()) {
-      axes.push_back(d.has_dim_param() ? d.dim_param() : "");
+      const bool symbol = d.has_dim_param() && !onnx_util::DecimalDimParam(d.dim_param());
+      axes.push_back(symbol ? d.dim_param() : "");
       any |= !axes.back().empty();
     }
     if (any) out.input_dims[in.name()] = std::move(axes);

@@ -79,6 +79,9 @@ class Importer {
       if (d.has_dim_value() && d.dim_value() >= 0) {
         v.shape.push_back(d.dim_value());
         params.push_back("");
+      } else if (auto size = onnx_util::DecimalDimParam(d.dim_param())) {
+        v.shape.push_back(*size);  // a size the exporter specialised, written as a name
+        params.push_back("");
       } else {
         v.shape.push_back(-1);
         params.push_back(d.has_dim_param() ? d.dim_param() : "");

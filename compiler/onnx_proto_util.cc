@@ -42,6 +42,16 @@ StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes) {
   return bytes;
 }
 
+std::optional<int64_t> DecimalDimParam(std::string_view dim_param) {
+  if (dim_param.empty() || dim_param.size() > 18) return std::nullopt;  // 18 digits fit int64
+  int64_t size = 0;
+  for (char c : dim_param) {
+    if (c < '0' || c > '9') return std::nullopt;
+    size = size * 10 + (c - '0');
+  }
+  return size;
+}
+
 std::string DirName(const std::string& path) {
   size_t slash = path.rfind('/');
   if (slash == std::string::npos) return "";

@@ -5,6 +5,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +21,10 @@ namespace onnx_util {
 // device, FIFO or socket is an error, found before opening it), and one larger than `max_bytes`
 // (when >= 0) is an error before anything is read.
 StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes = -1);
+
+// The static size a dim_param spells when it is a decimal integer ("2", "16": torch.export writes
+// the sizes it specialised so), else nullopt (a symbol such as "batch" or "s0").
+std::optional<int64_t> DecimalDimParam(std::string_view dim_param);
 
 // "dir/model.onnx" -> "dir"; "model.onnx" -> "".
 std::string DirName(const std::string& path);

@@ -13,6 +13,7 @@
 #include "base/quote.h"
 #include "compiler/onnx_export.h"
 #include "compiler/onnx_import.h"
+#include "compiler/onnx_proto_util.h"
 #include "tests/support/exec.h"
 #include "tests/support/test_util.h"
 
@@ -351,6 +352,36 @@ TEST(OnnxImportBadInputTest, FoundryCompilePrintsTheWarningOnce) {
   EXPECT_EQ(r.err, "foundry-compile: warning: '" + model +
                        "' declares no trainable parameters (no foundry.parameters): training all 4 "
                        "floating-point initializers; use --freeze GLOB to keep buffers fixed\n");
+}
+
+// torch.export writes a size it specialised as a dim_param of digits ("2", "16"): that is the
+// static size, not a symbol the user must bind with --dim.
+TEST(OnnxImportTest, DecimalDimParamsAreStaticSizes) {
+  EXPECT_EQ(onnx_util::DecimalDimParam("16"), 16);
+  EXPECT_EQ(onnx_util::DecimalDimParam("0"), 0);
+  EXPECT_EQ(onnx_util::DecimalDimParam("s0"), std::nullopt);
+  EXPECT_EQ(onnx_util::DecimalDimParam("-2"), std::nullopt);
+  EXPECT_EQ(onnx_util::DecimalDimParam(""), std::nullopt);
+  EXPECT_EQ(onnx_util::DecimalDimParam("1234567890123456789"), std::nullopt);  // past 18 digits
+
+  onnx::ModelProto m = SmallModel();
+  auto* dim = m.mutable_graph()
+                  ->mutable_input(0)
+                  ->mutable_type()
+                  ->mutable_tensor_type()
+                  ->mutable_shape()
+                  ->mutable_dim(0);
+  dim->clear_dim_value();
+  dim->set_dim_param("4");
+  auto g = Import(m);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g->FindValue("x")->TypeString(), "f32[4]");
+  EXPECT_TRUE(g->FindValue("x")->dim_params.empty());
+
+  dim->set_dim_param("s0");
+  g = Import(m);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g->FindValue("x")->TypeString(), "f32[s0]");
 }
 
 }  // namespace
