@@ -9,7 +9,24 @@
 
 namespace foundry {
 
+namespace {
+
+// "input_ids i64[batch,seq], labels i64[batch,seq]": the graph inputs with a symbolic dimension,
+// each with its axes as the model names them, so the user sees every name --dim takes.
+std::string SymbolicInputs(const Graph& graph) {
+  std::string out;
+  for (const auto& name : graph.inputs) {
+    const Value* v = graph.FindValue(name);
+    if (!v || v->dim_params.empty()) continue;
+    out += (out.empty() ? "" : ", ") + name + " " + v->TypeString();
+  }
+  return out;
+}
+
+}  // namespace
+
 Status BindDims(Graph& graph, const std::map<std::string, int64_t>& dims) {
+  const std::string symbolic = SymbolicInputs(graph);  // before any is bound
   for (const auto& [name, v] : graph.values()) {
     Value& value = *graph.FindValue(name);
     for (size_t i = 0; i < value.dim_params.size() && i < value.shape.size(); ++i) {
@@ -21,7 +38,8 @@ Status BindDims(Graph& graph, const std::map<std::string, int64_t>& dims) {
       } else if (graph.IsInitializer(name) ||
                  std::find(graph.inputs.begin(), graph.inputs.end(), name) != graph.inputs.end()) {
         return Error("symbolic dimension '" + p + "' of input '" + name +
-                     "' is not bound; pass --dim " + p + "=N");
+                     "' is not bound; pass --dim " + p + "=N (the inputs' dimensions: " +
+                     (symbolic.empty() ? name + " " + value.TypeString() : symbolic) + ")");
       }
     }
     value.dim_params.clear();

@@ -259,7 +259,9 @@ TEST(OverflowTest, DeclaredShapesAreCheckedBeforeAnyPassSizesABufferFromThem) {
       "graph g opset=17 {\n  input x : f32[batch,1099511627776]\n"
       "  y = Relu(x) #\"r\"\n  output y\n}\n");
   // batch is unbound here: the check waits for a concrete shape.
-  EXPECT_EQ(input, "symbolic dimension 'batch' of input 'x' is not bound; pass --dim batch=N");
+  EXPECT_EQ(input,
+            "symbolic dimension 'batch' of input 'x' is not bound; pass --dim batch=N (the inputs' "
+            "dimensions: x f32[batch,1099511627776])");
   auto g = ParseGraph(
       "graph g opset=17 {\n  input x : f32[batch,1099511627776]\n"
       "  y = Relu(x) #\"r\"\n  output y\n}\n");

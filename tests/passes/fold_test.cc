@@ -110,7 +110,8 @@ TEST(FoldTest, UnboundDimensionIsAnError) {
   auto changed = pass.Run(*g);
   ASSERT_FALSE(changed.ok());
   EXPECT_EQ(changed.status().message(),
-            "symbolic dimension 'seq' of input 'x' is not bound; pass --dim seq=N");
+            "symbolic dimension 'seq' of input 'x' is not bound; pass --dim seq=N (the inputs' "
+            "dimensions: x f32[batch,seq,4])");
 }
 
 TEST(FoldTest, UnsupportedOpNamesOpNodeAndScope) {

@@ -250,7 +250,8 @@ TEST_F(FoundryCompileTest, UnsupportedOpNamesOpNodeAndScope) {
 
 TEST_F(FoundryCompileTest, UnboundDimension) {
   ExpectError({kTiny, "--dim", "batch=2", "-o", Path("mpt")},
-              "symbolic dimension 'seq' of input 'input_ids' is not bound; pass --dim seq=N");
+              "symbolic dimension 'seq' of input 'input_ids' is not bound; pass --dim seq=N (the "
+              "inputs' dimensions: input_ids i64[2,seq], labels i64[2,seq])");
   EXPECT_EQ(Leftovers(), std::vector<std::string>{});
 }
 
@@ -445,7 +446,8 @@ TEST_F(FoundryCompileTest, OutputFolderIsAFile) {
 TEST_F(FoundryCompileTest, FailedCompileCreatesNoFolder) {
   std::string model = MatMulModel("mm.onnx");
   ExpectCleanError({model, "-o", Path("new/deeper/m")},
-                   "symbolic dimension 'batch' of input 'x' is not bound; pass --dim batch=N");
+                   "symbolic dimension 'batch' of input 'x' is not bound; pass --dim batch=N (the "
+                   "inputs' dimensions: x f32[batch,4])");
 }
 
 TEST_F(FoundryCompileTest, ListOps) {
