@@ -3,6 +3,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "compiler/onnx_proto_util.h"
@@ -53,16 +54,120 @@ StatusOr<ModelFiles> InspectModelFile(const std::string& model_path) {
     for (const auto& n : f.node()) c.Node(n);
   ModelFiles out;
   out.external_data = std::move(c.files);
+  std::set<std::string> initializers;
+  for (const auto& init : m.graph().initializer()) initializers.insert(init.name());
   for (const auto& in : m.graph().input()) {
     if (!in.type().has_tensor_type() || !in.type().tensor_type().has_shape()) continue;
+    if (initializers.count(in.name())) continue;  // a weight listed as an input (IR < 4 style)
     std::vector<std::string> axes;
+    std::vector<int64_t>& sizes = out.input_shapes[in.name()];
     bool any = false;
     for (const auto& d : in.type().tensor_type().shape().dim()) {
-      const bool symbol = d.has_dim_param() && !onnx_util::DecimalDimParam(d.dim_param());
+      const std::optional<int64_t> decimal = onnx_util::DecimalDimParam(d.dim_param());
+      sizes.push_back(d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value()
+                      : decimal                               ? *decimal
+                                                              : -1);
+      const bool symbol = d.has_dim_param() && !d.has_dim_value() && !decimal;
       axes.push_back(symbol ? d.dim_param() : "");
       any |= !axes.back().empty();
     }
     if (any) out.input_dims[in.name()] = std::move(axes);
+  }
+  return out;
+}
+
+namespace {
+
+// "input_ids i64[batch,seq]" without the element type: "input_ids [batch, seq]".
+std::string AxesOf(const ModelFiles& files, const std::string& input) {
+  const std::vector<int64_t>& sizes = files.input_shapes.at(input);
+  auto names = files.input_dims.find(input);
+  std::string out = input + " [";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::string name = names == files.input_dims.end() ? "" : names->second[i];
+    out += (i ? ", " : "") + (!name.empty()   ? name
+                              : sizes[i] >= 0 ? std::to_string(sizes[i])
+                                              : std::string("?"));
+  }
+  return out + "]";
+}
+
+std::string InputList(const ModelFiles& files) {
+  std::string out;
+  for (const auto& [name, sizes] : files.input_shapes)
+    out += (out.empty() ? "" : ", ") + AxesOf(files, name);
+  return out.empty() ? "none with a shape" : out;
+}
+
+}  // namespace
+
+StatusOr<std::map<std::string, int64_t>> ResolveInputDims(
+    const ModelFiles& files, const std::map<std::string, int64_t>& dims,
+    const std::map<std::string, std::vector<int64_t>>& shapes) {
+  std::set<std::string> names;
+  for (const auto& [input, axes] : files.input_dims)
+    for (const auto& a : axes)
+      if (!a.empty()) names.insert(a);
+  std::map<std::string, int64_t> out;
+  auto bind = [&](const std::string& name, int64_t size, const std::string& option) -> Status {
+    auto [it, inserted] = out.emplace(name, size);
+    if (!inserted && it->second != size)
+      return Error(option + ": dimension '" + name + "' is already bound to " +
+                   std::to_string(it->second));
+    return Status::Ok();
+  };
+  // The axis `axis` of `input`: its name, or why there is none to bind.
+  auto axis_name = [&](const std::string& input, int64_t axis,
+                       const std::string& option) -> StatusOr<std::string> {
+    if (!files.input_shapes.count(input))
+      return Error(option + ": the model has no input '" + input +
+                   "' with a shape (inputs: " + InputList(files) + ")");
+    const std::vector<int64_t>& sizes = files.input_shapes.at(input);
+    if (axis < 0 || axis >= static_cast<int64_t>(sizes.size()))
+      return Error(option + ": input " + AxesOf(files, input) + " has no axis " +
+                   std::to_string(axis));
+    auto it = files.input_dims.find(input);
+    std::string name = it == files.input_dims.end() ? "" : it->second[axis];
+    if (name.empty())
+      return Error(option + ": axis " + std::to_string(axis) + " of input " + AxesOf(files, input) +
+                   " is not symbolic; its size is the model's");
+    return name;
+  };
+  for (const auto& [key, size] : dims) {
+    const std::string option = "--dim " + key + "=" + std::to_string(size);
+    const size_t dot = key.rfind('.');
+    const bool positional = !names.count(key) && dot != std::string::npos && dot + 1 < key.size() &&
+                            key.find_first_not_of("0123456789", dot + 1) == std::string::npos &&
+                            key.size() - dot - 1 <= 9;
+    if (!positional) {
+      RETURN_IF_ERROR(bind(key, size, option));
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::string name,
+                     axis_name(key.substr(0, dot), std::stoll(key.substr(dot + 1)), option));
+    RETURN_IF_ERROR(bind(name, size, option));
+  }
+  for (const auto& [input, shape] : shapes) {
+    std::string text;
+    for (int64_t d : shape) text += (text.empty() ? "" : "x") + std::to_string(d);
+    const std::string option = "--input-shape " + input + "=" + text;
+    if (!files.input_shapes.count(input))
+      return Error(option + ": the model has no input '" + input +
+                   "' with a shape (inputs: " + InputList(files) + ")");
+    const std::vector<int64_t>& sizes = files.input_shapes.at(input);
+    if (sizes.size() != shape.size())
+      return Error(option + ": input " + AxesOf(files, input) + " has " +
+                   std::to_string(sizes.size()) + " axes, not " + std::to_string(shape.size()));
+    for (size_t i = 0; i < shape.size(); ++i) {
+      auto it = files.input_dims.find(input);
+      const std::string name = it == files.input_dims.end() ? "" : it->second[i];
+      if (!name.empty()) {
+        RETURN_IF_ERROR(bind(name, shape[i], option));
+      } else if (sizes[i] >= 0 && sizes[i] != shape[i]) {
+        return Error(option + ": axis " + std::to_string(i) + " of input " + AxesOf(files, input) +
+                     " is fixed at " + std::to_string(sizes[i]));
+      }
+    }
   }
   return out;
 }

@@ -19,8 +19,24 @@ struct ModelFiles {
   std::vector<std::string> external_data;
   // Graph input -> its dim_param per axis ("" for a fixed axis); inputs without any left out.
   std::map<std::string, std::vector<std::string>> input_dims;
+  // Graph input -> its size per axis (-1 where the model gives none), for every input with a
+  // shape.
+  std::map<std::string, std::vector<int64_t>> input_shapes;
 };
 
 StatusOr<ModelFiles> InspectModelFile(const std::string& model_path);
+
+// Dimension bindings by position, turned into the names the model gives those axes, so a user
+// need not know them (torch.export names them s0, s1, ...):
+//  - a key of `dims` that is one of the model's dimension names stays;
+//  - a key INPUT.AXIS (INPUT a graph input, AXIS a 0-based index) becomes the name of that axis
+//    ("input_ids.1" -> "seq");
+//  - `shapes` (INPUT -> every axis' size, --input-shape input_ids=8x2048) binds the name of each
+//    named axis; a fixed axis must have the size given.
+// A name bound twice to different sizes, an unknown input, an axis out of range, or one the
+// model fixed (or left unnamed) is an error naming the option and what the input has.
+StatusOr<std::map<std::string, int64_t>> ResolveInputDims(
+    const ModelFiles& files, const std::map<std::string, int64_t>& dims,
+    const std::map<std::string, std::vector<int64_t>>& shapes);
 
 }  // namespace foundry

@@ -106,6 +106,36 @@ inline StatusOr<std::map<std::string, int64_t>> ParseDims(const std::vector<std:
   return dims;
 }
 
+// --input-shape NAME=N1xN2x... bindings (the form ONNX tools use: input_ids=8x2048): every size a
+// positive integer; an input given twice must be given the same shape.
+inline StatusOr<std::map<std::string, std::vector<int64_t>>> ParseInputShapes(
+    const std::vector<std::string>& specs) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& s : specs) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
+      return Error("--input-shape " + s + ": expected NAME=N1xN2..., e.g. input_ids=8x2048");
+    std::vector<int64_t> shape;
+    for (size_t at = eq + 1; at <= s.size();) {
+      size_t x = s.find('x', at);
+      if (x == std::string::npos) x = s.size();
+      const std::string text = s.substr(at, x - at);
+      int64_t v = 0;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (text.empty() || end != text.data() + text.size() || ec != std::errc() || v <= 0)
+        return Error("--input-shape " + s + ": '" + text +
+                     "' is not a size (each size a positive integer, joined by x)");
+      shape.push_back(v);
+      at = x + 1;
+    }
+    auto [it, inserted] = shapes.emplace(s.substr(0, eq), shape);
+    if (!inserted && it->second != shape)
+      return Error("--input-shape " + s + ": '" + it->first +
+                   "' already has another shape from an earlier --input-shape");
+  }
+  return shapes;
+}
+
 // Repeatable options take exactly one value per occurrence, so `--dim batch=2 model.onnx` never
 // reads the positional model as a second --dim.
 inline CLI::Option* OneValueEach(CLI::Option* o) { return o->allow_extra_args(false); }

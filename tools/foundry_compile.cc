@@ -8,6 +8,7 @@
 
 #include "base/file_util.h"
 #include "compiler/ckpt_targets.h"
+#include "compiler/model_files.h"
 #include "compiler/module_tree.h"
 #include "compiler/op_schema.h"
 #include "compiler/plan.h"
@@ -34,7 +35,7 @@ struct Options {
   std::string model, prefix;
   bool output_given = false, dry_run = false;
   bool list_modules = false, list_ops = false, forward_only = false;
-  std::vector<std::string> dim_specs, freeze, trainable, ckpt_specs;
+  std::vector<std::string> dim_specs, input_shape_specs, freeze, trainable, ckpt_specs;
   std::string fold_limit_text = std::to_string(int64_t{1} << 20);
   std::string dump_after, dump_plan;
   bool dump_plan_given = false;
@@ -94,9 +95,16 @@ void AddGraphOptions(CLI::App& app, Options& o) {
                "print the module tree (path, class, --ckpt keys, nodes, parameter bytes) and exit");
   app.add_flag("--list-ops", o.list_ops,
                "print the operators foundry supports and exit (no model needed)");
-  cli::OneValueEach(app.add_option("--dim", o.dim_specs,
-                                   "bind a symbolic dimension, e.g. --dim batch=8 --dim seq=2048")
-                        ->type_name("NAME=VALUE"));
+  cli::OneValueEach(
+      app.add_option("--dim", o.dim_specs,
+                     "bind a symbolic dimension, e.g. --dim batch=8 --dim seq=2048, or an "
+                     "input's axis by position: --dim input_ids.1=2048")
+          ->type_name("NAME=VALUE"));
+  cli::OneValueEach(
+      app.add_option("--input-shape", o.input_shape_specs,
+                     "bind every symbolic dimension of an input by its shape, e.g. --input-shape "
+                     "input_ids=8x2048 (also --dim INPUT.AXIS=N: --dim input_ids.1=2048)")
+          ->type_name("INPUT=N1xN2..."));
   cli::OneValueEach(app.add_option("--freeze", o.freeze,
                                    "do not train parameters matching this glob (repeatable)")
                         ->type_name("GLOB"));
@@ -224,6 +232,22 @@ std::optional<int> ParseRequest(Options& o, CompileRequest& request) {
   return ParseOutputs(o, request);
 }
 
+// --input-shape and --dim INPUT.AXIS=N name axes by position: the model file says which
+// dimension names those are (read only when one of them is used).
+std::optional<int> ResolveDims(const Options& o, CompileRequest& request) {
+  auto shapes = cli::ParseInputShapes(o.input_shape_specs);
+  if (!shapes.ok()) return Fail(shapes.status().message(), cli::kExitUsage);
+  bool positional = !shapes->empty();
+  for (const auto& [name, size] : request.dims) positional |= name.find('.') != std::string::npos;
+  if (!positional) return std::nullopt;
+  auto files = InspectModelFile(o.model);
+  if (!files.ok()) return Fail(files.status().message());
+  auto dims = ResolveInputDims(*files, request.dims, *shapes);
+  if (!dims.ok()) return Fail(dims.status().message());
+  request.dims = *dims;
+  return std::nullopt;
+}
+
 // --list-modules, on the imported model.
 int PrintModules(const Graph& graph, const std::string& model) {
   if (graph.modules.empty())
@@ -323,6 +347,7 @@ int Main(int argc, char** argv) {
   CompileRequest request;
   if (auto code = ParseRequest(o, request)) return *code;
 
+  if (auto code = ResolveDims(o, request)) return *code;
   auto graph = ImportModel(request);
   if (!graph.ok()) return Fail(graph.status().message());
   if (o.list_modules) return PrintModules(*graph, o.model);

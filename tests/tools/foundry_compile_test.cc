@@ -190,8 +190,9 @@ TEST_F(FoundryCompileTest, ListModulesOnAStockExport) {
 TEST_F(FoundryCompileTest, HelpDocumentsEveryOption) {
   ExecResult r = Compile({"--help"});
   EXPECT_EQ(r.code, 0);
-  for (const char* opt : {"--output", "--list-modules", "--list-ops", "--dim", "--freeze",
-                          "--trainable", "--forward-only", "--fold-limit", "--dump-after"})
+  for (const char* opt :
+       {"--output", "--list-modules", "--list-ops", "--dim", "--freeze", "--trainable",
+        "--forward-only", "--fold-limit", "--dump-after", "--input-shape"})
     EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
 }
 
@@ -253,6 +254,42 @@ TEST_F(FoundryCompileTest, UnboundDimension) {
               "symbolic dimension 'seq' of input 'input_ids' is not bound; pass --dim seq=N (the "
               "inputs' dimensions: input_ids i64[2,seq], labels i64[2,seq])");
   EXPECT_EQ(Leftovers(), std::vector<std::string>{});
+}
+
+// Axes bound by position (--dim INPUT.AXIS=N, --input-shape INPUT=N1xN2) give the plan that the
+// dimension names give; what cannot be bound so is one line naming the input's axes.
+TEST_F(FoundryCompileTest, DimensionsByPosition) {
+  ASSERT_EQ(Compile({kTiny, "--dim", "batch=2", "--dim", "seq=16", "-o", Path("names")}).code, 0);
+  ExecResult axis =
+      Compile({kTiny, "--dim", "input_ids.0=2", "--dim", "input_ids.1=16", "-o", Path("axes")});
+  ASSERT_EQ(axis.code, 0) << axis.err;
+  ExecResult shape = Compile({kTiny, "--input-shape", "labels=2x16", "-o", Path("shape")});
+  ASSERT_EQ(shape.code, 0) << shape.err;
+  for (const std::string prefix : {"axes", "shape"}) {
+    // The plans differ only in the graph file they name.
+    std::string plan = ReadWholeFile(Path(prefix + ".plan"));
+    const std::string graph = "\"" + prefix + ".train.onnx\"";
+    ASSERT_NE(plan.find(graph), std::string::npos) << prefix;
+    plan.replace(plan.find(graph), graph.size(), "\"names.train.onnx\"");
+    EXPECT_EQ(plan, ReadWholeFile(Path("names.plan"))) << prefix;
+    EXPECT_EQ(ReadWholeFile(Path(prefix + ".train.onnx")), ReadWholeFile(Path("names.train.onnx")))
+        << prefix;
+  }
+  const std::string axes = "input input_ids [batch, seq]";
+  ExpectError({kTiny, "--dim", "input_ids.2=2", "--dry-run"},
+              "--dim input_ids.2=2: " + axes + " has no axis 2");
+  ExpectError({kTiny, "--input-shape", "input_ids=2x16x3", "--dry-run"},
+              "--input-shape input_ids=2x16x3: " + axes + " has 2 axes, not 3");
+  ExpectError({kTiny, "--input-shape", "ids=2x16", "--dry-run"},
+              "--input-shape ids=2x16: the model has no input 'ids' with a shape (inputs: "
+              "input_ids [batch, seq], labels [batch, seq])");
+  ExpectError({kTiny, "--input-shape", "input_ids=2x16", "--dim", "batch=3", "--dry-run"},
+              "--input-shape input_ids=2x16: dimension 'batch' is already bound to 3");
+  ExecResult bad = Compile({kTiny, "--input-shape", "input_ids=2xq", "--dry-run"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err,
+            "foundry-compile: error: --input-shape input_ids=2xq: 'q' is not a size (each size a "
+            "positive integer, joined by x)\n");
 }
 
 TEST_F(FoundryCompileTest, MalformedDim) {
