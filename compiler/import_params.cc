@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/quote.h"
+#include "compiler/onnx_proto_util.h"
 
 namespace foundry {
 namespace import_internal {
@@ -17,9 +18,25 @@ Status ParameterClassifier::Read(const ImportContext& ctx) {
     ASSIGN_OR_RETURN(auto buffers, ctx.MetadataStringList(kBuffersKey));
     listed_buffers_.insert(buffers.begin(), buffers.end());
   }
-  if (!have_param_list_ && metadata.count(kGraphSignatureKey))
-    ParseGraphSignature(metadata.at(kGraphSignatureKey));
+  if (have_param_list_) return Status::Ok();
+  if (metadata.count(kGraphSignatureKey)) ParseGraphSignature(metadata.at(kGraphSignatureKey));
+  constexpr const char* kInputSpecKind = "pkg.torch.export.graph_signature.InputSpec.kind";
+  const onnx::GraphProto& graph = ctx.m.graph();
+  for (const auto* values : {&graph.input(), &graph.value_info()})
+    for (const onnx::ValueInfoProto& v : *values)
+      for (const auto& [key, value] : onnx_util::ValueInfoMetadataProps(v))
+        if (key == kInputSpecKind) AddInputSpecKind(v.name(), value);
   return Status::Ok();
+}
+
+void ParameterClassifier::AddInputSpecKind(const std::string& name, const std::string& kind) {
+  if (kind == "PARAMETER") {
+    have_signature_ = true;
+    signature_params_.insert(name);
+  } else if (kind == "BUFFER" || kind == "CONSTANT_TENSOR") {
+    have_signature_ = true;
+    signature_buffers_.insert(name);
+  }
 }
 
 // One input per line:

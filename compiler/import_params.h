@@ -2,7 +2,8 @@
 // inputs are parameters or buffers exported by shape only (export_params=False).
 //
 // The trainable set is `foundry.parameters` (JSON list) if present; else the PARAMETER entries of
-// `pkg.torch.export.ExportedProgram.graph_signature`; else every floating-point initializer.
+// `pkg.torch.export.ExportedProgram.graph_signature` and of the per-value InputSpec.kind entries
+// (dynamo exports: exactly the PARAMETERs train); else every floating-point initializer.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,9 @@ namespace import_internal {
 class ParameterClassifier {
  public:
   // Reads `foundry.parameters`, `foundry.buffers` and torch.export's graph signature from the
-  // graph's metadata.
+  // graph's metadata, and the kind torch.export gives each graph input and value_info entry
+  // (its metadata_props' pkg.torch.export.graph_signature.InputSpec.kind: PARAMETER, BUFFER,
+  // CONSTANT_TENSOR, USER_INPUT), which counts as the signature.
   Status Read(const ImportContext& ctx);
 
   // A graph input named so is an initializer without data, not a run-time input: named by one of
@@ -43,6 +46,8 @@ class ParameterClassifier {
  private:
   // torch.export's `str(ExportGraphSignature)`.
   void ParseGraphSignature(const std::string& text);
+  // A value's InputSpec.kind.
+  void AddInputSpecKind(const std::string& name, const std::string& kind);
 
   std::vector<std::string> listed_params_;
   bool have_param_list_ = false;

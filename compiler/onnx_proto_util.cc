@@ -73,26 +73,30 @@ std::string ElemTypeName(int32_t elem_type) {
   return name + " (" + std::to_string(elem_type) + ")";
 }
 
-std::vector<std::pair<std::string, std::string>> NodeMetadataProps(const onnx::NodeProto& node) {
-  constexpr int kMetadataPropsField = 9;
+namespace {
+
+// A repeated StringStringEntryProto field `number` of `message`: by reflection when this ONNX
+// knows the field, else from the unknown fields (Debian's ONNX 1.12 knows neither
+// NodeProto.metadata_props nor ValueInfoProto.metadata_props).
+std::vector<std::pair<std::string, std::string>> MetadataProps(
+    const google::protobuf::Message& message, int number) {
   std::vector<std::pair<std::string, std::string>> entries;
-  const google::protobuf::Reflection* reflection = node.GetReflection();
+  const google::protobuf::Reflection* reflection = message.GetReflection();
   const google::protobuf::FieldDescriptor* known =
-      node.GetDescriptor()->FindFieldByNumber(kMetadataPropsField);
+      message.GetDescriptor()->FindFieldByNumber(number);
   if (known && known->is_repeated() &&
       known->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE) {
-    // A newer ONNX that knows the field: read the StringStringEntryProto messages by reflection.
-    for (int i = 0; i < reflection->FieldSize(node, known); ++i) {
+    for (int i = 0; i < reflection->FieldSize(message, known); ++i) {
       onnx::StringStringEntryProto entry;
-      entry.ParseFromString(reflection->GetRepeatedMessage(node, known, i).SerializeAsString());
+      entry.ParseFromString(reflection->GetRepeatedMessage(message, known, i).SerializeAsString());
       entries.emplace_back(entry.key(), entry.value());
     }
     return entries;
   }
-  const google::protobuf::UnknownFieldSet& unknown = reflection->GetUnknownFields(node);
+  const google::protobuf::UnknownFieldSet& unknown = reflection->GetUnknownFields(message);
   for (int i = 0; i < unknown.field_count(); ++i) {
     const google::protobuf::UnknownField& field = unknown.field(i);
-    if (field.number() != kMetadataPropsField ||
+    if (field.number() != number ||
         field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED)
       continue;
     onnx::StringStringEntryProto entry;
@@ -100,6 +104,17 @@ std::vector<std::pair<std::string, std::string>> NodeMetadataProps(const onnx::N
     entries.emplace_back(entry.key(), entry.value());
   }
   return entries;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> NodeMetadataProps(const onnx::NodeProto& node) {
+  return MetadataProps(node, 9);
+}
+
+std::vector<std::pair<std::string, std::string>> ValueInfoMetadataProps(
+    const onnx::ValueInfoProto& value) {
+  return MetadataProps(value, 4);
 }
 
 }  // namespace onnx_util

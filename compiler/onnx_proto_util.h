@@ -37,6 +37,10 @@ std::string ElemTypeName(int32_t elem_type);
 // NodeProto.metadata_props (field 9, ONNX >= 1.16). Debian's ONNX 1.12 does not know the field and
 // keeps it among the message's unknown fields; a newer ONNX knows it. Both are read here.
 std::vector<std::pair<std::string, std::string>> NodeMetadataProps(const onnx::NodeProto& node);
+// ValueInfoProto.metadata_props (field 4, ONNX >= 1.16), read the same way: where torch.export
+// says what a graph input is (pkg.torch.export.graph_signature.InputSpec.kind).
+std::vector<std::pair<std::string, std::string>> ValueInfoMetadataProps(
+    const onnx::ValueInfoProto& value);
 
 }  // namespace onnx_util
 }  // namespace foundry

@@ -384,5 +384,50 @@ TEST(OnnxImportTest, DecimalDimParamsAreStaticSizes) {
   EXPECT_EQ(g->FindValue("x")->TypeString(), "f32[s0]");
 }
 
+// A dynamo export says per value what it is (ValueInfoProto.metadata_props, field 4, unknown to
+// Debian's ONNX 1.12): exactly the PARAMETERs train, a BUFFER such as rotary inv_freq does not.
+TEST(OnnxImportTest, TorchExportInputSpecKindsTellParametersFromBuffers) {
+  onnx::ModelProto m = SmallModel();
+  auto* g = m.mutable_graph();
+  g->mutable_node(0)->set_op_type("Add");
+  g->mutable_node(0)->add_input("w");
+  g->mutable_node(0)->set_output(0, "a");
+  auto* mul = g->add_node();
+  mul->set_op_type("Mul");
+  mul->set_name("mul");
+  mul->add_input("a");
+  mul->add_input("inv_freq");
+  mul->add_output("y");
+  for (const char* name : {"w", "inv_freq"}) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_dims(4);
+    for (int i = 0; i < 4; ++i) t->add_float_data(0.5f);
+  }
+  auto plain = Import(m);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->parameters, (std::vector<std::string>{"w", "inv_freq"}));  // every float one
+
+  auto kind = [&](const std::string& name, const std::string& value) {
+    auto* vi = g->add_value_info();
+    vi->set_name(name);
+    SetF32Vector(vi);
+    onnx::StringStringEntryProto entry;
+    entry.set_key("pkg.torch.export.graph_signature.InputSpec.kind");
+    entry.set_value(value);
+    vi->GetReflection()->MutableUnknownFields(vi)->AddLengthDelimited(4, entry.SerializeAsString());
+    EXPECT_EQ(onnx_util::ValueInfoMetadataProps(*vi),
+              (std::vector<std::pair<std::string, std::string>>{
+                  {"pkg.torch.export.graph_signature.InputSpec.kind", value}}));
+  };
+  kind("w", "PARAMETER");
+  kind("inv_freq", "BUFFER");
+  auto dynamo = Import(m);
+  ASSERT_TRUE(dynamo.ok()) << dynamo.status().message();
+  EXPECT_EQ(dynamo->parameters, std::vector<std::string>{"w"});
+  EXPECT_NE(dynamo->FindValue("inv_freq")->data, nullptr);  // a constant with its data
+}
+
 }  // namespace
 }  // namespace foundry
