@@ -98,6 +98,13 @@ StatusOr<std::map<std::string, Tensor>> Trainer::TakeParameters() {
       param = *v->data;
     param.SetMemoryClass(MemoryClass::kParameter);
     v->data = nullptr;
+    // Before any update: a weight that is not finite is a buffer (an attention mask's -inf), and
+    // training it is the mistake, not the learning rate.
+    if (!AllFinite(param))
+      return Error("parameter '" + name +
+                   "' holds non-finite values before any step (a buffer such as a -inf attention "
+                   "mask?); buffers are not trained: compile with --freeze '" +
+                   name + "'");
   }
   return params;
 }

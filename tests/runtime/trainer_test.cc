@@ -146,10 +146,26 @@ TEST(TrainerTest, AllIgnoredLabelsGiveZeroLossAndGradients) {
   }
 }
 
+// A weight that is not finite before any step is a buffer trained by mistake (a -inf mask): the
+// trainer says so at once, not as a step's failure with learning-rate advice.
+TEST(TrainerTest, ANonFiniteWeightBeforeAnyStepIsItsOwnError) {
+  LoadedPlan lp = Compile(true);
+  Tensor w = *lp.graph.FindValue("head.weight")->data;
+  w.data<float>()[0] = -INFINITY;
+  lp.graph.FindValue("head.weight")->data = std::make_shared<const Tensor>(w);
+  auto t = Trainer::Create(std::move(lp), TrainerOptions{});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(),
+            "parameter 'head.weight' holds non-finite values before any step (a buffer such as a "
+            "-inf attention mask?); buffers are not trained: compile with --freeze "
+            "'head.weight'");
+}
+
 TEST(TrainerTest, NonFiniteNamesTheFirstNode) {
   LoadedPlan lp = Compile(true);
   Tensor w = *lp.graph.FindValue("head.weight")->data;
-  w.data<float>()[0] = INFINITY;
+  // Finite, but the product overflows fp32.
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = 3e38f;
   lp.graph.FindValue("head.weight")->data = std::make_shared<const Tensor>(w);
   auto t = MakeTrainer(std::move(lp), TrainerOptions{});
   ASSERT_TRUE(t);
