@@ -78,13 +78,18 @@ StatusOr<ModelFiles> InspectModelFile(const std::string& model_path) {
 
 namespace {
 
+// The name the model gives axis `axis` of `input`; "" for a fixed or unnamed axis.
+std::string AxisNameOf(const ModelFiles& files, const std::string& input, size_t axis) {
+  auto it = files.input_dims.find(input);
+  return it == files.input_dims.end() ? "" : it->second[axis];
+}
+
 // "input_ids i64[batch,seq]" without the element type: "input_ids [batch, seq]".
 std::string AxesOf(const ModelFiles& files, const std::string& input) {
   const std::vector<int64_t>& sizes = files.input_shapes.at(input);
-  auto names = files.input_dims.find(input);
   std::string out = input + " [";
   for (size_t i = 0; i < sizes.size(); ++i) {
-    std::string name = names == files.input_dims.end() ? "" : names->second[i];
+    const std::string name = AxisNameOf(files, input, i);
     out += (i ? ", " : "") + (!name.empty()   ? name
                               : sizes[i] >= 0 ? std::to_string(sizes[i])
                                               : std::string("?"));
@@ -97,6 +102,16 @@ std::string InputList(const ModelFiles& files) {
   for (const auto& [name, sizes] : files.input_shapes)
     out += (out.empty() ? "" : ", ") + AxesOf(files, name);
   return out.empty() ? "none with a shape" : out;
+}
+
+// `input`'s sizes per axis, or, for `option`, the error naming the inputs there are.
+StatusOr<const std::vector<int64_t>*> ShapeOf(const ModelFiles& files, const std::string& input,
+                                              const std::string& option) {
+  auto it = files.input_shapes.find(input);
+  if (it == files.input_shapes.end())
+    return Error(option + ": the model has no input '" + input +
+                 "' with a shape (inputs: " + InputList(files) + ")");
+  return &it->second;
 }
 
 }  // namespace
@@ -119,15 +134,11 @@ StatusOr<std::map<std::string, int64_t>> ResolveInputDims(
   // The axis `axis` of `input`: its name, or why there is none to bind.
   auto axis_name = [&](const std::string& input, int64_t axis,
                        const std::string& option) -> StatusOr<std::string> {
-    if (!files.input_shapes.count(input))
-      return Error(option + ": the model has no input '" + input +
-                   "' with a shape (inputs: " + InputList(files) + ")");
-    const std::vector<int64_t>& sizes = files.input_shapes.at(input);
-    if (axis < 0 || axis >= static_cast<int64_t>(sizes.size()))
+    ASSIGN_OR_RETURN(const std::vector<int64_t>* sizes, ShapeOf(files, input, option));
+    if (axis < 0 || axis >= static_cast<int64_t>(sizes->size()))
       return Error(option + ": input " + AxesOf(files, input) + " has no axis " +
                    std::to_string(axis));
-    auto it = files.input_dims.find(input);
-    std::string name = it == files.input_dims.end() ? "" : it->second[axis];
+    std::string name = AxisNameOf(files, input, static_cast<size_t>(axis));
     if (name.empty())
       return Error(option + ": axis " + std::to_string(axis) + " of input " + AxesOf(files, input) +
                    " is not symbolic; its size is the model's");
@@ -151,16 +162,13 @@ StatusOr<std::map<std::string, int64_t>> ResolveInputDims(
     std::string text;
     for (int64_t d : shape) text += (text.empty() ? "" : "x") + std::to_string(d);
     const std::string option = "--input-shape " + input + "=" + text;
-    if (!files.input_shapes.count(input))
-      return Error(option + ": the model has no input '" + input +
-                   "' with a shape (inputs: " + InputList(files) + ")");
-    const std::vector<int64_t>& sizes = files.input_shapes.at(input);
+    ASSIGN_OR_RETURN(const std::vector<int64_t>* found, ShapeOf(files, input, option));
+    const std::vector<int64_t>& sizes = *found;
     if (sizes.size() != shape.size())
       return Error(option + ": input " + AxesOf(files, input) + " has " +
                    std::to_string(sizes.size()) + " axes, not " + std::to_string(shape.size()));
     for (size_t i = 0; i < shape.size(); ++i) {
-      auto it = files.input_dims.find(input);
-      const std::string name = it == files.input_dims.end() ? "" : it->second[i];
+      const std::string name = AxisNameOf(files, input, i);
       if (!name.empty()) {
         RETURN_IF_ERROR(bind(name, shape[i], option));
       } else if (sizes[i] >= 0 && sizes[i] != shape[i]) {
