@@ -79,6 +79,22 @@ bool ParameterClassifier::IsDeclaredInitializer(const std::string& name,
   return table.present && !owner.empty() && table.Find(owner) != nullptr;
 }
 
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Without a declared set: a module's weight or bias, or a weight torch's constant folding renamed
+// (onnx::MatMul_123: a Linear's transposed weight). A module's other tensors (inv_freq,
+// alibi_slopes, a mask) are buffers.
+bool NamedLikeAParameter(const std::string& name) {
+  return EndsWith(name, ".weight") || EndsWith(name, ".bias") || name.rfind("onnx::", 0) == 0;
+}
+
+}  // namespace
+
 std::vector<std::string> ParameterClassifier::Trainable(
     const std::vector<std::string>& initializers,
     const std::function<int32_t(const std::string&)>& elem_type) const {
@@ -94,35 +110,32 @@ std::vector<std::string> ParameterClassifier::Trainable(
     if (have_param_list_ || have_signature_)
       is_param = trainable.count(name) != 0;
     else
-      is_param = IsFloat(static_cast<DType>(elem_type(name)));
+      is_param = IsFloat(static_cast<DType>(elem_type(name))) && NamedLikeAParameter(name);
     if (is_param) out.push_back(name);
   }
   return out;
 }
 
-namespace {
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
-
 std::string ParameterClassifier::FallbackWarning(const std::string& display,
-                                                 const std::vector<std::string>& trainable) const {
-  if (have_param_list_ || have_signature_ || trainable.empty()) return "";
-  std::vector<std::string> odd;
-  for (const auto& name : trainable)
-    if (!EndsWith(name, ".weight") && !EndsWith(name, ".bias")) odd.push_back(name);
+                                                 const std::vector<std::string>& trainable,
+                                                 const std::vector<std::string>& frozen,
+                                                 const std::vector<std::string>& non_finite) const {
+  if (have_param_list_ || have_signature_ || (trainable.empty() && frozen.empty())) return "";
   std::string line = QuoteName(display) + " declares no trainable parameters (no " +
-                     kParametersKey + "): training all " + std::to_string(trainable.size()) +
-                     " floating-point initializers";
-  if (!odd.empty()) {
-    line += ", " + std::to_string(odd.size()) + " of them not named *.weight or *.bias: ";
-    for (size_t i = 0; i < odd.size(); ++i) line += (i ? ", " : "") + QuoteName(odd[i]);
-  }
-  return line + "; use --freeze GLOB to keep buffers fixed";
+                     kParametersKey + ", no torch.export signature): training ";
+  if (frozen.empty())
+    return line + "all " + std::to_string(trainable.size()) +
+           " floating-point initializers; use --freeze GLOB to keep buffers fixed";
+  line += "the " + std::to_string(trainable.size()) +
+          " floating-point initializers named *.weight or *.bias, not the " +
+          std::to_string(frozen.size()) + " others (buffers): ";
+  constexpr size_t kNamed = 8;
+  for (size_t i = 0; i < frozen.size() && i < kNamed; ++i)
+    line += (i ? ", " : "") + QuoteName(frozen[i]);
+  if (frozen.size() > kNamed) line += " and " + std::to_string(frozen.size() - kNamed) + " more";
+  if (!non_finite.empty())
+    line += " (" + std::to_string(non_finite.size()) + " of them hold non-finite values)";
+  return line + "; train one with --trainable GLOB";
 }
 
 }  // namespace import_internal

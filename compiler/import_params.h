@@ -3,7 +3,8 @@
 //
 // The trainable set is `foundry.parameters` (JSON list) if present; else the PARAMETER entries of
 // `pkg.torch.export.ExportedProgram.graph_signature` and of the per-value InputSpec.kind entries
-// (dynamo exports: exactly the PARAMETERs train); else every floating-point initializer.
+// (dynamo exports: exactly the PARAMETERs train); else the floating-point initializers named
+// like parameters (*.weight, *.bias, onnx::*) that hold finite values.
 #pragma once
 
 #include <cstdint>
@@ -36,12 +37,14 @@ class ParameterClassifier {
       const std::vector<std::string>& initializers,
       const std::function<int32_t(const std::string&)>& elem_type) const;
 
-  // When the model declares no trainable set (neither list nor signature), one line for the user
-  // about `trainable`, what Trainable() returned: the count, every name not ending in `.weight`
-  // or `.bias` (buffers such as `model.rotary_emb.inv_freq` then train too), and --freeze.
-  // Empty otherwise.
-  std::string FallbackWarning(const std::string& display,
-                              const std::vector<std::string>& trainable) const;
+  // When the model declares no trainable set (neither list nor signature), one line for the user:
+  // what trains (`trainable`, Trainable()'s result less the non-finite ones) and the floating-point
+  // initializers that do not (`frozen`: the buffers by name, then `non_finite`, those holding a
+  // non-finite value, never a parameter), and --trainable. Empty otherwise.
+  std::string FallbackWarning(const std::string& display, const std::vector<std::string>& trainable,
+                              const std::vector<std::string>& frozen,
+                              const std::vector<std::string>& non_finite) const;
+  bool declares_parameters() const { return have_param_list_ || have_signature_; }
 
  private:
   // torch.export's `str(ExportGraphSignature)`.

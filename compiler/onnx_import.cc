@@ -1,6 +1,7 @@
 #include "compiler/onnx_import.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <unordered_set>
@@ -129,16 +130,15 @@ class Importer {
                        });
     }
     // Trainable parameters, in initializer order.
-    g_.parameters = params_.Trainable(g_.initializers, [&](const std::string& name) {
+    auto elem_type = [&](const std::string& name) {
       auto it = init_protos_.find(name);
       int32_t dt = it != init_protos_.end() ? it->second->data_type() : 0;
       if (it == init_protos_.end())
         for (const auto* in : declared)
           if (in->name() == name) dt = in->type().tensor_type().elem_type();
       return dt;
-    });
-    std::string warning = params_.FallbackWarning(ctx_.display, g_.parameters);
-    if (!warning.empty()) g_.metadata[kImportWarningKey] = warning;
+    };
+    g_.parameters = params_.Trainable(g_.initializers, elem_type);
     ctx_.param_set.insert(g_.parameters.begin(), g_.parameters.end());
     ctx_.init_names.insert(g_.initializers.begin(), g_.initializers.end());
     const auto& params = ctx_.param_set;
@@ -163,6 +163,7 @@ class Importer {
       v.rank_known = true;
       v.data = std::make_shared<const Tensor>(std::move(t).value());
     }
+    if (!params_.declares_parameters()) ClassifyByNameAndValue(elem_type);
     for (const auto* in : declared) {
       Value& v = g_.GetOrAddValue(in->name());
       RETURN_IF_ERROR(ReadType(in->type(), v));
@@ -179,6 +180,27 @@ class Importer {
       if (!g_.IsInitializer(out.name())) RETURN_IF_ERROR(ReadType(out.type(), v));
     }
     return Status::Ok();
+  }
+
+  // Without a declared trainable set: a parameter holding a non-finite value is a buffer (a -inf
+  // mask) and does not train; the warning names what does not.
+  void ClassifyByNameAndValue(const std::function<int32_t(const std::string&)>& elem_type) {
+    std::vector<std::string> trained, frozen, non_finite;
+    for (const auto& name : g_.parameters) {
+      const Value* v = g_.FindValue(name);
+      if (v && v->data && !AllFinite(*v->data))
+        non_finite.push_back(name);
+      else
+        trained.push_back(name);
+    }
+    for (const auto& name : g_.initializers)
+      if (IsFloat(static_cast<DType>(elem_type(name))) && !ctx_.param_set.count(name))
+        frozen.push_back(name);
+    frozen.insert(frozen.end(), non_finite.begin(), non_finite.end());
+    for (const auto& name : non_finite) ctx_.param_set.erase(name);
+    g_.parameters = trained;
+    std::string warning = params_.FallbackWarning(ctx_.display, trained, frozen, non_finite);
+    if (!warning.empty()) g_.metadata[kImportWarningKey] = warning;
   }
 
   Status ReadValueInfo() {

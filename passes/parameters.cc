@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "base/tensor.h"
+
 namespace foundry {
 
 bool GlobMatch(std::string_view p, std::string_view t) {
@@ -50,6 +52,13 @@ StatusOr<bool> ParametersPass::Run(Graph& g) {
     for (const auto& pat : options_.freeze) is_param &= !GlobMatch(pat, init);
     stats_.frozen += was && !is_param;
     stats_.added += !was && is_param;
+    if (is_param && !was) {
+      const Value* v = g.FindValue(init);
+      if (v && v->data && !AllFinite(*v->data))
+        return Error("parameters: --trainable selects '" + init +
+                     "', which holds non-finite values (a -inf mask?): a buffer that cannot be "
+                     "trained; narrow the glob");
+    }
     if (is_param) trainable.push_back(init);
   }
   stats_.trainable = static_cast<int>(trainable.size());

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -308,11 +309,12 @@ TEST(OnnxImportBadInputTest, StockExportWithoutParameterListWarns) {
   ids->add_int64_data(0);
   auto graph = Import(m);
   ASSERT_TRUE(graph.ok()) << graph.status().message();
-  EXPECT_EQ(graph->parameters.size(), 4u);
+  EXPECT_EQ(graph->parameters, (std::vector<std::string>{"model.l.weight", "model.l.bias"}));
   EXPECT_EQ(graph->metadata.at(kImportWarningKey),
-            "'m.onnx' declares no trainable parameters (no foundry.parameters): training all 4 "
-            "floating-point initializers, 2 of them not named *.weight or *.bias: "
-            "'model.rotary_emb.inv_freq', 'scale'; use --freeze GLOB to keep buffers fixed");
+            "'m.onnx' declares no trainable parameters (no foundry.parameters, no torch.export "
+            "signature): training the 2 floating-point initializers named *.weight or *.bias, not "
+            "the 2 others (buffers): 'model.rotary_emb.inv_freq', 'scale'; train one with "
+            "--trainable GLOB");
   // Exported, the model lists its parameters: no warning on the way back.
   auto bytes = ExportOnnxToBytes(*graph);
   ASSERT_TRUE(bytes.ok()) << bytes.status().message();
@@ -333,14 +335,43 @@ TEST(OnnxImportBadInputTest, StockExportWithoutParameterListWarns) {
   EXPECT_EQ(listed->metadata.count(kImportWarningKey), 0u);
 }
 
+// Named like a parameter but holding -inf (Hugging Face GPT-2 keeps its causal mask in
+// `attn.bias`): a buffer, frozen, and the warning says why.
+TEST(OnnxImportBadInputTest, NonFiniteInitializerIsNeverAParameter) {
+  onnx::ModelProto m = SmallModel();
+  auto* g = m.mutable_graph();
+  for (const char* name : {"h.0.attn.c_attn.weight", "h.0.attn.bias"}) {
+    auto* w = g->add_initializer();
+    w->set_name(name);
+    w->set_data_type(onnx::TensorProto::FLOAT);
+    w->add_dims(4);
+    for (int i = 0; i < 4; ++i)
+      w->add_float_data(std::string(name) == "h.0.attn.bias" && i % 2 ? -INFINITY : 1.0f);
+    auto* n = g->add_node();
+    n->set_op_type("Add");
+    n->set_name(std::string("add_") + name);
+    n->add_input("x");
+    n->add_input(name);
+    n->add_output(std::string("s_") + name);
+  }
+  auto graph = Import(m);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  EXPECT_EQ(graph->parameters, std::vector<std::string>{"h.0.attn.c_attn.weight"});
+  EXPECT_EQ(graph->metadata.at(kImportWarningKey),
+            "'m.onnx' declares no trainable parameters (no foundry.parameters, no torch.export "
+            "signature): training the 1 floating-point initializers named *.weight or *.bias, not "
+            "the 1 others (buffers): 'h.0.attn.bias' (1 of them hold non-finite values); train "
+            "one with --trainable GLOB");
+}
+
 TEST(OnnxImportBadInputTest, WarningWhenEveryNameLooksLikeAParameter) {
   auto g = ImportOnnx(std::string(FOUNDRY_SOURCE_DIR) + "/tests/data/onnx/func_refs.notable.onnx");
   ASSERT_TRUE(g.ok()) << g.status().message();
   EXPECT_EQ(g->metadata.at(kImportWarningKey),
             "'" + std::string(FOUNDRY_SOURCE_DIR) +
                 "/tests/data/onnx/func_refs.notable.onnx' declares no trainable parameters (no "
-                "foundry.parameters): training all 2 floating-point initializers; use --freeze "
-                "GLOB to keep buffers fixed");
+                "foundry.parameters, no torch.export signature): training all 2 floating-point "
+                "initializers; use --freeze GLOB to keep buffers fixed");
 }
 
 TEST(OnnxImportBadInputTest, FoundryCompilePrintsTheWarningOnce) {
@@ -350,8 +381,9 @@ TEST(OnnxImportBadInputTest, FoundryCompilePrintsTheWarningOnce) {
       Exec(FOUNDRY_BINARY_DIR "/foundry-compile", {model, "-o", tmp / "out"}, tmp.path());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_EQ(r.err, "foundry-compile: warning: '" + model +
-                       "' declares no trainable parameters (no foundry.parameters): training all 4 "
-                       "floating-point initializers; use --freeze GLOB to keep buffers fixed\n");
+                       "' declares no trainable parameters (no foundry.parameters, no torch.export "
+                       "signature): training all 4 floating-point initializers; use --freeze "
+                       "GLOB to keep buffers fixed\n");
 }
 
 // torch.export writes a size it specialised as a dim_param of digits ("2", "16"): that is the
@@ -407,7 +439,7 @@ TEST(OnnxImportTest, TorchExportInputSpecKindsTellParametersFromBuffers) {
   }
   auto plain = Import(m);
   ASSERT_TRUE(plain.ok()) << plain.status().message();
-  EXPECT_EQ(plain->parameters, (std::vector<std::string>{"w", "inv_freq"}));  // every float one
+  EXPECT_TRUE(plain->parameters.empty());  // by name neither is a module's weight or bias
 
   auto kind = [&](const std::string& name, const std::string& value) {
     auto* vi = g->add_value_info();

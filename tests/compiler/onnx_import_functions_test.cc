@@ -172,20 +172,21 @@ TEST(OnnxImportFunctionsTest, NestedCallWithOneChildsParametersIsItsOwnModule) {
 }
 
 TEST(OnnxImportFunctionsTest, ChildOfAModuleInlinedIntoTheCallerKeepsItsPath) {
-  // Outer's body reads `mid.w` itself (mid is no function), then calls Leaf on `mid.leaf.w`
-  // alone: the caller's own read inside `mid` shows mid is not Leaf's module.
+  // Outer's body reads `mid.weight` itself (mid is no function), then calls Leaf on
+  // `mid.leaf.weight` alone: the caller's own read inside `mid` shows mid is not Leaf's module.
   ModelBuilder b;
-  b.Initializer("outer.mid.w", 4);
-  b.Initializer("outer.mid.leaf.w", 4);
-  b.Initializer("outer.own.w", 4);
+  b.Initializer("outer.mid.weight", 4);
+  b.Initializer("outer.mid.leaf.weight", 4);
+  b.Initializer("outer.own.weight", 4);
   auto* leaf = b.Function("Leaf", {"in", "w"}, {"y"});
   ModelBuilder::Node(leaf, "Mul", {"in", "w"}, {"y"}, "Mul_0");
   auto* outer = b.Function("Outer", {"in", "mw", "lw", "ow"}, {"y"});
   ModelBuilder::Node(outer, "Mul", {"in", "mw"}, {"t"}, "Mul_1");
   ModelBuilder::Node(outer, "Leaf", {"t", "lw"}, {"u"}, "Leaf_2", "local");
   ModelBuilder::Node(outer, "Mul", {"u", "ow"}, {"y"}, "Mul_3");
-  ModelBuilder::Node(b.g, "Outer", {"x", "outer.mid.w", "outer.mid.leaf.w", "outer.own.w"}, {"out"},
-                     "Outer_0", "local");
+  ModelBuilder::Node(b.g, "Outer",
+                     {"x", "outer.mid.weight", "outer.mid.leaf.weight", "outer.own.weight"},
+                     {"out"}, "Outer_0", "local");
   b.Output("out");
   auto g = b.Import();
   ASSERT_TRUE(g.ok()) << g.status().message();

@@ -5,7 +5,9 @@ Two tiny language models with Hugging Face's spellings of the ops that canonical
 - GPT-2 style: LayerNorm, `gelu_new` written out as HF's NewGELUActivation, `nn.Dropout(0.0)`
   at every place GPT-2 has one (torch exports them as `Dropout(x, 0.0, training=True)` with a mask);
 - Llama style: HF LlamaRMSNorm (the float32 Cast pair around it), `F.gelu(approximate="tanh")`,
-  SiLU-gated MLP, a rotary-free attention.
+  SiLU-gated MLP, a rotary-free attention;
+- MPT style with the causal+ALiBi mask as a float buffer holding -inf (`transformer.attn_bias`), as
+  older MPT code keeps it: without foundry.parameters it must stay a constant and train with no flag.
 Each is exported in training mode with torch's defaults otherwise (no foundry metadata), compiled
 with foundry-compile, and checked:
 - canonicalize's counts: every tanh GELU, RMSNorm and ratio-0 Dropout found, and the training
@@ -165,6 +167,63 @@ class Llama(nn.Module):
     EXPECTED = (LAYERS, 2 * LAYERS + 1, 2 * LAYERS)
 
 
+class MaskAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.Wqkv, self.out_proj = nn.Linear(D, 3 * D, bias=False), nn.Linear(D, D, bias=False)
+
+    def forward(self, x, attn_bias):
+        q, k, v = self.Wqkv(x).chunk(3, dim=-1)
+        s = q @ k.transpose(-1, -2) / math.sqrt(D) + attn_bias
+        return self.out_proj(torch.softmax(s, dim=-1) @ v)
+
+
+class MaskMPTBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm_1, self.norm_2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.attn = MaskAttention()
+        self.up_proj, self.down_proj = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+
+    def forward(self, x, attn_bias):
+        x = x + self.attn(self.norm_1(x), attn_bias)
+        return x + self.down_proj(F.gelu(self.up_proj(self.norm_2(x)), approximate="tanh"))
+
+
+class MaskTransformer(nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.wte = nn.Embedding(VOCAB, D)
+        self.blocks = nn.ModuleList(MaskMPTBlock() for _ in range(layers))
+        self.norm_f = nn.LayerNorm(D)
+        # A float buffer holding -inf: the causal mask with an ALiBi slope, built once, as older
+        # MPT code keeps it (`transformer.attn_bias`). Not a parameter: foundry must not train it.
+        pos = torch.arange(SEQ, dtype=torch.float32)
+        bias = -0.5 * (pos[None, :] - pos[:, None]).abs()
+        bias = bias.masked_fill(torch.ones(SEQ, SEQ, dtype=torch.bool).triu(1), float("-inf"))
+        self.register_buffer("attn_bias", bias)
+
+
+class MaskMPT(nn.Module):
+    """TorchScript export with a -inf mask buffer and no foundry.parameters: trains with no flag."""
+    LAYERS = 2
+
+    def __init__(self):
+        super().__init__()
+        self.transformer = MaskTransformer(self.LAYERS)
+        self.lm_head = nn.Linear(D, VOCAB, bias=False)
+
+    def forward(self, input_ids):
+        t = self.transformer
+        x = t.wte(input_ids)
+        for block in t.blocks:
+            x = block(x, t.attn_bias)
+        return self.lm_head(t.norm_f(x))
+
+    EXPECTED = (LAYERS, 0, 0)
+    FROZEN = ["transformer.attn_bias"]
+
+
 # --------------------------------------------------------------------------------------------
 # Export, compile, one step, compare.
 
@@ -219,6 +278,10 @@ def check_model(cls, tmp):
           str(n_params) in warnings[0],
           f"{cls.__name__}: expected one warning line naming {n_params} trained initializers, "
           f"got {warnings}")
+    for buffer in getattr(cls, "FROZEN", []):
+        check(f"'{buffer}'" in warnings[0],
+              f"{cls.__name__}: the warning does not name the non-finite buffer {buffer}: "
+              f"{warnings[0]}")
     train = onnx.load(prefix + ".train.onnx")
     left = sorted({n.op_type for n in train.graph.node} & {"Dropout", "Tanh", "Pow"})
     check(not left, f"{cls.__name__}: the training graph still has {left}")
@@ -260,7 +323,7 @@ def main():
     torch.set_num_threads(1)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="foundry-stock-") as tmp:
-        for cls in (GPT2, Llama):
+        for cls in (GPT2, Llama, MaskMPT):
             try:
                 print(f"ok   {cls.__name__}: {check_model(cls, tmp)}")
             except Exception:  # noqa: BLE001 -- report every model, then fail

@@ -78,6 +78,27 @@ TEST(ParametersTest, TrainableBufferIsNeverFoldedAway) {
   EXPECT_EQ(plain.FindValue("buf"), nullptr);  // folded into s, as expected for a buffer
 }
 
+// A buffer holding -inf (a causal mask) can never train: --trainable naming it is an error that
+// says why, not a step that fails later with learning-rate advice.
+TEST(ParametersTest, TrainableNonFiniteBufferIsAnError) {
+  auto g = ParseGraph(R"(graph g {
+  input x : f32[4]
+  param w : f32[4]
+  const mask : f32[4] = [0.0, -inf, 0.0, -inf]
+  h = Mul(x, w)
+  m = Add(h, mask)
+  loss = ReduceSum(m) {keepdims=0}
+  output loss
+})");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto st = ParametersPass({.freeze = {}, .trainable = {"ma*"}}).Run(*g);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().message(),
+            "parameters: --trainable selects 'mask', which holds non-finite values (a -inf "
+            "mask?): a buffer that cannot be trained; narrow the glob");
+  EXPECT_EQ(g->parameters, (std::vector<std::string>{"w"}));  // untouched
+}
+
 TEST(GlobTest, Matches) {
   EXPECT_TRUE(GlobMatch("transformer.blocks.*.attn.*", "transformer.blocks.3.attn.Wqkv.weight"));
   EXPECT_FALSE(GlobMatch("transformer.blocks.*.attn", "transformer.blocks.3.attn.Wqkv"));
