@@ -12,6 +12,7 @@
 #include "compiler/import_context.h"
 #include "compiler/import_functions.h"
 #include "compiler/import_params.h"
+#include "compiler/import_sequences.h"
 #include "compiler/onnx_proto_util.h"
 #include "compiler/padding_rows.h"
 #include "compiler/random_seed.h"
@@ -47,6 +48,7 @@ class Importer {
     RETURN_IF_ERROR(RunOnnxChecker(ctx_));
     RETURN_IF_ERROR(ReadValueInfo());
     RETURN_IF_ERROR(ReadNodes());
+    if (Status st = LowerSplitToSequence(g_); !st.ok()) return Fail(st.message());
     RETURN_IF_ERROR(ValidateGraph(ctx_));
     RETURN_IF_ERROR(BindDims(ctx_));
     reader_->Finish(ctx_);
@@ -206,6 +208,9 @@ class Importer {
   Status ReadValueInfo() {
     for (const auto& vi : m_.graph().value_info()) {
       if (vi.name().empty() || init_protos_.count(vi.name())) continue;
+      // A sequence (torch's SplitToSequence) is lowered to tensors after the nodes are read;
+      // LowerSplitToSequence refuses any use it cannot lower.
+      if (vi.type().has_sequence_type()) continue;
       Value* existing = g_.FindValue(vi.name());
       if (existing && existing->data) continue;
       RETURN_IF_ERROR(ReadType(vi.type(), g_.GetOrAddValue(vi.name())));

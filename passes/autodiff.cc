@@ -21,6 +21,10 @@ bool IsNonDifferentiable(const Node& n) {
   return n.domain.empty() && kOps.count(n.op_type) > 0;
 }
 
+bool IsNonDifferentiableInput(const Node& n, size_t k) {
+  return n.domain.empty() && n.op_type == "CastLike" && k == 1;
+}
+
 Status CheckGradientShapes(const Graph& g) {
   if (g.outputs.size() != g.parameters.size() + 1)
     return Error("autodiff: the training graph has " + std::to_string(g.outputs.size()) +
@@ -225,7 +229,8 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
     const Node& n = g.nodes[i];
     if (IsNonDifferentiable(n)) continue;  // stops the gradient: nothing flows back through n
     bool any = false;
-    for (const auto& in : n.inputs) any |= requires_grad.count(in) > 0;
+    for (size_t k = 0; k < n.inputs.size(); ++k)
+      any |= requires_grad.count(n.inputs[k]) > 0 && !IsNonDifferentiableInput(n, k);
     if (!any) continue;
     for (const auto& out : n.outputs)
       if (!out.empty() && IsFloatValue(g, out)) requires_grad.insert(out);
@@ -240,11 +245,13 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
     for (const auto& out : n.outputs) reaches |= !out.empty() && reaches_loss.count(out) > 0;
     if (!reaches) continue;
     bool any_input = false;
-    for (const auto& in : n.inputs)
-      if (!in.empty() && requires_grad.count(in)) {
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const std::string& in = n.inputs[k];
+      if (!in.empty() && requires_grad.count(in) && !IsNonDifferentiableInput(n, k)) {
         reaches_loss.insert(in);
         any_input = true;
       }
+    }
     on_path[i] = any_input;
   }
 
@@ -328,8 +335,11 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
     }
     if (!any) continue;
     std::vector<bool> needs;
-    for (const auto& in : fwd.inputs)
-      needs.push_back(!in.empty() && requires_grad.count(in) && reaches_loss.count(in));
+    for (size_t k = 0; k < fwd.inputs.size(); ++k) {
+      const std::string& in = fwd.inputs[k];
+      needs.push_back(!in.empty() && requires_grad.count(in) && reaches_loss.count(in) &&
+                      !IsNonDifferentiableInput(fwd, k));
+    }
     const GradFn* rule = GradRules().Find(fwd.domain, fwd.op_type);
     if (!rule) {
       return Error("autodiff: no gradient rule for " + fwd.Describe() +

@@ -67,6 +67,10 @@ class AutodiffPass : public Pass {
 // non-float outputs (comparisons, ArgMax, Shape) never do; both stop the gradient.
 bool IsNonDifferentiable(const Node& node);
 
+// Inputs that only lend their type or shape: CastLike's `target_type` (input 1). No gradient
+// flows into them, whatever they depend on.
+bool IsNonDifferentiableInput(const Node& node, size_t input);
+
 // Every gradient output of a training graph has its parameter's shape and type (the outputs are
 // the loss, then one gradient per parameter in order). Autodiff runs it before returning.
 Status CheckGradientShapes(const Graph& graph);

@@ -197,6 +197,26 @@ TEST(AutodiffTest, NonDifferentiableOpsStopTheGradient) {
   EXPECT_TRUE(out->at("w_grad").BitwiseEqual(feeds.at("x")));
 }
 
+// torch 2.6's dynamo export writes CastLike(x, like) with `like` a value that depends on a
+// parameter: only x gets a gradient; `like` lends its type (here f64 -> f32 of h's type).
+TEST(AutodiffTest, CastLikeTargetTypeGetsNoGradient) {
+  Graph fwd = Parsed(R"(graph g {
+  input x : f32[2,3]
+  param w : f32[2,3]
+  const two : f64[] = [2.0]
+  h = Mul(x, w)
+  c = CastLike(two, h)
+  t = Mul(h, c)
+  loss = ReduceSum(t) {keepdims=0}
+  output loss
+})");
+  Graph train = fwd;
+  auto changed = AutodiffPass({}).Run(train);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(VerifyGraph(train).ok()) << VerifyGraph(train).message();
+  ExpectGradientsMatchFiniteDifferences(fwd, train, RandomFeeds(fwd));
+}
+
 // The seed of the backward pass is 1 in the loss's own type: an f64 model gets exact f64
 // gradients (d/dw sum(x * w * w) = 2 x w).
 TEST(AutodiffTest, Float64LossSeedsInFloat64) {
