@@ -6,6 +6,7 @@
     /usr/bin/python3 models/make_fixtures.py --only mpt_tiny llama_tiny
     /usr/bin/python3 models/make_fixtures.py --big      # also models/exports/ (~3 min)
     /usr/bin/python3 models/make_fixtures.py --only gpt2_tiny --big gpt2_124m  # just these
+    ../shared/tools/torch2/run.sh python3 models/make_fixtures.py --dynamo  # torch 2.6's exports
 
 Layout of one fixture (the C++ tests read it):
     model.onnx              scopes format (TorchScript scoped names + foundry.* metadata)
@@ -19,6 +20,17 @@ Layout of one fixture (the C++ tests read it):
     reference/grads/<initializer>_grad.pb  PyTorch's fp32 gradient of every trainable parameter,
                             named <initializer>_grad                  (dropout-off configs only)
     config.json             the config the fixture was made from
+    dynamo/                 torch 2.6's exporter (--dynamo; needs ../shared/tools/torch2/):
+      model.onnx            torch.onnx.export(dynamo=True) at torch's defaults (opset 18, IR 10),
+                            dimensions Dim.AUTO as a user would write them (torch names them
+                            s0..s3, or writes the size it specialised as a decimal dim_param)
+      reference/loss.pb, reference/grads/<parameter>_grad.pb   torch 2.6's loss and gradients on
+                            the same inputs/ (and the export's own weights)
+      reference/tied.json   {first name: [other names]} of each tied parameter (the export may
+                            name it by any of them)
+      export.json           torch's version and the variant
+    dynamo_sdpa/            mpt_tiny only: the same with attn_impl "sdpa"
+                            (F.scaled_dot_product_attention with an additive ALiBi+causal mask)
 
 models/exports/<config>.onnx and <config>.functions.onnx are the big shapes (MPT-125M, 1B, 7B,
 30B, GPT-2 124M, Pythia-160M) exported without weights (parameters are graph inputs); only --big
@@ -31,7 +43,8 @@ floored at 1e-3 of the fixture's largest gradient, because OpenBLAS picks differ
 different CPUs and a gradient that is zero in exact arithmetic is pure rounding), the scopes and metadata
 graphs exactly, and the functions graph by function names and op sequences (torch names function
 internals differently from run to run). The stock export is deterministic, so it is compared
-exactly like the scopes graph.
+exactly like the scopes graph. The dynamo/ folders are torch 2.6's and are neither made nor
+checked nor removed by a torch 1.13 run; --dynamo (inside the torch2 chroot) rewrites them.
 """
 
 import argparse
@@ -58,6 +71,9 @@ FIXTURES = [
     "pythia_tiny",
     "bert_tiny",
 ]
+# torch 2.6 exports (--dynamo): every fixture with reference gradients, and MPT through SDPA.
+DYNAMO_VARIANTS = {"dynamo": {}, "dynamo_sdpa": {"attn_impl": "sdpa"}}
+DYNAMO_SDPA = ["mpt_tiny"]
 BIG = ["mpt_125m", "mpt_1b", "mpt_7b", "mpt_30b", "gpt2_124m", "pythia_160m", "bert_base"]
 EXPORTS_DIR = os.path.join(REPO, "models", "exports")
 REL_TOL = 1e-6
@@ -159,6 +175,116 @@ def generate_one(name: str, out_dir: str) -> None:
             raise RuntimeError(f"{name}: gradient of {pname} is zero or missing")
         _write_tensor(os.path.join(out_dir, "reference", "grads", pname + "_grad.pb"),
                       grad.numpy().astype("float32"), pname + "_grad")
+
+
+def generate_dynamo_one(name: str, variant: str, fixture_dir: str, out_dir: str) -> None:
+    """torch.onnx.export(dynamo=True) of the fixture's model, and torch's loss and gradients on
+    the committed inputs (torch >= 2.6; the torch2 chroot)."""
+    import json
+
+    import torch
+    from onnx import TensorProto, numpy_helper
+
+    from models import families
+    from models.foundry_export import parameter_names
+
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(0)
+    config = families.load_config(name)
+    if DYNAMO_VARIANTS[variant]:
+        config["attn_config"] = {**config.get("attn_config", {}), **DYNAMO_VARIANTS[variant]}
+    model = families.seeded_model(config)
+    model.train()
+
+    def read(input_name):
+        t = TensorProto()
+        with open(os.path.join(fixture_dir, "inputs", input_name + ".pb"), "rb") as f:
+            t.ParseFromString(f.read())
+        return torch.from_numpy(numpy_helper.to_array(t).copy())
+
+    input_ids, labels = read("input_ids"), read("labels")
+    os.makedirs(out_dir, exist_ok=True)
+    auto = torch.export.Dim.AUTO
+    torch.onnx.export(model, (input_ids, labels), os.path.join(out_dir, "model.onnx"),
+                      dynamo=True, input_names=["input_ids", "labels"], output_names=["loss"],
+                      dynamic_shapes={"input_ids": {0: auto, 1: auto},
+                                      "labels": {0: auto, 1: auto}})
+    model.zero_grad(set_to_none=True)
+    loss = model(input_ids, labels)
+    loss.backward()
+    _write_tensor(os.path.join(out_dir, "reference", "loss.pb"),
+                  loss.detach().numpy().astype("float32"), "loss")
+    params = dict(model.named_parameters())
+    for pname in parameter_names(model):
+        grad = params[pname].grad
+        if grad is None or not bool(grad.abs().max() > 0):
+            raise RuntimeError(f"{name} ({variant}): gradient of {pname} is zero or missing")
+        _write_tensor(os.path.join(out_dir, "reference", "grads", pname + "_grad.pb"),
+                      grad.numpy().astype("float32"), pname + "_grad")
+    # A tied weight is one parameter with several names; torch's export may call it by another
+    # one than named_parameters' first (GPT-2's lm_head.weight for transformer.wte.weight).
+    names = {}
+    for pname, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(pname)
+    tied = {n[0]: n[1:] for n in names.values() if len(n) > 1}
+    with open(os.path.join(out_dir, "reference", "tied.json"), "w") as f:
+        json.dump(tied, f, indent=2, sort_keys=True)
+        f.write("\n")
+    with open(os.path.join(out_dir, "export.json"), "w") as f:
+        json.dump({"torch": torch.__version__, "variant": variant,
+                   "attn_config": DYNAMO_VARIANTS[variant]}, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def dynamo_tasks(names):
+    import json
+    tasks = []
+    for name in names:
+        with open(os.path.join(FIXTURES_DIR, name, "config.json")) as f:
+            if has_dropout(json.load(f)):
+                continue  # no reference gradients
+        tasks.append((name, "dynamo"))
+        if name in DYNAMO_SDPA:
+            tasks.append((name, "dynamo_sdpa"))
+    return tasks
+
+
+def generate_dynamo(names, jobs: int) -> None:
+    """Each (fixture, variant) in a fresh process, written to a temp folder, then moved over the
+    committed one (a failed run leaves the committed files alone)."""
+    import torch
+    if tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 6):
+        raise SystemExit(f"make_fixtures --dynamo: torch {torch.__version__} has no dynamo "
+                         "exporter to match; run it inside the torch 2.6 environment: "
+                         "../shared/tools/torch2/run.sh python3 models/make_fixtures.py --dynamo")
+    tmp = tempfile.mkdtemp(prefix="foundry-dynamo-")
+
+    def run(task):
+        name, variant = task
+        out = os.path.join(tmp, name, variant)
+        cmd = [sys.executable, os.path.abspath(__file__), "--one-dynamo", name, variant,
+               "--out", out]
+        return task, subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+
+    failed = []
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for (name, variant), proc in pool.map(run, dynamo_tasks(names)):
+                if proc.returncode != 0:
+                    failed.append(f"{name} ({variant})")
+                    print(f"make_fixtures: {name} ({variant}): failed:\n{proc.stderr[-3000:]}",
+                          file=sys.stderr)
+                    continue
+                dest = os.path.join(FIXTURES_DIR, name, variant)
+                shutil.rmtree(dest, ignore_errors=True)
+                shutil.copytree(os.path.join(tmp, name, variant), dest)
+                print(f"make_fixtures: wrote {os.path.relpath(dest, REPO)}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failed:
+        raise SystemExit(f"make_fixtures --dynamo: failed for {', '.join(failed)}")
 
 
 # torch 1.13's function extraction sometimes dies with SIGSEGV (bert_tiny: 6 of 40 runs); the
@@ -312,7 +438,13 @@ def compare_dirs(new_root: str, old_root: str, names):
 
 
 def files_under(d: str):
-    return {os.path.relpath(os.path.join(r, f), d) for r, _, fs in os.walk(d) for f in fs}
+    """Files of a fixture, less its dynamo*/ folders (torch 2.6's, see --dynamo)."""
+    out = set()
+    for r, dirs, fs in os.walk(d):
+        if r == d:
+            dirs[:] = [x for x in dirs if not x.startswith("dynamo")]
+        out |= {os.path.relpath(os.path.join(r, f), d) for f in fs}
+    return out
 
 
 def grad_floor(old_dir: str, old_files) -> float:
@@ -383,11 +515,19 @@ def main(argv=None) -> int:
     ap.add_argument("--big", nargs="*", metavar="CONFIG",
                     help="also (re)make or check the no-weights exports in models/exports "
                     "(all, or only the CONFIGs named)")
+    ap.add_argument("--dynamo", action="store_true",
+                    help="(re)make the dynamo/ folders with torch 2.6's exporter (inside "
+                    "../shared/tools/torch2/run.sh)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--one-dynamo", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.one:
         generate_one(args.one, args.out)
+        return 0
+    if args.one_dynamo:
+        name, variant = args.one_dynamo
+        generate_dynamo_one(name, variant, os.path.join(FIXTURES_DIR, name), args.out)
         return 0
     names = args.only or FIXTURES
     unknown = [n for n in names if n not in FIXTURES]
@@ -397,6 +537,11 @@ def main(argv=None) -> int:
     unknown = [n for n in big or [] if n not in BIG]
     if unknown:
         ap.error(f"unknown big export(s) {unknown}; known: {BIG}")
+    if args.dynamo:
+        if args.check or big is not None or args.out:
+            ap.error("--dynamo takes only --only and --jobs")
+        generate_dynamo(names, args.jobs)
+        return 0
     if args.check:
         committed = args.out or FIXTURES_DIR
         with tempfile.TemporaryDirectory(prefix="foundry-fixtures-") as tmp:

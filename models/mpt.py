@@ -88,8 +88,8 @@ class MPTConfig:
         bad = set(self.attn_config) - set(_ATTN_DEFAULTS)
         if bad:
             raise ValueError(f"MPTConfig.attn_config: unsupported keys {sorted(bad)}")
-        if self.attn_config["attn_impl"] != "torch":
-            # flash/triton change kernels, not the graph; the export always uses the torch path.
+        if self.attn_config["attn_impl"] not in ("torch", "sdpa"):
+            # flash/triton change kernels, not the graph; the export uses the torch path.
             self.attn_config["attn_impl"] = "torch"
         if self.d_model % self.n_heads:
             raise ValueError("d_model must be divisible by n_heads")
@@ -212,7 +212,8 @@ def repeat_kv(x: torch.Tensor, n_rep: int, out_shape) -> torch.Tensor:
 
 def scaled_multihead_dot_product_attention(query, key, value, n_heads: int, kv_n_heads: int,
                                            head_dim: int, softmax_scale: float, attn_bias=None,
-                                           dropout_p: float = 0.0, training: bool = False):
+                                           dropout_p: float = 0.0, training: bool = False,
+                                           sdpa: bool = False):
     # b and s are traced (symbolic `batch`, `seq`); head counts and head_dim are Python ints.
     b, s = query.size(0), query.size(1)
     q = query.view(b, s, n_heads, head_dim).transpose(1, 2)              # b h s d
@@ -222,6 +223,18 @@ def scaled_multihead_dot_product_attention(query, key, value, n_heads: int, kv_n
     k = repeat_kv(k, n_rep, (b, n_heads, head_dim, s))
     v = repeat_kv(v, n_rep, (b, n_heads, s, head_dim))
 
+    if sdpa:
+        # attn_impl "sdpa" (torch >= 2.0 only): F.scaled_dot_product_attention with the ALiBi
+        # bias and the causal mask as one additive attn_mask, as a torch 2.x user writes it.
+        pos = torch.arange(s, device=query.device)
+        mask = torch.zeros(s, s, dtype=query.dtype, device=query.device).masked_fill(
+            pos.unsqueeze(0) > pos.unsqueeze(1), torch.finfo(query.dtype).min)
+        if attn_bias is not None:
+            mask = attn_bias + mask
+        out = F.scaled_dot_product_attention(q, k.transpose(2, 3), v, attn_mask=mask,
+                                             dropout_p=dropout_p if training else 0.0,
+                                             scale=softmax_scale)
+        return out.transpose(1, 2).reshape(b, s, n_heads * head_dim)
     attn_weight = q.matmul(k) * softmax_scale
     if attn_bias is not None:
         attn_weight = attn_weight + attn_bias
@@ -242,8 +255,9 @@ class GroupedQueryAttention(nn.Module):
                  clip_qkv: Optional[float] = None, qk_ln: bool = False,
                  softmax_scale: Optional[float] = None, attn_pdrop: float = 0.0,
                  norm_type: str = "low_precision_layernorm", norm_eps: float = 1e-5,
-                 device=None, bias: bool = True):
+                 device=None, bias: bool = True, attn_impl: str = "torch"):
         super().__init__()
+        self.attn_impl = attn_impl
         self.d_model = d_model
         self.n_heads = n_heads
         self.kv_n_heads = kv_n_heads
@@ -277,7 +291,8 @@ class GroupedQueryAttention(nn.Module):
             key = self.k_ln(key)
         context = scaled_multihead_dot_product_attention(
             query, key, value, self.n_heads, self.kv_n_heads, self.head_dim, self.softmax_scale,
-            attn_bias=attn_bias, dropout_p=self.attn_dropout_p, training=self.training)
+            attn_bias=attn_bias, dropout_p=self.attn_dropout_p, training=self.training,
+            sdpa=self.attn_impl == "sdpa")
         return self.out_proj(context)
 
 
@@ -361,7 +376,8 @@ class MPTBlock(nn.Module):
                              kv_n_heads=ac["kv_n_heads"], clip_qkv=ac["clip_qkv"],
                              qk_ln=ac["qk_ln"], softmax_scale=ac["softmax_scale"],
                              attn_pdrop=ac["attn_pdrop"], norm_type=config.norm_type,
-                             norm_eps=config.norm_eps, device=device, bias=bias)
+                             norm_eps=config.norm_eps, device=device, bias=bias,
+                             attn_impl=ac["attn_impl"])
         self.norm_2 = build_norm(config.norm_type, config.d_model, config.norm_eps, device, bias)
         ffn_cls = FFN_CLASS_REGISTRY[config.ffn_config["ffn_type"]]
         self.ffn = ffn_cls(config.d_model, config.expansion_ratio,
