@@ -65,6 +65,8 @@ class ScopeResolver {
     auto known = scopes_.find(scope);
     if (known != scopes_.end()) {
       path = known->second;
+    } else if (const std::string* again = RepeatedCall(parent_scope, seg, cur)) {
+      path = *again;
     } else {
       path = table_.present ? Search(cur, seg) : SearchOwners(cur, seg);
       if (path.empty()) path = cur.empty() ? seg : cur + "." + seg;
@@ -104,6 +106,22 @@ class ScopeResolver {
       if (d == best) found.push_back(p);
     }
     return found.size() == 1 ? found[0] : "";
+  }
+
+  // torch numbers the scope of a module's second call `seg_1` (third `seg_2`, ...): when the same
+  // caller already called `seg` and no module `seg_N` holds an initializer (or, with a class
+  // table, exists), the call is `seg`'s, and its nodes belong to that one module. Null otherwise.
+  const std::string* RepeatedCall(const std::string& parent_scope, const std::string& seg,
+                                  const std::string& cur) const {
+    size_t us = seg.rfind('_');
+    if (us == std::string::npos || us == 0 || us + 1 == seg.size()) return nullptr;
+    if (!std::all_of(seg.begin() + us + 1, seg.end(),
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+      return nullptr;
+    const std::string joined = cur.empty() ? seg : cur + "." + seg;
+    if (owners_.count(joined) || (table_.present && table_.Find(joined))) return nullptr;
+    auto first = cache_.find(parent_scope + "/" + seg.substr(0, us));
+    return first == cache_.end() ? nullptr : &first->second.back();
   }
 
   const ClassTable& table_;

@@ -7,7 +7,9 @@ Two tiny language models with Hugging Face's spellings of the ops that canonical
 - Llama style: HF LlamaRMSNorm (the float32 Cast pair around it), `F.gelu(approximate="tanh")`,
   SiLU-gated MLP, a rotary-free attention;
 - MPT style with the causal+ALiBi mask as a float buffer holding -inf (`transformer.attn_bias`), as
-  older MPT code keeps it: without foundry.parameters it must stay a constant and train with no flag.
+  older MPT code keeps it: without foundry.parameters it must stay a constant and train with no flag;
+- Phi's pattern, one module object called twice per block (torch names the second call's scope
+  `act_1`): one module in the tree, and `--ckpt act` recomputes both calls, gradients bitwise plain.
 Each is exported in training mode with torch's defaults otherwise (no foundry metadata), compiled
 with foundry-compile, and checked:
 - canonicalize's counts: every tanh GELU, RMSNorm and ratio-0 Dropout found, and the training
@@ -224,6 +226,43 @@ class MaskMPT(nn.Module):
     FROZEN = ["transformer.attn_bias"]
 
 
+class TwiceBlock(nn.Module):
+    """Phi's pattern: one module object called at two places of the forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(D)
+        self.fc1, self.fc2 = nn.Linear(D, D), nn.Linear(D, D)
+        self.act = NewGELUActivation()
+        self.resid_dropout = nn.Dropout(0.0)
+
+    def forward(self, x):
+        h = self.ln(x)
+        a = self.resid_dropout(self.act(self.fc1(h)))
+        return x + a + self.resid_dropout(self.act(self.fc2(h)))
+
+
+class TwiceCalled(nn.Module):
+    """A module called twice is one module: no `act_1` in the tree, and --ckpt act recomputes
+    both calls with the plain gradients' bits."""
+    LAYERS = 2
+
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(VOCAB, D)
+        self.h = nn.ModuleList(TwiceBlock() for _ in range(self.LAYERS))
+        self.lm_head = nn.Linear(D, VOCAB, bias=False)
+
+    def forward(self, input_ids):
+        x = self.wte(input_ids)
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(x)
+
+    EXPECTED = (2 * LAYERS, 0, 2 * LAYERS)
+    TWICE = "act"
+
+
 # --------------------------------------------------------------------------------------------
 # Export, compile, one step, compare.
 
@@ -293,6 +332,25 @@ def check_model(cls, tmp):
          "--optimizer", "sgd", "--feed", "input_ids=" + os.path.join(tmp, "input_ids.pb"),
          "--feed", "labels=" + os.path.join(tmp, "labels.pb"), "--dump-grads", grads_dir])
 
+    twice = getattr(cls, "TWICE", None)
+    if twice:
+        listing = run([os.path.join(BIN, "foundry-compile"), path, "--list-modules"]).stdout
+        check(f"h.0.{twice} " in listing and f"h.0.{twice}_1" not in listing,
+              f"{cls.__name__}: the module called twice is not one module:\n{listing}")
+        ckpt_prefix = prefix + "_ckpt"
+        out = run([os.path.join(BIN, "foundry-compile"), path, "--ckpt", twice, "-o",
+                   ckpt_prefix]).stdout
+        check(f"remat: {cls.LAYERS} instances checkpointed" in out,
+              f"{cls.__name__}: --ckpt {twice} did not checkpoint one instance per block:\n{out}")
+        ckpt_grads = grads_dir + "_ckpt"
+        run([os.path.join(BIN, "foundry-run"), ckpt_prefix, "--device", "cpu", "--steps", "1",
+             "--optimizer", "sgd", "--feed", "input_ids=" + os.path.join(tmp, "input_ids.pb"),
+             "--feed", "labels=" + os.path.join(tmp, "labels.pb"), "--dump-grads", ckpt_grads])
+        for f in sorted(os.listdir(grads_dir)):
+            with open(os.path.join(grads_dir, f), "rb") as a, \
+                    open(os.path.join(ckpt_grads, f), "rb") as b:
+                check(a.read() == b.read(), f"{cls.__name__}: --ckpt {twice} changes {f}")
+
     model.zero_grad()
     logits = model(input_ids)
     loss = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1), ignore_index=-100)
@@ -323,7 +381,7 @@ def main():
     torch.set_num_threads(1)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="foundry-stock-") as tmp:
-        for cls in (GPT2, Llama, MaskMPT):
+        for cls in (GPT2, Llama, MaskMPT, TwiceCalled):
             try:
                 print(f"ok   {cls.__name__}: {check_model(cls, tmp)}")
             except Exception:  # noqa: BLE001 -- report every model, then fail
