@@ -139,6 +139,12 @@ std::string StripCallSuffix(const std::string& path) {
   return path.substr(0, at);
 }
 
+// Scope names torch.export writes that are no module: its placeholder for nodes created without
+// an nn_module_stack (the size lookups of dynamic shapes). Their nodes belong to the caller.
+bool IsTorchInternalScope(const std::string& path) {
+  return path == "_empty_nn_module_stack_from_metadata_hook";
+}
+
 class MetadataReader : public AnnotationReader {
  public:
   MetadataReader(ImportContext& ctx, std::unique_ptr<AnnotationReader> fallback)
@@ -168,6 +174,7 @@ class MetadataReader : public AnnotationReader {
     // The last entry names the op itself, not a module.
     for (size_t i = 0; i + 1 < scopes->size(); ++i) {
       std::string path = StripCallSuffix((*scopes)[i]);
+      if (IsTorchInternalScope(path)) continue;
       if (!out.chain.empty() && path == out.chain.back()) continue;
       out.chain.push_back(path);
       if (i < classes.size() && !classes[i].empty()) ctx_.annotated_class.emplace(path, classes[i]);

@@ -435,6 +435,9 @@ TEST(PyTorchReferenceTest, DynamoExportsMatchTorch26) {
     std::set<std::string> torch_params;
     for (const auto& [name, t] : refs) torch_params.insert(name);
     EXPECT_EQ(trained, torch_params) << "foundry trains other tensors than torch's parameters";
+    for (const auto& [path, module] : g.modules)
+      EXPECT_EQ(path.find("_empty_nn_module_stack"), std::string::npos)
+          << "torch's placeholder scope is no module: " << path;
     const std::set<std::string> buffers = MarkedBuffers(model);
     for (const auto& b : buffers) EXPECT_EQ(trained.count(b), 0u) << "BUFFER " << b << " trains";
     for (const auto& b : annotations.float_buffers)
