@@ -373,6 +373,66 @@ def check_model(cls, tmp):
     return f"{len(want)} gradients, worst relative error {worst:.2g}"
 
 
+def check_functions_mpt(tmp):
+    """torch 1.13's export_modules_as_functions of an MPT from models/mpt.py (GQA, ALiBi,
+    LPLayerNorm without bias) with the function set {MPTBlock, the attention classes, MPTMLP,
+    LPLayerNorm}: positional function inputs, constants hoisted out of the first block's call,
+    scoped call-node names. The tree lists each block and attention with its class, and
+    --ckpt grouped_query_attention checkpoints every layer with the plain gradients' bits."""
+    sys.path.insert(0, REPO)
+    from models import families, mpt
+    layers = 2
+    cfg = {"family": "mpt", "d_model": D, "n_heads": 4, "n_layers": layers, "expansion_ratio": 4,
+           "max_seq_len": SEQ, "vocab_size": VOCAB, "no_bias": True,
+           "norm_type": "low_precision_layernorm",
+           "attn_config": {"attn_type": "grouped_query_attention", "kv_n_heads": 2, "alibi": True},
+           "ffn_config": {"ffn_type": "mptmlp"},
+           "foundry": {"batch_size": BATCH, "seq_len": SEQ, "seed": 0}}
+    model = families.seeded_model(cfg).train()
+    input_ids, labels = families.make_inputs(cfg)
+    path = os.path.join(tmp, "mpt_functions.onnx")
+    torch.onnx.export(model, (input_ids, labels), path, opset_version=17,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      input_names=["input_ids", "labels"], output_names=["loss"],
+                      export_modules_as_functions={mpt.MPTBlock, mpt.GroupedQueryAttention,
+                                                   mpt.MultiheadAttention, mpt.MultiQueryAttention,
+                                                   mpt.MPTMLP, mpt.LPLayerNorm})
+    check(len(onnx.load(path).functions) >= 4, "torch wrote no functions: its export changed")
+    listing = run([os.path.join(BIN, "foundry-compile"), path, "--list-modules"]).stdout
+    rows = {line.split()[0]: line.split()[1] for line in listing.splitlines()[1:]
+            if len(line.split()) > 1 and line.startswith(" ")}
+    for n in range(layers):
+        block = f"transformer.blocks.{n}"
+        check(rows.get(block) == "MPTBlock" and rows.get(block + ".attn") == "GroupedQueryAttention",
+              f"functions MPT: {block} or its attn is missing or misclassed:\n{listing}")
+    save_tensor(os.path.join(tmp, "f_ids.pb"), input_ids.numpy().astype(np.int64))
+    save_tensor(os.path.join(tmp, "f_labels.pb"), labels.numpy().astype(np.int64))
+    grads = {}
+    for ckpt in ([], ["--ckpt", "grouped_query_attention"]):
+        prefix = os.path.join(tmp, "mpt_functions" + ("_ckpt" if ckpt else ""))
+        out = run([os.path.join(BIN, "foundry-compile"), path, "-o", prefix] + ckpt).stdout
+        if ckpt:
+            check(f"remat: {layers} instances checkpointed" in out,
+                  f"functions MPT: --ckpt grouped_query_attention:\n{out}")
+        d = prefix + "_grads"
+        run([os.path.join(BIN, "foundry-run"), prefix, "--device", "cpu", "--steps", "1",
+             "--optimizer", "sgd", "--feed", "input_ids=" + os.path.join(tmp, "f_ids.pb"),
+             "--feed", "labels=" + os.path.join(tmp, "f_labels.pb"), "--dump-grads", d])
+        grads[bool(ckpt)] = {f: open(os.path.join(d, f), "rb").read() for f in os.listdir(d)}
+    check(grads[True] == grads[False], "functions MPT: --ckpt changes the gradients' bits")
+    model.zero_grad()
+    model(input_ids, labels).backward()
+    worst = 0.0
+    for name, p in model.named_parameters():
+        w = p.grad.numpy().astype(np.float64)
+        t = onnx.TensorProto()
+        t.ParseFromString(grads[False][name + "_grad.pb"])
+        g = numpy_helper.to_array(t).astype(np.float64)
+        worst = max(worst, float(np.max(np.abs(g - w))) / max(float(np.max(np.abs(w))), 1e-12))
+    check(worst <= GRAD_TOL, f"functions MPT: gradients differ from torch's by {worst:.3g}")
+    return f"{layers} blocks and attentions classed, --ckpt bitwise, worst relative error {worst:.2g}"
+
+
 def main():
     for tool in ("foundry-compile", "foundry-run"):
         if not os.access(os.path.join(BIN, tool), os.X_OK):
@@ -388,6 +448,12 @@ def main():
                 failed += 1
                 print(f"FAIL {cls.__name__}")
                 traceback.print_exc(file=sys.stdout)
+        try:
+            print(f"ok   functions MPT: {check_functions_mpt(tmp)}")
+        except Exception:  # noqa: BLE001
+            failed += 1
+            print("FAIL functions MPT")
+            traceback.print_exc(file=sys.stdout)
     return 1 if failed else 0
 
 
