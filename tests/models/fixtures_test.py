@@ -16,14 +16,18 @@ For every fixture:
   (no foundry.* or torch.export model keys, no node metadata, no functions); its graph and
   initializers are exactly the scopes file's (foundry's scopes annotation only adds model
   metadata), so a tied weight is one initializer under its first name there too; the float
-  initializers that are not parameters are exactly the model's float buffers (foundry trains them
-  in a stock export, which has no parameter list);
+  initializers that are not parameters are exactly the model's float buffers (none named *.weight
+  or *.bias, so a stock export, which has no parameter list, keeps them constant);
 - the four files compute PyTorch's loss (NumPy interpreter, models/onnx_eval.py) at the fixture
   shape and at another (batch, seq), so `batch` and `seq` really are symbolic (dropout fixtures:
   Dropout as identity against PyTorch in eval mode);
 - reference gradients exist for exactly the trainable parameters, are named `<init>_grad`, have
   the parameter's shape and are not all zero;
 - only the op types documented in models/OPS.md occur;
+- the torch 2.6 `dynamo=True` exports (dynamo/, and mpt_tiny's dynamo_sdpa/; make_fixtures.py
+  --dynamo): present for every fixture with reference gradients, IR 10 / opset 18 from torch 2.6,
+  weights in model.onnx.data, gradients for exactly the fresh model's parameters (a tied weight
+  under any of its names, as tied.json says), the same inputs as the other formats;
 - every format carries `foundry.padding_idx` exactly when an nn.Embedding has a padding row
   (BERT), and the inputs look that row up;
 and `make_fixtures.py --check` reproduces every committed number within relative 1e-6.
@@ -467,6 +471,37 @@ def test_big_exports():
                     check(node.domain == "" and node.op_type in KNOWN_OPS, node.op_type)
 
 
+def check_dynamo_exports(name):
+    from models.make_fixtures import DYNAMO_SDPA
+    config, model = fresh_model(name)
+    variants = [] if has_dropout(config) else ["dynamo"] + (["dynamo_sdpa"] if name in DYNAMO_SDPA
+                                                           else [])
+    present = sorted(x for x in os.listdir(fixture_dir(name)) if x.startswith("dynamo"))
+    check(present == variants, f"dynamo folders {present}, expected {variants}")
+    for variant in variants:
+        d = os.path.join(fixture_dir(name), variant)
+        with open(os.path.join(d, "export.json")) as f:
+            info = json.load(f)
+        check(info["torch"].startswith("2.6") and info["variant"] == variant, info)
+        proto = onnx.load(os.path.join(d, "model.onnx"))  # loads model.onnx.data beside it
+        check(proto.ir_version == 10, f"{variant}: IR {proto.ir_version}")
+        check({(o.domain, o.version) for o in proto.opset_import} == {("", 18)}, variant)
+        check([i.name for i in proto.graph.input] == ["input_ids", "labels"],
+              [i.name for i in proto.graph.input])
+        inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+        with open(os.path.join(d, "reference", "tied.json")) as f:
+            tied = json.load(f)
+        grads = sorted(f[:-len("_grad.pb")] for f in os.listdir(os.path.join(d, "reference",
+                                                                             "grads")))
+        params = dict(model.named_parameters())
+        check(grads == sorted(parameter_names(model)), f"{variant}: gradients {grads}")
+        for pname in grads:
+            names = [pname] + tied.get(pname, [])
+            held = [n for n in names if n in inits]
+            check(len(held) == 1, f"{variant}: {pname} is held as {held}")
+            check(inits[held[0]].shape == tuple(params[pname].shape), (variant, pname))
+
+
 def test_make_fixtures_check():
     proc = subprocess.run([sys.executable, os.path.join(REPO, "models", "make_fixtures.py"),
                            "--check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -475,7 +510,7 @@ def test_make_fixtures_check():
 
 PER_FIXTURE = [check_layout, check_parameters_one_to_one, check_graph_io_and_ops,
                check_metadata_format, check_stock_export, check_loss_matches_pytorch,
-               check_reference_grads]
+               check_reference_grads, check_dynamo_exports]
 GLOBAL = [test_class_chain_and_registry, test_alibi_slopes_match_llm_foundry,
           test_scope_resolution, test_node_metadata_round_trip, test_no_weights_export,
           test_tied_embedding_is_one_initializer, test_big_exports, test_make_fixtures_check]
