@@ -123,11 +123,28 @@ def export_stock(model, args, path: str) -> None:
                       dynamic_axes=families.DYNAMIC_AXES)
 
 
+def write_reference(model, input_ids, labels, ref_dir: str, what: str) -> None:
+    """One forward and backward: loss.pb and grads/<parameter>_grad.pb under `ref_dir`."""
+    from models.foundry_export import parameter_names
+    model.zero_grad(set_to_none=True)
+    loss = model(input_ids, labels)
+    loss.backward()
+    _write_tensor(os.path.join(ref_dir, "loss.pb"), loss.detach().numpy().astype("float32"),
+                  "loss")
+    params = dict(model.named_parameters())
+    for pname in parameter_names(model):
+        grad = params[pname].grad
+        if grad is None or not bool(grad.abs().max() > 0):
+            raise RuntimeError(f"{what}: gradient of {pname} is zero or missing")
+        _write_tensor(os.path.join(ref_dir, "grads", pname + "_grad.pb"),
+                      grad.numpy().astype("float32"), pname + "_grad")
+
+
 def generate_one(name: str, out_dir: str) -> None:
     import torch
 
     from models import families
-    from models.foundry_export import export_with_annotations, parameter_names
+    from models.foundry_export import export_with_annotations
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -163,18 +180,7 @@ def generate_one(name: str, out_dir: str) -> None:
 
     if has_dropout(config):
         return
-    model.zero_grad(set_to_none=True)
-    loss = model(input_ids, labels)
-    loss.backward()
-    _write_tensor(os.path.join(out_dir, "reference", "loss.pb"),
-                  loss.detach().numpy().astype("float32"), "loss")
-    params = dict(model.named_parameters())
-    for pname in parameter_names(model):
-        grad = params[pname].grad
-        if grad is None or not bool(grad.abs().max() > 0):
-            raise RuntimeError(f"{name}: gradient of {pname} is zero or missing")
-        _write_tensor(os.path.join(out_dir, "reference", "grads", pname + "_grad.pb"),
-                      grad.numpy().astype("float32"), pname + "_grad")
+    write_reference(model, input_ids, labels, os.path.join(out_dir, "reference"), name)
 
 
 def generate_dynamo_one(name: str, variant: str, fixture_dir: str, out_dir: str) -> None:
@@ -186,7 +192,6 @@ def generate_dynamo_one(name: str, variant: str, fixture_dir: str, out_dir: str)
     from onnx import TensorProto, numpy_helper
 
     from models import families
-    from models.foundry_export import parameter_names
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -210,18 +215,8 @@ def generate_dynamo_one(name: str, variant: str, fixture_dir: str, out_dir: str)
                       dynamo=True, input_names=["input_ids", "labels"], output_names=["loss"],
                       dynamic_shapes={"input_ids": {0: auto, 1: auto},
                                       "labels": {0: auto, 1: auto}})
-    model.zero_grad(set_to_none=True)
-    loss = model(input_ids, labels)
-    loss.backward()
-    _write_tensor(os.path.join(out_dir, "reference", "loss.pb"),
-                  loss.detach().numpy().astype("float32"), "loss")
-    params = dict(model.named_parameters())
-    for pname in parameter_names(model):
-        grad = params[pname].grad
-        if grad is None or not bool(grad.abs().max() > 0):
-            raise RuntimeError(f"{name} ({variant}): gradient of {pname} is zero or missing")
-        _write_tensor(os.path.join(out_dir, "reference", "grads", pname + "_grad.pb"),
-                      grad.numpy().astype("float32"), pname + "_grad")
+    write_reference(model, input_ids, labels, os.path.join(out_dir, "reference"),
+                    f"{name} ({variant})")
     # A tied weight is one parameter with several names; torch's export may call it by another
     # one than named_parameters' first (GPT-2's lm_head.weight for transformer.wte.weight).
     names = {}

@@ -183,6 +183,42 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// The fixture's inputs, by file stem (input_ids, labels).
+std::map<std::string, Tensor> ReadFeeds(const fs::path& dir) {
+  std::map<std::string, Tensor> feeds;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    auto t = ReadTensorFile(e.path().string());
+    EXPECT_TRUE(t.ok()) << t.status().message();
+    if (t.ok()) feeds[e.path().stem().string()] = std::move(*t);
+  }
+  return feeds;
+}
+
+// torch's numbers: reference/loss.pb and reference/grads/<parameter>_grad.pb.
+struct Reference {
+  Tensor loss;
+  std::map<std::string, Tensor> grads;  // parameter -> gradient
+  double largest = 0;                   // the largest |gradient element|
+};
+
+Reference ReadReference(const fs::path& dir) {
+  Reference out;
+  auto loss = ReadTensorFile((dir / "loss.pb").string());
+  EXPECT_TRUE(loss.ok()) << dir;
+  if (!loss.ok()) return out;
+  out.loss = std::move(*loss);
+  for (const auto& e : fs::directory_iterator(dir / "grads")) {
+    std::string file = e.path().filename().string();
+    EXPECT_TRUE(EndsWith(file, "_grad.pb")) << file;
+    auto ref = ReadTensorFile(e.path().string());
+    EXPECT_TRUE(ref.ok()) << ref.status().message();
+    if (!ref.ok() || !EndsWith(file, "_grad.pb")) return {};
+    out.largest = std::max(out.largest, MaxAbs(*ref));
+    out.grads[file.substr(0, file.size() - std::string("_grad.pb").size())] = std::move(*ref);
+  }
+  return out;
+}
+
 // Every fixture x {scopes, functions, metadata, stock}. The annotated formats train exactly
 // PyTorch's parameters and agree bit for bit. The stock export (plain torch.onnx.export, no
 // parameter list) trains every float initializer: the parameters, compared with torch like the
@@ -203,25 +239,12 @@ TEST(PyTorchReferenceTest, LossAndEveryGradientMatchTorch) {
   std::string overall_name;
   for (const auto& dir : fixtures) {
     SCOPED_TRACE(dir.filename().string());
-    std::map<std::string, Tensor> feeds;
-    for (const auto& e : fs::directory_iterator(dir / "inputs")) {
-      std::string name;
-      auto t = ReadTensorFile(e.path().string(), &name);
-      ASSERT_TRUE(t.ok()) << t.status().message();
-      feeds[e.path().stem().string()] = std::move(*t);
-    }
-    auto ref_loss = ReadTensorFile((dir / "reference" / "loss.pb").string());
-    ASSERT_TRUE(ref_loss.ok());
-    std::map<std::string, Tensor> refs;
-    double largest = 0;
-    for (const auto& e : fs::directory_iterator(dir / "reference" / "grads")) {
-      std::string file = e.path().filename().string();
-      ASSERT_TRUE(EndsWith(file, "_grad.pb")) << file;
-      auto ref = ReadTensorFile(e.path().string());
-      ASSERT_TRUE(ref.ok()) << ref.status().message();
-      largest = std::max(largest, MaxAbs(*ref));
-      refs[file.substr(0, file.size() - std::string("_grad.pb").size())] = std::move(*ref);
-    }
+    const std::map<std::string, Tensor> feeds = ReadFeeds(dir / "inputs");
+    Reference reference = ReadReference(dir / "reference");
+    ASSERT_FALSE(reference.grads.empty()) << dir;
+    const Tensor* ref_loss = &reference.loss;
+    const std::map<std::string, Tensor>& refs = reference.grads;
+    const double largest = reference.largest;
     const Annotations annotations = ReadAnnotations(dir / "model.onnx");
     ASSERT_TRUE(fs::exists(dir / "model.stock.onnx")) << "regenerate with make_fixtures.py";
     std::optional<Outcome> first;
@@ -393,24 +416,12 @@ TEST(PyTorchReferenceTest, DynamoExportsMatchTorch26) {
   for (const auto& dir : exports) {
     const std::string label = dir.parent_path().filename().string() + "/" + dir.filename().string();
     SCOPED_TRACE(label);
-    std::map<std::string, Tensor> feeds;
-    for (const auto& e : fs::directory_iterator(dir.parent_path() / "inputs")) {
-      auto t = ReadTensorFile(e.path().string());
-      ASSERT_TRUE(t.ok()) << t.status().message();
-      feeds[e.path().stem().string()] = std::move(*t);
-    }
-    auto ref_loss = ReadTensorFile((dir / "reference" / "loss.pb").string());
-    ASSERT_TRUE(ref_loss.ok());
-    std::map<std::string, Tensor> refs;
-    double largest = 0;
-    for (const auto& e : fs::directory_iterator(dir / "reference" / "grads")) {
-      std::string file = e.path().filename().string();
-      ASSERT_TRUE(EndsWith(file, "_grad.pb")) << file;
-      auto ref = ReadTensorFile(e.path().string());
-      ASSERT_TRUE(ref.ok()) << ref.status().message();
-      largest = std::max(largest, MaxAbs(*ref));
-      refs[file.substr(0, file.size() - std::string("_grad.pb").size())] = std::move(*ref);
-    }
+    const std::map<std::string, Tensor> feeds = ReadFeeds(dir.parent_path() / "inputs");
+    Reference reference = ReadReference(dir / "reference");
+    ASSERT_FALSE(reference.grads.empty()) << dir;
+    const Tensor* ref_loss = &reference.loss;
+    const std::map<std::string, Tensor>& refs = reference.grads;
+    const double largest = reference.largest;
     // A tied parameter's other names -> the name torch's gradient file has.
     std::map<std::string, std::string> tied;
     {
