@@ -63,6 +63,14 @@ class Matcher {
       return false;
     return val->data->data<float>()[0] == expected;
   }
+  // A one-element constant equal to `expected`, in any float or integer type (torch's dynamo
+  // exporter writes x.pow(2) with an int64 exponent; Pow squares either exactly: a * a).
+  bool IsConstantNumber(const std::string& v, double expected) const {
+    const Value* val = g_.FindValue(v);
+    if (!val || !val->data || val->data->numel() != 1 || g_.IsParameter(v)) return false;
+    if (val->dtype == DType::kBool || val->dtype == DType::kUndefined) return false;
+    return val->data->GetAsDouble(0) == expected;
+  }
   const UseDef& ud() const { return ud_; }
 
  private:
@@ -212,7 +220,7 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
       std::string form, x, a;
       int half_side = m.IsConstantScalar(root.inputs[0], 0.5f)   ? 0
                       : m.IsConstantScalar(root.inputs[1], 0.5f) ? 1
-                                                                  : -1;
+                                                                 : -1;
       if (half_side >= 0) {
         Node* p = m.SoleProducer(root.inputs[1 - half_side], "Mul");
         if (!p) continue;
@@ -241,7 +249,7 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
       if (!add || add->inputs.size() != 2) continue;
       std::string t_name = m.IsConstantScalar(add->inputs[1], 1.0f)   ? add->inputs[0]
                            : m.IsConstantScalar(add->inputs[0], 1.0f) ? add->inputs[1]
-                                                                       : "";
+                                                                      : "";
       Node* tanh = t_name.empty() ? nullptr : m.SoleProducer(t_name, "Tanh");
       if (!tanh) continue;
       // w = Mul(v, k), v = Add(x, u), u = Mul(cube, c).
@@ -249,7 +257,7 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
       if (!w || w->inputs.size() != 2) continue;
       std::string v_name = m.IsConstantScalar(w->inputs[1], kK)   ? w->inputs[0]
                            : m.IsConstantScalar(w->inputs[0], kK) ? w->inputs[1]
-                                                                   : "";
+                                                                  : "";
       Node* v = v_name.empty() ? nullptr : m.SoleProducer(v_name, "Add");
       if (!v) continue;
       std::string u_name = OtherOperand(*v, x);
@@ -257,7 +265,7 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
       if (!u || u->inputs.size() != 2) continue;
       std::string cube_name = m.IsConstantScalar(u->inputs[1], kC)   ? u->inputs[0]
                               : m.IsConstantScalar(u->inputs[0], kC) ? u->inputs[1]
-                                                                      : "";
+                                                                     : "";
       if (cube_name.empty()) continue;
       if (form == "gelu_new") {
         Node* pow = m.SoleProducer(cube_name, "Pow");
@@ -282,8 +290,8 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
     }
   }
 
-  // RMSNorm: Mul(Mul(x, Div(1, Sqrt(Add(ReduceMean(Pow(x, 2)), eps)))), w), either operand
-  // order of each Mul (IEEE multiplication commutes exactly).
+  // RMSNorm: Mul(Mul(x, Div(1, Sqrt(Add(ReduceMean(Pow(x, 2)), eps)))), w), or Reciprocal for
+  // the Div, either operand order of each Mul (IEEE multiplication commutes exactly).
   {
     Matcher m(g);
     for (Node& root : g.nodes) {
@@ -291,13 +299,22 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
       auto [mul_x, w] = OneSide(m, root, "Mul");
       if (!mul_x) continue;
       const Value* wv = g.FindValue(w);
+      // 1/sqrt as Div(1, .) (TorchScript) or Reciprocal(.) (dynamo): the same IEEE division.
       auto [div, x] = OneSide(m, *mul_x, "Div");
-      if (!div || !m.IsConstantScalar(div->inputs[0], 1.0f)) continue;
+      std::string root_sum_sq;
+      if (div && m.IsConstantScalar(div->inputs[0], 1.0f)) {
+        root_sum_sq = div->inputs[1];
+      } else {
+        auto [reciprocal, x_of_reciprocal] = OneSide(m, *mul_x, "Reciprocal");
+        if (!reciprocal) continue;
+        root_sum_sq = reciprocal->inputs[0];
+        x = x_of_reciprocal;
+      }
       const Value* xv = g.FindValue(x);
       if (!wv || !xv || wv->shape.size() != 1 || xv->shape.empty() ||
           wv->shape[0] != xv->shape.back())
         continue;
-      Node* sqrt = m.SoleProducer(div->inputs[1], "Sqrt");
+      Node* sqrt = m.SoleProducer(root_sum_sq, "Sqrt");
       if (!sqrt) continue;
       Node* add = m.SoleProducer(sqrt->inputs[0], "Add");
       if (!add) continue;
@@ -317,7 +334,7 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
       int64_t rank = static_cast<int64_t>(xv->shape.size());
       if (axes.size() != 1 || (axes[0] != -1 && axes[0] != rank - 1)) continue;
       Node* pow = m.SoleProducer(mean->inputs[0], "Pow");
-      if (!pow || pow->inputs[0] != x || !m.IsConstantScalar(pow->inputs[1], 2.0f)) continue;
+      if (!pow || pow->inputs[0] != x || !m.IsConstantNumber(pow->inputs[1], 2.0)) continue;
       Node rms;
       rms.op_type = "SimplifiedLayerNormalization";
       rms.domain = "com.microsoft";

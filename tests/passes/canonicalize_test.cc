@@ -13,7 +13,8 @@ namespace {
 
 std::vector<std::string> Ops(const Graph& g) {
   std::vector<std::string> ops;
-  for (const Node& n : g.nodes) ops.push_back((n.domain.empty() ? "" : n.domain + "::") + n.op_type);
+  for (const Node& n : g.nodes)
+    ops.push_back((n.domain.empty() ? "" : n.domain + "::") + n.op_type);
   return ops;
 }
 
@@ -68,6 +69,27 @@ TEST(CanonicalizeTest, RmsNormDecompositionBecomesOneExactOp) {
   a = Add(m, eps)
   s = Sqrt(a)
   r = Div(one, s)
+  n = Mul(x, r)
+  y = Mul(w, n)
+  output y
+})",
+                 {"com.microsoft::SimplifiedLayerNormalization"});
+}
+
+// torch 2.6's dynamo exporter: an int64 exponent, Reciprocal for 1/sqrt, ReduceMean's axes as an
+// input (opset 18).
+TEST(CanonicalizeTest, DynamoRmsNormSpellingFusesToo) {
+  ExpectSameBits(R"(graph g {
+  input x : f32[2,5,24]
+  param w : f32[24]
+  const two : i64[] = [2]
+  const axes : i64[1] = [-1]
+  const eps : f32[] = [1e-06]
+  p = Pow(x, two)
+  m = ReduceMean(p, axes) {keepdims=1}
+  a = Add(m, eps)
+  s = Sqrt(a)
+  r = Reciprocal(s)
   n = Mul(x, r)
   y = Mul(w, n)
   output y
