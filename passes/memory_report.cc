@@ -109,6 +109,7 @@ const std::map<std::pair<std::string, std::string>, OpFlops>& FlopTable() {
              "IsNaN", "IsInf", "Where"},
         1);
     row(ms, {"ReluGrad"}, 1);                      // dy where y > 0
+    row("", {"CumSum"}, 1);                        // one add per element
     row("", {"Min", "Max", "Sum", "Mean"}, 1);     // per input beyond the first (NodeFlops)
     row("", {"Clip"}, 2);                          // max, min
     row("", {"Dropout"}, 2);                       // compare to the ratio, scale

@@ -30,7 +30,7 @@
 //     GatherElements GatherND Expand Tile Pad Trilu OneHot ScatterND SliceGrad
 //   1: Add Sub Mul Div Pow Mod Neg Abs Relu Sign Floor Ceil Round Sqrt Reciprocal Exp Log Erf Tanh
 //      Sin Cos Less Greater LessOrEqual GreaterOrEqual Equal And Or Xor Not IsNaN IsInf Where
-//      ReluGrad (a select)
+//      ReluGrad (a select), CumSum (one add)
 //   Min, Max, Sum: n-1 for n inputs; Mean: n (n-1 adds, one scale)
 //   2: Clip (max, min); Dropout (compare to the ratio, scale); DropoutGrad (mask, scale)
 //   3: Softplus log(1+exp x); SigmoidGrad dy·y·(1-y); TanhGrad dy·(1-y²);

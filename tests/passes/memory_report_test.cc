@@ -218,6 +218,8 @@ TEST(MemoryReportTest, FlopsOfOtherOpsFollowTheTable) {
   gg = com.microsoft::GatherGrad(shape, idx, dy)
   gn = com.microsoft::GatherNDGrad(shape, tuples, dy)
   nd = GatherND(x, tuples)
+  const axis : i64[] = [1]
+  cs = CumSum(x, axis)
   tr = Transpose(x) {perm=[1, 0]}
   gb = Gemm(x, w, bias)
   output sm
@@ -232,6 +234,7 @@ TEST(MemoryReportTest, FlopsOfOtherOpsFollowTheTable) {
   output gg
   output gn
   output nd
+  output cs
   output tr
   output gb
 })");
@@ -251,6 +254,7 @@ TEST(MemoryReportTest, FlopsOfOtherOpsFollowTheTable) {
   EXPECT_EQ(flops["gg"], 24);                     // one add per element of dY (input 2)
   EXPECT_EQ(flops["gn"], 24);                     // the same for GatherNDGrad
   EXPECT_EQ(flops["nd"], 0);                      // data movement
+  EXPECT_EQ(flops["cs"], 32);                     // one add per element
   EXPECT_EQ(flops["tr"], 0);                      // data movement
   EXPECT_EQ(flops["gb"], 2 * 4 * 6 * 8 + 4 * 6);  // 2·M·N·K and the bias add
 }
