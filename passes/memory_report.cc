@@ -96,8 +96,8 @@ const std::map<std::pair<std::string, std::string>, OpFlops>& FlopTable() {
     row("", {"Identity", "Reshape",  "Flatten",        "Squeeze",         "Unsqueeze",
              "Constant", "Shape",    "Size",           "ConstantOfShape", "Range",
              "Cast",     "CastLike", "Transpose",      "Concat",          "Split",
-             "Slice",    "Gather",   "GatherElements", "Expand",          "Tile",
-             "Pad",      "Trilu",    "OneHot",         "ScatterND"},
+             "Slice",    "Gather",   "GatherElements", "GatherND",        "Expand",
+             "Tile",     "Pad",      "Trilu",          "OneHot",          "ScatterND"},
         0);
     row(ms, {"SliceGrad"}, 0);
     row("", {"Add",   "Sub",   "Mul",     "Div",         "Pow",
@@ -109,6 +109,7 @@ const std::map<std::pair<std::string, std::string>, OpFlops>& FlopTable() {
              "IsNaN", "IsInf", "Where"},
         1);
     row(ms, {"ReluGrad"}, 1);                      // dy where y > 0
+    row("", {"CumSum"}, 1);                        // one add per element
     row("", {"Min", "Max", "Sum", "Mean"}, 1);     // per input beyond the first (NodeFlops)
     row("", {"Clip"}, 2);                          // max, min
     row("", {"Dropout"}, 2);                       // compare to the ratio, scale
@@ -141,6 +142,7 @@ const std::map<std::pair<std::string, std::string>, OpFlops>& FlopTable() {
     row("", {"SoftmaxCrossEntropyLoss"}, 5, 0);  // the log-softmax over the logits
     row(ms, {"GatherGrad"}, 1, 2);               // one add per element of dY
     row(ms, {"GatherElementsGrad"}, 1, 0);
+    row(ms, {"GatherNDGrad"}, 1, 2);
     return t;
   }();
   return *table;

@@ -27,10 +27,10 @@
 // any kernel: a vectorized kernel and a GPU one do the same arithmetic differently.
 //   0 (data movement, views, constants): Identity Reshape Flatten Squeeze Unsqueeze Constant
 //     Shape Size ConstantOfShape Range Cast CastLike Transpose Concat Split Slice Gather
-//     GatherElements Expand Tile Pad Trilu OneHot ScatterND SliceGrad
+//     GatherElements GatherND Expand Tile Pad Trilu OneHot ScatterND SliceGrad
 //   1: Add Sub Mul Div Pow Mod Neg Abs Relu Sign Floor Ceil Round Sqrt Reciprocal Exp Log Erf Tanh
 //      Sin Cos Less Greater LessOrEqual GreaterOrEqual Equal And Or Xor Not IsNaN IsInf Where
-//      ReluGrad (a select)
+//      ReluGrad (a select), CumSum (one add)
 //   Min, Max, Sum: n-1 for n inputs; Mean: n (n-1 adds, one scale)
 //   2: Clip (max, min); Dropout (compare to the ratio, scale); DropoutGrad (mask, scale)
 //   3: Softplus log(1+exp x); SigmoidGrad dy·y·(1-y); TanhGrad dy·(1-y²);
@@ -45,8 +45,8 @@
 //      18: FastGeluGrad (each its formula's terms, written out in memory_report.cc)
 //   per input element (in): ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceLogSum 1,
 //     ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSumExp 2 (input 0); SoftmaxCrossEntropyLoss 5
-//     (its log-softmax over the logits, input 0); GatherGrad 1 (input 2) and GatherElementsGrad
-//     1 (input 0): one add per element of the gradient they scatter
+//     (its log-softmax over the logits, input 0); GatherGrad 1 (input 2), GatherElementsGrad
+//     1 (input 0) and GatherNDGrad 1 (input 2): one add per element of the gradient they scatter
 // An op without a row (none today: a test holds the table to the op schemas) counts one per
 // output-0 element. Nodes are summed by phase mark (unmarked = forward); optimizer-phase nodes
 // are left out.

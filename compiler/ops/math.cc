@@ -1,7 +1,8 @@
 // Shape and type inference for the math family: matrix products (MatMul, Gemm, com.microsoft
-// FusedMatMul), Softmax/LogSoftmax, the Reduce* ops, the normalizations (LayerNormalization,
-// com.microsoft SimplifiedLayerNormalization = RMSNorm), SoftmaxCrossEntropyLoss, and the
-// com.microsoft gradient ops their gradient rules emit (ONNX Runtime's names and signatures).
+// FusedMatMul), Softmax/LogSoftmax, the Reduce* ops, CumSum, the normalizations
+// (LayerNormalization, com.microsoft SimplifiedLayerNormalization = RMSNorm),
+// SoftmaxCrossEntropyLoss, and the com.microsoft gradient ops their gradient rules emit (ONNX
+// Runtime's names and signatures).
 //
 // Reduce* axes: ReduceSum takes them as input 1 since opset 13, the others since opset 18 (an
 // attribute before). The node does not record its opset, so every Reduce* accepts both: the
@@ -198,6 +199,36 @@ InferFn MakeInferReduce(ReduceDTypes allowed) {
   };
 }
 
+// --- running sums ---
+
+// CumSum (x, axis) -> y (opset 14): axis a 0-D or one-element int32/int64 tensor, attributes
+// exclusive and reverse (0 or 1).
+StatusOr<std::vector<TypeInfo>> InferCumSum(const InferContext& ctx) {
+  const Value& x = ctx.input(0);
+  const Value& axis = ctx.input(1);
+  DType t = x.dtype;
+  if (!IsFloatOrDouble(t) && t != DType::kInt32 && t != DType::kInt64)
+    return ctx.Fail("x must be f32, f64, i32 or i64, got " + TypeName(t));
+  for (const char* attr : {"exclusive", "reverse"}) {
+    int64_t v = ctx.node.GetInt(attr, 0);
+    if (v != 0 && v != 1)
+      return ctx.Fail(std::string("attribute '") + attr + "' must be 0 or 1, got " +
+                      std::to_string(v));
+  }
+  if (axis.dtype != DType::kInt64 && axis.dtype != DType::kInt32 && axis.dtype != DType::kUndefined)
+    return ctx.Fail("axis must be i64 or i32, got " + TypeName(axis.dtype));
+  if (axis.rank_known &&
+      (axis.shape.size() > 1 || (axis.ShapeKnown() && NumElements(axis.shape) != 1)))
+    return ctx.Fail("axis must be a 0-D (or one-element) tensor, has shape " +
+                    ShapeToString(axis.shape));
+  if (const Tensor* c = ctx.constant(1); c && x.rank_known) {
+    if (x.shape.empty()) return ctx.Fail("x must have rank >= 1");
+    auto a = NormalizeAxis(c->GetAsInt64(0), static_cast<int64_t>(x.shape.size()));
+    if (!a.ok()) return ctx.Fail(a.status().message());
+  }
+  return std::vector<TypeInfo>{SameAs(x)};
+}
+
 // --- normalizations ---
 
 // Statistics (Mean, InvStdDev, inv_std_var) keep X's leading dims and set the normalized ones to 1.
@@ -353,6 +384,8 @@ void RegisterMathSchemas(OpSchemaTable& table) {
   for (const char* op :
        {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
     table.Add({"", op, 1, 2, 1, 1, MakeInferReduce(ReduceDTypes::kFloatOnly)});
+
+  table.Add({"", "CumSum", 2, 2, 1, 1, InferCumSum});
 
   table.Add({"", "LayerNormalization", 2, 3, 1, 3, InferLayerNorm});
   table.Add({kMs, "LayerNormalizationGrad", 5, 5, 1, 3, InferLayerNormGrad});

@@ -1,6 +1,7 @@
 // Schemas of the shape-op family: ops that create, inspect or move elements without arithmetic on
-// them (Constant, Shape, Reshape, Transpose, Slice, Gather, Concat, Split, Pad, ...), plus the
-// com.microsoft gradient ops of the family (SliceGrad, GatherGrad, GatherElementsGrad).
+// them (Constant, Shape, Reshape, Transpose, Slice, Gather, GatherND, Concat, Split, Pad, ...),
+// plus the com.microsoft gradient ops of the family (SliceGrad, GatherGrad, GatherElementsGrad,
+// GatherNDGrad).
 //
 // Many output shapes here depend on the *values* of small int64 inputs (Reshape's shape, Slice's
 // starts). When such a value is not a compile-time constant yet, inference returns -1 dimensions
@@ -294,6 +295,31 @@ StatusOr<std::vector<int64_t>> NormalizeAxes(const std::vector<int64_t>& axes, i
     out.push_back(n);
   }
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+StatusOr<Shape> GatherNDShape(const Shape& data, const Shape& indices, int64_t batch_dims) {
+  const int64_t r = static_cast<int64_t>(data.size());
+  const int64_t q = static_cast<int64_t>(indices.size());
+  if (r == 0 || q == 0)
+    return Error("data and indices must have rank >= 1; got " + ShapeToString(data) + " and " +
+                 ShapeToString(indices));
+  const int64_t b = batch_dims;
+  if (b < 0 || b >= std::min(r, q))
+    return Error("batch_dims " + std::to_string(b) + " must be in [0, " +
+                 std::to_string(std::min(r, q)) + "), the smaller rank of data " +
+                 ShapeToString(data) + " and indices " + ShapeToString(indices));
+  const int64_t k = indices.back();
+  if (k < 1 || k > r - b)
+    return Error("indices " + ShapeToString(indices) + " have tuples of " + std::to_string(k) +
+                 " values; with batch_dims " + std::to_string(b) + " and data " +
+                 ShapeToString(data) + " a tuple holds 1 to " + std::to_string(r - b));
+  for (int64_t i = 0; i < b; ++i)
+    if (data[i] >= 0 && indices[i] >= 0 && data[i] != indices[i])
+      return Error("batch axis " + std::to_string(i) + " differs: data " + ShapeToString(data) +
+                   ", indices " + ShapeToString(indices));
+  Shape out(indices.begin(), indices.end() - 1);
+  out.insert(out.end(), data.begin() + b + k, data.end());
   return out;
 }
 
@@ -773,6 +799,19 @@ StatusOr<Types> InferGatherElements(const InferContext& ctx) {
   return Types{TypeInfo{data.dtype, idx.shape, true}};
 }
 
+StatusOr<Types> InferGatherND(const InferContext& ctx) {
+  const Value& data = ctx.input(0);
+  const Value& idx = ctx.input(1);
+  RETURN_IF_ERROR(RequireIndexType(ctx, 1, "input 'indices'"));
+  const int64_t b = ctx.node.GetInt("batch_dims", 0);
+  if (b < 0) return ctx.Fail("batch_dims must be >= 0, got " + std::to_string(b));
+  if (idx.rank_known && idx.shape.empty()) return ctx.Fail("indices must have rank >= 1");
+  if (!data.rank_known || !idx.rank_known || idx.shape.back() < 0)
+    return Types{UnknownRank(data.dtype)};
+  ASSIGN_OR_RETURN(Shape out, Named(ctx, shape_ops::GatherNDShape(data.shape, idx.shape, b)));
+  return Types{TypeInfo{data.dtype, out, true}};
+}
+
 StatusOr<Types> InferTrilu(const InferContext& ctx) {
   const Value& x = ctx.input(0);
   if (x.rank_known && x.shape.size() < 2)
@@ -954,6 +993,31 @@ StatusOr<Types> InferGatherElementsGrad(const InferContext& ctx) {
   return Types{t};
 }
 
+// GatherNDGrad (shape, indices, dY) -> dX, attr batch_dims: scatter-add of dY slices into zeros
+// of `shape` (ONNX Runtime's signature).
+StatusOr<Types> InferGatherNDGrad(const InferContext& ctx) {
+  RETURN_IF_ERROR(RequireIndexType(ctx, 0, "input 'shape'"));
+  RETURN_IF_ERROR(RequireIndexType(ctx, 1, "input 'indices'"));
+  const Value& dy = ctx.input(2);
+  if (!IsFloat(dy.dtype) && dy.dtype != DType::kUndefined)
+    return ctx.Fail("dY must be floating point, got " + std::string(DTypeName(dy.dtype)));
+  ASSIGN_OR_RETURN(TypeInfo t, ShapeFromInput(ctx, 0, dy.dtype));
+  const Value& idx = ctx.input(1);
+  if (t.rank_known && idx.rank_known && !idx.shape.empty() && idx.shape.back() >= 0) {
+    ASSIGN_OR_RETURN(
+        Shape fwd,
+        Named(ctx, shape_ops::GatherNDShape(t.shape, idx.shape, ctx.node.GetInt("batch_dims", 0))));
+    bool match = !dy.rank_known || fwd.size() == dy.shape.size();
+    for (size_t i = 0; match && dy.rank_known && i < fwd.size(); ++i)
+      match = fwd[i] < 0 || dy.shape[i] < 0 || fwd[i] == dy.shape[i];
+    if (!match)
+      return ctx.Fail("dY has shape " + ShapeToString(dy.shape) + " but GatherND of " +
+                      ShapeToString(t.shape) + " with indices " + ShapeToString(idx.shape) +
+                      " gives " + ShapeToString(fwd));
+  }
+  return Types{t};
+}
+
 constexpr int kMany = 1 << 20;
 
 }  // namespace
@@ -976,6 +1040,7 @@ void RegisterShapeOpSchemas(OpSchemaTable& table) {
   table.Add({"", "Slice", 1, 5, 1, 1, InferSlice});
   table.Add({"", "Gather", 2, 2, 1, 1, InferGather});
   table.Add({"", "GatherElements", 2, 2, 1, 1, InferGatherElements});
+  table.Add({"", "GatherND", 2, 2, 1, 1, InferGatherND});
   table.Add({"", "Trilu", 1, 2, 1, 1, InferTrilu});
   table.Add({"", "Pad", 1, 4, 1, 1, InferPad});
   table.Add({"", "OneHot", 3, 3, 1, 1, InferOneHot});
@@ -983,6 +1048,7 @@ void RegisterShapeOpSchemas(OpSchemaTable& table) {
   table.Add({"com.microsoft", "SliceGrad", 4, 6, 1, 1, InferSliceGrad});
   table.Add({"com.microsoft", "GatherGrad", 3, 3, 1, 1, InferGatherGrad});
   table.Add({"com.microsoft", "GatherElementsGrad", 3, 3, 1, 1, InferGatherElementsGrad});
+  table.Add({"com.microsoft", "GatherNDGrad", 3, 3, 1, 1, InferGatherNDGrad});
 }
 
 }  // namespace foundry

@@ -1,5 +1,5 @@
 // Shape arithmetic of the shape-op family (Reshape, Slice, Split, Transpose, Pad, Range,
-// Constant), shared by the schemas (compiler/ops/shape_ops.cc), the CPU kernels
+// Constant, GatherND), shared by the schemas (compiler/ops/shape_ops.cc), the CPU kernels
 // (kernels/cpu/shape_ops.cc) and the gradient rules (passes/grad/shape_ops.cc) so that inference
 // and execution cannot disagree. Errors carry no node prefix: callers add Node::Describe().
 #pragma once
@@ -50,6 +50,13 @@ StatusOr<int64_t> RangeLength(const Tensor& start, const Tensor& limit, const Te
 // and the optional `axes` (opset 18) they apply to.
 StatusOr<std::vector<int64_t>> FullPads(int64_t rank, const std::vector<int64_t>& pads,
                                         const std::vector<int64_t>* axes);
+
+// GatherND (opset 13) with `batch_dims` b: data [B..., D_0..D_{k-1}, S...] and indices
+// [B..., M..., k] share their b leading (batch) axes; each index tuple of k values picks one
+// data[b..., d_0..d_{k-1}] slice of shape S. Checks the ranks, b, k and the batch axes (a -1
+// dimension matches anything) and returns the output shape, indices.shape[:-1] + data.shape[b+k:].
+// k must be known (not -1).
+StatusOr<Shape> GatherNDShape(const Shape& data, const Shape& indices, int64_t batch_dims);
 
 // Squeeze/Unsqueeze axes normalized against `rank` (negative count from the back), sorted;
 // duplicates are an error.

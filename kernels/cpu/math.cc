@@ -1,5 +1,5 @@
 // CPU reference kernels of the math family: matrix products (OpenBLAS), softmax, reductions,
-// normalizations and softmax cross-entropy, forward and backward side by side.
+// CumSum, normalizations and softmax cross-entropy, forward and backward side by side.
 //
 // Determinism (DESIGN §5: loss and gradients bitwise identical with and without checkpointing):
 // - GEMMs go to OpenBLAS pinned to ONE thread (openblas_set_num_threads(1) when the kernel table
@@ -503,6 +503,84 @@ int64_t ReduceWorkspace(const Node&, std::span<const OperandType> in,
   return static_cast<int64_t>(sizeof(int64_t)) * (out_n + NumElements(*in[0].shape) / out_n);
 }
 
+// ============================== running sums ==============================
+
+// CumSum along one axis, each line [outer, ·, inner] walked in order (from the back with reverse):
+// y_j = sum of x_i for i before j (exclusive) or up to j (inclusive). Floats accumulate in double
+// and round each output once (as torch's CPU cumsum does); integers wrap (two's complement).
+template <class T>
+struct CumSumAcc {
+  using type = double;
+};
+template <>
+struct CumSumAcc<int32_t> {
+  using type = uint32_t;
+};
+template <>
+struct CumSumAcc<int64_t> {
+  using type = uint64_t;
+};
+
+template <class T>
+void CumSumTyped(const T* x, T* y, const AxisLayout& l, bool exclusive, bool reverse) {
+  using Acc = typename CumSumAcc<T>::type;
+  for (int64_t o = 0; o < l.outer; ++o)
+    for (int64_t i = 0; i < l.inner; ++i) {
+      const int64_t base = o * l.n * l.inner + i;
+      Acc acc = 0;
+      for (int64_t step = 0; step < l.n; ++step) {
+        const int64_t at = base + (reverse ? l.n - 1 - step : step) * l.inner;
+        const Acc v = static_cast<Acc>(x[at]);
+        if (exclusive) {
+          y[at] = static_cast<T>(acc);
+          acc += v;
+        } else {
+          acc += v;
+          y[at] = static_cast<T>(acc);
+        }
+      }
+    }
+}
+
+Status CumSumKernel(const Node& node, std::span<const Tensor* const> in,
+                    std::span<Tensor* const> out, const KernelContext&) {
+  const Tensor& x = *in[0];
+  const Tensor& axis = *in[1];
+  if (axis.dtype() != DType::kInt64 && axis.dtype() != DType::kInt32)
+    return Fail(node, "axis must be i64 or i32, got " + std::string(DTypeName(axis.dtype())));
+  if (axis.rank() > 1 || axis.numel() != 1)
+    return Fail(node, "axis must be a 0-D (or one-element) tensor, has shape " +
+                          ShapeToString(axis.shape()));
+  if (x.rank() == 0) return Fail(node, "x must have rank >= 1");
+  ASSIGN_OR_RETURN(int64_t a, Axis(node, axis.GetAsInt64(0), x.rank()));
+  const int64_t exclusive = node.GetInt("exclusive", 0), reverse = node.GetInt("reverse", 0);
+  if ((exclusive != 0 && exclusive != 1) || (reverse != 0 && reverse != 1))
+    return Fail(node, "attributes 'exclusive' and 'reverse' must be 0 or 1, got " +
+                          std::to_string(exclusive) + " and " + std::to_string(reverse));
+  Tensor& y = *out[0];
+  if (y.dtype() != x.dtype() || y.shape() != x.shape())
+    return Fail(node, "output was allocated as " + std::string(DTypeName(y.dtype())) +
+                          ShapeToString(y.shape()) + ", x is " + std::string(DTypeName(x.dtype())) +
+                          ShapeToString(x.shape()));
+  const AxisLayout l = LayoutAround(x.shape(), a);
+  switch (x.dtype()) {
+    case DType::kFloat32:
+      CumSumTyped(x.data<float>(), y.data<float>(), l, exclusive, reverse);
+      return Status::Ok();
+    case DType::kFloat64:
+      CumSumTyped(x.data<double>(), y.data<double>(), l, exclusive, reverse);
+      return Status::Ok();
+    case DType::kInt32:
+      CumSumTyped(x.data<int32_t>(), y.data<int32_t>(), l, exclusive, reverse);
+      return Status::Ok();
+    case DType::kInt64:
+      CumSumTyped(x.data<int64_t>(), y.data<int64_t>(), l, exclusive, reverse);
+      return Status::Ok();
+    default:
+      return UnsupportedType(node, x.dtype());
+  }
+}
+
 // ============================== normalizations ==============================
 
 Status CheckParam(const Node& node, const Tensor* p, const char* what, int64_t cols) {
@@ -818,6 +896,8 @@ void RegisterMathKernels(CpuKernelTable& table) {
   table.Add("", "ReduceSumSquare", ReduceKernel<ReduceOp::kSumSquare>);
   table.Add("", "ReduceLogSum", ReduceKernel<ReduceOp::kLogSum>);
   table.Add("", "ReduceLogSumExp", ReduceKernel<ReduceOp::kLogSumExp>);
+
+  table.Add("", "CumSum", CumSumKernel);
 
   table.Add("", "LayerNormalization", LayerNormKernel);
   table.Add(kMs, "LayerNormalizationGrad", LayerNormGradKernel);

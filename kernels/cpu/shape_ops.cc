@@ -5,8 +5,9 @@
 // of base offset and per-axis strides (0 to broadcast, negative to walk backwards).
 //
 // Every output is written in full with `=`; the scatter-adds of the gradient ops (GatherGrad,
-// GatherElementsGrad) first zero their output and then accumulate `+=` in index order, one thread,
-// so repeated indices sum in a fixed order and the bits never change between runs.
+// GatherElementsGrad, GatherNDGrad) first zero their output and then accumulate `+=` in index
+// order, one thread, so repeated indices sum in a fixed order and the bits never change between
+// runs.
 #include "compiler/ops/shape_ops.h"
 
 #include <algorithm>
@@ -602,6 +603,93 @@ Status GatherElementsGradKernel(const Node& node, Inputs in, Outputs out, const 
   }
 }
 
+// GatherND / GatherNDGrad view data as [batch, slots, slice]: batch the product of the
+// batch_dims leading axes, slots the positions of data[b..b+k) that one index tuple picks among,
+// slice the elements each tuple moves. Tuple t (row-major over indices.shape[:-1]) lies in batch
+// t / per_batch.
+struct NDDims {
+  int64_t b = 0, k = 0, batch = 1, slots = 1, slice = 1, tuples = 0, per_batch = 0;
+  std::vector<int64_t> dims, strides;  // data[b..b+k) and their strides within a batch's slots
+  Shape out;                           // GatherND's output shape
+};
+
+// Checks the shapes and every index (before anything is written).
+StatusOr<NDDims> GetNDDims(const Node& node, const Shape& data, const Tensor& idx) {
+  RETURN_IF_ERROR(CheckIndexType(node, idx));
+  NDDims d;
+  d.b = node.GetInt("batch_dims", 0);
+  ASSIGN_OR_RETURN(d.out, Named(node, shape_ops::GatherNDShape(data, idx.shape(), d.b)));
+  d.k = idx.shape().back();
+  for (int64_t i = 0; i < d.b; ++i) d.batch *= data[i];
+  d.dims.assign(data.begin() + d.b, data.begin() + d.b + d.k);
+  d.strides = Strides(d.dims);
+  for (int64_t dim : d.dims) d.slots *= dim;
+  for (size_t i = d.b + d.k; i < data.size(); ++i) d.slice *= data[i];
+  d.tuples = idx.numel() / d.k;
+  d.per_batch = d.batch == 0 ? 0 : d.tuples / d.batch;
+  for (int64_t e = 0; e < idx.numel(); ++e) {
+    const int64_t j = e % d.k;
+    RETURN_IF_ERROR(IndexAt(node, idx, e, d.b + j, d.dims[j]).status());
+  }
+  return d;
+}
+
+// The [batch · slots] row tuple t picks (its indices already checked).
+int64_t NDRow(const NDDims& d, const Tensor& idx, int64_t t) {
+  int64_t slot = 0;
+  for (int64_t j = 0; j < d.k; ++j) {
+    int64_t v = idx.GetAsInt64(t * d.k + j);
+    if (v < 0) v += d.dims[j];
+    slot += v * d.strides[j];
+  }
+  return t / d.per_batch * d.slots + slot;
+}
+
+Status GatherNDKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Tensor& x = *in[0];
+  const Tensor& idx = *in[1];
+  ASSIGN_OR_RETURN(NDDims d, GetNDDims(node, x.shape(), idx));
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), d.out));
+  const size_t slice_bytes = d.slice * DTypeSize(x.dtype());
+  const auto* src = static_cast<const uint8_t*>(x.raw());
+  auto* dst = static_cast<uint8_t*>(out[0]->raw());
+  for (int64_t t = 0; t < d.tuples; ++t)
+    std::memcpy(dst + t * slice_bytes, src + NDRow(d, idx, t) * slice_bytes, slice_bytes);
+  return Status::Ok();
+}
+
+template <class T>
+void GatherNDGradT(const NDDims& d, const Tensor& idx, const T* dy, T* dx) {
+  std::fill(dx, dx + d.batch * d.slots * d.slice, T(0));
+  for (int64_t t = 0; t < d.tuples; ++t) {
+    const T* s = dy + t * d.slice;
+    T* r = dx + NDRow(d, idx, t) * d.slice;
+    for (int64_t i = 0; i < d.slice; ++i) r[i] += s[i];
+  }
+}
+
+// GatherNDGrad (shape, indices, dY) -> dX: dY's slices added into zeros, tuples in order.
+Status GatherNDGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  Shape shape = in[0]->ToInt64Vector();
+  const Tensor& idx = *in[1];
+  const Tensor& dy = *in[2];
+  RETURN_IF_ERROR(CheckOutput(node, *out[0], dy.dtype(), shape));
+  ASSIGN_OR_RETURN(NDDims d, GetNDDims(node, shape, idx));
+  if (dy.shape() != d.out)
+    return Fail(node,
+                "dY has shape " + ShapeToString(dy.shape()) + ", expected " + ShapeToString(d.out));
+  switch (dy.dtype()) {
+    case DType::kFloat32:
+      GatherNDGradT(d, idx, dy.data<float>(), out[0]->data<float>());
+      return Status::Ok();
+    case DType::kFloat64:
+      GatherNDGradT(d, idx, dy.data<double>(), out[0]->data<double>());
+      return Status::Ok();
+    default:
+      return Fail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
+  }
+}
+
 Status TriluKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const Tensor& x = *in[0];
   if (x.rank() < 2) return Fail(node, "input must have rank >= 2, got " + ShapeToString(x.shape()));
@@ -851,6 +939,7 @@ void RegisterShapeOpKernels(CpuKernelTable& table) {
   table.Add("", "Slice", SliceKernel);
   table.Add("", "Gather", GatherKernel);
   table.Add("", "GatherElements", GatherElementsKernel);
+  table.Add("", "GatherND", GatherNDKernel);
   table.Add("", "Trilu", TriluKernel);
   table.Add("", "Pad", PadKernel);
   table.Add("", "OneHot", OneHotKernel);
@@ -858,6 +947,7 @@ void RegisterShapeOpKernels(CpuKernelTable& table) {
   table.Add("com.microsoft", "SliceGrad", SliceGradKernel);
   table.Add("com.microsoft", "GatherGrad", GatherGradKernel);
   table.Add("com.microsoft", "GatherElementsGrad", GatherElementsGradKernel);
+  table.Add("com.microsoft", "GatherNDGrad", GatherNDGradKernel);
 }
 
 }  // namespace foundry

@@ -1,6 +1,7 @@
 // CUDA kernels of the math family, the GPU twin of kernels/cpu/math.cc: matrix products (cuBLAS),
-// softmax, reductions, normalizations and softmax cross-entropy, forward and backward side by side.
-// The per-element arithmetic and the index maps live in math_rows.cuh (tested on the host).
+// softmax, reductions, CumSum, normalizations and softmax cross-entropy, forward and backward side
+// by side. The per-element arithmetic and the index maps live in math_rows.cuh (tested on the
+// host).
 //
 // Determinism: no atomics. A sum over a row is one block: each thread accumulates a strided slice
 // in double (int64 for integers), then a fixed tree in shared memory combines the slices; a sum
@@ -484,6 +485,62 @@ Status ReduceKernel(const Node& node, std::span<const Tensor* const> in,
   return UnsupportedType(node, X.dtype());
 }
 
+// ============================== running sums ==============================
+
+// One thread per line, sequential along the axis (math_rows.cuh): bitwise the CPU's sums.
+template <class T>
+__global__ void CumSumLines(T* y, const T* x, mr::CumSumPlan p) {
+  for (int64_t l = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; l < p.lines;
+       l += static_cast<int64_t>(blockDim.x) * gridDim.x)
+    mr::CumSumLine(p, l, y, x);
+}
+
+// CumSum (x, axis): the axis must be a compile-time constant on this backend.
+Status CumSumKernel(const Node& node, std::span<const Tensor* const> in,
+                    std::span<Tensor* const> out, const CudaKernelContext& ctx) {
+  const Tensor& X = *in[0];
+  Tensor& Y = *out[0];
+  const Tensor* axis = ConstantInput(ctx, 1);
+  if (!axis)
+    return Fail(node,
+                "input 1 ('axis') must be a constant on the cuda backend; fold it at compile time");
+  if (axis->dtype() != DType::kInt64 && axis->dtype() != DType::kInt32)
+    return Fail(node, "axis must be i64 or i32, got " + std::string(DTypeName(axis->dtype())));
+  if (axis->rank() > 1 || axis->numel() != 1)
+    return Fail(node, "axis must be a 0-D (or one-element) tensor, has shape " +
+                          ShapeToString(axis->shape()));
+  mr::CumSumPlan p;
+  if (std::string err =
+          mr::MakeCumSumPlan(X.shape(), axis->GetAsInt64(0), node.GetInt("exclusive", 0),
+                             node.GetInt("reverse", 0), &p);
+      !err.empty())
+    return Fail(node, err);
+  if (Y.dtype() != X.dtype() || Y.shape() != X.shape())
+    return Fail(node, "output was allocated as " + std::string(DTypeName(Y.dtype())) +
+                          ShapeToString(Y.shape()) + ", x is " + std::string(DTypeName(X.dtype())) +
+                          ShapeToString(X.shape()));
+  if (X.numel() == 0) return Status::Ok();
+  auto launch = [&](auto tag) -> Status {
+    using T = decltype(tag);
+    CumSumLines<T>
+        <<<BlocksFor(p.lines), cuda::kThreads, 0, StreamOf(ctx)>>>(Y.data<T>(), X.data<T>(), p);
+    FOUNDRY_CUDA_LAUNCHED(node, "CumSumLines");
+    return Status::Ok();
+  };
+  switch (X.dtype()) {
+    case DType::kFloat32:
+      return launch(float{});
+    case DType::kFloat64:
+      return launch(double{});
+    case DType::kInt32:
+      return launch(int32_t{});
+    case DType::kInt64:
+      return launch(int64_t{});
+    default:
+      return UnsupportedType(node, X.dtype());
+  }
+}
+
 // ============================== normalizations ==============================
 
 Status CheckParam(const Node& node, const Tensor* p, const char* what, int64_t cols) {
@@ -906,6 +963,8 @@ void RegisterCudaMathKernels(CudaKernelTable& table) {
   table.Add("", "ReduceSumSquare", ReduceKernel<mr::kSumSquare>);
   table.Add("", "ReduceLogSum", ReduceKernel<mr::kLogSum>);
   table.Add("", "ReduceLogSumExp", ReduceKernel<mr::kLogSumExp>);
+
+  table.Add("", "CumSum", CumSumKernel);
 
   table.Add("", "LayerNormalization", LayerNormKernel);
   table.Add(kMs, "LayerNormalizationGrad", LayerNormGradKernel);

@@ -1,9 +1,10 @@
 // The arithmetic of the CUDA math kernels (kernels/cuda/math.cu), written once for the host and
 // the device: which A and B matrices each output batch of a broadcast matmul reads, how a
-// reduction's output and reduced indices map to input offsets, and the per-element formulas of
-// softmax, the normalizations and cross-entropy. The device code wraps these in grid-stride loops
-// and fixed-shape block trees; tests/kernels/cuda/math_host_test.cc runs them serially on the host
-// against the CPU kernels (kernels/cpu/math.cc), whose conventions they follow:
+// reduction's output and reduced indices map to input offsets, CumSum's lines, and the
+// per-element formulas of softmax, the normalizations and cross-entropy. The device code wraps
+// these in grid-stride loops and fixed-shape block trees; tests/kernels/cuda/math_host_test.cc runs
+// them serially on the host against the CPU kernels (kernels/cpu/math.cc), whose conventions they
+// follow:
 // - sums accumulate in double and round once (the CPU's order is sequential, the GPU's a fixed
 //   tree, so results agree to fp32 rounding, and each is deterministic);
 // - RMSNorm is the exported decomposition, one f32 op per step (RmsInv, RmsOut), bit for bit
@@ -275,6 +276,70 @@ struct Reducer {
     return static_cast<T>(acc);
   }
 };
+
+// ============================== running sums ==============================
+
+// CumSum over x viewed [outer, n, inner]: line l (row-major over [outer, inner]) is walked in
+// order (from the back with reverse) by one thread, as the CPU walks it: floats accumulate in
+// double and round each output once, integers wrap (unsigned), so the bits are the CPU's.
+struct CumSumPlan {
+  int64_t lines = 0, n = 0, inner = 1;
+  bool exclusive = false, reverse = false;
+};
+
+// An error message (empty when fine, worded as the CPU kernel's) and the plan.
+inline std::string MakeCumSumPlan(const Shape& x, int64_t axis, int64_t exclusive, int64_t reverse,
+                                  CumSumPlan* plan) {
+  const int64_t r = static_cast<int64_t>(x.size());
+  if (r == 0) return "x must have rank >= 1";
+  if (axis < -r || axis >= r)
+    return "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r);
+  if (axis < 0) axis += r;
+  if ((exclusive != 0 && exclusive != 1) || (reverse != 0 && reverse != 1))
+    return "attributes 'exclusive' and 'reverse' must be 0 or 1, got " + std::to_string(exclusive) +
+           " and " + std::to_string(reverse);
+  CumSumPlan p;
+  int64_t outer = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= x[i];
+  for (int64_t i = axis + 1; i < r; ++i) p.inner *= x[i];
+  p.n = x[axis];
+  p.lines = outer * p.inner;
+  p.exclusive = exclusive != 0;
+  p.reverse = reverse != 0;
+  *plan = p;
+  return "";
+}
+
+template <class T>
+struct CumAcc {
+  using type = double;
+};
+template <>
+struct CumAcc<int64_t> {
+  using type = uint64_t;
+};
+template <>
+struct CumAcc<int32_t> {
+  using type = uint32_t;
+};
+
+template <class T>
+FOUNDRY_HD inline void CumSumLine(const CumSumPlan& p, int64_t line, T* y, const T* x) {
+  using Acc = typename CumAcc<T>::type;
+  const int64_t base = line / p.inner * p.n * p.inner + line % p.inner;
+  Acc acc = 0;
+  for (int64_t step = 0; step < p.n; ++step) {
+    const int64_t at = base + (p.reverse ? p.n - 1 - step : step) * p.inner;
+    const Acc v = static_cast<Acc>(x[at]);
+    if (p.exclusive) {
+      y[at] = static_cast<T>(acc);
+      acc += v;
+    } else {
+      acc += v;
+      y[at] = static_cast<T>(acc);
+    }
+  }
+}
 
 // ============================== softmax ==============================
 

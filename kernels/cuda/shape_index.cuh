@@ -10,11 +10,11 @@
 //    and the parameter structs, from the tensors' types and the inputs that are host constants
 //    (CudaKernelContext::base.constant_inputs). Device data is never read here.
 //
-// Scatter-adds (GatherGrad, GatherElementsGrad, ScatterND) never use floating-point atomics: each
-// index gets an integer key (the output row / slot it lands in), the indices are sorted by key
-// with a stable counting sort (integer atomics give counts and a placement whose order within a
-// key varies, then SegmentRank restores index order), and each output element folds its segment
-// in index order: the CPU's order of additions, so the sums are bitwise the CPU's.
+// Scatter-adds (GatherGrad, GatherElementsGrad, GatherNDGrad, ScatterND) never use floating-point
+// atomics: each index gets an integer key (the output row / slot it lands in), the indices are
+// sorted by key with a stable counting sort (integer atomics give counts and a placement whose
+// order within a key varies, then SegmentRank restores index order), and each output element folds
+// its segment in index order: the CPU's order of additions, so the sums are bitwise the CPU's.
 #pragma once
 
 #include <algorithm>
@@ -177,6 +177,48 @@ FOUNDRY_HD inline T GatherElementsGradValue(int64_t off, const int64_t* sorted,
                                             const int64_t* start, const T* dy) {
   T sum = T(0);
   for (int64_t q = start[off]; q < start[off + 1]; ++q) sum += dy[sorted[q]];
+  return sum;
+}
+
+// GatherND / GatherNDGrad: data viewed as [batch · slots, slice] (the CPU's NDDims); index tuple t
+// (k values) of batch t / per_batch picks row batch · slots + its position among data[b..b+k).
+struct GatherNDParams {
+  int k = 0;
+  int64_t slots = 1;
+  int64_t slice = 1;
+  int64_t per_batch = 1;
+  int64_t tuples = 0;
+  int64_t dims[kShapeMaxRank] = {};
+  int64_t strides[kShapeMaxRank] = {};
+};
+
+// The row tuple t picks, or -1 when one of its indices is out of range. Also GatherNDGrad's key.
+template <class I>
+FOUNDRY_HD inline int64_t GatherNDRow(const GatherNDParams& p, int64_t t, const I* idx) {
+  int64_t slot = 0;
+  for (int j = 0; j < p.k; ++j) {
+    const int64_t v = NormalizeIndex(idx[t * p.k + j], p.dims[j]);
+    if (v < 0) return -1;
+    slot += v * p.strides[j];
+  }
+  return t / p.per_batch * p.slots + slot;
+}
+
+template <class T, class I>
+FOUNDRY_HD inline void GatherNDElement(const GatherNDParams& p, int64_t e, T* dst, const T* src,
+                                       const I* idx) {
+  const int64_t row = GatherNDRow(p, e / p.slice, idx);
+  dst[e] = row < 0 ? T(0) : src[row * p.slice + e % p.slice];
+}
+
+// dX element e: 0 plus the dY slices of its row's tuples in tuple order (the CPU's `+=`).
+template <class T>
+FOUNDRY_HD inline T GatherNDGradValue(const GatherNDParams& p, int64_t e, const int64_t* sorted,
+                                      const int64_t* start, const T* dy) {
+  const int64_t row = e / p.slice;
+  const int64_t i = e % p.slice;
+  T sum = T(0);
+  for (int64_t q = start[row]; q < start[row + 1]; ++q) sum += dy[sorted[q] * p.slice + i];
   return sum;
 }
 
@@ -786,6 +828,60 @@ inline StatusOr<ElementsParams> GatherElementsGradPrep(const Node& node, const T
   if (dy.dtype() != DType::kFloat32 && dy.dtype() != DType::kFloat64)
     return ShapeOpError(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
   return ElementsPrep(node, shape, idx, idx_const);
+}
+
+// GatherND (data, indices) and GatherNDGrad (shape, indices, dY): the CPU's GetNDDims checks
+// (constant indices included) and the parameters. `data` is GatherND's data shape or GatherNDGrad's
+// dX shape; the output shape GatherND gives goes to *gathered.
+inline StatusOr<GatherNDParams> GatherNDDimsOf(const Node& node, const Shape& data,
+                                               const Tensor& idx, const Tensor* idx_const,
+                                               Shape* gathered) {
+  RETURN_IF_ERROR(CheckIndexType(node, idx));
+  const int64_t b = node.GetInt("batch_dims", 0);
+  ASSIGN_OR_RETURN(*gathered, NamedStatus(node, shape_ops::GatherNDShape(data, idx.shape(), b)));
+  const int64_t k = idx.shape().back();
+  RETURN_IF_ERROR(CheckConstantIndices(node, idx_const, [&](int64_t e) {
+    return std::pair<int64_t, int64_t>(b + e % k, data[b + e % k]);
+  }));
+  RETURN_IF_ERROR(CheckRank(node, static_cast<size_t>(k), kShapeMaxRank));
+  GatherNDParams p;
+  p.k = static_cast<int>(k);
+  int64_t batch = 1;
+  for (int64_t i = 0; i < b; ++i) batch *= data[i];
+  for (int64_t j = k - 1; j >= 0; --j) {
+    p.dims[j] = data[b + j];
+    p.strides[j] = p.slots;
+    p.slots *= data[b + j];
+  }
+  for (size_t i = b + k; i < data.size(); ++i) p.slice *= data[i];
+  p.tuples = idx.numel() / k;
+  p.per_batch = batch == 0 || p.tuples == 0 ? 1 : p.tuples / batch;
+  return p;
+}
+
+inline StatusOr<GatherNDParams> GatherNDPrep(const Node& node, const Tensor& x, const Tensor& idx,
+                                             const Tensor* idx_const, const Tensor& out) {
+  Shape gathered;
+  ASSIGN_OR_RETURN(GatherNDParams p, GatherNDDimsOf(node, x.shape(), idx, idx_const, &gathered));
+  RETURN_IF_ERROR(CheckOutputType(node, out, x.dtype(), gathered));
+  return p;
+}
+
+// GatherNDGrad (shape, indices, dY) -> dX; dX's shape is the output's (checked against `shape` when
+// that is a constant).
+inline StatusOr<GatherNDParams> GatherNDGradPrep(const Node& node, const Tensor* shape_const,
+                                                 const Tensor& idx, const Tensor* idx_const,
+                                                 const Tensor& dy, const Tensor& out) {
+  const Shape shape = shape_const ? shape_const->ToInt64Vector() : out.shape();
+  RETURN_IF_ERROR(CheckOutputType(node, out, dy.dtype(), shape));
+  Shape gathered;
+  ASSIGN_OR_RETURN(GatherNDParams p, GatherNDDimsOf(node, shape, idx, idx_const, &gathered));
+  if (dy.shape() != gathered)
+    return ShapeOpError(node, "dY has shape " + ShapeToString(dy.shape()) + ", expected " +
+                                  ShapeToString(gathered));
+  if (dy.dtype() != DType::kFloat32 && dy.dtype() != DType::kFloat64)
+    return ShapeOpError(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
+  return p;
 }
 
 inline StatusOr<ScatterParams> ScatterPrep(const Node& node, const Tensor& x, const Tensor& idx,

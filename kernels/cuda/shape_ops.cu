@@ -9,10 +9,11 @@
 //   gradients' `shape` inputs) a run-time input is accepted and the output's shape used.
 // - Scalars a kernel needs at run time (Range's start and delta, Trilu's k, Pad's fill value,
 //   OneHot's values) are read by the kernel from device memory: no host round trip.
-// - Out-of-range indices computed at run time cannot be reported without a round trip: Gather and
-//   GatherElements write zeros for them and the scatters drop them (never an out-of-bounds
-//   access); constant indices are checked on the host with the CPU's message.
-// - GatherGrad, GatherElementsGrad and ScatterND sort their indices by target with a stable
+// - Out-of-range indices computed at run time cannot be reported without a round trip: Gather,
+//   GatherElements and GatherND write zeros for them and the scatters drop them (never an
+//   out-of-bounds access); constant indices are checked on the host with the CPU's message.
+// - GatherGrad, GatherElementsGrad, GatherNDGrad and ScatterND sort their indices by target with a
+// stable
 //   counting sort in the workspace (integer atomics only) and fold each target's updates in index
 //   order: deterministic, and bitwise the CPU's sums.
 #include <algorithm>
@@ -63,6 +64,12 @@ __global__ void GatherElementsCuda(T* dst, const T* src, const I* idx, cuda::Ele
   FOUNDRY_GRID_STRIDE(e, n) { cuda::GatherElementsElement(p, e, dst, src, idx); }
 }
 
+template <class T, class I>
+__global__ void GatherNDCuda(T* dst, const T* src, const I* idx, cuda::GatherNDParams p,
+                             int64_t n) {
+  FOUNDRY_GRID_STRIDE(e, n) { cuda::GatherNDElement(p, e, dst, src, idx); }
+}
+
 // The counting sort (shape_index.cuh): keys, counts, prefix sums, placement, index order.
 template <class I>
 __global__ void GatherGradKeysKernel(int64_t* keys, const I* idx, cuda::GatherParams p) {
@@ -73,6 +80,11 @@ template <class I>
 __global__ void GatherElementsGradKeysKernel(int64_t* keys, const I* idx, cuda::ElementsParams p,
                                              int64_t n) {
   FOUNDRY_GRID_STRIDE(e, n) { keys[e] = cuda::GatherElementsGradKey(p, e, idx); }
+}
+
+template <class I>
+__global__ void GatherNDGradKeysKernel(int64_t* keys, const I* idx, cuda::GatherNDParams p) {
+  FOUNDRY_GRID_STRIDE(t, p.tuples) { keys[t] = cuda::GatherNDRow(p, t, idx); }
 }
 
 template <class I>
@@ -144,6 +156,12 @@ template <class T>
 __global__ void GatherElementsGradValueKernel(T* dx, const int64_t* sorted, const int64_t* start,
                                               const T* dy, int64_t n) {
   FOUNDRY_GRID_STRIDE(e, n) { dx[e] = cuda::GatherElementsGradValue(e, sorted, start, dy); }
+}
+
+template <class T>
+__global__ void GatherNDGradValueKernel(T* dx, const int64_t* sorted, const int64_t* start,
+                                        const T* dy, cuda::GatherNDParams p, int64_t n) {
+  FOUNDRY_GRID_STRIDE(e, n) { dx[e] = cuda::GatherNDGradValue(p, e, sorted, start, dy); }
 }
 
 template <class T>
@@ -443,6 +461,26 @@ Status GatherElementsKernel(const Node& node, Inputs in, Outputs out,
   });
 }
 
+Status GatherNDKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
+  const Tensor& x = *in[0];
+  const Tensor& idx = *in[1];
+  Tensor& y = *out[0];
+  ASSIGN_OR_RETURN(cuda::GatherNDParams p,
+                   cuda::GatherNDPrep(node, x, idx, cuda::ConstantAt(Constants(ctx), 1), y));
+  const int64_t n = y.numel();
+  if (n == 0) return Status::Ok();
+  return ByElementSize(node, x.dtype(), [&](auto tag) -> Status {
+    using T = decltype(tag);
+    return ByIndexType(node, idx.dtype(), [&](auto itag) -> Status {
+      using I = decltype(itag);
+      GatherNDCuda<T, I><<<BlocksFor(n), kThreads, 0, StreamOf(ctx)>>>(Data<T>(y), Data<T>(x),
+                                                                       Data<I>(idx), p, n);
+      FOUNDRY_CUDA_LAUNCHED(node, "GatherNDCuda");
+      return Status::Ok();
+    });
+  });
+}
+
 // The counting sort's arrays in the workspace, after `keys` has been filled (n keys in [0, slots)
 // or -1): fills start (slots + 1) and sorted (n) and leaves them there.
 struct Segments {
@@ -549,6 +587,37 @@ Status GatherElementsGradKernel(const Node& node, Inputs in, Outputs out,
     GatherElementsGradValueKernel<T><<<BlocksFor(dx.numel()), kThreads, 0, StreamOf(ctx)>>>(
         Data<T>(dx), s.sorted, s.start, Data<T>(dy), dx.numel());
     FOUNDRY_CUDA_LAUNCHED(node, "GatherElementsGradValueKernel");
+    return Status::Ok();
+  });
+}
+
+// GatherNDGrad (shape, indices, dY) -> dX: one key per index tuple, one slot per dX row.
+Status GatherNDGradKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
+  const Tensor& idx = *in[1];
+  const Tensor& dy = *in[2];
+  Tensor& dx = *out[0];
+  ASSIGN_OR_RETURN(cuda::GatherNDParams p,
+                   cuda::GatherNDGradPrep(node, cuda::ConstantAt(Constants(ctx), 0), idx,
+                                          cuda::ConstantAt(Constants(ctx), 1), dy, dx));
+  if (dx.numel() == 0) return Status::Ok();
+  if (p.tuples == 0) return ZeroOutput(node, dx, ctx);
+  const int64_t rows = dx.numel() / p.slice;
+  const cuda::SegmentLayout l = cuda::SegmentWorkspace(p.tuples, rows);
+  RETURN_IF_ERROR(CheckWorkspace(node, l, ctx));
+  const Segments s = SegmentsIn(ctx, l);
+  RETURN_IF_ERROR(ByIndexType(node, idx.dtype(), [&](auto itag) -> Status {
+    using I = decltype(itag);
+    GatherNDGradKeysKernel<I>
+        <<<BlocksFor(p.tuples), kThreads, 0, StreamOf(ctx)>>>(s.keys, Data<I>(idx), p);
+    FOUNDRY_CUDA_LAUNCHED(node, "GatherNDGradKeysKernel");
+    return Status::Ok();
+  }));
+  RETURN_IF_ERROR(SortKeys(node, s, p.tuples, rows, ctx));
+  return ByFloatType(node, dy.dtype(), [&](auto tag) -> Status {
+    using T = decltype(tag);
+    GatherNDGradValueKernel<T><<<BlocksFor(dx.numel()), kThreads, 0, StreamOf(ctx)>>>(
+        Data<T>(dx), s.sorted, s.start, Data<T>(dy), p, dx.numel());
+    FOUNDRY_CUDA_LAUNCHED(node, "GatherNDGradValueKernel");
     return Status::Ok();
   });
 }
@@ -707,6 +776,21 @@ int64_t GatherElementsGradWorkspace(const Node&, std::span<const OperandType> in
   return cuda::SegmentWorkspace(NumOf(in[2]), NumOf(out[0])).bytes;
 }
 
+// GatherNDGrad (shape, indices, dY) -> dX: one key per index tuple, one slot per dX row of
+// data[b + k:] elements.
+int64_t GatherNDGradWorkspace(const Node& node, std::span<const OperandType> in,
+                              std::span<const OperandType> out) {
+  if (in.size() < 2 || out.empty() || !in[1].shape || !out[0].shape || in[1].shape->empty())
+    return 0;
+  const Shape& dx = *out[0].shape;
+  const int64_t k = in[1].shape->back();
+  const int64_t b = node.GetInt("batch_dims", 0);
+  if (k <= 0 || b < 0 || b + k > static_cast<int64_t>(dx.size()) || NumElements(dx) == 0) return 0;
+  int64_t slice = 1;
+  for (size_t d = b + k; d < dx.size(); ++d) slice *= dx[d];
+  return cuda::SegmentWorkspace(NumOf(in[1]) / k, NumElements(dx) / slice).bytes;
+}
+
 // ScatterND (data, indices, updates): one key per index tuple, one slot per data[:k] position.
 int64_t ScatterNDWorkspace(const Node&, std::span<const OperandType> in,
                            std::span<const OperandType>) {
@@ -739,6 +823,7 @@ void RegisterCudaShapeOpKernels(CudaKernelTable& table) {
   table.Add("", "Slice", SliceKernel);
   table.Add("", "Gather", GatherKernel);
   table.Add("", "GatherElements", GatherElementsKernel);
+  table.Add("", "GatherND", GatherNDKernel);
   table.Add("", "Trilu", TriluKernelFn);
   table.Add("", "Pad", PadKernelFn);
   table.Add("", "OneHot", OneHotKernelFn);
@@ -746,11 +831,13 @@ void RegisterCudaShapeOpKernels(CudaKernelTable& table) {
   table.Add("com.microsoft", "SliceGrad", SliceGradKernel);
   table.Add("com.microsoft", "GatherGrad", GatherGradKernel);
   table.Add("com.microsoft", "GatherElementsGrad", GatherElementsGradKernel);
+  table.Add("com.microsoft", "GatherNDGrad", GatherNDGradKernel);
 }
 
 void RegisterCudaShapeOpWorkspaces(CudaWorkspaceTable& table) {
   table.Add("com.microsoft", "GatherGrad", GatherGradWorkspace);
   table.Add("com.microsoft", "GatherElementsGrad", GatherElementsGradWorkspace);
+  table.Add("com.microsoft", "GatherNDGrad", GatherNDGradWorkspace);
   table.Add("", "ScatterND", ScatterNDWorkspace);
 }
 

@@ -1,7 +1,7 @@
 // Gradient rules of the math family. Matrix products differentiate into com.microsoft FusedMatMul
 // with transposed operands (no transposed copy of any tensor is materialised); softmax, the
 // normalizations and the cross-entropy loss into ONNX Runtime's fused gradient ops; reductions
-// into standard ONNX ops (Reshape, Expand, Div, Equal, Cast, Mul, ReduceSum).
+// into standard ONNX ops (Reshape, Expand, Div, Equal, Cast, Mul, ReduceSum); CumSum into CumSum.
 //
 // Saved statistics: the rules of LayerNormalization, SimplifiedLayerNormalization and
 // SoftmaxCrossEntropyLoss read the forward node's optional outputs (Mean/InvStdDev, inv_std_var,
@@ -305,6 +305,19 @@ Status ReduceMaxMinGrad(GradBuilder& b) {
 // ============================== normalizations ==============================
 
 // Fails when gradient flows into a saved-statistics output (only the backward reads those).
+// y_j sums x_i over i <= j (i < j when exclusive), or i >= j (i > j) when reversed; so x_i reaches
+// every y_j on the other side: dX = CumSum(dY) along the same axis with `reverse` flipped and the
+// same `exclusive`. The axis is not differentiable.
+Status CumSumGrad(GradBuilder& b) {
+  if (!b.NeedsInputGrad(0)) return Status::Ok();
+  const Node& f = b.fwd();
+  ASSIGN_OR_RETURN(std::string dx,
+                   b.Emit1("CumSum", {b.OutputGrad(0), f.inputs[1]},
+                           {{"exclusive", Attribute::Int(f.GetInt("exclusive", 0))},
+                            {"reverse", Attribute::Int(f.GetInt("reverse", 0) != 0 ? 0 : 1)}}));
+  return b.SetInputGrad(0, dx);
+}
+
 Status NoGradIntoStats(GradBuilder& b, size_t first, const char* names) {
   for (size_t i = first; i < b.fwd().outputs.size(); ++i)
     if (b.HasOutputGrad(i))
@@ -395,6 +408,7 @@ void RegisterMathGradRules(GradRuleTable& table) {
   table.Add("", "ReduceMean", ReduceSumMeanGrad<true>);
   table.Add("", "ReduceMax", ReduceMaxMinGrad);
   table.Add("", "ReduceMin", ReduceMaxMinGrad);
+  table.Add("", "CumSum", CumSumGrad);
   table.Add("", "LayerNormalization", LayerNormGrad);
   table.Add(kMs, "SimplifiedLayerNormalization", SimplifiedLayerNormGrad);
   table.Add("", "SoftmaxCrossEntropyLoss", SoftmaxCrossEntropyGrad);

@@ -1,9 +1,9 @@
 // Gradient rules of the shape-op family. Every op here moves elements without arithmetic, so each
 // gradient moves dY back: reshapes undo the reshape, Transpose applies the inverse permutation,
 // Concat/Split swap roles, broadcasts (Expand, Tile) sum over the copies, and the indexing ops
-// scatter dY into zeros (com.microsoft SliceGrad, GatherGrad, GatherElementsGrad, as in ONNX
-// Runtime's training graphs). Shape-producing ops (Constant, Shape, Size, ConstantOfShape, Range)
-// are not differentiable and have no rule.
+// scatter dY into zeros (com.microsoft SliceGrad, GatherGrad, GatherElementsGrad, GatherNDGrad, as
+// in ONNX Runtime's training graphs). Shape-producing ops (Constant, Shape, Size, ConstantOfShape,
+// Range) are not differentiable and have no rule.
 //
 // Rules read the forward input shapes and turn them into int64 constants, so they need concrete
 // shapes: when a dimension is still symbolic the rule falls back to a Shape node of the forward
@@ -240,6 +240,18 @@ Status GatherElementsGrad(GradBuilder& b) {
   return b.SetInputGrad(0, dx);
 }
 
+// dX = GatherNDGrad(shape(X), indices, dY): each tuple's dY slice added into zeros, so tuples
+// that repeat an index accumulate.
+Status GatherNDGrad(GradBuilder& b) {
+  if (!b.NeedsInputGrad(0)) return Status::Ok();
+  ASSIGN_OR_RETURN(std::string shape, InputShape(b, 0));
+  ASSIGN_OR_RETURN(
+      std::string dx,
+      b.Emit1("GatherNDGrad", {shape, b.fwd().inputs[1], b.OutputGrad(0)},
+              {{"batch_dims", Attribute::Int(b.fwd().GetInt("batch_dims", 0))}}, "com.microsoft"));
+  return b.SetInputGrad(0, dx);
+}
+
 // Trilu zeroes a fixed pattern, so dX = Trilu(dY) with the same k and upper.
 Status TriluGrad(GradBuilder& b) {
   if (!b.NeedsInputGrad(0)) return Status::Ok();
@@ -267,6 +279,7 @@ void RegisterShapeOpGradRules(GradRuleTable& table) {
   table.Add("", "Pad", PadGrad);
   table.Add("", "Gather", GatherGrad);
   table.Add("", "GatherElements", GatherElementsGrad);
+  table.Add("", "GatherND", GatherNDGrad);
   table.Add("", "Trilu", TriluGrad);
 }
 

@@ -103,6 +103,33 @@ TEST(FoldTest, NeverFoldsARandomOp) {
   EXPECT_EQ(g->FindValue("mask")->data, nullptr);
 }
 
+// Hugging Face OPT's positions, cumsum(mask, 1) * mask - 1: with a constant mask the CPU kernel
+// evaluates all of it at compile time; a CumSum of a run-time input stays.
+TEST(FoldTest, FoldsCumSumOfConstants) {
+  auto g = ParseGraph(R"(graph g opset=17 {
+  input x : i64[2,4]
+  const mask : i64[2,4] = [1, 1, 1, 0, 0, 1, 1, 1]
+  const axis : i64[] = [1]
+  const one : i64[] = [1]
+  c = CumSum(mask, axis)
+  m = Mul(c, mask)
+  pos = Sub(m, one)
+  cx = CumSum(x, axis) {reverse=1}
+  output pos
+  output cx
+})");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  FoldPass pass({});
+  auto changed = pass.Run(*g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
+  ASSERT_EQ(g->nodes.size(), 1u);
+  EXPECT_EQ(g->nodes[0].outputs[0], "cx");
+  ASSERT_NE(g->FindValue("pos")->data, nullptr);
+  EXPECT_EQ(g->FindValue("pos")->data->ToInt64Vector(),
+            (std::vector<int64_t>{0, 1, 2, -1, -1, 0, 1, 2}));
+}
+
 TEST(FoldTest, UnboundDimensionIsAnError) {
   auto g = ParseGraph(kGraph);
   ASSERT_TRUE(g.ok());

@@ -203,6 +203,7 @@ TEST(MemoryReportTest, FlopsOfOtherOpsFollowTheTable) {
   input w : f32[8,6]
   input labels : i64[4]
   input idx : i64[3]
+  input tuples : i64[3,1]
   input dy : f32[3,8]
   const shape : i64[2] = [4, 8]
   sm = Softmax(x) {axis=-1}
@@ -215,6 +216,10 @@ TEST(MemoryReportTest, FlopsOfOtherOpsFollowTheTable) {
   rs = ReduceSum(x) {keepdims=0}
   loss = SoftmaxCrossEntropyLoss(x, labels) {reduction="mean"}
   gg = com.microsoft::GatherGrad(shape, idx, dy)
+  gn = com.microsoft::GatherNDGrad(shape, tuples, dy)
+  nd = GatherND(x, tuples)
+  const axis : i64[] = [1]
+  cs = CumSum(x, axis)
   tr = Transpose(x) {perm=[1, 0]}
   gb = Gemm(x, w, bias)
   output sm
@@ -227,6 +232,9 @@ TEST(MemoryReportTest, FlopsOfOtherOpsFollowTheTable) {
   output rs
   output loss
   output gg
+  output gn
+  output nd
+  output cs
   output tr
   output gb
 })");
@@ -244,6 +252,9 @@ TEST(MemoryReportTest, FlopsOfOtherOpsFollowTheTable) {
   EXPECT_EQ(flops["rs"], 32);                     // per element reduced, not per (scalar) output
   EXPECT_EQ(flops["loss"], 5 * 32);               // the log-softmax over the logits
   EXPECT_EQ(flops["gg"], 24);                     // one add per element of dY (input 2)
+  EXPECT_EQ(flops["gn"], 24);                     // the same for GatherNDGrad
+  EXPECT_EQ(flops["nd"], 0);                      // data movement
+  EXPECT_EQ(flops["cs"], 32);                     // one add per element
   EXPECT_EQ(flops["tr"], 0);                      // data movement
   EXPECT_EQ(flops["gb"], 2 * 4 * 6 * 8 + 4 * 6);  // 2·M·N·K and the bias add
 }

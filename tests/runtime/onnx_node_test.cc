@@ -1,6 +1,6 @@
 // Runs the ONNX backend node test suite (Debian's libonnx-testdata) through the forward-only path:
 // import, fold (shapes), run on the CPU kernels, compare with the expected outputs. Cases whose
-// ops the CPU backend supports and whose tensors are float32 (int64/int32/bool index and shape
+// ops the CPU backend supports and whose tensors are f32 or f64 (int64/int32/bool index and shape
 // inputs allowed) are run; the committed lists beside this file record which pass and why each
 // other case is skipped, and the test holds every case to them.
 #include <gtest/gtest.h>
@@ -27,8 +27,10 @@ namespace fs = std::filesystem;
 namespace foundry {
 namespace {
 
+bool IsFloatingPoint(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
+
 bool AllowedDType(DType t) {
-  return t == DType::kFloat32 || t == DType::kInt64 || t == DType::kInt32 || t == DType::kBool;
+  return IsFloatingPoint(t) || t == DType::kInt64 || t == DType::kInt32 || t == DType::kBool;
 }
 
 std::string RunWithFeeds(Graph g, const std::map<std::string, Tensor>& feeds,
@@ -67,9 +69,9 @@ std::string RunCase(const fs::path& dir) {
     expected.push_back(std::move(*t));
   }
   bool any_float = false;
-  for (const auto& [k, t] : feeds) any_float |= t.dtype() == DType::kFloat32;
-  for (const auto& t : expected) any_float |= t.dtype() == DType::kFloat32;
-  if (!any_float) return "skip: no float32 tensor";
+  for (const auto& [k, t] : feeds) any_float |= IsFloatingPoint(t.dtype());
+  for (const auto& t : expected) any_float |= IsFloatingPoint(t.dtype());
+  if (!any_float) return "skip: no f32 or f64 tensor";
 
   // Integer inputs (shapes, axes, indices) become compile-time constants, as they are in real
   // exports after folding; float inputs stay run-time inputs. A case whose output shape depends on
@@ -94,7 +96,7 @@ std::string RunWithFeeds(Graph g, const std::map<std::string, Tensor>& feeds,
     v->shape = t.shape();
     v->rank_known = true;
     v->dim_params.clear();
-    if (t.dtype() == DType::kFloat32 && !all_constant) {
+    if (IsFloatingPoint(t.dtype()) && !all_constant) {
       runtime_inputs.push_back(name);
       runtime_feeds[name] = t;
     } else {

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "compiler/op_schema.h"
@@ -417,6 +418,146 @@ TEST(ReduceTest, BadAxesNameTheNode) {
                              {{"axes", I64({1}, {2})}});
   ASSERT_FALSE(range.ok());
   EXPECT_EQ(range.status().message(), "ReduceSum node 'n': axis 2 is out of range for rank 2");
+}
+
+// ============================== running sums ==============================
+
+Node CumSumNode(int64_t exclusive, int64_t reverse) {
+  return MakeNode("CumSum", {"x", "axis"}, {"y"},
+                  {{"exclusive", Attribute::Int(exclusive)}, {"reverse", Attribute::Int(reverse)}});
+}
+
+TEST(CumSumTest, SpecExamples) {
+  // The ONNX operator documentation's examples (the backend node tests use them in f64).
+  Tensor x = Tensor::FromVector<double>(DType::kFloat64, {5}, {1, 2, 3, 4, 5});
+  Tensor axis = I64({}, {0});
+  auto run = [&](int64_t exclusive, int64_t reverse, const Tensor& in, const Tensor& ax) {
+    Tensor y = Run1(CumSumNode(exclusive, reverse), {{"x", in}}, {{"axis", ax}});
+    std::vector<double> v;
+    for (int64_t i = 0; i < y.numel(); ++i) v.push_back(y.GetAsDouble(i));
+    return v;
+  };
+  EXPECT_EQ(run(0, 0, x, axis), (std::vector<double>{1, 3, 6, 10, 15}));
+  EXPECT_EQ(run(1, 0, x, axis), (std::vector<double>{0, 1, 3, 6, 10}));
+  EXPECT_EQ(run(0, 1, x, axis), (std::vector<double>{15, 14, 12, 9, 5}));
+  EXPECT_EQ(run(1, 1, x, axis), (std::vector<double>{14, 12, 9, 5, 0}));
+  Tensor x2 = Tensor::FromVector<double>(DType::kFloat64, {2, 3}, {1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(run(0, 0, x2, I64({}, {0})), (std::vector<double>{1, 2, 3, 5, 7, 9}));
+  EXPECT_EQ(run(0, 0, x2, I64({}, {1})), (std::vector<double>{1, 3, 6, 4, 9, 15}));
+  EXPECT_EQ(run(0, 0, x2, Tensor::FromVector<int32_t>(DType::kInt32, {1}, {-1})),
+            (std::vector<double>{1, 3, 6, 4, 9, 15}));
+}
+
+// The reference sums, for output element e, the elements of its line on the summed side of it,
+// nearest the line's start (or end, reversed) first: in double for floats, in wrapping uint64 for
+// integers, then one conversion to the element type.
+template <class T>
+Tensor RefCumSum(const Tensor& x, int64_t axis, bool exclusive, bool reverse) {
+  const Shape& s = x.shape();
+  int64_t stride = 1;
+  for (size_t d = axis + 1; d < s.size(); ++d) stride *= s[d];
+  const int64_t n = s[axis];
+  Tensor y(x.dtype(), s);
+  for (int64_t e = 0; e < x.numel(); ++e) {
+    const int64_t j = e / stride % n;
+    const int64_t first = e - j * stride;  // the line's element 0
+    double fsum = 0;
+    uint64_t isum = 0;
+    for (int64_t q = 0; q < n; ++q) {
+      const int64_t i = reverse ? n - 1 - q : q;
+      const bool in = reverse ? (exclusive ? i > j : i >= j) : (exclusive ? i < j : i <= j);
+      if (!in) continue;
+      const T v = x.data<T>()[first + i * stride];
+      if constexpr (std::is_floating_point_v<T>)
+        fsum += static_cast<double>(v);
+      else
+        isum += static_cast<uint64_t>(static_cast<int64_t>(v));
+    }
+    if constexpr (std::is_floating_point_v<T>)
+      y.data<T>()[e] = static_cast<T>(fsum);
+    else
+      y.data<T>()[e] = static_cast<T>(isum);
+  }
+  return y;
+}
+
+template <class T>
+Tensor Filled(DType dt, Shape s, uint64_t seed) {
+  Tensor r = RandomTensor(s, seed, -3.f, 3.f);
+  Tensor t(dt, s);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const float v = r.data<float>()[i];
+    if constexpr (std::is_floating_point_v<T>)
+      t.data<T>()[i] = static_cast<T>(v);
+    else  // near the type's limits, so that the sums wrap
+      t.data<T>()[i] = static_cast<T>(v / 3 * static_cast<double>(std::numeric_limits<T>::max()));
+  }
+  return t;
+}
+
+TEST(CumSumTest, EveryAxisModeAndTypeMatchesTheReferenceBitwise) {
+  const std::vector<Shape> shapes = {{7}, {3, 5}, {2, 7, 3}, {4, 1, 6, 5}, {1000}};
+  uint64_t seed = 60;
+  for (const Shape& shape : shapes)
+    for (int64_t axis = -static_cast<int64_t>(shape.size());
+         axis < static_cast<int64_t>(shape.size()); ++axis)
+      for (int64_t exclusive : {0, 1})
+        for (int64_t reverse : {0, 1}) {
+          const int64_t a = axis < 0 ? axis + static_cast<int64_t>(shape.size()) : axis;
+          const std::string what = ShapeToString(shape) + " axis " + std::to_string(axis) +
+                                   " exclusive " + std::to_string(exclusive) + " reverse " +
+                                   std::to_string(reverse);
+          auto check = [&](auto tag, DType dt) {
+            using T = decltype(tag);
+            Tensor x = Filled<T>(dt, shape, ++seed);
+            Tensor y =
+                Run1(CumSumNode(exclusive, reverse), {{"x", x}}, {{"axis", I64({}, {axis})}});
+            EXPECT_TRUE(y.BitwiseEqual(RefCumSum<T>(x, a, exclusive, reverse)))
+                << DTypeName(dt) << " " << what;
+          };
+          check(float{}, DType::kFloat32);
+          check(double{}, DType::kFloat64);
+          check(int32_t{}, DType::kInt32);
+          check(int64_t{}, DType::kInt64);
+        }
+  // An f32 running sum is accumulated in double: 2^24 + 1 + 1 is not lost to f32 rounding.
+  Tensor x = Tensor::FromVector<float>(DType::kFloat32, {3}, {16777216.f, 1.f, 1.f});
+  Tensor y = Run1(CumSumNode(0, 0), {{"x", x}}, {{"axis", I64({}, {0})}});
+  EXPECT_EQ(y.data<float>()[2], 16777218.f);
+}
+
+TEST(CumSumTest, BadInputsAreOneLineErrors) {
+  Tensor x = RandomTensor({3, 5}, 61);
+  auto error = [&](const Node& n, const Tensor& in, const Tensor& axis) {
+    auto r = RunSingleNode(n, {{"x", in}}, {{"axis", axis}});
+    EXPECT_FALSE(r.ok());
+    return r.ok() ? "" : r.status().message();
+  };
+  EXPECT_EQ(error(CumSumNode(0, 0), x, I64({}, {2})),
+            "CumSum node 'n': axis 2 is out of range for rank 2");
+  EXPECT_EQ(error(CumSumNode(0, 0), x, I64({2}, {0, 1})),
+            "CumSum node 'n': axis must be a 0-D (or one-element) tensor, has shape [2]");
+  EXPECT_EQ(error(CumSumNode(0, 0), x, Tensor::Scalar(0.f)),
+            "CumSum node 'n': axis must be i64 or i32, got f32");
+  EXPECT_EQ(error(CumSumNode(2, 0), x, I64({}, {0})),
+            "CumSum node 'n': attribute 'exclusive' must be 0 or 1, got 2");
+  EXPECT_EQ(error(CumSumNode(0, -1), x, I64({}, {0})),
+            "CumSum node 'n': attribute 'reverse' must be 0 or 1, got -1");
+  EXPECT_EQ(error(CumSumNode(0, 0), Tensor::Scalar(1.f), I64({}, {0})),
+            "CumSum node 'n': x must have rank >= 1");
+  Tensor b(DType::kBool, {3});
+  EXPECT_EQ(error(CumSumNode(0, 0), b, I64({}, {0})),
+            "CumSum node 'n': x must be f32, f64, i32 or i64, got bool");
+  // The kernel checks on its own too (a caller that skips inference gets the same words).
+  Tensor y(DType::kFloat32, {3, 5});
+  Tensor axis = I64({}, {-3});
+  const Tensor* ins[] = {&x, &axis};
+  Tensor* outs[] = {&y};
+  EXPECT_EQ(RunCpuKernel(CumSumNode(0, 0), ins, outs, {}).message(),
+            "CumSum node 'n': axis -3 is out of range for rank 2");
+  axis = I64({}, {0});
+  EXPECT_EQ(RunCpuKernel(CumSumNode(3, 0), ins, outs, {}).message(),
+            "CumSum node 'n': attributes 'exclusive' and 'reverse' must be 0 or 1, got 3 and 0");
 }
 
 // ============================== normalizations ==============================

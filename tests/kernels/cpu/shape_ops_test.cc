@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <random>
 
 #include "compiler/op_schema.h"
 #include "kernels/cpu/kernel.h"
@@ -500,6 +501,167 @@ TEST(ShapeOpsKernelTest, GatherElements) {
             "GatherElements node 'n': indices[0] = 5 is out of range for axis 0 of size 3");
 }
 
+TEST(ShapeOpsKernelTest, GatherNDSpecExamples) {
+  // The five examples of the ONNX operator documentation.
+  Tensor d2 = I32({2, 2}, {0, 1, 2, 3});
+  Tensor d3 = I32({2, 2, 2}, {0, 1, 2, 3, 4, 5, 6, 7});
+  Node n = MakeNode("GatherND", {"d", "i"}, {"y"});
+  Tensor y = Exec(n, {{"d", d2}, {"i", I64({2, 2}, {0, 0, 1, 1})}});
+  EXPECT_EQ(y.shape(), Shape({2}));
+  EXPECT_EQ(Vals<int32_t>(y), (std::vector<int32_t>{0, 3}));
+  y = Exec(n, {{"d", d2}, {"i", I64({2, 1}, {1, 0})}});
+  EXPECT_EQ(y.shape(), Shape({2, 2}));
+  EXPECT_EQ(Vals<int32_t>(y), (std::vector<int32_t>{2, 3, 0, 1}));
+  y = Exec(n, {{"d", d3}, {"i", I64({2, 2}, {0, 1, 1, 0})}});
+  EXPECT_EQ(y.shape(), Shape({2, 2}));
+  EXPECT_EQ(Vals<int32_t>(y), (std::vector<int32_t>{2, 3, 4, 5}));
+  y = Exec(n, {{"d", d3}, {"i", I64({2, 1, 2}, {0, 1, 1, 0})}});
+  EXPECT_EQ(y.shape(), Shape({2, 1, 2}));
+  EXPECT_EQ(Vals<int32_t>(y), (std::vector<int32_t>{2, 3, 4, 5}));
+  Node b1 = MakeNode("GatherND", {"d", "i"}, {"y"}, {{"batch_dims", Attribute::Int(1)}});
+  y = Exec(b1, {{"d", d3}, {"i", I64({2, 1}, {1, 0})}});
+  EXPECT_EQ(y.shape(), Shape({2, 2}));
+  EXPECT_EQ(Vals<int32_t>(y), (std::vector<int32_t>{2, 3, 4, 5}));
+}
+
+// A GatherND case: data shape, the indices' shape without its last axis, tuple length k, b.
+struct GatherNDCase {
+  Shape data;
+  Shape lead;
+  int64_t k, b;
+};
+
+const std::vector<GatherNDCase> kGatherNDCases = {
+    {{5}, {3}, 1, 0},
+    {{4, 3}, {7}, 2, 0},
+    {{4, 3}, {2, 3}, 1, 0},
+    {{3, 5, 2}, {4}, 2, 0},
+    {{3, 5, 2}, {3, 4}, 1, 1},
+    {{3, 5, 2}, {3, 2}, 2, 1},
+    {{2, 3, 4, 5}, {2, 3}, 1, 2},
+    {{2, 3, 4, 5}, {2, 3, 2}, 2, 2},
+    {{6, 1, 3}, {0}, 2, 0},
+    {{2, 7, 3}, {2, 9}, 1, 1},  // rotary cos[position_ids]: [B, S, D] by [B, S', 1]
+};
+
+// Random indices in [-dim, dim) for each tuple position (batch axes are not indexed).
+Tensor NDIndices(const GatherNDCase& c, DType dt, uint64_t seed) {
+  Shape shape = c.lead;
+  shape.push_back(c.k);
+  Tensor t(dt, shape);
+  std::mt19937_64 rng(seed);
+  for (int64_t e = 0; e < t.numel(); ++e) {
+    const int64_t dim = c.data[c.b + e % c.k];
+    const int64_t v = static_cast<int64_t>(rng() % (2 * dim)) - dim;
+    if (dt == DType::kInt64)
+      t.data<int64_t>()[e] = v;
+    else
+      t.data<int32_t>()[e] = static_cast<int32_t>(v);
+  }
+  return t;
+}
+
+// The data offset output element `flat` of GatherND reads, from coordinates: the output index is
+// (batch..., tuple..., slice...); the data index (batch..., the tuple's k values, slice...).
+int64_t NDSource(const GatherNDCase& c, const Tensor& idx, const Shape& out, int64_t flat) {
+  const std::vector<int64_t> o = Unravel(flat, out);
+  const size_t lead = c.lead.size();
+  std::vector<int64_t> at(o.begin(), o.begin() + lead);
+  at.push_back(0);
+  std::vector<int64_t> d(o.begin(), o.begin() + c.b);
+  for (int64_t j = 0; j < c.k; ++j) {
+    at.back() = j;
+    int64_t pos = 0;
+    const std::vector<int64_t> st = Strides(idx.shape());
+    for (size_t a = 0; a < at.size(); ++a) pos += at[a] * st[a];
+    int64_t v = idx.GetAsInt64(pos);
+    d.push_back(v < 0 ? v + c.data[c.b + j] : v);
+  }
+  d.insert(d.end(), o.begin() + lead, o.end());
+  const std::vector<int64_t> ds = Strides(c.data);
+  int64_t off = 0;
+  for (size_t a = 0; a < d.size(); ++a) off += d[a] * ds[a];
+  return off;
+}
+
+Shape NDOutShape(const GatherNDCase& c) {
+  Shape out = c.lead;
+  out.insert(out.end(), c.data.begin() + c.b + c.k, c.data.end());
+  return out;
+}
+
+TEST(ShapeOpsKernelTest, GatherNDMatchesACoordinateReference) {
+  uint64_t seed = 100;
+  for (const GatherNDCase& c : kGatherNDCases)
+    for (DType it : {DType::kInt64, DType::kInt32}) {
+      Node n = MakeNode("GatherND", {"d", "i"}, {"y"}, {{"batch_dims", Attribute::Int(c.b)}});
+      Tensor x = RandomTensor(c.data, ++seed);
+      Tensor idx = NDIndices(c, it, ++seed);
+      Tensor y = Exec(n, {{"d", x}, {"i", idx}});
+      const Shape out = NDOutShape(c);
+      ASSERT_EQ(y.shape(), out) << ShapeToString(c.data) << " b " << c.b;
+      Tensor want(DType::kFloat32, out);
+      for (int64_t e = 0; e < want.numel(); ++e)
+        want.data<float>()[e] = x.data<float>()[NDSource(c, idx, out, e)];
+      EXPECT_TRUE(y.BitwiseEqual(want)) << ShapeToString(c.data) << " b " << c.b;
+      // Constant indices (as after folding) give the same result.
+      EXPECT_TRUE(Exec(n, {{"d", x}}, {{"i", idx}}).BitwiseEqual(want));
+    }
+  // Any element type moves: i64 data.
+  GatherNDCase c{{3, 4}, {5}, 1, 0};
+  Tensor x = IotaI64({3, 4});
+  Tensor idx = NDIndices(c, DType::kInt64, 7);
+  Tensor y = Exec(MakeNode("GatherND", {"d", "i"}, {"y"}), {{"d", x}, {"i", idx}});
+  for (int64_t e = 0; e < y.numel(); ++e)
+    EXPECT_EQ(y.data<int64_t>()[e], x.data<int64_t>()[NDSource(c, idx, {5, 4}, e)]);
+}
+
+TEST(ShapeOpsKernelTest, GatherNDErrors) {
+  Tensor x = Iota({2, 3, 4});
+  Node n = MakeNode("GatherND", {"d", "i"}, {"y"});
+  EXPECT_EQ(RunError(n, {{"d", x}, {"i", I64({2, 2}, {0, 1, 1, 3})}}),
+            "GatherND node 'n': indices[3] = 3 is out of range for axis 1 of size 3");
+  EXPECT_EQ(RunError(n, {{"d", x}, {"i", I64({1, 1}, {-3})}}),
+            "GatherND node 'n': indices[0] = -3 is out of range for axis 0 of size 2");
+  Node b1 = MakeNode("GatherND", {"d", "i"}, {"y"}, {{"batch_dims", Attribute::Int(1)}});
+  EXPECT_EQ(RunError(b1, {{"d", x}, {"i", I64({2, 1}, {0, 4})}}),
+            "GatherND node 'n': indices[1] = 4 is out of range for axis 1 of size 3");
+  // Shape errors come from inference, before any kernel runs.
+  auto infer_error = [](const Node& node, const Shape& data, const Shape& idx,
+                        DType it = DType::kInt64) {
+    auto r = Infer(node, {Var("d", DType::kFloat32, data), Var("i", it, idx)});
+    EXPECT_FALSE(r.ok());
+    return r.ok() ? "" : r.status().message();
+  };
+  EXPECT_EQ(infer_error(n, {2, 3}, {4, 3}),
+            "GatherND node 'n': indices [4,3] have tuples of 3 values; with batch_dims 0 and "
+            "data [2,3] a tuple holds 1 to 2");
+  EXPECT_EQ(infer_error(n, {2, 3}, {4, 0}),
+            "GatherND node 'n': indices [4,0] have tuples of 0 values; with batch_dims 0 and "
+            "data [2,3] a tuple holds 1 to 2");
+  EXPECT_EQ(infer_error(b1, {2, 3}, {3, 1}),
+            "GatherND node 'n': batch axis 0 differs: data [2,3], indices [3,1]");
+  EXPECT_EQ(infer_error(b1, {2, 3}, {2}),
+            "GatherND node 'n': batch_dims 1 must be in [0, 1), the smaller rank of data [2,3] "
+            "and indices [2]");
+  EXPECT_EQ(
+      infer_error(MakeNode("GatherND", {"d", "i"}, {"y"}, {{"batch_dims", Attribute::Int(-1)}}),
+                  {2, 3}, {2, 1}),
+      "GatherND node 'n': batch_dims must be >= 0, got -1");
+  EXPECT_EQ(infer_error(n, {2, 3}, {}), "GatherND node 'n': indices must have rank >= 1");
+  EXPECT_EQ(infer_error(n, {}, {1}),
+            "GatherND node 'n': data and indices must have rank >= 1; got [] and [1]");
+  EXPECT_EQ(infer_error(n, {2, 3}, {2, 1}, DType::kFloat32),
+            "GatherND node 'n': input 'indices' must be int64 or int32, got f32");
+  // Symbolic dimensions stay symbolic; an unknown tuple length leaves the rank unknown.
+  auto t = Infer(b1, {Var("d", DType::kFloat32, {-1, 5, 7}), Var("i", DType::kInt64, {2, -1, 1})});
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ((*t)[0].shape, Shape({2, -1, 7}));
+  t = Infer(n, {Var("d", DType::kFloat32, {4, 5}), Var("i", DType::kInt64, {2, -1})});
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE((*t)[0].rank_known);
+}
+
 TEST(ShapeOpsKernelTest, Trilu) {
   Tensor x = Iota({2, 3, 4});
   auto ref = [&](bool upper, int64_t k) {
@@ -633,6 +795,45 @@ TEST(ShapeOpsKernelTest, GatherGradSumsRepeatedRowsInIndexOrder) {
   EXPECT_EQ(Vals<float>(dx), (std::vector<float>{0, 0, 3, 0, 0, 7}));
 }
 
+// Zeros, then each tuple's dY slice added in tuple order: repeated tuples accumulate.
+TEST(ShapeOpsKernelTest, GatherNDGradSumsRepeatedTuplesInOrder) {
+  uint64_t seed = 200;
+  for (GatherNDCase c : kGatherNDCases) {
+    // Indices drawn from a small range so that tuples repeat.
+    Shape ishape = c.lead;
+    ishape.push_back(c.k);
+    Tensor idx(DType::kInt64, ishape);
+    std::mt19937_64 rng(++seed);
+    for (int64_t e = 0; e < idx.numel(); ++e) {
+      const int64_t dim = c.data[c.b + e % c.k];
+      idx.data<int64_t>()[e] = rng() % 2 ? static_cast<int64_t>(rng() % std::min<int64_t>(dim, 2))
+                                         : -dim + static_cast<int64_t>(rng() % dim);
+    }
+    const Shape out = NDOutShape(c);
+    Tensor dy = RandomTensor(out, ++seed);
+    Node n = MakeNode("GatherNDGrad", {"s", "i", "dy"}, {"dx"},
+                      {{"batch_dims", Attribute::Int(c.b)}}, "com.microsoft");
+    Tensor dx = Exec(n, {{"dy", dy}}, {{"s", Ints(c.data)}, {"i", idx}});
+    ASSERT_EQ(dx.shape(), c.data);
+    std::vector<float> want(NumElements(c.data), 0.f);
+    for (int64_t e = 0; e < dy.numel(); ++e)  // row-major over dY is tuple order
+      want[NDSource(c, idx, out, e)] += dy.data<float>()[e];
+    EXPECT_EQ(Vals<float>(dx), want) << ShapeToString(c.data) << " b " << c.b;
+  }
+  // Two tuples naming the same row: dX holds their sum.
+  Node n = MakeNode("GatherNDGrad", {"s", "i", "dy"}, {"dx"}, {}, "com.microsoft");
+  Tensor dx = Exec(n, {{"dy", F32({3, 2}, {1, 2, 3, 4, 5, 6})}},
+                   {{"s", Ints({2, 2})}, {"i", I64({3, 1}, {1, -1, 0})}});
+  EXPECT_EQ(Vals<float>(dx), (std::vector<float>{5, 6, 4, 6}));
+  EXPECT_EQ(RunError(n, {{"dy", F32({2, 2}, {1, 2, 3, 4})}},
+                     {{"s", Ints({2, 2})}, {"i", I64({3, 1}, {1, 0, 1})}}),
+            "GatherNDGrad node 'n': dY has shape [2,2] but GatherND of [2,2] with indices "
+            "[3,1] gives [3,2]");
+  EXPECT_EQ(
+      RunError(n, {{"dy", F32({1, 2}, {1, 2})}}, {{"s", Ints({2, 2})}, {"i", I64({1, 1}, {2})}}),
+      "GatherNDGrad node 'n': indices[0] = 2 is out of range for axis 0 of size 2");
+}
+
 TEST(ShapeOpsKernelTest, SliceGradAndGatherElementsGrad) {
   Node n = MakeNode("SliceGrad", {"dy", "sh", "s", "e", "a", "p"}, {"dx"}, {}, "com.microsoft");
   Tensor dx = Exec(n, {{"dy", F32({2, 2}, {1, 2, 3, 4})}},
@@ -675,6 +876,7 @@ TEST(ShapeOpsKernelTest, InferenceToleratesUnknownInputs) {
       {MakeNode("Slice", {"x", "i", "j"}, {"y"}), {x, i, j}},
       {MakeNode("Gather", {"x", "i"}, {"y"}), {x, i}},
       {MakeNode("GatherElements", {"x", "i"}, {"y"}), {x, i}},
+      {MakeNode("GatherND", {"x", "i"}, {"y"}), {x, i}},
       {MakeNode("Trilu", {"x"}, {"y"}), {x}},
       {MakeNode("Pad", {"x", "i"}, {"y"}), {x, i}},
       {MakeNode("OneHot", {"i", "j", "x"}, {"y"}), {i, j, x}},
@@ -682,6 +884,7 @@ TEST(ShapeOpsKernelTest, InferenceToleratesUnknownInputs) {
       {MakeNode("SliceGrad", {"x", "i", "j", "k"}, {"y"}, {}, "com.microsoft"), {x, i, j, k}},
       {MakeNode("GatherGrad", {"i", "j", "x"}, {"y"}, {}, "com.microsoft"), {x, i, j}},
       {MakeNode("GatherElementsGrad", {"x", "i", "j"}, {"y"}, {}, "com.microsoft"), {x, i, j}},
+      {MakeNode("GatherNDGrad", {"i", "j", "x"}, {"y"}, {}, "com.microsoft"), {x, i, j}},
   };
   for (const auto& [node, ins] : cases) {
     auto t = Infer(node, ins);
@@ -708,12 +911,12 @@ TEST(ShapeOpsKernelTest, EveryOpHasSchemaAndKernel) {
   for (const char* op :
        {"Constant", "Shape",   "Size",      "ConstantOfShape", "Range",          "Reshape",
         "Flatten",  "Squeeze", "Unsqueeze", "Transpose",       "Expand",         "Tile",
-        "Concat",   "Split",   "Slice",     "Gather",          "GatherElements", "Trilu",
-        "Pad",      "OneHot",  "ScatterND"}) {
+        "Concat",   "Split",   "Slice",     "Gather",          "GatherElements", "GatherND",
+        "Trilu",    "Pad",     "OneHot",    "ScatterND"}) {
     EXPECT_NE(OpSchemas().Find("", op), nullptr) << op;
     EXPECT_NE(CpuKernels().Find("", op), nullptr) << op;
   }
-  for (const char* op : {"SliceGrad", "GatherGrad", "GatherElementsGrad"}) {
+  for (const char* op : {"SliceGrad", "GatherGrad", "GatherElementsGrad", "GatherNDGrad"}) {
     EXPECT_NE(OpSchemas().Find("com.microsoft", op), nullptr) << op;
     EXPECT_NE(CpuKernels().Find("com.microsoft", op), nullptr) << op;
   }

@@ -13,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/math_rows.cuh"
@@ -356,6 +357,50 @@ Tensor ReplaySoftmaxGrad(const Tensor& DY, const Tensor& Yt, int64_t axis) {
     }
   }
   return DX;
+}
+
+// CumSum: one line per thread, sequential, so the replay must equal the CPU bit for bit.
+TEST(CudaMathHostTest, CumSumLinesReproduceTheCpuBitwise) {
+  uint64_t seed = 90;
+  for (const Shape& shape : std::vector<Shape>{{300}, {3, 257}, {2, 5, 7}, {4, 1, 3, 2}})
+    for (int64_t axis = -static_cast<int64_t>(shape.size());
+         axis < static_cast<int64_t>(shape.size()); ++axis)
+      for (int64_t exclusive : {0, 1})
+        for (int64_t reverse : {0, 1}) {
+          Node n = MakeNode(
+              "CumSum", {"x", "a"}, {"y"},
+              {{"exclusive", Attribute::Int(exclusive)}, {"reverse", Attribute::Int(reverse)}});
+          mr::CumSumPlan p;
+          ASSERT_EQ(mr::MakeCumSumPlan(shape, axis, exclusive, reverse, &p), "");
+          auto check = [&](auto tag, DType dt) {
+            using T = decltype(tag);
+            Tensor r = RandomTensor(shape, ++seed, -2.f, 2.f);
+            Tensor x(dt, shape);
+            for (int64_t i = 0; i < x.numel(); ++i)  // integers spread over the whole type
+              x.data<T>()[i] =
+                  std::is_floating_point_v<T>
+                      ? static_cast<T>(r.data<float>()[i])
+                      : static_cast<T>(r.data<float>()[i] / 2 *
+                                       static_cast<double>(std::numeric_limits<T>::max()));
+            std::vector<Tensor> cpu = Cpu(n, {{"x", x}}, {{"a", I64({}, {axis})}});
+            ASSERT_EQ(cpu.size(), 1u);
+            Tensor y(dt, shape);
+            for (int64_t l = 0; l < p.lines; ++l) mr::CumSumLine(p, l, y.data<T>(), x.data<T>());
+            EXPECT_TRUE(y.BitwiseEqual(cpu[0]))
+                << DTypeName(dt) << ShapeToString(shape) << " axis " << axis << " exclusive "
+                << exclusive << " reverse " << reverse;
+          };
+          check(float{}, DType::kFloat32);
+          check(double{}, DType::kFloat64);
+          check(int32_t{}, DType::kInt32);
+          check(int64_t{}, DType::kInt64);
+        }
+  // The plan's errors are the CPU kernel's words.
+  mr::CumSumPlan p;
+  EXPECT_EQ(mr::MakeCumSumPlan({3, 4}, 2, 0, 0, &p), "axis 2 is out of range for rank 2");
+  EXPECT_EQ(mr::MakeCumSumPlan({}, 0, 0, 0, &p), "x must have rank >= 1");
+  EXPECT_EQ(mr::MakeCumSumPlan({3}, 0, 0, 2, &p),
+            "attributes 'exclusive' and 'reverse' must be 0 or 1, got 0 and 2");
 }
 
 TEST(CudaMathHostTest, SoftmaxAndItsGradientReproduceTheCpu) {

@@ -209,6 +209,39 @@ TEST(CudaMathTest, ReduceAxesMustBeAConstant) {
             "at compile time");
 }
 
+// ============================== running sums ==============================
+
+// One thread per line, sequential as on the CPU: compared exactly (atol = rtol = 0).
+TEST(CudaMathTest, CumSumIsBitwiseTheCpus) {
+  FOUNDRY_REQUIRE_GPU();
+  for (const Shape& shape : std::vector<Shape>{{4, 2049}, {3, 257, 5}, {70000}})
+    for (int64_t axis : {int64_t{0}, int64_t{-1}})
+      for (int64_t exclusive : {0, 1})
+        for (int64_t reverse : {0, 1}) {
+          Node n = MakeNode(
+              "CumSum", {"x", "a"}, {"y"},
+              {{"exclusive", Attribute::Int(exclusive)}, {"reverse", Attribute::Int(reverse)}});
+          Status st = CompareCudaWithCpu(n, {{"x", RandomTensor(shape, 44)}},
+                                         {{"a", I64({}, {axis})}}, 0, 0);
+          EXPECT_TRUE(st.ok()) << ShapeToString(shape) << " axis " << axis << ": " << st.message();
+        }
+  // OPT's positions: a cumsum of an int64 attention mask.
+  Tensor mask(DType::kInt64, {8, 1000});
+  for (int64_t i = 0; i < mask.numel(); ++i) mask.data<int64_t>()[i] = (i * 7919) % 5 != 0;
+  EXPECT_MATCHES_CPU(MakeNode("CumSum", {"x", "a"}, {"y"}), {{"x", mask}}, {{"a", I64({}, {1})}}, 0,
+                     0);
+  // The axis at run time is refused with the error every shape-like argument gets.
+  Node n = MakeNode("CumSum", {"x", "a"}, {"y"});
+  Tensor x = RandomTensor({3, 5}, 45);
+  auto cpu = RunSingleNode(n, {{"x", x}}, {{"a", I64({}, {1})}});
+  ASSERT_TRUE(cpu.ok());
+  auto gpu = RunSingleNodeOnCuda(n, {{"x", x}, {"a", I64({}, {1})}}, {}, *cpu);
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_EQ(gpu.status().message(),
+            "CumSum node 'n': input 1 ('axis') must be a constant on the cuda backend; fold it at "
+            "compile time");
+}
+
 // ============================== normalizations ==============================
 
 TEST(CudaMathTest, LayerNormAndRmsNormForwardAndBackward) {

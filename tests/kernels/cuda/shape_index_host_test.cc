@@ -595,6 +595,108 @@ TEST(CudaShapeIndexTest, GatherElementsGradSumsInTheCpuOrder) {
   }
 }
 
+// GatherND cases: data, indices' leading shape, tuple length k, batch_dims; indices drawn per
+// tuple position from [-dim, dim) of the data axis they index.
+struct NDCase {
+  Shape data, lead;
+  int64_t k, b;
+};
+
+const std::vector<NDCase> kNDCases = {
+    {{50, 7}, {4, 65}, 1, 0},        {{6, 5, 4}, {257}, 2, 0},      {{3, 10, 4}, {3, 9}, 1, 1},
+    {{2, 3, 4, 5}, {2, 3, 7}, 2, 2}, {{2, 300, 3}, {2, 400}, 1, 1}, {{8}, {3}, 1, 0},
+};
+
+Tensor NDIndices(const NDCase& c, uint64_t seed) {
+  Shape shape = c.lead;
+  shape.push_back(c.k);
+  Tensor t(DType::kInt64, shape);
+  for (int64_t j = 0; j < c.k; ++j) {
+    Tensor r = RandIndices({t.numel() / c.k}, c.data[c.b + j], seed + j);
+    for (int64_t q = 0; q < r.numel(); ++q) t.data<int64_t>()[q * c.k + j] = r.data<int64_t>()[q];
+  }
+  return t;
+}
+
+TEST(CudaShapeIndexTest, GatherNDMatchesTheCpu) {
+  uint64_t seed = 50;
+  for (const NDCase& c : kNDCases)
+    for (bool i32 : {false, true}) {
+      Tensor x = Rand(DType::kFloat32, c.data, ++seed);
+      Tensor idx = NDIndices(c, ++seed);
+      if (i32) idx = ToI32(idx);
+      Node n = Op("GatherND", {"x", "i"}, {{"batch_dims", Attribute::Int(c.b)}});
+      Bound b = Bind(n, {{"x", x}, {"i", idx}}, {});
+      ASSERT_FALSE(b.cpu.empty());
+      for (bool constant : {true, false}) {
+        auto p = GatherNDPrep(n, x, idx, constant ? &idx : nullptr, b.out[0]);
+        ASSERT_TRUE(p.ok()) << p.status().message();
+        ByIndex(idx.dtype(), [&](auto itag) {
+          using I = decltype(itag);
+          for (int64_t e = 0; e < b.out[0].numel(); ++e)
+            GatherNDElement(*p, e, b.out[0].data<uint32_t>(), x.data<uint32_t>(), idx.data<I>());
+        });
+        ExpectSameBits(b, "GatherND " + ShapeToString(c.data) + " b " + std::to_string(c.b));
+      }
+    }
+  // A constant index out of range: the CPU's message; at run time the tuple's slice is zeros.
+  Node n = Op("GatherND", {"x", "i"});
+  Tensor x = Rand(DType::kFloat32, {4, 2}, 1);
+  Tensor bad = I64({3, 1}, {0, 4, -1});
+  Tensor y(DType::kFloat32, {3, 2});
+  auto r = RunSingleNode(n, {{"x", x}, {"i", bad}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(GatherNDPrep(n, x, bad, &bad, y).status().message(), r.status().message());
+  auto p = GatherNDPrep(n, x, bad, nullptr, y);
+  ASSERT_TRUE(p.ok());
+  for (int64_t e = 0; e < 6; ++e)
+    GatherNDElement(*p, e, y.data<float>(), x.data<float>(), bad.data<int64_t>());
+  EXPECT_EQ(y.data<float>()[2], 0.f);
+  EXPECT_EQ(y.data<float>()[3], 0.f);
+  EXPECT_EQ(y.data<float>()[5], x.data<float>()[7]);
+}
+
+TEST(CudaShapeIndexTest, GatherNDGradSumsInTheCpuOrder) {
+  uint64_t seed = 70;
+  std::vector<NDCase> cases = kNDCases;
+  cases.push_back({{5, 3}, {40}, 1, 0});  // 40 tuples over 5 rows: long sums
+  for (const NDCase& c : cases)
+    for (bool i32 : {false, true}) {
+      Tensor idx = NDIndices(c, ++seed);
+      if (i32) idx = ToI32(idx);
+      Shape dy_shape = c.lead;
+      dy_shape.insert(dy_shape.end(), c.data.begin() + c.b + c.k, c.data.end());
+      Tensor dy = Rand(DType::kFloat32, dy_shape, ++seed);
+      Node n = Op("GatherNDGrad", {"s", "i", "dy"}, {{"batch_dims", Attribute::Int(c.b)}}, {"dx"},
+                  "com.microsoft");
+      Bound b = Bind(n, {{"dy", dy}}, {{"s", Ints(c.data)}, {"i", idx}});
+      ASSERT_FALSE(b.cpu.empty());
+      for (bool constant : {true, false}) {
+        auto p = GatherNDGradPrep(n, constant ? b.constants[0] : nullptr, idx,
+                                  constant ? b.constants[1] : nullptr, dy, b.out[0]);
+        ASSERT_TRUE(p.ok()) << p.status().message();
+        std::vector<int64_t> keys(p->tuples);
+        ByIndex(idx.dtype(), [&](auto itag) {
+          using I = decltype(itag);
+          for (int64_t t = 0; t < p->tuples; ++t) keys[t] = GatherNDRow(*p, t, idx.data<I>());
+        });
+        Sorted s = SortOnHost(keys, b.out[0].numel() / p->slice);
+        for (int64_t e = 0; e < b.out[0].numel(); ++e)
+          b.out[0].data<float>()[e] =
+              GatherNDGradValue(*p, e, s.sorted.data(), s.start.data(), dy.data<float>());
+        ExpectSameBits(b, "GatherNDGrad " + ShapeToString(c.data) + " b " + std::to_string(c.b));
+      }
+    }
+  // dY of the wrong shape: the CPU's inference message names it too; here the kernel's own check.
+  Node n = Op("GatherNDGrad", {"s", "i", "dy"}, {}, {"dx"}, "com.microsoft");
+  Tensor idx = I64({3, 1}, {0, 1, 1});
+  Tensor dy = Rand(DType::kFloat32, {2, 2}, 1);
+  Tensor dx(DType::kFloat32, {2, 2});
+  Tensor shape = Ints({2, 2});
+  EXPECT_EQ(GatherNDGradPrep(n, &shape, idx, &idx, dy, dx).status().message(),
+            "GatherNDGrad node 'n': dY has shape [2,2], expected [3,2]");
+}
+
 TEST(CudaShapeIndexTest, ScatterNDAppliesUpdatesInTupleOrder) {
   struct Case {
     std::string reduction;

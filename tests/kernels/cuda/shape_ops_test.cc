@@ -154,11 +154,29 @@ TEST(CudaShapeOpsTest, IndexingAndScatters) {
                   "com.microsoft"),
                {{"dy", R({300, 7}, 11)}}, {{"s", Ints({10, 7})}, {"i", Idx({300, 7}, 10, 12, it)}},
                "GatherElementsGrad");
+    // GatherND: rotary cos[position_ids] ([B, S, D] by [B, S', 1], batch_dims 1) and a k=2
+    // lookup; GatherNDGrad with 2048 tuples over 300 rows (repeats) and k = 2.
+    const std::map<std::string, Attribute> b1 = {{"batch_dims", Attribute::Int(1)}};
+    ExpectSame(Op("GatherND", {"x", "i"}, b1),
+               {{"x", R({2, 300, 33}, 20)}, {"i", Idx({2, 513, 1}, 300, 21, it)}}, {},
+               "GatherND batch_dims 1");
+    ExpectSame(Op("GatherND", {"x", "i"}),
+               {{"x", R({6, 6, 257}, 22)}, {"i", Idx({300, 2}, 6, 23, it)}}, {}, "GatherND k=2");
+    ExpectSame(Op("GatherNDGrad", {"s", "i", "dy"}, b1, {"dx"}, "com.microsoft"),
+               {{"dy", R({2, 1024, 33}, 24)}},
+               {{"s", Ints({2, 300, 33})}, {"i", Idx({2, 1024, 1}, 300, 25, it)}},
+               "GatherNDGrad batch_dims 1");
+    ExpectSame(Op("GatherNDGrad", {"s", "i", "dy"}, {}, {"dx"}, "com.microsoft"),
+               {{"dy", R({300, 5}, 26)}}, {{"s", Ints({6, 6, 5})}, {"i", Idx({300, 2}, 6, 27, it)}},
+               "GatherNDGrad k=2");
   }
   // The indices at run time (not constants): the same results.
   ExpectSame(Op("GatherGrad", {"s", "i", "dy"}, {}, {"dx"}, "com.microsoft"),
              {{"dy", R({4096, 8}, 13)}, {"i", Idx({4096}, 257, 14)}}, {{"s", Ints({257, 8})}},
              "GatherGrad run-time indices");
+  ExpectSame(Op("GatherNDGrad", {"s", "i", "dy"}, {}, {"dx"}, "com.microsoft"),
+             {{"dy", R({4096, 8}, 28)}, {"i", Idx({4096, 1}, 257, 29)}}, {{"s", Ints({257, 8})}},
+             "GatherNDGrad run-time indices");
   for (const char* red : {"none", "add", "mul", "max", "min"})
     ExpectSame(Op("ScatterND", {"x", "i", "u"}, {{"reduction", Attribute::String(red)}}),
                {{"x", R({300, 5}, 15)}, {"u", R({1000, 5}, 16)}}, {{"i", Idx({1000, 1}, 300, 17)}},

@@ -306,6 +306,57 @@ TEST(ReduceGradTest, MaxSplitsTheGradientAmongTies) {
 
 // ============================== normalizations ==============================
 
+// Random shapes, every axis (negative ones too) and all four exclusive/reverse variants; the axis
+// as i64 and as i32, 0-D and one-element.
+TEST(CumSumGradTest, MatchesFiniteDifferencesInEveryMode) {
+  std::mt19937_64 rng(77);
+  const std::vector<Shape> shapes = {{9}, {4, 6}, {3, 5, 2}, {2, 3, 1, 4}};
+  for (const Shape& shape : shapes) {
+    const int64_t r = static_cast<int64_t>(shape.size());
+    for (int64_t axis = -r; axis < r; ++axis)
+      for (int64_t exclusive : {0, 1})
+        for (int64_t reverse : {0, 1}) {
+          Node n = FwdNode(
+              "CumSum", {"x", "axis"}, {"y"},
+              {{"exclusive", Attribute::Int(exclusive)}, {"reverse", Attribute::Int(reverse)}});
+          Tensor a = rng() % 2 ? I64({}, {axis})
+                               : Tensor::FromVector<int32_t>(DType::kInt32, {1},
+                                                             {static_cast<int32_t>(axis)});
+          Status st = CheckGradients(n, {{"x", RandomTensor(shape, rng())}}, {{"axis", a}});
+          EXPECT_TRUE(st.ok()) << ShapeToString(shape) << " axis " << axis << " exclusive "
+                               << exclusive << " reverse " << reverse << ": " << st.message();
+        }
+  }
+}
+
+TEST(CumSumGradTest, RuleIsCumSumWithReverseFlipped) {
+  Graph g;
+  Value& x = g.GetOrAddValue("x");
+  x.dtype = DType::kFloat32;
+  x.shape = {2, 5};
+  Value& dy = g.GetOrAddValue("dy");
+  dy.dtype = DType::kFloat32;
+  dy.shape = {2, 5};
+  Value& axis = g.GetOrAddValue("axis");
+  axis.dtype = DType::kInt64;
+  axis.shape = {};
+  axis.data = std::make_shared<const Tensor>(I64({}, {-1}));
+  g.initializers.push_back("axis");
+  for (int64_t reverse : {0, 1}) {
+    Node f = FwdNode("CumSum", {"x", "axis"}, {"y"},
+                     {{"exclusive", Attribute::Int(1)}, {"reverse", Attribute::Int(reverse)}});
+    ASSERT_TRUE(InferAndSetTypes(g, f).ok());
+    std::vector<Node> emitted;
+    GradBuilder b(g, f, {"dy"}, {true, false}, emitted);
+    ASSERT_TRUE((*GradRules().Find("", "CumSum"))(b).ok());
+    ASSERT_EQ(emitted.size(), 1u);
+    EXPECT_EQ(emitted[0].op_type, "CumSum");
+    EXPECT_EQ(emitted[0].inputs, (std::vector<std::string>{"dy", "axis"}));
+    EXPECT_EQ(emitted[0].GetInt("exclusive", -1), 1);
+    EXPECT_EQ(emitted[0].GetInt("reverse", -1), 1 - reverse);
+  }
+}
+
 TEST(LayerNormGradTest, MatchesFiniteDifferences) {
   GradCheckOptions opt;
   opt.no_grad_outputs = {"mean", "inv"};

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <random>
+#include <tuple>
 
 #include "compiler/op_schema.h"
 #include "passes/grad/grad_rule.h"
@@ -185,6 +187,41 @@ TEST(ShapeOpsGradTest, GatherElements) {
                  {{"i", Tensor::FromVector<int64_t>(DType::kInt64, {3, 2}, {0, 0, 3, -1, 2, 1})}});
 }
 
+// Random shapes and batch_dims, tuples drawn from few positions so that many repeat (their
+// gradients accumulate), negative indices included; int32 indices once.
+TEST(ShapeOpsGradTest, GatherNDWithRepeatedTuples) {
+  struct Case {
+    Shape data, lead;
+    int64_t k, b;
+    DType it;
+  };
+  const std::vector<Case> cases = {
+      {{5, 3}, {7}, 1, 0, DType::kInt64},       {{4, 3, 2}, {2, 5}, 2, 0, DType::kInt64},
+      {{3, 4, 5}, {3, 6}, 1, 1, DType::kInt32}, {{2, 3, 4, 3}, {2, 3, 4}, 1, 2, DType::kInt64},
+      {{2, 5, 3}, {2, 4}, 2, 1, DType::kInt64}, {{2, 6, 4}, {2, 9}, 1, 1, DType::kInt64},
+  };
+  std::mt19937_64 rng(41);
+  for (const Case& c : cases) {
+    Shape shape = c.lead;
+    shape.push_back(c.k);
+    Tensor idx(c.it, shape);
+    int repeats = 0;
+    for (int64_t e = 0; e < idx.numel(); ++e) {
+      const int64_t dim = c.data[c.b + e % c.k];
+      // Half the draws from {0, -dim}: the same position twice, once from the back.
+      int64_t v = rng() % 2 ? (rng() % 2 ? 0 : -dim) : static_cast<int64_t>(rng() % dim);
+      repeats += v == 0 || v == -dim;
+      if (c.it == DType::kInt64)
+        idx.data<int64_t>()[e] = v;
+      else
+        idx.data<int32_t>()[e] = static_cast<int32_t>(v);
+    }
+    ASSERT_GE(repeats, 2);
+    Node n = FwdNode("GatherND", {"x", "i"}, {"y"}, {{"batch_dims", Attribute::Int(c.b)}});
+    EXPECT_GRAD_OK(n, {{"x", RandomTensor(c.data, rng())}}, {{"i", idx}});
+  }
+}
+
 TEST(ShapeOpsGradTest, Trilu) {
   EXPECT_GRAD_OK(FwdNode("Trilu", {"x", "k"}, {"y"}, {{"upper", Attribute::Int(0)}}),
                  {{"x", RandomTensor({2, 3, 5}, 32)}}, {{"k", Tensor::ScalarInt64(1)}});
@@ -224,6 +261,33 @@ TEST(ShapeOpsGradTest, GatherRuleEmitsComMicrosoftGatherGrad) {
   EXPECT_EQ(emitted[0].inputs[2], "dy");
   EXPECT_EQ(emitted[0].name, "fwd_Grad/GatherGrad_1");
   EXPECT_EQ(g.FindValue(b.input_grads()[0])->shape, Shape({7, 5}));
+}
+
+TEST(ShapeOpsGradTest, GatherNDRuleEmitsComMicrosoftGatherNDGrad) {
+  Graph g;
+  for (auto [name, dt, shape] :
+       {std::tuple<const char*, DType, Shape>{"x", DType::kFloat32, {2, 4, 3}},
+        {"i", DType::kInt64, {2, 5, 1}},
+        {"dy", DType::kFloat32, {2, 5, 3}}}) {
+    Value& v = g.GetOrAddValue(name);
+    v.dtype = dt;
+    v.shape = shape;
+    v.rank_known = true;
+  }
+  g.nodes.push_back(FwdNode("GatherND", {"x", "i"}, {"y"}, {{"batch_dims", Attribute::Int(1)}}));
+  ASSERT_TRUE(InferAndSetTypes(g, g.nodes[0]).ok());
+  std::vector<Node> emitted;
+  GradBuilder b(g, g.nodes[0], {"dy"}, {true, false}, emitted);
+  ASSERT_TRUE((*GradRules().Find("", "GatherND"))(b).ok());
+  ASSERT_EQ(emitted.size(), 1u);
+  EXPECT_EQ(emitted[0].op_type, "GatherNDGrad");
+  EXPECT_EQ(emitted[0].domain, "com.microsoft");
+  EXPECT_EQ(emitted[0].GetInt("batch_dims", -1), 1);
+  EXPECT_EQ(g.FindValue(emitted[0].inputs[0])->data->ToInt64Vector(),
+            std::vector<int64_t>({2, 4, 3}));
+  EXPECT_EQ(emitted[0].inputs[1], "i");
+  EXPECT_EQ(emitted[0].inputs[2], "dy");
+  EXPECT_EQ(g.FindValue(b.input_grads()[0])->shape, Shape({2, 4, 3}));
 }
 
 }  // namespace
