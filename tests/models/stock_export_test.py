@@ -9,7 +9,9 @@ Two tiny language models with Hugging Face's spellings of the ops that canonical
 - MPT style with the causal+ALiBi mask as a float buffer holding -inf (`transformer.attn_bias`), as
   older MPT code keeps it: without foundry.parameters it must stay a constant and train with no flag;
 - Phi's pattern, one module object called twice per block (torch names the second call's scope
-  `act_1`): one module in the tree, and `--ckpt act` recomputes both calls, gradients bitwise plain.
+  `act_1`): one module in the tree, and `--ckpt act` recomputes both calls, gradients bitwise plain;
+- Hugging Face OPT's learned positions: `cumsum` over an all-ones mask (CumSum, folded once the
+  shapes are bound).
 Each is exported in training mode with torch's defaults otherwise (no foundry metadata), compiled
 with foundry-compile, and checked:
 - canonicalize's counts: every tanh GELU, RMSNorm and ratio-0 Dropout found, and the training
@@ -263,6 +265,47 @@ class TwiceCalled(nn.Module):
     TWICE = "act"
 
 
+class OPTLearnedPositionalEmbedding(nn.Embedding):
+    """Hugging Face OPT's positions: a cumsum over the attention mask (all ones here), offset 2."""
+
+    def forward(self, attention_mask):
+        positions = (torch.cumsum(attention_mask, dim=1) * attention_mask).long() - 1
+        return super().forward(positions + 2)
+
+
+class OPTBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.self_attn_layer_norm, self.final_layer_norm = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.self_attn = Attention(0.0)
+        self.fc1, self.fc2 = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.self_attn_layer_norm(x))
+        return x + self.fc2(torch.relu(self.fc1(self.final_layer_norm(x))))
+
+
+class OPT(nn.Module):
+    """CumSum over a mask built from the input's shape: folded once the shapes are bound."""
+    LAYERS = 2
+
+    def __init__(self):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(VOCAB, D)
+        self.embed_positions = OPTLearnedPositionalEmbedding(SEQ + 2, D)
+        self.layers = nn.ModuleList(OPTBlock() for _ in range(self.LAYERS))
+        self.lm_head = nn.Linear(D, VOCAB, bias=False)
+
+    def forward(self, input_ids):
+        mask = torch.ones_like(input_ids)
+        x = self.embed_tokens(input_ids) + self.embed_positions(mask)
+        for layer in self.layers:
+            x = layer(x)
+        return self.lm_head(x)
+
+    EXPECTED = (0, 0, 2 * LAYERS)
+
+
 # --------------------------------------------------------------------------------------------
 # Export, compile, one step, compare.
 
@@ -441,7 +484,7 @@ def main():
     torch.set_num_threads(1)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="foundry-stock-") as tmp:
-        for cls in (GPT2, Llama, MaskMPT, TwiceCalled):
+        for cls in (GPT2, Llama, MaskMPT, TwiceCalled, OPT):
             try:
                 print(f"ok   {cls.__name__}: {check_model(cls, tmp)}")
             except Exception:  # noqa: BLE001 -- report every model, then fail
