@@ -169,6 +169,23 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
   // so that they do not count as extra consumers of a pattern's intermediate values.
   stats_.dead = RemoveDeadNodes(g);
 
+  // ai.onnx Gelu (opset 20): its kernel computes com.microsoft Gelu's or FastGelu gelu_new's
+  // element function (kernels/cpu/elementwise.cc, OnnxGeluKernel), so renaming it changes no bits.
+  for (Node& n : g.nodes) {
+    if (n.op_type != "Gelu" || !n.domain.empty()) continue;
+    const std::string approximate = n.GetString("approximate", "none");
+    if (approximate != "none" && approximate != "tanh") continue;  // inference reports it
+    n.domain = "com.microsoft";
+    n.attrs.clear();
+    if (approximate == "tanh") {
+      n.op_type = "FastGelu";
+      n.attrs["form"] = Attribute::String("gelu_new");
+      ++stats_.fast_gelu;
+    } else {
+      ++stats_.gelu;
+    }
+  }
+
   // GELU: the root is Mul(_, 0.5).
   {
     Matcher m(g);
@@ -212,7 +229,7 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
       std::string form, x, a;
       int half_side = m.IsConstantScalar(root.inputs[0], 0.5f)   ? 0
                       : m.IsConstantScalar(root.inputs[1], 0.5f) ? 1
-                                                                  : -1;
+                                                                 : -1;
       if (half_side >= 0) {
         Node* p = m.SoleProducer(root.inputs[1 - half_side], "Mul");
         if (!p) continue;
@@ -241,7 +258,7 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
       if (!add || add->inputs.size() != 2) continue;
       std::string t_name = m.IsConstantScalar(add->inputs[1], 1.0f)   ? add->inputs[0]
                            : m.IsConstantScalar(add->inputs[0], 1.0f) ? add->inputs[1]
-                                                                       : "";
+                                                                      : "";
       Node* tanh = t_name.empty() ? nullptr : m.SoleProducer(t_name, "Tanh");
       if (!tanh) continue;
       // w = Mul(v, k), v = Add(x, u), u = Mul(cube, c).
@@ -249,7 +266,7 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
       if (!w || w->inputs.size() != 2) continue;
       std::string v_name = m.IsConstantScalar(w->inputs[1], kK)   ? w->inputs[0]
                            : m.IsConstantScalar(w->inputs[0], kK) ? w->inputs[1]
-                                                                   : "";
+                                                                  : "";
       Node* v = v_name.empty() ? nullptr : m.SoleProducer(v_name, "Add");
       if (!v) continue;
       std::string u_name = OtherOperand(*v, x);
@@ -257,7 +274,7 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
       if (!u || u->inputs.size() != 2) continue;
       std::string cube_name = m.IsConstantScalar(u->inputs[1], kC)   ? u->inputs[0]
                               : m.IsConstantScalar(u->inputs[0], kC) ? u->inputs[1]
-                                                                      : "";
+                                                                     : "";
       if (cube_name.empty()) continue;
       if (form == "gelu_new") {
         Node* pow = m.SoleProducer(cube_name, "Pow");
