@@ -56,7 +56,7 @@
 // symlinks followed, to a regular file inside the model's folder. Names in messages go through
 // QuoteName (base/quote.h): control characters and invalid bytes print as \xNN.
 //
-// Accepted: IR versions 7-10, ai.onnx opsets 13-18. ONNX 1.12's graph and function checks run on
+// Accepted: IR versions 7-10, ai.onnx opsets 13-20. ONNX 1.12's graph and function checks run on
 // IR <= 8 / opset <= 17; the importer's own structural checks (every input defined before use,
 // one producer per value, outputs produced) run on every model. Ops are not checked here: shape
 // inference reports the ones foundry does not implement.

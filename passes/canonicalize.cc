@@ -177,6 +177,23 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
   // so that they do not count as extra consumers of a pattern's intermediate values.
   stats_.dead = RemoveDeadNodes(g);
 
+  // ai.onnx Gelu (opset 20): its kernel computes com.microsoft Gelu's or FastGelu gelu_new's
+  // element function (kernels/cpu/elementwise.cc, OnnxGeluKernel), so renaming it changes no bits.
+  for (Node& n : g.nodes) {
+    if (n.op_type != "Gelu" || !n.domain.empty()) continue;
+    const std::string approximate = n.GetString("approximate", "none");
+    if (approximate != "none" && approximate != "tanh") continue;  // inference reports it
+    n.domain = "com.microsoft";
+    n.attrs.clear();
+    if (approximate == "tanh") {
+      n.op_type = "FastGelu";
+      n.attrs["form"] = Attribute::String("gelu_new");
+      ++stats_.fast_gelu;
+    } else {
+      ++stats_.gelu;
+    }
+  }
+
   // GELU: the root is Mul(_, 0.5).
   {
     Matcher m(g);

@@ -8,6 +8,11 @@
 //             something reads the mask. No ratio input means 0.5 (ONNX's default).
 //   Cast      to the dtype its input already has => Identity
 //   Identity  removed (consumers read its input), unless it produces a graph output.
+// Renamed (torch >= 2.5 dynamo export, opset 20):
+//   Gelu      ai.onnx Gelu {approximate="none"} => com.microsoft::Gelu(x); {approximate="tanh"}
+//             => com.microsoft::FastGelu(x) {form="gelu_new"} (the ai.onnx kernel computes their
+//             element functions, so the rename is exact; ai.onnx Gelu has no gradient rule of its
+//             own: autodiff sees the com.microsoft ops)
 // Fusions (torch 1.13 TorchScript export, opset 17):
 //   GELU      Div(x, 1.4142135) -> Erf -> Add(_, 1) -> Mul(x, _) -> Mul(_, 0.5)
 //             => com.microsoft::Gelu(x)            (one op, fused gradient GeluGrad)
@@ -33,8 +38,8 @@ namespace foundry {
 
 // Rewrites of one run, by kind; ToString() is the pipeline's line.
 struct CanonicalizeStats {
-  int gelu = 0;       // erf GELU fused
-  int fast_gelu = 0;  // tanh GELU fused
+  int gelu = 0;       // erf GELU fused, or ai.onnx Gelu renamed
+  int fast_gelu = 0;  // tanh GELU fused, or ai.onnx Gelu {approximate="tanh"} renamed
   int rmsnorm = 0;
   int matmul = 0;    // MatMul(x, Transpose(W)) made FusedMatMul {transB=1}
   int dropout = 0;   // inactive Dropout made Identity

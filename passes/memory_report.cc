@@ -124,8 +124,9 @@ const std::map<std::pair<std::string, std::string>, OpFlops>& FlopTable() {
     row(ms, {"LogSoftmaxGrad_13"}, 4);             // dy - exp(y) · Σ dy: Σ, exp, ·, -
     row("", {"Softmax", "LogSoftmax"}, 5);         // max, -, exp, Σ, / (or - log Σ)
     row(ms, {"Gelu"}, 5);                          // x/√2, erf, +1, ·x, ·0.5
-    row("", {"LayerNormalization"}, 7);            // Σ, -mean, square, Σ, ·1/std, ·scale, +bias
-    row(ms, {"FastGelu"}, 9);  // x², x³, ·c, +x, ·√(2/π), tanh, +1, ·x, ·0.5
+    row("", {"Gelu"}, 5);  // approximate="none" as com.microsoft Gelu; "tanh" 9 (NodeFlops)
+    row("", {"LayerNormalization"}, 7);  // Σ, -mean, square, Σ, ·1/std, ·scale, +bias
+    row(ms, {"FastGelu"}, 9);            // x², x³, ·c, +x, ·√(2/π), tanh, +1, ·x, ·0.5
     // x̂ = x·r (1); dscale += dy·x̂ (2); g = dy·scale (1); Σ g·x̂ (2); dx = r·(g - x̂·mean) (3).
     row(ms, {"SimplifiedLayerNormalizationGrad"}, 9);
     // dy · (0.5·(1 + erf(x/√2)) + x·exp(-x²/2)/√(2π)): 4 + 5 + 1 + 1.
@@ -172,6 +173,9 @@ int64_t NodeFlops(const Graph& graph, const Node& node) {
            (node.HasInput(2) ? out : 0);
   const OpFlops* row = FindOpFlops(node.domain, node.op_type);
   if (!row) return out;
+  if (node.domain.empty() && node.op_type == "Gelu" &&
+      node.GetString("approximate", "none") == "tanh")
+    return FindOpFlops("com.microsoft", "FastGelu")->per_element * out;
   if (node.domain.empty() && (node.op_type == "Min" || node.op_type == "Max" ||
                               node.op_type == "Sum" || node.op_type == "Mean")) {
     int64_t inputs = 0;

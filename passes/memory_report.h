@@ -38,7 +38,8 @@
 //   4: Sigmoid 1/(1+exp(-x)); SimplifiedLayerNormalization (RMSNorm: square, sum, normalize,
 //      scale); SoftmaxGrad_13 y·(dy-Σdy·y); LogSoftmaxGrad_13 dy-exp(y)·Σdy
 //   5: Softmax, LogSoftmax (max, subtract, exp, sum, divide or subtract); Gelu
-//      0.5·x·(1+erf(x/√2))
+//      0.5·x·(1+erf(x/√2)), com.microsoft's and ai.onnx's with approximate="none" (with
+//      approximate="tanh" ai.onnx Gelu counts as FastGelu)
 //   7: LayerNormalization (sum, subtract the mean, square, sum, normalize, scale, bias)
 //   9: FastGelu 0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³)))
 //   9: SimplifiedLayerNormalizationGrad; 11: GeluGrad; 13: LayerNormalizationGrad;

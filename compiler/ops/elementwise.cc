@@ -1,5 +1,5 @@
 // Shape and type inference for the elementwise family: numpy-broadcasting binary and variadic ops,
-// comparisons and logic (bool out), unary math, Where, Cast/CastLike, Clip, Dropout, and the
+// comparisons and logic (bool out), unary math, Where, Cast/CastLike, Clip, Dropout, Gelu, and the
 // com.microsoft activations and activation gradients (Gelu, GeluGrad, ReluGrad, SigmoidGrad,
 // TanhGrad, DropoutGrad) that the gradient rules of this family emit.
 //
@@ -209,6 +209,17 @@ StatusOr<Types> InferDropout(const InferContext& ctx) {
   return Types{out, mask};
 }
 
+// ai.onnx Gelu (opset 20), approximate "none" (erf) or "tanh". Canonicalize rewrites it into
+// com.microsoft Gelu / FastGelu, whose kernels and gradient rules the rest of foundry uses.
+StatusOr<Types> InferGelu(const InferContext& ctx) {
+  const std::string approximate = ctx.node.GetString("approximate", "none");
+  if (approximate != "none" && approximate != "tanh")
+    return ctx.Fail("attribute 'approximate' must be \"none\" or \"tanh\", got \"" + approximate +
+                    "\"");
+  RETURN_IF_ERROR(CheckType(ctx, 0, kFloatTypes));
+  return Types{SameAs(ctx.input(0))};
+}
+
 // com.microsoft DropoutGrad (dY, mask[, ratio, training_mode]) -> dX.
 StatusOr<Types> InferDropoutGrad(const InferContext& ctx) {
   RETURN_IF_ERROR(CheckType(ctx, 0, kFloatTypes));
@@ -263,6 +274,7 @@ void RegisterElementwiseSchemas(OpSchemaTable& table) {
   Add(table, "", "CastLike", 2, 2, InferCastLike);
   Add(table, "", "Clip", 1, 3, InferClip, 1, 1, {0});
   Add(table, "", "Dropout", 1, 3, InferDropout, 1, 2, {0});
+  Add(table, "", "Gelu", 1, 1, InferGelu, 1, 1, {0});
 
   Add(table, "com.microsoft", "Gelu", 1, 1, UnaryOp(kFloatTypes), 1, 1, {0});
   Add(table, "com.microsoft", "FastGelu", 1, 1, UnaryOp(kFloatTypes), 1, 1, {0});

@@ -853,6 +853,30 @@ Status FastGeluKernel(const Node& node, Inputs in, Outputs out, const KernelCont
   });
 }
 
+// ai.onnx Gelu (opset 20) in the very operations of com.microsoft Gelu ("none") and of FastGelu's
+// gelu_new form ("tanh": 0.5·x first, Pow for the cube, as the ONNX function body), so that
+// canonicalize's rewrite into those ops changes no bits. The ONNX function body itself differs in
+// two places: its erf form computes (0.5·x)·(1 + erf) where GeluOp computes (x·(erf + 1))·0.5, the
+// same bits for every float below 2^127 (above, x·2 overflows: GeluOp gives inf, the body x); its
+// tanh form takes k = Sqrt(0.63661977236f), one ulp below the correctly rounded sqrt(2/pi) that
+// FastGelu, torch and ONNX Runtime use.
+Status OnnxGeluKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const std::string approximate = node.GetString("approximate", "none");
+  if (approximate != "none" && approximate != "tanh")
+    return Error(node.Describe() +
+                 ": attribute 'approximate' must be \"none\" or \"tanh\", got \"" + approximate +
+                 "\"");
+  const bool tanh = approximate == "tanh";
+  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (tanh)
+      UnaryMap<T, T>(*in[0], *out[0], [](T x) { return FastGeluValue(x, FastGeluForm::kGeluNew); });
+    else
+      UnaryMap<T, T>(*in[0], *out[0], GeluOp{});
+    return Status::Ok();
+  });
+}
+
 // (dY, other) -> dX for same-shape activation gradients.
 template <class Fn>
 Status ActivationGradKernel(const Node& node, Inputs in, Outputs out, Fn fn) {
@@ -967,6 +991,7 @@ void RegisterElementwiseKernels(CpuKernelTable& table) {
   table.Add("", "CastLike", CastKernel);
   table.Add("", "Clip", ClipKernel);
   table.Add("", "Dropout", DropoutKernel);
+  table.Add("", "Gelu", OnnxGeluKernel);
 
   table.Add("com.microsoft", "Gelu", FloatUnaryKernel<GeluOp>);
   table.Add("com.microsoft", "GeluGrad", GeluGradKernel);

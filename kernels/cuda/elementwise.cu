@@ -557,6 +557,20 @@ Status FastGeluKernel(const Node& node, Inputs in, Outputs out, const CudaKernel
   });
 }
 
+// ai.onnx Gelu: com.microsoft Gelu's op ("none") or FastGelu's gelu_new ("tanh"), as on the CPU.
+Status OnnxGeluKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
+  const std::string approximate = node.GetString("approximate", "none");
+  if (approximate != "none" && approximate != "tanh")
+    return Error(node.Describe() +
+                 ": attribute 'approximate' must be \"none\" or \"tanh\", got \"" + approximate +
+                 "\"");
+  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (approximate == "tanh") return Unary<T, T>(node, ctx, *in[0], *out[0], ew::FastGeluOp{true});
+    return Unary<T, T>(node, ctx, *in[0], *out[0], ew::GeluOp{});
+  });
+}
+
 // (dY, other) -> dX for same-size activation gradients (flat, as the CPU).
 template <class Op>
 Status ActivationGradKernel(const Node& node, Inputs in, Outputs out,
@@ -622,6 +636,7 @@ void RegisterCudaElementwiseKernels(CudaKernelTable& table) {
   table.Add("", "CastLike", CastKernel);
   table.Add("", "Clip", ClipKernelFn);
   table.Add("", "Dropout", DropoutKernelFn);
+  table.Add("", "Gelu", OnnxGeluKernel);
 
   table.Add("com.microsoft", "Gelu", FloatUnaryKernel<ew::GeluOp>);
   table.Add("com.microsoft", "GeluGrad", ActivationGradKernel<ew::GeluGradOp>);

@@ -785,7 +785,8 @@ int64_t GatherNDGradWorkspace(const Node& node, std::span<const OperandType> in,
   const Shape& dx = *out[0].shape;
   const int64_t k = in[1].shape->back();
   const int64_t b = node.GetInt("batch_dims", 0);
-  if (k <= 0 || b < 0 || b + k > static_cast<int64_t>(dx.size()) || NumElements(dx) == 0) return 0;
+  const int64_t r = static_cast<int64_t>(dx.size());
+  if (k <= 0 || b < 0 || b >= r || k > r - b || NumElements(dx) == 0) return 0;
   int64_t slice = 1;
   for (size_t d = b + k; d < dx.size(); ++d) slice *= dx[d];
   return cuda::SegmentWorkspace(NumOf(in[1]) / k, NumElements(dx) / slice).bytes;

@@ -385,7 +385,7 @@ TEST(OnnxImportTest, VersionErrors) {
   ASSERT_FALSE(old.ok());
   EXPECT_EQ(old.status().message(),
             "'" + Data("opset11.onnx") +
-                "' uses ai.onnx opset 11; foundry supports opsets 13 to 18 (export with "
+                "' uses ai.onnx opset 11; foundry supports opsets 13 to 20 (export with "
                 "torch.onnx.export(..., opset_version=17))");
   auto ir6 = ImportOnnx(Data("ir6.onnx"));
   ASSERT_FALSE(ir6.ok());

@@ -57,6 +57,36 @@ TEST(CanonicalizeTest, GeluDecompositionBecomesOneExactOp) {
                  {"com.microsoft::Gelu"});
 }
 
+// The dynamo exporter's opset-20 Gelu becomes the com.microsoft op whose kernel and gradient
+// rule the rest of foundry knows; its attribute picks which one.
+TEST(CanonicalizeTest, OnnxGeluBecomesTheComMicrosoftOp) {
+  ExpectSameBits(R"(graph g opset=20 {
+  input x : f32[3,37]
+  y = Gelu(x)
+  z = Gelu(x) {approximate="none"}
+  t = Gelu(x) {approximate="tanh"}
+  output y
+  output z
+  output t
+})",
+                 {"com.microsoft::Gelu", "com.microsoft::Gelu", "com.microsoft::FastGelu"});
+  auto g = ParseGraph(R"(graph g opset=20 {
+  input x : f64[5]
+  t = Gelu(x) {approximate="tanh"} #"/act/Gelu"
+  output t
+})");
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(FoldPass({}).Run(*g).ok());
+  CanonicalizePass pass;
+  ASSERT_TRUE(pass.Run(*g).ok());
+  ASSERT_EQ(g->nodes.size(), 1u);
+  EXPECT_EQ(g->nodes[0].name, "/act/Gelu");
+  EXPECT_EQ(g->nodes[0].attrs.size(), 1u);
+  EXPECT_EQ(g->nodes[0].GetString("form", ""), "gelu_new");
+  EXPECT_EQ(pass.stats().fast_gelu, 1);
+  EXPECT_EQ(g->FindValue("t")->dtype, DType::kFloat64);
+}
+
 TEST(CanonicalizeTest, RmsNormDecompositionBecomesOneExactOp) {
   ExpectSameBits(R"(graph g {
   input x : f32[2,5,24]

@@ -220,6 +220,8 @@ TEST(MemoryReportTest, FlopsOfOtherOpsFollowTheTable) {
   nd = GatherND(x, tuples)
   const axis : i64[] = [1]
   cs = CumSum(x, axis)
+  og = Gelu(x)
+  ot = Gelu(x) {approximate="tanh"}
   tr = Transpose(x) {perm=[1, 0]}
   gb = Gemm(x, w, bias)
   output sm
@@ -235,6 +237,8 @@ TEST(MemoryReportTest, FlopsOfOtherOpsFollowTheTable) {
   output gn
   output nd
   output cs
+  output og
+  output ot
   output tr
   output gb
 })");
@@ -255,6 +259,8 @@ TEST(MemoryReportTest, FlopsOfOtherOpsFollowTheTable) {
   EXPECT_EQ(flops["gn"], 24);                     // the same for GatherNDGrad
   EXPECT_EQ(flops["nd"], 0);                      // data movement
   EXPECT_EQ(flops["cs"], 32);                     // one add per element
+  EXPECT_EQ(flops["og"], 5 * 32);                 // ai.onnx Gelu: com.microsoft Gelu's formula
+  EXPECT_EQ(flops["ot"], 9 * 32);                 // approximate="tanh": FastGelu's
   EXPECT_EQ(flops["tr"], 0);                      // data movement
   EXPECT_EQ(flops["gb"], 2 * 4 * 6 * 8 + 4 * 6);  // 2·M·N·K and the bias add
 }

@@ -490,7 +490,9 @@ TEST_F(FoundryCompileTest, FailedCompileCreatesNoFolder) {
 TEST_F(FoundryCompileTest, ListOps) {
   ExecResult r = Compile({"--list-ops", kTiny});
   EXPECT_EQ(r.code, 0);
-  for (const char* op : {"\nMatMul\n", "\ncom.microsoft::GeluGrad\n", "\nLayerNormalization\n"})
+  for (const char* op :
+       {"\nMatMul\n", "\ncom.microsoft::GeluGrad\n", "\nLayerNormalization\n", "\nGelu\n",
+        "\nCumSum\n", "\nGatherND\n", "\ncom.microsoft::GatherNDGrad\n"})
     EXPECT_NE(("\n" + r.out).find(op), std::string::npos) << op;
 }
 

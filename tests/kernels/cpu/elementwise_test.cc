@@ -631,6 +631,98 @@ TEST(FastGeluKernelTest, FastGeluAndFastGeluGradMatchDoubleReferences) {
             "\"gelu_new\")");
 }
 
+// ai.onnx Gelu (opset 20) is com.microsoft Gelu ("none") and FastGelu gelu_new ("tanh") bit for
+// bit, in f32 and f64: canonicalize renames it into those ops and promises unchanged numbers.
+TEST(OnnxGeluKernelTest, BitwiseEqualToComMicrosoftGeluAndFastGelu) {
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Tensor r = RandomTensor({20011}, 36, -8.f, 8.f);
+    const float specials[] = {0.f, -0.f, 1e-30f, -1e-30f, 30.f, -30.f, 3e38f, -3e38f};
+    for (int i = 0; i < 8; ++i) r.data<float>()[i] = specials[i];
+    Tensor x(dt, r.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      if (dt == DType::kFloat32)
+        x.data<float>()[i] = r.data<float>()[i];
+      else
+        x.data<double>()[i] = r.data<float>()[i];
+    }
+    Tensor erf = Run1(EwNode("Gelu", {"x"}, {"y"}), {{"x", x}});
+    Tensor erf_ms = Run1(EwNode("Gelu", {"x"}, {"y"}, {}, "com.microsoft"), {{"x", x}});
+    EXPECT_TRUE(erf.BitwiseEqual(erf_ms)) << DTypeName(dt);
+    EXPECT_TRUE(
+        Run1(EwNode("Gelu", {"x"}, {"y"}, {{"approximate", Attribute::String("none")}}), {{"x", x}})
+            .BitwiseEqual(erf_ms));
+    Tensor tanh = Run1(EwNode("Gelu", {"x"}, {"y"}, {{"approximate", Attribute::String("tanh")}}),
+                       {{"x", x}});
+    Tensor fast = Run1(EwNode("FastGelu", {"x"}, {"y"}, {{"form", Attribute::String("gelu_new")}},
+                              "com.microsoft"),
+                       {{"x", x}});
+    EXPECT_TRUE(tanh.BitwiseEqual(fast)) << DTypeName(dt);
+    EXPECT_FALSE(tanh.BitwiseEqual(erf)) << DTypeName(dt);
+  }
+  auto bad =
+      RunSingleNode(EwNode("Gelu", {"x"}, {"y"}, {{"approximate", Attribute::String("fast")}}),
+                    {{"x", F32({2}, {1, 2})}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "Gelu node 'Gelu_node': attribute 'approximate' must be \"none\" or \"tanh\", got "
+            "\"fast\"");
+}
+
+// Against the function body ONNX gives Gelu (onnx/defs/math/defs.cc, opset 20), run through these
+// same kernels: the erf form is bitwise equal below 2^127, where the body's 0.5·x first keeps
+// x·2 from overflowing; the tanh form is bitwise equal once the body's k = Sqrt(0.63661977236f),
+// one ulp below sqrt(2/pi), is the correctly rounded constant FastGelu (and torch) use.
+TEST(OnnxGeluKernelTest, EqualToTheOnnxFunctionBodyExceptWhereDocumented) {
+  auto g = ParseGraph(R"(graph g {
+  input x : f32[20011]
+  const two : f32[] = [2.0]
+  const one : f32[] = [1.0]
+  const half : f32[] = [0.5]
+  const three : f32[] = [3.0]
+  const c0 : f32[] = [0.044715]
+  const two_over_pi : f32[] = [0.63661977236]
+  const k : f32[] = [0.7978845834732056]
+  sqrt_two = Sqrt(two)
+  d = Div(x, sqrt_two)
+  e = Erf(d)
+  phi = Add(one, e)
+  half_x = Mul(half, x)
+  body = Mul(half_x, phi)
+  erf_gelu = Gelu(x)
+  cube = Pow(x, three)
+  c_cube = Mul(c0, cube)
+  inner = Add(x, c_cube)
+  spec_k = Sqrt(two_over_pi)
+  u = Mul(k, inner)
+  t = Tanh(u)
+  phi_t = Add(one, t)
+  body_t = Mul(half_x, phi_t)
+  tanh_gelu = Gelu(x) {approximate="tanh"}
+  output body
+  output erf_gelu
+  output spec_k
+  output body_t
+  output tanh_gelu
+})");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  for (const Node& n : g->nodes) ASSERT_TRUE(InferAndSetTypes(*g, n).ok()) << n.name;
+  Tensor x = RandomTensor({20011}, 37, -8.f, 8.f);
+  const float specials[] = {0.f, -0.f, 1e-30f, -1e-30f, 30.f, -30.f, 1e38f, -3e38f};
+  for (int i = 0; i < 8; ++i) x.data<float>()[i] = specials[i];
+  auto out = Interpret(*g, {{"x", x}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_TRUE(out->at("body").BitwiseEqual(out->at("erf_gelu")));
+  EXPECT_TRUE(out->at("body_t").BitwiseEqual(out->at("tanh_gelu")));
+  const float spec_k = out->at("spec_k").data<float>()[0];
+  EXPECT_EQ(std::nextafter(spec_k, 1.f), static_cast<float>(std::sqrt(2 / M_PI)));
+  // The one erf-form difference: x >= 2^127, where x·2 overflows.
+  x.data<float>()[0] = std::ldexp(1.f, 127);
+  out = Interpret(*g, {{"x", x}});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->at("body").data<float>()[0], std::ldexp(1.f, 127));
+  EXPECT_TRUE(std::isinf(out->at("erf_gelu").data<float>()[0]));
+}
+
 TEST(ActivationGradKernelTest, ReluSigmoidTanhGrads) {
   Tensor x = F32({5}, {-2.f, -0.5f, 0.f, 0.5f, 2.f});
   Tensor dy = F32({5}, {1.f, 2.f, 3.f, 4.f, 5.f});

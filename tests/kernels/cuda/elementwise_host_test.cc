@@ -217,6 +217,11 @@ TEST(CudaElementwiseMathTest, FloatUnaryOpsEqualCpuBitwise) {
                      {{"form", Attribute::String("torch_tanh")}});
     CheckUnary<T, T>("FastGelu", ew::FastGeluOp{true}, "com.microsoft",
                      {{"form", Attribute::String("gelu_new")}});
+    // ai.onnx Gelu (opset 20): the same two element functions.
+    CheckUnary<T, T>("Gelu", ew::GeluOp{});
+    CheckUnary<T, T>("Gelu", ew::GeluOp{}, "", {{"approximate", Attribute::String("none")}});
+    CheckUnary<T, T>("Gelu", ew::FastGeluOp{true}, "",
+                     {{"approximate", Attribute::String("tanh")}});
     CheckUnary<T, bool>("IsNaN", ew::IsNaNOp{});
     for (int pos = 0; pos < 2; ++pos)
       for (int neg = 0; neg < 2; ++neg) {

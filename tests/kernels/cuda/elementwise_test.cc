@@ -147,6 +147,8 @@ TEST(CudaElementwiseTest, UnaryOpsMatchCpu) {
       {"Gelu", "com.microsoft", kFloat, 1e-5},
       {"FastGelu", "com.microsoft", kFloat, 1e-5},
       {"FastGelu", "com.microsoft", kFloat, 1e-5, {{"form", Attribute::String("gelu_new")}}},
+      {"Gelu", "", kFloat, 1e-5},
+      {"Gelu", "", kFloat, 1e-5, {{"approximate", Attribute::String("tanh")}}},
       {"IsInf", "", kFloat, 0, {{"detect_negative", Attribute::Int(0)}}},
       {"Not", "", {DType::kBool}, 0}};
   for (const UnaryCase& c : cases)

@@ -3,7 +3,9 @@
 // cuBLAS's workspace.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/kernel.h"
@@ -48,6 +50,28 @@ TEST(CudaKernelTableTest, MatrixProductsPlanTheCublasWorkspace) {
   g.nodes.push_back(MakeNode("MatMul", {"a", "b"}, {"c"}));
   EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes[0]), kCublasWorkspaceBytes);
   g.nodes[0] = MakeNode("Add", {"a", "b"}, {"c"});
+  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes[0]), 0);
+}
+
+// GatherNDGrad sorts its index tuples in the workspace (one key per tuple, one slot per dX row);
+// an attribute the schema would reject gives no figure rather than an overflow.
+TEST(CudaKernelTableTest, GatherNDGradPlansItsSortWorkspace) {
+  Graph g;
+  for (auto [name, dt, shape] : {std::tuple<const char*, DType, Shape>{"s", DType::kInt64, {3}},
+                                 {"i", DType::kInt64, {2, 7, 1}},
+                                 {"dy", DType::kFloat32, {2, 7, 4}},
+                                 {"dx", DType::kFloat32, {2, 5, 4}}}) {
+    Value& v = g.GetOrAddValue(name);
+    v.dtype = dt;
+    v.shape = shape;
+    v.rank_known = true;
+  }
+  Node n = MakeNode("GatherNDGrad", {"s", "i", "dy"}, {"dx"}, {{"batch_dims", Attribute::Int(1)}},
+                    "com.microsoft");
+  g.nodes.push_back(n);
+  // 14 keys, 10 slots (2 x 5 rows of 4): keys, count, start, unsorted, sorted, 256-byte rounded.
+  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes[0]), 5 * 256);
+  g.nodes[0].attrs["batch_dims"] = Attribute::Int(std::numeric_limits<int64_t>::max());
   EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes[0]), 0);
 }
 
