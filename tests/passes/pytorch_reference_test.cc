@@ -221,12 +221,10 @@ Reference ReadReference(const fs::path& dir) {
 
 // Every fixture x {scopes, functions, metadata, stock}. The annotated formats train exactly
 // PyTorch's parameters and agree bit for bit. The stock export (plain torch.onnx.export, no
-// parameter list) trains every float initializer: the parameters, compared with torch like the
-// others, and the model's float buffers, which have no torch gradient; those extra trained
-// initializers must be exactly the float buffers of the annotated file (so no parameter is
-// missing and nothing else slipped in), their gradients finite, and the import warning must name
-// each one that is not called *.weight or *.bias. The stock numbers are compared with PyTorch
-// only: nothing promises them the annotated formats' bits (the count that agree is printed).
+// parameter list) trains its *.weight/*.bias initializers, which must be exactly PyTorch's
+// parameters (the float buffers stay constants), and the import warning must name every float
+// buffer. The stock numbers are compared with PyTorch only: nothing promises them the annotated
+// formats' bits (the count that agree is printed).
 TEST(PyTorchReferenceTest, LossAndEveryGradientMatchTorch) {
   fs::path root = fs::path(FOUNDRY_SOURCE_DIR) / "models" / "fixtures";
   ASSERT_TRUE(fs::exists(root)) << "no fixtures under " << root;
