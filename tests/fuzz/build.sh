@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer target for import + compile (tests/fuzz/import_compile_fuzz.cc) with
-# Debian's clang and libclang-rt-14-dev, outside the CMake build (whose compiler is gcc):
-#   bash tests/fuzz/build.sh [OUT_DIR]          # default build-fuzz/
+# Builds the libFuzzer targets (one binary per tests/fuzz/*_fuzz.cc) with Debian's clang and
+# libclang-rt-14-dev, outside the CMake build (whose compiler is gcc):
+#   bash tests/fuzz/build.sh [OUT_DIR] [TARGET ...]   # default build-fuzz/, every target
 #   build-fuzz/import_compile_fuzz -max_len=8192 -runs=1000000 CORPUS_COPY tests/fuzz/corpus
-# Give it a scratch copy of the corpus as the first directory: libFuzzer adds what it finds there.
+# Give a target a scratch copy of its corpus as the first directory: libFuzzer adds what it finds
+# there. The targets share the objects of the libraries; each links its own *_fuzz.cc.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-build-fuzz}
+shift || true
+targets=("$@")
+if (( ${#targets[@]} == 0 )); then
+  for f in tests/fuzz/*_fuzz.cc; do targets+=("$(basename "$f" .cc)"); done
+fi
 command -v clang++ >/dev/null || { echo "build.sh: clang++ not found (apt-get install clang)"; exit 1; }
 mkdir -p "$out/obj"
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined
        -fno-sanitize-recover=undefined -DONNX_ML=1 -DONNX_NAMESPACE=onnx -I.)
 srcs=(base/*.cc compiler/*.cc compiler/ops/*.cc kernels/cpu/*.cc passes/*.cc passes/grad/*.cc
-      runtime/*.cc tests/support/compile_bytes.cc tests/fuzz/import_compile_fuzz.cc)
+      runtime/*.cc tests/support/compile_bytes.cc)
+for t in "${targets[@]}"; do srcs+=("tests/fuzz/$t.cc"); done
 objs=()
 pids=()
 jobs=${JOBS:-$(nproc)}
 for src in "${srcs[@]}"; do
   obj="$out/obj/${src//\//_}.o"
-  objs+=("$obj")
+  [[ "$src" == tests/fuzz/*_fuzz.cc ]] || objs+=("$obj")
   # Rebuilt when its source or any project header is newer (no dependency tracking here).
   if [[ ! -f "$obj" || "$src" -nt "$obj" ||
         -n "$(find base compiler kernels/cpu passes runtime tests/support -name '*.h' -newer "$obj" | head -1)" ]]; then
@@ -28,6 +35,8 @@ for src in "${srcs[@]}"; do
   fi
 done
 for p in "${pids[@]}"; do wait "$p"; done
-clang++ -fsanitize=fuzzer,address,undefined "${objs[@]}" -o "$out/import_compile_fuzz" \
-  -lonnx -lonnx_proto -lprotobuf -lopenblas -lpthread
-echo "built $out/import_compile_fuzz"
+for t in "${targets[@]}"; do
+  clang++ -fsanitize=fuzzer,address,undefined "${objs[@]}" "$out/obj/tests_fuzz_$t.cc.o" \
+    -o "$out/$t" -lonnx -lonnx_proto -lprotobuf -lopenblas -lyaml-cpp -lpthread
+  echo "built $out/$t"
+done
