@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
 
 namespace foundry {
 
@@ -64,30 +63,6 @@ std::optional<FileId> GetFileId(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return std::nullopt;
   return FileId{st.st_dev, st.st_ino};
-}
-
-Status SwapDirectoryIn(const std::string& tmp, const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::exists(dir, ec)) {
-    if (std::rename(tmp.c_str(), dir.c_str()) != 0)
-      return Error("cannot rename '" + tmp + "' to '" + dir + "': " + std::strerror(errno));
-    return Status::Ok();
-  }
-#ifdef RENAME_EXCHANGE
-  if (renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
-    fs::remove_all(tmp, ec);  // now the old save
-    return Status::Ok();
-  }
-#endif
-  std::string old = dir + ".old." + std::to_string(::getpid());
-  fs::remove_all(old, ec);
-  if (std::rename(dir.c_str(), old.c_str()) != 0)
-    return Error("cannot rename '" + dir + "' to '" + old + "': " + std::strerror(errno));
-  if (std::rename(tmp.c_str(), dir.c_str()) != 0)
-    return Error("cannot rename '" + tmp + "' to '" + dir + "': " + std::strerror(errno));
-  fs::remove_all(old, ec);
-  return Status::Ok();
 }
 
 }  // namespace foundry

@@ -23,12 +23,6 @@ Status WriteFileAtomic(const std::string& path, std::string_view bytes);
 // false on a write error.
 Status WriteFileAtomic(const std::string& path, const std::function<bool(std::FILE*)>& write);
 
-// Replaces the directory `dir` by the directory `tmp` (same file system) so that a reader sees
-// either the old directory or the new one: an atomic exchange (renameat2 RENAME_EXCHANGE) where
-// the file system has it, else two renames (a crash between them leaves the old one as
-// DIR.old.<pid> and the new one as `tmp`). `dir` need not exist; the old one is removed.
-Status SwapDirectoryIn(const std::string& tmp, const std::string& dir);
-
 // A file's identity (device, inode): two paths name the same file exactly when these are equal,
 // whatever symlinks, hard links or "./" spellings lie between.
 struct FileId {

@@ -24,6 +24,7 @@ StatusOr<std::string> PlanToJson(const Plan& plan) {
   j["format"] = "foundry-plan";
   j["version"] = plan.version;
   j["graph_file"] = plan.graph_file;
+  if (!plan.graph_digest.empty()) j["graph_digest"] = plan.graph_digest;
   j["source_model"] = plan.source_model;
   j["loss"] = plan.loss;
   j["loss_in_model"] = plan.loss_in_model;
@@ -144,6 +145,7 @@ StatusOr<Plan> ReadPlan(const std::string& path) {
   try {
     p.version = version;
     p.graph_file = j.at("graph_file").get<std::string>();
+    if (j.contains("graph_digest")) p.graph_digest = j.at("graph_digest").get<std::string>();
     p.source_model = j.at("source_model").get<std::string>();
     p.loss = j.at("loss").get<std::string>();
     p.loss_in_model = j.at("loss_in_model").get<bool>();
@@ -209,102 +211,52 @@ StatusOr<CompiledOutputs> CompiledOutputPaths(const std::string& prefix) {
   return CompiledOutputs{prefix + ".train.onnx", prefix + ".train.onnx.data", prefix + ".plan"};
 }
 
-Status WriteCompiledOutputs(const Graph& graph, const Plan* plan, const std::string& prefix) {
-  ASSIGN_OR_RETURN(CompiledOutputs out, CompiledOutputPaths(prefix));
-  std::string plan_json;
-  if (plan) {
-    ASSIGN_OR_RETURN(plan_json, PlanToJson(*plan));
-  }
-  std::error_code ec;
-  const fs::path target_dir = fs::path(prefix).parent_path();
-  const std::string stem = fs::path(prefix).filename().string();
-
-  // 1. Folders, outermost first, remembered so a failure can take them away again.
-  std::vector<fs::path> created;
-  for (fs::path d = target_dir; !d.empty() && !fs::exists(d, ec); d = d.parent_path()) {
-    created.insert(created.begin(), d);
-    if (d == d.parent_path()) break;
-  }
-  auto remove_created = [&] {
-    for (auto it = created.rbegin(); it != created.rend(); ++it) fs::remove(*it, ec);
-  };
-  for (const auto& d : created)
-    if (!fs::create_directory(d, ec) && !fs::is_directory(d)) {
-      std::string why = ec.message();
-      remove_created();
-      return Error("cannot create output folder '" + d.string() + "': " + why);
-    }
-
-  // 2. Everything into a temp folder beside the outputs.
-  static int counter = 0;
-  const fs::path tmp =
-      (target_dir.empty() ? fs::path(".") : target_dir) /
-      ("." + stem + ".foundry-tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++));
-  if (!fs::create_directory(tmp, ec)) {
-    std::string why = ec ? ec.message() : "it already exists";
-    remove_created();
-    return Error("cannot write '" + out.graph + "': cannot create a temporary folder in '" +
-                 (target_dir.empty() ? std::string(".") : target_dir.string()) + "': " + why);
-  }
-  auto fail = [&](const Status& st) {
-    fs::remove_all(tmp, ec);
-    remove_created();
-    return st;
-  };
-  const std::string name_graph = fs::path(out.graph).filename().string();
-  const std::string name_data = fs::path(out.data).filename().string();
-  const std::string name_plan = fs::path(out.plan).filename().string();
-  Status st = ExportOnnx(graph, (tmp / name_graph).string());
-  if (!st.ok()) return fail(st);
-  if (plan) {
-    st = WriteFileAtomic((tmp / name_plan).string(), plan_json);
-    if (!st.ok()) return fail(st);
-  }
-
-  // 3. Rename into place, data first: a graph never refers to data that is not there yet.
-  struct Move {
-    std::string name, target;
-    bool had_old = false, done = false;
-  };
-  std::vector<Move> moves;
-  if (fs::exists(tmp / name_data, ec)) moves.push_back({name_data, out.data});
-  moves.push_back({name_graph, out.graph});
-  if (plan) moves.push_back({name_plan, out.plan});
-  auto undo = [&] {
-    for (auto it = moves.rbegin(); it != moves.rend(); ++it) {
-      if (!it->done) continue;
-      const std::string old = (tmp / (it->name + ".old")).string();
-      if (it->had_old)
-        std::rename(old.c_str(), it->target.c_str());
-      else
-        std::remove(it->target.c_str());
-    }
-  };
-  for (Move& m : moves) {
-    const std::string from = (tmp / m.name).string();
-    const std::string old = (tmp / (m.name + ".old")).string();
-    struct stat sb {};
-    // A file about to be replaced is kept by a hard link (a symlink is kept as itself); a
-    // folder is not replaced at all: the rename below fails on it.
-    if (::lstat(m.target.c_str(), &sb) == 0 && !S_ISDIR(sb.st_mode)) {
-      if (::link(m.target.c_str(), old.c_str()) != 0) {
-        std::string why = std::strerror(errno);
-        undo();
-        return fail(Error("cannot write '" + m.target + "': cannot keep the old file (" + why +
-                          "); nothing was written"));
+StatusOr<std::string> GraphDigest(const std::string& graph_path, const std::string& data_path) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, streamed
+  for (const std::string& path : {graph_path, data_path}) {
+    if (path == data_path && !fs::exists(path)) continue;
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return Error("cannot read '" + path + "': " + std::strerror(errno));
+    std::vector<unsigned char> buf(1 << 16);
+    size_t n = 0;
+    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0)
+      for (size_t i = 0; i < n; ++i) {
+        h ^= buf[i];
+        h *= 1099511628211ull;
       }
-      m.had_old = true;
-    }
-    if (std::rename(from.c_str(), m.target.c_str()) != 0) {
-      std::string why = std::strerror(errno);
-      undo();
-      return fail(Error("cannot write '" + m.target + "': " + why + "; nothing was written"));
-    }
-    m.done = true;
+    const bool failed = std::ferror(f);
+    std::fclose(f);
+    if (failed) return Error("cannot read '" + path + "'");
   }
-  // 4.
-  fs::remove_all(tmp, ec);
-  return Status::Ok();
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return "fnv1a64:" + std::string(hex);
+}
+
+Status StageCompiledOutputs(const Graph& graph, Plan* plan, const CompiledOutputs& paths,
+                            OutputSet& outputs) {
+  // The graph and its data are staged side by side under their own names, so the graph's
+  // reference to its data file holds once both are renamed into place.
+  ASSIGN_OR_RETURN(std::string graph_file, outputs.Stage(paths.graph));
+  ASSIGN_OR_RETURN(std::string data_file, outputs.Stage(paths.data));
+  RETURN_IF_ERROR(ExportOnnx(graph, graph_file));
+  if (!plan) return Status::Ok();
+  ASSIGN_OR_RETURN(plan->graph_digest, GraphDigest(graph_file, data_file));
+  ASSIGN_OR_RETURN(std::string json, PlanToJson(*plan));
+  return outputs.Write(paths.plan, json);
+}
+
+Status WriteCompiledOutputs(const Graph& graph, const Plan* plan, const std::string& prefix) {
+  ASSIGN_OR_RETURN(CompiledOutputs paths, CompiledOutputPaths(prefix));
+  OutputSet outputs;
+  const OutputSet::FileOptions pair{/*special=*/false, /*make_parents=*/true};
+  RETURN_IF_ERROR(outputs.AddFile(paths.graph, "-o", pair));
+  RETURN_IF_ERROR(outputs.AddFile(paths.data, "-o", pair));
+  RETURN_IF_ERROR(outputs.AddFile(paths.plan, "-o", pair));
+  std::optional<Plan> copy;
+  if (plan) copy = *plan;
+  RETURN_IF_ERROR(StageCompiledOutputs(graph, copy ? &*copy : nullptr, paths, outputs));
+  return outputs.Commit();
 }
 
 }  // namespace foundry

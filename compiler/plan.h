@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/output_set.h"
 #include "base/status.h"
 #include "compiler/ir.h"
 #include "compiler/memory_plan.h"
@@ -20,6 +21,10 @@ struct Plan {
   static constexpr int kVersion = 2;
   int version = kVersion;
   std::string graph_file;               // relative to the plan's directory
+  // The digest of the graph file (and its .data file) this plan was written with (GraphDigest):
+  // a plan paired with another compile's graph is refused. Optional in the file (plans written
+  // before it have none).
+  std::string graph_digest;
   std::string source_model;             // the model foundry-compile read (as given)
   std::string loss;                     // value name of the scalar loss
   bool loss_in_model = true;            // false: foundry appended the loss (labels are not shifted)
@@ -63,16 +68,18 @@ struct CompiledOutputs {
 // Error for a PREFIX without a file-name stem ("", "out/", "out/.", "out/..").
 StatusOr<CompiledOutputs> CompiledOutputPaths(const std::string& prefix);
 
-// Writes `graph` (and `plan`, when not null) for -o PREFIX as one set: afterwards either every
-// file is the new one or, on any error, every file is as it was before (a file that did not
-// exist still does not; folders this call created are removed again).
-//   1. Missing folders above PREFIX are created.
-//   2. Every file is written into a fresh temp folder beside the outputs (same file system).
-//   3. Each is renamed into place (data, graph, plan), an existing file first hard-linked into
-//      the temp folder; if a rename fails, the ones done are undone from those links.
-//   4. The temp folder is removed.
-// Only a crash inside step 3 can leave a mixed set, and then the old files sit in the temp
-// folder `.PREFIX-STEM.foundry-tmp.*`.
+// "fnv1a64:<16 hex digits>" over the graph file's bytes, then the data file's when there is one.
+StatusOr<std::string> GraphDigest(const std::string& graph_path, const std::string& data_path);
+
+// Stages `graph` (and `plan`, when not null, its graph_digest set from the staged graph) in
+// `outputs`, where the caller declared the three files of -o PREFIX (CompiledOutputPaths); the
+// caller commits them with its other outputs, as one set (base/output_set.h).
+Status StageCompiledOutputs(const Graph& graph, Plan* plan, const CompiledOutputs& paths,
+                            OutputSet& outputs);
+
+// Writes `graph` (and `plan`) for -o PREFIX alone, as one set: afterwards either every file is the
+// new one or, on any error, every file is as it was before (a file that did not exist still does
+// not; folders this call created are removed again). Missing folders above PREFIX are made.
 Status WriteCompiledOutputs(const Graph& graph, const Plan* plan, const std::string& prefix);
 
 }  // namespace foundry

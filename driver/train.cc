@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "base/file_util.h"
+#include "base/output_set.h"
 #include "compiler/onnx_import.h"
 #include "passes/fold.h"
 #include "runtime/interpreter.h"
@@ -59,22 +60,23 @@ std::vector<MemoryClass> PlannedClasses() {
   return classes;
 }
 
-// The report file may be written at the end of the run: not over an input, not a folder, in a
-// folder that exists.
-Status CheckReportTarget(const Trainer& t, const std::string& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec))
-    return Error("--report-json " + path + ": it is a folder; give a file name");
-  const fs::path parent = fs::path(path).parent_path();
-  if (!parent.empty() && !fs::is_directory(parent, ec))
-    return Error("--report-json " + path + ": the folder '" + parent.string() + "' does not exist");
-  return t.CheckNotAnInput(path, "--report-json", "choose another file");
-}
-
-// Step 2.
-Status CheckBeforeTheSteps(const RunRequest& r, const Trainer& t) {
-  if (!r.save_dir.empty()) RETURN_IF_ERROR(t.CheckSaveTarget(r.save_dir));
-  if (!r.report_json.empty()) RETURN_IF_ERROR(CheckReportTarget(t, r.report_json));
+// Step 2: every file the run will write declared (and so checked) in `outputs` before the
+// first step: the save folder, the report file, the first step's dumps. None may be an input, lie
+// in the --resume save, or be another output.
+Status CheckBeforeTheSteps(const RunRequest& r, Trainer& t, OutputSet& outputs) {
+  for (const std::string& input : t.input_files())
+    RETURN_IF_ERROR(outputs.AddInput(input, "an input of this run"));
+  RETURN_IF_ERROR(outputs.AddInput(t.resume_dir(), "the --resume save, an input of this run"));
+  if (!r.save_dir.empty()) {
+    RETURN_IF_ERROR(t.CheckSaveTarget(r.save_dir));
+    RETURN_IF_ERROR(outputs.AddFolder(r.save_dir, "--save"));
+  }
+  if (!r.report_json.empty()) RETURN_IF_ERROR(outputs.AddFile(r.report_json, "--report-json"));
+  if (r.steps > 0) {
+    for (const auto& [path, option] : t.DumpTargets())
+      RETURN_IF_ERROR(outputs.AddFile(path, option, {/*special=*/false, /*make_parents=*/true}));
+    t.StageDumpsIn(&outputs);
+  }
   if (r.steps > INT64_MAX - t.step())
     return Error("--steps " + std::to_string(r.steps) + ": the run would pass step " +
                  std::to_string(INT64_MAX) + " (it resumes at step " + std::to_string(t.step()) +
@@ -151,24 +153,26 @@ RunMemory MeasureMemory(const Trainer& t, int64_t other_before, int64_t rss_base
   return r;
 }
 
-// Step 4: the lines after the memory table, the save, the report.
-Status FinishRun(const RunRequest& r, Trainer& t, const RunResult& result) {
+// Step 4: the save and the report staged beside the dumps, all committed as one set, then the
+// lines that say where they are.
+Status FinishRun(const RunRequest& r, Trainer& t, const RunResult& result, OutputSet& outputs) {
+  if (!r.save_dir.empty()) {
+    ASSIGN_OR_RETURN(std::string folder, outputs.Stage(r.save_dir));
+    RETURN_IF_ERROR(t.SaveInto(folder).Prepend("--save " + r.save_dir + ": "));
+  }
+  if (!r.report_json.empty())
+    RETURN_IF_ERROR(outputs.Write(r.report_json, RunReportJson(result, r.steps)));
+  RETURN_IF_ERROR(outputs.Commit());
   std::ostream* log = r.log;
-  if (log && !r.trainer.dump_grads_dir.empty() && r.steps > 0)
+  if (!log) return Status::Ok();
+  if (!r.trainer.dump_grads_dir.empty() && r.steps > 0)
     *log << "gradients of step " << result.first_step + 1 << " in " << r.trainer.dump_grads_dir
          << "\n";
-  if (log && !r.trainer.dump_outputs_dir.empty() && r.steps > 0)
+  if (!r.trainer.dump_outputs_dir.empty() && r.steps > 0)
     *log << "outputs of step " << result.first_step + 1 << " in " << r.trainer.dump_outputs_dir
          << "\n";
-  if (!r.save_dir.empty()) {
-    RETURN_IF_ERROR(t.Save(r.save_dir));
-    if (log) *log << "saved " << r.save_dir << " (step " << t.step() << ")\n";
-  }
-  if (!r.report_json.empty()) {
-    Status st = WriteFileAtomic(r.report_json, RunReportJson(result, r.steps));
-    if (!st.ok()) return st.Prepend("--report-json " + r.report_json + ": ");
-    if (log) *log << "report " << r.report_json << "\n";
-  }
+  if (!r.save_dir.empty()) *log << "saved " << r.save_dir << " (step " << t.step() << ")\n";
+  if (!r.report_json.empty()) *log << "report " << r.report_json << "\n";
   return Status::Ok();
 }
 
@@ -193,7 +197,8 @@ StatusOr<RunResult> Train(const RunRequest& r) {
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(std::move(plan), r.trainer));
   Trainer& t = *trainer;
   if (!r.resume_dir.empty()) RETURN_IF_ERROR(t.Resume(r.resume_dir));
-  RETURN_IF_ERROR(CheckBeforeTheSteps(r, t));
+  OutputSet outputs;
+  RETURN_IF_ERROR(CheckBeforeTheSteps(r, t, outputs));
   if (r.log) PrintHeader(*r.log, r, t);
 
   // The step loop's high-water marks: from here.
@@ -204,7 +209,7 @@ StatusOr<RunResult> Train(const RunRequest& r) {
   RETURN_IF_ERROR(RunSteps(r, t, result));
   result.memory = MeasureMemory(t, other_before, rss_baseline);
   if (r.log) *r.log << FormatRunMemory(result.memory, result.optimizer);
-  RETURN_IF_ERROR(FinishRun(r, t, result));
+  RETURN_IF_ERROR(FinishRun(r, t, result, outputs));
   return result;
 }
 

@@ -7,11 +7,13 @@
 //   1. the plan is loaded and the trainer created (runtime/trainer.h), then resumed from
 //      `resume_dir`;
 //   2. before the first step, so a long run never ends in an error it could have given at once:
-//      the save folder and the report file may be written, the step count does not overflow;
+//      every output (the save folder, the report file, the first step's dumps) is declared and
+//      checked (base/output_set.h: not an input, not inside the --resume save, not another
+//      output, its folder writable), and the step count does not overflow;
 //   3. the run's header on `log`, then the steps, one line each (the high-water marks of the
 //      backend's memory are reset as they start);
-//   4. planned against measured memory per class (RunMemory) on `log`, then the save, then the
-//      report JSON (written atomically).
+//   4. planned against measured memory per class (RunMemory) on `log`, then the dumps, the save
+//      and the report committed together: a run that fails anywhere leaves none of them.
 #pragma once
 
 #include <cstdint>

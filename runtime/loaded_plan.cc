@@ -86,6 +86,16 @@ StatusOr<LoadedPlan> LoadPlan(const std::string& prefix_or_plan_path) {
   ASSIGN_OR_RETURN(lp.plan, ReadPlan(lp.plan_path));
   fs::path graph_path = fs::path(lp.plan.graph_file);
   if (graph_path.is_relative()) graph_path = fs::path(lp.plan_path).parent_path() / graph_path;
+  // Two compiles to one prefix, or a graph copied from elsewhere: the pair must be one compile's.
+  if (!lp.plan.graph_digest.empty()) {
+    auto digest = GraphDigest(graph_path.string(), graph_path.string() + ".data");
+    if (!digest.ok())
+      return digest.status().Prepend("cannot load the training graph of '" + lp.plan_path + "': ");
+    if (*digest != lp.plan.graph_digest)
+      return Error("'" + lp.plan_path + "' and its graph '" + graph_path.string() +
+                   "' come from different compiles (the graph's digest is " + *digest +
+                   ", the plan was written with " + lp.plan.graph_digest + ")" + kRecompile);
+  }
   ImportOptions io;
   io.load_weights = true;
   auto graph = ImportOnnx(graph_path.string(), io);

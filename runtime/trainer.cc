@@ -354,8 +354,30 @@ Status Trainer::ApplyOptimizer(int64_t step) {
                "); lower --lr, or check the weights");
 }
 
+std::vector<std::pair<std::string, std::string>> Trainer::DumpTargets() const {
+  std::vector<std::pair<std::string, std::string>> targets;
+  if (!options_.dump_grads_dir.empty())
+    for (const auto& name : plan_.plan.parameters)
+      targets.emplace_back(
+          (fs::path(options_.dump_grads_dir) / (FileNameForValue(name + "_grad") + ".pb")).string(),
+          "--dump-grads");
+  if (!options_.dump_outputs_dir.empty())
+    for (const auto& out : plan_.graph.outputs)
+      targets.emplace_back(
+          (fs::path(options_.dump_outputs_dir) / (FileNameForValue(out) + ".pb")).string(),
+          "--dump-outputs");
+  return targets;
+}
+
 Status Trainer::WriteDumps(const std::vector<Dump>& dumps) const {
   if (steps_this_run_ != 0) return Status::Ok();
+  if (dump_outputs_) {
+    for (const Dump& d : dumps) {
+      ASSIGN_OR_RETURN(std::string staged, dump_outputs_->Stage(d.path));
+      RETURN_IF_ERROR(WriteTensorFile(staged, d.tensor, d.name));
+    }
+    return Status::Ok();
+  }
   auto make_dir = [&](const std::string& option, const std::string& dir) -> Status {
     if (dir.empty()) return Status::Ok();
     std::error_code ec;

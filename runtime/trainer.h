@@ -44,8 +44,10 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "base/output_set.h"
 #include "base/status.h"
 #include "base/tensor.h"
 #include "compiler/memory_plan.h"
@@ -113,9 +115,24 @@ class Trainer {
                          const std::string& advice = "choose another folder") const;
 
   // DIR/model.onnx (the training graph, trained parameters as initializers),
-  // DIR/optimizer/<param>.m.pb and .v.pb, DIR/state.json. Written into DIR.tmp.<pid>, then swapped
+  // DIR/optimizer/<param>.m.pb and .v.pb, DIR/state.json. Written into a temp folder, then swapped
   // in, so DIR is always either the old save or the new one.
   Status Save(const std::string& dir) const;
+  // The same save written into `folder` (empty, made by the caller: an OutputSet's staged
+  // folder for --save, committed with the run's other outputs).
+  Status SaveInto(const std::string& folder) const;
+
+  // The files the first step of this trainer dumps (--dump-grads, --dump-outputs): path and the
+  // option that asked for it.
+  std::vector<std::pair<std::string, std::string>> DumpTargets() const;
+  // Where the dumps go: staged in `outputs` (which must have them declared), so that they appear
+  // only when the caller commits the run's outputs, after its last step; nullptr (the default):
+  // written at once, when the first step succeeds.
+  void StageDumpsIn(OutputSet* outputs) { dump_outputs_ = outputs; }
+  // Every file the run reads (plan, graph and its data, --feed and --data files, the files of the
+  // --resume save), and the --resume save's folder ("" without one).
+  const std::vector<std::string>& input_files() const { return input_files_; }
+  const std::string& resume_dir() const { return resume_dir_; }
 
   int64_t step() const { return step_; }
   int64_t batch() const { return data_.batch; }
@@ -189,6 +206,7 @@ class Trainer {
   int64_t steps_this_run_ = 0;
   bool failed_ = false;
   std::string resume_dir_;
+  OutputSet* dump_outputs_ = nullptr;
   // Every file the run reads: never overwritten by a dump or a save.
   std::vector<std::string> input_files_;
 };

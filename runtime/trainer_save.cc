@@ -84,17 +84,19 @@ Status Trainer::CheckSaveTarget(const std::string& dir_arg) const {
 Status Trainer::Save(const std::string& dir_arg) const {
   if (failed_) return Error("--save " + dir_arg + ": a step failed; nothing to save");
   RETURN_IF_ERROR(CheckSaveTarget(dir_arg));
-  const std::string dir = NormalDir(dir_arg);
+  OutputSet outputs;
+  RETURN_IF_ERROR(outputs.AddFolder(dir_arg, "--save"));
+  ASSIGN_OR_RETURN(std::string folder, outputs.Stage(dir_arg));
+  RETURN_IF_ERROR(SaveInto(folder));
+  return outputs.Commit();
+}
+
+Status Trainer::SaveInto(const std::string& folder) const {
+  if (failed_) return Error("--save: a step failed; nothing to save");
   std::error_code ec;
-  // A name no one else uses: DIR.tmp could be the user's.
-  const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
-  fs::remove_all(tmp, ec);
-  if (!fs::create_directories(fs::path(tmp) / "optimizer", ec))
-    return Error("--save " + dir_arg + ": cannot create '" + tmp + "': " + ec.message());
-  Status st = WriteSave(tmp);
-  if (st.ok()) st = SwapDirectoryIn(tmp, dir);
-  if (!st.ok()) fs::remove_all(tmp, ec);
-  return st;
+  if (!fs::create_directories(fs::path(folder) / "optimizer", ec))
+    return Error("--save: cannot create '" + folder + "/optimizer': " + ec.message());
+  return WriteSave(folder);
 }
 
 Status Trainer::WriteSave(const std::string& tmp) const {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <exception>
@@ -25,10 +26,52 @@ namespace foundry::cli {
 constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
 
+// `message` with control characters (a newline in a file name or an option's value) written as
+// \xNN, so that it stays one line whatever it quotes.
+inline std::string OneLine(const std::string& message) {
+  std::string out;
+  for (unsigned char c : message) {
+    if (c >= 0x20 && c != 0x7f) {
+      out += static_cast<char>(c);
+      continue;
+    }
+    static const char kHex[] = "0123456789abcdef";
+    out += "\\x";
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
 // Prints `<tool>: error: <message>` (the only error line) and returns `code`.
 inline int Fail(const std::string& tool, const std::string& message, int code = kExitError) {
-  std::cerr << tool << ": error: " << message << "\n";
+  std::cerr << tool << ": error: " << OneLine(message) << "\n";
   return code;
+}
+
+// An option given an empty value (--report-json '', --memory-budget '') is a mistake, never
+// "not given": the usage error, before anything else is checked, except for the options in
+// `may_be_empty` (whose empty value means something). nullopt: none.
+inline std::optional<int> RejectEmptyValues(const CLI::App& app, const std::string& tool,
+                                            const std::vector<std::string>& may_be_empty = {}) {
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_size() == 0) continue;  // a flag
+    if (std::find(may_be_empty.begin(), may_be_empty.end(), opt->get_name()) !=
+        may_be_empty.end())
+      continue;
+    for (const std::string& value : opt->results())
+      if (value.empty()) {
+        const std::string name = opt->get_name();
+        std::string what = opt->get_type_name();
+        if (what.empty() || what == "TEXT" || what == "FLOAT" || what == "INT" || what == "UINT")
+          what = "a value";
+        return Fail(tool,
+                    (opt->get_positional() ? "the " + name + " argument" : name) +
+                        " is empty; give " + what + " (run " + tool + " --help)",
+                    kExitUsage);
+      }
+  }
+  return std::nullopt;
 }
 
 // Runs a tool's `main`. The libraries report errors as Status; an exception reaching here is a

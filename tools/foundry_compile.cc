@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "base/file_util.h"
+#include "base/output_set.h"
 #include "compiler/ckpt_targets.h"
 #include "compiler/model_files.h"
 #include "compiler/module_tree.h"
@@ -185,34 +186,50 @@ std::optional<int> ParseBudget(const Options& o, CompileRequest& request) {
   return std::nullopt;
 }
 
-// -o PREFIX (default: the model's stem in the current folder, never over the input: the library
-// compares files, not names) and --dump-plan.
-std::optional<int> ParseOutputs(Options& o, CompileRequest& request) {
+// Every file this compile writes, declared and checked before the import (base/output_set.h): the
+// -o pair (default: the model's stem in the current folder), --dump-plan and the report files;
+// none may be another, the model or the --ckpt-config file. The library compares the -o pair
+// with the model's external data besides.
+std::optional<int> ParseOutputs(Options& o, CompileRequest& request, OutputSet& outputs) {
+  if (o.list_modules) return std::nullopt;  // prints, writes nothing
   if (!o.output_given && !o.dry_run) o.prefix = fs::path(o.model).stem().string();
-  std::optional<CompiledOutputs> outputs;
+  if (o.dump_plan_given && o.forward_only)
+    return Fail("--dump-plan needs the training graph; drop --forward-only", cli::kExitUsage);
+  auto add = [&](Status st) -> std::optional<int> {
+    if (!st.ok()) return Fail(st.message());
+    return std::nullopt;
+  };
+  if (auto code = add(outputs.AddInput(o.model, "the model, an input of this command")))
+    return code;
+  if (auto code = add(outputs.AddInput(o.ckpt_config,
+                                       "the --ckpt-config file, an input of this command")))
+    return code;
+  // Report files may go into the folder -o makes.
+  const OutputSet::FileOptions report{/*special=*/true, /*make_parents=*/true};
   if (!o.dry_run) {
     auto paths = CompiledOutputPaths(o.prefix);
     if (!paths.ok()) return Fail(paths.status().message(), cli::kExitUsage);
-    outputs = *paths;
+    const OutputSet::FileOptions pair{/*special=*/false, /*make_parents=*/true};
+    for (const std::string& path : {paths->graph, paths->data, paths->plan})
+      if (auto code = add(outputs.AddFile(path, "-o", pair))) return code;
     request.output_prefix = o.prefix;
   }
-  if (o.dump_plan_given && o.forward_only)
-    return Fail("--dump-plan needs the training graph; drop --forward-only", cli::kExitUsage);
-  if (o.dump_plan_given && outputs) {
-    for (const std::string& path : {outputs->graph, outputs->data, outputs->plan})
-      if (fs::path(path).lexically_normal() == fs::path(o.dump_plan).lexically_normal())
-        return Fail("--dump-plan " + o.dump_plan + " is also an output of -o " + o.prefix +
-                        "; choose another FILE",
-                    cli::kExitUsage);
+  if (o.dump_plan_given) {
+    if (auto code = add(outputs.AddFile(o.dump_plan, "--dump-plan", report))) return code;
+    request.outputs.push_back({o.dump_plan, "--dump-plan FILE"});
   }
-  if (o.dump_plan_given) request.outputs.push_back({o.dump_plan, "--dump-plan FILE"});
   for (const OutputFile& f : o.ReportFiles())
-    if (!f.path.empty()) request.outputs.push_back(f);
+    if (!f.path.empty()) {
+      if (auto code =
+              add(outputs.AddFile(f.path, f.option.substr(0, f.option.find(' ')), report)))
+        return code;
+      request.outputs.push_back(f);
+    }
   return std::nullopt;
 }
 
 // Everything known from the command line alone, in the order the checks are made.
-std::optional<int> ParseRequest(Options& o, CompileRequest& request) {
+std::optional<int> ParseRequest(Options& o, CompileRequest& request, OutputSet& outputs) {
   auto dims = cli::ParseDims(o.dim_specs);
   if (!dims.ok()) return Fail(dims.status().message(), cli::kExitUsage);
   auto fold_limit = cli::ParseInteger<int64_t>("--fold-limit", o.fold_limit_text, 1, INT64_MAX,
@@ -229,7 +246,7 @@ std::optional<int> ParseRequest(Options& o, CompileRequest& request) {
   request.dump_after = o.dump_after;
   if (auto code = ParseCkpt(o, request)) return code;
   if (auto code = ParseBudget(o, request)) return code;
-  return ParseOutputs(o, request);
+  return ParseOutputs(o, request, outputs);
 }
 
 // --input-shape and --dim INPUT.AXIS=N name axes by position: the model file says which
@@ -270,8 +287,8 @@ std::string EmittedConfig(const Options& o, const CompileResult& result) {
   return CkptConfigFile(command, *result.ckpt_config);
 }
 
-// The report files, in ReportFiles() order, each "wrote" once written.
-Status WriteReportFiles(const Options& o, const CompileResult& result) {
+// The report files, in ReportFiles() order, staged.
+Status StageReportFiles(const Options& o, const CompileResult& result, OutputSet& outputs) {
   const std::vector<OutputFile> files = o.ReportFiles();
   for (size_t i = 0; i < files.size(); ++i) {
     if (files[i].path.empty()) continue;
@@ -288,33 +305,31 @@ Status WriteReportFiles(const Options& o, const CompileResult& result) {
       text = MemoryFrontierSvg("planned memory against recompute: " + o.model,
                                result.frontier->frontier, result.frontier->uniform);
     }
-    RETURN_IF_ERROR(WriteFileAtomic(files[i].path, text));
-    std::cout << "wrote " << files[i].path << "\n";
+    RETURN_IF_ERROR(outputs.Write(files[i].path, text));
   }
   return Status::Ok();
 }
 
-// The report, then the files: the plan pair before the report files, so a failed -o pair leaves
-// none behind.
-int PrintAndWrite(const Options& o, CompileResult& result) {
+// The report, then every file staged and committed as one set: a failure anywhere leaves none.
+int PrintAndWrite(const Options& o, CompileResult& result, OutputSet& outputs) {
   if (result.report) std::cout << FormatMemoryReport(*result.report);
-  if (o.dump_plan_given) {
-    Status st = WriteFileAtomic(o.dump_plan, DumpMemoryPlan(result.graph, result.plan->memory));
-    if (!st.ok()) return Fail(st.message());
-    std::cout << "wrote " << o.dump_plan << "\n";
-  }
-  if (!result.outputs) {
-    if (Status w = WriteReportFiles(o, result); !w.ok()) return Fail(w.message());
-    std::cout << "(--dry-run: no plan written)\n";
-    return 0;
-  }
-  Status st = WriteCompiledOutputs(result.graph, result.plan ? &*result.plan : nullptr, o.prefix);
+  Status st = Status::Ok();
+  if (o.dump_plan_given)
+    st = outputs.Write(o.dump_plan, DumpMemoryPlan(result.graph, result.plan->memory));
+  if (st.ok() && result.outputs)
+    st = StageCompiledOutputs(result.graph, result.plan ? &*result.plan : nullptr,
+                              *result.outputs, outputs);
+  if (st.ok()) st = StageReportFiles(o, result, outputs);
+  if (st.ok()) st = outputs.Commit();
   if (!st.ok()) return Fail(st.message());
-  if (o.forward_only)
+  if (o.dump_plan_given) std::cout << "wrote " << o.dump_plan << "\n";
+  if (result.outputs && o.forward_only)
     std::cout << "wrote " << result.outputs->graph << "\n";
-  else
+  else if (result.outputs)
     std::cout << "wrote " << result.outputs->graph << " and " << result.outputs->plan << "\n";
-  if (Status w = WriteReportFiles(o, result); !w.ok()) return Fail(w.message());
+  for (const OutputFile& f : o.ReportFiles())
+    if (!f.path.empty()) std::cout << "wrote " << f.path << "\n";
+  if (!result.outputs) std::cout << "(--dry-run: no plan written)\n";
   return 0;
 }
 
@@ -333,6 +348,7 @@ int Main(int argc, char** argv) {
   AddReportOptions(app, o);
   // Let the model path be validated by the importer, which words the error itself.
   if (auto code = cli::Parse(app, argc, argv, kTool)) return *code;
+  if (auto code = cli::RejectEmptyValues(app, kTool)) return *code;
   o.output_given = app.get_option("--output")->count() > 0;
   o.dump_plan_given = app.get_option("--dump-plan")->count() > 0;
 
@@ -345,7 +361,8 @@ int Main(int argc, char** argv) {
     return Fail("no model given: foundry-compile MODEL.onnx [-o PREFIX] (see --help)",
                 cli::kExitUsage);
   CompileRequest request;
-  if (auto code = ParseRequest(o, request)) return *code;
+  OutputSet outputs;
+  if (auto code = ParseRequest(o, request, outputs)) return *code;
 
   if (auto code = ResolveDims(o, request)) return *code;
   auto graph = ImportModel(request);
@@ -362,7 +379,7 @@ int Main(int argc, char** argv) {
   request.warn = [](const std::string& w) { std::cerr << kTool << ": warning: " << w << "\n"; };
   auto result = CompileImported(request, std::move(graph).value());
   if (!result.ok()) return Fail(result.status().message());
-  return PrintAndWrite(o, *result);
+  return PrintAndWrite(o, *result, outputs);
 }
 
 }  // namespace

@@ -6,11 +6,13 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "base/file_util.h"
+#include "base/output_set.h"
 #include "compiler/tensor_proto.h"
 #include "driver/train.h"
 #include "runtime/cuda_backend.h"
@@ -151,21 +153,32 @@ int Forward(const CLI::App& app, const Options& o) {
   if (!dims.ok()) return Fail(dims.status().message(), cli::kExitUsage);
   auto result = RunForward({o.target, o.feeds, *dims, o.dump_outputs, o.seed});
   if (!result.ok()) return Fail(result.status().message());
+  // The dumps as one set (base/output_set.h): none over an input, all or none written.
+  OutputSet outputs;
+  std::map<std::string, std::string> dumped;  // output name -> its file
   if (!o.dump_outputs.empty()) {
-    std::error_code ec;
-    fs::create_directories(o.dump_outputs, ec);
-    if (ec) return Fail("--dump-outputs " + o.dump_outputs + ": cannot create it: " + ec.message());
+    Status st = outputs.AddInput(o.target, "the model");
+    for (const std::string& feed : o.feeds)
+      if (st.ok()) st = outputs.AddInput(feed.substr(feed.find('=') + 1), "a --feed file");
+    for (const auto& name : result->graph.outputs) {
+      if (!st.ok()) break;
+      const std::string path = ForwardDumpPath(o.dump_outputs, name);
+      st = outputs.AddFile(path, "--dump-outputs", {/*special=*/false, /*make_parents=*/true});
+      if (!st.ok()) break;
+      auto staged = outputs.Stage(path);
+      st = staged.ok() ? WriteTensorFile(*staged, result->outputs.at(name), name)
+                       : staged.status();
+      dumped[name] = path;
+    }
+    if (st.ok()) st = outputs.Commit();
+    if (!st.ok()) return Fail(st.message());
   }
   std::cout << "foundry-run --forward " << o.target << "\n";
   for (const auto& name : result->graph.outputs) {
     const Tensor& t = result->outputs.at(name);
     std::cout << "  " << name << "  " << DTypeName(t.dtype()) << ShapeToString(t.shape());
     if (t.numel() == 1 && IsFloat(t.dtype())) std::cout << "  = " << t.GetAsDouble(0);
-    if (!o.dump_outputs.empty()) {
-      const std::string path = ForwardDumpPath(o.dump_outputs, name);
-      if (Status st = WriteTensorFile(path, t, name); !st.ok()) return Fail(st.message());
-      std::cout << "  -> " << path;
-    }
+    if (dumped.count(name)) std::cout << "  -> " << dumped.at(name);
     std::cout << "\n";
   }
   return 0;
@@ -227,6 +240,12 @@ int Main(int argc, char** argv) {
   AddDataOptions(app, o);
   AddOutputOptions(app, o);
   if (auto code = cli::Parse(app, argc, argv, kTool)) return *code;
+  // --data '': a resumed run's saved --data dropped (to --feed instead).
+  if (auto code = cli::RejectEmptyValues(app, kTool, {"--data"})) return *code;
+  if (Given(app, "--data") && o.data.empty() && o.resume_dir.empty())
+    return Fail("--data is empty; give FILE (an empty --data only drops the data file of a "
+                "--resume run)",
+                cli::kExitUsage);
   if (auto code = CheckCommandLine(app, o)) return *code;
   if (o.forward) return Forward(app, o);
   if (Given(app, "--dim"))

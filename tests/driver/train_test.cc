@@ -107,7 +107,8 @@ TEST_F(TrainTest, ChecksBeforeTheFirstStep) {
   folder.report_json = dir_;
   StatusOr<RunResult> r = Train(folder);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message(), "--report-json " + dir_ + ": it is a folder; give a file name");
+  EXPECT_EQ(r.status().message(),
+            "--report-json '" + dir_ + "': it is a folder; give a file name");
   RunRequest over = Request(plan, 1);
   over.save_dir = plan + ".plan";
   EXPECT_FALSE(Train(over).ok());

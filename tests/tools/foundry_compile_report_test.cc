@@ -88,13 +88,15 @@ TEST_F(FoundryCompileReportTest, RefusesToWriteOverTheModel) {
   const std::string before = ReadWholeFile(Path("m.onnx"));
   ExecResult r = Compile({Path("m.onnx"), "--report-json", Path("m.onnx")});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "foundry-compile: error: output '" + Path("m.onnx") +
-                       "' is the input model; choose another --report-json FILE\n");
+  EXPECT_EQ(r.err, "foundry-compile: error: --report-json '" + Path("m.onnx") +
+                       "': writing it would change '" + Path("m.onnx") +
+                       "', the model, an input of this command; choose another file\n");
   fs::create_symlink("m.onnx", Path("t.svg"));
   r = Compile({Path("m.onnx"), "-o", Path("x"), "--memory-timeline", Path("t.svg")});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "foundry-compile: error: output '" + Path("t.svg") +
-                       "' is the input model; choose another --memory-timeline FILE.svg\n");
+  EXPECT_EQ(r.err, "foundry-compile: error: --memory-timeline '" + Path("t.svg") +
+                       "': writing it would change '" + Path("m.onnx") +
+                       "', the model, an input of this command; choose another file\n");
   EXPECT_EQ(ReadWholeFile(Path("m.onnx")), before);
   EXPECT_EQ(Files(), (std::vector<std::string>{"m.onnx", "t.svg"}));
 }
@@ -138,8 +140,8 @@ TEST_F(FoundryCompileReportTest, FailedDashOWritesNoReport) {
   fs::create_directories(Path("out/m.plan/keep"));
   ExecResult r = Compile({kTiny, "-o", Path("out/m"), "--report-json", Path("r.json")});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "foundry-compile: error: cannot write '" + Path("out/m.plan") +
-                       "': Is a directory; nothing was written\n");
+  EXPECT_EQ(r.err,
+            "foundry-compile: error: -o '" + Path("out/m.plan") + "': it is a folder; give a file name\n");
   EXPECT_FALSE(fs::exists(Path("r.json")));
 }
 

@@ -263,8 +263,8 @@ TEST_F(FoundryRunTest, DumpsNeverOverwriteAnInput) {
   fs::copy_file(kFixture + "/inputs/labels.pb", Path("dump_in/loss.pb"));
   ExpectCleanError({Path("mpt"), "--feed", "labels=" + Path("dump_in/loss.pb"), "--dump-outputs",
                     Path("dump_in")},
-                   "--dump-outputs: writing '" + Path("dump_in/loss.pb") + "' would overwrite '" +
-                       Path("dump_in/loss.pb") + "', an input of this run; choose another folder");
+                   "--dump-outputs '" + Path("dump_in/loss.pb") + "': writing it would change '" + Path("dump_in/loss.pb") +
+                       "', an input of this run; choose another file");
 }
 
 // lr 1e300 is a finite double, but -lr rounds to -inf in fp32: the first update makes every weight
@@ -617,20 +617,20 @@ TEST_F(FoundryRunTest, ReportJson) {
 
 TEST_F(FoundryRunTest, ReportJsonNeverOverwritesAnInput) {
   ExpectCleanError({Path("mpt"), "--report-json", Path("mpt.plan")},
-                   "--report-json: writing '" + Path("mpt.plan") + "' would overwrite '" +
-                       Path("mpt.plan") + "', an input of this run; choose another file");
+                   "--report-json '" + Path("mpt.plan") + "': writing it would change '" + Path("mpt.plan") +
+                       "', an input of this run; choose another file");
   fs::copy_file(kFixture + "/inputs/labels.pb", Path("labels_in.pb"),
                 fs::copy_options::overwrite_existing);
   ExpectCleanError({Path("mpt"), "--feed", "labels=" + Path("labels_in.pb"), "--report-json",
                     Path("labels_in.pb")},
-                   "--report-json: writing '" + Path("labels_in.pb") + "' would overwrite '" +
-                       Path("labels_in.pb") + "', an input of this run; choose another file");
+                   "--report-json '" + Path("labels_in.pb") + "': writing it would change '" + Path("labels_in.pb") +
+                       "', an input of this run; choose another file");
   fs::create_directories(Path("a_folder"));
   ExpectCleanError({Path("mpt"), "--report-json", Path("a_folder")},
-                   "--report-json " + Path("a_folder") + ": it is a folder; give a file name");
+                   "--report-json '" + Path("a_folder") + "': it is a folder; give a file name");
   ExpectCleanError({Path("mpt"), "--report-json", Path("no/such/r.json")},
-                   "--report-json " + Path("no/such/r.json") + ": the folder '" + Path("no/such") +
-                       "' does not exist");
+                   "--report-json '" + Path("no/such/r.json") + "': the folder '" +
+                       Path("no/such") + "' does not exist; create it first");
   ExpectCleanError({"--forward", kFixture + "/model.onnx", "--report-json", Path("r.json")},
                    "--report-json is for training runs, not --forward", 2);
 }
