@@ -142,8 +142,15 @@ Status OutputSet::Check(const std::string& path, const std::string& option, bool
   if (!missing.empty()) above = ParentOf(missing.front());
   if (::stat(above.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     return Error(named + ": " + QuoteName(above) + " is not a folder; choose another " + kind);
+  // access() says yes to root everywhere but read-only file systems; a folder made and removed
+  // again is the real test (/proc takes none), before any work is done.
   if (::access(above.c_str(), W_OK | X_OK) != 0)
     return Error(named + ": cannot write in the folder " + QuoteName(above) + ": " + Why(errno));
+  const std::string probe =
+      (fs::path(above) / (".foundry-probe." + std::to_string(::getpid()))).string();
+  if (::mkdir(probe.c_str(), 0700) != 0 && errno != EEXIST)
+    return Error(named + ": cannot write in the folder " + QuoteName(above) + ": " + Why(errno));
+  ::rmdir(probe.c_str());
   canonical = Canonical(path);
   const std::optional<FileId> id = GetFileId(path);
   for (const Input& in : inputs_)

@@ -224,8 +224,8 @@ TEST_F(OutputsTest, NoOutputIsTheCkptConfigFile) {
 // ---- class 4: nothing left behind after a failure -------------------------------------------
 
 TEST_F(OutputsTest, AnUnwritableReportLeavesNoPlan) {
-  // /proc takes no new files, whoever asks: found only when the report is staged, after the
-  // compile, and then nothing else may have been written.
+  // /proc takes no new files, whoever asks (access() says yes to root): found by the folder
+  // probe before the import, so nothing is written.
   ExecResult r = Compile({"-o", Path("p"), "--report-json", "/proc/x.json"});
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
