@@ -48,10 +48,31 @@ std::string ParentOf(const std::string& path) {
 
 bool IsDirect(mode_t mode) { return S_ISCHR(mode) || S_ISFIFO(mode); }
 
+// The descriptor a standard stream's name stands for (-1: none). Such a name is written through
+// the descriptor itself: renaming over /dev/stdout would replace the link in /dev, and opening it
+// again would write from another offset than the tool's own output.
+int StdStreamFd(const std::string& path) {
+  for (int fd : {1, 2}) {
+    const std::string n = std::to_string(fd);
+    if (path == (fd == 1 ? "/dev/stdout" : "/dev/stderr") || path == "/dev/fd/" + n ||
+        path == "/proc/self/fd/" + n)
+      return fd;
+  }
+  return -1;
+}
+
+bool InSystemFolder(const std::string& canonical) {
+  return canonical.rfind("/dev/", 0) == 0 || canonical.rfind("/proc/", 0) == 0 ||
+         canonical.rfind("/sys/", 0) == 0;
+}
+
 // Writes all of `bytes` to the character device or FIFO at `path`. A FIFO nobody reads is an
 // error, not a hang (O_NONBLOCK open gives ENXIO), and the open never creates or truncates.
-Status WriteDirect(const std::string& path, const std::string& option, std::string_view bytes) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+Status WriteDirect(const std::string& path, int std_fd, const std::string& option,
+                   std::string_view bytes) {
+  if (std_fd >= 0) std::fflush(nullptr);  // what the tool printed comes first
+  int fd = std_fd >= 0 ? ::dup(std_fd)
+                       : ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENXIO)
       return Error(option + " " + QuoteName(path) +
@@ -136,21 +157,25 @@ Status OutputSet::Check(const std::string& path, const std::string& option, bool
       return Error(named + ": it is neither a regular file nor a character device or pipe; " +
                    "give a file name");
   }
-  // The first folder above the target that exists: it must be one, and writable.
-  std::string above = ParentOf(path);
-  const std::vector<std::string> missing = MissingFolders(above);
-  if (!missing.empty()) above = ParentOf(missing.front());
-  if (::stat(above.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    return Error(named + ": " + QuoteName(above) + " is not a folder; choose another " + kind);
-  // access() says yes to root everywhere but read-only file systems; a folder made and removed
-  // again is the real test (/proc takes none), before any work is done.
-  if (::access(above.c_str(), W_OK | X_OK) != 0)
-    return Error(named + ": cannot write in the folder " + QuoteName(above) + ": " + Why(errno));
-  const std::string probe =
-      (fs::path(above) / (".foundry-probe." + std::to_string(::getpid()))).string();
-  if (::mkdir(probe.c_str(), 0700) != 0 && errno != EEXIST)
-    return Error(named + ": cannot write in the folder " + QuoteName(above) + ": " + Why(errno));
-  ::rmdir(probe.c_str());
+  const bool direct = ::stat(path.c_str(), &st) == 0 && !folder && IsDirect(st.st_mode);
+  // The first folder above the target that exists: it must be one, and writable (a device or
+  // pipe is opened where it is: its folder is not written).
+  if (!direct) {
+    std::string above = ParentOf(path);
+    const std::vector<std::string> missing = MissingFolders(above);
+    if (!missing.empty()) above = ParentOf(missing.front());
+    if (::stat(above.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return Error(named + ": " + QuoteName(above) + " is not a folder; choose another " + kind);
+    // access() says yes to root everywhere but read-only file systems; a folder made and removed
+    // again is the real test (/proc takes none), before any work is done.
+    if (::access(above.c_str(), W_OK | X_OK) != 0)
+      return Error(named + ": cannot write in the folder " + QuoteName(above) + ": " + Why(errno));
+    const std::string probe =
+        (fs::path(above) / (".foundry-probe." + std::to_string(::getpid()))).string();
+    if (::mkdir(probe.c_str(), 0700) != 0 && errno != EEXIST)
+      return Error(named + ": cannot write in the folder " + QuoteName(above) + ": " + Why(errno));
+    ::rmdir(probe.c_str());
+  }
   canonical = Canonical(path);
   const std::optional<FileId> id = GetFileId(path);
   for (const Input& in : inputs_)
@@ -159,6 +184,7 @@ Status OutputSet::Check(const std::string& path, const std::string& option, bool
       return Error(named + ": writing it would change " + QuoteName(in.path) + ", " + in.what +
                    "; choose another " + kind);
   for (const Entry& e : outputs_) {
+    if (direct && e.direct) continue;  // two reports into /dev/null are both written
     if (e.canonical == canonical || (id && GetFileId(e.path) == id))
       return Error(named + " is also the output of " + e.option + " " + QuoteName(e.path) +
                    "; give each output its own name");
@@ -170,15 +196,26 @@ Status OutputSet::Check(const std::string& path, const std::string& option, bool
 }
 
 Status OutputSet::AddFile(const std::string& path, const std::string& option, FileOptions options) {
-  Entry e{path, option};
+  Entry e{path, option, path};
   e.make_parents = options.make_parents;
+  const std::string device = ": it is a device or a named pipe; give the name of a regular file";
+  if ((e.fd = StdStreamFd(path)) >= 0) {
+    if (!options.special) return Error(option + " " + QuoteName(path) + device);
+    e.direct = true;
+    outputs_.push_back(std::move(e));
+    return Status::Ok();
+  }
   RETURN_IF_ERROR(Check(path, option, /*folder=*/false, e.canonical));
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && IsDirect(st.st_mode)) {
-    if (!options.special)
-      return Error(option + " " + QuoteName(path) +
-                   ": it is a device or a named pipe; give the name of a regular file");
+    if (!options.special) return Error(option + " " + QuoteName(path) + device);
     e.direct = true;
+  } else if (InSystemFolder(e.canonical)) {
+    return Error(option + " " + QuoteName(path) + ": it is in " +
+                 e.canonical.substr(0, e.canonical.find('/', 1) + 1) +
+                 ", where foundry writes only to devices and pipes; give a file elsewhere");
+  } else if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    e.target = e.canonical;  // the file the link names is replaced; the link stays
   }
   if (!e.make_parents && !MissingFolders(ParentOf(path)).empty())
     return Error(option + " " + QuoteName(path) + ": the folder " + QuoteName(ParentOf(path)) +
@@ -188,7 +225,7 @@ Status OutputSet::AddFile(const std::string& path, const std::string& option, Fi
 }
 
 Status OutputSet::AddFolder(const std::string& path, const std::string& option) {
-  Entry e{path, option};
+  Entry e{path, option, path};
   e.folder = true;
   e.make_parents = true;
   RETURN_IF_ERROR(Check(path, option, /*folder=*/true, e.canonical));
@@ -232,8 +269,8 @@ StatusOr<std::string> OutputSet::Stage(const std::string& path) {
   if (e->direct)
     return Error(e->option + " " + QuoteName(path) + ": a device or pipe takes bytes, not a file");
   if (!e->staged.empty()) return e->staged;
-  ASSIGN_OR_RETURN(std::string tmp, StagingFolder(ParentOf(path), *e));
-  e->staged = (fs::path(tmp) / fs::path(path).filename()).string();
+  ASSIGN_OR_RETURN(std::string tmp, StagingFolder(ParentOf(e->target), *e));
+  e->staged = (fs::path(tmp) / fs::path(e->target).filename()).string();
   if (e->folder && ::mkdir(e->staged.c_str(), 0777) != 0)
     return Error(e->option + " " + QuoteName(path) + ": cannot create " + QuoteName(e->staged) +
                  ": " + Why(errno));
@@ -304,7 +341,7 @@ Status OutputSet::Commit() {
   // 3b. Direct outputs: they cannot be taken back, so before any rename.
   for (const Entry& e : outputs_)
     if (e.direct && e.staged_direct)
-      if (Status st = WriteDirect(e.path, e.option, e.bytes); !st.ok()) return fail(st);
+      if (Status st = WriteDirect(e.path, e.fd, e.option, e.bytes); !st.ok()) return fail(st);
 
   // 3c. Renames, each undoable until the last is done.
   struct Move {
@@ -319,7 +356,7 @@ Status OutputSet::Commit() {
   const long delay_ms = delay_env ? std::clamp(std::strtol(delay_env, nullptr, 10), 0L, 10000L) : 0;
   auto undo = [&] {
     for (auto it = done.rbegin(); it != done.rend(); ++it) {
-      const std::string& target = it->e->path;
+      const std::string& target = it->e->target;
       if (it->exchanged) {
 #ifdef RENAME_EXCHANGE
         renameat2(AT_FDCWD, it->e->staged.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE);
@@ -341,17 +378,17 @@ Status OutputSet::Commit() {
     struct stat st {};
     if (::lstat(e.staged.c_str(), &st) != 0) continue;  // staged but never written (a .data)
     Move m{&e};
-    const bool exists = ::lstat(e.path.c_str(), &st) == 0;
+    const bool exists = ::lstat(e.target.c_str(), &st) == 0;
     if (e.folder && exists) {
 #ifdef RENAME_EXCHANGE
-      if (renameat2(AT_FDCWD, e.staged.c_str(), AT_FDCWD, e.path.c_str(), RENAME_EXCHANGE) == 0) {
+      if (renameat2(AT_FDCWD, e.staged.c_str(), AT_FDCWD, e.target.c_str(), RENAME_EXCHANGE) == 0) {
         m.exchanged = true;
         done.push_back(m);
         continue;
       }
 #endif
       m.old = e.staged + ".foundry-old";
-      if (std::rename(e.path.c_str(), m.old.c_str()) != 0) {
+      if (std::rename(e.target.c_str(), m.old.c_str()) != 0) {
         int err = errno;
         undo();
         return fail(Error(e.option + " " + QuoteName(e.path) + ": cannot replace it: " + Why(err) +
@@ -360,7 +397,7 @@ Status OutputSet::Commit() {
     } else if (exists && !S_ISDIR(st.st_mode)) {
       // The file being replaced stays reachable until every output is in.
       m.old = e.staged + ".foundry-old";
-      if (::link(e.path.c_str(), m.old.c_str()) != 0) {
+      if (::link(e.target.c_str(), m.old.c_str()) != 0) {
         int err = errno;
         undo();
         return fail(Error(e.option + " " + QuoteName(e.path) + ": cannot keep the old file (" +
@@ -368,9 +405,9 @@ Status OutputSet::Commit() {
       }
     }
     if (!done.empty() && delay_ms > 0) ::usleep(static_cast<useconds_t>(delay_ms) * 1000);
-    if (std::rename(e.staged.c_str(), e.path.c_str()) != 0) {
+    if (std::rename(e.staged.c_str(), e.target.c_str()) != 0) {
       int err = errno;
-      if (e.folder && !m.old.empty()) std::rename(m.old.c_str(), e.path.c_str());
+      if (e.folder && !m.old.empty()) std::rename(m.old.c_str(), e.target.c_str());
       undo();
       return fail(Error(e.option + " " + QuoteName(e.path) + ": cannot write it: " + Why(err) +
                         "; nothing was written"));

@@ -80,6 +80,8 @@ class OutputSet {
  private:
   struct Entry {
     std::string path, option;
+    std::string target;  // where the rename goes: `path`, or what a symlink there points to
+    int fd = -1;         // /dev/stdout, /dev/stderr (and their /dev/fd, /proc/self/fd names)
     bool folder = false, direct = false, make_parents = false;
     std::string canonical;  // weakly_canonical(path)
     std::string staged;     // "" until staged

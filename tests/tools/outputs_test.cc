@@ -125,6 +125,27 @@ TEST_F(OutputsTest, ReportsToDevNullLeaveItADevice) {
   EXPECT_TRUE(IsCharDevice("/dev/null"));
 }
 
+// /dev/stdout is the tool's own standard output, written after what it printed; a symlink
+// output keeps the link and replaces the file it names.
+TEST_F(OutputsTest, StandardOutputAndSymlinks) {
+  ExecResult r = Compile({"--dry-run", "--report-json", "/dev/stdout", "--memory-timeline",
+                          "/dev/null", "--dump-plan", "/dev/null"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const size_t json = r.out.find("\n{");
+  ASSERT_NE(json, std::string::npos) << r.out;
+  const size_t end = r.out.find("\n}\n", json);
+  ASSERT_NE(end, std::string::npos) << r.out;
+  EXPECT_TRUE(nlohmann::json::accept(r.out.substr(json + 1, end + 2 - json))) << r.out;
+  EXPECT_TRUE(IsCharDevice("/dev/null"));
+
+  Write("real.json", "old");
+  fs::create_symlink("real.json", Path("link.json"));
+  r = Compile({"--dry-run", "--report-json", Path("link.json")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::is_symlink(Path("link.json")));
+  EXPECT_TRUE(nlohmann::json::accept(ReadWholeFile(Path("real.json"))));
+}
+
 // A character device of the test's own (root only: mknod), as each output of a compile and a
 // run: a report file is written into it, the plan pair refuses it; it stays a device.
 TEST_F(OutputsTest, OwnCharacterDeviceIsNeverReplaced) {
