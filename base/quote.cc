@@ -68,4 +68,12 @@ std::string EscapeName(std::string_view s) {
 
 std::string QuoteName(std::string_view s) { return "'" + EscapeName(s) + "'"; }
 
+std::string Clip(std::string_view s, size_t max) {
+  if (s.size() <= max) return std::string(s);
+  size_t cut = max;
+  // Back to the start of a UTF-8 character: continuation bytes are 10xxxxxx.
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(s.substr(0, cut)) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+
 }  // namespace foundry

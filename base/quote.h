@@ -19,4 +19,8 @@ std::string EscapeName(std::string_view s);
 // EscapeName(s) in single quotes: 'blocks.0/attn', 'a\x0ab'.
 std::string QuoteName(std::string_view s);
 
+// `s` as a message may quote it: whole up to `max` bytes, else its first `max` bytes (never
+// half a UTF-8 character) and "... (N bytes)". A 10 MB name makes a line of a few hundred bytes.
+std::string Clip(std::string_view s, size_t max = 200);
+
 }  // namespace foundry

@@ -19,14 +19,21 @@
 // counted on its own.
 #include "compiler/ckpt_targets.h"
 
+#include <sys/stat.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
+#include <sstream>
 
+#include "base/quote.h"
 #include "compiler/module_tree.h"
 
 namespace foundry {
@@ -79,7 +86,7 @@ StatusOr<std::vector<LayerItem>> ParseLayerItems(const std::string& spec) {
   std::string s;
   for (char c : spec)
     if (!std::isspace(static_cast<unsigned char>(c))) s += c;
-  auto malformed = [&]() { return Error("malformed layers '" + spec + "'; " + kLayerForms); };
+  auto malformed = [&]() { return Error("malformed layers '" + Clip(spec) + "'; " + kLayerForms); };
   if (s.empty()) return malformed();
   int64_t n;
   if (ParseCount(s, &n)) return std::vector<LayerItem>{{LayerItem::kFirst, n, 0}};
@@ -151,21 +158,22 @@ StatusOr<std::vector<int64_t>> EvalLayerItems(const std::string& spec,
         break;
       case LayerItem::kIndex:
         if (it.a > max_idx)
-          return Error("layer " + std::to_string(it.a) + " in '" + spec +
+          return Error("layer " + std::to_string(it.a) + " in '" + Clip(spec) +
                        "' is out of range: the model has " + LayerRange(num_layers));
         out.insert(it.a);
         break;
     }
   }
   if (out.empty())
-    return Error("layers '" + spec + "' select no layer: the model has " + LayerRange(num_layers));
+    return Error("layers '" + Clip(spec) + "' select no layer: the model has " +
+                 LayerRange(num_layers));
   return std::vector<int64_t>(out.begin(), out.end());
 }
 
 // Where a target came from, to start its error messages.
 std::string Where(const CkptTarget& t) {
-  if (t.source.empty()) return "--ckpt " + t.Text();
-  if (t.source.compare(0, 13, "--ckpt-config") == 0) return t.source + " (" + t.Text() + ")";
+  if (t.source.empty()) return "--ckpt " + Clip(t.Text());
+  if (t.source.compare(0, 13, "--ckpt-config") == 0) return t.source + " (" + Clip(t.Text()) + ")";
   return t.source;
 }
 
@@ -384,29 +392,30 @@ StatusOr<std::vector<Candidate>> Resolve(const Tree& t, const CkptTarget& target
                                    return std::isupper(static_cast<unsigned char>(c));
                                  }));
   if (!t.has_classes && matched.empty() && looks_like_class && !t.blocks.empty()) {
-    return Error(where + ": '" + target.name +
+    return Error(where + ": '" + Clip(target.name) +
                  "' names no module path or child of this model, and the file carries no "
                  "classes to match a class name against (a stock torch.onnx.export); try a path "
                  "glob such as '" +
-                 SuggestedGlob(t, target.name) + "' (children of each block: " + ChildList(t) +
-                 ")");
+                 Clip(SuggestedGlob(t, target.name)) +
+                 "' (children of each block: " + ChildList(t) + ")");
   }
   if (!outside.empty()) {
-    return Error(where + ": '" + target.name + "' matches only modules outside the blocks (" +
+    return Error(where + ": '" + Clip(target.name) + "' matches only modules outside the blocks (" +
                  Abbreviate(outside) + "); only modules inside the blocks (" + BlocksText(t) +
                  ") can be checkpointed");
   }
   if (how == kKey) {
-    return Error(where + ": '" + target.name + "' (llm-foundry's key for " + entry->bare_class +
-                 ") matches nothing in this model: no module is a " + entry->bare_class +
+    return Error(where + ": '" + Clip(target.name) + "' (llm-foundry's key for " +
+                 entry->bare_class + ") matches nothing in this model: no module is a " +
+                 entry->bare_class +
                  "; names that select modules in its blocks: " + NamesInModel(t));
   }
   if (target.name.find('.') == std::string::npos && target.name.find('*') == std::string::npos) {
-    return Error(where + ": unknown name '" + target.name +
+    return Error(where + ": unknown name '" + Clip(target.name) +
                  "'; names that select modules in this model's blocks: " + NamesInModel(t) +
                  " (or a module path glob such as '" + BlockGlob(t) + "')");
   }
-  return Error(where + ": '" + target.name +
+  return Error(where + ": '" + Clip(target.name) +
                "' matches nothing in this model: no module path matches it (blocks: " +
                BlocksText(t) + "; children of each block: " + ChildList(t) + ")");
 }
@@ -421,20 +430,20 @@ std::string LayerText(const std::vector<int64_t>& layers) {
 
 StatusOr<std::vector<int64_t>> ParseLayerSpec(const std::string& spec, int64_t num_layers) {
   ASSIGN_OR_RETURN(std::vector<LayerItem> items, ParseLayerItems(spec));
-  if (num_layers <= 0) return Error("layers '" + spec + "': the model has no layers");
+  if (num_layers <= 0) return Error("layers '" + Clip(spec) + "': the model has no layers");
   return EvalLayerItems(spec, items, num_layers);
 }
 
 StatusOr<CkptTarget> ParseCkptArg(const std::string& arg) {
   auto malformed = [&](const std::string& why) {
-    return Error("--ckpt '" + arg + "': " + why +
+    return Error("--ckpt '" + Clip(arg) + "': " + why +
                  "; accepted: NAME or NAME=LAYERS, NAME a registry key (mptblock), a class name, "
                  "`block`, a child name of the blocks (attn) or a module path glob "
                  "(transformer.blocks.*.attn), LAYERS n (the first n), first-n,last-k,middle-m,"
                  "range-i-j or [0,2,5]");
   };
   CkptTarget t;
-  t.source = "--ckpt " + arg;
+  t.source = "--ckpt " + Clip(arg);
   size_t eq = arg.find('=');
   t.name = arg.substr(0, eq);
   if (t.name.empty()) return malformed("no name");
@@ -445,7 +454,7 @@ StatusOr<CkptTarget> ParseCkptArg(const std::string& arg) {
     t.layers = arg.substr(eq + 1);
     // The layer error says what LAYERS accepts.
     auto items = ParseLayerItems(t.layers);
-    if (!items.ok()) return Error("--ckpt '" + arg + "': " + items.status().message());
+    if (!items.ok()) return Error("--ckpt '" + Clip(arg) + "': " + items.status().message());
   }
   return t;
 }
@@ -464,7 +473,7 @@ std::string KindOf(const YAML::Node& n) {
     case YAML::NodeType::Map:
       return "a mapping";
     default:
-      return "'" + n.Scalar() + "'";
+      return "'" + Clip(n.Scalar()) + "'";
   }
 }
 
@@ -499,7 +508,7 @@ StatusOr<std::vector<CkptTarget>> TargetsFrom(const YAML::Node& value, const std
   } else {
     for (const auto& kv : value) {
       ASSIGN_OR_RETURN(std::string name, name_of(kv.first, "a key of " + key));
-      const std::string at = key + "." + name;
+      const std::string at = key + "." + Clip(name);
       const YAML::Node& v = kv.second;
       std::string layers;
       int64_t n;
@@ -538,14 +547,103 @@ StatusOr<std::vector<CkptTarget>> TargetsFrom(const YAML::Node& value, const std
 
 namespace {
 
-// ReadCkptConfig, with yaml-cpp's exceptions left to the caller.
-StatusOr<CkptConfig> ReadYamlConfig(const std::string& path) {
+// What yaml-cpp accepts and an llm-foundry config may not hold, found on the parser's events
+// before any node is built (so an alias is never expanded): an anchor or alias (2,000 aliases of
+// a 1 MiB scalar expand to 4 GB; a target never needs them), a merge key `<<` (yaml-cpp ignores
+// it), a key given twice in one mapping (yaml-cpp keeps the first, PyYAML the last, OmegaConf
+// rejects the file), and a second document or node after the first (yaml-cpp reads the first
+// and ignores the rest). The first problem found is kept.
+class StrictYamlScan : public YAML::EventHandler {
+ public:
+  std::string problem;
+  int documents = 0;
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (++documents > 1)
+      Fail(mark,
+           "a second YAML document or value follows the first; the file must hold one "
+           "(a target value, or one whole llm-foundry config)");
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    Anchor(mark, anchor);
+    Item(mark, "", /*scalar=*/true, /*plain=*/true);
+  }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
+    Fail(mark,
+         "an alias (*name): anchors and aliases are not accepted (an llm-foundry target "
+         "never needs them); write the value out");
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                const std::string& value) override {
+    Anchor(mark, anchor);
+    Item(mark, value, /*scalar=*/true, tag == "?");
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    Anchor(mark, anchor);
+    Item(mark, "", /*scalar=*/false, false);
+    frames_.push_back({});
+  }
+  void OnSequenceEnd() override { frames_.pop_back(); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    Anchor(mark, anchor);
+    Item(mark, "", /*scalar=*/false, false);
+    frames_.push_back({/*map=*/true, /*expect_key=*/true, {}});
+  }
+  void OnMapEnd() override { frames_.pop_back(); }
+
+ private:
+  struct Frame {
+    bool map = false;
+    bool expect_key = false;
+    std::map<std::string, int> keys;  // key -> its line (1-based)
+  };
+  void Fail(const YAML::Mark& mark, const std::string& what) {
+    if (problem.empty()) problem = "line " + std::to_string(mark.line + 1) + ": " + what;
+  }
+  void Anchor(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    if (anchor != 0)
+      Fail(mark,
+           "an anchor (&name): anchors and aliases are not accepted (an llm-foundry "
+           "target never needs them); write the value out");
+  }
+  // A node starts: a key or a value of the mapping it is in.
+  void Item(const YAML::Mark& mark, const std::string& text, bool scalar, bool plain) {
+    if (frames_.empty() || !frames_.back().map) return;
+    Frame& f = frames_.back();
+    if (!f.expect_key) {
+      f.expect_key = true;  // the next node at this level is a key again
+      return;
+    }
+    f.expect_key = false;
+    if (!scalar) return Fail(mark, "a key that is a list or a mapping; keys are names");
+    if (plain && text == "<<")
+      return Fail(mark,
+                  "a merge key '<<': merging is not accepted (nor are the aliases it "
+                  "needs); write the keys out");
+    auto [it, inserted] = f.keys.emplace(text, mark.line + 1);
+    if (!inserted)
+      Fail(mark, "key '" + Clip(EscapeName(text)) +
+                     "' appears twice in one mapping (first at line " + std::to_string(it->second) +
+                     "); OmegaConf, which llm-foundry uses, rejects that: keep one");
+  }
+  std::vector<Frame> frames_;
+};
+
+// ParseCkptConfigText, with yaml-cpp's exceptions left to the caller.
+StatusOr<CkptConfig> ParseYamlConfig(const std::string& text, const std::string& path) {
   const std::string source = "--ckpt-config " + path;
   {
-    std::ifstream probe(path);
-    if (!probe) return Error(source + ": cannot read the file");
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    StrictYamlScan scan;
+    while (scan.problem.empty() && parser.HandleNextDocument(scan)) {
+    }
+    if (!scan.problem.empty()) return Error(source + ": " + scan.problem);
   }
-  const YAML::Node root = YAML::LoadFile(path);
+  const YAML::Node root = YAML::Load(text);
   CkptConfig config;
   if (!root.IsDefined() || root.IsNull())
     return Error(source +
@@ -595,17 +693,37 @@ StatusOr<CkptConfig> ReadYamlConfig(const std::string& path) {
 
 }  // namespace
 
-StatusOr<CkptConfig> ReadCkptConfig(const std::string& path) {
+StatusOr<CkptConfig> ParseCkptConfigText(const std::string& text, const std::string& path) {
   // yaml-cpp reports by exception; nothing escapes this function but a Status.
   try {
-    return ReadYamlConfig(path);
+    return ParseYamlConfig(text, path);
   } catch (const YAML::ParserException& e) {
     return Error("--ckpt-config " + path + ": YAML syntax error at line " +
                  std::to_string(e.mark.line + 1) + ", column " + std::to_string(e.mark.column + 1) +
-                 ": " + e.msg);
+                 ": " + Clip(e.msg));
   } catch (const YAML::Exception& e) {
-    return Error("--ckpt-config " + path + ": cannot read the file: " + e.msg);
+    return Error("--ckpt-config " + path + ": cannot read the file: " + Clip(e.msg));
   }
+}
+
+StatusOr<CkptConfig> ReadCkptConfig(const std::string& path) {
+  const std::string source = "--ckpt-config " + path;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return Error(source + ": cannot read the file: " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) return Error(source + ": it is a folder; give the YAML or JSON file");
+  if (!S_ISREG(st.st_mode))
+    return Error(source +
+                 ": it is not a regular file (a device or a pipe); give the YAML or "
+                 "JSON file");
+  if (st.st_size > kMaxCkptConfigBytes)
+    return Error(source + ": the file is " + std::to_string(st.st_size) +
+                 " bytes; a config is read only up to " + std::to_string(kMaxCkptConfigBytes) +
+                 " (an llm-foundry training YAML is a few KiB)");
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in && !in.eof()) return Error(source + ": cannot read the file");
+  return ParseCkptConfigText(text, path);
 }
 
 std::string NestingNote(const std::string& inner_module, const std::string& inner_target,
@@ -678,7 +796,7 @@ StatusOr<CkptSelection> SelectCkptTargets(const Graph& graph,
     if (!any) {
       std::set<int64_t> wanted;
       for (const auto& [list, l] : layers) wanted.insert(l.begin(), l.end());
-      return Error(Where(t) + ": '" + t.name + "' matches nothing in layers " +
+      return Error(Where(t) + ": '" + Clip(t.name) + "' matches nothing in layers " +
                    LayerText(std::vector<int64_t>(wanted.begin(), wanted.end())) +
                    ": the modules it names are in layers " +
                    LayerText(std::vector<int64_t>(seen_layers.begin(), seen_layers.end())) +

@@ -59,7 +59,13 @@ struct CkptConfig {
   std::vector<CkptTarget> targets;
   std::vector<std::string> warnings;  // one line each, printed by the CLI as warnings
 };
+// The file is read whole (a regular file of at most kMaxCkptConfigBytes) and held to what
+// OmegaConf, which llm-foundry uses, would read: one document, no anchors, aliases or merge keys,
+// no key twice in a mapping; each refused with its line.
 StatusOr<CkptConfig> ReadCkptConfig(const std::string& path);
+// The same on the file's text; `path` names it in messages.
+StatusOr<CkptConfig> ParseCkptConfigText(const std::string& text, const std::string& path);
+constexpr int64_t kMaxCkptConfigBytes = int64_t{16} << 20;
 
 // The layers of a `layers` spec among `num_layers` blocks, sorted, without duplicates. Errors: a
 // malformed spec, a layer out of range.

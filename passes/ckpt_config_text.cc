@@ -30,6 +30,7 @@
 #include <map>
 #include <set>
 
+#include "base/quote.h"
 #include "compiler/module_tree.h"
 #include "passes/ckpt_budget.h"
 
@@ -316,7 +317,9 @@ StatusOr<CkptConfigText> SelectionAsConfig(const Graph& graph,
 }
 
 std::string CkptConfigFile(const std::string& comment, const CkptConfigText& config) {
-  std::string out = "# " + comment + "\n";
+  // The comment quotes the command line (the model path, --memory-budget's text): a newline in
+  // it would end the comment and start YAML of the user's choosing.
+  std::string out = "# " + EscapeName(comment) + "\n";
   if (config.yaml.empty()) return out + "fsdp_config:\n  activation_checkpointing: false\n";
   return out + "model:\n  activation_checkpointing_target: " + config.yaml +
          "\nfsdp_config:\n  activation_checkpointing: true\n";

@@ -698,7 +698,7 @@ TEST(CkptTargetsTest, ConfigErrors) {
     return c.ok() ? "" : c.status().message();
   };
   std::string missing = Data("no_such_file.yaml");
-  EXPECT_EQ(err(missing), "--ckpt-config " + missing + ": cannot read the file");
+  EXPECT_EQ(err(missing), "--ckpt-config " + missing + ": cannot read the file: No such file or directory");
   std::string f = Data("syntax_error.yaml");
   EXPECT_EQ(err(f), "--ckpt-config " + f +
                         ": YAML syntax error at line 3, column 12: end of sequence flow not found");
