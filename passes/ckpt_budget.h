@@ -82,9 +82,11 @@ struct BudgetResult {
 };
 
 // The cheapest fitting selection: fewest recompute FLOPs, then fewest recompute nodes, then
-// earlier layers left un-checkpointed. Errors: a budget below the minimum possible (the message
-// says the minimum and what dominates it: parameters + gradients + optimizer state, or the largest
-// transient).
+// earlier layers left un-checkpointed. Errors: a budget below the smallest plan (searched for on
+// its own when nothing fits, independent of the budget, so a budget of the stated figure
+// compiles): the message says its total, its selection, its largest memory class (arena,
+// optimizer state, gradients, parameters, inputs, constants, outputs) with the others, and what
+// lowers that class (--dim batch/seq, --freeze, foundry-run --optimizer sgd).
 StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
                                            const BudgetOptions& options);
 
