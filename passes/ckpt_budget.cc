@@ -70,6 +70,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/quote.h"
 #include "compiler/module_tree.h"
 #include "compiler/phase.h"
 #include "kernels/cpu/kernel.h"
@@ -718,21 +719,34 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
   return BelowMinimumError(graph, *minimum, blocks, options.budget_bytes);
 }
 
+// Exact decimal arithmetic: the integer part (leading zeros dropped; more than 19 digits is past
+// int64 whatever the unit) times the unit, plus floor(0.fraction × unit) computed digit by digit
+// over every digit of the fraction, so any number of digits is read exactly. A fraction of a
+// unit rounds down to whole bytes; a non-zero size that rounds to 0 is "below one byte".
 StatusOr<int64_t> ParseByteSize(const std::string& text) {
   auto bad = [&](const std::string& why) {
-    return Error("'" + text + "' is not a byte size (" + why +
+    constexpr size_t kQuoted = 200;
+    const std::string quoted = text.size() <= kQuoted
+                                   ? QuoteName(text)
+                                   : QuoteName(text.substr(0, kQuoted)) + "... (" +
+                                         std::to_string(text.size()) + " characters)";
+    return Error(quoted + " is not a byte size (" + why +
                  "); write bytes or a number with a unit: 123456789, 512MiB, 20 GiB, 1.5GB "
                  "(KiB MiB GiB TiB are powers of 1024, KB MB GB TB of 1000)");
   };
+  auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
   size_t i = 0;
   while (i < text.size() && text[i] == ' ') ++i;
+  if (i < text.size() && (text[i] == '-' || text[i] == '+'))
+    return bad(text[i] == '-' ? "it is negative" : "it has a sign");
   const size_t int_begin = i;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  while (i < text.size() && digit(text[i])) ++i;
   std::string digits = text.substr(int_begin, i - int_begin);
   std::string fraction;
   if (i < text.size() && text[i] == '.') {
+    if (digits.empty()) return bad("no digits before the decimal point");
     const size_t frac_begin = ++i;
-    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    while (i < text.size() && digit(text[i])) ++i;
     fraction = text.substr(frac_begin, i - frac_begin);
     if (fraction.empty()) return bad("no digits after the decimal point");
   }
@@ -742,30 +756,40 @@ StatusOr<int64_t> ParseByteSize(const std::string& text) {
   while (!unit.empty() && unit.back() == ' ') unit.pop_back();
   std::string lower;
   for (char c : unit) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  static const std::pair<const char*, __int128> kUnits[] = {{"", 1},
-                                                            {"b", 1},
-                                                            {"kib", __int128{1} << 10},
-                                                            {"mib", __int128{1} << 20},
-                                                            {"gib", __int128{1} << 30},
-                                                            {"tib", __int128{1} << 40},
-                                                            {"kb", 1000},
-                                                            {"mb", 1000000},
-                                                            {"gb", 1000000000},
-                                                            {"tb", 1000000000000}};
-  const __int128* multiplier = nullptr;
+  static const std::pair<const char*, int64_t> kUnits[] = {{"", 1},
+                                                           {"b", 1},
+                                                           {"kib", int64_t{1} << 10},
+                                                           {"mib", int64_t{1} << 20},
+                                                           {"gib", int64_t{1} << 30},
+                                                           {"tib", int64_t{1} << 40},
+                                                           {"kb", 1000},
+                                                           {"mb", 1000000},
+                                                           {"gb", 1000000000},
+                                                           {"tb", 1000000000000}};
+  int64_t multiplier = 0;
   for (const auto& [name, m] : kUnits)
-    if (lower == name) multiplier = &m;
-  if (!multiplier) return bad("unknown unit '" + unit + "'");
-  if (digits.size() + fraction.size() > 24) return bad("too large");
-  __int128 mantissa = 0, scale = 1;
-  for (char c : digits + fraction) mantissa = mantissa * 10 + (c - '0');
-  for (size_t k = 0; k < fraction.size(); ++k) scale *= 10;
-  const __int128 value = mantissa * *multiplier;
-  // A fraction of a unit rounds down to whole bytes ("1.3GiB"); plain bytes have no fraction.
-  if (*multiplier == 1 && !fraction.empty()) return bad("bytes are whole");
-  const __int128 bytes = value / scale;
-  if (bytes > std::numeric_limits<int64_t>::max()) return bad("too large");
-  if (bytes == 0) return bad("it must be more than 0 bytes");
+    if (lower == name) multiplier = m;
+  if (!multiplier) return bad("unknown unit '" + EscapeName(unit.substr(0, 40)) + "'");
+  while (!fraction.empty() && fraction.back() == '0') fraction.pop_back();
+  // Plain bytes have no fraction ("1.5"; "1.0" is 1).
+  if (multiplier == 1 && !fraction.empty()) return bad("bytes are whole");
+  const size_t nonzero = digits.find_first_not_of('0');
+  digits = nonzero == std::string::npos ? "" : digits.substr(nonzero);
+  if (digits.size() > 19) return bad("too large: more than 9223372036854775807 bytes");
+  __int128 whole = 0;
+  for (char c : digits) whole = whole * 10 + (c - '0');
+  // floor(0.fraction × multiplier): the fraction's digits times the multiplier, least
+  // significant first, with the carry; what is carried past the fraction's first digit is the
+  // integer part.
+  __int128 carry = 0;
+  for (size_t k = fraction.size(); k-- > 0;)
+    carry = (carry + (fraction[k] - '0') * __int128{multiplier}) / 10;
+  const __int128 bytes = whole * multiplier + carry;
+  if (bytes > std::numeric_limits<int64_t>::max())
+    return bad("too large: more than 9223372036854775807 bytes");
+  if (bytes == 0)
+    return bad(whole == 0 && fraction.empty() ? "it must be more than 0 bytes"
+                                              : "it is below one byte");
   return static_cast<int64_t>(bytes);
 }
 

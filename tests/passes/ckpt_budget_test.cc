@@ -346,8 +346,10 @@ TEST(ParseByteSizeTest, UnitsAndDecimals) {
       {"1.", "'1.' is not a byte size (no digits after the decimal point)" + forms},
       {"1.5", "'1.5' is not a byte size (bytes are whole)" + forms},
       {"0GiB", "'0GiB' is not a byte size (it must be more than 0 bytes)" + forms},
-      {"-1GiB", "'-1GiB' is not a byte size (it does not start with a number)" + forms},
-      {"9000000000TiB", "'9000000000TiB' is not a byte size (too large)" + forms},
+      {"-1GiB", "'-1GiB' is not a byte size (it is negative)" + forms},
+      {"9000000000TiB",
+       "'9000000000TiB' is not a byte size (too large: more than 9223372036854775807 bytes)" +
+           forms},
   };
   for (const auto& [text, message] : bad) {
     auto v = ParseByteSize(text);
