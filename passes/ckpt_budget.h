@@ -82,14 +82,20 @@ struct BudgetResult {
 };
 
 // The cheapest fitting selection: fewest recompute FLOPs, then fewest recompute nodes, then
-// earlier layers left un-checkpointed. Errors: a budget below the minimum possible (the message
-// says the minimum and what dominates it: parameters + gradients + optimizer state, or the largest
-// transient).
+// earlier layers left un-checkpointed. Errors: a budget below the smallest plan (searched for on
+// its own when nothing fits, independent of the budget, so a budget of the stated figure
+// compiles): the message says its total, its selection, its largest memory class (arena,
+// optimizer state, gradients, parameters, inputs, constants, outputs) with the others, and what
+// lowers that class (--dim batch/seq, --freeze, foundry-run --optimizer sgd).
 StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
                                            const BudgetOptions& options);
 
 // "20GiB", "20 GiB", "1.5GB", "512MiB", "123456789" (bytes): powers of 1024 for KiB/MiB/GiB/TiB,
-// of 1000 for KB/MB/GB/TB. Errors name the text and the accepted forms.
+// of 1000 for KB/MB/GB/TB, units in any case. Decimals are read exactly, with any number of
+// digits, and round down to whole bytes. Errors (one line: the text quoted, escaped and cut at
+// 200 characters, the reason, the accepted forms): a size that rounds to 0 ("it is below one
+// byte"), 0, past int64 ("too large"), a sign, "1." and ".5", a fraction of plain bytes, an
+// unknown unit (1e3GiB, 0x10, nanGiB reach it or "does not start with a number").
 StatusOr<int64_t> ParseByteSize(const std::string& text);
 
 // The selection as llm-foundry's activation_checkpointing_target dict, as compact as its layer

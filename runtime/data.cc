@@ -73,12 +73,16 @@ Status TokenFile::ReadWindow(int64_t k, int64_t window, int64_t vocab, int64_t* 
                   static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8) |
                   (static_cast<uint32_t>(b[2]) << 16) | (static_cast<uint32_t>(b[3]) << 24)));
     if (vocab > 0 && (id < 0 || id >= vocab))
-      return Error("--data " + path_ + ": token " + std::to_string(id) + " at position " +
-                   std::to_string(start + t) + " is outside the vocabulary [0, " +
-                   std::to_string(vocab) + ")");
+      return Error(TokenOutsideVocabulary("--data " + path_, id, start + t, "", vocab));
     out[t] = id;
   }
   return Status::Ok();
+}
+
+std::string TokenOutsideVocabulary(const std::string& where, int64_t id, int64_t position,
+                                   const std::string& index, int64_t vocab) {
+  return where + ": token " + std::to_string(id) + " at position " + std::to_string(position) +
+         index + " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
 }
 
 void SyntheticWindow(uint64_t seed, int64_t k, int64_t window, int64_t vocab, int64_t* out) {
@@ -273,6 +277,31 @@ Status CheckFeed(const Feed& feed, const Graph& graph, const std::vector<std::st
   if (v->dtype != feed.tensor.dtype() || v->shape != feed.tensor.shape())
     return Error("--feed " + feed.spec + ": expected " + TypeOf(v->dtype, v->shape) + ", got " +
                  TypeOf(feed.tensor.dtype(), feed.tensor.shape()));
+  return Status::Ok();
+}
+
+Status CheckFedTokens(const std::string& spec, const Tensor& t, int64_t vocab) {
+  if (vocab <= 0) return Status::Ok();
+  if (t.dtype() != DType::kInt64 && t.dtype() != DType::kInt32) return Status::Ok();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const int64_t id = t.dtype() == DType::kInt64 ? t.data<int64_t>()[i]
+                                                  : static_cast<int64_t>(t.data<int32_t>()[i]);
+    if (id >= 0 && id < vocab) continue;
+    // The element's index in the tensor's shape: "[0,5]".
+    std::string index;
+    int64_t rest = i;
+    const auto& shape = t.shape();
+    std::vector<int64_t> at(shape.size(), 0);
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (shape[d] > 0) {
+        at[d] = rest % shape[d];
+        rest /= shape[d];
+      }
+    }
+    for (size_t d = 0; d < at.size(); ++d) index += (d ? "," : "") + std::to_string(at[d]);
+    return Error(
+        TokenOutsideVocabulary("--feed " + spec, id, i, " (element [" + index + "])", vocab));
+  }
   return Status::Ok();
 }
 

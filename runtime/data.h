@@ -41,6 +41,14 @@ class TokenFile {
   int64_t num_tokens_ = 0;
 };
 
+// The one token check of --data and --feed (issue 19): token ids index the embedding, so every id
+// must lie in [0, vocab) (vocab <= 0: unchecked). ONNX Gather would read a negative id from the
+// end (-1 as the last row), so neither path may let one through. The error: "`where`: token ID at
+// position P`index` is outside the vocabulary [0, V)", P counted from `first`, `index` the
+// caller's own words for the place (a fed tensor's "[0,5]"), or "".
+std::string TokenOutsideVocabulary(const std::string& where, int64_t id, int64_t position,
+                                   const std::string& index, int64_t vocab);
+
 // Synthetic token t of window k: uniform in [0, vocab) from Philox(seed, FNV-1a("synthetic"),
 // k * window + t), by Lemire's multiply-shift ((bits * vocab) >> 32).
 void SyntheticWindow(uint64_t seed, int64_t k, int64_t window, int64_t vocab, int64_t* out);
@@ -109,5 +117,10 @@ struct Feed {
 StatusOr<Feed> ReadFeed(const std::string& spec);
 // The feed names one of `inputs` and matches its dtype and shape exactly.
 Status CheckFeed(const Feed& feed, const Graph& graph, const std::vector<std::string>& inputs);
+// A fed token input (the DataSource's tokens_input, i64 or i32; `spec` its --feed NAME=FILE.pb)
+// against the vocabulary, with --data's rule and message: every id in [0, vocab) (vocab <= 0:
+// unchecked). Labels are not token ids here (they may hold ignore_index; the loss kernel checks
+// them).
+Status CheckFedTokens(const std::string& spec, const Tensor& tokens, int64_t vocab);
 
 }  // namespace foundry

@@ -60,6 +60,14 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
   for (const auto& [name, tensor] : fed) fed_names.insert(name);
   ASSIGN_OR_RETURN(t->data_, ChooseDataSource(t->plan_.graph, t->plan_.plan.inputs, fed_names,
                                               options.data_path, options.data_dtype));
+  // A fed token input gets --data's token check: Gather would read -1 as the last row. (The
+  // last --feed of a name is the one fed.)
+  for (auto spec = options.feeds.rbegin(); spec != options.feeds.rend(); ++spec)
+    if (!t->data_.tokens_input.empty() &&
+        spec->substr(0, spec->find('=')) == t->data_.tokens_input) {
+      RETURN_IF_ERROR(CheckFedTokens(*spec, fed.at(t->data_.tokens_input), t->data_.vocab));
+      break;
+    }
   RETURN_IF_ERROR(t->CheckBackendCanRun());
   ASSIGN_OR_RETURN(t->store_, ParameterStore::Create(*t->backend_, t->plan_.plan.parameters,
                                                      std::move(params), options.optimizer));
