@@ -648,6 +648,13 @@ Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
   const Tensor* inv_t = simplified ? in[3] : in[4];
   if ((mean_t && mean_t->numel() != rows) || inv_t->numel() != rows)
     return Fail(node, "the saved statistics need " + std::to_string(rows) + " elements");
+  // dY is read and dX written as X's rows x cols: neither may be smaller (issue 19: a graph that
+  // declared dX [2,16,1] had this kernel write 7.9 KB past the arena; LoadPlan now re-infers it).
+  for (const Tensor* t : {in[0], static_cast<const Tensor*>(out[0])})
+    if (t->dtype() != DType::kFloat32 || t->shape() != X.shape())
+      return Fail(node, std::string(t == in[0] ? "dY is " : "dX was allocated as ") +
+                            std::string(DTypeName(t->dtype())) + ShapeToString(t->shape()) +
+                            ", not X's f32" + ShapeToString(X.shape()));
   const float* dy = in[0]->data<float>();
   const float* x = X.data<float>();
   const float* scale = in[2]->data<float>();
