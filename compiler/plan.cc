@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -75,6 +76,8 @@ namespace {
 // A JSON value as the error shows it: its JSON text, at most 40 characters of it (a 10 MB string
 // is not copied into a message; control characters are escaped by the JSON writer).
 std::string Shown(const nlohmann::json& v) {
+  if (v.is_array()) return "an array";  // not dumped: dump() recurses, and a file may nest deeply
+  if (v.is_object()) return "an object";
   std::string s = v.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;
 }
@@ -93,6 +96,31 @@ StatusOr<int64_t> ReadInt(const nlohmann::json& v, const std::string& what, int6
                  (min == INT64_MIN ? std::string("of 64 bits")
                                    : "from " + std::to_string(min) + " to 2^63-1"));
   return v.get<int64_t>();
+}
+
+// The first string of `j` (a key or a value) that holds a control character, or null: names reach
+// error lines, and a newline in one would split the line. Iterative: a file may nest deeply.
+const std::string* ControlCharacterString(const nlohmann::json& root) {
+  auto bad = [](const std::string& s) {
+    return std::any_of(s.begin(), s.end(),
+                       [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  };
+  std::vector<const nlohmann::json*> todo = {&root};
+  while (!todo.empty()) {
+    const nlohmann::json& j = *todo.back();
+    todo.pop_back();
+    if (j.is_string() && bad(j.get_ref<const std::string&>()))
+      return &j.get_ref<const std::string&>();
+    if (j.is_object()) {
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        if (bad(it.key())) return &it.key();
+        todo.push_back(&it.value());
+      }
+    } else if (j.is_array()) {
+      for (const auto& e : j) todo.push_back(&e);
+    }
+  }
+  return nullptr;
 }
 
 // The "memory" section; what the JSON library cannot catch (type errors throw) is said here. The
@@ -175,6 +203,9 @@ StatusOr<Plan> ParsePlan(std::string_view text, const std::string& path) {
   if (j["version"] != Plan::kVersion)
     return Error("'" + path + "' is plan format version " + Shown(j["version"]) +
                  "; this foundry-run reads version " + std::to_string(Plan::kVersion) + fix);
+  if (const std::string* name = ControlCharacterString(j))
+    return Error("'" + path + "' is a damaged foundry plan (" + Shown(nlohmann::json(*name)) +
+                 " holds a control character; names never do)" + fix);
   Plan p;
   try {
     p.version = Plan::kVersion;

@@ -32,8 +32,10 @@ StatusOr<T> ReadWhole(const nlohmann::json& v, const std::string& what, T min, T
          (v.get<int64_t>() < 0 ||
           static_cast<uint64_t>(v.get<int64_t>()) <= static_cast<uint64_t>(max));
   if (!ok) {
-    std::string shown =
-        v.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
+    std::string shown = v.is_array()    ? "an array"
+                        : v.is_object() ? "an object"
+                                        : v.dump(-1, ' ', /*ensure_ascii=*/true,
+                                                 nlohmann::json::error_handler_t::replace);
     if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
     return Error(what + " is " + shown + ", not a whole number from " + std::to_string(min) +
                  " to " + std::to_string(max));

@@ -254,6 +254,22 @@ TEST_F(BadPlanTest, PlanIntegersAreCheckedBeforeConversion) {
                                kFix);
 }
 
+// A name with a control character in a plan is refused before it can reach (and split) an error
+// line; the error shows it escaped.
+TEST_F(BadPlanTest, NamesWithControlCharactersAreRefused) {
+  std::string path = EditedPlan("ctl.plan", [](nlohmann::json& p) {
+    p["parameters"].push_back("w\nfoundry-run: error: fake");
+  });
+  ExpectCleanError({path}, Damaged(path,
+                                   "\"w\\nfoundry-run: error: fake\" holds a control character; "
+                                   "names never do"));
+  path = EditedPlan("ctl2.plan", [](nlohmann::json& p) {
+    p["memory"]["layouts"]["cpu"]["offsets"]["\x1b[31mred"] = 0;
+  });
+  ExpectCleanError({path},
+                   Damaged(path, "\"\\u001b[31mred\" holds a control character; names never do"));
+}
+
 // Issue 19, class 8: the integers of a save's state.json likewise.
 TEST_F(BadPlanTest, StateIntegersAreCheckedBeforeConversion) {
   ExecResult r = Exec(kRun, {Path("mpt"), "--steps", "1", "--save", Path("st")});
