@@ -18,6 +18,7 @@
 #include "compiler/onnx_import.h"
 #include "compiler/op_schema.h"
 #include "compiler/plan.h"
+#include "compiler/text.h"
 #include "kernels/cpu/kernel.h"
 #include "passes/memory_plan.h"
 #include "runtime/loaded_plan.h"
@@ -166,6 +167,29 @@ TEST_F(BadPlanTest, SwappedGradientsAreRefused) {
       {plan, "--steps", "3"},
       Damaged(plan, "the gradient of parameter '" + a + "' is '" + b + "_grad', not '" + a +
                         "_grad', the gradient foundry-compile computes for it"));
+}
+
+// The rule LoadPlan checks holds for every compile: a model that already has a value named like a
+// gradient ('b_grad', computed in the forward pass), with b's gradient passed through by Add's
+// rule, gets b's gradient named 'b_grad_1' (autodiff adds an Identity), and the plan loads.
+TEST_F(BadPlanTest, GradientNamesHoldWhenTheModelUsesTheName) {
+  auto g = ParseGraph(R"(graph clash opset=17 {
+  input x : f32[2]
+  param b : f32[2] = [0.5, -0.5]
+  const axes : i64[1] = [0]
+  z : f32[2] = Add(x, b)
+  b_grad : f32[2] = Relu(z)
+  loss : f32[] = ReduceSum(b_grad, axes) {keepdims=0}
+  output loss
+})");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_TRUE(ExportOnnx(*g, Path("clash.onnx")).ok());
+  ExecResult r = Exec(kCompile, {Path("clash.onnx"), "-o", Path("clash")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json plan = nlohmann::json::parse(ReadWholeFile(Path("clash.plan")));
+  EXPECT_EQ(plan["gradients"], nlohmann::json::parse(R"({"b": "b_grad_1"})"));
+  auto lp = LoadPlan(Path("clash"));
+  EXPECT_TRUE(lp.ok()) << lp.status().message();
 }
 
 // Issue 19, class 7: SoftmaxCrossEntropyLoss with reduction='junk' ran with loss 0.0000. Every
