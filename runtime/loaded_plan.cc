@@ -111,14 +111,14 @@ Status CheckPlan(const Plan& plan, const Graph& g, const std::string& plan_path)
                      plan.graph_file + "'");
     auto it = plan.gradients.find(p);
     if (it == plan.gradients.end()) return damaged("no gradient for parameter '" + p + "'");
+    if (!is_output(it->second))
+      return damaged("the gradient '" + it->second + "' of parameter '" + p +
+                     "' is not an output of the graph '" + plan.graph_file + "'");
     // Autodiff names the gradient after its parameter: a plan that pairs them otherwise (two
     // gradients swapped between parameters of one shape) would train each by the other's.
     if (!IsGradNameOf(it->second, p))
       return damaged("the gradient of parameter '" + p + "' is '" + it->second + "', not '" + p +
                      "_grad', the gradient foundry-compile computes for it");
-    if (!is_output(it->second))
-      return damaged("the gradient '" + it->second + "' of parameter '" + p +
-                     "' is not an output of the graph '" + plan.graph_file + "'");
     const Value* pv = g.FindValue(p);
     const Value* gv = g.FindValue(it->second);
     if (pv && gv && pv->ShapeKnown() && gv->ShapeKnown() &&
