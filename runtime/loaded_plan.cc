@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <unordered_set>
 
+#include "base/quote.h"
 #include "compiler/memory_plan.h"
 #include "compiler/onnx_import.h"
 #include "compiler/op_schema.h"
@@ -55,29 +56,30 @@ Status CheckTypesByInference(Graph& g, const std::string& graph_file) {
   for (const Node& n : g.nodes) {
     for (const auto& in : n.inputs)
       if (!in.empty() && !defined.count(in))
-        return Error(n.Describe() + " in '" + graph_file + "' reads '" + in +
-                     "' before any node computes it");
+        return Error(n.Describe() + " in " + QuoteName(graph_file) + " reads " + QuoteName(in) +
+                     " before any node computes it");
     StatusOr<std::vector<TypeInfo>> types = InferNodeTypes(g, n);
     if (!types.ok()) return types.status();
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       const std::string& out = n.outputs[i];
       if (out.empty()) continue;
       if (!defined.insert(out).second)
-        return Error("value '" + out + "' is computed again by " + n.Describe() + " in '" +
-                     graph_file + "'");
+        return Error("value " + QuoteName(out) + " is computed again by " + n.Describe() + " in " +
+                     QuoteName(graph_file));
       const TypeInfo& t = (*types)[i];
       Value inferred;
       inferred.dtype = t.dtype;
       inferred.shape = t.shape;
       inferred.rank_known = t.rank_known;
       if (t.dtype == DType::kUndefined || !inferred.ShapeKnown())
-        return Error("the type of value '" + out + "' of " + n.Describe() + " in '" + graph_file +
-                     "' does not follow from its inputs (inference gives " + inferred.TypeString() +
-                     ")");
+        return Error("the type of value " + QuoteName(out) + " of " + n.Describe() + " in " +
+                     QuoteName(graph_file) + " does not follow from its inputs (inference gives " +
+                     inferred.TypeString() + ")");
       Value& v = g.GetOrAddValue(out);
       if (DeclaredDiffers(v, t))
-        return Error("value '" + out + "' of " + n.Describe() + " is declared " + v.TypeString() +
-                     " in '" + graph_file + "' but its inputs give " + inferred.TypeString());
+        return Error("value " + QuoteName(out) + " of " + n.Describe() + " is declared " +
+                     EscapeName(v.TypeString()) + " in " + QuoteName(graph_file) +
+                     " but its inputs give " + inferred.TypeString());
       v.dtype = t.dtype;
       v.rank_known = true;
       v.shape = t.shape;
@@ -99,12 +101,12 @@ Status CheckPlan(const Plan& plan, const Graph& g, const std::string& plan_path)
                    plan.graph_file + "'");
   if (const Value* loss = g.FindValue(plan.loss);
       loss && loss->ShapeKnown() && (!IsFloat(loss->dtype) || NumElements(loss->shape) != 1))
-    return damaged("the loss '" + plan.loss + "' is " + loss->TypeString() +
+    return damaged("the loss '" + plan.loss + "' is " + EscapeName(loss->TypeString()) +
                    ", not a float scalar");
   for (const auto& in : plan.inputs)
     if (std::find(g.inputs.begin(), g.inputs.end(), in) == g.inputs.end())
       return damaged("input '" + in + "' is not among the inputs of '" + plan.graph_file +
-                     "': " + JoinNames(g.inputs));
+                     "': " + EscapeName(JoinNames(g.inputs)));
   for (const auto& p : plan.parameters) {
     if (!g.IsInitializer(p))
       return damaged("parameter '" + p + "' is not an initializer of the graph '" +
@@ -123,19 +125,21 @@ Status CheckPlan(const Plan& plan, const Graph& g, const std::string& plan_path)
     const Value* gv = g.FindValue(it->second);
     if (pv && gv && pv->ShapeKnown() && gv->ShapeKnown() &&
         (pv->dtype != gv->dtype || pv->shape != gv->shape))
-      return damaged("the gradient '" + it->second + "' is " + gv->TypeString() +
-                     " but parameter '" + p + "' is " + pv->TypeString());
+      return damaged("the gradient '" + it->second + "' is " + EscapeName(gv->TypeString()) +
+                     " but parameter '" + p + "' is " + EscapeName(pv->TypeString()));
   }
   for (const auto& [input, axes] : plan.input_dims) {
     const Value* v = g.FindValue(input);
     if (!v || !v->ShapeKnown()) continue;
     if (v->shape.size() != axes.size())
-      return damaged("input '" + input + "' is " + v->TypeString() + " in the graph but has " +
-                     std::to_string(axes.size()) + " axes in input_dims");
+      return damaged("input '" + input + "' is " + EscapeName(v->TypeString()) +
+                     " in the graph but has " + std::to_string(axes.size()) +
+                     " axes in input_dims");
     for (size_t i = 0; i < axes.size(); ++i)
       if (!axes[i].empty() && plan.dims.at(axes[i]) != v->shape[i])
         return damaged("dims gives '" + axes[i] + "' = " + std::to_string(plan.dims.at(axes[i])) +
-                       " but input '" + input + "' is " + v->TypeString() + " in the graph");
+                       " but input '" + input + "' is " + EscapeName(v->TypeString()) +
+                       " in the graph");
   }
   return Status::Ok();
 }

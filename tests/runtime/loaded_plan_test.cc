@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "compiler/memory_plan.h"
 #include "compiler/text.h"
 #include "passes/autodiff.h"
 
@@ -90,6 +91,31 @@ TEST(CheckTypesByInferenceTest, AttributesAreValidated) {
   EXPECT_EQ(st.message(),
             "SoftmaxCrossEntropyLoss node 'ce': reduction must be \"mean\", \"sum\" or \"none\", "
             "got \"junk\"");
+}
+
+// plan_load_fuzz finding: a graph node named with a newline (the importer keeps such names) made
+// CheckMemoryPlan's schedule error two lines; names from files are escaped in its messages.
+TEST(CheckTypesByInferenceTest, NamesFromTheGraphAreEscapedInMemoryPlanErrors) {
+  Graph g = Parse(R"(graph t opset=17 {
+  input x : f32[2]
+  y : f32[2] = Relu(x) #"r"
+  output y
+})");
+  g.nodes[0].name = "r\nfoundry-run: error: fake";
+  MemoryPlan m;
+  m.schedule = {"other"};
+  Status st = CheckMemoryPlan(g, m);
+  EXPECT_EQ(st.message(),
+            "memory plan: step 0 of the schedule is 'other'; the graph runs "
+            "'r\\x0afoundry-run: error: fake' there");
+  // And in the loader's own messages.
+  g.GetOrAddValue("y").shape = {3};
+  g.nodes[0].outputs = {"y\x1b"};
+  g.GetOrAddValue("y\x1b") = *g.FindValue("y");
+  st = CheckTypesByInference(g, "t.train.onnx");
+  EXPECT_EQ(st.message(),
+            "value 'y\\x1b' of Relu node 'r\\x0afoundry-run: error: fake' is declared f32[3] in "
+            "'t.train.onnx' but its inputs give f32[2]");
 }
 
 // The naming rule LoadPlan checks gradients by (runtime/loaded_plan.cc repeats it).
