@@ -225,8 +225,7 @@ StatusOr<Types> InferGelu(const InferContext& ctx) {
 StatusOr<Types> InferFastGelu(const InferContext& ctx) {
   const std::string form = ctx.node.GetString("form", "torch_tanh");
   if (form != "torch_tanh" && form != "gelu_new")
-    return ctx.Fail("attribute 'form' must be \"torch_tanh\" or \"gelu_new\", got \"" + form +
-                    "\"");
+    return ctx.Fail("unknown form '" + form + "' (expected \"torch_tanh\" or \"gelu_new\")");
   RETURN_IF_ERROR(CheckType(ctx, 0, kFloatTypes));
   return Types{SameAs(ctx.input(0))};
 }

@@ -222,8 +222,8 @@ TEST_F(BadPlanTest, AttributeOutsideItsSchemaIsRefused) {
   StatusOr<std::vector<TypeInfo>> t = InferNodeTypes(f, gelu);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().message(),
-            "FastGelu node 'bad_gelu': attribute 'form' must be \"torch_tanh\" or \"gelu_new\", "
-            "got \"cubic\"");
+            "FastGelu node 'bad_gelu': unknown form 'cubic' (expected \"torch_tanh\" or "
+            "\"gelu_new\")");
 }
 
 // Issue 19, class 8: integers of a plan are integers in range before they are converted
