@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/quote.h"
 #include "compiler/memory_liveness.h"
 #include "compiler/op_schema.h"
 #include "compiler/phase.h"
@@ -14,7 +15,8 @@ namespace foundry {
 
 namespace {
 
-std::string Q(const std::string& s) { return "'" + s + "'"; }
+// A name from a file, quoted; control characters escaped (a newline would split the error line).
+std::string Q(const std::string& s) { return QuoteName(s); }
 
 // The checks that do not depend on a layout: the schedule, each alias against the rules, and no
 // value of a buffer read after an in-place write replaced its bytes.

@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -72,6 +74,56 @@ Status WritePlan(const Plan& plan, const std::string& path) {
 
 namespace {
 
+// A JSON value as the error shows it: its JSON text, at most 40 characters of it (a 10 MB string
+// is not copied into a message; control characters are escaped by the JSON writer).
+std::string Shown(const nlohmann::json& v) {
+  if (v.is_array()) return "an array";  // not dumped: dump() recurses, and a file may nest deeply
+  if (v.is_object()) return "an object";
+  std::string s = v.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
+// An integer field of the plan. The JSON library converts a float or an out-of-range number to
+// int64 without a check (1e19 is undefined behaviour), so the kind and range are checked first: a
+// float, a string, a number below `min` or above 2^63-1 is an error naming the field.
+StatusOr<int64_t> ReadInt(const nlohmann::json& v, const std::string& what, int64_t min) {
+  bool ok = false;
+  if (v.is_number_unsigned())
+    ok = v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX) && v.get<int64_t>() >= min;
+  else if (v.is_number_integer())
+    ok = v.get<int64_t>() >= min;
+  if (!ok)
+    return Error(what + " is " + Shown(v) + ", not a whole number " +
+                 (min == INT64_MIN ? std::string("of 64 bits")
+                                   : "from " + std::to_string(min) + " to 2^63-1"));
+  return v.get<int64_t>();
+}
+
+// The first string of `j` (a key or a value) that holds a control character, or null: names reach
+// error lines, and a newline in one would split the line. Iterative: a file may nest deeply.
+const std::string* ControlCharacterString(const nlohmann::json& root) {
+  auto bad = [](const std::string& s) {
+    return std::any_of(s.begin(), s.end(),
+                       [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  };
+  std::vector<const nlohmann::json*> todo = {&root};
+  while (!todo.empty()) {
+    const nlohmann::json& j = *todo.back();
+    todo.pop_back();
+    if (j.is_string() && bad(j.get_ref<const std::string&>()))
+      return &j.get_ref<const std::string&>();
+    if (j.is_object()) {
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        if (bad(it.key())) return &it.key();
+        todo.push_back(&it.value());
+      }
+    } else if (j.is_array()) {
+      for (const auto& e : j) todo.push_back(&e);
+    }
+  }
+  return nullptr;
+}
+
 // The "memory" section; what the JSON library cannot catch (type errors throw) is said here. The
 // returned message is the part in parentheses of ReadPlan's "damaged" error.
 Status ReadMemorySection(const nlohmann::json& j, MemoryPlan& m) {
@@ -96,10 +148,16 @@ Status ReadMemorySection(const nlohmann::json& j, MemoryPlan& m) {
   for (const auto& [backend, lj] : j.at("layouts").items()) {
     BackendLayout l;
     l.backend = backend;
-    l.arena_bytes = lj.at("arena_bytes").get<int64_t>();
-    l.lower_bound_bytes = lj.at("lower_bound_bytes").get<int64_t>();
-    l.peak_step = lj.at("peak_step").get<int64_t>();
-    l.offsets = lj.at("offsets").get<std::map<std::string, int64_t>>();
+    const std::string in = "layout '" + backend + "': ";
+    ASSIGN_OR_RETURN(l.arena_bytes, ReadInt(lj.at("arena_bytes"), in + "arena_bytes", 0));
+    ASSIGN_OR_RETURN(l.lower_bound_bytes,
+                     ReadInt(lj.at("lower_bound_bytes"), in + "lower_bound_bytes", 0));
+    ASSIGN_OR_RETURN(l.peak_step, ReadInt(lj.at("peak_step"), in + "peak_step", -1));
+    const nlohmann::json& offsets = lj.at("offsets");
+    if (!offsets.is_object()) return Error(in + "offsets is not an object");
+    for (const auto& [value, off] : offsets.items()) {
+      ASSIGN_OR_RETURN(l.offsets[value], ReadInt(off, in + "the offset of '" + value + "'", 0));
+    }
     l.workspace_bytes.assign(m.schedule.size(), 0);
     l.workspace_offsets.assign(m.schedule.size(), -1);
     for (const auto& [node, w] : lj.at("workspace").items()) {
@@ -107,17 +165,19 @@ Status ReadMemorySection(const nlohmann::json& j, MemoryPlan& m) {
       if (it == step.end())
         return Error("layout '" + backend + "' gives workspace to '" + node +
                      "', which is not a scheduled node");
-      const auto pair = w.get<std::vector<int64_t>>();
-      if (pair.size() != 2)
+      if (!w.is_array() || w.size() != 2)
         return Error("layout '" + backend + "': the workspace of '" + node +
                      "' is not [offset, bytes]");
-      l.workspace_offsets[it->second] = pair[0];
-      l.workspace_bytes[it->second] = pair[1];
+      const std::string of = in + "the workspace of '" + node + "': ";
+      ASSIGN_OR_RETURN(l.workspace_offsets[it->second], ReadInt(w[0], of + "offset", 0));
+      ASSIGN_OR_RETURN(l.workspace_bytes[it->second], ReadInt(w[1], of + "bytes", 0));
     }
     m.layouts.push_back(std::move(l));
   }
-  for (MemoryClass c : kOutsideClasses)
-    m.outside[c] = j.at(std::string(MemoryClassName(c)) + "_bytes").get<int64_t>();
+  for (MemoryClass c : kOutsideClasses) {
+    const std::string key = std::string(MemoryClassName(c)) + "_bytes";
+    ASSIGN_OR_RETURN(m.outside[c], ReadInt(j.at(key), key, 0));
+  }
   return Status::Ok();
 }
 
@@ -130,20 +190,26 @@ StatusOr<Plan> ReadPlan(const std::string& path) {
                  "; create it with foundry-compile MODEL.onnx -o PREFIX");
   std::stringstream ss;
   ss << in.rdbuf();
+  return ParsePlan(ss.str(), path);
+}
+
+StatusOr<Plan> ParsePlan(std::string_view text, const std::string& path) {
   const std::string fix = "; recompile it with foundry-compile MODEL.onnx -o PREFIX";
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("format") || j["format"] != "foundry-plan")
     return Error("'" + path + "' is not a foundry plan (not the JSON foundry-compile writes)" +
                  fix);
   if (!j.contains("version") || !j["version"].is_number_integer())
     return Error("'" + path + "' has no plan format version" + fix);
-  int version = j["version"].get<int>();
-  if (version != Plan::kVersion)
-    return Error("'" + path + "' is plan format version " + std::to_string(version) +
+  if (j["version"] != Plan::kVersion)
+    return Error("'" + path + "' is plan format version " + Shown(j["version"]) +
                  "; this foundry-run reads version " + std::to_string(Plan::kVersion) + fix);
+  if (const std::string* name = ControlCharacterString(j))
+    return Error("'" + path + "' is a damaged foundry plan (" + Shown(nlohmann::json(*name)) +
+                 " holds a control character; names never do)" + fix);
   Plan p;
   try {
-    p.version = version;
+    p.version = Plan::kVersion;
     p.graph_file = j.at("graph_file").get<std::string>();
     if (j.contains("graph_digest")) p.graph_digest = j.at("graph_digest").get<std::string>();
     p.source_model = j.at("source_model").get<std::string>();
@@ -152,7 +218,16 @@ StatusOr<Plan> ReadPlan(const std::string& path) {
     p.inputs = j.at("inputs").get<std::vector<std::string>>();
     p.parameters = j.at("parameters").get<std::vector<std::string>>();
     p.gradients = j.at("gradients").get<std::map<std::string, std::string>>();
-    p.dims = j.at("dims").get<std::map<std::string, int64_t>>();
+    const nlohmann::json& dims = j.at("dims");
+    if (!dims.is_object())
+      return Error("'" + path + "' is a damaged foundry plan (dims is not an object)" + fix);
+    for (const auto& [name, value] : dims.items()) {
+      StatusOr<int64_t> d = ReadInt(value, "dimension '" + name + "'", INT64_MIN);
+      if (!d.ok())
+        return Error("'" + path + "' is a damaged foundry plan (" + d.status().message() + ")" +
+                     fix);
+      p.dims[name] = *d;
+    }
     if (j.contains("input_dims"))
       p.input_dims = j.at("input_dims").get<std::map<std::string, std::vector<std::string>>>();
     Status memory = ReadMemorySection(j.at("memory"), p.memory);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/output_set.h"
@@ -55,6 +56,8 @@ Status WritePlan(const Plan& plan, const std::string& path);
 // section is well-formed (alias kinds known, schedule nodes unique, workspace names scheduled
 // nodes). A plan of another format version is refused with a "recompile" message.
 StatusOr<Plan> ReadPlan(const std::string& path);
+// The same checks on the text of a plan file; `path` names it in errors.
+StatusOr<Plan> ParsePlan(std::string_view text, const std::string& path);
 
 // ---- foundry-compile's outputs -------------------------------------------------------------
 

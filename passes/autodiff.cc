@@ -391,17 +391,20 @@ StatusOr<bool> AutodiffPass::Run(Graph& g) {
       v.rank_known = true;
       v.data = std::make_shared<const Tensor>(std::move(zero));
       g.initializers.push_back(gname);
-    } else if (gname != GradName(p) && !g.FindValue(GradName(p))) {
-      // A rule passed another value through (dB of an Add whose shapes match): name it anyway.
+    } else if (!IsGradNameOf(gname, p)) {
+      // A rule passed another value through (dB of an Add whose shapes match): name it anyway,
+      // so that every parameter's gradient is named after it (foundry-run checks the plan's
+      // pairs by this name: runtime/loaded_plan.cc).
+      const std::string name = g.UniqueValueName(GradName(p));
       Node id;
       id.op_type = "Identity";
-      id.name = g.UniqueNodeName(GradName(p) + "/Identity");
+      id.name = g.UniqueNodeName(name + "/Identity");
       id.inputs = {gname};
-      id.outputs = {GradName(p)};
-      g.GetOrAddValue(GradName(p));
+      id.outputs = {name};
+      g.GetOrAddValue(name);
       RETURN_IF_ERROR(InferAndSetTypes(g, id));
       backward.push_back(std::move(id));
-      gname = GradName(p);
+      gname = name;
     }
     outputs.push_back(gname);
   }

@@ -78,4 +78,18 @@ Status CheckGradientShapes(const Graph& graph);
 // The name of the gradient of `value` in a training graph ("<value>_grad").
 inline std::string GradName(const std::string& value) { return value + "_grad"; }
 
+// Whether `name` is a name autodiff gives the gradient of parameter `p`: GradName(p), or
+// GradName(p) + "_<n>" when the model already had a value of that name. Every parameter's
+// gradient output has such a name; foundry-run refuses a plan that pairs them otherwise
+// (runtime/loaded_plan.cc repeats the rule: the runtime does not link the passes).
+inline bool IsGradNameOf(const std::string& name, const std::string& p) {
+  const std::string base = GradName(p);
+  if (name == base) return true;
+  if (name.size() <= base.size() + 1 || name.compare(0, base.size() + 1, base + "_") != 0)
+    return false;
+  for (size_t i = base.size() + 1; i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9') return false;
+  return true;
+}
+
 }  // namespace foundry

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "base/quote.h"
 #include "runtime/interpreter.h"
 #include "runtime/messages.h"
 
@@ -35,15 +36,15 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
   auto type_of = [&](const std::string& name) -> StatusOr<const Value*> {
     const Value* v = graph.FindValue(name);
     if (!v || !v->ShapeKnown())
-      return Error("value '" + name +
-                   "' has no concrete shape; bind symbolic dimensions with --dim");
+      return Error("value " + QuoteName(name) +
+                   " has no concrete shape; bind symbolic dimensions with --dim");
     return v;
   };
   auto region_view = [&](const std::string& name, MemoryClass c,
                          const std::string& what) -> Status {
     ASSIGN_OR_RETURN(const Value* v, type_of(name));
     ASSIGN_OR_RETURN(int64_t bytes, CheckTensorSize(v->dtype, v->shape));
-    ASSIGN_OR_RETURN(Region r, backend.Allocate(bytes, c, what + " '" + name + "'"));
+    ASSIGN_OR_RETURN(Region r, backend.Allocate(bytes, c, what + " " + QuoteName(name)));
     e->views_[name] = Tensor::View(v->dtype, v->shape, r.data());
     e->regions_.push_back(std::move(r));
     return Status::Ok();
@@ -60,12 +61,12 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
   // Parameters: the caller's tensors.
   for (const auto& name : graph.parameters)
     if (!parameters.count(name) || !parameters.at(name))
-      return Error("parameter '" + name + "' has no tensor bound to it");
+      return Error("parameter " + QuoteName(name) + " has no tensor bound to it");
   for (const auto& [name, tensor] : parameters) {
     ASSIGN_OR_RETURN(const Value* v, type_of(name));
     Tensor& t = *tensor;
     if (t.dtype() != v->dtype || t.shape() != v->shape)
-      return Error("parameter '" + name + "' is " + TypeOf(t.dtype(), t.shape()) +
+      return Error("parameter " + QuoteName(name) + " is " + TypeOf(t.dtype(), t.shape()) +
                    " but the graph has " + v->TypeString());
     e->views_[name] = Tensor::View(t.dtype(), t.shape(), t.raw());
   }
@@ -84,16 +85,17 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
           Tensor::View(v.data->dtype(), v.data->shape(), const_cast<void*>(v.data->raw()));
       continue;
     }
-    ASSIGN_OR_RETURN(Region r, backend.Allocate(static_cast<int64_t>(v.data->nbytes()),
-                                                MemoryClass::kConstant, "constant '" + name + "'"));
+    ASSIGN_OR_RETURN(
+        Region r, backend.Allocate(static_cast<int64_t>(v.data->nbytes()), MemoryClass::kConstant,
+                                   "constant " + QuoteName(name)));
     e->views_[name] = Tensor::View(v.data->dtype(), v.data->shape(), r.data());
     e->regions_.push_back(std::move(r));
     RETURN_IF_ERROR(backend.CopyIn(*v.data, e->views_.at(name)));
   }
   for (const auto& name : graph.initializers)
     if (!e->views_.count(name))
-      return Error("initializer '" + name +
-                   "' has no data and is not a trained parameter; export the model with its "
+      return Error("initializer " + QuoteName(name) +
+                   " has no data and is not a trained parameter; export the model with its "
                    "buffers");
   // Graph outputs: storage of their own (a constant output gets its value once, here).
   for (const auto& name : graph.outputs) {
@@ -106,8 +108,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     }
     const Value* v = graph.FindValue(name);
     if (!v || !v->data)
-      return Error("graph output '" + name +
-                   "' is neither computed by a node nor a constant; the planned executor cannot "
+      return Error("graph output " + QuoteName(name) +
+                   " is neither computed by a node nor a constant; the planned executor cannot "
                    "produce it");
     Tensor source =
         Tensor::View(v->data->dtype(), v->data->shape(), const_cast<void*>(v->data->raw()));
@@ -128,8 +130,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
       if (NumElements(v->shape) > 0) {
         auto off = layout.offsets.find(name);
         if (off == layout.offsets.end())
-          return Error("value '" + name + "' of " + n.Describe() + " has no offset in the " +
-                       layout.backend + " arena; recompile the plan");
+          return Error("value " + QuoteName(name) + " of " + n.Describe() +
+                       " has no offset in the " + layout.backend + " arena; recompile the plan");
         data += off->second;
       }
       e->views_[name] = Tensor::View(v->dtype, v->shape, data);
@@ -139,8 +141,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     const std::string& owner = e->plan_.alias.at(name).owner;
     auto it = e->views_.find(owner);
     if (it == e->views_.end())
-      return Error("value '" + name + "' is an alias of '" + owner +
-                   "', which has no storage; recompile the plan");
+      return Error("value " + QuoteName(name) + " is an alias of " + QuoteName(owner) +
+                   ", which has no storage; recompile the plan");
     ASSIGN_OR_RETURN(const Value* v, type_of(name));
     e->views_[name] = Tensor::View(v->dtype, v->shape, it->second.raw());
   }
@@ -160,7 +162,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
       }
       auto it = e->views_.find(in);
       if (it == e->views_.end())
-        return Error(n.Describe() + ": input '" + in + "' has no storage in the plan");
+        return Error(n.Describe() + ": input " + QuoteName(in) + " has no storage in the plan");
       s.inputs.push_back(&it->second);
     }
     for (const auto& out : n.outputs)

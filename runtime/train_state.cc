@@ -18,6 +18,31 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// An integer field of state.json, checked before the JSON library converts it: a float, a string
+// or a number outside [min, max] would otherwise convert without a check (1e30 to int64 is
+// undefined behaviour). Throws nothing; the message names the field and what it holds.
+template <typename T>
+StatusOr<T> ReadWhole(const nlohmann::json& v, const std::string& what, T min, T max) {
+  bool ok = false;
+  if (v.is_number_unsigned())
+    ok = v.get<uint64_t>() <= static_cast<uint64_t>(max) &&
+         (min <= 0 || v.get<uint64_t>() >= static_cast<uint64_t>(min));
+  else if (v.is_number_integer())
+    ok = v.get<int64_t>() >= static_cast<int64_t>(min) &&
+         (v.get<int64_t>() < 0 ||
+          static_cast<uint64_t>(v.get<int64_t>()) <= static_cast<uint64_t>(max));
+  if (!ok) {
+    std::string shown = v.is_array()    ? "an array"
+                        : v.is_object() ? "an object"
+                                        : v.dump(-1, ' ', /*ensure_ascii=*/true,
+                                                 nlohmann::json::error_handler_t::replace);
+    if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
+    return Error(what + " is " + shown + ", not a whole number from " + std::to_string(min) +
+                 " to " + std::to_string(max));
+  }
+  return v.get<T>();
+}
+
 }  // namespace
 
 std::string FileNameForValue(const std::string& name) {
@@ -51,9 +76,12 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
     return Error("--resume " + dir + ": '" + path + "' has state format version " +
                  (j.contains("version") ? j["version"].dump() : std::string("(none)")) +
                  "; this foundry-run reads 1");
+  const std::string damaged = "--resume " + dir + ": '" + path + "' is damaged (";
   TrainState s;
   try {
-    s.step = j.at("step").get<int64_t>();
+    StatusOr<int64_t> step = ReadWhole<int64_t>(j.at("step"), "step", INT64_MIN, INT64_MAX);
+    if (!step.ok()) return Error(damaged + step.status().message() + ")");
+    s.step = *step;
     s.plan_path = j.at("plan").get<std::string>();
     const auto& o = j.at("optimizer");
     auto kind = ParseOptimizerName(o.at("kind").get<std::string>());
@@ -65,19 +93,25 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
     s.optimizer.eps = o.at("eps").get<double>();
     s.optimizer.weight_decay = o.at("weight_decay").get<double>();
     s.optimizer.momentum = o.at("momentum").get<double>();
-    s.seed = j.at("seed").get<uint64_t>();
-    s.init_seed = j.at("init_seed").get<uint64_t>();
+    StatusOr<uint64_t> seed = ReadWhole<uint64_t>(j.at("seed"), "seed", 0, UINT64_MAX);
+    if (!seed.ok()) return Error(damaged + seed.status().message() + ")");
+    s.seed = *seed;
+    seed = ReadWhole<uint64_t>(j.at("init_seed"), "init_seed", 0, UINT64_MAX);
+    if (!seed.ok()) return Error(damaged + seed.status().message() + ")");
+    s.init_seed = *seed;
     const auto& d = j.at("data");
     s.feeds = d.at("feeds").get<std::vector<std::string>>();
     s.data_path = d.at("path").get<std::string>();
     auto dtype = ParseTokenDType(d.at("dtype").get<std::string>());
     if (!dtype.ok()) return dtype.status().Prepend("--resume " + dir + ": ");
     s.data_dtype = *dtype;
-    s.data_position = d.at("position").get<int64_t>();
+    StatusOr<int64_t> position =
+        ReadWhole<int64_t>(d.at("position"), "data position", INT64_MIN, INT64_MAX);
+    if (!position.ok()) return Error(damaged + position.status().message() + ")");
+    s.data_position = *position;
   } catch (const nlohmann::json::exception& e) {
     return Error("--resume " + dir + ": '" + path + "' is damaged (" + e.what() + ")");
   }
-  const std::string damaged = "--resume " + dir + ": '" + path + "' is damaged (";
   if (s.step < 0 || s.step == INT64_MAX)
     return Error(damaged + "step " + std::to_string(s.step) + " is out of range)");
   if (s.data_position < 0)

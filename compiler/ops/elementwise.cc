@@ -220,6 +220,16 @@ StatusOr<Types> InferGelu(const InferContext& ctx) {
   return Types{SameAs(ctx.input(0))};
 }
 
+// com.microsoft FastGelu, form "torch_tanh" (the default) or "gelu_new"
+// (kernels/cpu/elementwise.cc).
+StatusOr<Types> InferFastGelu(const InferContext& ctx) {
+  const std::string form = ctx.node.GetString("form", "torch_tanh");
+  if (form != "torch_tanh" && form != "gelu_new")
+    return ctx.Fail("unknown form '" + form + "' (expected \"torch_tanh\" or \"gelu_new\")");
+  RETURN_IF_ERROR(CheckType(ctx, 0, kFloatTypes));
+  return Types{SameAs(ctx.input(0))};
+}
+
 // com.microsoft DropoutGrad (dY, mask[, ratio, training_mode]) -> dX.
 StatusOr<Types> InferDropoutGrad(const InferContext& ctx) {
   RETURN_IF_ERROR(CheckType(ctx, 0, kFloatTypes));
@@ -277,7 +287,7 @@ void RegisterElementwiseSchemas(OpSchemaTable& table) {
   Add(table, "", "Gelu", 1, 1, InferGelu, 1, 1, {0});
 
   Add(table, "com.microsoft", "Gelu", 1, 1, UnaryOp(kFloatTypes), 1, 1, {0});
-  Add(table, "com.microsoft", "FastGelu", 1, 1, UnaryOp(kFloatTypes), 1, 1, {0});
+  Add(table, "com.microsoft", "FastGelu", 1, 1, InferFastGelu, 1, 1, {0});
   for (const char* op : {"GeluGrad", "FastGeluGrad", "ReluGrad", "SigmoidGrad", "TanhGrad"})
     Add(table, "com.microsoft", op, 2, 2, InferActivationGrad, 1, 1, {0, 1});
   Add(table, "com.microsoft", "DropoutGrad", 2, 4, InferDropoutGrad, 1, 1, {0});

@@ -48,6 +48,17 @@ Status UnsupportedType(const Node& n, DType t) {
   return Fail(n, "the cpu kernel does not support element type " + std::string(DTypeName(t)));
 }
 
+// The executor sizes every buffer from the graph's types, which LoadPlan re-infers from the inputs
+// (issue 19); a kernel that reads or writes by another tensor's size checks that the two agree,
+// so a disagreement is an error and never an access past the buffer.
+Status RequireLike(const Node& n, const Tensor& t, const char* what, const Tensor& like,
+                   const char* like_what) {
+  if (t.dtype() == like.dtype() && t.shape() == like.shape()) return Status::Ok();
+  return Error(n.Describe() + ": " + what + " is " + std::string(DTypeName(t.dtype())) +
+               ShapeToString(t.shape()) + ", not " + like_what + "'s " +
+               std::string(DTypeName(like.dtype())) + ShapeToString(like.shape()));
+}
+
 // Normalizes `axis` against `rank` with an error naming the node.
 StatusOr<int64_t> Axis(const Node& n, int64_t axis, int64_t rank) {
   auto a = NormalizeAxis(axis, rank);
@@ -188,8 +199,23 @@ template <class T>
 Status GemmTyped(const Node& node, const Tensor& A, const Tensor& B, const Tensor* C, Tensor& Y) {
   bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
   T alpha = node.GetFloat("alpha", 1.0f), beta = node.GetFloat("beta", 1.0f);
+  if (A.rank() != 2 || B.rank() != 2)
+    return Fail(node, "A " + ShapeToString(A.shape()) + " and B " + ShapeToString(B.shape()) +
+                          " are not matrices");
   int64_t m = ta ? A.shape()[1] : A.shape()[0], k = ta ? A.shape()[0] : A.shape()[1];
   int64_t n = tb ? B.shape()[0] : B.shape()[1];
+  if ((tb ? B.shape()[1] : B.shape()[0]) != k || Y.dtype() != A.dtype() || B.dtype() != A.dtype() ||
+      Y.shape() != Shape{m, n})
+    return Fail(node, "A " + ShapeToString(A.shape()) + ", B " + ShapeToString(B.shape()) +
+                          " and Y " + ShapeToString(Y.shape()) + " do not make a product");
+  if (C) {
+    Shape cs = C->shape();
+    while (cs.size() < 2) cs.insert(cs.begin(), 1);
+    if (C->dtype() != A.dtype() || cs.size() != 2 || (cs[0] != 1 && cs[0] != m) ||
+        (cs[1] != 1 && cs[1] != n))
+      return Fail(node, "C " + ShapeToString(C->shape()) + " does not broadcast to [" +
+                            std::to_string(m) + "," + std::to_string(n) + "]");
+  }
   T* y = Y.data<T>();
   bool use_c = C != nullptr && beta != T(0);
   if (use_c) {
@@ -230,6 +256,7 @@ void ForEachLane(const AxisLayout& l, F f) {
 template <class T, bool kLog>
 Status SoftmaxTyped(const Node& node, const Tensor& X, Tensor& Y, const KernelContext& ctx) {
   ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), X.rank()));
+  RETURN_IF_ERROR(RequireLike(node, Y, "Y", X, "X"));
   const T* x = X.data<T>();
   T* y = Y.data<T>();
   double* e = WorkspaceArray<double>(ctx);
@@ -276,6 +303,8 @@ int64_t SoftmaxWorkspace(const Node& node, std::span<const OperandType> in,
 template <class T, bool kLog>
 Status SoftmaxGradTyped(const Node& node, const Tensor& DY, const Tensor& Y, Tensor& DX) {
   ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), Y.rank()));
+  RETURN_IF_ERROR(RequireLike(node, DY, "dY", Y, "Y"));
+  RETURN_IF_ERROR(RequireLike(node, DX, "dX", Y, "Y"));
   const T* dy = DY.data<T>();
   const T* y = Y.data<T>();
   T* dx = DX.data<T>();
@@ -600,6 +629,7 @@ Status LayerNormKernel(const Node& node, std::span<const Tensor* const> in,
   const Tensor* bias_t = in.size() > 2 ? in[2] : nullptr;
   RETURN_IF_ERROR(CheckParam(node, in[1], "scale", cols));
   RETURN_IF_ERROR(CheckParam(node, bias_t, "bias", cols));
+  RETURN_IF_ERROR(RequireLike(node, *out[0], "Y", X, "X"));
   double eps = node.GetFloat("epsilon", 1e-5f);
   const float* x = X.data<float>();
   const float* scale = in[1]->data<float>();
@@ -648,6 +678,13 @@ Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
   const Tensor* inv_t = simplified ? in[3] : in[4];
   if ((mean_t && mean_t->numel() != rows) || inv_t->numel() != rows)
     return Fail(node, "the saved statistics need " + std::to_string(rows) + " elements");
+  // dY is read and dX written as X's rows x cols: neither may be smaller (issue 19: a graph that
+  // declared dX [2,16,1] had this kernel write 7.9 KB past the arena; LoadPlan now re-infers it).
+  for (const Tensor* t : {in[0], static_cast<const Tensor*>(out[0])})
+    if (t->dtype() != DType::kFloat32 || t->shape() != X.shape())
+      return Fail(node, std::string(t == in[0] ? "dY is " : "dX was allocated as ") +
+                            std::string(DTypeName(t->dtype())) + ShapeToString(t->shape()) +
+                            ", not X's f32" + ShapeToString(X.shape()));
   const float* dy = in[0]->data<float>();
   const float* x = X.data<float>();
   const float* scale = in[2]->data<float>();
@@ -707,6 +744,7 @@ Status SimplifiedLayerNormKernel(const Node& node, std::span<const Tensor* const
   ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), X.rank()));
   auto [rows, cols] = SplitAt(X.shape(), axis);
   RETURN_IF_ERROR(CheckParam(node, in[1], "scale", cols));
+  RETURN_IF_ERROR(RequireLike(node, *out[0], "Y", X, "X"));
   float eps = node.GetFloat("epsilon", 1e-5f);
   const float* x = X.data<float>();
   const float* w = in[1]->data<float>();
@@ -792,6 +830,11 @@ Status SoftmaxCrossEntropyKernel(const Node& node, std::span<const Tensor* const
   const float* s = S.data<float>();
   float* log_prob =
       out.size() > 1 && out[1]->numel() == S.numel() ? out[1]->data<float>() : nullptr;
+  if (out[0]->dtype() != DType::kFloat32 ||
+      out[0]->numel() != (reduction == "none" ? l.n * l.inner : 1))
+    return Fail(node, "the loss was allocated as " + std::string(DTypeName(out[0]->dtype())) +
+                          ShapeToString(out[0]->shape()) + ", not f32 with " +
+                          std::to_string(reduction == "none" ? l.n * l.inner : 1) + " elements");
   float* loss = out[0]->data<float>();
   double total = 0, weight_sum = 0;
   for (int64_t n = 0; n < l.n; ++n) {
@@ -834,6 +877,12 @@ Status SoftmaxCrossEntropyGradKernel(const Node& node, std::span<const Tensor* c
   ASSIGN_OR_RETURN(CeTargets target, CheckCeTargets(node, *in[2], l.c));
   const float* w = in.size() > 3 && in[3] ? in[3]->data<float>() : nullptr;
   std::string reduction = node.GetString("reduction", "mean");
+  RETURN_IF_ERROR(RequireLike(node, *out[0], "dScores", LP, "log_prob"));
+  if (in[0]->dtype() != DType::kFloat32 ||
+      in[0]->numel() != (reduction == "none" ? l.n * l.inner : 1))
+    return Fail(node, "dY is " + std::string(DTypeName(in[0]->dtype())) +
+                          ShapeToString(in[0]->shape()) + ", not f32 with " +
+                          std::to_string(reduction == "none" ? l.n * l.inner : 1) + " elements");
   const float* dy = in[0]->data<float>();
   const float* lp = LP.data<float>();
   float* ds = out[0]->data<float>();

@@ -149,7 +149,14 @@ TEST_F(PlanFileTest, DamagedMemorySections) {
   });
   EXPECT_NE(ReadError().find("' is scheduled twice)"), std::string::npos) << ReadError();
   WriteEdited([](nlohmann::json& j) { j["memory"]["layouts"]["cpu"]["arena_bytes"] = "big"; });
-  EXPECT_NE(ReadError().find("' is a damaged foundry plan ([json.exception.type_error.302]"),
+  EXPECT_NE(ReadError().find("' is a damaged foundry plan (layout 'cpu': arena_bytes is \"big\", "
+                             "not a whole number from 0 to 2^63-1)"),
+            std::string::npos)
+      << ReadError();
+  // A float is never converted to an integer (1e19 overflows int64: undefined behaviour).
+  WriteEdited([](nlohmann::json& j) { j["memory"]["layouts"]["cpu"]["arena_bytes"] = 1e19; });
+  EXPECT_NE(ReadError().find("(layout 'cpu': arena_bytes is 1e+19, not a whole number from 0 to "
+                             "2^63-1)"),
             std::string::npos)
       << ReadError();
 }

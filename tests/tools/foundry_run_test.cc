@@ -339,7 +339,8 @@ TEST_F(FoundryRunTest, HandEditedPlansAreChecked) {
       {[](J& p) {
          p["gradients"] = {{"w", "b_grad"}, {"b", "w_grad"}};
        },
-       "the gradient 'b_grad' is f32[2] but parameter 'w' is f32[4,2]"},
+       "the gradient of parameter 'w' is 'b_grad', not 'w_grad', the gradient foundry-compile "
+       "computes for it"},
       {[](J& p) {
          p["gradients"] = {{"w", "w_grad"}, {"b", "w_grad"}};
        },
