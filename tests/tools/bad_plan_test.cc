@@ -142,6 +142,10 @@ TEST_F(BadPlanTest, ValueInfoThatShrinksAKernelOutputIsRefused) {
   ASSERT_TRUE(cpu.offsets.count(dx)) << dx << " is not an arena buffer";
   cpu.offsets[dx] = cpu.arena_bytes;
   cpu.arena_bytes += kArenaAlignment;
+  // The editor names the edited graph's digest too (the plan says which graph it was made with).
+  auto digest = GraphDigest(Path("lie.train.onnx"), Path("lie.train.onnx.data"));
+  ASSERT_TRUE(digest.ok()) << digest.status().message();
+  plan->graph_digest = *digest;
   ASSERT_TRUE(WritePlan(*plan, Path("lie.plan")).ok());
   // Before this check existed, both plan checkers accepted the pair.
   EXPECT_TRUE(CheckPlan(*plan, *lie, Path("lie.plan")).ok());
@@ -204,8 +208,12 @@ TEST_F(BadPlanTest, AttributeOutsideItsSchemaIsRefused) {
     }
   ASSERT_FALSE(described.empty());
   ASSERT_TRUE(ExportOnnx(g, Path("junk.train.onnx")).ok());
-  std::string plan =
-      EditedPlan("junk.plan", [](nlohmann::json& p) { p["graph_file"] = "junk.train.onnx"; });
+  auto digest = GraphDigest(Path("junk.train.onnx"), Path("junk.train.onnx.data"));
+  ASSERT_TRUE(digest.ok()) << digest.status().message();
+  std::string plan = EditedPlan("junk.plan", [&](nlohmann::json& p) {
+    p["graph_file"] = "junk.train.onnx";
+    p["graph_digest"] = *digest;
+  });
   ExpectCleanError(
       {plan, "--steps", "1"},
       Damaged(plan, described + ": reduction must be \"mean\", \"sum\" or \"none\", got "
