@@ -700,9 +700,9 @@ StatusOr<CkptConfig> ParseCkptConfigText(const std::string& text, const std::str
   } catch (const YAML::ParserException& e) {
     return Error("--ckpt-config " + path + ": YAML syntax error at line " +
                  std::to_string(e.mark.line + 1) + ", column " + std::to_string(e.mark.column + 1) +
-                 ": " + Clip(e.msg));
+                 ": " + Clip(EscapeName(e.msg)));
   } catch (const YAML::Exception& e) {
-    return Error("--ckpt-config " + path + ": cannot read the file: " + Clip(e.msg));
+    return Error("--ckpt-config " + path + ": cannot read the file: " + Clip(EscapeName(e.msg)));
   }
 }
 
