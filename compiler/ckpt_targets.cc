@@ -38,6 +38,11 @@
 
 namespace foundry {
 
+// A name or value from the user's file or command line as a message quotes it: control
+// characters escaped (a key may hold a newline), at most 200 bytes.
+static std::string Shown(std::string_view s) { return Clip(EscapeName(s)); }
+
+
 namespace {
 
 constexpr const char* kLayerForms =
@@ -86,7 +91,7 @@ StatusOr<std::vector<LayerItem>> ParseLayerItems(const std::string& spec) {
   std::string s;
   for (char c : spec)
     if (!std::isspace(static_cast<unsigned char>(c))) s += c;
-  auto malformed = [&]() { return Error("malformed layers '" + Clip(spec) + "'; " + kLayerForms); };
+  auto malformed = [&]() { return Error("malformed layers '" + Shown(spec) + "'; " + kLayerForms); };
   if (s.empty()) return malformed();
   int64_t n;
   if (ParseCount(s, &n)) return std::vector<LayerItem>{{LayerItem::kFirst, n, 0}};
@@ -158,22 +163,22 @@ StatusOr<std::vector<int64_t>> EvalLayerItems(const std::string& spec,
         break;
       case LayerItem::kIndex:
         if (it.a > max_idx)
-          return Error("layer " + std::to_string(it.a) + " in '" + Clip(spec) +
+          return Error("layer " + std::to_string(it.a) + " in '" + Shown(spec) +
                        "' is out of range: the model has " + LayerRange(num_layers));
         out.insert(it.a);
         break;
     }
   }
   if (out.empty())
-    return Error("layers '" + Clip(spec) + "' select no layer: the model has " +
+    return Error("layers '" + Shown(spec) + "' select no layer: the model has " +
                  LayerRange(num_layers));
   return std::vector<int64_t>(out.begin(), out.end());
 }
 
 // Where a target came from, to start its error messages.
 std::string Where(const CkptTarget& t) {
-  if (t.source.empty()) return "--ckpt " + Clip(t.Text());
-  if (t.source.compare(0, 13, "--ckpt-config") == 0) return t.source + " (" + Clip(t.Text()) + ")";
+  if (t.source.empty()) return "--ckpt " + Shown(t.Text());
+  if (t.source.compare(0, 13, "--ckpt-config") == 0) return t.source + " (" + Shown(t.Text()) + ")";
   return t.source;
 }
 
@@ -392,30 +397,30 @@ StatusOr<std::vector<Candidate>> Resolve(const Tree& t, const CkptTarget& target
                                    return std::isupper(static_cast<unsigned char>(c));
                                  }));
   if (!t.has_classes && matched.empty() && looks_like_class && !t.blocks.empty()) {
-    return Error(where + ": '" + Clip(target.name) +
+    return Error(where + ": '" + Shown(target.name) +
                  "' names no module path or child of this model, and the file carries no "
                  "classes to match a class name against (a stock torch.onnx.export); try a path "
                  "glob such as '" +
-                 Clip(SuggestedGlob(t, target.name)) +
+                 Shown(SuggestedGlob(t, target.name)) +
                  "' (children of each block: " + ChildList(t) + ")");
   }
   if (!outside.empty()) {
-    return Error(where + ": '" + Clip(target.name) + "' matches only modules outside the blocks (" +
+    return Error(where + ": '" + Shown(target.name) + "' matches only modules outside the blocks (" +
                  Abbreviate(outside) + "); only modules inside the blocks (" + BlocksText(t) +
                  ") can be checkpointed");
   }
   if (how == kKey) {
-    return Error(where + ": '" + Clip(target.name) + "' (llm-foundry's key for " +
+    return Error(where + ": '" + Shown(target.name) + "' (llm-foundry's key for " +
                  entry->bare_class + ") matches nothing in this model: no module is a " +
                  entry->bare_class +
                  "; names that select modules in its blocks: " + NamesInModel(t));
   }
   if (target.name.find('.') == std::string::npos && target.name.find('*') == std::string::npos) {
-    return Error(where + ": unknown name '" + Clip(target.name) +
+    return Error(where + ": unknown name '" + Shown(target.name) +
                  "'; names that select modules in this model's blocks: " + NamesInModel(t) +
                  " (or a module path glob such as '" + BlockGlob(t) + "')");
   }
-  return Error(where + ": '" + Clip(target.name) +
+  return Error(where + ": '" + Shown(target.name) +
                "' matches nothing in this model: no module path matches it (blocks: " +
                BlocksText(t) + "; children of each block: " + ChildList(t) + ")");
 }
@@ -430,20 +435,20 @@ std::string LayerText(const std::vector<int64_t>& layers) {
 
 StatusOr<std::vector<int64_t>> ParseLayerSpec(const std::string& spec, int64_t num_layers) {
   ASSIGN_OR_RETURN(std::vector<LayerItem> items, ParseLayerItems(spec));
-  if (num_layers <= 0) return Error("layers '" + Clip(spec) + "': the model has no layers");
+  if (num_layers <= 0) return Error("layers '" + Shown(spec) + "': the model has no layers");
   return EvalLayerItems(spec, items, num_layers);
 }
 
 StatusOr<CkptTarget> ParseCkptArg(const std::string& arg) {
   auto malformed = [&](const std::string& why) {
-    return Error("--ckpt '" + Clip(arg) + "': " + why +
+    return Error("--ckpt '" + Shown(arg) + "': " + why +
                  "; accepted: NAME or NAME=LAYERS, NAME a registry key (mptblock), a class name, "
                  "`block`, a child name of the blocks (attn) or a module path glob "
                  "(transformer.blocks.*.attn), LAYERS n (the first n), first-n,last-k,middle-m,"
                  "range-i-j or [0,2,5]");
   };
   CkptTarget t;
-  t.source = "--ckpt " + Clip(arg);
+  t.source = "--ckpt " + Shown(arg);
   size_t eq = arg.find('=');
   t.name = arg.substr(0, eq);
   if (t.name.empty()) return malformed("no name");
@@ -454,7 +459,7 @@ StatusOr<CkptTarget> ParseCkptArg(const std::string& arg) {
     t.layers = arg.substr(eq + 1);
     // The layer error says what LAYERS accepts.
     auto items = ParseLayerItems(t.layers);
-    if (!items.ok()) return Error("--ckpt '" + Clip(arg) + "': " + items.status().message());
+    if (!items.ok()) return Error("--ckpt '" + Shown(arg) + "': " + items.status().message());
   }
   return t;
 }
@@ -473,7 +478,7 @@ std::string KindOf(const YAML::Node& n) {
     case YAML::NodeType::Map:
       return "a mapping";
     default:
-      return "'" + Clip(n.Scalar()) + "'";
+      return "'" + Shown(n.Scalar()) + "'";
   }
 }
 
@@ -508,7 +513,7 @@ StatusOr<std::vector<CkptTarget>> TargetsFrom(const YAML::Node& value, const std
   } else {
     for (const auto& kv : value) {
       ASSIGN_OR_RETURN(std::string name, name_of(kv.first, "a key of " + key));
-      const std::string at = key + "." + Clip(name);
+      const std::string at = key + "." + Shown(name);
       const YAML::Node& v = kv.second;
       std::string layers;
       int64_t n;
@@ -625,7 +630,7 @@ class StrictYamlScan : public YAML::EventHandler {
                   "needs); write the keys out");
     auto [it, inserted] = f.keys.emplace(text, mark.line + 1);
     if (!inserted)
-      Fail(mark, "key '" + Clip(EscapeName(text)) +
+      Fail(mark, "key '" + Shown(text) +
                      "' appears twice in one mapping (first at line " + std::to_string(it->second) +
                      "); OmegaConf, which llm-foundry uses, rejects that: keep one");
   }
@@ -700,9 +705,9 @@ StatusOr<CkptConfig> ParseCkptConfigText(const std::string& text, const std::str
   } catch (const YAML::ParserException& e) {
     return Error("--ckpt-config " + path + ": YAML syntax error at line " +
                  std::to_string(e.mark.line + 1) + ", column " + std::to_string(e.mark.column + 1) +
-                 ": " + Clip(EscapeName(e.msg)));
+                 ": " + Shown(e.msg));
   } catch (const YAML::Exception& e) {
-    return Error("--ckpt-config " + path + ": cannot read the file: " + Clip(EscapeName(e.msg)));
+    return Error("--ckpt-config " + path + ": cannot read the file: " + Shown(e.msg));
   }
 }
 
@@ -796,7 +801,7 @@ StatusOr<CkptSelection> SelectCkptTargets(const Graph& graph,
     if (!any) {
       std::set<int64_t> wanted;
       for (const auto& [list, l] : layers) wanted.insert(l.begin(), l.end());
-      return Error(Where(t) + ": '" + Clip(t.name) + "' matches nothing in layers " +
+      return Error(Where(t) + ": '" + Shown(t.name) + "' matches nothing in layers " +
                    LayerText(std::vector<int64_t>(wanted.begin(), wanted.end())) +
                    ": the modules it names are in layers " +
                    LayerText(std::vector<int64_t>(seen_layers.begin(), seen_layers.end())) +

@@ -109,7 +109,13 @@ TEST_F(BadCkptConfigTest, MergeKeysExtraDocumentsAndDuplicateKeys) {
   // (ckpt_config_fuzz's first finding).
   ExpectRefused("\"a\\\x01\"\n",
                 "YAML syntax error at line 1, column 5: unknown escape character: \\x01");
-  // The same key in two mappings is fine, and so is a whole config with other keys.
+  // A key holding a newline is quoted escaped (ckpt_config_fuzz's second finding).
+  Write("nl.yaml", "{\"mpt\\nmlp\": first-1}\n");
+  ExecResult nl = Compile({"--ckpt-config", Path("nl.yaml")});
+  EXPECT_EQ(nl.code, 1);
+  EXPECT_EQ(std::count(nl.err.begin(), nl.err.end(), '\n'), 1) << nl.err;
+  EXPECT_NE(nl.err.find("mpt\\x0amlp"), std::string::npos) << nl.err;
+    // The same key in two mappings is fine, and so is a whole config with other keys.
   Write("ok.yaml",
         "variables:\n  n: 2\nmodel:\n  name: mpt_causal_lm\n  activation_checkpointing_target:\n"
         "    mptmlp: ${variables.n}\noptimizer:\n  name: decoupled_adamw\n  lr: 1.0e-4\n"
