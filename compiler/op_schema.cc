@@ -10,6 +10,7 @@ const OpSchemaTable& OpSchemas() {
     RegisterElementwiseSchemas(t);
     RegisterShapeOpSchemas(t);
     RegisterMathSchemas(t);
+    RegisterAttentionSchemas(t);
     return t;
   }();
   return table;

@@ -100,5 +100,6 @@ TypeInfo SameAs(const Value& v);
 void RegisterElementwiseSchemas(OpSchemaTable& table);
 void RegisterShapeOpSchemas(OpSchemaTable& table);
 void RegisterMathSchemas(OpSchemaTable& table);
+void RegisterAttentionSchemas(OpSchemaTable& table);
 
 }  // namespace foundry

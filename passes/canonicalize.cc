@@ -364,6 +364,14 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
     }
   }
 
+  if (options_.fuse_attention) {
+    const AttentionFusionStats& a = stats_.attention = FuseAttention(g);
+    g.metadata[kAttentionFusionKey] =
+        "fused=" + std::to_string(a.fused) + " unfused=" + std::to_string(a.unfused) +
+        " causal=" + std::to_string(a.causal) + " bias=" + std::to_string(a.bias) +
+        " mask=" + std::to_string(a.mask) + " grouped=" + std::to_string(a.grouped);
+  }
+
   // MatMul(x, Transpose(W)) -> FusedMatMul(x, W, transB=1).
   {
     Matcher m(g);
@@ -393,7 +401,9 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
   stats_.dead += RemoveDeadNodes(g);
   for (Node& n : g.nodes) RETURN_IF_ERROR(InferAndSetTypes(g, n));
   const CanonicalizeStats& c = stats_;
-  return c.gelu + c.fast_gelu + c.rmsnorm + c.matmul + c.dropout + c.cast + c.identity + c.dead > 0;
+  return c.gelu + c.fast_gelu + c.rmsnorm + c.matmul + c.dropout + c.cast + c.identity + c.dead +
+             c.attention.fused >
+         0;
 }
 
 std::string CanonicalizeStats::ToString() const {
@@ -401,6 +411,8 @@ std::string CanonicalizeStats::ToString() const {
          ", rmsnorm " + std::to_string(rmsnorm) + ", transposed-weight matmul " +
          std::to_string(matmul) + ", inactive dropout " + std::to_string(dropout) +
          ", no-op cast " + std::to_string(cast) + ", identity " + std::to_string(identity) +
+         ", attention " + std::to_string(attention.fused) + " fused (" +
+         std::to_string(attention.unfused) + " left)" +
          "; removed " + std::to_string(dead) + " dead nodes";
 }
 

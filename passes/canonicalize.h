@@ -28,10 +28,15 @@
 //   Linear    MatMul(x, Transpose(W)) with W a parameter and perm [1, 0]
 //             => com.microsoft::FusedMatMul(x, W) {transB=1}: no transposed copy of a weight is
 //             ever computed or saved for the backward pass
+//   Attention softmax(Q·Kᵀ·scale + bias)·V in the shapes attention_fusion.h lists
+//             => foundry::Attention(Q, K, V[, bias][, mask]) -> (O, LSE). Not bit-exact (the
+//             fused kernel sums in another order; gradients stay within 1e-5 of PyTorch), so
+//             Options::fuse_attention turns it off.
 // Intermediate values of a pattern must have no other consumer, or the pattern is left alone.
 // Runs after folding (constants must be initializers with data), before autodiff.
 #pragma once
 
+#include "passes/attention_fusion.h"
 #include "passes/pass.h"
 
 namespace foundry {
@@ -46,14 +51,17 @@ struct CanonicalizeStats {
   int cast = 0;      // no-op Cast made Identity
   int identity = 0;  // Identity nodes removed
   int dead = 0;      // dead nodes removed
+  AttentionFusionStats attention;  // softmax(Q·Kᵀ·scale + bias)·V fused (attention_fusion.h)
   std::string ToString() const;
 };
 
 class CanonicalizePass : public Pass {
  public:
-  struct Options {};
+  struct Options {
+    bool fuse_attention = true;  // false: attention stays as exported (benchmarks compare)
+  };
   CanonicalizePass() = default;
-  explicit CanonicalizePass(Options) {}
+  explicit CanonicalizePass(Options options) : options_(options) {}
 
   std::string_view name() const override { return "canonicalize"; }
   StatusOr<bool> Run(Graph& graph) override;
@@ -61,8 +69,13 @@ class CanonicalizePass : public Pass {
   const CanonicalizeStats& stats() const { return stats_; }
 
  private:
+  Options options_;
   CanonicalizeStats stats_;
 };
+
+// Graph::metadata key holding the attention fusion's counts after canonicalize, as
+// "fused=N unfused=M causal=C bias=B mask=K grouped=G" (the compile report prints it).
+inline constexpr char kAttentionFusionKey[] = "foundry.attention_fusion";
 
 // Removes nodes none of whose outputs is consumed or a graph output. Returns how many.
 int RemoveDeadNodes(Graph& graph);

@@ -44,7 +44,7 @@ std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options) 
   std::vector<std::unique_ptr<Pass>> passes;
   if (options.training) passes.push_back(std::make_unique<ParametersPass>(options.parameters));
   passes.push_back(std::make_unique<FoldPass>(options.fold));
-  passes.push_back(std::make_unique<CanonicalizePass>());
+  passes.push_back(std::make_unique<CanonicalizePass>(options.canonicalize));
   if (options.training) {
     passes.push_back(std::make_unique<AutodiffPass>(options.autodiff));
     if (!options.remat.instances.empty())

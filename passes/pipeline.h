@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "passes/autodiff.h"
+#include "passes/canonicalize.h"
 #include "passes/fold.h"
 #include "passes/parameters.h"
 #include "passes/pass.h"
@@ -36,6 +37,7 @@ Status RunPasses(Graph& graph, const std::vector<std::unique_ptr<Pass>>& passes,
 struct CompileOptions {
   ParametersPass::Options parameters;
   FoldPass::Options fold;
+  CanonicalizePass::Options canonicalize;
   AutodiffPass::Options autodiff;
   RematPass::Options remat;  // no instances: no remat pass
   bool training = true;      // false: forward graph only (fold + canonicalize)

@@ -17,6 +17,7 @@ const CpuKernelTable& CpuKernels() {
     RegisterElementwiseKernels(t);
     RegisterShapeOpKernels(t);
     RegisterMathKernels(t);
+    RegisterAttentionKernels(t);
     return t;
   }();
   return table;
@@ -54,6 +55,7 @@ const CpuWorkspaceTable& CpuWorkspaces() {
     CpuWorkspaceTable t;
     RegisterMathWorkspaces(t);
     RegisterShapeOpWorkspaces(t);
+    RegisterAttentionWorkspaces(t);
     return t;
   }();
   return table;

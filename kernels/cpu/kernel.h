@@ -97,8 +97,10 @@ void FillPoison(Tensor& t);
 void RegisterElementwiseKernels(CpuKernelTable& table);
 void RegisterShapeOpKernels(CpuKernelTable& table);
 void RegisterMathKernels(CpuKernelTable& table);
+void RegisterAttentionKernels(CpuKernelTable& table);
 // The workspace figures of the kernels that need scratch, one per family file.
 void RegisterMathWorkspaces(CpuWorkspaceTable& table);
 void RegisterShapeOpWorkspaces(CpuWorkspaceTable& table);
+void RegisterAttentionWorkspaces(CpuWorkspaceTable& table);
 
 }  // namespace foundry

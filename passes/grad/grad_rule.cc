@@ -122,6 +122,7 @@ const GradRuleTable& GradRules() {
     RegisterElementwiseGradRules(t);
     RegisterShapeOpGradRules(t);
     RegisterMathGradRules(t);
+    RegisterAttentionGradRules(t);
     return t;
   }();
   return table;

@@ -72,5 +72,6 @@ const GradRuleTable& GradRules();
 void RegisterElementwiseGradRules(GradRuleTable& table);
 void RegisterShapeOpGradRules(GradRuleTable& table);
 void RegisterMathGradRules(GradRuleTable& table);
+void RegisterAttentionGradRules(GradRuleTable& table);
 
 }  // namespace foundry

@@ -1,0 +1,173 @@
+// Fused attention (domain "foundry"): the op canonicalize folds every recognised
+// softmax(Q·Kᵀ·scale + bias)·V into (passes/attention_fusion.h), and its gradient.
+//
+// foundry::Attention (Q, K, V[, bias][, mask]) -> (O, LSE)
+//   Q     [B, Hq, Sq, D]
+//   K     k_transposed=1 (default): [B, Hkv, D, Sk], what MatMul(Q, Kᵀ) reads; 0: [B, Hkv, Sk, D]
+//   V     [B, Hkv, Sk, Dv]
+//   bias  optional additive scores, Q's dtype, rank <= 4, broadcastable to [B, Hq, Sq, Sk]
+//         (ALiBi [1, Hq, 1, Sk], a padding bias [B, 1, 1, Sk]); never differentiated
+//   mask  optional bool, rank <= 4, broadcastable to [B, Hq, Sq, Sk]
+//   Hq is a multiple of Hkv; query head h reads key/value head h / (Hq / Hkv) (repeat_kv order).
+//   Attributes: scale (float, required); causal (0/1: key j > query i is masked); mask_keep (0/1:
+//   with a mask, 1 = true keeps the score, 0 = true masks it); mask_value (float, default -inf:
+//   what a masked score becomes, replacing it); k_transposed (0/1, default 1).
+//   Per batch b, head h, query i, key j:
+//     s_ij = scale · Σ_d Q[i,d] K[j,d] (+ bias_ij); masked => s_ij = mask_value
+//     LSE_i = log Σ_j exp(s_ij);  O_i = Σ_j exp(s_ij - LSE_i) V_j
+//   A row whose every score is -inf gives NaN (as Softmax does). O has Q's dtype and [B, Hq, Sq,
+//   Dv]; LSE has Q's dtype and [B, Hq, Sq]: the backward's only statistic (O(seq) per head).
+//
+// foundry::AttentionGrad (dO, Q, K, V, O, LSE[, bias][, mask]) -> (dQ, dK, dV), same attributes:
+// recomputes each score from Q, K, the bias and the mask, P = exp(s - LSE), and
+//   dV_j = Σ_i P_ij dO_i;  dS_ij = P_ij (dO_i·V_j - dO_i·O_i);  dQ_i = scale Σ_j dS_ij K_j;
+//   dK_j = scale Σ_i dS_ij Q_i   (dK, dV summed over the query heads sharing a key/value head).
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "compiler/op_schema.h"
+
+namespace foundry {
+
+namespace {
+
+constexpr char kFoundry[] = "foundry";
+
+bool IsFloatType(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
+
+bool Differ(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
+
+std::string Dims(const Value& v) { return v.TypeString(); }
+
+Status CheckFlag(const InferContext& ctx, const char* name, int64_t fallback) {
+  int64_t v = ctx.node.GetInt(name, fallback);
+  if (v != 0 && v != 1)
+    return ctx.Fail(std::string("attribute ") + name + " must be 0 or 1, got " +
+                    std::to_string(v));
+  return Status::Ok();
+}
+
+// The four dimensions every operand is checked against.
+struct AttentionDims {
+  int64_t b = -1, hq = -1, hkv = -1, sq = -1, sk = -1, d = -1, dv = -1;
+};
+
+// An optional bias or mask: rank <= 4 and each trailing-aligned dimension 1 or the scores'.
+Status CheckBroadcast(const InferContext& ctx, size_t i, const char* what,
+                      const AttentionDims& a) {
+  const Value& v = ctx.input(i);
+  if (!v.rank_known) return Status::Ok();
+  if (v.shape.size() > 4)
+    return ctx.Fail(std::string(what) + " has rank " + std::to_string(v.shape.size()) +
+                    "; it must broadcast to [batch, heads, query, key] (rank <= 4)");
+  const int64_t target[4] = {a.b, a.hq, a.sq, a.sk};
+  const size_t off = 4 - v.shape.size();
+  for (size_t k = 0; k < v.shape.size(); ++k) {
+    int64_t dim = v.shape[k];
+    if (dim != 1 && Differ(dim, target[off + k]))
+      return ctx.Fail(std::string(what) + " " + Dims(v) +
+                      " does not broadcast to the scores [batch, heads, query, key] = [" +
+                      std::to_string(a.b) + "," + std::to_string(a.hq) + "," +
+                      std::to_string(a.sq) + "," + std::to_string(a.sk) + "]");
+  }
+  return Status::Ok();
+}
+
+// Checks Q, K, V (inputs q, q+1, q+2) and the optional bias and mask (inputs extra, extra+1);
+// returns the dimensions.
+StatusOr<AttentionDims> CheckOperands(const InferContext& ctx, size_t q, size_t extra) {
+  RETURN_IF_ERROR(CheckFlag(ctx, "causal", 0));
+  RETURN_IF_ERROR(CheckFlag(ctx, "mask_keep", 0));
+  RETURN_IF_ERROR(CheckFlag(ctx, "k_transposed", 1));
+  if (!ctx.node.attrs.count("scale")) return ctx.Fail("the scale attribute is required");
+  const Value& Q = ctx.input(q);
+  const Value& K = ctx.input(q + 1);
+  const Value& V = ctx.input(q + 2);
+  if (!IsFloatType(Q.dtype)) return ctx.Fail("Q must be f32 or f64, got " + Dims(Q));
+  if (K.dtype != Q.dtype || V.dtype != Q.dtype)
+    return ctx.Fail("Q, K and V must have one element type, got " + Dims(Q) + ", " + Dims(K) +
+                    ", " + Dims(V));
+  AttentionDims a;
+  for (const Value* v : {&Q, &K, &V})
+    if (v->rank_known && v->shape.size() != 4)
+      return ctx.Fail("Q, K and V must have rank 4 ([batch, heads, seq, head_dim]), got " +
+                      Dims(Q) + ", " + Dims(K) + ", " + Dims(V));
+  const bool kt = ctx.node.GetInt("k_transposed", 1) == 1;
+  if (Q.rank_known) a = {Q.shape[0], Q.shape[1], -1, Q.shape[2], -1, Q.shape[3], -1};
+  if (K.rank_known) {
+    if (Differ(K.shape[0], a.b))
+      return ctx.Fail("K's batch differs from Q's: " + Dims(K) + " vs " + Dims(Q));
+    a.hkv = K.shape[1];
+    int64_t kd = kt ? K.shape[2] : K.shape[3];
+    if (Differ(kd, a.d))
+      return ctx.Fail("K's head dimension differs from Q's: " + Dims(K) + " vs " + Dims(Q) +
+                      (kt ? " (K is [batch, heads, head_dim, key])" : ""));
+    a.sk = kt ? K.shape[3] : K.shape[2];
+  }
+  if (V.rank_known) {
+    if (Differ(V.shape[0], a.b) || Differ(V.shape[1], a.hkv) || Differ(V.shape[2], a.sk))
+      return ctx.Fail("V " + Dims(V) + " does not match K " + Dims(K) +
+                      " in batch, heads or key length");
+    a.dv = V.shape[3];
+    if (a.hkv < 0) a.hkv = V.shape[1];
+    if (a.sk < 0) a.sk = V.shape[2];
+  }
+  if (a.hq >= 0 && a.hkv > 0 && a.hq % a.hkv != 0)
+    return ctx.Fail("Q's " + std::to_string(a.hq) + " heads are not a multiple of K's " +
+                    std::to_string(a.hkv));
+  if (a.hkv == 0) return ctx.Fail("K has no heads");
+  if (ctx.has_input(extra)) {
+    if (ctx.input(extra).dtype != Q.dtype)
+      return ctx.Fail("bias " + Dims(ctx.input(extra)) + " must have Q's element type " +
+                      Dims(Q));
+    RETURN_IF_ERROR(CheckBroadcast(ctx, extra, "bias", a));
+  }
+  if (ctx.has_input(extra + 1)) {
+    if (ctx.input(extra + 1).dtype != DType::kBool)
+      return ctx.Fail("mask " + Dims(ctx.input(extra + 1)) + " must be bool");
+    RETURN_IF_ERROR(CheckBroadcast(ctx, extra + 1, "mask", a));
+  }
+  return a;
+}
+
+StatusOr<std::vector<TypeInfo>> InferAttention(const InferContext& ctx) {
+  ASSIGN_OR_RETURN(AttentionDims a, CheckOperands(ctx, 0, 3));
+  const DType t = ctx.input(0).dtype;
+  const bool known = ctx.input(0).rank_known && ctx.input(2).rank_known;
+  if (!known) return std::vector<TypeInfo>{{t, {}, false}, {t, {}, false}};
+  return std::vector<TypeInfo>{{t, {a.b, a.hq, a.sq, a.dv}}, {t, {a.b, a.hq, a.sq}}};
+}
+
+StatusOr<std::vector<TypeInfo>> InferAttentionGrad(const InferContext& ctx) {
+  ASSIGN_OR_RETURN(AttentionDims a, CheckOperands(ctx, 1, 6));
+  const Value& dO = ctx.input(0);
+  const Value& O = ctx.input(4);
+  const Value& lse = ctx.input(5);
+  const DType t = ctx.input(1).dtype;
+  for (const Value* v : {&dO, &O, &lse})
+    if (v->dtype != t) return ctx.Fail("dO, O and LSE must have Q's element type");
+  const Shape o_shape{a.b, a.hq, a.sq, a.dv};
+  for (const Value* v : {&dO, &O}) {
+    if (!v->rank_known) continue;
+    if (v->shape.size() != 4)
+      return ctx.Fail("dO and O must be [batch, heads, query, v_dim], got " + Dims(*v));
+    for (size_t k = 0; k < 4; ++k)
+      if (Differ(v->shape[k], o_shape[k]))
+        return ctx.Fail("dO / O " + Dims(*v) + " do not match Q and V");
+  }
+  if (lse.rank_known &&
+      (lse.shape.size() != 3 || Differ(lse.shape[0], a.b) || Differ(lse.shape[1], a.hq) ||
+       Differ(lse.shape[2], a.sq)))
+    return ctx.Fail("LSE must be [batch, heads, query], got " + Dims(lse));
+  return std::vector<TypeInfo>{SameAs(ctx.input(1)), SameAs(ctx.input(2)), SameAs(ctx.input(3))};
+}
+
+}  // namespace
+
+void RegisterAttentionSchemas(OpSchemaTable& table) {
+  table.Add({kFoundry, "Attention", 3, 5, 2, 2, InferAttention, false, {}});
+  table.Add({kFoundry, "AttentionGrad", 6, 8, 3, 3, InferAttentionGrad, false, {}});
+}
+
+}  // namespace foundry

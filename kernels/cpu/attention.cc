@@ -1,0 +1,407 @@
+// foundry::Attention and foundry::AttentionGrad on the CPU (the contract: compiler/ops/attention.cc).
+//
+// Tiled as FlashAttention-2: per batch b and query head h, query rows in tiles of kRows, keys in
+// tiles of kCols. The forward keeps a running row maximum m, a running sum l and the unnormalised
+// output (in O itself) and rescales them as each key tile arrives (online softmax); only one
+// kRows x kCols tile of scores ever exists. The backward recomputes every tile's probabilities
+// from Q, K, the bias, the mask and the saved LSE, and accumulates dV, dK (per key tile, over the
+// query heads of its group and their query tiles) and dQ (per query tile, over key tiles) with
+// GEMMs into the outputs. Causal masking skips the tiles above the diagonal.
+//
+// Deterministic: the loops and every GEMM run in one fixed order; the work splits into units
+// (b, key/value head) that own disjoint outputs (dQ of the group's query heads, dK, dV), so a
+// threaded version keeps the same bits whatever the thread count. The products go to OpenBLAS (one
+// thread, kernels/cpu/math.cc), the rest is plain loops the compiler vectorises.
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "compiler/op_schema.h"
+#include "kernels/cpu/kernel.h"
+
+namespace foundry {
+
+namespace {
+
+constexpr char kFoundry[] = "foundry";
+constexpr int64_t kRows = 64;  // query rows per tile
+constexpr int64_t kCols = 64;  // keys per tile
+
+Status Fail(const Node& n, const std::string& what) { return Error(n.Describe() + ": " + what); }
+
+// C = alpha op(A) op(B) + beta C with explicit leading dimensions (row-major).
+void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+// Element strides of a bias or mask broadcast to [B, Hq, Sq, Sk] (0 along broadcast dimensions).
+struct Broadcast {
+  const void* data = nullptr;
+  int64_t stride[4] = {0, 0, 0, 0};
+};
+
+struct Geometry {
+  int64_t b = 0, hq = 0, hkv = 0, sq = 0, sk = 0, d = 0, dv = 0;
+  bool kt = true;  // K is [B, Hkv, D, Sk]
+  bool causal = false;
+  bool mask_keep = false;
+  double scale = 1;
+  double mask_value = -std::numeric_limits<double>::infinity();
+  Broadcast bias, mask;
+  int64_t rep() const { return hq / hkv; }
+};
+
+StatusOr<Broadcast> BroadcastOf(const Node& node, const Tensor* t, const char* what,
+                                const Geometry& g) {
+  Broadcast out;
+  if (!t) return out;
+  const Shape& s = t->shape();
+  if (s.size() > 4) return Fail(node, std::string(what) + " has rank > 4");
+  const int64_t target[4] = {g.b, g.hq, g.sq, g.sk};
+  const size_t off = 4 - s.size();
+  int64_t stride = 1;
+  for (size_t k = 4; k-- > 0;) {
+    if (k < off) break;
+    int64_t dim = s[k - off];
+    if (dim != 1 && dim != target[k])
+      return Fail(node, std::string(what) + " " + ShapeToString(s) +
+                            " does not broadcast to the scores " +
+                            ShapeToString(Shape{g.b, g.hq, g.sq, g.sk}));
+    out.stride[k] = dim == 1 ? 0 : stride;
+    stride *= dim;
+  }
+  out.data = t->raw();
+  return out;
+}
+
+// Checks Q, K, V and the optional bias and mask of either op against each other and the
+// attributes; the outputs are checked by the callers against the geometry.
+StatusOr<Geometry> GeometryOf(const Node& node, const Tensor& Q, const Tensor& K, const Tensor& V,
+                              const Tensor* bias, const Tensor* mask) {
+  Geometry g;
+  g.kt = node.GetInt("k_transposed", 1) == 1;
+  g.causal = node.GetInt("causal", 0) == 1;
+  g.mask_keep = node.GetInt("mask_keep", 0) == 1;
+  g.scale = node.GetFloat("scale", 1.0f);
+  g.mask_value = node.GetFloat("mask_value", -std::numeric_limits<float>::infinity());
+  if (Q.rank() != 4 || K.rank() != 4 || V.rank() != 4)
+    return Fail(node, "Q, K and V must have rank 4, got " + ShapeToString(Q.shape()) + ", " +
+                          ShapeToString(K.shape()) + ", " + ShapeToString(V.shape()));
+  if (K.dtype() != Q.dtype() || V.dtype() != Q.dtype())
+    return Fail(node, "Q, K and V must have one element type");
+  g.b = Q.shape()[0];
+  g.hq = Q.shape()[1];
+  g.sq = Q.shape()[2];
+  g.d = Q.shape()[3];
+  g.hkv = K.shape()[1];
+  g.sk = g.kt ? K.shape()[3] : K.shape()[2];
+  g.dv = V.shape()[3];
+  const int64_t kd = g.kt ? K.shape()[2] : K.shape()[3];
+  if (K.shape()[0] != g.b || kd != g.d || V.shape()[0] != g.b || V.shape()[1] != g.hkv ||
+      V.shape()[2] != g.sk || g.hkv <= 0 || g.hq % g.hkv != 0)
+    return Fail(node, "Q " + ShapeToString(Q.shape()) + ", K " + ShapeToString(K.shape()) +
+                          " and V " + ShapeToString(V.shape()) + " do not fit together");
+  for (int64_t dim : {g.sq, g.sk, g.d, g.dv})
+    if (dim > INT_MAX) return Fail(node, "a dimension exceeds the BLAS int range");
+  if (bias && bias->dtype() != Q.dtype()) return Fail(node, "the bias must have Q's element type");
+  if (mask && mask->dtype() != DType::kBool) return Fail(node, "the mask must be bool");
+  ASSIGN_OR_RETURN(g.bias, BroadcastOf(node, bias, "bias", g));
+  ASSIGN_OR_RETURN(g.mask, BroadcastOf(node, mask, "mask", g));
+  return g;
+}
+
+Status RequireShape(const Node& node, const Tensor& t, const char* what, DType dtype,
+                    const Shape& shape) {
+  if (t.dtype() == dtype && t.shape() == shape) return Status::Ok();
+  return Fail(node, std::string(what) + " is " + std::string(DTypeName(t.dtype())) +
+                        ShapeToString(t.shape()) + ", expected " +
+                        std::string(DTypeName(dtype)) + ShapeToString(shape));
+}
+
+// Pointers of one (batch, query head) pair.
+template <class T>
+struct Head {
+  const T* q;  // [Sq, D]
+  const T* k;  // [D, Sk] (kt) or [Sk, D]
+  const T* v;  // [Sk, Dv]
+  int64_t b, h;
+};
+
+template <class T>
+Head<T> HeadOf(const Geometry& g, const T* q, const T* k, const T* v, int64_t b, int64_t h) {
+  const int64_t kv = b * g.hkv + h / g.rep();
+  return {q + (b * g.hq + h) * g.sq * g.d, k + kv * g.sk * g.d, v + kv * g.sk * g.dv, b, h};
+}
+
+// s[r, c] (r < br, c < bc, row stride bc) = the scores of queries i0 + r and keys j0 + c: the
+// scaled product, plus the bias, masked scores replaced by mask_value.
+template <class T>
+void ScoreTile(const Geometry& g, const Head<T>& hd, int64_t i0, int64_t br, int64_t j0,
+               int64_t bc, T* s) {
+  const T scale = static_cast<T>(g.scale);
+  if (g.kt) {
+    Gemm(false, false, br, bc, g.d, scale, hd.q + i0 * g.d, g.d, hd.k + j0, g.sk, T(0), s, bc);
+  } else {
+    Gemm(false, true, br, bc, g.d, scale, hd.q + i0 * g.d, g.d, hd.k + j0 * g.d, g.d, T(0), s, bc);
+  }
+  const T fill = static_cast<T>(g.mask_value);
+  if (g.bias.data) {
+    const T* bias = static_cast<const T*>(g.bias.data);
+    const int64_t* st = g.bias.stride;
+    for (int64_t r = 0; r < br; ++r) {
+      const T* row = bias + hd.b * st[0] + hd.h * st[1] + (i0 + r) * st[2] + j0 * st[3];
+      T* sr = s + r * bc;
+      if (st[3] == 1) {
+        for (int64_t c = 0; c < bc; ++c) sr[c] += row[c];
+      } else {
+        for (int64_t c = 0; c < bc; ++c) sr[c] += row[c * st[3]];
+      }
+    }
+  }
+  if (g.mask.data) {
+    const bool* mask = static_cast<const bool*>(g.mask.data);
+    const int64_t* st = g.mask.stride;
+    for (int64_t r = 0; r < br; ++r) {
+      const bool* row = mask + hd.b * st[0] + hd.h * st[1] + (i0 + r) * st[2] + j0 * st[3];
+      T* sr = s + r * bc;
+      for (int64_t c = 0; c < bc; ++c)
+        if (row[c * st[3]] != g.mask_keep) sr[c] = fill;
+    }
+  }
+  if (g.causal && j0 + bc - 1 > i0) {
+    for (int64_t r = 0; r < br; ++r) {
+      T* sr = s + r * bc;
+      for (int64_t c = std::max<int64_t>(0, i0 + r + 1 - j0); c < bc; ++c) sr[c] = fill;
+    }
+  }
+}
+
+// Keys a causal query tile [i0, i0 + br) can see: [0, i0 + br).
+int64_t KeyEnd(const Geometry& g, int64_t i0, int64_t br) {
+  return g.causal ? std::min(g.sk, i0 + br) : g.sk;
+}
+
+template <class T>
+void ForwardHead(const Geometry& g, const Head<T>& hd, T* o, T* lse, T* s, T* m, T* l) {
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  for (int64_t i0 = 0; i0 < g.sq; i0 += kRows) {
+    const int64_t br = std::min(kRows, g.sq - i0);
+    T* ot = o + i0 * g.dv;
+    std::fill(ot, ot + br * g.dv, T(0));
+    std::fill(m, m + br, neg_inf);
+    std::fill(l, l + br, T(0));
+    const int64_t jend = KeyEnd(g, i0, br);
+    for (int64_t j0 = 0; j0 < jend; j0 += kCols) {
+      const int64_t bc = std::min(kCols, jend - j0);
+      ScoreTile(g, hd, i0, br, j0, bc, s);
+      for (int64_t r = 0; r < br; ++r) {
+        T* sr = s + r * bc;
+        T mt = neg_inf;
+        for (int64_t c = 0; c < bc; ++c) mt = std::max(mt, sr[c]);
+        const T m_new = std::max(m[r], mt);
+        if (m_new == neg_inf) {  // every score so far is -inf: nothing to add yet
+          std::fill(sr, sr + bc, T(0));
+          continue;
+        }
+        T sum = 0;
+        for (int64_t c = 0; c < bc; ++c) {
+          sr[c] = std::exp(sr[c] - m_new);
+          sum += sr[c];
+        }
+        if (m_new != m[r]) {
+          const T alpha = std::exp(m[r] - m_new);
+          l[r] *= alpha;
+          T* orow = ot + r * g.dv;
+          for (int64_t e = 0; e < g.dv; ++e) orow[e] *= alpha;
+          m[r] = m_new;
+        }
+        l[r] += sum;
+      }
+      Gemm(false, false, br, g.dv, bc, T(1), s, bc, hd.v + j0 * g.dv, g.dv, T(1), ot, g.dv);
+    }
+    for (int64_t r = 0; r < br; ++r) {
+      T* orow = ot + r * g.dv;
+      const T inv = T(1) / l[r];  // l = 0 (every score -inf): 0 * inf = NaN, as Softmax gives
+      for (int64_t e = 0; e < g.dv; ++e) orow[e] *= inv;
+      lse[i0 + r] = m[r] + std::log(l[r]);
+    }
+  }
+}
+
+template <class T>
+Status AttentionTyped(const Node& node, std::span<const Tensor* const> in,
+                      std::span<Tensor* const> out, const KernelContext& ctx) {
+  ASSIGN_OR_RETURN(Geometry g, GeometryOf(node, *in[0], *in[1], *in[2],
+                                          in.size() > 3 ? in[3] : nullptr,
+                                          in.size() > 4 ? in[4] : nullptr));
+  const DType t = in[0]->dtype();
+  RETURN_IF_ERROR(RequireShape(node, *out[0], "O", t, {g.b, g.hq, g.sq, g.dv}));
+  RETURN_IF_ERROR(RequireShape(node, *out[1], "LSE", t, {g.b, g.hq, g.sq}));
+  T* s = WorkspaceArray<T>(ctx);
+  T* m = s + kRows * kCols;
+  T* l = m + kRows;
+  const T* q = in[0]->data<T>();
+  const T* k = in[1]->data<T>();
+  const T* v = in[2]->data<T>();
+  T* o = out[0]->data<T>();
+  T* lse = out[1]->data<T>();
+  for (int64_t b = 0; b < g.b; ++b)
+    for (int64_t h = 0; h < g.hq; ++h) {
+      const int64_t bh = b * g.hq + h;
+      ForwardHead(g, HeadOf(g, q, k, v, b, h), o + bh * g.sq * g.dv, lse + bh * g.sq, s, m, l);
+    }
+  return Status::Ok();
+}
+
+// Inputs: dO, Q, K, V, O, LSE[, bias][, mask]; outputs dQ, dK, dV.
+template <class T>
+Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
+                          std::span<Tensor* const> out, const KernelContext& ctx) {
+  ASSIGN_OR_RETURN(Geometry g, GeometryOf(node, *in[1], *in[2], *in[3],
+                                          in.size() > 6 ? in[6] : nullptr,
+                                          in.size() > 7 ? in[7] : nullptr));
+  const DType t = in[1]->dtype();
+  const Shape o_shape{g.b, g.hq, g.sq, g.dv};
+  RETURN_IF_ERROR(RequireShape(node, *in[0], "dO", t, o_shape));
+  RETURN_IF_ERROR(RequireShape(node, *in[4], "O", t, o_shape));
+  RETURN_IF_ERROR(RequireShape(node, *in[5], "LSE", t, {g.b, g.hq, g.sq}));
+  for (int i = 0; i < 3; ++i)
+    RETURN_IF_ERROR(RequireShape(node, *out[i], i == 0 ? "dQ" : i == 1 ? "dK" : "dV", t,
+                                 in[1 + i]->shape()));
+  const T* dout = in[0]->data<T>();
+  const T* q = in[1]->data<T>();
+  const T* k = in[2]->data<T>();
+  const T* v = in[3]->data<T>();
+  const T* o = in[4]->data<T>();
+  const T* lse = in[5]->data<T>();
+  T* dq = out[0]->data<T>();
+  T* dk = out[1]->data<T>();
+  T* dv = out[2]->data<T>();
+  T* s = WorkspaceArray<T>(ctx);
+  T* dp = s + kRows * kCols;
+  T* drow = dp + kRows * kCols;  // [rep, Sq]: dO_i · O_i per query head of the group
+  const int64_t rep = g.rep();
+  const T scale = static_cast<T>(g.scale);
+  std::fill(dq, dq + out[0]->numel(), T(0));
+  std::fill(dk, dk + out[1]->numel(), T(0));
+  std::fill(dv, dv + out[2]->numel(), T(0));
+  for (int64_t b = 0; b < g.b; ++b)
+    for (int64_t kvh = 0; kvh < g.hkv; ++kvh) {  // one unit: owns its dK, dV and its heads' dQ
+      T* dk_h = dk + (b * g.hkv + kvh) * g.sk * g.d;
+      T* dv_h = dv + (b * g.hkv + kvh) * g.sk * g.dv;
+      for (int64_t r = 0; r < rep; ++r) {
+        const int64_t bh = b * g.hq + kvh * rep + r;
+        const T* od = o + bh * g.sq * g.dv;
+        const T* dod = dout + bh * g.sq * g.dv;
+        for (int64_t i = 0; i < g.sq; ++i) {
+          T acc = 0;
+          for (int64_t e = 0; e < g.dv; ++e) acc += dod[i * g.dv + e] * od[i * g.dv + e];
+          drow[r * g.sq + i] = acc;
+        }
+      }
+      for (int64_t j0 = 0; j0 < g.sk; j0 += kCols) {
+        const int64_t bc = std::min(kCols, g.sk - j0);
+        for (int64_t r = 0; r < rep; ++r) {
+          const int64_t h = kvh * rep + r;
+          const int64_t bh = b * g.hq + h;
+          const Head<T> hd = HeadOf(g, q, k, v, b, h);
+          const T* do_h = dout + bh * g.sq * g.dv;
+          const T* lse_h = lse + bh * g.sq;
+          const T* d_h = drow + r * g.sq;
+          T* dq_h = dq + bh * g.sq * g.d;
+          // Causal: query i sees key j only when j <= i, so tiles with i < j0 see none of these.
+          const int64_t first = g.causal ? std::min(g.sq, j0) / kRows * kRows : 0;
+          for (int64_t i0 = first; i0 < g.sq; i0 += kRows) {
+            const int64_t br = std::min(kRows, g.sq - i0);
+            ScoreTile(g, hd, i0, br, j0, bc, s);
+            for (int64_t rr = 0; rr < br; ++rr) {
+              T* sr = s + rr * bc;
+              const T lv = lse_h[i0 + rr];
+              for (int64_t c = 0; c < bc; ++c) sr[c] = std::exp(sr[c] - lv);
+            }
+            // dV_j += Pᵀ dO_i
+            Gemm(true, false, bc, g.dv, br, T(1), s, bc, do_h + i0 * g.dv, g.dv, T(1),
+                 dv_h + j0 * g.dv, g.dv);
+            // dP = dO_i V_jᵀ; dS = scale · P ∘ (dP - D)
+            Gemm(false, true, br, bc, g.dv, T(1), do_h + i0 * g.dv, g.dv, hd.v + j0 * g.dv, g.dv,
+                 T(0), dp, bc);
+            for (int64_t rr = 0; rr < br; ++rr) {
+              const T dd = d_h[i0 + rr];
+              const T* sr = s + rr * bc;
+              T* pr = dp + rr * bc;
+              for (int64_t c = 0; c < bc; ++c) pr[c] = scale * (sr[c] * (pr[c] - dd));
+            }
+            if (g.kt) {
+              // dQ_i += dS K_j with K_j = Kt[:, j0:]ᵀ; dKt[:, j0:] += Q_iᵀ dS
+              Gemm(false, true, br, g.d, bc, T(1), dp, bc, hd.k + j0, g.sk, T(1),
+                   dq_h + i0 * g.d, g.d);
+              Gemm(true, false, g.d, bc, br, T(1), hd.q + i0 * g.d, g.d, dp, bc, T(1), dk_h + j0,
+                   g.sk);
+            } else {
+              Gemm(false, false, br, g.d, bc, T(1), dp, bc, hd.k + j0 * g.d, g.d, T(1),
+                   dq_h + i0 * g.d, g.d);
+              Gemm(true, false, bc, g.d, br, T(1), dp, bc, hd.q + i0 * g.d, g.d, T(1),
+                   dk_h + j0 * g.d, g.d);
+            }
+          }
+        }
+      }
+    }
+  return Status::Ok();
+}
+
+template <bool kGrad>
+Status AttentionKernel(const Node& node, std::span<const Tensor* const> in,
+                       std::span<Tensor* const> out, const KernelContext& ctx) {
+  const DType t = in[kGrad ? 1 : 0]->dtype();
+  if (t == DType::kFloat32)
+    return kGrad ? AttentionGradTyped<float>(node, in, out, ctx)
+                 : AttentionTyped<float>(node, in, out, ctx);
+  if (t == DType::kFloat64)
+    return kGrad ? AttentionGradTyped<double>(node, in, out, ctx)
+                 : AttentionTyped<double>(node, in, out, ctx);
+  return Fail(node, "the cpu kernel does not support element type " +
+                        std::string(DTypeName(t)));
+}
+
+// Forward: one score tile and the row statistics; backward: two tiles and dO·O per query row of
+// one key/value head's group.
+template <bool kGrad>
+int64_t AttentionWorkspace(const Node&, std::span<const OperandType> in,
+                           std::span<const OperandType>) {
+  const size_t q = kGrad ? 1 : 0;
+  if (in.size() < q + 3 || !in[q].shape || !in[q + 1].shape) return 0;
+  const Shape& qs = *in[q].shape;
+  const Shape& ks = *in[q + 1].shape;
+  if (qs.size() != 4 || ks.size() != 4 || ks[1] <= 0) return 0;
+  const int64_t elem = in[q].dtype == DType::kFloat64 ? 8 : 4;
+  if (!kGrad) return elem * (kRows * kCols + 2 * kRows);
+  return elem * (2 * kRows * kCols + std::max<int64_t>(qs[1] / ks[1], 1) * qs[2]);
+}
+
+}  // namespace
+
+void RegisterAttentionKernels(CpuKernelTable& table) {
+  table.Add(kFoundry, "Attention", AttentionKernel<false>);
+  table.Add(kFoundry, "AttentionGrad", AttentionKernel<true>);
+}
+
+void RegisterAttentionWorkspaces(CpuWorkspaceTable& table) {
+  table.Add(kFoundry, "Attention", AttentionWorkspace<false>);
+  table.Add(kFoundry, "AttentionGrad", AttentionWorkspace<true>);
+}
+
+}  // namespace foundry

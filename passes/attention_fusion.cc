@@ -1,0 +1,433 @@
+#include "passes/attention_fusion.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "compiler/op_schema.h"
+
+namespace foundry {
+
+namespace {
+
+// What the walk back from the softmax found.
+struct Match {
+  std::string q, k, v, bias, mask;
+  bool k_transposed = true;
+  double scale = 1;
+  bool causal = false;
+  bool mask_keep = false;
+  bool has_fill = false;
+  double fill = -std::numeric_limits<double>::infinity();
+  int64_t kv_heads = 0;  // 0: as many as Q
+  Shape scores;          // the softmax input's shape: every step keeps it (no broadcast widening)
+};
+
+class Fuser {
+ public:
+  explicit Fuser(Graph& g) : g_(g), ud_(BuildUseDef(g)) {
+    params_.insert(g.parameters.begin(), g.parameters.end());
+    outputs_.insert(g.outputs.begin(), g.outputs.end());
+  }
+
+  AttentionFusionStats Run() {
+    AttentionFusionStats stats;
+    // Roots first: Replace() rewrites nodes in place, so indices stay valid during the sweep.
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      Node& root = g_.nodes[i];
+      if (!IsOp(root, "MatMul") || root.inputs.size() != 2) continue;
+      const Node* sm = Sole(root.inputs[0], "Softmax");
+      if (!sm) continue;
+      Match m;
+      m.v = root.inputs[1];
+      if (const Value* x = Val(sm->inputs[0])) m.scores = x->shape;
+      if (!MatchSoftmax(*sm) || !WalkScores(sm->inputs[0], Stage::kMask, m) || !Finish(m)) {
+        ++stats.unfused;
+        continue;
+      }
+      Node fused;
+      fused.op_type = "Attention";
+      fused.domain = "foundry";
+      fused.name = root.name + "/Attention";
+      fused.scope = root.scope;
+      fused.inputs = {m.q, m.k, m.v, m.bias, m.mask};
+      while (!fused.inputs.empty() && fused.inputs.back().empty()) fused.inputs.pop_back();
+      fused.outputs = {root.outputs[0], g_.UniqueValueName(root.outputs[0] + "_lse")};
+      fused.attrs["scale"] = Attribute::Float(static_cast<float>(m.scale));
+      fused.attrs["causal"] = Attribute::Int(m.causal ? 1 : 0);
+      fused.attrs["mask_keep"] = Attribute::Int(m.mask_keep ? 1 : 0);
+      fused.attrs["mask_value"] = Attribute::Float(static_cast<float>(m.fill));
+      fused.attrs["k_transposed"] = Attribute::Int(m.k_transposed ? 1 : 0);
+      g_.GetOrAddValue(fused.outputs[1]);
+      // The replacement must type-check to exactly the root's output; otherwise leave it alone.
+      auto types = InferNodeTypes(g_, fused);
+      const Value* out = g_.FindValue(root.outputs[0]);
+      if (!types.ok() || !out || (*types)[0].shape != out->shape ||
+          (*types)[0].dtype != out->dtype) {
+        g_.EraseValue(fused.outputs[1]);
+        ++stats.unfused;
+        continue;
+      }
+      root = std::move(fused);
+      ++stats.fused;
+      stats.causal += m.causal;
+      stats.bias += !m.bias.empty();
+      stats.mask += !m.mask.empty();
+      stats.grouped += m.kv_heads > 0;
+    }
+    return stats;
+  }
+
+ private:
+  enum class Stage { kMask, kBias, kScale };  // what may still come, walking back
+
+  static bool IsOp(const Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
+
+  // The producer of `v` when it is `op` and `v` is read only by one node and is no graph output.
+  const Node* Sole(const std::string& v, const char* op) const {
+    const Node* n = Producer(v);
+    if (!n || !IsOp(*n, op) || ud_.Consumers(v).size() != 1 || outputs_.count(v)) return nullptr;
+    return n;
+  }
+  const Node* Producer(const std::string& v) const {
+    int p = ud_.Producer(v);
+    return p < 0 ? nullptr : &g_.nodes[p];
+  }
+  const Value* Val(const std::string& v) const { return g_.FindValue(v); }
+
+  // The number a one-element constant holds (following CastLike / Cast of a constant), or NaN.
+  double Scalar(const std::string& v) const {
+    const Value* val = Val(v);
+    if (val && val->data && val->data->numel() == 1 && !params_.count(v) &&
+        val->dtype != DType::kBool)
+      return val->data->GetAsDouble(0);
+    const Node* p = Producer(v);
+    if (p && (IsOp(*p, "CastLike") || IsOp(*p, "Cast")) && !p->inputs.empty())
+      return Scalar(p->inputs[0]);
+    return NAN;
+  }
+
+  bool MatchSoftmax(const Node& sm) const {
+    const Value* x = Val(sm.inputs[0]);
+    if (!x || !x->rank_known || x->shape.size() != 4) return false;
+    int64_t axis = sm.GetInt("axis", -1);
+    return axis == -1 || axis == 3;
+  }
+
+  // True when no trainable parameter reaches `v`.
+  bool Constant(const std::string& v) {
+    if (auto it = reaches_.find(v); it != reaches_.end()) return !it->second;
+    bool reaches = params_.count(v) > 0;
+    if (!reaches)
+      if (const Node* p = Producer(v))
+        for (const auto& in : p->inputs)
+          if (!in.empty() && !Constant(in)) {
+            reaches = true;
+            break;
+          }
+    reaches_[v] = reaches;
+    return !reaches;
+  }
+
+  // Position indices 0..n-1 laid out along one axis of a value whose other dimensions are 1:
+  // axis_from_end 1 = along the last axis (a row of key positions), 2 = the one before (a column
+  // of query positions). Returns false when `v` is no such index.
+  bool Positions(const std::string& v, int& axis_from_end, int64_t& n) const {
+    const Value* val = Val(v);
+    if (!val || !val->ShapeKnown()) return false;
+    int found = 0;
+    n = 1;
+    const int64_t rank = static_cast<int64_t>(val->shape.size());
+    for (int64_t k = 0; k < rank; ++k)
+      if (val->shape[k] != 1) {
+        if (found) return false;
+        found = static_cast<int>(rank - k);
+        n = val->shape[k];
+      }
+    axis_from_end = found == 0 ? 1 : found;
+    if (val->data) {
+      for (int64_t i = 0; i < val->data->numel(); ++i)
+        if (val->data->GetAsDouble(i) != static_cast<double>(i)) return false;
+      return true;
+    }
+    // Range(0, n, 1), possibly unsqueezed or cast.
+    std::string src = v;
+    for (const Node* p = Producer(src); p; p = Producer(src)) {
+      if (IsOp(*p, "Unsqueeze") || IsOp(*p, "Cast") || IsOp(*p, "Reshape")) {
+        src = p->inputs[0];
+        continue;
+      }
+      if (IsOp(*p, "Range") && p->inputs.size() == 3)
+        return Scalar(p->inputs[0]) == 0 && Scalar(p->inputs[2]) == 1;
+      return false;
+    }
+    return false;
+  }
+
+  // +1 when cond[i, j] == (key j > query i), -1 when cond[i, j] == (j <= i), 0 otherwise, for the
+  // scores' Sq x Sk (which must be square).
+  int CausalForm(const std::string& cond, int64_t sq, int64_t sk) const {
+    if (sq != sk || sq <= 0) return 0;
+    const Value* c = Val(cond);
+    if (!c || c->dtype != DType::kBool) return 0;
+    if (c->data) {
+      const Shape& s = c->shape;
+      if (s.size() < 2 || s[s.size() - 1] != sk || s[s.size() - 2] != sq) return 0;
+      if (c->data->numel() != sq * sk) return 0;
+      const bool* d = c->data->data<bool>();
+      bool upper = true, lower = true;
+      for (int64_t i = 0; i < sq; ++i)
+        for (int64_t j = 0; j < sk; ++j) {
+          upper &= d[i * sk + j] == (j > i);
+          lower &= d[i * sk + j] == (j <= i);
+        }
+      return upper ? 1 : lower ? -1 : 0;
+    }
+    const Node* p = Producer(cond);
+    if (!p || p->inputs.size() != 2 || !p->domain.empty()) return 0;
+    int ax0, ax1;
+    int64_t n0, n1;
+    if (!Positions(p->inputs[0], ax0, n0) || !Positions(p->inputs[1], ax1, n1)) return 0;
+    if (n0 != sq || n1 != sq || ax0 == ax1) return 0;
+    const bool first_is_key = ax0 == 1;  // along the last axis: the key index j
+    const std::string& op = p->op_type;
+    if (op == "Greater") return first_is_key ? 1 : 0;          // j > i
+    if (op == "Less") return first_is_key ? 0 : 1;             // i < j
+    if (op == "LessOrEqual") return first_is_key ? -1 : 0;     // j <= i
+    if (op == "GreaterOrEqual") return first_is_key ? 0 : -1;  // i >= j
+    return 0;
+  }
+
+  // A value that is all zeros: a zero constant, or Expand / ConstantOfShape of a zero.
+  bool Zeros(const std::string& v) const {
+    const Value* val = Val(v);
+    if (val && val->data && !params_.count(v)) {
+      for (int64_t i = 0; i < val->data->numel(); ++i)
+        if (val->data->GetAsDouble(i) != 0) return false;
+      return true;
+    }
+    const Node* p = Producer(v);
+    if (p && IsOp(*p, "Expand")) return Scalar(p->inputs[0]) == 0;
+    return false;
+  }
+
+  // Sets the fill; a second fill must be the same number.
+  static bool SetFill(Match& m, double fill) {
+    if (std::isnan(fill)) return false;
+    if (m.has_fill && m.fill != fill) return false;
+    m.has_fill = true;
+    m.fill = fill;
+    return true;
+  }
+
+  // Splits Where(causal, fill, 0) out of a bias; returns the rest ("" when none is left) or
+  // `bias` itself.
+  std::string SplitCausalBias(const std::string& bias, int64_t sq, int64_t sk, Match& m) const {
+    auto causal_zero = [&](const std::string& w) {
+      const Node* p = Producer(w);
+      if (!p || !IsOp(*p, "Where") || p->inputs.size() != 3) return false;
+      if (CausalForm(p->inputs[0], sq, sk) != 1 || !Zeros(p->inputs[2])) return false;
+      const double fill = Scalar(p->inputs[1]);
+      if (std::isnan(fill) || (m.has_fill && m.fill != fill)) return false;
+      return true;
+    };
+    auto take = [&](const std::string& w) {
+      m.causal = true;
+      SetFill(m, Scalar(Producer(w)->inputs[1]));
+    };
+    if (causal_zero(bias)) {
+      take(bias);
+      return "";
+    }
+    const Node* add = Producer(bias);
+    if (add && IsOp(*add, "Add") && add->inputs.size() == 2)
+      for (int side = 0; side < 2; ++side)
+        if (causal_zero(add->inputs[side])) {
+          const Value* rest = Val(add->inputs[1 - side]);
+          const Value* whole = Val(bias);
+          // The rest must broadcast to what the sum did over the scores.
+          if (!rest || !whole || !rest->rank_known) return bias;
+          take(add->inputs[side]);
+          return add->inputs[1 - side];
+        }
+    return bias;
+  }
+
+  // Walks back from the softmax input `s`.
+  bool WalkScores(const std::string& s, Stage stage, Match& m) {
+    const Value* sv = Val(s);
+    if (!sv || !sv->ShapeKnown() || sv->shape.size() != 4 || sv->shape != m.scores) return false;
+    const int64_t sq = sv->shape[2], sk = sv->shape[3];
+    const Node* p = Producer(s);
+    if (!p || !p->domain.empty() || ud_.Consumers(s).size() != 1 || outputs_.count(s))
+      return false;
+    const std::string& op = p->op_type;
+    if (op == "MatMul" && p->inputs.size() == 2) return MatchProduct(*p, m);
+    if ((op == "Mul" || op == "Div") && p->inputs.size() == 2) {
+      for (int side = 0; side < 2; ++side) {
+        if (op == "Div" && side == 1) break;  // c / s is no scale
+        double c = Scalar(p->inputs[1 - side]);
+        if (std::isnan(c) || c == 0) continue;
+        Match trial = m;
+        trial.scale *= op == "Mul" ? c : 1.0 / c;
+        if (WalkScores(p->inputs[side], Stage::kScale, trial)) {
+          m = trial;
+          return true;
+        }
+      }
+      return false;
+    }
+    if (op == "Add" && p->inputs.size() == 2 && stage != Stage::kScale) {
+      for (int side = 0; side < 2; ++side) {
+        const std::string& other = p->inputs[1 - side];
+        const Value* ov = Val(other);
+        if (!ov || ov->dtype != sv->dtype || !Constant(other)) continue;
+        Match trial = m;
+        std::string bias = SplitCausalBias(other, sq, sk, trial);
+        if (!bias.empty()) {
+          if (!trial.bias.empty()) continue;
+          trial.bias = bias;
+        }
+        if (WalkScores(p->inputs[side], Stage::kBias, trial)) {
+          m = trial;
+          return true;
+        }
+      }
+      return false;
+    }
+    if (op == "Where" && p->inputs.size() == 3 && stage == Stage::kMask) {
+      const std::string& cond = p->inputs[0];
+      for (int side = 1; side <= 2; ++side) {  // the side the scores come through
+        const double fill = Scalar(p->inputs[side == 1 ? 2 : 1]);
+        if (std::isnan(fill)) continue;
+        Match trial = m;
+        if (!SetFill(trial, fill)) continue;
+        const bool keep = side == 1;  // Where(m, s, fill): true keeps the score
+        const int form = CausalForm(cond, sq, sk);
+        if (!trial.causal && form == (keep ? -1 : 1)) {
+          trial.causal = true;
+        } else {
+          if (!trial.mask.empty() || !Constant(cond)) continue;
+          trial.mask = cond;
+          trial.mask_keep = keep;
+        }
+        if (WalkScores(p->inputs[side], Stage::kMask, trial)) {
+          m = trial;
+          return true;
+        }
+      }
+      return false;
+    }
+    return false;
+  }
+
+  // Peels Mul/Div by a one-element constant off an operand of the product.
+  std::string PeelScale(std::string x, Match& m) const {
+    for (;;) {
+      const Node* p = Producer(x);
+      if (!p || !p->domain.empty() || p->inputs.size() != 2 || ud_.Consumers(x).size() != 1 ||
+          outputs_.count(x))
+        return x;
+      if (p->op_type == "Mul") {
+        double c0 = Scalar(p->inputs[0]), c1 = Scalar(p->inputs[1]);
+        if (!std::isnan(c1)) {
+          m.scale *= c1;
+          x = p->inputs[0];
+        } else if (!std::isnan(c0)) {
+          m.scale *= c0;
+          x = p->inputs[1];
+        } else {
+          return x;
+        }
+      } else if (p->op_type == "Div") {
+        double c = Scalar(p->inputs[1]);
+        if (std::isnan(c) || c == 0) return x;
+        m.scale /= c;
+        x = p->inputs[0];
+      } else {
+        return x;
+      }
+    }
+  }
+
+  bool MatchProduct(const Node& mm, Match& m) {
+    m.q = PeelScale(mm.inputs[0], m);
+    m.k = PeelScale(mm.inputs[1], m);
+    // Kt = Transpose(K, [0, 1, 3, 2]): read K itself.
+    const Node* t = Producer(m.k);
+    if (t && IsOp(*t, "Transpose") && ud_.Consumers(m.k).size() == 1 && !outputs_.count(m.k) &&
+        t->GetInts("perm") == std::vector<int64_t>{0, 1, 3, 2}) {
+      m.k = t->inputs[0];
+      m.k_transposed = false;
+    }
+    return true;
+  }
+
+  // repeat_kv: Reshape(Concat([Unsqueeze(x, 2)] * n, axis=2) or Expand(Unsqueeze(x, 2), ...)) of
+  // a rank-4 x [B, Hkv, a, c] into [B, Hkv * n, a, c]. Returns x, or "" when `y` is not that.
+  std::string Unrepeat(const std::string& y) const {
+    const Node* r = Producer(y);
+    const Value* yv = Val(y);
+    if (!r || !IsOp(*r, "Reshape") || !yv || !yv->ShapeKnown() || yv->shape.size() != 4) return "";
+    const Node* c = Producer(r->inputs[0]);
+    if (!c) return "";
+    std::string u;
+    if (IsOp(*c, "Concat")) {
+      if (c->GetInt("axis", 0) != 2 || c->inputs.empty()) return "";
+      for (const auto& in : c->inputs)
+        if (in != c->inputs[0]) return "";
+      u = c->inputs[0];
+    } else if (IsOp(*c, "Expand")) {
+      u = c->inputs[0];
+    } else {
+      return "";
+    }
+    const Node* un = Producer(u);
+    if (!un || !IsOp(*un, "Unsqueeze")) return "";
+    const Value* x = Val(un->inputs[0]);
+    const Value* uv = Val(u);
+    const Value* cv = Val(c->outputs[0]);
+    if (!x || !uv || !cv || !x->ShapeKnown() || !cv->ShapeKnown() || x->shape.size() != 4 ||
+        uv->shape.size() != 5 || cv->shape.size() != 5 || uv->shape[2] != 1)
+      return "";
+    // [B, Hkv, n, a, c] -> [B, Hkv * n, a, c]
+    const Shape& xs = x->shape;
+    const Shape& cs = cv->shape;
+    if (cs[0] != xs[0] || cs[1] != xs[1] || cs[3] != xs[2] || cs[4] != xs[3]) return "";
+    if (yv->shape != Shape{xs[0], xs[1] * cs[2], xs[2], xs[3]}) return "";
+    return un->inputs[0];
+  }
+
+  bool Finish(Match& m) {
+    if (!m.has_fill) m.fill = -std::numeric_limits<double>::infinity();
+    const Value* q = Val(m.q);
+    if (!q || !q->ShapeKnown() || q->shape.size() != 4) return false;
+    if (q->dtype != DType::kFloat32 && q->dtype != DType::kFloat64) return false;
+    // GQA / MQA: K and V both widened by repeat_kv from the same head count.
+    std::string k = Unrepeat(m.k), v = Unrepeat(m.v);
+    if (!k.empty() && !v.empty()) {
+      const Value* kv = Val(k);
+      const Value* vv = Val(v);
+      if (kv && vv && kv->shape[1] == vv->shape[1] && kv->shape[1] < q->shape[1]) {
+        m.k = k;
+        m.v = v;
+        m.kv_heads = kv->shape[1];
+      }
+    }
+    return true;
+  }
+
+  Graph& g_;
+  UseDef ud_;
+  std::set<std::string> params_, outputs_;
+  std::map<std::string, bool> reaches_;
+};
+
+}  // namespace
+
+AttentionFusionStats FuseAttention(Graph& g) { return Fuser(g).Run(); }
+
+}  // namespace foundry

@@ -1,0 +1,44 @@
+// Attention fusion (run by canonicalize): every softmax(Q·Kᵀ·scale + bias)·V that an exporter
+// wrote out op by op becomes one foundry::Attention (compiler/ops/attention.cc), whose backward
+// recomputes the probabilities tile by tile, so nothing of size heads x seq x seq is kept for the
+// backward pass.
+//
+// Recognised, walking back from MatMul(P, V):
+//   P       Softmax(axis=-1)(s), read only by that MatMul
+//   s       a chain applied in this order (each intermediate read only by the next step):
+//             scale   Mul or Div by a one-element constant (any number, either operand order),
+//                     on the product or on Q or K before it (torch's SDPA decomposition scales
+//                     both by sqrt(scale))
+//             bias    Add of a value that no trainable parameter reaches (ALiBi, a padding bias,
+//                     a float mask); a bias that is Add(b, Where(causal, fill, 0)) or
+//                     Where(causal, fill, 0) is split: the causal part becomes the attribute
+//             mask    Where(m, fill, s) / Where(m, s, fill) with a one-element constant fill;
+//                     a causal m becomes causal=1 (no mask input), any other bool m is an input
+//   product MatMul(Q, Kt) of rank-4 [B, H, Sq, D] x [B, H, D, Sk]; a Kt that is
+//           Transpose(K, perm=[0,1,3,2]) is read as K (k_transposed=0)
+//   GQA/MQA K and V widened from Hkv to Hq heads by repeat_kv (Unsqueeze, Expand, Reshape) or
+//           torch.cat([x] * n, dim=2) + Reshape are read at their own Hkv heads
+// Causal masks are recognised as a folded constant equal to (key > query) (or its complement for
+// the keep form), or as Greater/Less/GreaterOrEqual/LessOrEqual of position indices (Range
+// 0..n-1, or such a constant, unsqueezed into a row and a column).
+// Anything else (an active Dropout on the probabilities, a bias a parameter reaches, another
+// order of the steps) is left as it is and counted as unfused.
+#pragma once
+
+#include "compiler/ir.h"
+
+namespace foundry {
+
+struct AttentionFusionStats {
+  int fused = 0;
+  int causal = 0;    // of the fused: causal mask generated in the kernel
+  int bias = 0;      // of the fused: with a bias input
+  int mask = 0;      // of the fused: with a bool mask input
+  int grouped = 0;   // of the fused: K/V read at fewer heads than Q (GQA/MQA)
+  int unfused = 0;   // Softmax(axis=-1) nodes feeding a MatMul that were left alone
+};
+
+// Rewrites `g` in place; the replaced nodes become dead (the caller removes them).
+AttentionFusionStats FuseAttention(Graph& g);
+
+}  // namespace foundry
