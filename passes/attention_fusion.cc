@@ -23,6 +23,8 @@ struct Match {
   bool has_fill = false;
   double fill = -std::numeric_limits<double>::infinity();
   int64_t kv_heads = 0;  // 0: as many as Q
+  double dropout = 0;    // an active Dropout on the probabilities, and its Philox key
+  int64_t seed = 0;
   Shape scores;          // the softmax input's shape: every step keeps it (no broadcast widening)
 };
 
@@ -39,9 +41,17 @@ class Fuser {
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       Node& root = g_.nodes[i];
       if (!IsOp(root, "MatMul") || root.inputs.size() != 2) continue;
-      const Node* sm = Sole(root.inputs[0], "Softmax");
-      if (!sm) continue;
       Match m;
+      std::string probs = root.inputs[0];
+      if (const Node* drop = Sole(probs, "Dropout")) {
+        if (!MatchDropout(*drop, m)) {
+          if (Sole(drop->inputs[0], "Softmax")) ++stats.unfused;
+          continue;
+        }
+        probs = drop->inputs[0];
+      }
+      const Node* sm = Sole(probs, "Softmax");
+      if (!sm) continue;
       m.v = root.inputs[1];
       if (const Value* x = Val(sm->inputs[0])) m.scores = x->shape;
       if (!MatchSoftmax(*sm) || !WalkScores(sm->inputs[0], Stage::kMask, m) || !Finish(m)) {
@@ -61,6 +71,12 @@ class Fuser {
       fused.attrs["mask_keep"] = Attribute::Int(m.mask_keep ? 1 : 0);
       fused.attrs["mask_value"] = Attribute::Float(static_cast<float>(m.fill));
       fused.attrs["k_transposed"] = Attribute::Int(m.k_transposed ? 1 : 0);
+      if (m.dropout > 0) {
+        // The Dropout's key moves to the fused op (NodeKey reads `seed`), so its mask is the one
+        // the Dropout drew, and the backward and any recompute clone draw it again.
+        fused.attrs["dropout_ratio"] = Attribute::Float(static_cast<float>(m.dropout));
+        fused.attrs["seed"] = Attribute::Int(m.seed);
+      }
       g_.GetOrAddValue(fused.outputs[1]);
       // The replacement must type-check to exactly the root's output; otherwise leave it alone.
       auto types = InferNodeTypes(g_, fused);
@@ -77,6 +93,7 @@ class Fuser {
       stats.bias += !m.bias.empty();
       stats.mask += !m.mask.empty();
       stats.grouped += m.kv_heads > 0;
+      stats.dropout += m.dropout > 0;
     }
     return stats;
   }
@@ -108,6 +125,23 @@ class Fuser {
     if (p && (IsOp(*p, "CastLike") || IsOp(*p, "Cast")) && !p->inputs.empty())
       return Scalar(p->inputs[0]);
     return NAN;
+  }
+
+  // An active Dropout(P, ratio, training=true) with constant operands, whose mask nobody reads,
+  // and the `seed` import gave it (compiler/random_seed.h).
+  bool MatchDropout(const Node& drop, Match& m) const {
+    if (drop.HasOutput(1) && (!ud_.Consumers(drop.outputs[1]).empty() ||
+                              outputs_.count(drop.outputs[1])))
+      return false;
+    if (!drop.HasAttr("seed")) return false;
+    double ratio = drop.GetFloat("ratio", 0.5f);
+    if (drop.HasInput(1)) ratio = Scalar(drop.inputs[1]);
+    const double training = drop.HasInput(2) ? Scalar(drop.inputs[2]) : 0;
+    // Inactive ones were made Identity by canonicalize before this runs.
+    if (!(ratio > 0 && ratio < 1) || training != 1) return false;
+    m.dropout = ratio;
+    m.seed = drop.GetInt("seed", 0);
+    return true;
   }
 
   bool MatchSoftmax(const Node& sm) const {

@@ -4,7 +4,10 @@
 // backward pass.
 //
 // Recognised, walking back from MatMul(P, V):
-//   P       Softmax(axis=-1)(s), read only by that MatMul
+//   P       Softmax(axis=-1)(s), read only by that MatMul, or an active Dropout of it (constant
+//           ratio, training_mode true, mask unread): the fused op draws the same Philox mask
+//           (the Dropout's seed attribute moves to it) and redraws it in the backward
+
 //   s       a chain applied in this order (each intermediate read only by the next step):
 //             scale   Mul or Div by a one-element constant (any number, either operand order),
 //                     on the product or on Q or K before it (torch's SDPA decomposition scales
@@ -21,7 +24,7 @@
 // Causal masks are recognised as a folded constant equal to (key > query) (or its complement for
 // the keep form), or as Greater/Less/GreaterOrEqual/LessOrEqual of position indices (Range
 // 0..n-1, or such a constant, unsqueezed into a row and a column).
-// Anything else (an active Dropout on the probabilities, a bias a parameter reaches, another
+// Anything else (a Dropout whose mask is read, a bias a parameter reaches, another
 // order of the steps) is left as it is and counted as unfused.
 #pragma once
 
@@ -35,6 +38,7 @@ struct AttentionFusionStats {
   int bias = 0;      // of the fused: with a bias input
   int mask = 0;      // of the fused: with a bool mask input
   int grouped = 0;   // of the fused: K/V read at fewer heads than Q (GQA/MQA)
+  int dropout = 0;   // of the fused: with dropout on the probabilities
   int unfused = 0;   // Softmax(axis=-1) nodes feeding a MatMul that were left alone
 };
 

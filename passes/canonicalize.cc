@@ -137,6 +137,22 @@ void RemoveIdentities(Graph& g, int& dropouts, int& casts, int& identities) {
       const Value* out = g.FindValue(n.outputs[0]);
       if (!in || !out || in->dtype == DType::kUndefined || in->dtype != out->dtype) continue;
       ++casts;
+    } else if (n.op_type == "CastLike" && n.inputs.size() == 2) {
+      // CastLike(x, like) reads only like's element type (torch's dynamo exporter writes one per
+      // masked_fill, reading the scores): a Cast to that type, or nothing when x has it already,
+      // so the scores' producer does not look read twice to the fusions below.
+      const Value* in = g.FindValue(n.inputs[0]);
+      const Value* out = g.FindValue(n.outputs[0]);
+      if (!in || !out || in->dtype == DType::kUndefined || out->dtype == DType::kUndefined)
+        continue;
+      if (in->dtype != out->dtype) {
+        n.op_type = "Cast";
+        n.inputs.resize(1);
+        n.attrs.clear();
+        n.attrs["to"] = Attribute::Int(static_cast<int64_t>(out->dtype));
+        continue;
+      }
+      ++casts;
     } else {
       continue;
     }
@@ -369,7 +385,8 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
     g.metadata[kAttentionFusionKey] =
         "fused=" + std::to_string(a.fused) + " unfused=" + std::to_string(a.unfused) +
         " causal=" + std::to_string(a.causal) + " bias=" + std::to_string(a.bias) +
-        " mask=" + std::to_string(a.mask) + " grouped=" + std::to_string(a.grouped);
+        " mask=" + std::to_string(a.mask) + " grouped=" + std::to_string(a.grouped) +
+        " dropout=" + std::to_string(a.dropout);
   }
 
   // MatMul(x, Transpose(W)) -> FusedMatMul(x, W, transB=1).

@@ -7,6 +7,8 @@
 //             export) or training_mode false/absent => Identity, its mask dropped, unless
 //             something reads the mask. No ratio input means 0.5 (ONNX's default).
 //   Cast      to the dtype its input already has => Identity
+//   CastLike  (x, like) => Identity when x has like's dtype, else Cast(x, to=that dtype): it
+//             reads only like's type, so its second operand is no real consumer
 //   Identity  removed (consumers read its input), unless it produces a graph output.
 // Renamed (torch >= 2.5 dynamo export, opset 20):
 //   Gelu      ai.onnx Gelu {approximate="none"} => com.microsoft::Gelu(x); {approximate="tanh"}
@@ -74,7 +76,7 @@ class CanonicalizePass : public Pass {
 };
 
 // Graph::metadata key holding the attention fusion's counts after canonicalize, as
-// "fused=N unfused=M causal=C bias=B mask=K grouped=G" (the compile report prints it).
+// "fused=N unfused=M causal=C bias=B mask=K grouped=G dropout=D" (the compile report prints it).
 inline constexpr char kAttentionFusionKey[] = "foundry.attention_fusion";
 
 // Removes nodes none of whose outputs is consumed or a graph output. Returns how many.

@@ -151,6 +151,38 @@ const std::map<std::pair<std::string, std::string>, OpFlops>& FlopTable() {
 
 }  // namespace
 
+namespace {
+
+// foundry::Attention / AttentionGrad (compiler/ops/attention.cc), per (query, key) pair the kernel
+// visits (a causal one skips the pairs above the diagonal):
+//   forward   Q·Kᵀ 2D, P·V 2Dv, online softmax 5 (max, -, exp, Σ, rescale), +1 bias, +1 mask
+//   backward  recomputed scores 2D (+ bias, mask) and exp(s - LSE) 2, dV 2Dv, dP 2Dv,
+//             dS = P(dP - D) 3, dQ 2D, dK 2D; plus D = Σ dO·O, 2Dv per query row
+// so the backward is about 2.5x the forward (D = Dv = 64: 645 vs 261 per pair). It is all
+// backward work (the probabilities are never saved), not recompute.
+int64_t AttentionFlops(const Graph& graph, const Node& node) {
+  const bool grad = node.op_type == "AttentionGrad";
+  const size_t q = grad ? 1 : 0;
+  const Value* qv = graph.FindValue(node.HasInput(q) ? node.inputs[q] : "");
+  const Value* kv = graph.FindValue(node.HasInput(q + 1) ? node.inputs[q + 1] : "");
+  const Value* vv = graph.FindValue(node.HasInput(q + 2) ? node.inputs[q + 2] : "");
+  if (!qv || !kv || !vv || !qv->ShapeKnown() || !kv->ShapeKnown() || !vv->ShapeKnown() ||
+      qv->shape.size() != 4 || kv->shape.size() != 4 || vv->shape.size() != 4)
+    return 0;
+  const int64_t b = qv->shape[0], h = qv->shape[1], sq = qv->shape[2], d = qv->shape[3];
+  const int64_t sk = vv->shape[2], dv = vv->shape[3];
+  int64_t pairs = sq * sk;
+  if (node.GetInt("causal", 0) == 1) {
+    pairs = 0;
+    for (int64_t i = 0; i < sq; ++i) pairs += std::min(i + 1, sk);
+  }
+  const int64_t extra = (node.HasInput(q + 3) ? 1 : 0) + (node.HasInput(q + 4) ? 1 : 0);
+  if (!grad) return b * h * pairs * (2 * d + 2 * dv + 5 + extra);
+  return b * h * (pairs * (6 * d + 4 * dv + 5 + extra) + sq * 2 * dv);
+}
+
+}  // namespace
+
 const OpFlops* FindOpFlops(const std::string& domain, const std::string& op_type) {
   auto it = FlopTable().find({domain, op_type});
   return it == FlopTable().end() ? nullptr : &it->second;
@@ -171,6 +203,8 @@ int64_t NodeFlops(const Graph& graph, const Node& node) {
   if (node.domain.empty() && node.op_type == "Gemm" && node.HasInput(0))
     return 2 * out * Dim(graph, node.inputs[0], node.GetInt("transA", 0) != 0 ? 0 : 1) +
            (node.HasInput(2) ? out : 0);
+  if (node.domain == "foundry" && (node.op_type == "Attention" || node.op_type == "AttentionGrad"))
+    return AttentionFlops(graph, node);
   const OpFlops* row = FindOpFlops(node.domain, node.op_type);
   if (!row) return out;
   if (node.domain.empty() && node.op_type == "Gelu" &&

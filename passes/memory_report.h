@@ -48,6 +48,10 @@
 //     ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSumExp 2 (input 0); SoftmaxCrossEntropyLoss 5
 //     (its log-softmax over the logits, input 0); GatherGrad 1 (input 2), GatherElementsGrad
 //     1 (input 0) and GatherNDGrad 1 (input 2): one add per element of the gradient they scatter
+//   foundry::Attention, AttentionGrad: per (query, key) pair visited (causal: on or below the
+//     diagonal) 2D + 2Dv + 5 forward and 6D + 4Dv + 5 backward, +1 each for a bias and a mask,
+//     +2Dv per query row backward (memory_report.cc: the backward, ~2.5x the forward, recomputes
+//     the probabilities and counts as backward, not recompute)
 // An op without a row (none today: a test holds the table to the op schemas) counts one per
 // output-0 element. Nodes are summed by phase mark (unmarked = forward); optimizer-phase nodes
 // are left out.

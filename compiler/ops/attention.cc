@@ -11,7 +11,11 @@
 //   Hq is a multiple of Hkv; query head h reads key/value head h / (Hq / Hkv) (repeat_kv order).
 //   Attributes: scale (float, required); causal (0/1: key j > query i is masked); mask_keep (0/1:
 //   with a mask, 1 = true keeps the score, 0 = true masks it); mask_value (float, default -inf:
-//   what a masked score becomes, replacing it); k_transposed (0/1, default 1).
+//   what a masked score becomes, replacing it); k_transposed (0/1, default 1); dropout_ratio
+//   (float in [0, 1), default 0) with seed (int): when training, element (b, h, i, j) of the
+//   probabilities is kept, times 1 / (1 - ratio), when the Philox draw (kernels/cpu/philox.h,
+//   key = seed) of element ((b·Hq + h)·Sq + i)·Sk + j is >= ratio, as a Dropout of the
+//   [B, Hq, Sq, Sk] probabilities keyed by that seed draws it; LSE is taken before the dropout.
 //   Per batch b, head h, query i, key j:
 //     s_ij = scale · Σ_d Q[i,d] K[j,d] (+ bias_ij); masked => s_ij = mask_value
 //     LSE_i = log Σ_j exp(s_ij);  O_i = Σ_j exp(s_ij - LSE_i) V_j
@@ -21,7 +25,8 @@
 // foundry::AttentionGrad (dO, Q, K, V, O, LSE[, bias][, mask]) -> (dQ, dK, dV), same attributes:
 // recomputes each score from Q, K, the bias and the mask, P = exp(s - LSE), and
 //   dV_j = Σ_i P_ij dO_i;  dS_ij = P_ij (dO_i·V_j - dO_i·O_i);  dQ_i = scale Σ_j dS_ij K_j;
-//   dK_j = scale Σ_i dS_ij Q_i   (dK, dV summed over the query heads sharing a key/value head).
+//   dK_j = scale Σ_i dS_ij Q_i   (dK, dV summed over the query heads sharing a key/value head);
+// with dropout, dV_j reads P ∘ z and dO_i·V_j is multiplied by z (z redrawn from the same key).
 #include <cmath>
 #include <string>
 #include <vector>
@@ -81,6 +86,9 @@ StatusOr<AttentionDims> CheckOperands(const InferContext& ctx, size_t q, size_t 
   RETURN_IF_ERROR(CheckFlag(ctx, "mask_keep", 0));
   RETURN_IF_ERROR(CheckFlag(ctx, "k_transposed", 1));
   if (!ctx.node.attrs.count("scale")) return ctx.Fail("the scale attribute is required");
+  const float ratio = ctx.node.GetFloat("dropout_ratio", 0.0f);
+  if (!(ratio >= 0.f && ratio < 1.f))
+    return ctx.Fail("dropout_ratio " + std::to_string(ratio) + " is outside [0, 1)");
   const Value& Q = ctx.input(q);
   const Value& K = ctx.input(q + 1);
   const Value& V = ctx.input(q + 2);

@@ -22,6 +22,7 @@
 
 #include "compiler/op_schema.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/cpu/philox.h"
 
 namespace foundry {
 
@@ -61,8 +62,30 @@ struct Geometry {
   double scale = 1;
   double mask_value = -std::numeric_limits<double>::infinity();
   Broadcast bias, mask;
+  // Dropout on the probabilities (attribute dropout_ratio, applied when training): element
+  // (b, h, i, j) is kept when Philox(seed, key, ((b·Hq + h)·Sq + i)·Sk + j) >= ratio, exactly the
+  // draw the Dropout the fusion replaced made for that element of its [B, Hq, Sq, Sk] input.
+  float dropout = 0;
+  uint64_t seed = 0, key = 0;
   int64_t rep() const { return hq / hkv; }
 };
+
+// Multiplies tile p (rows i0.., keys j0..) by the dropout's keep / (1 - ratio) factor z, written
+// to z (may be p itself); no-op when dropout is off.
+template <class T>
+void DropoutTile(const Geometry& g, int64_t b, int64_t h, int64_t i0, int64_t br, int64_t j0,
+                 int64_t bc, const T* p, T* z) {
+  const T scale = T(1) / (T(1) - static_cast<T>(g.dropout));
+  for (int64_t r = 0; r < br; ++r) {
+    const uint64_t base = static_cast<uint64_t>(((b * g.hq + h) * g.sq + i0 + r) * g.sk + j0);
+    for (int64_t c = 0; c < bc; ++c) {
+      const bool keep =
+          PhiloxBitsToUniform(PhiloxRandom(g.seed, g.key, base + static_cast<uint64_t>(c))) >=
+          g.dropout;
+      z[r * bc + c] = keep ? p[r * bc + c] * scale : T(0);
+    }
+  }
+}
 
 StatusOr<Broadcast> BroadcastOf(const Node& node, const Tensor* t, const char* what,
                                 const Geometry& g) {
@@ -97,6 +120,9 @@ StatusOr<Geometry> GeometryOf(const Node& node, const Tensor& Q, const Tensor& K
   g.mask_keep = node.GetInt("mask_keep", 0) == 1;
   g.scale = node.GetFloat("scale", 1.0f);
   g.mask_value = node.GetFloat("mask_value", -std::numeric_limits<float>::infinity());
+  g.dropout = node.GetFloat("dropout_ratio", 0.0f);
+  if (!(g.dropout >= 0.f && g.dropout < 1.f))
+    return Fail(node, "dropout_ratio " + std::to_string(g.dropout) + " is outside [0, 1)");
   if (Q.rank() != 4 || K.rank() != 4 || V.rank() != 4)
     return Fail(node, "Q, K and V must have rank 4, got " + ShapeToString(Q.shape()) + ", " +
                           ShapeToString(K.shape()) + ", " + ShapeToString(V.shape()));
@@ -230,6 +256,7 @@ void ForwardHead(const Geometry& g, const Head<T>& hd, T* o, T* lse, T* s, T* m,
         }
         l[r] += sum;
       }
+      if (g.dropout > 0) DropoutTile(g, hd.b, hd.h, i0, br, j0, bc, s, s);
       Gemm(false, false, br, g.dv, bc, T(1), s, bc, hd.v + j0 * g.dv, g.dv, T(1), ot, g.dv);
     }
     for (int64_t r = 0; r < br; ++r) {
@@ -247,6 +274,9 @@ Status AttentionTyped(const Node& node, std::span<const Tensor* const> in,
   ASSIGN_OR_RETURN(Geometry g, GeometryOf(node, *in[0], *in[1], *in[2],
                                           in.size() > 3 ? in[3] : nullptr,
                                           in.size() > 4 ? in[4] : nullptr));
+  if (!ctx.training) g.dropout = 0;
+  g.seed = ctx.seed;
+  g.key = ctx.node_key;
   const DType t = in[0]->dtype();
   RETURN_IF_ERROR(RequireShape(node, *out[0], "O", t, {g.b, g.hq, g.sq, g.dv}));
   RETURN_IF_ERROR(RequireShape(node, *out[1], "LSE", t, {g.b, g.hq, g.sq}));
@@ -273,6 +303,9 @@ Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
   ASSIGN_OR_RETURN(Geometry g, GeometryOf(node, *in[1], *in[2], *in[3],
                                           in.size() > 6 ? in[6] : nullptr,
                                           in.size() > 7 ? in[7] : nullptr));
+  if (!ctx.training) g.dropout = 0;
+  g.seed = ctx.seed;
+  g.key = ctx.node_key;
   const DType t = in[1]->dtype();
   const Shape o_shape{g.b, g.hq, g.sq, g.dv};
   RETURN_IF_ERROR(RequireShape(node, *in[0], "dO", t, o_shape));
@@ -292,7 +325,8 @@ Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
   T* dv = out[2]->data<T>();
   T* s = WorkspaceArray<T>(ctx);
   T* dp = s + kRows * kCols;
-  T* drow = dp + kRows * kCols;  // [rep, Sq]: dO_i · O_i per query head of the group
+  T* z = dp + kRows * kCols;     // the dropout's factor per element of the tile
+  T* drow = z + kRows * kCols;   // [rep, Sq]: dO_i · O_i per query head of the group
   const int64_t rep = g.rep();
   const T scale = static_cast<T>(g.scale);
   std::fill(dq, dq + out[0]->numel(), T(0));
@@ -332,12 +366,20 @@ Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
               const T lv = lse_h[i0 + rr];
               for (int64_t c = 0; c < bc; ++c) sr[c] = std::exp(sr[c] - lv);
             }
-            // dV_j += Pᵀ dO_i
-            Gemm(true, false, bc, g.dv, br, T(1), s, bc, do_h + i0 * g.dv, g.dv, T(1),
+            // dV_j += (P ∘ z)ᵀ dO_i, z the dropout's keep / (1 - ratio) (1 without dropout)
+            const bool drop = g.dropout > 0;
+            if (drop) {  // z = the factor tile; dp = P ∘ z for the moment
+              std::fill(z, z + br * bc, T(1));
+              DropoutTile(g, b, h, i0, br, j0, bc, z, z);
+              for (int64_t e = 0; e < br * bc; ++e) dp[e] = s[e] * z[e];
+            }
+            Gemm(true, false, bc, g.dv, br, T(1), drop ? dp : s, bc, do_h + i0 * g.dv, g.dv, T(1),
                  dv_h + j0 * g.dv, g.dv);
-            // dP = dO_i V_jᵀ; dS = scale · P ∘ (dP - D)
+            // dP = (dO_i V_jᵀ) ∘ z; dS = scale · P ∘ (dP - D), D_i = dO_i · O_i
             Gemm(false, true, br, bc, g.dv, T(1), do_h + i0 * g.dv, g.dv, hd.v + j0 * g.dv, g.dv,
                  T(0), dp, bc);
+            if (drop)
+              for (int64_t e = 0; e < br * bc; ++e) dp[e] *= z[e];
             for (int64_t rr = 0; rr < br; ++rr) {
               const T dd = d_h[i0 + rr];
               const T* sr = s + rr * bc;
@@ -389,7 +431,7 @@ int64_t AttentionWorkspace(const Node&, std::span<const OperandType> in,
   if (qs.size() != 4 || ks.size() != 4 || ks[1] <= 0) return 0;
   const int64_t elem = in[q].dtype == DType::kFloat64 ? 8 : 4;
   if (!kGrad) return elem * (kRows * kCols + 2 * kRows);
-  return elem * (2 * kRows * kCols + std::max<int64_t>(qs[1] / ks[1], 1) * qs[2]);
+  return elem * (3 * kRows * kCols + std::max<int64_t>(qs[1] / ks[1], 1) * qs[2]);
 }
 
 }  // namespace

@@ -1,0 +1,261 @@
+// foundry::Attention and its gradient (compiler/ops/attention.cc, kernels/cpu/attention.cc,
+// passes/grad/attention.cc): the tiled kernels against a plain double-precision evaluation of
+// the op's formula, the gradient rule against central finite differences, and the kernels'
+// determinism. Shapes cross the 64-row / 64-key tile edges (ragged last tiles), and cover GQA and
+// MQA, both K layouts, causal masking, broadcast biases and both mask forms.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/op_schema.h"
+#include "tests/support/grad_check.h"
+#include "tests/support/test_util.h"
+
+namespace foundry {
+namespace {
+
+struct Case {
+  std::string name;
+  int64_t b, hq, hkv, sq, sk, d, dv;
+  bool kt = true;
+  bool causal = false;
+  Shape bias;  // empty: none
+  Shape mask;  // empty: none
+  bool mask_keep = false;
+  float mask_value = -std::numeric_limits<float>::infinity();
+};
+
+std::vector<Case> Cases() {
+  return {
+      {"mha", 1, 2, 2, 5, 5, 4, 4},
+      {"ragged_tiles", 1, 1, 1, 70, 67, 8, 6},
+      {"causal_two_tiles", 2, 2, 2, 130, 130, 4, 4, true, true},
+      {"gqa_4_to_2_untransposed", 1, 4, 2, 9, 9, 3, 5, false, true},
+      {"mqa_alibi_bias", 2, 4, 1, 11, 11, 4, 4, true, true, {1, 4, 1, 11}},
+      {"padding_bias_finfo_min", 2, 2, 2, 6, 6, 4, 4, true, false, {2, 1, 1, 6}, {}, false,
+       -3.40282347e38f},
+      {"mask_drop", 1, 2, 2, 7, 7, 4, 4, true, false, {}, {7, 7}},
+      {"mask_keep_per_batch", 2, 2, 1, 5, 5, 4, 4, false, true, {}, {2, 1, 5, 5}, true,
+       -3.40282347e38f},
+      {"full_bias", 1, 2, 2, 66, 66, 4, 4, true, false, {1, 2, 66, 66}},
+  };
+}
+
+Node AttentionNode(const Case& c) {
+  std::vector<std::string> ins = {"q", "k", "v", c.bias.empty() ? "" : "bias",
+                                  c.mask.empty() ? "" : "mask"};
+  while (!ins.empty() && ins.back().empty()) ins.pop_back();
+  return MakeNode("Attention", ins, {"o", "lse"},
+                  {{"scale", Attribute::Float(0.37f)},
+                   {"causal", Attribute::Int(c.causal)},
+                   {"mask_keep", Attribute::Int(c.mask_keep)},
+                   {"mask_value", Attribute::Float(c.mask_value)},
+                   {"k_transposed", Attribute::Int(c.kt)}},
+                  "foundry", "fwd");
+}
+
+// A mask that never masks a whole row (so every output is finite): masks about a third.
+Tensor MaskTensor(const Shape& shape, bool keep) {
+  Tensor m(DType::kBool, shape);
+  for (int64_t i = 0; i < m.numel(); ++i) {
+    const bool masked = (i * 7 + 3) % 3 == 0 && i % shape.back() != 0;
+    m.data<bool>()[i] = keep ? !masked : masked;
+  }
+  return m;
+}
+
+struct Operands {
+  std::map<std::string, Tensor> inputs;     // q, k, v
+  std::map<std::string, Tensor> constants;  // bias, mask
+};
+
+Operands OperandsOf(const Case& c, uint64_t seed) {
+  Operands o;
+  o.inputs["q"] = RandomTensor({c.b, c.hq, c.sq, c.d}, seed, -1.5f, 1.5f);
+  o.inputs["k"] = RandomTensor(c.kt ? Shape{c.b, c.hkv, c.d, c.sk} : Shape{c.b, c.hkv, c.sk, c.d},
+                               seed + 1, -1.5f, 1.5f);
+  o.inputs["v"] = RandomTensor({c.b, c.hkv, c.sk, c.dv}, seed + 2);
+  if (!c.bias.empty()) o.constants["bias"] = RandomTensor(c.bias, seed + 3, -2.f, 0.5f);
+  if (!c.mask.empty()) o.constants["mask"] = MaskTensor(c.mask, c.mask_keep);
+  return o;
+}
+
+// Element of a broadcast operand at scores index (b, h, i, j).
+double At(const Tensor& t, int64_t b, int64_t h, int64_t i, int64_t j) {
+  const Shape& s = t.shape();
+  const int64_t idx[4] = {b, h, i, j};
+  int64_t flat = 0;
+  const size_t off = 4 - s.size();
+  for (size_t k = 0; k < s.size(); ++k) flat = flat * s[k] + (s[k] == 1 ? 0 : idx[off + k]);
+  return t.GetAsDouble(flat);
+}
+
+// The op's formula in double, straight from its definition: scores, softmax, and the gradients
+// of L = Σ <dO, O> for a given dO.
+struct Reference {
+  std::vector<double> o, lse, dq, dk, dv;
+};
+
+Reference Evaluate(const Case& c, const Operands& ops, const Tensor& dout) {
+  const Tensor& q = ops.inputs.at("q");
+  const Tensor& k = ops.inputs.at("k");
+  const Tensor& v = ops.inputs.at("v");
+  const int64_t rep = c.hq / c.hkv;
+  auto kat = [&](int64_t b, int64_t g, int64_t j, int64_t e) {
+    return c.kt ? k.GetAsDouble(((b * c.hkv + g) * c.d + e) * c.sk + j)
+                : k.GetAsDouble(((b * c.hkv + g) * c.sk + j) * c.d + e);
+  };
+  auto kidx = [&](int64_t b, int64_t g, int64_t j, int64_t e) {
+    return c.kt ? ((b * c.hkv + g) * c.d + e) * c.sk + j : ((b * c.hkv + g) * c.sk + j) * c.d + e;
+  };
+  Reference r;
+  r.o.assign(c.b * c.hq * c.sq * c.dv, 0);
+  r.lse.assign(c.b * c.hq * c.sq, 0);
+  r.dq.assign(c.b * c.hq * c.sq * c.d, 0);
+  r.dk.assign(k.numel(), 0);
+  r.dv.assign(v.numel(), 0);
+  for (int64_t b = 0; b < c.b; ++b)
+    for (int64_t h = 0; h < c.hq; ++h) {
+      const int64_t g = h / rep;
+      for (int64_t i = 0; i < c.sq; ++i) {
+        std::vector<double> s(c.sk);
+        for (int64_t j = 0; j < c.sk; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < c.d; ++e)
+            dot += q.GetAsDouble(((b * c.hq + h) * c.sq + i) * c.d + e) * kat(b, g, j, e);
+          s[j] = static_cast<double>(0.37f) * dot;
+          if (!c.bias.empty()) s[j] += At(ops.constants.at("bias"), b, h, i, j);
+          bool masked = c.causal && j > i;
+          if (!c.mask.empty())
+            masked |= (At(ops.constants.at("mask"), b, h, i, j) != 0) != c.mask_keep;
+          if (masked) s[j] = c.mask_value;
+        }
+        double m = -INFINITY;
+        for (double x : s) m = std::max(m, x);
+        double l = 0;
+        for (double x : s) l += std::exp(x - m);
+        const double lse = m + std::log(l);
+        r.lse[(b * c.hq + h) * c.sq + i] = lse;
+        std::vector<double> p(c.sk);
+        for (int64_t j = 0; j < c.sk; ++j) p[j] = std::exp(s[j] - lse);
+        const int64_t orow = ((b * c.hq + h) * c.sq + i) * c.dv;
+        for (int64_t j = 0; j < c.sk; ++j)
+          for (int64_t e = 0; e < c.dv; ++e)
+            r.o[orow + e] += p[j] * v.GetAsDouble(((b * c.hkv + g) * c.sk + j) * c.dv + e);
+        // Backward of this row.
+        double dd = 0;
+        for (int64_t e = 0; e < c.dv; ++e) dd += dout.GetAsDouble(orow + e) * r.o[orow + e];
+        for (int64_t j = 0; j < c.sk; ++j) {
+          double dp = 0;
+          for (int64_t e = 0; e < c.dv; ++e) {
+            const int64_t vi = ((b * c.hkv + g) * c.sk + j) * c.dv + e;
+            dp += dout.GetAsDouble(orow + e) * v.GetAsDouble(vi);
+            r.dv[vi] += p[j] * dout.GetAsDouble(orow + e);
+          }
+          const double ds = static_cast<double>(0.37f) * p[j] * (dp - dd);
+          for (int64_t e = 0; e < c.d; ++e) {
+            r.dq[((b * c.hq + h) * c.sq + i) * c.d + e] += ds * kat(b, g, j, e);
+            r.dk[kidx(b, g, j, e)] += ds * q.GetAsDouble(((b * c.hq + h) * c.sq + i) * c.d + e);
+          }
+        }
+      }
+    }
+  return r;
+}
+
+// max |got - want| / max |want|.
+double RelErr(const Tensor& got, const std::vector<double>& want) {
+  double diff = 0, ref = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double g = got.GetAsDouble(i);
+    if (!std::isfinite(g)) return INFINITY;
+    diff = std::max(diff, std::fabs(g - want[i]));
+    ref = std::max(ref, std::fabs(want[i]));
+  }
+  return ref == 0 ? diff : diff / ref;
+}
+
+Node GradNode(const Case& c) {
+  Node f = AttentionNode(c);
+  std::vector<std::string> ins = {"dout", "q", "k", "v", "o", "lse"};
+  if (!c.bias.empty() || !c.mask.empty()) ins.push_back(c.bias.empty() ? "" : "bias");
+  if (!c.mask.empty()) ins.push_back("mask");
+  return MakeNode("AttentionGrad", ins, {"dq", "dk", "dv"}, f.attrs, "foundry", "bwd");
+}
+
+TEST(AttentionKernelTest, ForwardAndBackwardMatchTheFormulaInDouble) {
+  for (const Case& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    Operands ops = OperandsOf(c, 11);
+    auto fwd = RunSingleNode(AttentionNode(c), ops.inputs, ops.constants);
+    ASSERT_TRUE(fwd.ok()) << fwd.status().message();
+    Tensor dout = RandomTensor({c.b, c.hq, c.sq, c.dv}, 99);
+    const Reference ref = Evaluate(c, ops, dout);
+    EXPECT_LT(RelErr((*fwd)[0], ref.o), 2e-6);
+    EXPECT_LT(RelErr((*fwd)[1], ref.lse), 2e-6);
+    std::map<std::string, Tensor> in = ops.inputs;
+    in["dout"] = dout;
+    in["o"] = (*fwd)[0];
+    in["lse"] = (*fwd)[1];
+    auto bwd = RunSingleNode(GradNode(c), in, ops.constants);
+    ASSERT_TRUE(bwd.ok()) << bwd.status().message();
+    EXPECT_LT(RelErr((*bwd)[0], ref.dq), 1e-5);
+    EXPECT_LT(RelErr((*bwd)[1], ref.dk), 1e-5);
+    EXPECT_LT(RelErr((*bwd)[2], ref.dv), 1e-5);
+    // Same inputs, same bits.
+    auto again = RunSingleNode(GradNode(c), in, ops.constants);
+    ASSERT_TRUE(again.ok());
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE((*again)[i].BitwiseEqual((*bwd)[i])) << i;
+  }
+}
+
+TEST(AttentionGradTest, MatchesFiniteDifferences) {
+  for (const Case& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    Operands ops = OperandsOf(c, 21);
+    GradCheckOptions options;
+    options.no_grad_outputs = {"lse"};
+    options.max_elements = 60;
+    Status st = CheckGradients(AttentionNode(c), ops.inputs, ops.constants, options);
+    EXPECT_TRUE(st.ok()) << st.message();
+  }
+}
+
+TEST(AttentionKernelTest, EveryScoreMaskedGivesNaNLikeSoftmax) {
+  Case c{"all_masked", 1, 1, 1, 3, 3, 2, 2, true, false, {}, {3, 3}};
+  Operands ops = OperandsOf(c, 5);
+  Tensor& mask = ops.constants["mask"];
+  for (int64_t i = 0; i < mask.numel(); ++i) mask.data<bool>()[i] = i < 3;  // row 0: all masked
+  auto fwd = RunSingleNode(AttentionNode(c), ops.inputs, ops.constants);
+  ASSERT_TRUE(fwd.ok()) << fwd.status().message();
+  EXPECT_TRUE(std::isnan((*fwd)[0].GetAsDouble(0)));
+  EXPECT_TRUE(std::isinf((*fwd)[1].GetAsDouble(0)));
+  for (int64_t i = 2; i < 6; ++i) EXPECT_TRUE(std::isfinite((*fwd)[0].GetAsDouble(i))) << i;
+}
+
+TEST(AttentionSchemaTest, RefusesOperandsThatDoNotFit) {
+  Case c = Cases()[3];  // GQA 4 -> 2
+  Operands ops = OperandsOf(c, 3);
+  // 3 key/value heads do not divide 4 query heads.
+  ops.inputs["k"] = RandomTensor({1, 3, 9, 3}, 1);
+  ops.inputs["v"] = RandomTensor({1, 3, 9, 5}, 2);
+  auto r = RunSingleNode(AttentionNode(c), ops.inputs, ops.constants);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not a multiple"), std::string::npos)
+      << r.status().message();
+  // A bias that does not broadcast to the scores.
+  Case b = Cases()[4];
+  Operands bops = OperandsOf(b, 3);
+  bops.constants["bias"] = RandomTensor({1, 3, 1, 11}, 4);
+  r = RunSingleNode(AttentionNode(b), bops.inputs, bops.constants);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("does not broadcast"), std::string::npos)
+      << r.status().message();
+}
+
+}  // namespace
+}  // namespace foundry
