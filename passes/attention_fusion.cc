@@ -136,7 +136,12 @@ class Fuser {
     if (!drop.HasAttr("seed")) return false;
     double ratio = drop.GetFloat("ratio", 0.5f);
     if (drop.HasInput(1)) ratio = Scalar(drop.inputs[1]);
-    const double training = drop.HasInput(2) ? Scalar(drop.inputs[2]) : 0;
+    double training = 0;
+    if (drop.HasInput(2)) {
+      const Value* t = Val(drop.inputs[2]);
+      if (!t || !t->data || t->data->numel() != 1) return false;
+      training = t->data->GetAsDouble(0);
+    }
     // Inactive ones were made Identity by canonicalize before this runs.
     if (!(ratio > 0 && ratio < 1) || training != 1) return false;
     m.dropout = ratio;
