@@ -59,6 +59,7 @@ struct CompileRequest {
   std::vector<std::string> freeze;     // globs over parameter names
   std::vector<std::string> trainable;  // globs over float initializer names
   bool training = true;                // false: the forward graph only (fold, canonicalize)
+  bool fuse_attention = true;          // --no-attention-fusion: attention as exported
 
   std::vector<CkptTarget> ckpt_targets;  // --ckpt and --ckpt-config, in that order
   // --memory-budget: the search chooses the targets (ckpt_targets must be empty);

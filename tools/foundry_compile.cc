@@ -35,7 +35,7 @@ int Fail(const std::string& message, int code = cli::kExitError) {
 struct Options {
   std::string model, prefix;
   bool output_given = false, dry_run = false;
-  bool list_modules = false, list_ops = false, forward_only = false;
+  bool list_modules = false, list_ops = false, forward_only = false, no_attention_fusion = false;
   std::vector<std::string> dim_specs, input_shape_specs, freeze, trainable, ckpt_specs;
   std::string fold_limit_text = std::to_string(int64_t{1} << 20);
   std::string dump_after, dump_plan;
@@ -114,6 +114,9 @@ void AddGraphOptions(CLI::App& app, Options& o) {
                         ->type_name("GLOB"));
   app.add_flag("--forward-only", o.forward_only,
                "compile the forward graph only (no loss/backward)");
+  app.add_flag("--no-attention-fusion", o.no_attention_fusion,
+               "keep attention as exported (softmax and its seq x seq probabilities, saved for "
+               "the backward) instead of fusing it into foundry::Attention");
   app.add_option("--fold-limit", o.fold_limit_text,
                  "largest tensor constant folding may create, in bytes (bigger ones are "
                  "computed at run time)")
@@ -243,6 +246,7 @@ std::optional<int> ParseRequest(Options& o, CompileRequest& request, OutputSet& 
   request.freeze = o.freeze;
   request.trainable = o.trainable;
   request.training = !o.forward_only;
+  request.fuse_attention = !o.no_attention_fusion;
   request.dump_after = o.dump_after;
   if (auto code = ParseCkpt(o, request)) return code;
   if (auto code = ParseBudget(o, request)) return code;
