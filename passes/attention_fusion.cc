@@ -37,6 +37,7 @@ class Fuser {
 
   AttentionFusionStats Run() {
     AttentionFusionStats stats;
+    std::set<int> erase;  // Transposes of O the fused ops absorbed
     // Roots first: Replace() rewrites nodes in place, so indices stay valid during the sweep.
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       Node& root = g_.nodes[i];
@@ -66,6 +67,17 @@ class Fuser {
       fused.inputs = {m.q, m.k, m.v, m.bias, m.mask};
       while (!fused.inputs.empty() && fused.inputs.back().empty()) fused.inputs.pop_back();
       fused.outputs = {root.outputs[0], g_.UniqueValueName(root.outputs[0] + "_lse")};
+      // O read only by Transpose(perm=[0,2,1,3]): the op writes that layout itself.
+      int transpose = -1;
+      const std::vector<int>& readers = ud_.Consumers(root.outputs[0]);
+      if (readers.size() == 1 && !outputs_.count(root.outputs[0])) {
+        const Node& t = g_.nodes[readers[0]];
+        if (IsOp(t, "Transpose") && t.GetInts("perm") == std::vector<int64_t>{0, 2, 1, 3}) {
+          transpose = readers[0];
+          fused.outputs[0] = t.outputs[0];
+          fused.attrs["o_transposed"] = Attribute::Int(1);
+        }
+      }
       fused.attrs["scale"] = Attribute::Float(static_cast<float>(m.scale));
       fused.attrs["causal"] = Attribute::Int(m.causal ? 1 : 0);
       fused.attrs["mask_keep"] = Attribute::Int(m.mask_keep ? 1 : 0);
@@ -80,7 +92,7 @@ class Fuser {
       g_.GetOrAddValue(fused.outputs[1]);
       // The replacement must type-check to exactly the root's output; otherwise leave it alone.
       auto types = InferNodeTypes(g_, fused);
-      const Value* out = g_.FindValue(root.outputs[0]);
+      const Value* out = g_.FindValue(fused.outputs[0]);
       if (!types.ok() || !out || (*types)[0].shape != out->shape ||
           (*types)[0].dtype != out->dtype) {
         g_.EraseValue(fused.outputs[1]);
@@ -88,12 +100,19 @@ class Fuser {
         continue;
       }
       root = std::move(fused);
+      if (transpose >= 0) erase.insert(transpose);
       ++stats.fused;
       stats.causal += m.causal;
       stats.bias += !m.bias.empty();
       stats.mask += !m.mask.empty();
       stats.grouped += m.kv_heads > 0;
       stats.dropout += m.dropout > 0;
+    }
+    if (!erase.empty()) {
+      std::vector<Node> kept;
+      for (size_t i = 0; i < g_.nodes.size(); ++i)
+        if (!erase.count(static_cast<int>(i))) kept.push_back(std::move(g_.nodes[i]));
+      g_.nodes = std::move(kept);
     }
     return stats;
   }

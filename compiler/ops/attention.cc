@@ -11,7 +11,10 @@
 //   Hq is a multiple of Hkv; query head h reads key/value head h / (Hq / Hkv) (repeat_kv order).
 //   Attributes: scale (float, required); causal (0/1: key j > query i is masked); mask_keep (0/1:
 //   with a mask, 1 = true keeps the score, 0 = true masks it); mask_value (float, default -inf:
-//   what a masked score becomes, replacing it); k_transposed (0/1, default 1); dropout_ratio
+//   what a masked score becomes, replacing it); k_transposed (0/1, default 1); o_transposed
+//   (0/1, default 0: 1 = O, and dO in the gradient, are [B, Sq, Hq, Dv], the layout
+//   out.transpose(1, 2) has, so the reshape to [B, Sq, Hq·Dv] that follows is a view and the
+//   out-projection saves the same buffer the backward reads as O); dropout_ratio
 //   (float in [0, 1), default 0) with seed (int): when training, element (b, h, i, j) of the
 //   probabilities is kept, times 1 / (1 - ratio), when the Philox draw (kernels/cpu/philox.h,
 //   key = seed) of element ((b·Hq + h)·Sq + i)·Sk + j is >= ratio, as a Dropout of the
@@ -85,6 +88,7 @@ StatusOr<AttentionDims> CheckOperands(const InferContext& ctx, size_t q, size_t 
   RETURN_IF_ERROR(CheckFlag(ctx, "causal", 0));
   RETURN_IF_ERROR(CheckFlag(ctx, "mask_keep", 0));
   RETURN_IF_ERROR(CheckFlag(ctx, "k_transposed", 1));
+  RETURN_IF_ERROR(CheckFlag(ctx, "o_transposed", 0));
   if (!ctx.node.attrs.count("scale")) return ctx.Fail("the scale attribute is required");
   const float ratio = ctx.node.GetFloat("dropout_ratio", 0.0f);
   if (!(ratio >= 0.f && ratio < 1.f))
@@ -144,7 +148,9 @@ StatusOr<std::vector<TypeInfo>> InferAttention(const InferContext& ctx) {
   const DType t = ctx.input(0).dtype;
   const bool known = ctx.input(0).rank_known && ctx.input(2).rank_known;
   if (!known) return std::vector<TypeInfo>{{t, {}, false}, {t, {}, false}};
-  return std::vector<TypeInfo>{{t, {a.b, a.hq, a.sq, a.dv}}, {t, {a.b, a.hq, a.sq}}};
+  const bool ot = ctx.node.GetInt("o_transposed", 0) == 1;
+  return std::vector<TypeInfo>{{t, ot ? Shape{a.b, a.sq, a.hq, a.dv} : Shape{a.b, a.hq, a.sq, a.dv}},
+                               {t, {a.b, a.hq, a.sq}}};
 }
 
 StatusOr<std::vector<TypeInfo>> InferAttentionGrad(const InferContext& ctx) {
@@ -155,7 +161,8 @@ StatusOr<std::vector<TypeInfo>> InferAttentionGrad(const InferContext& ctx) {
   const DType t = ctx.input(1).dtype;
   for (const Value* v : {&dO, &O, &lse})
     if (v->dtype != t) return ctx.Fail("dO, O and LSE must have Q's element type");
-  const Shape o_shape{a.b, a.hq, a.sq, a.dv};
+  const Shape o_shape = ctx.node.GetInt("o_transposed", 0) == 1 ? Shape{a.b, a.sq, a.hq, a.dv}
+                                                                : Shape{a.b, a.hq, a.sq, a.dv};
   for (const Value* v : {&dO, &O}) {
     if (!v->rank_known) continue;
     if (v->shape.size() != 4)

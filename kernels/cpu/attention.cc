@@ -67,7 +67,14 @@ struct Geometry {
   // draw the Dropout the fusion replaced made for that element of its [B, Hq, Sq, Sk] input.
   float dropout = 0;
   uint64_t seed = 0, key = 0;
+  bool o_transposed = false;  // O and dO are [B, Sq, Hq, Dv]
   int64_t rep() const { return hq / hkv; }
+  // Offset of (b, h)'s first O row, and the distance between its rows.
+  int64_t OHead(int64_t b_, int64_t h) const {
+    return o_transposed ? (b_ * sq * hq + h) * dv : (b_ * hq + h) * sq * dv;
+  }
+  int64_t ORow() const { return o_transposed ? hq * dv : dv; }
+  Shape OShape() const { return o_transposed ? Shape{b, sq, hq, dv} : Shape{b, hq, sq, dv}; }
 };
 
 // Multiplies tile p (rows i0.., keys j0..) by the dropout's keep / (1 - ratio) factor z, written
@@ -121,6 +128,7 @@ StatusOr<Geometry> GeometryOf(const Node& node, const Tensor& Q, const Tensor& K
   g.scale = node.GetFloat("scale", 1.0f);
   g.mask_value = node.GetFloat("mask_value", -std::numeric_limits<float>::infinity());
   g.dropout = node.GetFloat("dropout_ratio", 0.0f);
+  g.o_transposed = node.GetInt("o_transposed", 0) == 1;
   if (!(g.dropout >= 0.f && g.dropout < 1.f))
     return Fail(node, "dropout_ratio " + std::to_string(g.dropout) + " is outside [0, 1)");
   if (Q.rank() != 4 || K.rank() != 4 || V.rank() != 4)
@@ -225,8 +233,9 @@ void ForwardHead(const Geometry& g, const Head<T>& hd, T* o, T* lse, T* s, T* m,
   const T neg_inf = -std::numeric_limits<T>::infinity();
   for (int64_t i0 = 0; i0 < g.sq; i0 += kRows) {
     const int64_t br = std::min(kRows, g.sq - i0);
-    T* ot = o + i0 * g.dv;
-    std::fill(ot, ot + br * g.dv, T(0));
+    const int64_t ld = g.ORow();
+    T* ot = o + i0 * ld;
+    for (int64_t r = 0; r < br; ++r) std::fill(ot + r * ld, ot + r * ld + g.dv, T(0));
     std::fill(m, m + br, neg_inf);
     std::fill(l, l + br, T(0));
     const int64_t jend = KeyEnd(g, i0, br);
@@ -250,17 +259,17 @@ void ForwardHead(const Geometry& g, const Head<T>& hd, T* o, T* lse, T* s, T* m,
         if (m_new != m[r]) {
           const T alpha = std::exp(m[r] - m_new);
           l[r] *= alpha;
-          T* orow = ot + r * g.dv;
+          T* orow = ot + r * ld;
           for (int64_t e = 0; e < g.dv; ++e) orow[e] *= alpha;
           m[r] = m_new;
         }
         l[r] += sum;
       }
       if (g.dropout > 0) DropoutTile(g, hd.b, hd.h, i0, br, j0, bc, s, s);
-      Gemm(false, false, br, g.dv, bc, T(1), s, bc, hd.v + j0 * g.dv, g.dv, T(1), ot, g.dv);
+      Gemm(false, false, br, g.dv, bc, T(1), s, bc, hd.v + j0 * g.dv, g.dv, T(1), ot, ld);
     }
     for (int64_t r = 0; r < br; ++r) {
-      T* orow = ot + r * g.dv;
+      T* orow = ot + r * ld;
       const T inv = T(1) / l[r];  // l = 0 (every score -inf): 0 * inf = NaN, as Softmax gives
       for (int64_t e = 0; e < g.dv; ++e) orow[e] *= inv;
       lse[i0 + r] = m[r] + std::log(l[r]);
@@ -278,7 +287,7 @@ Status AttentionTyped(const Node& node, std::span<const Tensor* const> in,
   g.seed = ctx.seed;
   g.key = ctx.node_key;
   const DType t = in[0]->dtype();
-  RETURN_IF_ERROR(RequireShape(node, *out[0], "O", t, {g.b, g.hq, g.sq, g.dv}));
+  RETURN_IF_ERROR(RequireShape(node, *out[0], "O", t, g.OShape()));
   RETURN_IF_ERROR(RequireShape(node, *out[1], "LSE", t, {g.b, g.hq, g.sq}));
   T* s = WorkspaceArray<T>(ctx);
   T* m = s + kRows * kCols;
@@ -291,7 +300,7 @@ Status AttentionTyped(const Node& node, std::span<const Tensor* const> in,
   for (int64_t b = 0; b < g.b; ++b)
     for (int64_t h = 0; h < g.hq; ++h) {
       const int64_t bh = b * g.hq + h;
-      ForwardHead(g, HeadOf(g, q, k, v, b, h), o + bh * g.sq * g.dv, lse + bh * g.sq, s, m, l);
+      ForwardHead(g, HeadOf(g, q, k, v, b, h), o + g.OHead(b, h), lse + bh * g.sq, s, m, l);
     }
   return Status::Ok();
 }
@@ -307,7 +316,7 @@ Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
   g.seed = ctx.seed;
   g.key = ctx.node_key;
   const DType t = in[1]->dtype();
-  const Shape o_shape{g.b, g.hq, g.sq, g.dv};
+  const Shape o_shape = g.OShape();
   RETURN_IF_ERROR(RequireShape(node, *in[0], "dO", t, o_shape));
   RETURN_IF_ERROR(RequireShape(node, *in[4], "O", t, o_shape));
   RETURN_IF_ERROR(RequireShape(node, *in[5], "LSE", t, {g.b, g.hq, g.sq}));
@@ -337,12 +346,12 @@ Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
       T* dk_h = dk + (b * g.hkv + kvh) * g.sk * g.d;
       T* dv_h = dv + (b * g.hkv + kvh) * g.sk * g.dv;
       for (int64_t r = 0; r < rep; ++r) {
-        const int64_t bh = b * g.hq + kvh * rep + r;
-        const T* od = o + bh * g.sq * g.dv;
-        const T* dod = dout + bh * g.sq * g.dv;
+        const T* od = o + g.OHead(b, kvh * rep + r);
+        const T* dod = dout + g.OHead(b, kvh * rep + r);
+        const int64_t ld = g.ORow();
         for (int64_t i = 0; i < g.sq; ++i) {
           T acc = 0;
-          for (int64_t e = 0; e < g.dv; ++e) acc += dod[i * g.dv + e] * od[i * g.dv + e];
+          for (int64_t e = 0; e < g.dv; ++e) acc += dod[i * ld + e] * od[i * ld + e];
           drow[r * g.sq + i] = acc;
         }
       }
@@ -352,7 +361,8 @@ Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
           const int64_t h = kvh * rep + r;
           const int64_t bh = b * g.hq + h;
           const Head<T> hd = HeadOf(g, q, k, v, b, h);
-          const T* do_h = dout + bh * g.sq * g.dv;
+          const T* do_h = dout + g.OHead(b, h);
+          const int64_t ldo = g.ORow();
           const T* lse_h = lse + bh * g.sq;
           const T* d_h = drow + r * g.sq;
           T* dq_h = dq + bh * g.sq * g.d;
@@ -373,10 +383,10 @@ Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
               DropoutTile(g, b, h, i0, br, j0, bc, z, z);
               for (int64_t e = 0; e < br * bc; ++e) dp[e] = s[e] * z[e];
             }
-            Gemm(true, false, bc, g.dv, br, T(1), drop ? dp : s, bc, do_h + i0 * g.dv, g.dv, T(1),
+            Gemm(true, false, bc, g.dv, br, T(1), drop ? dp : s, bc, do_h + i0 * ldo, ldo, T(1),
                  dv_h + j0 * g.dv, g.dv);
             // dP = (dO_i V_jᵀ) ∘ z; dS = scale · P ∘ (dP - D), D_i = dO_i · O_i
-            Gemm(false, true, br, bc, g.dv, T(1), do_h + i0 * g.dv, g.dv, hd.v + j0 * g.dv, g.dv,
+            Gemm(false, true, br, bc, g.dv, T(1), do_h + i0 * ldo, ldo, hd.v + j0 * g.dv, g.dv,
                  T(0), dp, bc);
             if (drop)
               for (int64_t e = 0; e < br * bc; ++e) dp[e] *= z[e];

@@ -27,6 +27,7 @@ struct Case {
   Shape mask;  // empty: none
   bool mask_keep = false;
   float mask_value = -std::numeric_limits<float>::infinity();
+  bool o_transposed = false;  // O and dO [B, Sq, Hq, Dv]
 };
 
 std::vector<Case> Cases() {
@@ -42,6 +43,10 @@ std::vector<Case> Cases() {
       {"mask_keep_per_batch", 2, 2, 1, 5, 5, 4, 4, false, true, {}, {2, 1, 5, 5}, true,
        -3.40282347e38f},
       {"full_bias", 1, 2, 2, 66, 66, 4, 4, true, false, {1, 2, 66, 66}},
+      {"o_transposed_gqa_causal", 2, 4, 2, 67, 67, 4, 3, true, true, {1, 4, 1, 67}, {}, false,
+       -3.40282347e38f, true},
+      {"o_transposed_mha", 1, 3, 3, 5, 5, 4, 4, false, false, {}, {5, 5}, true,
+       -std::numeric_limits<float>::infinity(), true},
   };
 }
 
@@ -54,7 +59,8 @@ Node AttentionNode(const Case& c) {
                    {"causal", Attribute::Int(c.causal)},
                    {"mask_keep", Attribute::Int(c.mask_keep)},
                    {"mask_value", Attribute::Float(c.mask_value)},
-                   {"k_transposed", Attribute::Int(c.kt)}},
+                   {"k_transposed", Attribute::Int(c.kt)},
+                   {"o_transposed", Attribute::Int(c.o_transposed)}},
                   "foundry", "fwd");
 }
 
@@ -179,6 +185,19 @@ double RelErr(const Tensor& got, const std::vector<double>& want) {
   return ref == 0 ? diff : diff / ref;
 }
 
+// [B, X, Y, D] -> [B, Y, X, D] (either direction between the two O layouts).
+Tensor SwapMiddle(const Tensor& t) {
+  const Shape& s = t.shape();
+  Tensor out(t.dtype(), {s[0], s[2], s[1], s[3]});
+  for (int64_t b = 0; b < s[0]; ++b)
+    for (int64_t x = 0; x < s[1]; ++x)
+      for (int64_t y = 0; y < s[2]; ++y)
+        for (int64_t d = 0; d < s[3]; ++d)
+          out.data<float>()[((b * s[2] + y) * s[1] + x) * s[3] + d] =
+              t.data<float>()[((b * s[1] + x) * s[2] + y) * s[3] + d];
+  return out;
+}
+
 Node GradNode(const Case& c) {
   Node f = AttentionNode(c);
   std::vector<std::string> ins = {"dout", "q", "k", "v", "o", "lse"};
@@ -195,10 +214,10 @@ TEST(AttentionKernelTest, ForwardAndBackwardMatchTheFormulaInDouble) {
     ASSERT_TRUE(fwd.ok()) << fwd.status().message();
     Tensor dout = RandomTensor({c.b, c.hq, c.sq, c.dv}, 99);
     const Reference ref = Evaluate(c, ops, dout);
-    EXPECT_LT(RelErr((*fwd)[0], ref.o), 2e-6);
+    EXPECT_LT(RelErr(c.o_transposed ? SwapMiddle((*fwd)[0]) : (*fwd)[0], ref.o), 2e-6);
     EXPECT_LT(RelErr((*fwd)[1], ref.lse), 2e-6);
     std::map<std::string, Tensor> in = ops.inputs;
-    in["dout"] = dout;
+    in["dout"] = c.o_transposed ? SwapMiddle(dout) : dout;
     in["o"] = (*fwd)[0];
     in["lse"] = (*fwd)[1];
     auto bwd = RunSingleNode(GradNode(c), in, ops.constants);
