@@ -8,9 +8,10 @@
 // query heads of its group and their query tiles) and dQ (per query tile, over key tiles) with
 // GEMMs into the outputs. Causal masking skips the tiles above the diagonal.
 //
-// Deterministic: the loops and every GEMM run in one fixed order; the work splits into units
-// (b, key/value head) that own disjoint outputs (dQ of the group's query heads, dK, dV), so a
-// threaded version keeps the same bits whatever the thread count. The products go to OpenBLAS (one
+// Deterministic: the loops and every GEMM run in one fixed order; the work splits into units that
+// own disjoint outputs — (b, query head) forward, (b, key/value head) backward (dQ of the group's
+// query heads, dK, dV) — spread over up to CpuThreads() threads, each with its own scratch, so
+// the bits do not depend on the thread count. The products go to OpenBLAS (one
 // thread, kernels/cpu/math.cc), the rest is plain loops the compiler vectorises.
 #include <cblas.h>
 
@@ -19,6 +20,8 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "compiler/op_schema.h"
 #include "kernels/cpu/kernel.h"
@@ -223,6 +226,32 @@ void ScoreTile(const Geometry& g, const Head<T>& hd, int64_t i0, int64_t br, int
   }
 }
 
+// Runs fn(unit, scratch) for units 0..n-1 on up to CpuThreads() threads, as many as the workspace
+// holds `per_thread` bytes for; thread t takes units t, t + T, t + 2T, ... with scratch t.
+template <class F>
+void ForEachUnit(const KernelContext& ctx, int64_t n, int64_t per_thread, F fn) {
+  int64_t threads = std::min<int64_t>(CpuThreads(), n);
+  if (per_thread > 0)
+    threads = std::min<int64_t>(threads, static_cast<int64_t>(ctx.workspace.size()) / per_thread);
+  threads = std::max<int64_t>(threads, 1);
+  auto work = [&](int64_t t) {
+    std::byte* scratch = ctx.workspace.data() + t * per_thread;
+    for (int64_t u = t; u < n; u += threads) fn(u, scratch);
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (auto& th : pool) th.join();
+}
+
+// Scratch of one thread, rounded up to 256 bytes so each thread's stays aligned: forward one
+// score tile and the row statistics; backward three tiles and dO·O per query row of a group.
+int64_t Aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+int64_t ForwardScratchBytes(int64_t elem) { return Aligned(elem * (kRows * kCols + 2 * kRows)); }
+int64_t BackwardScratchBytes(int64_t elem, int64_t rep, int64_t sq) {
+  return Aligned(elem * (3 * kRows * kCols + rep * sq));
+}
+
 // Keys a causal query tile [i0, i0 + br) can see: [0, i0 + br).
 int64_t KeyEnd(const Geometry& g, int64_t i0, int64_t br) {
   return g.causal ? std::min(g.sk, i0 + br) : g.sk;
@@ -289,19 +318,18 @@ Status AttentionTyped(const Node& node, std::span<const Tensor* const> in,
   const DType t = in[0]->dtype();
   RETURN_IF_ERROR(RequireShape(node, *out[0], "O", t, g.OShape()));
   RETURN_IF_ERROR(RequireShape(node, *out[1], "LSE", t, {g.b, g.hq, g.sq}));
-  T* s = WorkspaceArray<T>(ctx);
-  T* m = s + kRows * kCols;
-  T* l = m + kRows;
   const T* q = in[0]->data<T>();
   const T* k = in[1]->data<T>();
   const T* v = in[2]->data<T>();
   T* o = out[0]->data<T>();
   T* lse = out[1]->data<T>();
-  for (int64_t b = 0; b < g.b; ++b)
-    for (int64_t h = 0; h < g.hq; ++h) {
-      const int64_t bh = b * g.hq + h;
-      ForwardHead(g, HeadOf(g, q, k, v, b, h), o + g.OHead(b, h), lse + bh * g.sq, s, m, l);
-    }
+  ForEachUnit(ctx, g.b * g.hq, ForwardScratchBytes(sizeof(T)), [&](int64_t bh, std::byte* w) {
+    T* s = reinterpret_cast<T*>(w);
+    T* m = s + kRows * kCols;
+    T* l = m + kRows;
+    const int64_t b = bh / g.hq, h = bh % g.hq;
+    ForwardHead(g, HeadOf(g, q, k, v, b, h), o + g.OHead(b, h), lse + bh * g.sq, s, m, l);
+  });
   return Status::Ok();
 }
 
@@ -332,17 +360,19 @@ Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
   T* dq = out[0]->data<T>();
   T* dk = out[1]->data<T>();
   T* dv = out[2]->data<T>();
-  T* s = WorkspaceArray<T>(ctx);
-  T* dp = s + kRows * kCols;
-  T* z = dp + kRows * kCols;     // the dropout's factor per element of the tile
-  T* drow = z + kRows * kCols;   // [rep, Sq]: dO_i · O_i per query head of the group
   const int64_t rep = g.rep();
   const T scale = static_cast<T>(g.scale);
   std::fill(dq, dq + out[0]->numel(), T(0));
   std::fill(dk, dk + out[1]->numel(), T(0));
   std::fill(dv, dv + out[2]->numel(), T(0));
-  for (int64_t b = 0; b < g.b; ++b)
-    for (int64_t kvh = 0; kvh < g.hkv; ++kvh) {  // one unit: owns its dK, dV and its heads' dQ
+  const int64_t per_thread = BackwardScratchBytes(sizeof(T), rep, g.sq);
+  // One unit, (b, key/value head), owns its dK, dV and its query heads' dQ.
+  ForEachUnit(ctx, g.b * g.hkv, per_thread, [&](int64_t unit, std::byte* w) {
+      T* s = reinterpret_cast<T*>(w);
+      T* dp = s + kRows * kCols;
+      T* z = dp + kRows * kCols;    // the dropout's factor per element of the tile
+      T* drow = z + kRows * kCols;  // [rep, Sq]: dO_i · O_i per query head of the group
+      const int64_t b = unit / g.hkv, kvh = unit % g.hkv;
       T* dk_h = dk + (b * g.hkv + kvh) * g.sk * g.d;
       T* dv_h = dv + (b * g.hkv + kvh) * g.sk * g.dv;
       for (int64_t r = 0; r < rep; ++r) {
@@ -411,7 +441,7 @@ Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
           }
         }
       }
-    }
+  });
   return Status::Ok();
 }
 
@@ -440,8 +470,10 @@ int64_t AttentionWorkspace(const Node&, std::span<const OperandType> in,
   const Shape& ks = *in[q + 1].shape;
   if (qs.size() != 4 || ks.size() != 4 || ks[1] <= 0) return 0;
   const int64_t elem = in[q].dtype == DType::kFloat64 ? 8 : 4;
-  if (!kGrad) return elem * (kRows * kCols + 2 * kRows);
-  return elem * (3 * kRows * kCols + std::max<int64_t>(qs[1] / ks[1], 1) * qs[2]);
+  const int64_t per_thread =
+      kGrad ? BackwardScratchBytes(elem, std::max<int64_t>(qs[1] / ks[1], 1), qs[2])
+            : ForwardScratchBytes(elem);
+  return per_thread * CpuThreads();
 }
 
 }  // namespace

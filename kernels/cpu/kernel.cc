@@ -25,7 +25,11 @@ const CpuKernelTable& CpuKernels() {
 
 namespace {
 std::atomic<bool> poison_outputs{false};
+std::atomic<int> cpu_threads{1};
 }  // namespace
+
+void SetCpuThreads(int n) { cpu_threads = n < 1 ? 1 : n; }
+int CpuThreads() { return cpu_threads; }
 
 void SetPoisonKernelOutputs(bool on) { poison_outputs = on; }
 bool PoisonKernelOutputs() { return poison_outputs; }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "compiler/op_schema.h"
+#include "kernels/cpu/kernel.h"
 #include "tests/support/grad_check.h"
 #include "tests/support/test_util.h"
 
@@ -232,6 +233,35 @@ TEST(AttentionKernelTest, ForwardAndBackwardMatchTheFormulaInDouble) {
   }
 }
 
+// Two threads give the bits one gives (each unit owns its outputs), with dropout too.
+TEST(AttentionKernelTest, ThreadCountDoesNotChangeTheBits) {
+  for (Case c : Cases()) {
+    SCOPED_TRACE(c.name);
+    Operands ops = OperandsOf(c, 31);
+    Node fwd_node = AttentionNode(c);
+    fwd_node.attrs["dropout_ratio"] = Attribute::Float(0.25f);
+    fwd_node.attrs["seed"] = Attribute::Int(77);
+    Node bwd_node = GradNode(c);
+    bwd_node.attrs = fwd_node.attrs;
+    std::vector<Tensor> results[2];
+    for (int threads : {1, 2}) {
+      SetCpuThreads(threads);
+      auto fwd = RunSingleNode(fwd_node, ops.inputs, ops.constants);
+      ASSERT_TRUE(fwd.ok()) << fwd.status().message();
+      std::map<std::string, Tensor> in = ops.inputs;
+      in["dout"] = RandomTensor((*fwd)[0].shape(), 5);
+      in["o"] = (*fwd)[0];
+      in["lse"] = (*fwd)[1];
+      auto bwd = RunSingleNode(bwd_node, in, ops.constants);
+      ASSERT_TRUE(bwd.ok()) << bwd.status().message();
+      results[threads - 1] = {(*fwd)[0], (*fwd)[1], (*bwd)[0], (*bwd)[1], (*bwd)[2]};
+    }
+    SetCpuThreads(1);
+    for (size_t i = 0; i < results[0].size(); ++i)
+      EXPECT_TRUE(results[0][i].BitwiseEqual(results[1][i])) << i;
+  }
+}
+
 TEST(AttentionGradTest, MatchesFiniteDifferences) {
   for (const Case& c : Cases()) {
     SCOPED_TRACE(c.name);
@@ -241,6 +271,12 @@ TEST(AttentionGradTest, MatchesFiniteDifferences) {
     options.max_elements = 60;
     Status st = CheckGradients(AttentionNode(c), ops.inputs, ops.constants, options);
     EXPECT_TRUE(st.ok()) << st.message();
+    // With dropout: the backward redraws the forward's mask from the same key.
+    Node dropped = AttentionNode(c);
+    dropped.attrs["dropout_ratio"] = Attribute::Float(0.3f);
+    dropped.attrs["seed"] = Attribute::Int(1234);
+    st = CheckGradients(dropped, ops.inputs, ops.constants, options);
+    EXPECT_TRUE(st.ok()) << "dropout: " << st.message();
   }
 }
 
