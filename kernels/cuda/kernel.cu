@@ -11,6 +11,7 @@ const CudaKernelTable& CudaKernels() {
     RegisterCudaElementwiseKernels(t);
     RegisterCudaShapeOpKernels(t);
     RegisterCudaMathKernels(t);
+    RegisterCudaAttentionKernels(t);
     return t;
   }();
   return table;
@@ -22,6 +23,7 @@ const CudaWorkspaceTable& CudaWorkspaces() {
     RegisterCudaElementwiseWorkspaces(t);
     RegisterCudaShapeOpWorkspaces(t);
     RegisterCudaMathWorkspaces(t);
+    RegisterCudaAttentionWorkspaces(t);
     return t;
   }();
   return table;

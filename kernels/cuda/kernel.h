@@ -1,6 +1,7 @@
 // The CUDA backend's op table: the GPU twin of kernels/cpu/kernel.h. One function per
-// (domain, op_type), registered by the family file (elementwise.cu, shape_ops.cu, math.cu) that
-// holds its kernels. Plain C++: host code (the backend, the tests) includes it without nvcc.
+// (domain, op_type), registered by the family file (elementwise.cu, shape_ops.cu, math.cu,
+// attention.cu) that holds its kernels. Plain C++: host code (the backend, the tests) includes it
+// without nvcc.
 //
 // Contract (the CPU one, on device memory):
 //  - inputs and outputs are tensors whose data pointers are DEVICE memory (Tensor::View of the
@@ -63,8 +64,10 @@ std::vector<std::string> MissingCudaKernels(const Graph& graph);
 void RegisterCudaElementwiseKernels(CudaKernelTable& table);
 void RegisterCudaShapeOpKernels(CudaKernelTable& table);
 void RegisterCudaMathKernels(CudaKernelTable& table);
+void RegisterCudaAttentionKernels(CudaKernelTable& table);
 void RegisterCudaMathWorkspaces(CudaWorkspaceTable& table);
 void RegisterCudaShapeOpWorkspaces(CudaWorkspaceTable& table);
 void RegisterCudaElementwiseWorkspaces(CudaWorkspaceTable& table);
+void RegisterCudaAttentionWorkspaces(CudaWorkspaceTable& table);
 
 }  // namespace foundry
