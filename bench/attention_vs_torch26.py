@@ -18,7 +18,11 @@ parameters excluded, plus each checkpointed region's inputs (llm-foundry-style n
 checkpoint_wrapper). `saved_bytes` is that total without the feeds (input_ids, which the embedding
 keeps), the number foundry's report compares with (bench/ckpt_vs_pytorch.sh does the same);
 `saved_for_backward_bytes` keeps them. `reference` is REFERENCE.md's measurement of the same
-thing and `matches_reference` whether it is exactly reproduced.
+thing and `matches_reference` whether it is exactly reproduced (with or without the feeds).
+Measured here (torch 2.6.0+debian): the CPU flash kernel saves attn_mask for its backward, and
+models/mpt.py's sdpa path materialises the [1, H, S, S] ALiBi + causal mask in every layer, so
+`none` and `mptmlp` keep 12 such masks (48 MiB each at seq 1024) on top of what foundry keeps;
+REFERENCE.md's numbers for those two targets do not include them.
 
 --kernel: F.scaled_dot_product_attention alone on the CPU, fp32, q/k/v [1, 12, S, 64] (MPT-125M's
 attention) with requires_grad, scale 1/8, in two forms: `alibi_mask` (an additive float attn_mask

@@ -173,7 +173,8 @@ echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 printf '%s\n' "${saved_rows[@]}"
 echo
 [[ $do_kernel != 0 ]] || exit 0
-echo "The attention kernel alone, q/k/v [1, 12, S, 64] fp32, scale 1/8: median ms of $reps runs after a warm-up, forward (grad mode on) and forward + backward. PyTorch: SDPA (the CPU flash kernel) with the [1, 12, S, S] ALiBi + causal float mask, and with \`is_causal=True\` and no mask; \`torch.set_num_threads(T)\`, OpenBLAS 1 thread. foundry: \`$kernel_bench --seq S --threads T\` (ALiBi bias [1, 12, 1, S] + causal inside the kernel; n/a: binary not built). Other jobs share this machine's cores: compare within a row."
+torch_reps=$(json "$torch_json" "d.get('kernel', {}).get('reps', 'n/a')")
+echo "The attention kernel alone, q/k/v [1, 12, S, 64] fp32, scale 1/8: median ms after a warm-up (PyTorch: $torch_reps runs, foundry: $reps), forward (grad mode on) and forward + backward. PyTorch: SDPA (the CPU flash kernel) with the [1, 12, S, S] ALiBi + causal float mask, and with \`is_causal=True\` and no mask; \`torch.set_num_threads(T)\`, OpenBLAS 1 thread. foundry: \`$kernel_bench --seq S --threads T\` (ALiBi bias [1, 12, 1, S] + causal inside the kernel; n/a: binary not built). Other jobs share this machine's cores: compare within a row."
 echo
 echo "| seq | threads | PyTorch mask fwd ms | PyTorch mask fwd+bwd ms | PyTorch is_causal fwd ms | PyTorch is_causal fwd+bwd ms | foundry fwd ms | foundry fwd+bwd ms | foundry / PyTorch mask (fwd+bwd) | foundry / PyTorch is_causal (fwd+bwd) |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
