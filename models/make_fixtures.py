@@ -32,9 +32,9 @@ Layout of one fixture (the C++ tests read it):
     dynamo_sdpa/            mpt_tiny only: the same with attn_impl "sdpa"
                             (F.scaled_dot_product_attention with an additive ALiBi+causal mask)
 
-models/exports/<config>.onnx and <config>.functions.onnx are the big shapes (MPT-125M, 1B, 7B,
-30B, GPT-2 124M, Pythia-160M) exported without weights (parameters are graph inputs); only --big
-touches them.
+models/exports/<config>.onnx and <config>.functions.onnx are the big shapes (MPT-125M, MPT-125M
+with ALiBi and no biases, 1B, 7B, 30B, GPT-2 124M, Pythia-160M, bert-base) exported without weights
+(parameters are graph inputs); only --big touches them.
 
 Each fixture is made in a fresh process (torch 1.13 keeps export state between exports) with one
 thread and deterministic algorithms, from the config's seed, so regeneration reproduces the bits.
@@ -74,7 +74,7 @@ FIXTURES = [
 # torch 2.6 exports (--dynamo): every fixture with reference gradients, and MPT through SDPA.
 DYNAMO_VARIANTS = {"dynamo": {}, "dynamo_sdpa": {"attn_impl": "sdpa"}}
 DYNAMO_SDPA = ["mpt_tiny"]
-BIG = ["mpt_125m", "mpt_1b", "mpt_7b", "mpt_30b", "gpt2_124m", "pythia_160m", "bert_base"]
+BIG = ["mpt_125m", "mpt_125m_alibi", "mpt_1b", "mpt_7b", "mpt_30b", "gpt2_124m", "pythia_160m", "bert_base"]
 EXPORTS_DIR = os.path.join(REPO, "models", "exports")
 REL_TOL = 1e-6
 GRAD_REL_TOL = 1e-5
