@@ -459,7 +459,23 @@ class Fuser {
     return un->inputs[0];
   }
 
+  // A causal mask with a finite fill (torch.finfo.min) gives what -inf gives unless some row is
+  // masked everywhere, which cannot happen without a mask input when the bias is finite (the
+  // diagonal score stays a real number, and exp(fill - it) is exactly 0 either way); -inf then lets
+  // the kernels skip the tiles above the diagonal.
+  void PreferInfiniteFill(Match& m) const {
+    if (!m.causal || !m.mask.empty() || !m.has_fill || m.fill > -1e30) return;
+    if (!m.bias.empty()) {
+      const Value* b = Val(m.bias);
+      if (!b || !b->data) return;
+      for (int64_t i = 0; i < b->data->numel(); ++i)
+        if (!(std::fabs(b->data->GetAsDouble(i)) < 1e30)) return;
+    }
+    m.fill = -std::numeric_limits<double>::infinity();
+  }
+
   bool Finish(Match& m) {
+    PreferInfiniteFill(m);
     if (!m.has_fill) m.fill = -std::numeric_limits<double>::infinity();
     const Value* q = Val(m.q);
     if (!q || !q->ShapeKnown() || q->shape.size() != 4) return false;

@@ -252,9 +252,17 @@ int64_t BackwardScratchBytes(int64_t elem, int64_t rep, int64_t sq) {
   return Aligned(elem * (3 * kRows * kCols + rep * sq));
 }
 
-// Keys a causal query tile [i0, i0 + br) can see: [0, i0 + br).
+// Causal tiles wholly above the diagonal are skipped only when that is exact: a masked score is
+// -inf and adds nothing (with a finite mask_value it still counts, in a row masked everywhere
+// else). The fusion writes -inf whenever no row can be masked everywhere (no mask input, a finite
+// bias), which is what models export. The CUDA kernels skip by the same rule
+// (kernels/cuda/attention_tile.cuh, SkipsCausalTiles).
+bool SkipsCausalTiles(const Geometry& g) {
+  return g.causal && g.mask_value == -std::numeric_limits<double>::infinity();
+}
+// Keys the query tile [i0, i0 + br) reads: [0, i0 + br) when causal tiles are skipped.
 int64_t KeyEnd(const Geometry& g, int64_t i0, int64_t br) {
-  return g.causal ? std::min(g.sk, i0 + br) : g.sk;
+  return SkipsCausalTiles(g) ? std::min(g.sk, i0 + br) : g.sk;
 }
 
 template <class T>
@@ -396,8 +404,8 @@ Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
           const T* lse_h = lse + bh * g.sq;
           const T* d_h = drow + r * g.sq;
           T* dq_h = dq + bh * g.sq * g.d;
-          // Causal: query i sees key j only when j <= i, so tiles with i < j0 see none of these.
-          const int64_t first = g.causal ? std::min(g.sq, j0) / kRows * kRows : 0;
+          // Skipped causal tiles: query i sees key j only when j <= i, none of these when i < j0.
+          const int64_t first = SkipsCausalTiles(g) ? std::min(g.sq, j0) / kRows * kRows : 0;
           for (int64_t i0 = first; i0 < g.sq; i0 += kRows) {
             const int64_t br = std::min(kRows, g.sq - i0);
             ScoreTile(g, hd, i0, br, j0, bc, s);
