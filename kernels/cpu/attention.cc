@@ -14,9 +14,13 @@
 // the bits do not depend on the thread count. The products go to OpenBLAS (one
 // thread, kernels/cpu/math.cc), the rest is plain loops the compiler vectorises.
 #include <cblas.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -226,6 +230,66 @@ void ScoreTile(const Geometry& g, const Head<T>& hd, int64_t i0, int64_t br, int
   }
 }
 
+// x[c] = exp(x[c] - shift) for c < n, the kernels' hot loop (one exp per score, forward and
+// backward). f32: Cody-Waite reduction x = k·ln2 + r (k rounded to nearest, |r| <= ln2/2),
+// Cephes' degree-6 polynomial for e^r (relative error about 1e-7; the kernel tests hold the op to
+// a double evaluation), 2^k through the exponent bits; below -87.3 (e^x under FLT_MIN: masked
+// scores) exactly 0, NaN stays NaN. Four lanes at a time with SSE2 (x86-64's baseline), the
+// tail one at a time by the same operations in the same order, so an element's bits do not
+// depend on where it sits in a tile. f64 calls std::exp.
+constexpr float kExpHi = 88.3f, kExpLo = -87.3f, kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kRound = 12582912.0f;  // 1.5·2^23: (y + kRound) - kRound rounds y to nearest
+constexpr float kP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                         4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+float ExpOne(float v) {
+  if (v != v) return v;
+  if (v < kExpLo) return 0.0f;
+  v = std::min(v, kExpHi);
+  const float kf = (v * kLog2e + kRound) - kRound;
+  float r = v - kf * kLn2Hi;
+  r = r - kf * kLn2Lo;
+  float p = kP[0];
+  for (int i = 1; i < 6; ++i) p = p * r + kP[i];
+  p = p * r * r + r + 1.0f;
+  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(kf) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+void ExpShifted(float* x, int64_t n, float shift) {
+  int64_t c = 0;
+#if defined(__SSE2__)
+  const __m128 vshift = _mm_set1_ps(shift);
+  for (; c + 4 <= n; c += 4) {
+    const __m128 in = _mm_sub_ps(_mm_loadu_ps(x + c), vshift);
+    const __m128 nan = _mm_cmpunord_ps(in, in);
+    const __m128 under = _mm_cmplt_ps(in, _mm_set1_ps(kExpLo));
+    const __m128 v = _mm_min_ps(in, _mm_set1_ps(kExpHi));  // in < -87.3 is zeroed below
+    const __m128 kf = _mm_sub_ps(_mm_add_ps(_mm_mul_ps(v, _mm_set1_ps(kLog2e)), _mm_set1_ps(kRound)),
+                                 _mm_set1_ps(kRound));
+    __m128 r = _mm_sub_ps(v, _mm_mul_ps(kf, _mm_set1_ps(kLn2Hi)));
+    r = _mm_sub_ps(r, _mm_mul_ps(kf, _mm_set1_ps(kLn2Lo)));
+    __m128 p = _mm_set1_ps(kP[0]);
+    for (int i = 1; i < 6; ++i) p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(kP[i]));
+    p = _mm_add_ps(_mm_add_ps(_mm_mul_ps(_mm_mul_ps(p, r), r), r), _mm_set1_ps(1.0f));
+    // Lanes below -87.3 may hold a k under -126 here; they are replaced by 0 before the store.
+    const __m128i k = _mm_cvttps_epi32(kf);
+    const __m128 scale =
+        _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(k, _mm_set1_epi32(127)), 23));
+    __m128 e = _mm_andnot_ps(under, _mm_mul_ps(p, scale));
+    e = _mm_or_ps(_mm_and_ps(nan, in), _mm_andnot_ps(nan, e));
+    _mm_storeu_ps(x + c, e);
+  }
+#endif
+  for (; c < n; ++c) x[c] = ExpOne(x[c] - shift);
+}
+void ExpShifted(double* x, int64_t n, double shift) {
+  for (int64_t c = 0; c < n; ++c) x[c] = std::exp(x[c] - shift);
+}
+
 // Runs fn(unit, scratch) for units 0..n-1 on up to CpuThreads() threads, as many as the workspace
 // holds `per_thread` bytes for; thread t takes units t, t + T, t + 2T, ... with scratch t.
 template <class F>
@@ -288,11 +352,9 @@ void ForwardHead(const Geometry& g, const Head<T>& hd, T* o, T* lse, T* s, T* m,
           std::fill(sr, sr + bc, T(0));
           continue;
         }
+        ExpShifted(sr, bc, m_new);
         T sum = 0;
-        for (int64_t c = 0; c < bc; ++c) {
-          sr[c] = std::exp(sr[c] - m_new);
-          sum += sr[c];
-        }
+        for (int64_t c = 0; c < bc; ++c) sum += sr[c];
         if (m_new != m[r]) {
           const T alpha = std::exp(m[r] - m_new);
           l[r] *= alpha;
@@ -412,7 +474,7 @@ Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
             for (int64_t rr = 0; rr < br; ++rr) {
               T* sr = s + rr * bc;
               const T lv = lse_h[i0 + rr];
-              for (int64_t c = 0; c < bc; ++c) sr[c] = std::exp(sr[c] - lv);
+              ExpShifted(sr, bc, lv);
             }
             // dV_j += (P ∘ z)ᵀ dO_i, z the dropout's keep / (1 - ratio) (1 without dropout)
             const bool drop = g.dropout > 0;
