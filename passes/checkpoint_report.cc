@@ -146,6 +146,27 @@ StatusOr<CheckpointReport> BuildCheckpointReport(const Graph& plain, const Memor
                "instead";
   }
 
+  // Instances holding a fused attention: its backward recomputes the probabilities anyway, so
+  // checkpointing it frees only Q, K, V and the like, which users used to unfused attention (the
+  // seq x seq probabilities per head) expect to be much more. Say how much it is.
+  {
+    std::set<int> fused;
+    for (const Node& n : plain.nodes)
+      if (n.domain == "foundry" && n.op_type == "Attention")
+        if (int i = InstanceOf(index, n.scope); i >= 0) fused.insert(i);
+    if (!fused.empty()) {
+      int64_t freed = 0;
+      for (int i : fused) freed += r.instances[i].bytes_freed;
+      r.notes.push_back(
+          std::to_string(fused.size()) + " of the " + std::to_string(r.instances.size()) +
+          " instances hold a fused attention (foundry::Attention keeps Q, K, V, O and one "
+          "logsumexp per row, never the seq x seq probabilities; its backward recomputes "
+          "them), so checkpointing them frees " + HumanBytes(freed) + ", " +
+          Percent(double(freed), double(r.saved_before_bytes)) +
+          " % of the saved-for-backward bytes: the projections' outputs");
+    }
+  }
+
   const FlopCounts flops = CountFlops(checkpointed);
   r.step_flops = flops.forward + flops.backward + flops.recompute;
   return r;
