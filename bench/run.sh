@@ -8,7 +8,8 @@
 # BENCH_STEPS (default 200): training steps per fixture; the median of steps 11.. is reported.
 # Sections from bench/vs_pytorch.sh, bench/ckpt_structures.sh and bench/ckpt_vs_pytorch.sh (the
 # activation-checkpointing tables) and bench/attention_vs_torch26.sh (fused attention against
-# PyTorch 2.6 + SDPA; its PyTorch cells read n/a without the torch2 chroot) follow; see each
+# PyTorch 2.6 + SDPA; its PyTorch cells read n/a without the torch2 chroot) and
+# bench/attention_step.sh (the training step with attention fused and unfused) follow; see each
 # script for its own variables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -129,6 +130,8 @@ print(' | '.join([mib('arena_bytes'), mib('lower_bound_bytes'),
   bash bench/ckpt_vs_pytorch.sh "$build"
   echo
   bash bench/attention_vs_torch26.sh "$build"
+  echo
+  bash bench/attention_step.sh "$build"
   echo
   bash bench/budget_7b.sh "$build"
   echo
