@@ -38,6 +38,7 @@ class Fuser {
   AttentionFusionStats Run() {
     AttentionFusionStats stats;
     std::set<int> erase;  // Transposes of O the fused ops absorbed
+    std::map<size_t, std::vector<Node>> before, after;  // rank-3 views around a fused node
     // Roots first: Replace() rewrites nodes in place, so indices stay valid during the sweep.
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       Node& root = g_.nodes[i];
@@ -65,12 +66,26 @@ class Fuser {
       fused.name = root.name + "/Attention";
       fused.scope = root.scope;
       fused.inputs = {m.q, m.k, m.v, m.bias, m.mask};
-      while (!fused.inputs.empty() && fused.inputs.back().empty()) fused.inputs.pop_back();
       fused.outputs = {root.outputs[0], g_.UniqueValueName(root.outputs[0] + "_lse")};
+      // Rank 3 ([batch, seq, dim]: one head, or NeoX's [batch·heads, seq, dim]): the operands are
+      // viewed as rank 4 with one head (Unsqueeze at axis 1; a rank-3 bias or mask too, its
+      // leading dimension being the batch) and the output squeezed back. Views: no bytes, no copy.
+      std::vector<Node> lift;
+      if (m.scores.size() == 3) {
+        for (size_t k = 0; k < fused.inputs.size(); ++k) {
+          const Value* v = Val(fused.inputs[k]);
+          if (!v || (k >= 3 && v->shape.size() < 3)) continue;
+          lift.push_back(AxisOneNode("Unsqueeze", fused.inputs[k], root));
+          fused.inputs[k] = lift.back().outputs[0];
+        }
+        fused.outputs[0] = g_.UniqueValueName(root.outputs[0] + "_4d");
+        g_.GetOrAddValue(fused.outputs[0]);
+      }
+      while (!fused.inputs.empty() && fused.inputs.back().empty()) fused.inputs.pop_back();
       // O read only by Transpose(perm=[0,2,1,3]): the op writes that layout itself.
       int transpose = -1;
       const std::vector<int>& readers = ud_.Consumers(root.outputs[0]);
-      if (readers.size() == 1 && !outputs_.count(root.outputs[0])) {
+      if (lift.empty() && readers.size() == 1 && !outputs_.count(root.outputs[0])) {
         const Node& t = g_.nodes[readers[0]];
         if (IsOp(t, "Transpose") && t.GetInts("perm") == std::vector<int64_t>{0, 2, 1, 3}) {
           transpose = readers[0];
@@ -92,12 +107,22 @@ class Fuser {
       g_.GetOrAddValue(fused.outputs[1]);
       // The replacement must type-check to exactly the root's output; otherwise leave it alone.
       auto types = InferNodeTypes(g_, fused);
-      const Value* out = g_.FindValue(fused.outputs[0]);
-      if (!types.ok() || !out || (*types)[0].shape != out->shape ||
-          (*types)[0].dtype != out->dtype) {
+      const Value* out = g_.FindValue(root.outputs[0]);
+      Shape want = out ? out->shape : Shape{};
+      if (transpose >= 0) want = Val(g_.nodes[transpose].outputs[0])->shape;
+      if (!lift.empty() && want.size() == 3) want.insert(want.begin() + 1, 1);
+      if (!types.ok() || !out || (*types)[0].shape != want || (*types)[0].dtype != out->dtype) {
         g_.EraseValue(fused.outputs[1]);
+        for (const Node& n : lift) g_.EraseValue(n.outputs[0]);
+        if (!lift.empty()) g_.EraseValue(fused.outputs[0]);
         ++stats.unfused;
         continue;
+      }
+      if (!lift.empty()) {
+        Node squeeze = AxisOneNode("Squeeze", fused.outputs[0], root);
+        squeeze.outputs[0] = root.outputs[0];
+        before[i] = std::move(lift);
+        after[i] = {std::move(squeeze)};
       }
       root = std::move(fused);
       if (transpose >= 0) erase.insert(transpose);
@@ -108,10 +133,16 @@ class Fuser {
       stats.grouped += m.kv_heads > 0;
       stats.dropout += m.dropout > 0;
     }
-    if (!erase.empty()) {
+    if (!erase.empty() || !before.empty()) {
       std::vector<Node> kept;
-      for (size_t i = 0; i < g_.nodes.size(); ++i)
-        if (!erase.count(static_cast<int>(i))) kept.push_back(std::move(g_.nodes[i]));
+      for (size_t i = 0; i < g_.nodes.size(); ++i) {
+        if (erase.count(static_cast<int>(i))) continue;
+        if (auto b = before.find(i); b != before.end())
+          for (Node& n : b->second) kept.push_back(std::move(n));
+        kept.push_back(std::move(g_.nodes[i]));
+        if (auto a = after.find(i); a != after.end())
+          for (Node& n : a->second) kept.push_back(std::move(n));
+      }
       g_.nodes = std::move(kept);
     }
     return stats;
@@ -121,6 +152,32 @@ class Fuser {
   enum class Stage { kMask, kBias, kScale };  // what may still come, walking back
 
   static bool IsOp(const Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
+
+  // Unsqueeze / Squeeze of `x` at axis 1 (a view), named and scoped after `root`; its output's
+  // type is set.
+  Node AxisOneNode(const char* op, const std::string& x, const Node& root) {
+    if (axes_.empty()) {
+      axes_ = g_.UniqueValueName("attention_fusion/axis_1");
+      Value& a = g_.GetOrAddValue(axes_);
+      Tensor t = Tensor::FromVector<int64_t>(DType::kInt64, {1}, {1});
+      a.dtype = t.dtype();
+      a.shape = t.shape();
+      a.rank_known = true;
+      a.data = std::make_shared<const Tensor>(std::move(t));
+      g_.initializers.push_back(axes_);
+    }
+    Node n;
+    n.op_type = op;
+    n.name = g_.UniqueNodeName(root.name + "/" + op);
+    n.scope = root.scope;
+    n.inputs = {x, axes_};
+    n.outputs = {g_.UniqueValueName(x + (std::string(op) == "Unsqueeze" ? "_4d" : "_3d"))};
+    if (std::string(op) == "Unsqueeze") {
+      g_.GetOrAddValue(n.outputs[0]);
+      (void)InferAndSetTypes(g_, n);
+    }
+    return n;
+  }
 
   // The producer of `v` when it is `op` and `v` is read only by one node and is no graph output.
   const Node* Sole(const std::string& v, const char* op) const {
@@ -170,9 +227,9 @@ class Fuser {
 
   bool MatchSoftmax(const Node& sm) const {
     const Value* x = Val(sm.inputs[0]);
-    if (!x || !x->rank_known || x->shape.size() != 4) return false;
+    if (!x || !x->rank_known || (x->shape.size() != 4 && x->shape.size() != 3)) return false;
     int64_t axis = sm.GetInt("axis", -1);
-    return axis == -1 || axis == 3;
+    return axis == -1 || axis == static_cast<int64_t>(x->shape.size()) - 1;
   }
 
   // True when no trainable parameter reaches `v`.
@@ -317,8 +374,8 @@ class Fuser {
   // Walks back from the softmax input `s`.
   bool WalkScores(const std::string& s, Stage stage, Match& m) {
     const Value* sv = Val(s);
-    if (!sv || !sv->ShapeKnown() || sv->shape.size() != 4 || sv->shape != m.scores) return false;
-    const int64_t sq = sv->shape[2], sk = sv->shape[3];
+    if (!sv || !sv->ShapeKnown() || sv->shape.size() < 3 || sv->shape != m.scores) return false;
+    const int64_t sq = sv->shape[sv->shape.size() - 2], sk = sv->shape.back();
     const Node* p = Producer(s);
     if (!p || !p->domain.empty() || ud_.Consumers(s).size() != 1 || outputs_.count(s))
       return false;
@@ -478,8 +535,9 @@ class Fuser {
     PreferInfiniteFill(m);
     if (!m.has_fill) m.fill = -std::numeric_limits<double>::infinity();
     const Value* q = Val(m.q);
-    if (!q || !q->ShapeKnown() || q->shape.size() != 4) return false;
+    if (!q || !q->ShapeKnown() || q->shape.size() != m.scores.size()) return false;
     if (q->dtype != DType::kFloat32 && q->dtype != DType::kFloat64) return false;
+    if (q->shape.size() == 3) return true;  // one head: no repeat_kv to look through
     // GQA / MQA: K and V both widened by repeat_kv from the same head count.
     std::string k = Unrepeat(m.k), v = Unrepeat(m.v);
     if (!k.empty() && !v.empty()) {
@@ -498,6 +556,7 @@ class Fuser {
   UseDef ud_;
   std::set<std::string> params_, outputs_;
   std::map<std::string, bool> reaches_;
+  std::string axes_;  // the [1] constant the rank-3 views use
 };
 
 }  // namespace

@@ -21,6 +21,8 @@
 //           Transpose(K, perm=[0,1,3,2]) is read as K (k_transposed=0)
 //   GQA/MQA K and V widened from Hkv to Hq heads by repeat_kv (Unsqueeze, Expand, Reshape) or
 //           torch.cat([x] * n, dim=2) + Reshape are read at their own Hkv heads
+// Rank-3 attention ([batch, seq, dim]: one head, or [batch·heads, seq, dim]) is fused through
+// Unsqueeze views to rank 4 with one head and a Squeeze of the output.
 // An output read only by Transpose(perm=[0,2,1,3]) is written in that layout (o_transposed=1).
 // Causal masks are recognised as a folded constant equal to (key > query) (or its complement for
 // the keep form), or as Greater/Less/GreaterOrEqual/LessOrEqual of position indices (Range

@@ -428,8 +428,8 @@ std::string CanonicalizeStats::ToString() const {
          ", rmsnorm " + std::to_string(rmsnorm) + ", transposed-weight matmul " +
          std::to_string(matmul) + ", inactive dropout " + std::to_string(dropout) +
          ", no-op cast " + std::to_string(cast) + ", identity " + std::to_string(identity) +
-         ", attention " + std::to_string(attention.fused) + " fused (" +
-         std::to_string(attention.unfused) + " left)" +
+         ", attention fused " + std::to_string(attention.fused) + ", attention unfused " +
+         std::to_string(attention.unfused) +
          "; removed " + std::to_string(dead) + " dead nodes";
 }
 

@@ -354,6 +354,12 @@ def check_model(cls, tmp):
     got = (counts.get("tanh gelu"), counts.get("rmsnorm"), counts.get("inactive dropout"))
     check(got == cls.EXPECTED, f"{cls.__name__}: canonicalize found (tanh gelu, rmsnorm, inactive "
           f"dropout) = {got}, expected {cls.EXPECTED}:\n{stats.group(0)}")
+    # Every attention (one Softmax each; TwiceCalled has none) is fused into foundry::Attention,
+    # single-head ([batch, seq, dim]) as these are.
+    softmaxes = sum(n.op_type == "Softmax" for n in exported.graph.node)
+    check(counts.get("attention fused") == softmaxes and
+          counts.get("attention unfused") == 0,
+          f"{cls.__name__}: {softmaxes} attention softmaxes, canonicalize: {stats.group(0)}")
     warnings = [line for line in proc.stderr.splitlines() if line.strip()]
     n_params = len(list(model.parameters()))
     check(len(warnings) == 1 and warnings[0].startswith("foundry-compile: warning: ") and

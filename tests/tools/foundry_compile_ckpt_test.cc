@@ -87,10 +87,16 @@ TEST_F(FoundryCompileCkptTest, ReportJsonCarriesTheCheckpointObject) {
                                                           c.at("bytes_freed").get<int64_t>() +
                                                           c.at("bytes_added").get<int64_t>());
   EXPECT_EQ(j.at("memory").at("saved_for_backward_bytes"), c.at("saved_after_bytes"));
-  ASSERT_EQ(c.at("notes").size(), 1u);
+  ASSERT_EQ(c.at("notes").size(), 2u);
   EXPECT_EQ(c.at("notes")[0],
             "transformer.blocks.0.ffn (mptmlp) is inside transformer.blocks.0 "
             "(mptblock=first-1): the outer target wins");
+  // Block 0 holds a fused attention: the report says what checkpointing such instances frees.
+  EXPECT_EQ(c.at("notes")[1].get<std::string>().rfind(
+                "1 of the 2 instances hold a fused attention (foundry::Attention keeps Q, K, V, O",
+                0),
+            0u)
+      << c.at("notes")[1];
 }
 
 TEST_F(FoundryCompileCkptTest, CkptConfigAndItsSwitch) {
