@@ -153,13 +153,14 @@ StatusOr<CheckpointReport> BuildCheckpointReport(const Graph& plain, const Memor
     std::set<int> fused;
     for (const Node& n : plain.nodes)
       if (n.domain == "foundry" && n.op_type == "Attention")
-        if (int i = InstanceOf(index, n.scope); i >= 0) fused.insert(i);
+        if (int i = InstanceOf(index, n.scope); i >= 0 && r.instances[i].module == n.scope)
+          fused.insert(i);  // the attention module itself, not a block around it
     if (!fused.empty()) {
       int64_t freed = 0;
       for (int i : fused) freed += r.instances[i].bytes_freed;
       r.notes.push_back(
           std::to_string(fused.size()) + " of the " + std::to_string(r.instances.size()) +
-          " instances hold a fused attention (foundry::Attention keeps Q, K, V, O and one "
+          " instances are a fused attention (foundry::Attention keeps Q, K, V, O and one "
           "logsumexp per row, never the seq x seq probabilities; its backward recomputes "
           "them), so checkpointing them frees " + HumanBytes(freed) + ", " +
           Percent(double(freed), double(r.saved_before_bytes)) +

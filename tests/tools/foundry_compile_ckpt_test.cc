@@ -87,16 +87,30 @@ TEST_F(FoundryCompileCkptTest, ReportJsonCarriesTheCheckpointObject) {
                                                           c.at("bytes_freed").get<int64_t>() +
                                                           c.at("bytes_added").get<int64_t>());
   EXPECT_EQ(j.at("memory").at("saved_for_backward_bytes"), c.at("saved_after_bytes"));
-  ASSERT_EQ(c.at("notes").size(), 2u);
+  // No instance is an attention module (block 0 holds one, but the block frees far more).
+  ASSERT_EQ(c.at("notes").size(), 1u);
   EXPECT_EQ(c.at("notes")[0],
             "transformer.blocks.0.ffn (mptmlp) is inside transformer.blocks.0 "
             "(mptblock=first-1): the outer target wins");
-  // Block 0 holds a fused attention: the report says what checkpointing such instances frees.
-  EXPECT_EQ(c.at("notes")[1].get<std::string>().rfind(
-                "1 of the 2 instances hold a fused attention (foundry::Attention keeps Q, K, V, O",
-                0),
+}
+
+// Checkpointing a fused attention frees little (no seq x seq tensor is saved): the report says how
+// much, in bytes and as a share of the saved bytes.
+TEST_F(FoundryCompileCkptTest, CheckpointedFusedAttentionSaysHowLittleItFrees) {
+  ExecResult r = Compile({kTiny, "--dry-run", "--ckpt", "grouped_query_attention", "--report-json",
+                          Path("r.json")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const auto c = nlohmann::json::parse(ReadWholeFile(Path("r.json"))).at("checkpoint");
+  ASSERT_EQ(c.at("notes").size(), 1u) << c.at("notes");
+  const std::string note = c.at("notes")[0];
+  EXPECT_EQ(note.rfind("2 of the 2 instances are a fused attention (foundry::Attention keeps Q, K, "
+                       "V, O and one logsumexp per row",
+                       0),
             0u)
-      << c.at("notes")[1];
+      << note;
+  EXPECT_NE(note.find("% of the saved-for-backward bytes"), std::string::npos) << note;
+  EXPECT_NE(r.out.find("note: 2 of the 2 instances are a fused attention"), std::string::npos)
+      << r.out;
 }
 
 TEST_F(FoundryCompileCkptTest, CkptConfigAndItsSwitch) {
