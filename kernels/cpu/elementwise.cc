@@ -920,10 +920,12 @@ Status FastGeluGradKernel(const Node& node, Inputs in, Outputs out, const Kernel
   });
 }
 
+// (dY, Y) -> dY where Y > 0, else 0. The gradient rule passes Relu's output; its input gives the
+// same result (Y > 0 exactly where X > 0), so ONNX Runtime graphs that pass X still run.
 Status ReluGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return ActivationGradKernel(node, in, out, [](auto dy, auto x) {
-    using T = decltype(x);
-    return x > T(0) ? dy : T(0);
+  return ActivationGradKernel(node, in, out, [](auto dy, auto y) {
+    using T = decltype(y);
+    return y > T(0) ? dy : T(0);
   });
 }
 

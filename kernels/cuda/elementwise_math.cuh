@@ -467,10 +467,10 @@ struct FastGeluGradOp {
   }
 };
 
-struct ReluGradOp {
+struct ReluGradOp {  // dY where y > 0 (y = Relu's output, > 0 exactly where its input is)
   template <class T>
-  FOUNDRY_HD T operator()(T dy, T x) const {
-    return x > T(0) ? dy : T(0);
+  FOUNDRY_HD T operator()(T dy, T y) const {
+    return y > T(0) ? dy : T(0);
   }
 };
 struct SigmoidGradOp {  // dY * y * (1 - y)

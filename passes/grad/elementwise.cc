@@ -3,10 +3,13 @@
 //    the operand's shape (GradBuilder::ReduceToShape), after any per-element factor is applied.
 //  - A gradient that equals dY (Identity, Add, Cast f32->f32, ...) is declared as dY itself, not
 //    copied.
-//  - Activation gradients use ONNX Runtime's com.microsoft ops: ReluGrad (dY, X), SigmoidGrad
+//  - Activation gradients use ONNX Runtime's com.microsoft ops: ReluGrad (dY, Y), SigmoidGrad
 //    (dY, Y), TanhGrad (dY, Y), GeluGrad (dY, X), FastGeluGrad (dY, X), DropoutGrad (dY, mask,
 //    ratio, training_mode).
 //    Everything else is standard ONNX ops.
+//  - A rule reads only what its formula needs, and of two equivalent operands the one the
+//    backward keeps anyway: ReluGrad reads the output (Y > 0 exactly where X > 0, as torch's
+//    threshold_backward(grad, result, 0)), which the next layer's matrix product saves already.
 //  - Min/Max route dY to the first input equal to the result (ties go to the first), Clip passes
 //    dY where min <= x <= max (PyTorch's clamp gradient at the bounds).
 //  - Ops that are piecewise constant (Floor, Ceil, Round, Sign), comparisons and casts to
@@ -283,7 +286,10 @@ Status ActivationGrad(GradBuilder& b, const std::string& op, const std::string& 
   ASSIGN_OR_RETURN(std::string g, b.Emit1(op, {b.OutputGrad(0), operand}, {}, "com.microsoft"));
   return b.SetInputGrad(0, g);
 }
-Status ReluGrad(GradBuilder& b) { return ActivationGrad(b, "ReluGrad", b.fwd().inputs[0]); }
+// Relu's output, not its input: Y = X < 0 ? 0 : X is > 0 exactly where X > 0 (0, -0 and NaN
+// pass through unchanged and are not > 0), so the gradient has the same bits, and an MLP's
+// fc1 output need not be kept beside the activation fc2 saves (Relu may then even run in place).
+Status ReluGrad(GradBuilder& b) { return ActivationGrad(b, "ReluGrad", b.fwd().outputs[0]); }
 Status SigmoidGrad(GradBuilder& b) { return ActivationGrad(b, "SigmoidGrad", b.fwd().outputs[0]); }
 Status TanhGrad(GradBuilder& b) { return ActivationGrad(b, "TanhGrad", b.fwd().outputs[0]); }
 Status GeluGrad(GradBuilder& b) { return ActivationGrad(b, "GeluGrad", b.fwd().inputs[0]); }

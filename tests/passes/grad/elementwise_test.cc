@@ -4,6 +4,7 @@
 // finite differences cannot see, and the rules that deliberately give no gradient.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "compiler/op_schema.h"
@@ -286,11 +287,30 @@ TEST(ElementwiseGradTest, ActivationsEmitOnnxRuntimeGradientOps) {
     ASSERT_EQ(r->emitted.size(), 1u) << op;
     EXPECT_EQ(r->emitted[0].op_type, grad);
     EXPECT_EQ(r->emitted[0].domain, "com.microsoft");
-    // ReluGrad, GeluGrad and FastGeluGrad read X, SigmoidGrad and TanhGrad read Y.
+    // GeluGrad and FastGeluGrad read X; ReluGrad, SigmoidGrad and TanhGrad read Y.
     const std::string g = grad;
-    EXPECT_EQ(r->emitted[0].inputs[1],
-              g == "ReluGrad" || g == "GeluGrad" || g == "FastGeluGrad" ? "x" : "y");
+    EXPECT_EQ(r->emitted[0].inputs[1], g == "GeluGrad" || g == "FastGeluGrad" ? "x" : "y");
   }
+}
+
+// ReluGrad reads Relu's output; the gradient must have the bits of "dY where X > 0" at every
+// value where Y > 0 and X > 0 could differ: zeros of both signs, subnormals, infinities, NaN.
+TEST(ElementwiseGradTest, ReluGradientFromTheOutputHasTheInputsBits) {
+  const float kNan = std::numeric_limits<float>::quiet_NaN();
+  const float kInf = std::numeric_limits<float>::infinity();
+  const float kDenorm = std::numeric_limits<float>::denorm_min();
+  const std::vector<float> xs = {-kInf,   -3.5f,  -kDenorm, -0.f, 0.f,
+                                 kDenorm, 1e-38f, 2.f,      kInf, kNan};
+  Tensor x = Tensor::FromVector<float>(DType::kFloat32, {10}, xs);
+  Tensor dy = RandomTensor({10}, 102);
+  auto r = RunRule(EwNode("Relu", {"x"}), {{"x", x}}, {}, dy);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->emitted.size(), 1u);
+  EXPECT_EQ(r->emitted[0].inputs, (std::vector<std::string>{"dy", "y"}));
+  Tensor want(DType::kFloat32, {10});
+  for (int i = 0; i < 10; ++i) want.data<float>()[i] = xs[i] > 0.f ? dy.data<float>()[i] : 0.f;
+  EXPECT_TRUE(r->values.at("x").BitwiseEqual(want))
+      << testing::PrintToString(Floats(r->values.at("x")));
 }
 
 // Piecewise-constant ops (Floor, Ceil, Round, Sign) have no rule: the autodiff pass stops the
