@@ -10,8 +10,9 @@
 //  - A rule reads only what its formula needs, and of two equivalent operands the one the
 //    backward keeps anyway: ReluGrad reads the output (Y > 0 exactly where X > 0, as torch's
 //    threshold_backward(grad, result, 0)), which the next layer's matrix product saves already.
-//  - Min/Max route dY to the first input equal to the result (ties go to the first), Clip passes
-//    dY where min <= x <= max (PyTorch's clamp gradient at the bounds).
+//  - Min/Max of two operands follow torch.maximum/minimum: ties split dY evenly. Of more
+//    operands (no torch op exports that) dY goes to the first input equal to the result. Clip
+//    passes dY where min <= x <= max (PyTorch's clamp gradient at the bounds).
 //  - Ops that are piecewise constant (Floor, Ceil, Round, Sign), comparisons and casts to
 //    non-float types have no rule: the autodiff pass never lets a gradient flow through them
 //    (passes/autodiff.h, IsNonDifferentiable).
@@ -148,11 +149,40 @@ Status ModGrad(GradBuilder& b) {
   return Status::Ok();
 }
 
-// Min/Max: input i receives dY where it is the first input equal to Y. `rest` carries the part
-// of dY not yet routed; the last input takes whatever is left.
+// Min/Max of two operands, torch's rule (derivatives.yaml, maximum and minimum), for Max:
+//   dA = where(A == B, dY / 2, dY) masked to 0 where A < B;  dB the same, masked where A > B
+// (Min swaps the masks). dY / 2 and dY * 0.5 are the same IEEE result. A NaN operand makes both
+// comparisons false, so both operands receive dY, as in torch. The rule reads the two operands
+// and never Y: a clamp against a constant, OPT's torch.max(scores + mask, finfo.min), keeps only
+// its input for the backward where the rule through Y kept the input and the output.
+Status BinaryMinMaxGrad(GradBuilder& b) {
+  const Node& f = b.fwd();
+  if (!b.NeedsInputGrad(0) && !b.NeedsInputGrad(1)) return Status::Ok();
+  const bool is_max = f.op_type == "Max";
+  const std::string& dy = b.OutputGrad(0);
+  const DType t = GradType(b);
+  ASSIGN_OR_RETURN(std::string tie, b.Emit1("Equal", {f.inputs[0], f.inputs[1]}));
+  ASSIGN_OR_RETURN(std::string half, b.Emit1("Mul", {dy, Scalar(b, 0.5, t, "half")}));
+  ASSIGN_OR_RETURN(std::string shared, b.Emit1("Where", {tie, half, dy}));
+  const std::string zero = Scalar(b, 0, t, "zero");
+  for (size_t i = 0; i < 2; ++i) {
+    if (!b.NeedsInputGrad(i)) continue;
+    // Operand 0 of Max loses where A < B, operand 1 where A > B; Min the other way round.
+    const char* loses = is_max == (i == 0) ? "Less" : "Greater";
+    ASSIGN_OR_RETURN(std::string lost, b.Emit1(loses, {f.inputs[0], f.inputs[1]}));
+    ASSIGN_OR_RETURN(std::string g, b.Emit1("Where", {lost, zero, shared}));
+    RETURN_IF_ERROR(SetReduced(b, i, g));
+  }
+  return Status::Ok();
+}
+
+// Min/Max of one or of three and more operands: input i receives dY where it is the first input
+// equal to Y. `rest` carries the part of dY not yet routed; the last input takes whatever is
+// left.
 Status MinMaxGrad(GradBuilder& b) {
   const Node& f = b.fwd();
   const size_t n = f.inputs.size();
+  if (n == 2) return BinaryMinMaxGrad(b);
   size_t last_needed = n;
   for (size_t i = 0; i < n; ++i)
     if (b.NeedsInputGrad(i)) last_needed = i;

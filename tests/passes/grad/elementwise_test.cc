@@ -6,6 +6,7 @@
 
 #include <limits>
 #include <random>
+#include <set>
 
 #include "compiler/op_schema.h"
 #include "passes/grad/grad_rule.h"
@@ -250,7 +251,7 @@ std::vector<float> Floats(const Tensor& t) {
   return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
 }
 
-TEST(ElementwiseGradTest, MaxTiesGoToTheFirstInput) {
+TEST(ElementwiseGradTest, MaxOfThreeTiesGoToTheFirstInput) {
   Tensor a = Tensor::FromVector<float>(DType::kFloat32, {4}, {1, 2, 3, 4});
   Tensor b = Tensor::FromVector<float>(DType::kFloat32, {4}, {1, 5, 3, 0});
   Tensor c = Tensor::FromVector<float>(DType::kFloat32, {4}, {1, 5, 0, 4});
@@ -260,6 +261,51 @@ TEST(ElementwiseGradTest, MaxTiesGoToTheFirstInput) {
   EXPECT_EQ(Floats(r->values.at("a")), (std::vector<float>{10, 0, 30, 40}));
   EXPECT_EQ(Floats(r->values.at("b")), (std::vector<float>{0, 20, 0, 0}));
   EXPECT_EQ(Floats(r->values.at("c")), (std::vector<float>{0, 0, 0, 0}));
+}
+
+// Two operands: torch.maximum / torch.minimum's rule. Expected values printed by torch 1.13:
+//   a = [1, 2, 3, nan, 5], b = [1, 3, 2, 1, nan], dY = [10, 20, 30, 40, 50]
+//   max: a.grad = [5, 0, 30, 40, 50], b.grad = [5, 20, 0, 40, 50]
+//   min: a.grad = [5, 20, 0, 40, 50], b.grad = [5, 0, 30, 40, 50]
+// (a tie splits dY in halves; a NaN on either side gives both operands dY).
+TEST(ElementwiseGradTest, BinaryMinMaxTiesSplitTheGradientAsTorch) {
+  const float kNan = std::numeric_limits<float>::quiet_NaN();
+  Tensor a = Tensor::FromVector<float>(DType::kFloat32, {5}, {1, 2, 3, kNan, 5});
+  Tensor b = Tensor::FromVector<float>(DType::kFloat32, {5}, {1, 3, 2, 1, kNan});
+  Tensor dy = Tensor::FromVector<float>(DType::kFloat32, {5}, {10, 20, 30, 40, 50});
+  auto mx = RunRule(EwNode("Max", {"a", "b"}), {{"a", a}, {"b", b}}, {}, dy);
+  ASSERT_TRUE(mx.ok()) << mx.status().message();
+  EXPECT_EQ(Floats(mx->values.at("a")), (std::vector<float>{5, 0, 30, 40, 50}));
+  EXPECT_EQ(Floats(mx->values.at("b")), (std::vector<float>{5, 20, 0, 40, 50}));
+  auto mn = RunRule(EwNode("Min", {"a", "b"}), {{"a", a}, {"b", b}}, {}, dy);
+  ASSERT_TRUE(mn.ok()) << mn.status().message();
+  EXPECT_EQ(Floats(mn->values.at("a")), (std::vector<float>{5, 20, 0, 40, 50}));
+  EXPECT_EQ(Floats(mn->values.at("b")), (std::vector<float>{5, 0, 30, 40, 50}));
+}
+
+// OPT's clamp, torch.max(scores + mask, finfo(f32).min) exported as Max(x, c): masked positions
+// are x == c exactly (finfo.min absorbs any small score) and get dY / 2, as in torch. The rule
+// reads x and the constant only, never the output, so the backward keeps one tensor of the
+// forward. Also with the constant first (Min here) and broadcast over a [2, 3] dY.
+TEST(ElementwiseGradTest, ClampAgainstAConstantReadsOnlyItsInput) {
+  const float kLowest = std::numeric_limits<float>::lowest();
+  Tensor x = Tensor::FromVector<float>(DType::kFloat32, {2, 3},
+                                       {kLowest, 0.25f, -1.f, kLowest, kLowest, 3.f});
+  Tensor dy = Tensor::FromVector<float>(DType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  auto r = RunRule(EwNode("Max", {"x", "c"}), {{"x", x}}, {{"c", Scalar(kLowest)}}, dy);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(Floats(r->values.at("x")), (std::vector<float>{0.5f, 2, 3, 2, 2.5f, 6}));
+  std::set<std::string> read;
+  for (const Node& n : r->emitted) read.insert(n.inputs.begin(), n.inputs.end());
+  EXPECT_TRUE(read.count("x"));
+  EXPECT_FALSE(read.count("y")) << "the clamp's output is read by its gradient";
+
+  Tensor v = Tensor::FromVector<float>(DType::kFloat32, {2, 3}, {-1, 0.5f, 0.5f, 2, 0.5f, 0.f});
+  auto m = RunRule(EwNode("Min", {"c", "v"}), {{"v", v}}, {{"c", Scalar(0.5f)}}, dy);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(Floats(m->values.at("v")), (std::vector<float>{1, 1, 1.5f, 0, 2.5f, 6}));
+  for (const Node& n : m->emitted)
+    for (const auto& in : n.inputs) EXPECT_NE(in, "y") << n.op_type;
 }
 
 TEST(ElementwiseGradTest, ClipPassesTheGradientAtTheBounds) {
