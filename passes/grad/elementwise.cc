@@ -4,8 +4,8 @@
 //  - A gradient that equals dY (Identity, Add, Cast f32->f32, ...) is declared as dY itself, not
 //    copied.
 //  - Activation gradients use ONNX Runtime's com.microsoft ops: ReluGrad (dY, Y), SigmoidGrad
-//    (dY, Y), TanhGrad (dY, Y), GeluGrad (dY, X), FastGeluGrad (dY, X), DropoutGrad (dY, mask,
-//    ratio, training_mode).
+//    (dY, Y), TanhGrad (dY, Y), GeluGrad (dY, X), FastGeluGrad (dY, X), QuickGeluGrad (dY, X)
+//    {alpha}, DropoutGrad (dY, mask, ratio, training_mode).
 //    Everything else is standard ONNX ops.
 //  - A rule reads only what its formula needs, and of two equivalent operands the one the
 //    backward keeps anyway: ReluGrad reads the output (Y > 0 exactly where X > 0, as torch's
@@ -327,6 +327,18 @@ Status FastGeluGrad(GradBuilder& b) {
   return ActivationGrad(b, "FastGeluGrad", b.fwd().inputs[0]);
 }
 
+// QuickGelu (SiLU when alpha = 1, canonicalize's fusion of Mul(x, Sigmoid(x))): one fused
+// gradient reading X only, where the unfused pair kept X and the Sigmoid's output.
+Status QuickGeluGrad(GradBuilder& b) {
+  if (!b.NeedsInputGrad(0)) return Status::Ok();
+  const Node& f = b.fwd();
+  ASSIGN_OR_RETURN(
+      std::string g,
+      b.Emit1("QuickGeluGrad", {b.OutputGrad(0), f.inputs[0]},
+              {{"alpha", Attribute::Float(f.GetFloat("alpha", 1.702f))}}, "com.microsoft"));
+  return b.SetInputGrad(0, g);
+}
+
 // Float -> float casts pass the gradient back in the input's type; other casts stop it.
 Status CastGrad(GradBuilder& b) {
   const DType in = b.InputValue(0).dtype;
@@ -440,6 +452,7 @@ void RegisterElementwiseGradRules(GradRuleTable& table) {
   table.Add("", "Tanh", TanhGrad);
   table.Add("com.microsoft", "Gelu", GeluGrad);
   table.Add("com.microsoft", "FastGelu", FastGeluGrad);
+  table.Add("com.microsoft", "QuickGelu", QuickGeluGrad);
 
   table.Add("", "Cast", CastGrad);
   table.Add("", "CastLike", CastGrad);

@@ -152,6 +152,12 @@ TEST(ElementwiseGradTest, UnaryOps) {
         EwNode("FastGelu", {"x"}, {"y"}, {{"form", Attribute::String(form)}}, "com.microsoft"),
         {{"x", RandomTensor({3, 1, 5}, 69, -3.f, 3.f)}});
   }
+  // QuickGelu: SiLU (alpha = 1, what canonicalize writes) and ONNX Runtime's default 1.702.
+  EXPECT_GRADS_OK(
+      EwNode("QuickGelu", {"x"}, {"y"}, {{"alpha", Attribute::Float(1.f)}}, "com.microsoft"),
+      {{"x", RandomTensor({3, 1, 5}, 73, -4.f, 4.f)}});
+  EXPECT_GRADS_OK(EwNode("QuickGelu", {"x"}, {"y"}, {}, "com.microsoft"),
+                  {{"x", RandomTensor({7}, 74, -4.f, 4.f)}});
   EXPECT_GRADS_OK(EwNode("Reciprocal", {"x"}), {{"x", RandomTensor({6}, 70, -2.f, -0.5f)}});
   // Kinked ops, on grids that stay 0.05 away from the kink at 0.
   EXPECT_GRADS_OK(EwNode("Abs", {"x"}), {{"x", GridTensor({4, 6}, 71, 0.05f)}});
@@ -320,23 +326,34 @@ TEST(ElementwiseGradTest, ClipPassesTheGradientAtTheBounds) {
 TEST(ElementwiseGradTest, ActivationsEmitOnnxRuntimeGradientOps) {
   Tensor x = RandomTensor({3}, 100);
   Tensor dy = RandomTensor({3}, 101);
-  const std::pair<const char*, const char*> cases[] = {{"Relu", "ReluGrad"},
-                                                       {"Sigmoid", "SigmoidGrad"},
-                                                       {"Tanh", "TanhGrad"},
-                                                       {"Gelu", "GeluGrad"},
-                                                       {"FastGelu", "FastGeluGrad"}};
+  const std::pair<const char*, const char*> cases[] = {
+      {"Relu", "ReluGrad"}, {"Sigmoid", "SigmoidGrad"},   {"Tanh", "TanhGrad"},
+      {"Gelu", "GeluGrad"}, {"FastGelu", "FastGeluGrad"}, {"QuickGelu", "QuickGeluGrad"}};
   for (const auto& [op, grad] : cases) {
-    const bool ms = std::string(op) == "Gelu" || std::string(op) == "FastGelu";
+    const bool ms = std::string(op) == "Gelu" || std::string(op) == "FastGelu" ||
+                    std::string(op) == "QuickGelu";
     Node n = EwNode(op, {"x"}, {"y"}, {}, ms ? "com.microsoft" : "");
     auto r = RunRule(n, {{"x", x}}, {}, dy);
     ASSERT_TRUE(r.ok()) << r.status().message();
     ASSERT_EQ(r->emitted.size(), 1u) << op;
     EXPECT_EQ(r->emitted[0].op_type, grad);
     EXPECT_EQ(r->emitted[0].domain, "com.microsoft");
-    // GeluGrad and FastGeluGrad read X; ReluGrad, SigmoidGrad and TanhGrad read Y.
+    // GeluGrad, FastGeluGrad and QuickGeluGrad read X; ReluGrad, SigmoidGrad and TanhGrad Y.
     const std::string g = grad;
-    EXPECT_EQ(r->emitted[0].inputs[1], g == "GeluGrad" || g == "FastGeluGrad" ? "x" : "y");
+    EXPECT_EQ(r->emitted[0].inputs[1],
+              g == "GeluGrad" || g == "FastGeluGrad" || g == "QuickGeluGrad" ? "x" : "y");
   }
+  // QuickGeluGrad carries the forward's alpha (ONNX Runtime's default when it has none).
+  for (float alpha : {1.f, 0.5f}) {
+    auto r = RunRule(
+        EwNode("QuickGelu", {"x"}, {"y"}, {{"alpha", Attribute::Float(alpha)}}, "com.microsoft"),
+        {{"x", x}}, {}, dy);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->emitted[0].GetFloat("alpha", 0.f), alpha);
+  }
+  auto r = RunRule(EwNode("QuickGelu", {"x"}, {"y"}, {}, "com.microsoft"), {{"x", x}}, {}, dy);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->emitted[0].GetFloat("alpha", 0.f), 1.702f);
 }
 
 // ReluGrad reads Relu's output; the gradient must have the bits of "dY where X > 0" at every
