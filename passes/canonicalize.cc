@@ -457,11 +457,12 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
 std::string CanonicalizeStats::ToString() const {
   return "gelu " + std::to_string(gelu) + ", tanh gelu " + std::to_string(fast_gelu) +
          ", rmsnorm " + std::to_string(rmsnorm) + ", silu " + std::to_string(silu) +
-         ", transposed-weight matmul " + std::to_string(matmul) + ", inactive dropout " +
-         std::to_string(dropout) + ", no-op cast " + std::to_string(cast) + ", identity " +
-         std::to_string(identity) + ", attention " + std::to_string(attention.fused) + " fused (" +
-         std::to_string(attention.unfused) + " left)" + "; removed " + std::to_string(dead) +
-         " dead nodes";
+         ", transposed-weight matmul " +
+         std::to_string(matmul) + ", inactive dropout " + std::to_string(dropout) +
+         ", no-op cast " + std::to_string(cast) + ", identity " + std::to_string(identity) +
+         ", attention " + std::to_string(attention.fused) + " fused (" +
+         std::to_string(attention.unfused) + " left)" +
+         "; removed " + std::to_string(dead) + " dead nodes";
 }
 
 }  // namespace foundry
