@@ -11,7 +11,8 @@
 //
 // Aliases. A value may use another value's buffer instead of its own:
 //  - view: the output of a node whose schema says `view` (Reshape, Flatten, Squeeze, Unsqueeze,
-//    Identity) is input 0's bytes under another shape: no bytes, no copy. A graph output is never
+//    Identity; Expand) is input 0's bytes under another shape, when both have the same byte count
+//    (an Expand that repeats elements does not): no bytes, no copy. A graph output is never
 //    a view (it has storage of its own; its view node copies).
 //  - in place: output 0 of a node whose schema lists input k in `in_place_inputs` takes the
 //    arena buffer of input k when that buffer dies at this node (no other value of the buffer is

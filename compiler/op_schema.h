@@ -54,8 +54,9 @@ struct OpSchema {
   int max_outputs = 1;
   InferFn infer;
   // Memory planning (compiler/memory_plan.h). `view`: output 0 holds exactly the bytes of input 0
-  // under another shape (Reshape, Flatten, Squeeze, Unsqueeze, Identity); the planner makes it an
-  // alias of input 0, and the kernel, handed the same pointer for both, copies nothing.
+  // under another shape (Reshape, Flatten, Squeeze, Unsqueeze, Identity; Expand when it keeps the
+  // element count) whenever the two have the same byte count; the planner then makes it an alias
+  // of input 0, and the kernel, handed the same pointer for both, copies nothing.
   // `in_place_inputs`: inputs whose buffer output 0 may take when that input dies at this node and
   // has output 0's shape and element size; the kernel must then give the same bits with the output
   // aliasing that input (every element read before its own is written; tested per op).

@@ -184,6 +184,35 @@ std::string OtherOperand(const Node& mul, const std::string& known) {
   return "";
 }
 
+// ---- SiLU (gradmin) --------------------------------------------------------------------------
+// Mul(x, Sigmoid(x)) or Mul(Sigmoid(x), x) => com.microsoft::QuickGelu(x) {alpha=1}. Exact: the
+// QuickGelu kernel computes the Sigmoid kernel's steps and then the product (1·x is x), and IEEE
+// multiplication commutes. The Sigmoid's output must have no other consumer. Returns how many.
+int FuseSilu(Graph& g) {
+  Matcher m(g);
+  int fused = 0;
+  for (Node& root : g.nodes) {
+    if (root.op_type != "Mul" || !root.domain.empty() || root.inputs.size() != 2) continue;
+    std::string x;
+    for (int side = 0; side < 2 && x.empty(); ++side) {
+      const Node* sigmoid = m.SoleProducer(root.inputs[side], "Sigmoid");
+      if (sigmoid && sigmoid->inputs[0] == root.inputs[1 - side]) x = root.inputs[1 - side];
+    }
+    const Value* xv = x.empty() ? nullptr : g.FindValue(x);
+    if (!xv || (xv->dtype != DType::kFloat32 && xv->dtype != DType::kFloat64)) continue;
+    Node quick;
+    quick.op_type = "QuickGelu";
+    quick.domain = "com.microsoft";
+    quick.name = root.name + "/QuickGelu";
+    quick.inputs = {x};
+    quick.attrs["alpha"] = Attribute::Float(1.0f);
+    Replace(root, std::move(quick));
+    ++fused;
+  }
+  return fused;
+}
+// ---- end SiLU ---------------------------------------------------------------------------------
+
 }  // namespace
 
 StatusOr<bool> CanonicalizePass::Run(Graph& g) {
@@ -380,6 +409,8 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
     }
   }
 
+  stats_.silu = FuseSilu(g);  // gradmin
+
   if (options_.fuse_attention) {
     const AttentionFusionStats& a = stats_.attention = FuseAttention(g);
     g.metadata[kAttentionFusionKey] =
@@ -418,14 +449,15 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
   stats_.dead += RemoveDeadNodes(g);
   for (Node& n : g.nodes) RETURN_IF_ERROR(InferAndSetTypes(g, n));
   const CanonicalizeStats& c = stats_;
-  return c.gelu + c.fast_gelu + c.rmsnorm + c.matmul + c.dropout + c.cast + c.identity + c.dead +
-             c.attention.fused >
+  return c.gelu + c.fast_gelu + c.rmsnorm + c.silu + c.matmul + c.dropout + c.cast + c.identity +
+             c.dead + c.attention.fused >
          0;
 }
 
 std::string CanonicalizeStats::ToString() const {
   return "gelu " + std::to_string(gelu) + ", tanh gelu " + std::to_string(fast_gelu) +
-         ", rmsnorm " + std::to_string(rmsnorm) + ", transposed-weight matmul " +
+         ", rmsnorm " + std::to_string(rmsnorm) + ", silu " + std::to_string(silu) +
+         ", transposed-weight matmul " +
          std::to_string(matmul) + ", inactive dropout " + std::to_string(dropout) +
          ", no-op cast " + std::to_string(cast) + ", identity " + std::to_string(identity) +
          ", attention fused " + std::to_string(attention.fused) + ", attention unfused " +

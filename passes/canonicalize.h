@@ -27,6 +27,9 @@
 //             -> Mul(x, _) -> Mul(_, w); Hugging Face Llama's Cast(to=float) pair around it is a
 //             no-op Cast in f32 and is gone by then
 //             => com.microsoft::SimplifiedLayerNormalization(x, w) {axis=-1, epsilon=eps}
+//   SiLU      Mul(x, Sigmoid(x)), either operand order (torch's F.silu, Llama/Qwen2's MLP)
+//             => com.microsoft::QuickGelu(x) {alpha=1} (x·sigmoid(alpha·x), ONNX Runtime's op;
+//             fused gradient QuickGeluGrad(dY, X), so the Sigmoid's output is not saved)
 //   Linear    MatMul(x, Transpose(W)) with W a parameter and perm [1, 0]
 //             => com.microsoft::FusedMatMul(x, W) {transB=1}: no transposed copy of a weight is
 //             ever computed or saved for the backward pass
@@ -48,6 +51,7 @@ struct CanonicalizeStats {
   int gelu = 0;       // erf GELU fused, or ai.onnx Gelu renamed
   int fast_gelu = 0;  // tanh GELU fused, or ai.onnx Gelu {approximate="tanh"} renamed
   int rmsnorm = 0;
+  int silu = 0;
   int matmul = 0;    // MatMul(x, Transpose(W)) made FusedMatMul {transB=1}
   int dropout = 0;   // inactive Dropout made Identity
   int cast = 0;      // no-op Cast made Identity

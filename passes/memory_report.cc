@@ -124,11 +124,14 @@ const std::map<std::pair<std::string, std::string>, OpFlops>& FlopTable() {
     row(ms, {"LogSoftmaxGrad_13"}, 4);             // dy - exp(y) · Σ dy: Σ, exp, ·, -
     row("", {"Softmax", "LogSoftmax"}, 5);         // max, -, exp, Σ, / (or - log Σ)
     row(ms, {"Gelu"}, 5);                          // x/√2, erf, +1, ·x, ·0.5
+    row(ms, {"QuickGelu"}, 5);                     // x·sigmoid(αx): ·(-α), exp, +1, 1/, ·x
     row("", {"Gelu"}, 5);  // approximate="none" as com.microsoft Gelu; "tanh" 9 (NodeFlops)
     row("", {"LayerNormalization"}, 7);  // Σ, -mean, square, Σ, ·1/std, ·scale, +bias
     row(ms, {"FastGelu"}, 9);            // x², x³, ·c, +x, ·√(2/π), tanh, +1, ·x, ·0.5
     // x̂ = x·r (1); dscale += dy·x̂ (2); g = dy·scale (1); Σ g·x̂ (2); dx = r·(g - x̂·mean) (3).
     row(ms, {"SimplifiedLayerNormalizationGrad"}, 9);
+    // v = αx (1); s = 1/(1 + exp(-v)) (4); dy·s·(1 + v·(1 - s)) (5).
+    row(ms, {"QuickGeluGrad"}, 10);
     // dy · (0.5·(1 + erf(x/√2)) + x·exp(-x²/2)/√(2π)): 4 + 5 + 1 + 1.
     row(ms, {"GeluGrad"}, 11);
     // x̂ = (x - mean)·r (2); dbias += dy (1); dscale += dy·x̂ (2); g = dy·scale (1); Σ g (1);

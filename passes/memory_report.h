@@ -37,12 +37,14 @@
 //      SoftmaxCrossEntropyLossGrad (exp of the log-probability, the label's one, the scale)
 //   4: Sigmoid 1/(1+exp(-x)); SimplifiedLayerNormalization (RMSNorm: square, sum, normalize,
 //      scale); SoftmaxGrad_13 y·(dy-Σdy·y); LogSoftmaxGrad_13 dy-exp(y)·Σdy
-//   5: Softmax, LogSoftmax (max, subtract, exp, sum, divide or subtract); Gelu
+//   5: QuickGelu x·sigmoid(αx) (SiLU at α = 1, as Sigmoid and Mul unfused); Softmax, LogSoftmax
+//      (max, subtract, exp, sum, divide or subtract); Gelu
 //      0.5·x·(1+erf(x/√2)), com.microsoft's and ai.onnx's with approximate="none" (with
 //      approximate="tanh" ai.onnx Gelu counts as FastGelu)
 //   7: LayerNormalization (sum, subtract the mean, square, sum, normalize, scale, bias)
 //   9: FastGelu 0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³)))
-//   9: SimplifiedLayerNormalizationGrad; 11: GeluGrad; 13: LayerNormalizationGrad;
+//   9: SimplifiedLayerNormalizationGrad; 10: QuickGeluGrad; 11: GeluGrad;
+//      13: LayerNormalizationGrad;
 //      18: FastGeluGrad (each its formula's terms, written out in memory_report.cc)
 //   per input element (in): ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceLogSum 1,
 //     ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSumExp 2 (input 0); SoftmaxCrossEntropyLoss 5

@@ -1,7 +1,7 @@
 // Shape and type inference for the elementwise family: numpy-broadcasting binary and variadic ops,
 // comparisons and logic (bool out), unary math, Where, Cast/CastLike, Clip, Dropout, Gelu, and the
-// com.microsoft activations and activation gradients (Gelu, GeluGrad, ReluGrad, SigmoidGrad,
-// TanhGrad, DropoutGrad) that the gradient rules of this family emit.
+// com.microsoft activations and activation gradients (Gelu, GeluGrad, QuickGelu, QuickGeluGrad,
+// ReluGrad, SigmoidGrad, TanhGrad, DropoutGrad) that the gradient rules of this family emit.
 //
 // Element types are checked here, once, so a model with an op on a type the CPU kernels do not
 // handle fails at compile time with the node's name rather than in the middle of a run.
@@ -288,7 +288,11 @@ void RegisterElementwiseSchemas(OpSchemaTable& table) {
 
   Add(table, "com.microsoft", "Gelu", 1, 1, UnaryOp(kFloatTypes), 1, 1, {0});
   Add(table, "com.microsoft", "FastGelu", 1, 1, InferFastGelu, 1, 1, {0});
-  for (const char* op : {"GeluGrad", "FastGeluGrad", "ReluGrad", "SigmoidGrad", "TanhGrad"})
+  // QuickGelu x·sigmoid(alpha·x) {alpha, default 1.702 as ONNX Runtime}, QuickGeluGrad (dY, X)
+  // {alpha}: canonicalize writes alpha = 1 for SiLU, Mul(x, Sigmoid(x)).
+  Add(table, "com.microsoft", "QuickGelu", 1, 1, UnaryOp(kFloatTypes), 1, 1, {0});
+  for (const char* op :
+       {"GeluGrad", "FastGeluGrad", "ReluGrad", "SigmoidGrad", "TanhGrad", "QuickGeluGrad"})
     Add(table, "com.microsoft", op, 2, 2, InferActivationGrad, 1, 1, {0, 1});
   Add(table, "com.microsoft", "DropoutGrad", 2, 4, InferDropoutGrad, 1, 1, {0});
 }

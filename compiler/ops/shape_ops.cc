@@ -1033,7 +1033,10 @@ void RegisterShapeOpSchemas(OpSchemaTable& table) {
   table.Add({"", "Squeeze", 1, 2, 1, 1, InferSqueeze, /*view=*/true});
   table.Add({"", "Unsqueeze", 1, 2, 1, 1, InferUnsqueeze, /*view=*/true});
   table.Add({"", "Transpose", 1, 1, 1, 1, InferTranspose});
-  table.Add({"", "Expand", 2, 2, 1, 1, InferExpand});
+  // A view only when it keeps the element count (it adds or keeps size-1 axes: the same bytes in
+  // the same order); the planner aliases a view only when the byte counts match, so an Expand
+  // that repeats elements still gets a buffer of its own.
+  table.Add({"", "Expand", 2, 2, 1, 1, InferExpand, /*view=*/true});
   table.Add({"", "Tile", 2, 2, 1, 1, InferTile});
   table.Add({"", "Concat", 1, kMany, 1, 1, InferConcat});
   table.Add({"", "Split", 1, 2, 1, kMany, InferSplit});

@@ -455,6 +455,16 @@ T FastGeluValue(T x, FastGeluForm form) {
   return (x * a) * T(0.5);
 }
 
+// com.microsoft QuickGelu, x·sigmoid(alpha·x), in the very operations of SigmoidOp and then MulOp,
+// so that canonicalize's fusion of SiLU, Mul(x, Sigmoid(x)) into QuickGelu {alpha = 1}, changes
+// no bits: 1·x is x exactly, and the product's operand order is immaterial (IEEE multiplication
+// commutes exactly).
+template <class T>
+T QuickGeluValue(T x, T alpha) {
+  const T s = SigmoidOp{}(alpha * x);
+  return x * s;
+}
+
 // Float -> integer truncates toward zero (numpy astype); NaN becomes 0 and values beyond int64
 // saturate, where numpy leaves the result unspecified. Narrower integers then wrap.
 template <class S, class D>
@@ -853,6 +863,17 @@ Status FastGeluKernel(const Node& node, Inputs in, Outputs out, const KernelCont
   });
 }
 
+// alpha defaults to 1.702, as ONNX Runtime's QuickGelu (the CLIP approximation of GELU).
+Status QuickGeluKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const float alpha = node.GetFloat("alpha", 1.702f);
+  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T a = static_cast<T>(alpha);
+    UnaryMap<T, T>(*in[0], *out[0], [a](T x) { return QuickGeluValue(x, a); });
+    return Status::Ok();
+  });
+}
+
 // ai.onnx Gelu (opset 20) in the very operations of com.microsoft Gelu ("none") and of FastGelu's
 // gelu_new form ("tanh": 0.5·x first, Pow for the cube, as the ONNX function body), so that
 // canonicalize's rewrite into those ops changes no bits. The ONNX function body itself differs in
@@ -920,10 +941,24 @@ Status FastGeluGradKernel(const Node& node, Inputs in, Outputs out, const Kernel
   });
 }
 
-Status ReluGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return ActivationGradKernel(node, in, out, [](auto dy, auto x) {
+// QuickGeluGrad (dY, X) {alpha}: with v = alpha·x and s = sigmoid(v),
+// dX = dY·s·(1 + v·(1 − s)), torch's silu_backward (its association, its sigmoid) at alpha = 1.
+Status QuickGeluGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const float alpha = node.GetFloat("alpha", 1.702f);
+  return ActivationGradKernel(node, in, out, [alpha](auto dy, auto x) {
     using T = decltype(x);
-    return x > T(0) ? dy : T(0);
+    const T v = static_cast<T>(alpha) * x;
+    const T s = SigmoidOp{}(v);
+    return dy * s * (T(1) + v * (T(1) - s));
+  });
+}
+
+// (dY, Y) -> dY where Y > 0, else 0. The gradient rule passes Relu's output; its input gives the
+// same result (Y > 0 exactly where X > 0), so ONNX Runtime graphs that pass X still run.
+Status ReluGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  return ActivationGradKernel(node, in, out, [](auto dy, auto y) {
+    using T = decltype(y);
+    return y > T(0) ? dy : T(0);
   });
 }
 
@@ -997,6 +1032,8 @@ void RegisterElementwiseKernels(CpuKernelTable& table) {
   table.Add("com.microsoft", "GeluGrad", GeluGradKernel);
   table.Add("com.microsoft", "FastGelu", FastGeluKernel);
   table.Add("com.microsoft", "FastGeluGrad", FastGeluGradKernel);
+  table.Add("com.microsoft", "QuickGelu", QuickGeluKernel);
+  table.Add("com.microsoft", "QuickGeluGrad", QuickGeluGradKernel);
   table.Add("com.microsoft", "ReluGrad", ReluGradKernel);
   table.Add("com.microsoft", "SigmoidGrad", SigmoidGradKernel);
   table.Add("com.microsoft", "TanhGrad", TanhGradKernel);

@@ -573,8 +573,8 @@ Status OnnxGeluKernel(const Node& node, Inputs in, Outputs out, const CudaKernel
 
 // (dY, other) -> dX for same-size activation gradients (flat, as the CPU).
 template <class Op>
-Status ActivationGradKernel(const Node& node, Inputs in, Outputs out,
-                            const CudaKernelContext& ctx) {
+Status ActivationGrad(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx,
+                      Op op) {
   if (in[1]->numel() != in[0]->numel())
     return Error(node.Describe() + ": inputs have " + std::to_string(in[0]->numel()) + " and " +
                  std::to_string(in[1]->numel()) + " elements");
@@ -582,8 +582,25 @@ Status ActivationGradKernel(const Node& node, Inputs in, Outputs out,
     using T = typename decltype(tag)::type;
     const int64_t n = in[0]->numel();
     return Launch(node, ctx, "BinaryKernel", n, BinaryKernel<T, T, T, Op>, out[0]->data<T>(),
-                  in[0]->data<T>(), in[1]->data<T>(), n, Strides{}, Strides{}, true, Op{});
+                  in[0]->data<T>(), in[1]->data<T>(), n, Strides{}, Strides{}, true, op);
   });
+}
+template <class Op>
+Status ActivationGradKernel(const Node& node, Inputs in, Outputs out,
+                            const CudaKernelContext& ctx) {
+  return ActivationGrad(node, in, out, ctx, Op{});
+}
+
+// QuickGelu and its gradient: alpha defaults to 1.702, as on the CPU (ONNX Runtime's default).
+Status QuickGeluKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
+  const ew::QuickGeluOp op{node.GetFloat("alpha", 1.702f)};
+  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return Unary<T, T>(node, ctx, *in[0], *out[0], op);
+  });
+}
+Status QuickGeluGradKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
+  return ActivationGrad(node, in, out, ctx, ew::QuickGeluGradOp{node.GetFloat("alpha", 1.702f)});
 }
 
 }  // namespace
@@ -642,6 +659,8 @@ void RegisterCudaElementwiseKernels(CudaKernelTable& table) {
   table.Add("com.microsoft", "GeluGrad", ActivationGradKernel<ew::GeluGradOp>);
   table.Add("com.microsoft", "FastGelu", FastGeluKernel);
   table.Add("com.microsoft", "FastGeluGrad", ActivationGradKernel<ew::FastGeluGradOp>);
+  table.Add("com.microsoft", "QuickGelu", QuickGeluKernel);
+  table.Add("com.microsoft", "QuickGeluGrad", QuickGeluGradKernel);
   table.Add("com.microsoft", "ReluGrad", ActivationGradKernel<ew::ReluGradOp>);
   table.Add("com.microsoft", "SigmoidGrad", ActivationGradKernel<ew::SigmoidGradOp>);
   table.Add("com.microsoft", "TanhGrad", ActivationGradKernel<ew::TanhGradOp>);

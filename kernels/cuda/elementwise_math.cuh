@@ -438,6 +438,17 @@ struct FastGeluOp {
   }
 };
 
+// QuickGelu x·sigmoid(alpha·x): SigmoidOp then the product, as the CPU's QuickGeluValue (the
+// steps of the SiLU, Mul(x, Sigmoid(x)), that canonicalize fuses with alpha = 1).
+struct QuickGeluOp {
+  float alpha = 1.702f;
+  template <class T>
+  FOUNDRY_HD T operator()(T x) const {
+    const T s = SigmoidOp{}(Mul(static_cast<T>(alpha), x));
+    return Mul(x, s);
+  }
+};
+
 // Activation gradients (dY, other) -> dX, the CPU's formulas in the CPU's association order.
 
 // dX = dY * (Phi(x) + x * phi(x)).
@@ -467,10 +478,20 @@ struct FastGeluGradOp {
   }
 };
 
-struct ReluGradOp {
+// dY·s·(1 + v·(1 − s)), v = alpha·x, s = sigmoid(v).
+struct QuickGeluGradOp {
+  float alpha = 1.702f;
   template <class T>
   FOUNDRY_HD T operator()(T dy, T x) const {
-    return x > T(0) ? dy : T(0);
+    const T v = Mul(static_cast<T>(alpha), x);
+    const T s = SigmoidOp{}(v);
+    return Mul(Mul(dy, s), Add(T(1), Mul(v, Sub(T(1), s))));
+  }
+};
+struct ReluGradOp {  // dY where y > 0 (y = Relu's output, > 0 exactly where its input is)
+  template <class T>
+  FOUNDRY_HD T operator()(T dy, T y) const {
+    return y > T(0) ? dy : T(0);
   }
 };
 struct SigmoidGradOp {  // dY * y * (1 - y)

@@ -3,12 +3,16 @@
 //    the operand's shape (GradBuilder::ReduceToShape), after any per-element factor is applied.
 //  - A gradient that equals dY (Identity, Add, Cast f32->f32, ...) is declared as dY itself, not
 //    copied.
-//  - Activation gradients use ONNX Runtime's com.microsoft ops: ReluGrad (dY, X), SigmoidGrad
-//    (dY, Y), TanhGrad (dY, Y), GeluGrad (dY, X), FastGeluGrad (dY, X), DropoutGrad (dY, mask,
-//    ratio, training_mode).
+//  - Activation gradients use ONNX Runtime's com.microsoft ops: ReluGrad (dY, Y), SigmoidGrad
+//    (dY, Y), TanhGrad (dY, Y), GeluGrad (dY, X), FastGeluGrad (dY, X), QuickGeluGrad (dY, X)
+//    {alpha}, DropoutGrad (dY, mask, ratio, training_mode).
 //    Everything else is standard ONNX ops.
-//  - Min/Max route dY to the first input equal to the result (ties go to the first), Clip passes
-//    dY where min <= x <= max (PyTorch's clamp gradient at the bounds).
+//  - A rule reads only what its formula needs, and of two equivalent operands the one the
+//    backward keeps anyway: ReluGrad reads the output (Y > 0 exactly where X > 0, as torch's
+//    threshold_backward(grad, result, 0)), which the next layer's matrix product saves already.
+//  - Min/Max of two operands follow torch.maximum/minimum: ties split dY evenly. Of more
+//    operands (no torch op exports that) dY goes to the first input equal to the result. Clip
+//    passes dY where min <= x <= max (PyTorch's clamp gradient at the bounds).
 //  - Ops that are piecewise constant (Floor, Ceil, Round, Sign), comparisons and casts to
 //    non-float types have no rule: the autodiff pass never lets a gradient flow through them
 //    (passes/autodiff.h, IsNonDifferentiable).
@@ -145,11 +149,40 @@ Status ModGrad(GradBuilder& b) {
   return Status::Ok();
 }
 
-// Min/Max: input i receives dY where it is the first input equal to Y. `rest` carries the part
-// of dY not yet routed; the last input takes whatever is left.
+// Min/Max of two operands, torch's rule (derivatives.yaml, maximum and minimum), for Max:
+//   dA = where(A == B, dY / 2, dY) masked to 0 where A < B;  dB the same, masked where A > B
+// (Min swaps the masks). dY / 2 and dY * 0.5 are the same IEEE result. A NaN operand makes both
+// comparisons false, so both operands receive dY, as in torch. The rule reads the two operands
+// and never Y: a clamp against a constant, OPT's torch.max(scores + mask, finfo.min), keeps only
+// its input for the backward where the rule through Y kept the input and the output.
+Status BinaryMinMaxGrad(GradBuilder& b) {
+  const Node& f = b.fwd();
+  if (!b.NeedsInputGrad(0) && !b.NeedsInputGrad(1)) return Status::Ok();
+  const bool is_max = f.op_type == "Max";
+  const std::string& dy = b.OutputGrad(0);
+  const DType t = GradType(b);
+  ASSIGN_OR_RETURN(std::string tie, b.Emit1("Equal", {f.inputs[0], f.inputs[1]}));
+  ASSIGN_OR_RETURN(std::string half, b.Emit1("Mul", {dy, Scalar(b, 0.5, t, "half")}));
+  ASSIGN_OR_RETURN(std::string shared, b.Emit1("Where", {tie, half, dy}));
+  const std::string zero = Scalar(b, 0, t, "zero");
+  for (size_t i = 0; i < 2; ++i) {
+    if (!b.NeedsInputGrad(i)) continue;
+    // Operand 0 of Max loses where A < B, operand 1 where A > B; Min the other way round.
+    const char* loses = is_max == (i == 0) ? "Less" : "Greater";
+    ASSIGN_OR_RETURN(std::string lost, b.Emit1(loses, {f.inputs[0], f.inputs[1]}));
+    ASSIGN_OR_RETURN(std::string g, b.Emit1("Where", {lost, zero, shared}));
+    RETURN_IF_ERROR(SetReduced(b, i, g));
+  }
+  return Status::Ok();
+}
+
+// Min/Max of one or of three and more operands: input i receives dY where it is the first input
+// equal to Y. `rest` carries the part of dY not yet routed; the last input takes whatever is
+// left.
 Status MinMaxGrad(GradBuilder& b) {
   const Node& f = b.fwd();
   const size_t n = f.inputs.size();
+  if (n == 2) return BinaryMinMaxGrad(b);
   size_t last_needed = n;
   for (size_t i = 0; i < n; ++i)
     if (b.NeedsInputGrad(i)) last_needed = i;
@@ -283,12 +316,27 @@ Status ActivationGrad(GradBuilder& b, const std::string& op, const std::string& 
   ASSIGN_OR_RETURN(std::string g, b.Emit1(op, {b.OutputGrad(0), operand}, {}, "com.microsoft"));
   return b.SetInputGrad(0, g);
 }
-Status ReluGrad(GradBuilder& b) { return ActivationGrad(b, "ReluGrad", b.fwd().inputs[0]); }
+// Relu's output, not its input: Y = X < 0 ? 0 : X is > 0 exactly where X > 0 (0, -0 and NaN
+// pass through unchanged and are not > 0), so the gradient has the same bits, and an MLP's
+// fc1 output need not be kept beside the activation fc2 saves (Relu may then even run in place).
+Status ReluGrad(GradBuilder& b) { return ActivationGrad(b, "ReluGrad", b.fwd().outputs[0]); }
 Status SigmoidGrad(GradBuilder& b) { return ActivationGrad(b, "SigmoidGrad", b.fwd().outputs[0]); }
 Status TanhGrad(GradBuilder& b) { return ActivationGrad(b, "TanhGrad", b.fwd().outputs[0]); }
 Status GeluGrad(GradBuilder& b) { return ActivationGrad(b, "GeluGrad", b.fwd().inputs[0]); }
 Status FastGeluGrad(GradBuilder& b) {
   return ActivationGrad(b, "FastGeluGrad", b.fwd().inputs[0]);
+}
+
+// QuickGelu (SiLU when alpha = 1, canonicalize's fusion of Mul(x, Sigmoid(x))): one fused
+// gradient reading X only, where the unfused pair kept X and the Sigmoid's output.
+Status QuickGeluGrad(GradBuilder& b) {
+  if (!b.NeedsInputGrad(0)) return Status::Ok();
+  const Node& f = b.fwd();
+  ASSIGN_OR_RETURN(
+      std::string g,
+      b.Emit1("QuickGeluGrad", {b.OutputGrad(0), f.inputs[0]},
+              {{"alpha", Attribute::Float(f.GetFloat("alpha", 1.702f))}}, "com.microsoft"));
+  return b.SetInputGrad(0, g);
 }
 
 // Float -> float casts pass the gradient back in the input's type; other casts stop it.
@@ -404,6 +452,7 @@ void RegisterElementwiseGradRules(GradRuleTable& table) {
   table.Add("", "Tanh", TanhGrad);
   table.Add("com.microsoft", "Gelu", GeluGrad);
   table.Add("com.microsoft", "FastGelu", FastGeluGrad);
+  table.Add("com.microsoft", "QuickGelu", QuickGeluGrad);
 
   table.Add("", "Cast", CastGrad);
   table.Add("", "CastLike", CastGrad);

@@ -330,6 +330,55 @@ TEST(CanonicalizeTest, TanhGeluWithAnotherConstantIsLeftAlone) {
   EXPECT_EQ(g->nodes.size(), 8u);
 }
 
+// SiLU as torch exports it, Mul(x, Sigmoid(x)), in both operand orders: one QuickGelu {alpha=1}
+// with the same bits (ExpectSameBits draws x in [-4, 4]; the kernel test covers f64 and exp's
+// overflow and underflow).
+TEST(CanonicalizeTest, SiluBecomesOneExactQuickGelu) {
+  for (const char* mul : {"Mul(x, s)", "Mul(s, x)"}) {
+    SCOPED_TRACE(mul);
+    const std::string text = std::string("graph g {\n  input x : f32[3,37]\n  s = Sigmoid(x)\n") +
+                             "  y = " + mul + "\n  output y\n}";
+    ExpectSameBits(text.c_str(), {"com.microsoft::QuickGelu"});
+  }
+  auto g = ParseGraph(R"(graph g {
+  input x : f32[4]
+  s = Sigmoid(x)
+  y = Mul(s, x)
+  output y
+})");
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(FoldPass({}).Run(*g).ok());
+  CanonicalizePass pass;
+  ASSERT_TRUE(pass.Run(*g).ok());
+  EXPECT_EQ(pass.stats().silu, 1);
+  ASSERT_EQ(g->nodes.size(), 1u);
+  EXPECT_EQ(g->nodes[0].inputs, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(g->nodes[0].outputs, (std::vector<std::string>{"y"}));
+  EXPECT_EQ(g->nodes[0].GetFloat("alpha", 0.f), 1.f);
+}
+
+// Not SiLU: the Sigmoid's output read elsewhere (fused, it would be computed twice), and a
+// product with another value than the Sigmoid's input (a gate, as in SwiGLU's up * silu(gate)).
+TEST(CanonicalizeTest, SigmoidProductsThatAreNotSiluAreLeftAlone) {
+  auto g = ParseGraph(R"(graph g {
+  input x : f32[4]
+  input z : f32[4]
+  s = Sigmoid(x)
+  y = Mul(x, s)
+  t = Sigmoid(x)
+  u = Mul(z, t)
+  output y
+  output s
+  output u
+})");
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(FoldPass({}).Run(*g).ok());
+  CanonicalizePass pass;
+  ASSERT_TRUE(pass.Run(*g).ok());
+  EXPECT_EQ(pass.stats().silu, 0);
+  EXPECT_EQ(Ops(*g), (std::vector<std::string>{"Sigmoid", "Mul", "Sigmoid", "Mul"}));
+}
+
 TEST(CanonicalizeTest, PatternWithSharedIntermediateIsLeftAlone) {
   auto g = ParseGraph(R"(graph g {
   input x : f32[3]

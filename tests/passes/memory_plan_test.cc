@@ -72,6 +72,33 @@ TEST(MemoryPlanTest, ViewChainAliasesTheOwner) {
   EXPECT_EQ(plan.Layout("cuda"), nullptr);
 }
 
+// Expand is a view when it keeps the element count (size-1 axes only: the same bytes in the same
+// order), and a buffer of its own when it repeats elements. Both then run on the CPU backend.
+TEST(MemoryPlanTest, ExpandKeepingTheElementCountIsAView) {
+  Graph g = Typed(R"(graph g {
+  input x : f32[4,64]
+  const lead : i64[3] = [1, 4, 1]
+  const rows : i64[2] = [3, 64]
+  const rows_axes : i64[1] = [0]
+  a = Exp(x)
+  v = Expand(a, lead)
+  r = ReduceSum(v) {keepdims=0}
+  b = ReduceSum(a, rows_axes) {keepdims=1}
+  e = Expand(b, rows)
+  s = ReduceSum(e) {keepdims=0}
+  t = Add(r, s)
+  output t
+})");
+  MemoryPlan plan = Plan(g);
+  EXPECT_EQ(g.FindValue("v")->shape, (Shape{1, 4, 64}));
+  ASSERT_TRUE(plan.alias.count("v"));
+  EXPECT_EQ(plan.alias.at("v").owner, "a");
+  EXPECT_EQ(plan.alias.at("v").kind, AliasKind::kView);
+  EXPECT_EQ(g.FindValue("e")->shape, (Shape{3, 64}));
+  EXPECT_FALSE(plan.alias.count("e")) << "an Expand that repeats rows is not a view";
+  EXPECT_EQ(CheckMessage(g, plan), "ok");
+}
+
 // A view of a parameter or of an input is an alias of it: no bytes in the arena.
 TEST(MemoryPlanTest, ViewOfAParameterOrInputHasNoArenaBytes) {
   Graph g = Typed(R"(graph g {

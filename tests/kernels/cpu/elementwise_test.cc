@@ -3,6 +3,7 @@
 // against Random123's published known answers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -629,6 +630,50 @@ TEST(FastGeluKernelTest, FastGeluAndFastGeluGradMatchDoubleReferences) {
   EXPECT_EQ(bad.status().message(),
             "FastGelu node 'FastGelu_node': unknown form 'erf' (expected \"torch_tanh\" or "
             "\"gelu_new\")");
+}
+
+// QuickGelu x·sigmoid(alpha·x) and its gradient against the formula in double, at SiLU's alpha = 1
+// and at ONNX Runtime's default 1.702 (no attribute); and at alpha = 1 bit for bit the Sigmoid
+// kernel followed by the Mul kernel, in f32 and f64, from exp's underflow to its overflow.
+TEST(QuickGeluKernelTest, MatchesDoubleReferencesAndSigmoidThenMulBitwise) {
+  Tensor x = RandomTensor({997}, 36, -8.f, 8.f);
+  Tensor dy = RandomTensor({997}, 37);
+  for (float alpha : {1.f, 1.702f}) {
+    std::map<std::string, Attribute> attrs;
+    if (alpha == 1.f) attrs["alpha"] = Attribute::Float(1.f);
+    Tensor y = Run1(EwNode("QuickGelu", {"x"}, {"y"}, attrs, "com.microsoft"), {{"x", x}});
+    Tensor dx = Run1(EwNode("QuickGeluGrad", {"dy", "x"}, {"dx"}, attrs, "com.microsoft"),
+                     {{"dy", dy}, {"x", x}});
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double v = x.data<float>()[i];
+      const double s = 1 / (1 + std::exp(-static_cast<double>(alpha) * v));
+      EXPECT_NEAR(y.data<float>()[i], v * s, 1e-6 * (1 + std::fabs(v * s))) << alpha << " " << i;
+      const double want = dy.data<float>()[i] * s * (1 + alpha * v * (1 - s));
+      EXPECT_NEAR(dx.data<float>()[i], want, 1e-6 * (1 + std::fabs(want))) << alpha << " " << i;
+    }
+  }
+  const float kInf = std::numeric_limits<float>::infinity();
+  std::vector<float> special = {0.f,   -0.f,   1e-40f, -1e-40f, 87.f, 89.f, -87.f,
+                                -89.f, -104.f, -200.f, 200.f,   kInf, -kInf};
+  Tensor wide = RandomTensor({4096}, 38, -120.f, 120.f);
+  std::copy(special.begin(), special.end(), wide.data<float>());
+  for (DType t : {DType::kFloat32, DType::kFloat64}) {
+    Tensor in(t, wide.shape());
+    for (int64_t i = 0; i < wide.numel(); ++i) {
+      if (t == DType::kFloat32)
+        in.data<float>()[i] = wide.data<float>()[i];
+      else
+        in.data<double>()[i] = wide.data<float>()[i];
+    }
+    const Tensor s = Run1(EwNode("Sigmoid", {"x"}, {"s"}), {{"x", in}});
+    const Tensor xs = Run1(EwNode("Mul", {"x", "s"}, {"y"}), {{"x", in}, {"s", s}});
+    const Tensor sx = Run1(EwNode("Mul", {"s", "x"}, {"y"}), {{"x", in}, {"s", s}});
+    const Tensor q =
+        Run1(EwNode("QuickGelu", {"x"}, {"y"}, {{"alpha", Attribute::Float(1.f)}}, "com.microsoft"),
+             {{"x", in}});
+    EXPECT_TRUE(q.BitwiseEqual(xs)) << DTypeName(t);
+    EXPECT_TRUE(q.BitwiseEqual(sx)) << DTypeName(t);
+  }
 }
 
 // ai.onnx Gelu (opset 20) is com.microsoft Gelu ("none") and FastGelu gelu_new ("tanh") bit for

@@ -184,5 +184,19 @@ TEST(ViewTest, OutputInTheInputBufferCopiesNothing) {
   }
 }
 
+// Expand is a view when it keeps the element count: the planner hands it a tensor of the output's
+// shape over the input's bytes, and the kernel must move nothing.
+TEST(ViewTest, ExpandKeepingTheElementCountCopiesNothing) {
+  Tensor x = RandomTensor({2, 3, 4}, 10);
+  const Tensor want = x;
+  const Tensor shape = Tensor::FromVector<int64_t>(DType::kInt64, {4}, {1, 2, 1, 4});
+  Tensor y = Tensor::View(DType::kFloat32, {1, 2, 3, 4}, x.raw());
+  const Tensor* ins[] = {&x, &shape};
+  Tensor* outs[] = {&y};
+  Status st = RunCpuKernel(MakeNode("Expand", {"x", "shape"}), ins, outs, {});
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_TRUE(x.BitwiseEqual(want));
+}
+
 }  // namespace
 }  // namespace foundry

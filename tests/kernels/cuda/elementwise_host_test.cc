@@ -217,6 +217,9 @@ TEST(CudaElementwiseMathTest, FloatUnaryOpsEqualCpuBitwise) {
                      {{"form", Attribute::String("torch_tanh")}});
     CheckUnary<T, T>("FastGelu", ew::FastGeluOp{true}, "com.microsoft",
                      {{"form", Attribute::String("gelu_new")}});
+    CheckUnary<T, T>("QuickGelu", ew::QuickGeluOp{}, "com.microsoft");
+    CheckUnary<T, T>("QuickGelu", ew::QuickGeluOp{1.f}, "com.microsoft",
+                     {{"alpha", Attribute::Float(1.f)}});
     // ai.onnx Gelu (opset 20): the same two element functions.
     CheckUnary<T, T>("Gelu", ew::GeluOp{});
     CheckUnary<T, T>("Gelu", ew::GeluOp{}, "", {{"approximate", Attribute::String("none")}});
@@ -317,6 +320,9 @@ TEST(CudaElementwiseMathTest, ActivationGradientsEqualCpuBitwise) {
     const auto dy = Values<T>(20, 5), x = Values<T>(40, 6);
     CheckBinary<T, T, T>("GeluGrad", ew::GeluGradOp{}, dy, x, "com.microsoft");
     CheckBinary<T, T, T>("FastGeluGrad", ew::FastGeluGradOp{}, dy, x, "com.microsoft");
+    CheckBinary<T, T, T>("QuickGeluGrad", ew::QuickGeluGradOp{}, dy, x, "com.microsoft");
+    CheckBinary<T, T, T>("QuickGeluGrad", ew::QuickGeluGradOp{1.f}, dy, x, "com.microsoft",
+                         {{"alpha", Attribute::Float(1.f)}});
     CheckBinary<T, T, T>("ReluGrad", ew::ReluGradOp{}, dy, x, "com.microsoft");
     CheckBinary<T, T, T>("SigmoidGrad", ew::SigmoidGradOp{}, dy, x, "com.microsoft");
     CheckBinary<T, T, T>("TanhGrad", ew::TanhGradOp{}, dy, x, "com.microsoft");

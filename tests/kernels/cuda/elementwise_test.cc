@@ -147,6 +147,8 @@ TEST(CudaElementwiseTest, UnaryOpsMatchCpu) {
       {"Gelu", "com.microsoft", kFloat, 1e-5},
       {"FastGelu", "com.microsoft", kFloat, 1e-5},
       {"FastGelu", "com.microsoft", kFloat, 1e-5, {{"form", Attribute::String("gelu_new")}}},
+      {"QuickGelu", "com.microsoft", kFloat, 1e-6},
+      {"QuickGelu", "com.microsoft", kFloat, 1e-6, {{"alpha", Attribute::Float(1.f)}}},
       {"Gelu", "", kFloat, 1e-5},
       {"Gelu", "", kFloat, 1e-5, {{"approximate", Attribute::String("tanh")}}},
       {"IsInf", "", kFloat, 0, {{"detect_negative", Attribute::Int(0)}}},
@@ -241,11 +243,9 @@ TEST(CudaElementwiseTest, VariadicOpsMatchCpuWithManyBroadcastInputs) {
 
 TEST(CudaElementwiseTest, ActivationGradientsMatchCpu) {
   FOUNDRY_REQUIRE_GPU();
-  const std::vector<std::pair<std::string, double>> cases = {{"GeluGrad", 1e-5},
-                                                             {"FastGeluGrad", 1e-5},
-                                                             {"ReluGrad", 0},
-                                                             {"SigmoidGrad", 0},
-                                                             {"TanhGrad", 0}};
+  const std::vector<std::pair<std::string, double>> cases = {
+      {"GeluGrad", 1e-5}, {"FastGeluGrad", 1e-5}, {"QuickGeluGrad", 1e-5},
+      {"ReluGrad", 0},    {"SigmoidGrad", 0},     {"TanhGrad", 0}};
   for (const auto& [op, rtol] : cases)
     for (DType t : kFloat)
       for (const Shape& s : kShapes) {

@@ -4,7 +4,9 @@
 // finite differences cannot see, and the rules that deliberately give no gradient.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
+#include <set>
 
 #include "compiler/op_schema.h"
 #include "passes/grad/grad_rule.h"
@@ -150,6 +152,12 @@ TEST(ElementwiseGradTest, UnaryOps) {
         EwNode("FastGelu", {"x"}, {"y"}, {{"form", Attribute::String(form)}}, "com.microsoft"),
         {{"x", RandomTensor({3, 1, 5}, 69, -3.f, 3.f)}});
   }
+  // QuickGelu: SiLU (alpha = 1, what canonicalize writes) and ONNX Runtime's default 1.702.
+  EXPECT_GRADS_OK(
+      EwNode("QuickGelu", {"x"}, {"y"}, {{"alpha", Attribute::Float(1.f)}}, "com.microsoft"),
+      {{"x", RandomTensor({3, 1, 5}, 73, -4.f, 4.f)}});
+  EXPECT_GRADS_OK(EwNode("QuickGelu", {"x"}, {"y"}, {}, "com.microsoft"),
+                  {{"x", RandomTensor({7}, 74, -4.f, 4.f)}});
   EXPECT_GRADS_OK(EwNode("Reciprocal", {"x"}), {{"x", RandomTensor({6}, 70, -2.f, -0.5f)}});
   // Kinked ops, on grids that stay 0.05 away from the kink at 0.
   EXPECT_GRADS_OK(EwNode("Abs", {"x"}), {{"x", GridTensor({4, 6}, 71, 0.05f)}});
@@ -249,7 +257,7 @@ std::vector<float> Floats(const Tensor& t) {
   return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
 }
 
-TEST(ElementwiseGradTest, MaxTiesGoToTheFirstInput) {
+TEST(ElementwiseGradTest, MaxOfThreeTiesGoToTheFirstInput) {
   Tensor a = Tensor::FromVector<float>(DType::kFloat32, {4}, {1, 2, 3, 4});
   Tensor b = Tensor::FromVector<float>(DType::kFloat32, {4}, {1, 5, 3, 0});
   Tensor c = Tensor::FromVector<float>(DType::kFloat32, {4}, {1, 5, 0, 4});
@@ -259,6 +267,51 @@ TEST(ElementwiseGradTest, MaxTiesGoToTheFirstInput) {
   EXPECT_EQ(Floats(r->values.at("a")), (std::vector<float>{10, 0, 30, 40}));
   EXPECT_EQ(Floats(r->values.at("b")), (std::vector<float>{0, 20, 0, 0}));
   EXPECT_EQ(Floats(r->values.at("c")), (std::vector<float>{0, 0, 0, 0}));
+}
+
+// Two operands: torch.maximum / torch.minimum's rule. Expected values printed by torch 1.13:
+//   a = [1, 2, 3, nan, 5], b = [1, 3, 2, 1, nan], dY = [10, 20, 30, 40, 50]
+//   max: a.grad = [5, 0, 30, 40, 50], b.grad = [5, 20, 0, 40, 50]
+//   min: a.grad = [5, 20, 0, 40, 50], b.grad = [5, 0, 30, 40, 50]
+// (a tie splits dY in halves; a NaN on either side gives both operands dY).
+TEST(ElementwiseGradTest, BinaryMinMaxTiesSplitTheGradientAsTorch) {
+  const float kNan = std::numeric_limits<float>::quiet_NaN();
+  Tensor a = Tensor::FromVector<float>(DType::kFloat32, {5}, {1, 2, 3, kNan, 5});
+  Tensor b = Tensor::FromVector<float>(DType::kFloat32, {5}, {1, 3, 2, 1, kNan});
+  Tensor dy = Tensor::FromVector<float>(DType::kFloat32, {5}, {10, 20, 30, 40, 50});
+  auto mx = RunRule(EwNode("Max", {"a", "b"}), {{"a", a}, {"b", b}}, {}, dy);
+  ASSERT_TRUE(mx.ok()) << mx.status().message();
+  EXPECT_EQ(Floats(mx->values.at("a")), (std::vector<float>{5, 0, 30, 40, 50}));
+  EXPECT_EQ(Floats(mx->values.at("b")), (std::vector<float>{5, 20, 0, 40, 50}));
+  auto mn = RunRule(EwNode("Min", {"a", "b"}), {{"a", a}, {"b", b}}, {}, dy);
+  ASSERT_TRUE(mn.ok()) << mn.status().message();
+  EXPECT_EQ(Floats(mn->values.at("a")), (std::vector<float>{5, 20, 0, 40, 50}));
+  EXPECT_EQ(Floats(mn->values.at("b")), (std::vector<float>{5, 0, 30, 40, 50}));
+}
+
+// OPT's clamp, torch.max(scores + mask, finfo(f32).min) exported as Max(x, c): masked positions
+// are x == c exactly (finfo.min absorbs any small score) and get dY / 2, as in torch. The rule
+// reads x and the constant only, never the output, so the backward keeps one tensor of the
+// forward. Also with the constant first (Min here) and broadcast over a [2, 3] dY.
+TEST(ElementwiseGradTest, ClampAgainstAConstantReadsOnlyItsInput) {
+  const float kLowest = std::numeric_limits<float>::lowest();
+  Tensor x = Tensor::FromVector<float>(DType::kFloat32, {2, 3},
+                                       {kLowest, 0.25f, -1.f, kLowest, kLowest, 3.f});
+  Tensor dy = Tensor::FromVector<float>(DType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  auto r = RunRule(EwNode("Max", {"x", "c"}), {{"x", x}}, {{"c", Scalar(kLowest)}}, dy);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(Floats(r->values.at("x")), (std::vector<float>{0.5f, 2, 3, 2, 2.5f, 6}));
+  std::set<std::string> read;
+  for (const Node& n : r->emitted) read.insert(n.inputs.begin(), n.inputs.end());
+  EXPECT_TRUE(read.count("x"));
+  EXPECT_FALSE(read.count("y")) << "the clamp's output is read by its gradient";
+
+  Tensor v = Tensor::FromVector<float>(DType::kFloat32, {2, 3}, {-1, 0.5f, 0.5f, 2, 0.5f, 0.f});
+  auto m = RunRule(EwNode("Min", {"c", "v"}), {{"v", v}}, {{"c", Scalar(0.5f)}}, dy);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(Floats(m->values.at("v")), (std::vector<float>{1, 1, 1.5f, 0, 2.5f, 6}));
+  for (const Node& n : m->emitted)
+    for (const auto& in : n.inputs) EXPECT_NE(in, "y") << n.op_type;
 }
 
 TEST(ElementwiseGradTest, ClipPassesTheGradientAtTheBounds) {
@@ -273,24 +326,54 @@ TEST(ElementwiseGradTest, ClipPassesTheGradientAtTheBounds) {
 TEST(ElementwiseGradTest, ActivationsEmitOnnxRuntimeGradientOps) {
   Tensor x = RandomTensor({3}, 100);
   Tensor dy = RandomTensor({3}, 101);
-  const std::pair<const char*, const char*> cases[] = {{"Relu", "ReluGrad"},
-                                                       {"Sigmoid", "SigmoidGrad"},
-                                                       {"Tanh", "TanhGrad"},
-                                                       {"Gelu", "GeluGrad"},
-                                                       {"FastGelu", "FastGeluGrad"}};
+  const std::pair<const char*, const char*> cases[] = {
+      {"Relu", "ReluGrad"}, {"Sigmoid", "SigmoidGrad"},   {"Tanh", "TanhGrad"},
+      {"Gelu", "GeluGrad"}, {"FastGelu", "FastGeluGrad"}, {"QuickGelu", "QuickGeluGrad"}};
   for (const auto& [op, grad] : cases) {
-    const bool ms = std::string(op) == "Gelu" || std::string(op) == "FastGelu";
+    const bool ms = std::string(op) == "Gelu" || std::string(op) == "FastGelu" ||
+                    std::string(op) == "QuickGelu";
     Node n = EwNode(op, {"x"}, {"y"}, {}, ms ? "com.microsoft" : "");
     auto r = RunRule(n, {{"x", x}}, {}, dy);
     ASSERT_TRUE(r.ok()) << r.status().message();
     ASSERT_EQ(r->emitted.size(), 1u) << op;
     EXPECT_EQ(r->emitted[0].op_type, grad);
     EXPECT_EQ(r->emitted[0].domain, "com.microsoft");
-    // ReluGrad, GeluGrad and FastGeluGrad read X, SigmoidGrad and TanhGrad read Y.
+    // GeluGrad, FastGeluGrad and QuickGeluGrad read X; ReluGrad, SigmoidGrad and TanhGrad Y.
     const std::string g = grad;
     EXPECT_EQ(r->emitted[0].inputs[1],
-              g == "ReluGrad" || g == "GeluGrad" || g == "FastGeluGrad" ? "x" : "y");
+              g == "GeluGrad" || g == "FastGeluGrad" || g == "QuickGeluGrad" ? "x" : "y");
   }
+  // QuickGeluGrad carries the forward's alpha (ONNX Runtime's default when it has none).
+  for (float alpha : {1.f, 0.5f}) {
+    auto r = RunRule(
+        EwNode("QuickGelu", {"x"}, {"y"}, {{"alpha", Attribute::Float(alpha)}}, "com.microsoft"),
+        {{"x", x}}, {}, dy);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->emitted[0].GetFloat("alpha", 0.f), alpha);
+  }
+  auto r = RunRule(EwNode("QuickGelu", {"x"}, {"y"}, {}, "com.microsoft"), {{"x", x}}, {}, dy);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->emitted[0].GetFloat("alpha", 0.f), 1.702f);
+}
+
+// ReluGrad reads Relu's output; the gradient must have the bits of "dY where X > 0" at every
+// value where Y > 0 and X > 0 could differ: zeros of both signs, subnormals, infinities, NaN.
+TEST(ElementwiseGradTest, ReluGradientFromTheOutputHasTheInputsBits) {
+  const float kNan = std::numeric_limits<float>::quiet_NaN();
+  const float kInf = std::numeric_limits<float>::infinity();
+  const float kDenorm = std::numeric_limits<float>::denorm_min();
+  const std::vector<float> xs = {-kInf,   -3.5f,  -kDenorm, -0.f, 0.f,
+                                 kDenorm, 1e-38f, 2.f,      kInf, kNan};
+  Tensor x = Tensor::FromVector<float>(DType::kFloat32, {10}, xs);
+  Tensor dy = RandomTensor({10}, 102);
+  auto r = RunRule(EwNode("Relu", {"x"}), {{"x", x}}, {}, dy);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->emitted.size(), 1u);
+  EXPECT_EQ(r->emitted[0].inputs, (std::vector<std::string>{"dy", "y"}));
+  Tensor want(DType::kFloat32, {10});
+  for (int i = 0; i < 10; ++i) want.data<float>()[i] = xs[i] > 0.f ? dy.data<float>()[i] : 0.f;
+  EXPECT_TRUE(r->values.at("x").BitwiseEqual(want))
+      << testing::PrintToString(Floats(r->values.at("x")));
 }
 
 // Piecewise-constant ops (Floor, Ceil, Round, Sign) have no rule: the autodiff pass stops the
