@@ -413,6 +413,16 @@ class Fuser {
       }
       return false;
     }
+    // OPT's clamp torch.max(scores + mask, finfo.min): Max with the lowest finite float is the
+    // identity on every finite score; it only turns a -inf (an overflowed masked score) into
+    // finfo.min, whose exp is 0 as well unless a whole row is masked.
+    if (op == "Max" && p->inputs.size() == 2 && stage != Stage::kScale &&
+        sv->dtype == DType::kFloat32) {
+      for (int side = 0; side < 2; ++side)
+        if (Scalar(p->inputs[1 - side]) == static_cast<double>(std::numeric_limits<float>::lowest()))
+          return WalkScores(p->inputs[side], stage, m);
+      return false;
+    }
     if (op == "Where" && p->inputs.size() == 3 && stage == Stage::kMask) {
       const std::string& cond = p->inputs[0];
       for (int side = 1; side <= 2; ++side) {  // the side the scores come through

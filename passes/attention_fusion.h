@@ -17,6 +17,8 @@
 //                     Where(causal, fill, 0) is split: the causal part becomes the attribute
 //             mask    Where(m, fill, s) / Where(m, s, fill) with a one-element constant fill;
 //                     a causal m becomes causal=1 (no mask input), any other bool m is an input
+//   clamp   Max(s, lowest f32) (OPT's torch.max(scores + mask, finfo.min)), after the bias: the
+//           identity on finite scores, so it is dropped
 //   product MatMul(Q, Kt) of rank-4 [B, H, Sq, D] x [B, H, D, Sk]; a Kt that is
 //           Transpose(K, perm=[0,1,3,2]) is read as K (k_transposed=0)
 //   GQA/MQA K and V widened from Hkv to Hq heads by repeat_kv (Unsqueeze, Expand, Reshape) or

@@ -409,7 +409,7 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
     }
   }
 
-  stats_.silu = FuseSilu(g);  // gradmin
+  stats_.silu = FuseSilu(g);
 
   if (options_.fuse_attention) {
     const AttentionFusionStats& a = stats_.attention = FuseAttention(g);

@@ -80,6 +80,19 @@ TEST(SavedBytesTest, OptClampAndReluKeepOneTensorEach) {
   EXPECT_EQ(saved.bytes, 4 * 1024 + 2 * 512 + 4096);
 }
 
+// The same layer with attention fused (the default): the clamp is no obstacle (Max with the lowest
+// f32 is the identity on finite scores), one foundry::Attention takes the single head through
+// rank-4 views, and it keeps Q, Kᵀ, V, its output (a view of it is `a`) and a logsumexp per row
+// (2·8·4 = 64 B) instead of the probabilities and the clamp's input. Saved: 4·1024 + 64 + 1024
+// (h) + 4096 (r) = 9280 B; at seq 8 the probabilities (2·512 B) are smaller than O and the
+// logsumexp, at any real length they are not.
+TEST(SavedBytesTest, OptLayerFusesThroughTheClamp) {
+  const Saved saved = SavedForBackward(kOptLayer, /*fuse_attention=*/true);
+  EXPECT_EQ(saved.bytes, 4 * 1024 + 64 + 1024 + 4096);
+  EXPECT_EQ(saved.values.count("p"), 0u);
+  EXPECT_EQ(saved.values.count("m"), 0u);
+}
+
 // Llama's SwiGLU MLP, down(silu(gate(x)) * up(x)) (batch 2, seq 8, hidden 16, ffn 32): SiLU is
 // fused into QuickGelu, whose gradient reads its input only. Saved (x is a feed, not counted):
 // g, u, a = silu(g), t = a·u, each 2·8·32·4 = 2048 B: 8192 B. Unfused, the Sigmoid's output
