@@ -16,21 +16,12 @@
 #include "passes/canonicalize.h"
 #include "passes/pipeline.h"
 #include "runtime/interpreter.h"
+#include "tests/support/test_util.h"
 
 namespace fs = std::filesystem;
 
 namespace foundry {
 namespace {
-
-std::map<std::string, Tensor> ReadFeeds(const fs::path& dir) {
-  std::map<std::string, Tensor> feeds;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    auto t = ReadTensorFile(e.path().string());
-    EXPECT_TRUE(t.ok()) << t.status().message();
-    if (t.ok()) feeds[e.path().stem().string()] = std::move(*t);
-  }
-  return feeds;
-}
 
 struct Run {
   Graph graph;

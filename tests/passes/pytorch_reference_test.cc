@@ -32,6 +32,7 @@
 #include "passes/canonicalize.h"
 #include "passes/pipeline.h"
 #include "runtime/interpreter.h"
+#include "tests/support/test_util.h"
 
 namespace fs = std::filesystem;
 
@@ -211,16 +212,6 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 }
 
 // The fixture's inputs, by file stem (input_ids, labels).
-std::map<std::string, Tensor> ReadFeeds(const fs::path& dir) {
-  std::map<std::string, Tensor> feeds;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    auto t = ReadTensorFile(e.path().string());
-    EXPECT_TRUE(t.ok()) << t.status().message();
-    if (t.ok()) feeds[e.path().stem().string()] = std::move(*t);
-  }
-  return feeds;
-}
-
 // torch's numbers: reference/loss.pb and reference/grads/<parameter>_grad.pb.
 struct Reference {
   Tensor loss;

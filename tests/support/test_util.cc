@@ -1,11 +1,14 @@
 #include "tests/support/test_util.h"
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+
+#include "compiler/tensor_proto.h"
 
 namespace foundry {
 
@@ -63,6 +66,16 @@ void WriteTokens(const std::string& path, const std::vector<int64_t>& tokens, To
       out.write(reinterpret_cast<const char*>(&v), 4);
     }
   }
+}
+
+std::map<std::string, Tensor> ReadFeeds(const std::filesystem::path& dir) {
+  std::map<std::string, Tensor> feeds;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    auto t = ReadTensorFile(e.path().string());
+    EXPECT_TRUE(t.ok()) << t.status().message();
+    if (t.ok()) feeds[e.path().stem().string()] = std::move(*t);
+  }
+  return feeds;
 }
 
 }  // namespace foundry

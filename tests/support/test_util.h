@@ -1,6 +1,7 @@
 // Small helpers shared by the tests: a node builder and a self-deleting temporary directory.
 #pragma once
 
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -57,5 +58,9 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// Every TensorProto file of `dir` (a fixture's inputs/), keyed by its file stem; a file that does
+// not parse fails the calling test (EXPECT) and is left out.
+std::map<std::string, Tensor> ReadFeeds(const std::filesystem::path& dir);
 
 }  // namespace foundry
