@@ -8,11 +8,13 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <optional>
 
 #include "base/file_util.h"
 #include "base/output_set.h"
 #include "compiler/onnx_import.h"
+#include "kernels/cpu/parallel.h"
 #include "passes/fold.h"
 #include "runtime/interpreter.h"
 #include "runtime/train_state.h"
@@ -103,18 +105,57 @@ void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t) {
   else
     log << "  momentum " << o.momentum;
   log << "  weight_decay " << o.weight_decay << "\n"
-      << "  device     " << t.options().device << "\n";
+      << "  device     " << t.options().device << "\n"
+      << "  threads    " << r.threads << " (kernels and OpenBLAS, " << BlasCoreName()
+      << " kernels)\n";
   if (!r.resume_dir.empty())
     log << "  resumed    " << r.resume_dir << " at step " << t.step() << "\n";
+}
+
+// The per-step means of the profiled steps' phases and per-node times, by op type.
+RunProfile CollectProfile(const Trainer& t, int64_t steps, const RunProfile& phases) {
+  RunProfile p = phases;
+  p.steps = steps;
+  const double per_step = 1e3 / static_cast<double>(steps);
+  p.batch_ms *= per_step;
+  p.graph_ms *= per_step;
+  p.check_ms *= per_step;
+  p.optimizer_ms *= per_step;
+  const Graph& g = t.executor().graph();
+  const std::vector<double>& seconds = t.executor().node_seconds();
+  std::map<std::string, RunProfile::Op> by_op;
+  for (size_t i = 0; i < g.nodes.size() && i < seconds.size(); ++i) {
+    const Node& n = g.nodes[i];
+    const std::string name = n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type;
+    RunProfile::Op& op = by_op[name];
+    op.op = name;
+    op.ms += seconds[i] * per_step;
+    ++op.nodes;
+  }
+  for (auto& [name, op] : by_op) p.ops.push_back(op);
+  std::stable_sort(p.ops.begin(), p.ops.end(),
+                   [](const RunProfile::Op& a, const RunProfile::Op& b) { return a.ms > b.ms; });
+  return p;
 }
 
 // Step 3's steps.
 Status RunSteps(const RunRequest& r, Trainer& t, RunResult& result) {
   result.first_step = t.step();
   result.last_step = t.step() + r.steps;
+  // The first step touches the arena's pages: profiled only when it is the only one.
+  const int64_t first_profiled = r.steps > 1 ? 1 : 0;
+  RunProfile phases;
   for (int64_t i = 0; i < r.steps; ++i) {
+    if (r.profile && i == first_profiled) t.set_profile(true);
     ASSIGN_OR_RETURN(StepReport s, t.Step());
     result.seconds += s.seconds;
+    result.step_ms.push_back(s.seconds * 1e3);
+    if (i >= first_profiled) {
+      phases.batch_ms += s.batch_seconds;
+      phases.graph_ms += s.graph_seconds;
+      phases.check_ms += s.check_seconds;
+      phases.optimizer_ms += s.optimizer_seconds;
+    }
     if (i == 0) result.loss_first = s.loss;
     result.loss_last = s.loss;
     if (r.log)
@@ -124,6 +165,10 @@ Status RunSteps(const RunRequest& r, Trainer& t, RunResult& result) {
              << std::flush;
   }
   if (r.steps == 0) return Status::Ok();
+  if (r.profile) {
+    result.profile = CollectProfile(t, r.steps - first_profiled, phases);
+    t.set_profile(false);
+  }
   const double tokens = static_cast<double>(t.batch() * t.seq() * r.steps);
   result.ms_per_step = result.seconds / static_cast<double>(r.steps) * 1e3;
   result.tokens_per_s = result.seconds > 0 ? tokens / result.seconds : 0;
@@ -132,6 +177,7 @@ Status RunSteps(const RunRequest& r, Trainer& t, RunResult& result) {
            << "), loss " << Format("%.4f", result.loss_first) << " -> "
            << Format("%.4f", result.loss_last) << ", " << Format("%.1f", result.ms_per_step)
            << " ms/step, " << Format("%.0f", result.tokens_per_s) << " tok/s\n";
+  if (r.log && result.profile) *r.log << FormatProfile(*result.profile);
   return Status::Ok();
 }
 
@@ -192,6 +238,7 @@ StatusOr<TrainerOptions> ResumedOptions(const std::string& dir, std::string& pla
 }
 
 StatusOr<RunResult> Train(const RunRequest& r) {
+  SetAllCpuThreads(r.threads);
   const int64_t rss_baseline = RssBytes();
   ASSIGN_OR_RETURN(LoadedPlan plan, LoadPlan(r.plan));
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(std::move(plan), r.trainer));
@@ -205,6 +252,7 @@ StatusOr<RunResult> Train(const RunRequest& r) {
   t.backend().ResetPeaks();
   const int64_t other_before = t.backend().Bytes()[MemoryClass::kOther].live;
   RunResult result;
+  result.threads = r.threads;
   result.optimizer = t.options().optimizer;
   RETURN_IF_ERROR(RunSteps(r, t, result));
   result.memory = MeasureMemory(t, other_before, rss_baseline);
@@ -241,6 +289,32 @@ std::string FormatRunMemory(const RunMemory& m, const OptimizerOptions& o) {
   return out;
 }
 
+std::string FormatProfile(const RunProfile& p) {
+  const double total = p.batch_ms + p.graph_ms + p.check_ms + p.optimizer_ms;
+  std::string out = "profile: mean of " + std::to_string(p.steps) + " step" +
+                    (p.steps == 1 ? "" : "s") + ", " + Format("%.1f", total) + " ms/step\n";
+  out += "  batch " + Format("%.1f", p.batch_ms) + " ms, graph " + Format("%.1f", p.graph_ms) +
+         " ms, finite check " + Format("%.1f", p.check_ms) + " ms, optimizer " +
+         Format("%.1f", p.optimizer_ms) + " ms\n";
+  out += "   ms/step   share  nodes  op (graph)\n";
+  constexpr size_t kShown = 20;
+  double rest_ms = 0;
+  size_t rest = 0;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    const RunProfile::Op& op = p.ops[i];
+    if (i >= kShown) {
+      rest_ms += op.ms;
+      ++rest;
+      continue;
+    }
+    out += Format("%10.1f", op.ms) + Format("%7.1f%%", total > 0 ? 100 * op.ms / total : 0) +
+           Format("%7.0f", static_cast<double>(op.nodes)) + "  " + op.op + "\n";
+  }
+  if (rest)
+    out += Format("%10.1f", rest_ms) + "          (" + std::to_string(rest) + " more op types)\n";
+  return out;
+}
+
 std::string RunReportJson(const RunResult& r, int64_t steps) {
   const RunMemory& m = r.memory;
   nlohmann::ordered_json j;
@@ -250,6 +324,21 @@ std::string RunReportJson(const RunResult& r, int64_t steps) {
   j["loss_last"] = r.loss_last;
   j["ms_per_step"] = r.ms_per_step;
   j["tokens_per_s"] = r.tokens_per_s;
+  j["step_ms"] = r.step_ms;
+  j["threads"] = r.threads;
+  if (r.profile) {
+    const RunProfile& p = *r.profile;
+    nlohmann::ordered_json prof;
+    prof["steps"] = p.steps;
+    prof["batch_ms"] = p.batch_ms;
+    prof["graph_ms"] = p.graph_ms;
+    prof["check_ms"] = p.check_ms;
+    prof["optimizer_ms"] = p.optimizer_ms;
+    prof["ops"] = nlohmann::ordered_json::array();
+    for (const RunProfile::Op& op : p.ops)
+      prof["ops"].push_back({{"op", op.op}, {"ms_per_step", op.ms}, {"nodes", op.nodes}});
+    j["profile"] = prof;
+  }
   nlohmann::ordered_json mem;
   mem["arena_planned_bytes"] = m.planned[MemoryClass::kArena];
   mem["arena_measured_bytes"] = m.measured[MemoryClass::kArena];

@@ -20,6 +20,7 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <optional>
 #include <vector>
 
 #include "base/memory_class.h"
@@ -38,6 +39,12 @@ struct RunRequest {
   std::string save_dir;     // "" = no save
   std::string report_json;  // "" = no report file
   std::ostream* log = nullptr;
+  // Time each node and print where a step's time goes, by op type (steps 2..N when N > 1: the
+  // first touches the arena's pages). CPU backend only.
+  bool profile = false;
+  // CPU threads of the kernels and of OpenBLAS (kernels/cpu/parallel.h: SetAllCpuThreads); the
+  // results do not depend on it.
+  int threads = 1;
 };
 
 // Planned against measured bytes of the step loop per class. Measured: the backend's high-water
@@ -56,6 +63,20 @@ struct RunMemory {
   int64_t peak_rss = 0;
 };
 
+// foundry-run --profile: a step's time by phase and, within the graph, by op type
+// ("domain::Op" outside the default domain), mean over the profiled steps, slowest first.
+struct RunProfile {
+  int64_t steps = 0;
+  double batch_ms = 0, graph_ms = 0, check_ms = 0, optimizer_ms = 0;
+  struct Op {
+    std::string op;
+    double ms = 0;
+    int64_t nodes = 0;
+  };
+  std::vector<Op> ops;
+};
+std::string FormatProfile(const RunProfile& profile);
+
 struct RunResult {
   int64_t first_step = 0;  // the steps run are first_step + 1 .. last_step
   int64_t last_step = 0;
@@ -63,6 +84,9 @@ struct RunResult {
   double seconds = 0;  // the steps' own time, summed
   double ms_per_step = 0;
   double tokens_per_s = 0;
+  std::vector<double> step_ms;  // each step's time
+  int threads = 1;
+  std::optional<RunProfile> profile;
   OptimizerOptions optimizer;  // as the run used it (a resume's, unless overridden)
   RunMemory memory;
 };

@@ -226,14 +226,15 @@ def scaled_multihead_dot_product_attention(query, key, value, n_heads: int, kv_n
     if sdpa:
         # attn_impl "sdpa" (torch >= 2.0 only): F.scaled_dot_product_attention with the ALiBi
         # bias and the causal mask as one additive attn_mask, as a torch 2.x user writes it.
-        pos = torch.arange(s, device=query.device)
-        mask = torch.zeros(s, s, dtype=query.dtype, device=query.device).masked_fill(
-            pos.unsqueeze(0) > pos.unsqueeze(1), torch.finfo(query.dtype).min)
+        # Without a bias, is_causal=True: no mask at all (the fastest form torch has).
+        mask = None
         if attn_bias is not None:
-            mask = attn_bias + mask
+            pos = torch.arange(s, device=query.device)
+            mask = attn_bias + torch.zeros(s, s, dtype=query.dtype, device=query.device).masked_fill(
+                pos.unsqueeze(0) > pos.unsqueeze(1), torch.finfo(query.dtype).min)
         out = F.scaled_dot_product_attention(q, k.transpose(2, 3), v, attn_mask=mask,
                                              dropout_p=dropout_p if training else 0.0,
-                                             scale=softmax_scale)
+                                             is_causal=mask is None, scale=softmax_scale)
         return out.transpose(1, 2).reshape(b, s, n_heads * head_dim)
     attn_weight = q.matmul(k) * softmax_scale
     if attn_bias is not None:

@@ -1,8 +1,10 @@
 #include "runtime/cpu_backend.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "kernels/cpu/optimizer.h"
+#include "kernels/cpu/parallel.h"
 #include "runtime/messages.h"
 
 namespace foundry {
@@ -57,12 +59,32 @@ Status CpuBackend::Zero(Tensor& device) {
   return Status::Ok();
 }
 
+namespace {
+
+// Elements per chunk of the step's memory-bound passes (finite check, optimizer update): large
+// enough that a chunk's cost dwarfs taking it, small enough that two threads share a tensor.
+constexpr int64_t kUpdateGrain = int64_t{1} << 16;
+
+// AllFinite over chunks of the tensor, on the kernels' threads.
+bool AllFiniteParallel(const Tensor& t) {
+  if (t.dtype() != DType::kFloat32 || t.numel() <= kUpdateGrain) return AllFinite(t);
+  std::atomic<bool> finite{true};
+  const float* p = t.data<float>();
+  ParallelFor(t.numel(), kUpdateGrain, [&](int64_t begin, int64_t end) {
+    if (!AllFinite(Tensor::View(DType::kFloat32, {end - begin}, const_cast<float*>(p + begin))))
+      finite.store(false, std::memory_order_relaxed);
+  });
+  return finite.load();
+}
+
+}  // namespace
+
 StatusOr<StepCheck> CpuBackend::CheckStep(const Tensor& loss,
                                           std::span<const Tensor* const> gradients, Region&) {
   StepCheck c;
   c.loss = static_cast<float>(loss.GetAsDouble(0));
   c.finite = AllFinite(loss);
-  for (const Tensor* g : gradients) c.finite &= AllFinite(*g);
+  for (const Tensor* g : gradients) c.finite = c.finite && AllFiniteParallel(*g);
   return c;
 }
 
@@ -74,17 +96,24 @@ StatusOr<std::optional<size_t>> CpuBackend::ApplyOptimizer(const OptimizerOption
     const ParameterUpdate& u = updates[i];
     float* param = u.param->data<float>();
     const float* grad = u.grad->data<float>();
-    const int64_t n = u.param->numel();
-    bool finite;
-    if (o.kind == OptimizerKind::kAdamW) {
-      finite = AdamWUpdate(o, step, param, grad, u.m->data<float>(), u.v->data<float>(), n);
-    } else {
-      // The momentum buffer starts as the first update's gradient: the run's first update, or the
-      // first after resuming a save made before any (no slots saved then).
-      float* buf = o.momentum != 0 ? u.m->data<float>() : nullptr;
-      finite = SgdUpdate(o, step == 1, param, grad, buf, n);
-    }
-    if (!finite && !first_non_finite) first_non_finite = i;
+    float* m = u.m ? u.m->data<float>() : nullptr;
+    float* v = u.v ? u.v->data<float>() : nullptr;
+    // The update is elementwise: chunks give the same bits at any thread count.
+    std::atomic<bool> finite{true};
+    ParallelFor(u.param->numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
+      float* mb = m ? m + b : nullptr;
+      bool ok;
+      if (o.kind == OptimizerKind::kAdamW) {
+        ok = AdamWUpdate(o, step, param + b, grad + b, mb, v + b, e - b);
+      } else {
+        // The momentum buffer starts as the first update's gradient: the run's first update, or
+        // the first after resuming a save made before any (no slots saved then).
+        float* buf = o.momentum != 0 ? mb : nullptr;
+        ok = SgdUpdate(o, step == 1, param + b, grad + b, buf, e - b);
+      }
+      if (!ok) finite.store(false, std::memory_order_relaxed);
+    });
+    if (!finite.load() && !first_non_finite) first_non_finite = i;
   }
   return first_non_finite;
 }

@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <chrono>
 #include <set>
 
 #include "base/quote.h"
@@ -177,12 +178,31 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
 
 Status Executor::Run(const KernelContext& ctx) {
   KernelContext c = ctx;
+  if (profile_) {
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point t0 = Clock::now();
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      const Step& s = steps_[i];
+      c.node_key = s.node_key;
+      c.constant_inputs = s.constants;
+      RETURN_IF_ERROR(backend_.Run(*s.node, s.inputs, s.outputs, s.workspace, c));
+      const Clock::time_point t1 = Clock::now();
+      node_seconds_[i] += std::chrono::duration<double>(t1 - t0).count();
+      t0 = t1;
+    }
+    return Status::Ok();
+  }
   for (const Step& s : steps_) {
     c.node_key = s.node_key;
     c.constant_inputs = s.constants;
     RETURN_IF_ERROR(backend_.Run(*s.node, s.inputs, s.outputs, s.workspace, c));
   }
   return Status::Ok();
+}
+
+void Executor::set_profile(bool on) {
+  profile_ = on;
+  node_seconds_.assign(steps_.size(), 0.0);
 }
 
 Tensor* Executor::input(const std::string& name) {

@@ -54,10 +54,17 @@ class Executor {
   const Tensor* value(const std::string& name) const;
 
   const BackendLayout& layout() const { return *layout_; }
+  const Graph& graph() const { return graph_; }
   const MemoryPlan& plan() const { return plan_; }
   Backend& backend() const { return backend_; }
   // Bytes of the regions this executor allocated (arena, inputs, outputs), as counted.
   int64_t allocated_bytes() const;
+
+  // With profiling on, Run adds each node's wall time (seconds, the backend's Run call: on a
+  // device backend that is the launch, not the kernel) to node_seconds()[i], i its position in
+  // graph.nodes. Off by default: then Run reads no clock.
+  void set_profile(bool on);
+  const std::vector<double>& node_seconds() const { return node_seconds_; }
 
  private:
   Executor(const Graph& graph, const MemoryPlan& plan, Backend& backend)
@@ -82,6 +89,8 @@ class Executor {
   std::unordered_map<std::string, const Tensor*> host_constants_;  // the graph's data
   Tensor omitted_output_;  // what a node's omitted ("") output is written to: empty
   std::vector<Step> steps_;
+  bool profile_ = false;
+  std::vector<double> node_seconds_;
 };
 
 }  // namespace foundry

@@ -238,16 +238,26 @@ const Tensor& Trainer::output(const std::string& name) const {
 
 StatusOr<StepReport> Trainer::Step() {
   RETURN_IF_ERROR(CheckCanStep());
-  const auto start = std::chrono::steady_clock::now();
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  StepReport r;
+  const auto start = Clock::now();
   const int64_t step = step_ + 1;
   const std::string prefix = "step " + std::to_string(step) + ": ";
   RETURN_IF_ERROR(BuildBatch());
+  r.batch_seconds = since(start);
   InterpretOptions io;
   io.ctx.seed = StepSeed(options_.seed, step);
   io.ctx.training = true;
+  auto t = Clock::now();
   RETURN_IF_ERROR(executor_->Run(io.ctx).Prepend(prefix));
+  r.graph_seconds = since(t);
+  t = Clock::now();
   StatusOr<StepCheck> check = backend_->CheckStep(output(plan_.plan.loss), gradients_, status_);
   if (!check.ok()) return check.status().Prepend(prefix);
+  r.check_seconds = since(t);
   if (!check->finite) {
     failed_ = true;
     return NonFiniteError(step, io);
@@ -256,7 +266,9 @@ StatusOr<StepReport> Trainer::Step() {
   ASSIGN_OR_RETURN(std::vector<Dump> dumps, PrepareDumps());
   // From here on the parameters are being changed in place: any error ends the trainer.
   failed_ = true;
+  t = Clock::now();
   RETURN_IF_ERROR(ApplyOptimizer(step));
+  r.optimizer_seconds = since(t);
   // The dumps last, so a failed step writes nothing.
   RETURN_IF_ERROR(WriteDumps(dumps));
   failed_ = false;
@@ -264,10 +276,9 @@ StatusOr<StepReport> Trainer::Step() {
   data_position_ += data_.batch;
   ++steps_this_run_;
 
-  StepReport r;
   r.step = step;
   r.loss = check->loss;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.seconds = since(start);
   r.tokens_per_second =
       r.seconds > 0 ? static_cast<double>(data_.batch * data_.seq) / r.seconds : 0;
   return r;

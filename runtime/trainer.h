@@ -87,6 +87,9 @@ struct StepReport {
   float loss = 0;
   double seconds = 0;
   double tokens_per_second = 0;
+  // Where the seconds went: the batch written into the inputs, the graph (forward, loss,
+  // backward), the finite check of loss and gradients, the optimizer update.
+  double batch_seconds = 0, graph_seconds = 0, check_seconds = 0, optimizer_seconds = 0;
 };
 
 class Trainer {
@@ -151,6 +154,8 @@ class Trainer {
   // The memory plan the executor runs, and the executor (its storage, its layout).
   const MemoryPlan& memory_plan() const { return executor_->plan(); }
   const Executor& executor() const { return *executor_; }
+  // Per-node times of the graph (Executor::set_profile).
+  void set_profile(bool on) { executor_->set_profile(on); }
   // Optimizer slots: AdamW exp_avg (m) and exp_avg_sq (v); SGD with momentum m only.
   const std::map<std::string, Tensor>& slot_m() const;
   const std::map<std::string, Tensor>& slot_v() const;

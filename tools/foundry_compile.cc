@@ -18,6 +18,8 @@
 #include "passes/memory_plan.h"
 #include "passes/memory_report.h"
 #include "passes/memory_timeline.h"
+#include "kernels/cpu/kernel.h"
+#include "kernels/cpu/parallel.h"
 #include "tools/cli.h"
 
 namespace fs = std::filesystem;
@@ -41,7 +43,7 @@ struct Options {
   std::string dump_after, dump_plan;
   bool dump_plan_given = false;
   std::string ckpt_config, memory_budget_text, emit_ckpt_config, memory_frontier;
-  std::string report_json, memory_timeline;
+  std::string report_json, memory_timeline, threads_text;
 
   // The files written after the plan, in the order they are written, each with the option
   // that names it in messages.
@@ -59,6 +61,11 @@ void AddModelOptions(CLI::App& app, Options& o) {
                  "output prefix: writes PREFIX.train.onnx and PREFIX.plan "
                  "(default: the model's file stem, in the current folder)");
   app.add_flag("--dry-run", o.dry_run, "compile and print the report, but write no plan");
+  app.add_option("--threads", o.threads_text,
+                 "CPU threads the plan's kernel scratch is sized for (a run with more threads "
+                 "uses this many where a kernel needs scratch per thread); default: the cores "
+                 "this process may use (" + std::to_string(AvailableCpus()) + " here)")
+      ->type_name("N");
 }
 
 void AddCkptOptions(CLI::App& app, Options& o) {
@@ -238,6 +245,13 @@ std::optional<int> ParseRequest(Options& o, CompileRequest& request, OutputSet& 
   auto fold_limit = cli::ParseInteger<int64_t>("--fold-limit", o.fold_limit_text, 1, INT64_MAX,
                                                "a positive number of bytes");
   if (!fold_limit.ok()) return Fail(fold_limit.status().message(), cli::kExitUsage);
+  int threads = AvailableCpus();
+  if (!o.threads_text.empty()) {
+    auto parsed = cli::ParseInteger<int>("--threads", o.threads_text, 1, 1024, "a thread count");
+    if (!parsed.ok()) return Fail(parsed.status().message(), cli::kExitUsage);
+    threads = *parsed;
+  }
+  SetCpuThreads(threads);
   if (o.output_given && o.dry_run)
     return Fail("-o PREFIX and --dry-run contradict each other; drop one", cli::kExitUsage);
   request.model = o.model;

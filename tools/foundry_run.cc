@@ -15,6 +15,7 @@
 #include "base/output_set.h"
 #include "compiler/tensor_proto.h"
 #include "driver/train.h"
+#include "kernels/cpu/parallel.h"
 #include "runtime/cuda_backend.h"
 #include "tools/cli.h"
 
@@ -34,12 +35,13 @@ struct Options {
   std::string target, device = "cpu", optimizer = "adamw", data, data_dtype = "uint16";
   std::string save_dir, resume_dir, dump_grads, dump_outputs, report_json;
   std::vector<std::string> feeds, dim_specs;
-  std::string steps_text = "1", seed_text = "0", init_seed_text = "0";
-  bool forward = false, tf32 = false;
+  std::string steps_text = "1", seed_text = "0", init_seed_text = "0", threads_text;
+  bool forward = false, tf32 = false, profile = false;
   OptimizerOptions opt;
   // After the checks: the integers.
   int64_t steps = 1;
   uint64_t seed = 0, init_seed = 0;
+  int threads = 1;
 };
 
 bool Given(const CLI::App& app, const std::string& option) {
@@ -62,6 +64,14 @@ void AddRunOptions(CLI::App& app, Options& o) {
   app.add_flag("--tf32", o.tf32,
                "--device cuda: let cuBLAS use TF32 tensor cores in matrix products "
                "(faster, about 10 mantissa bits; off: exact fp32)");
+  app.add_option("--threads", o.threads_text,
+                 "CPU threads of the kernels and of OpenBLAS (results do not depend on it); "
+                 "default: the cores this process may use (" + std::to_string(AvailableCpus()) +
+                     " here)")
+      ->type_name("N");
+  app.add_flag("--profile", o.profile,
+               "after the steps, print where a step's time goes: by phase, and by op type within "
+               "the graph (steps 2..N; CPU backend)");
   app.add_option("--steps", o.steps_text, "training steps to run (after --resume: more steps)")
       ->type_name("N")
       ->capture_default_str();
@@ -128,11 +138,22 @@ std::optional<int> CheckCommandLine(const CLI::App& app, Options& o) {
   auto init_seed =
       cli::ParseInteger<uint64_t>("--init-seed", o.init_seed_text, 0, UINT64_MAX, "an integer");
   if (!init_seed.ok()) return Fail(init_seed.status().message(), cli::kExitUsage);
+  o.threads = AvailableCpus();
+  if (Given(app, "--threads")) {
+    auto threads = cli::ParseInteger<int>("--threads", o.threads_text, 1, 1024, "a thread count");
+    if (!threads.ok()) return Fail(threads.status().message(), cli::kExitUsage);
+    o.threads = *threads;
+  }
   o.steps = *steps;
   o.seed = *seed;
   o.init_seed = *init_seed;
   if (Given(app, "--tf32") && o.device != "cuda")
     return Fail("--tf32 is for --device cuda (the CPU computes in exact fp32)", cli::kExitUsage);
+  if (o.profile && o.device != "cpu")
+    return Fail("--profile times the CPU backend's kernels; on --device cuda use nsys",
+                cli::kExitUsage);
+  if (o.profile && o.forward)
+    return Fail("--profile is for training runs, not --forward", cli::kExitUsage);
   if (o.forward && o.device != "cpu")
     return Fail("--forward runs on the CPU reference backend; drop --device " + o.device,
                 cli::kExitUsage);
@@ -151,6 +172,7 @@ int Forward(const CLI::App& app, const Options& o) {
       return Fail(std::string(option) + " is for training runs, not --forward", cli::kExitUsage);
   auto dims = cli::ParseDims(o.dim_specs);
   if (!dims.ok()) return Fail(dims.status().message(), cli::kExitUsage);
+  SetAllCpuThreads(o.threads);
   auto result = RunForward({o.target, o.feeds, *dims, o.dump_outputs, o.seed});
   if (!result.ok()) return Fail(result.status().message());
   // The dumps as one set (base/output_set.h): none over an input, all or none written.
@@ -221,6 +243,8 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
   r.resume_dir = o.resume_dir;
   r.save_dir = o.save_dir;
   r.report_json = o.report_json;
+  r.threads = o.threads;
+  r.profile = o.profile;
   r.log = &std::cout;
   return std::nullopt;
 }

@@ -24,11 +24,11 @@
 #include <cmath>
 #include <limits>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "compiler/op_schema.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/philox.h"
 
 namespace foundry {
@@ -290,22 +290,22 @@ void ExpShifted(double* x, int64_t n, double shift) {
   for (int64_t c = 0; c < n; ++c) x[c] = std::exp(x[c] - shift);
 }
 
-// Runs fn(unit, scratch) for units 0..n-1 on up to CpuThreads() threads, as many as the workspace
-// holds `per_thread` bytes for; thread t takes units t, t + T, t + 2T, ... with scratch t.
+// Runs fn(unit, scratch) for units 0..n-1 on up to CpuThreads() threads (the pool of
+// kernels/cpu/parallel.h), as many lanes as the workspace holds `per_thread` bytes for; lane t
+// takes units t, t + T, t + 2T, ... with scratch t. Each unit owns its outputs: the bits do not
+// depend on T.
 template <class F>
 void ForEachUnit(const KernelContext& ctx, int64_t n, int64_t per_thread, F fn) {
-  int64_t threads = std::min<int64_t>(CpuThreads(), n);
+  int64_t lanes = std::min<int64_t>(CpuThreads(), n);
   if (per_thread > 0)
-    threads = std::min<int64_t>(threads, static_cast<int64_t>(ctx.workspace.size()) / per_thread);
-  threads = std::max<int64_t>(threads, 1);
-  auto work = [&](int64_t t) {
-    std::byte* scratch = ctx.workspace.data() + t * per_thread;
-    for (int64_t u = t; u < n; u += threads) fn(u, scratch);
-  };
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(work, t);
-  work(0);
-  for (auto& th : pool) th.join();
+    lanes = std::min<int64_t>(lanes, static_cast<int64_t>(ctx.workspace.size()) / per_thread);
+  lanes = std::max<int64_t>(lanes, 1);
+  ParallelFor(lanes, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      std::byte* scratch = ctx.workspace.data() + t * per_thread;
+      for (int64_t u = t; u < n; u += lanes) fn(u, scratch);
+    }
+  });
 }
 
 // Scratch of one thread, rounded up to 256 bytes so each thread's stays aligned: forward one
