@@ -100,6 +100,19 @@ class Backend {
                      std::span<Tensor* const> outputs, std::span<std::byte> workspace,
                      const KernelContext& ctx) = 0;
 
+  // The planned executor's fast path: what Run would look up for `node` (its kernel), resolved
+  // once before the steps, or null where the backend resolves nothing. RunPrepared(Prepare(node),
+  // ...) is Run(node, ...) without the lookup and without the checks the executor has already
+  // made at Create (workspace size against the plan, tensor types against the graph): a step
+  // does no string work, no table lookup and no allocation per node.
+  virtual const void* Prepare(const Node& node) const { return nullptr; }
+  virtual Status RunPrepared(const void* prepared, const Node& node,
+                             std::span<const Tensor* const> inputs,
+                             std::span<Tensor* const> outputs, std::span<std::byte> workspace,
+                             const KernelContext& ctx) {
+    return Run(node, inputs, outputs, workspace, ctx);
+  }
+
   // Host tensor -> backend tensor and back; dtype and shape must match (an error says which).
   virtual Status CopyIn(const Tensor& host, Tensor& device) = 0;
   virtual Status CopyOut(const Tensor& device, Tensor& host) = 0;

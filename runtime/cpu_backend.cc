@@ -23,6 +23,20 @@ Status CpuBackend::Run(const Node& node, std::span<const Tensor* const> inputs,
   return RunCpuKernel(node, inputs, outputs, c);
 }
 
+const void* CpuBackend::Prepare(const Node& node) const {
+  return CpuKernels().Find(node.domain, node.op_type);
+}
+
+Status CpuBackend::RunPrepared(const void* prepared, const Node& node,
+                               std::span<const Tensor* const> inputs,
+                               std::span<Tensor* const> outputs, std::span<std::byte> workspace,
+                               const KernelContext& ctx) {
+  if (!prepared) return Run(node, inputs, outputs, workspace, ctx);
+  KernelContext c = ctx;
+  c.workspace = workspace;
+  return RunResolvedCpuKernel(*static_cast<const CpuKernelFn*>(prepared), node, inputs, outputs, c);
+}
+
 namespace {
 
 Status CheckCopy(const Tensor& from, const Tensor& to, const char* direction) {

@@ -14,6 +14,11 @@ class CpuBackend final : public Backend {
   Status Run(const Node& node, std::span<const Tensor* const> inputs,
              std::span<Tensor* const> outputs, std::span<std::byte> workspace,
              const KernelContext& ctx) override;
+  // The node's CpuKernelFn (its row in CpuKernels()), null when there is none (Run then fails).
+  const void* Prepare(const Node& node) const override;
+  Status RunPrepared(const void* prepared, const Node& node, std::span<const Tensor* const> inputs,
+                     std::span<Tensor* const> outputs, std::span<std::byte> workspace,
+                     const KernelContext& ctx) override;
   Status CopyIn(const Tensor& host, Tensor& device) override;
   Status CopyOut(const Tensor& device, Tensor& host) override;
   Status Copy(const Tensor& from, Tensor& to) override;

@@ -153,7 +153,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
   e->steps_.reserve(graph.nodes.size());
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const Node& n = graph.nodes[i];
-    Step s{&n, {}, {}, {}, NodeKey(n), {}};
+    Step s{&n, backend.Prepare(n), {}, {}, {}, NodeKey(n), {}};
     for (const auto& in : n.inputs) {
       auto host = in.empty() ? e->host_constants_.end() : e->host_constants_.find(in);
       s.constants.push_back(host == e->host_constants_.end() ? nullptr : host->second);
@@ -185,7 +185,7 @@ Status Executor::Run(const KernelContext& ctx) {
       const Step& s = steps_[i];
       c.node_key = s.node_key;
       c.constant_inputs = s.constants;
-      RETURN_IF_ERROR(backend_.Run(*s.node, s.inputs, s.outputs, s.workspace, c));
+      RETURN_IF_ERROR(backend_.RunPrepared(s.prepared, *s.node, s.inputs, s.outputs, s.workspace, c));
       const Clock::time_point t1 = Clock::now();
       node_seconds_[i] += std::chrono::duration<double>(t1 - t0).count();
       t0 = t1;
@@ -195,7 +195,7 @@ Status Executor::Run(const KernelContext& ctx) {
   for (const Step& s : steps_) {
     c.node_key = s.node_key;
     c.constant_inputs = s.constants;
-    RETURN_IF_ERROR(backend_.Run(*s.node, s.inputs, s.outputs, s.workspace, c));
+    RETURN_IF_ERROR(backend_.RunPrepared(s.prepared, *s.node, s.inputs, s.outputs, s.workspace, c));
   }
   return Status::Ok();
 }

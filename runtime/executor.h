@@ -72,6 +72,7 @@ class Executor {
 
   struct Step {
     const Node* node;
+    const void* prepared;  // Backend::Prepare(*node)
     std::vector<const Tensor*> inputs;
     std::vector<Tensor*> outputs;
     std::span<std::byte> workspace;

@@ -119,6 +119,11 @@ Status RunCpuKernel(const Node& node, std::span<const Tensor* const> inputs,
     return Error(node.Describe() + ": the cpu kernel needs " + std::to_string(need) +
                  " bytes of workspace but was given " + std::to_string(ctx.workspace.size()) +
                  " (plan the node's workspace with CpuWorkspaceBytes)");
+  return RunResolvedCpuKernel(*fn, node, inputs, outputs, ctx);
+}
+
+Status RunResolvedCpuKernel(CpuKernelFn fn, const Node& node, std::span<const Tensor* const> inputs,
+                            std::span<Tensor* const> outputs, const KernelContext& ctx) {
   if (PoisonKernelOutputs())
     for (Tensor* t : outputs) {
       if (!t) continue;
@@ -129,7 +134,7 @@ Status RunCpuKernel(const Node& node, std::span<const Tensor* const> inputs,
                                  [&](const Tensor* in) { return in && in->raw() == t->raw(); });
       if (!aliased) FillPoison(*t);
     }
-  return (*fn)(node, inputs, outputs, ctx);
+  return fn(node, inputs, outputs, ctx);
 }
 
 }  // namespace foundry

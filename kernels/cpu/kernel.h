@@ -82,6 +82,12 @@ T* WorkspaceArray(const KernelContext& ctx, int64_t offset = 0) {
 Status RunCpuKernel(const Node& node, std::span<const Tensor* const> inputs,
                     std::span<Tensor* const> outputs, const KernelContext& ctx);
 
+// RunCpuKernel after its lookup and workspace check: `fn` is the node's row of CpuKernels(), and
+// the caller has made sure ctx.workspace holds what the kernel needs (the planned executor checks
+// every node's workspace against the plan once, at Create).
+Status RunResolvedCpuKernel(CpuKernelFn fn, const Node& node, std::span<const Tensor* const> inputs,
+                            std::span<Tensor* const> outputs, const KernelContext& ctx);
+
 // The contract above, made checkable: when on, RunCpuKernel fills every output with poison before
 // the kernel runs (NaN for floating-point dtypes, 0xA5 bytes otherwise), so an element a kernel
 // leaves unwritten, or a `+=` into the output, gives a wrong result instead of a lucky zero. An
