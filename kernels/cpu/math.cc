@@ -101,36 +101,55 @@ void Blas(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, 
               k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// How GemmOne cuts a product into independent pieces: blocks of `block` rows (split_rows) or
-// columns of C, from the shape alone, so a product gives the same bits at any thread count (each
-// piece is one single-threaded BLAS call, whose K sum never splits). OpenBLAS's own threads are
-// not used: they cut by thread count and change the bits (measured: 453 of 1200 random shapes
-// differed between 1 and 2-4 threads with its Haswell kernels).
+// How GemmOne cuts a product into independent pieces, from the shape alone, so a product gives the
+// same bits at any thread count; each piece is one single-threaded BLAS call. OpenBLAS's own
+// threads are not used: they cut by thread count and change the bits (measured: 453 of 1200
+// random shapes differed between 1 and 2-4 threads with its Haswell kernels).
+//  - rows or columns of C, in blocks of `block` (a multiple of 64, every BLAS kernel's unroll);
+//    each piece re-packs the operand it does not split, so blocks stay wide when that operand is
+//    too big for the cache;
+//  - or, for a small C over a long K (a language-model head's input gradient: C [256, 768] over
+//    K = 50368), K in `k_pieces` ranges: each range's product is a partial of C (the first in C,
+//    the others in the workspace), and the partials are added in range order.
 struct GemmSplit {
   bool split_rows = false;
-  int64_t block = 0;  // 0: one piece
+  int64_t block = 0;     // 0: C is not split
+  int64_t k_pieces = 1;  // > 1: K is split
 };
 GemmSplit SplitGemm(int64_t m, int64_t n, int64_t k) {
   constexpr int64_t kWorkPerPiece = int64_t{1} << 22;  // multiply-adds
-  constexpr int64_t kMaxPieces = 16;
+  constexpr int64_t kMaxPieces = 8;
+  constexpr int64_t kCachedOperand = int64_t{1} << 18;  // elements (1 MiB of fp32)
   const int64_t work = m * n * k;
   if (work < 2 * kWorkPerPiece) return {};
+  const int64_t max_pieces = std::min(kMaxPieces, work / kWorkPerPiece);
+  if (k >= 16 * std::max(m, n)) {
+    const int64_t pieces = std::min(max_pieces, k / (4 * std::max(m, n)));
+    return pieces >= 2 ? GemmSplit{false, 0, pieces} : GemmSplit{};
+  }
   const bool rows = m > n;
   const int64_t dim = rows ? m : n;
-  const int64_t pieces = std::min({kMaxPieces, work / kWorkPerPiece, (dim + 63) / 64});
+  const int64_t other = (rows ? n : m) * k;  // the operand every piece packs again
+  const int64_t min_block = other <= kCachedOperand ? 64 : 256;
+  const int64_t pieces = std::min(max_pieces, dim / min_block);
   if (pieces < 2) return {};
-  // Whole 64-wide blocks (a multiple of every BLAS kernel's unroll), as equal as that allows.
   const int64_t block = ((dim + pieces - 1) / pieces + 63) / 64 * 64;
   if (block >= dim) return {};
-  return {rows, block};
+  return {rows, block, 1};
+}
+
+// Workspace of a product of C [m, n] over k in T: the K-split partials after the first.
+int64_t GemmWorkspaceBytes(int64_t m, int64_t n, int64_t k, int64_t elem) {
+  const GemmSplit split = SplitGemm(m, n, k);
+  return split.k_pieces > 1 ? (split.k_pieces - 1) * m * n * elem : 0;
 }
 
 // C[m,n] = alpha * op(A) op(B) + beta * C, row-major; A is stored [m,k] ([k,m] when ta), B is
 // stored [k,n] ([n,k] when tb). Handles the empty sizes BLAS rejects. Large products run as
-// SplitGemm's pieces on the kernels' threads.
+// SplitGemm's pieces on the kernels' threads; `scratch` holds GemmWorkspaceBytes.
 template <class T>
 Status GemmOne(const Node& node, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha,
-               const T* a, const T* b, T beta, T* c) {
+               const T* a, const T* b, T beta, T* c, T* scratch) {
   if (m == 0 || n == 0) return Status::Ok();
   if (k == 0) {
     for (int64_t i = 0; i < m * n; ++i) c[i] = beta == T(0) ? T(0) : beta * c[i];
@@ -141,6 +160,26 @@ Status GemmOne(const Node& node, bool ta, bool tb, int64_t m, int64_t n, int64_t
   const int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
   const int ldc = static_cast<int>(n);
   const GemmSplit split = SplitGemm(m, n, k);
+  if (split.k_pieces > 1) {
+    const int64_t len = (k + split.k_pieces - 1) / split.k_pieces, mn = m * n;
+    ParallelFor(split.k_pieces, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        const int64_t k0 = p * len, kl = std::min(k, k0 + len) - k0;
+        // K range k0..k0+kl: A's columns (its rows when stored transposed), B's rows (columns).
+        const T* ap = ta ? a + k0 * lda : a + k0;
+        const T* bp = tb ? b + k0 : b + k0 * ldb;
+        Blas(ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(kl), alpha, ap,
+             lda, bp, ldb, p == 0 ? beta : T(0), p == 0 ? c : scratch + (p - 1) * mn, ldc);
+      }
+    });
+    ParallelFor(mn, 1 << 14, [&](int64_t begin, int64_t end) {
+      for (int64_t p = 1; p < split.k_pieces; ++p) {
+        const T* part = scratch + (p - 1) * mn;
+        for (int64_t i = begin; i < end; ++i) c[i] += part[i];
+      }
+    });
+    return Status::Ok();
+  }
   if (split.block == 0) {
     Blas(ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, lda, b,
          ldb, beta, c, ldc);
@@ -164,11 +203,40 @@ Status GemmOne(const Node& node, bool ta, bool tb, int64_t m, int64_t n, int64_t
   return Status::Ok();
 }
 
+// The (batches, m, n, k) of a MatMul / FusedMatMul from its operand shapes, and whether the batch
+// folds into the rows of one product (B shared and A not transposed); false if they do not make a
+// product.
+struct MatMulDims {
+  int64_t batches = 1, m = 0, n = 0, k = 0;
+  bool folded = false;
+};
+bool MatMulDimsOf(Shape as, Shape bs, bool ta, bool tb, MatMulDims& d) {
+  if (as.empty() || bs.empty()) return false;
+  if (as.size() == 1) as = {1, as[0]};
+  if (bs.size() == 1) bs = {bs[0], 1};
+  const size_t ra = as.size(), rb = bs.size();
+  d.m = ta ? as[ra - 1] : as[ra - 2];
+  d.k = ta ? as[ra - 2] : as[ra - 1];
+  d.n = tb ? bs[rb - 2] : bs[rb - 1];
+  if ((tb ? bs[rb - 1] : bs[rb - 2]) != d.k) return false;
+  const size_t nb = std::max(ra, rb) - 2;
+  d.batches = 1;
+  bool b_shared = true;
+  for (size_t i = 0; i < nb; ++i) {
+    const int64_t da = i < nb - (ra - 2) ? 1 : as[i - (nb - (ra - 2))];
+    const int64_t db = i < nb - (rb - 2) ? 1 : bs[i - (nb - (rb - 2))];
+    d.batches *= std::max(da, db);
+    b_shared = b_shared && db == 1;
+  }
+  d.folded = b_shared && !ta;
+  return true;
+}
+
 // Numpy matmul with FusedMatMul's transposes of the last two dims: a 1-D A is a [1,K] row, a 1-D B
 // a [K,1] column; batch dims broadcast.
 template <class T>
 Status MatMulTyped(const Node& node, const Tensor& A, const Tensor& B, Tensor& Y, bool ta, bool tb,
-                   T alpha) {
+                   T alpha, T* scratch) {
   Shape as = A.shape(), bs = B.shape();
   if (as.size() == 1) as = {1, as[0]};
   if (bs.size() == 1) bs = {bs[0], 1};
@@ -199,7 +267,7 @@ Status MatMulTyped(const Node& node, const Tensor& A, const Tensor& B, Tensor& Y
   bool b_shared = std::all_of(bb.begin(), bb.end(), [](int64_t d) { return d == 1; });
   if (b_shared && !ta) {
     // [batch.., M, K] x [K, N]: the batch folds into the rows of one GEMM.
-    return GemmOne<T>(node, false, tb, batches * m, n, k, alpha, a, b, T(0), y);
+    return GemmOne<T>(node, false, tb, batches * m, n, k, alpha, a, b, T(0), y, scratch);
   }
   // Per batch dim, the matrix stride of each operand (0 where it broadcasts).
   std::vector<int64_t> sa(nb), sb(nb);
@@ -217,7 +285,7 @@ Status MatMulTyped(const Node& node, const Tensor& A, const Tensor& B, Tensor& Y
       ob += idx[d] * sb[d];
     }
     RETURN_IF_ERROR(GemmOne<T>(node, ta, tb, m, n, k, alpha, a + oa * rows_a * cols_a,
-                               b + ob * rows_b * cols_b, T(0), y + bi * m * n));
+                               b + ob * rows_b * cols_b, T(0), y + bi * m * n, scratch));
     for (int64_t d = static_cast<int64_t>(nb) - 1; d >= 0; --d) {
       if (++idx[d] < by[d]) break;
       idx[d] = 0;
@@ -228,14 +296,16 @@ Status MatMulTyped(const Node& node, const Tensor& A, const Tensor& B, Tensor& Y
 
 // MatMul (A, B) -> Y and com.microsoft FusedMatMul (A, B) -> Y {transA, transB, alpha}.
 Status MatMulKernel(const Node& node, std::span<const Tensor* const> in,
-                    std::span<Tensor* const> out, const KernelContext&) {
+                    std::span<Tensor* const> out, const KernelContext& ctx) {
   bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
   float alpha = node.GetFloat("alpha", 1.0f);
   switch (in[0]->dtype()) {
     case DType::kFloat32:
-      return MatMulTyped<float>(node, *in[0], *in[1], *out[0], ta, tb, alpha);
+      return MatMulTyped<float>(node, *in[0], *in[1], *out[0], ta, tb, alpha,
+                                WorkspaceArray<float>(ctx));
     case DType::kFloat64:
-      return MatMulTyped<double>(node, *in[0], *in[1], *out[0], ta, tb, alpha);
+      return MatMulTyped<double>(node, *in[0], *in[1], *out[0], ta, tb, alpha,
+                                 WorkspaceArray<double>(ctx));
     default:
       return UnsupportedType(node, in[0]->dtype());
   }
@@ -243,7 +313,8 @@ Status MatMulKernel(const Node& node, std::span<const Tensor* const> in,
 
 // Gemm (A, B[, C]) -> Y = alpha * op(A) op(B) + beta * C, C broadcast to [M, N].
 template <class T>
-Status GemmTyped(const Node& node, const Tensor& A, const Tensor& B, const Tensor* C, Tensor& Y) {
+Status GemmTyped(const Node& node, const Tensor& A, const Tensor& B, const Tensor* C, Tensor& Y,
+                 T* scratch) {
   bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
   T alpha = node.GetFloat("alpha", 1.0f), beta = node.GetFloat("beta", 1.0f);
   if (A.rank() != 2 || B.rank() != 2)
@@ -273,17 +344,18 @@ Status GemmTyped(const Node& node, const Tensor& A, const Tensor& B, const Tenso
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) y[i * n + j] = c[i * si + j * sj];
   }
-  return GemmOne<T>(node, ta, tb, m, n, k, alpha, A.data<T>(), B.data<T>(), use_c ? beta : T(0), y);
+  return GemmOne<T>(node, ta, tb, m, n, k, alpha, A.data<T>(), B.data<T>(), use_c ? beta : T(0), y,
+                    scratch);
 }
 
 Status GemmKernel(const Node& node, std::span<const Tensor* const> in, std::span<Tensor* const> out,
-                  const KernelContext&) {
+                  const KernelContext& ctx) {
   const Tensor* c = in.size() > 2 ? in[2] : nullptr;
   switch (in[0]->dtype()) {
     case DType::kFloat32:
-      return GemmTyped<float>(node, *in[0], *in[1], c, *out[0]);
+      return GemmTyped<float>(node, *in[0], *in[1], c, *out[0], WorkspaceArray<float>(ctx));
     case DType::kFloat64:
-      return GemmTyped<double>(node, *in[0], *in[1], c, *out[0]);
+      return GemmTyped<double>(node, *in[0], *in[1], c, *out[0], WorkspaceArray<double>(ctx));
     default:
       return UnsupportedType(node, in[0]->dtype());
   }
@@ -335,6 +407,23 @@ Status SoftmaxKernel(const Node& node, std::span<const Tensor* const> in,
     default:
       return UnsupportedType(node, in[0]->dtype());
   }
+}
+
+// MatMul / FusedMatMul / Gemm: GemmOne's K-split partials (most products need none).
+int64_t MatMulWorkspace(const Node& node, std::span<const OperandType> in,
+                        std::span<const OperandType>) {
+  if (in.size() < 2 || !in[0].shape || !in[1].shape) return 0;
+  const int64_t elem = in[0].dtype == DType::kFloat64 ? 8 : in[0].dtype == DType::kFloat32 ? 4 : 0;
+  if (elem == 0) return 0;
+  const bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
+  if (node.op_type == "Gemm") {
+    if (in[0].shape->size() != 2 || in[1].shape->size() != 2) return 0;
+    const Shape &a = *in[0].shape, &b = *in[1].shape;
+    return GemmWorkspaceBytes(ta ? a[1] : a[0], tb ? b[0] : b[1], ta ? a[0] : a[1], elem);
+  }
+  MatMulDims d;
+  if (!MatMulDimsOf(*in[0].shape, *in[1].shape, ta, tb, d)) return 0;
+  return GemmWorkspaceBytes(d.folded ? d.batches * d.m : d.m, d.n, d.k, elem);
 }
 
 int64_t SoftmaxWorkspace(const Node& node, std::span<const OperandType> in,
@@ -959,6 +1048,9 @@ Status SoftmaxCrossEntropyGradKernel(const Node& node, std::span<const Tensor* c
 }  // namespace
 
 void RegisterMathWorkspaces(CpuWorkspaceTable& table) {
+  table.Add("", "MatMul", MatMulWorkspace);
+  table.Add(kMs, "FusedMatMul", MatMulWorkspace);
+  table.Add("", "Gemm", MatMulWorkspace);
   table.Add("", "Softmax", SoftmaxWorkspace);
   table.Add("", "LogSoftmax", SoftmaxWorkspace);
   for (const char* op :

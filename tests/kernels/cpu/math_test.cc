@@ -131,6 +131,43 @@ INSTANTIATE_TEST_SUITE_P(
                       MatMulCase{{3, 5}, {2, 5, 7}}, MatMulCase{{3, 0}, {0, 4}},
                       MatMulCase{{3, 67, 45}, {45, 33}}));
 
+// Products large enough to be cut into pieces (kernels/cpu/math.cc SplitGemm): by columns, by rows
+// (with a transposed A), by K ranges (a small output over a long K, partials in the workspace),
+// and odd sizes that leave a short last piece. Each matches the naive product and gives the same
+// bits at 1, 2 and 3 threads.
+TEST(MatMulTest, SplitProductsMatchTheReferenceAndDoNotDependOnTheThreadCount) {
+  struct Split {
+    Shape a, b;
+    bool ta, tb;
+  };
+  for (const Split& c : {Split{{64, 300}, {300, 1000}, false, false},    // columns
+                         Split{{700, 130}, {130, 96}, false, false},     // rows
+                         Split{{3, 150, 111}, {577, 111}, false, true},  // folded batch, B^T
+                         Split{{520, 900}, {520, 70}, true, false},      // rows of A^T
+                         Split{{32, 9000}, {9000, 31}, false, false},    // K ranges
+                         Split{{9001, 33}, {9001, 30}, true, false}}) {  // K ranges, A^T
+    SCOPED_TRACE(ShapeToString(c.a) + " x " + ShapeToString(c.b));
+    Node node = MakeNode("FusedMatMul", {"a", "b"}, {"y"},
+                         {{"transA", Attribute::Int(c.ta)}, {"transB", Attribute::Int(c.tb)}}, kMs);
+    Tensor a = RandomTensor(c.a, 5), b = RandomTensor(c.b, 6);
+    Ref ra = ToRef(a), rb = ToRef(b);
+    if (c.ta) ra = TransposeLast2(ra);
+    if (c.tb) rb = TransposeLast2(rb);
+    Tensor one;
+    for (int threads : {1, 2, 3}) {
+      SetCpuThreads(threads);
+      Tensor y = Run1(node, {{"a", a}, {"b", b}});
+      SetCpuThreads(1);
+      if (threads == 1) {
+        ExpectClose(y, NaiveMatMul(ra, rb), 1e-4, 1e-4);
+        one = y;
+      } else {
+        EXPECT_TRUE(y.BitwiseEqual(one)) << threads << " threads";
+      }
+    }
+  }
+}
+
 TEST(MatMulTest, FusedMatMulTransposesAndScales) {
   Tensor a = RandomTensor({2, 5, 3}, 3), b = RandomTensor({7, 5}, 4);
   Node n = MakeNode("FusedMatMul", {"a", "b"}, {"y"},
