@@ -103,8 +103,13 @@ class ThreadInvarianceTest : public ::testing::Test {
 };
 
 TEST_F(ThreadInvarianceTest, EveryFixtureTrainsToTheSameBitsAtOneTwoAndFourThreads) {
-  const std::vector<TrainingFixture> fixtures = TrainingFixtures(FixturesDir());
+  std::vector<TrainingFixture> fixtures = TrainingFixtures(FixturesDir());
   ASSERT_GE(fixtures.size(), 7u);
+#ifdef FOUNDRY_SANITIZE
+  // At -O0 under the sanitizers (CI's second pass) three fixtures exercise the same threading
+  // code in a fifth of the time; the main suite trains all of them.
+  fixtures.resize(3);
+#endif
   for (const TrainingFixture& f : fixtures) {
     SCOPED_TRACE(f.dir.filename().string());
     TempDir dir;
