@@ -106,12 +106,10 @@ for n, t in zip(("input_ids", "labels"), families.make_inputs(config, 1, int(sys
         f.write(numpy_helper.from_array(t.numpy(), n).SerializeToString())
 PY
 }
-# One foundry process: KEY THREADS PREFIX STEPS -> a line in $results. PREFIX is
-# $tmp/NAME_SEQ_TARGET; its feeds are $tmp/NAME_SEQ.*.pb.
+# One foundry process: KEY THREADS NAME SEQ TARGET STEPS -> a line in $results.
 foundry_once() {
-  local key=$1 t=$2 prefix=$3 n=$4
+  local key=$1 t=$2 prefix=$tmp/$3_$4_$5 feeds=$tmp/$3_$4 n=$6
   [[ -f $prefix.plan ]] || return 0
-  local feeds=${prefix%_*}
   if ! env -u OPENBLAS_CORETYPE "$run" "$prefix" --steps $((warmup + n)) --threads "$t" \
       --feed "input_ids=$feeds.input_ids.pb" --feed "labels=$feeds.labels.pb" \
       --report-json "$tmp/f.json" > "$tmp/f.log" 2>&1; then
@@ -182,9 +180,9 @@ for row in "${rows[@]}"; do
       fi
       torch_all() { for c in "${cands[@]}"; do torch_once "$key" "$name" "$seq" "${c%,*}" "${c#*,}" none "$nsteps"; done; }
       if (( r % 2 )); then
-        foundry_once "$key" "$t" "$tmp/${name}_${seq}_none" "$nsteps"; torch_all
+        foundry_once "$key" "$t" "$name" "$seq" none "$nsteps"; torch_all
       else
-        torch_all; foundry_once "$key" "$t" "$tmp/${name}_${seq}_none" "$nsteps"
+        torch_all; foundry_once "$key" "$t" "$name" "$seq" none "$nsteps"
       fi
     done
   done
@@ -197,16 +195,15 @@ if [[ $do_ckpt != 0 ]]; then
   for ((r = 1; r <= rounds; r++)); do
     for target in "${ckpt_targets[@]}"; do
       key="ckpt:$target"
-      prefix=$tmp/mpt_125m_${ckpt_seq}_$target
       # At 1 thread PyTorch runs torch 1 x BLAS 1; above, torch 1 x BLAS T (REFERENCE.md: the
       # fastest on 2 cores).
       tt=1 bt=$ckpt_threads
       if (( r % 2 )); then
-        foundry_once "$key" "$ckpt_threads" "$prefix" "$steps"
+        foundry_once "$key" "$ckpt_threads" mpt_125m "$ckpt_seq" "$target" "$steps"
         torch_once "$key" mpt_125m "$ckpt_seq" "$tt" "$bt" "$target" "$steps"
       else
         torch_once "$key" mpt_125m "$ckpt_seq" "$tt" "$bt" "$target" "$steps"
-        foundry_once "$key" "$ckpt_threads" "$prefix" "$steps"
+        foundry_once "$key" "$ckpt_threads" mpt_125m "$ckpt_seq" "$target" "$steps"
       fi
     done
   done
