@@ -9,8 +9,10 @@
 # Sections from bench/vs_pytorch.sh, bench/ckpt_structures.sh and bench/ckpt_vs_pytorch.sh (the
 # activation-checkpointing tables) and bench/attention_vs_torch26.sh (fused attention against
 # PyTorch 2.6 + SDPA; its PyTorch cells read n/a without the torch2 chroot) and
-# bench/attention_step.sh (the training step with attention fused and unfused) follow; see each
-# script for its own variables.
+# bench/attention_step.sh (the training step with attention fused and unfused),
+# bench/step_vs_torch26.sh (the training step against PyTorch 2.6, interleaved, with the
+# checkpointing overheads; ~25 min) and bench/node_overhead.sh (the empty step and the per-node
+# cost) follow; see each script for its own variables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -132,6 +134,10 @@ print(' | '.join([mib('arena_bytes'), mib('lower_bound_bytes'),
   bash bench/attention_vs_torch26.sh "$build"
   echo
   bash bench/attention_step.sh "$build"
+  echo
+  bash bench/step_vs_torch26.sh "$build"
+  echo
+  bash bench/node_overhead.sh "$build"
   echo
   bash bench/budget_7b.sh "$build"
   echo

@@ -74,7 +74,8 @@ FIXTURES = [
 # torch 2.6 exports (--dynamo): every fixture with reference gradients, and MPT through SDPA.
 DYNAMO_VARIANTS = {"dynamo": {}, "dynamo_sdpa": {"attn_impl": "sdpa"}}
 DYNAMO_SDPA = ["mpt_tiny"]
-BIG = ["mpt_125m", "mpt_125m_alibi", "mpt_1b", "mpt_7b", "mpt_30b", "gpt2_124m", "pythia_160m", "bert_base"]
+BIG = ["mpt_125m", "mpt_125m_alibi", "mpt_1b", "mpt_7b", "mpt_30b", "gpt2_124m", "gpt2_tiny_50k",
+       "pythia_160m", "bert_base"]
 EXPORTS_DIR = os.path.join(REPO, "models", "exports")
 REL_TOL = 1e-6
 GRAD_REL_TOL = 1e-5
