@@ -18,9 +18,9 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
-#include <optional>
 #include <vector>
 
 #include "base/memory_class.h"

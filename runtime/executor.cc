@@ -185,7 +185,8 @@ Status Executor::Run(const KernelContext& ctx) {
       const Step& s = steps_[i];
       c.node_key = s.node_key;
       c.constant_inputs = s.constants;
-      RETURN_IF_ERROR(backend_.RunPrepared(s.prepared, *s.node, s.inputs, s.outputs, s.workspace, c));
+      RETURN_IF_ERROR(
+          backend_.RunPrepared(s.prepared, *s.node, s.inputs, s.outputs, s.workspace, c));
       const Clock::time_point t1 = Clock::now();
       node_seconds_[i] += std::chrono::duration<double>(t1 - t0).count();
       t0 = t1;

@@ -28,8 +28,8 @@
 #include "base/status.h"
 #include "base/tensor.h"
 #include "compiler/ir.h"
-#include "kernels/cpu/kernel.h"
 #include "compiler/memory_plan.h"
+#include "kernels/cpu/kernel.h"
 #include "runtime/backend.h"
 
 namespace foundry {

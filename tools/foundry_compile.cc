@@ -14,12 +14,12 @@
 #include "compiler/op_schema.h"
 #include "compiler/plan.h"
 #include "driver/compile.h"
+#include "kernels/cpu/kernel.h"
+#include "kernels/cpu/parallel.h"
 #include "passes/ckpt_budget.h"
 #include "passes/memory_plan.h"
 #include "passes/memory_report.h"
 #include "passes/memory_timeline.h"
-#include "kernels/cpu/kernel.h"
-#include "kernels/cpu/parallel.h"
 #include "tools/cli.h"
 
 namespace fs = std::filesystem;
@@ -64,7 +64,8 @@ void AddModelOptions(CLI::App& app, Options& o) {
   app.add_option("--threads", o.threads_text,
                  "CPU threads the plan's kernel scratch is sized for (a run with more threads "
                  "uses this many where a kernel needs scratch per thread); default: the cores "
-                 "this process may use (" + std::to_string(AvailableCpus()) + " here)")
+                 "this process may use (" +
+                     std::to_string(AvailableCpus()) + " here)")
       ->type_name("N");
 }
 
@@ -211,8 +212,8 @@ std::optional<int> ParseOutputs(Options& o, CompileRequest& request, OutputSet& 
   };
   if (auto code = add(outputs.AddInput(o.model, "the model, an input of this command")))
     return code;
-  if (auto code = add(outputs.AddInput(o.ckpt_config,
-                                       "the --ckpt-config file, an input of this command")))
+  if (auto code =
+          add(outputs.AddInput(o.ckpt_config, "the --ckpt-config file, an input of this command")))
     return code;
   // Report files may go into the folder -o makes.
   const OutputSet::FileOptions report{/*special=*/true, /*make_parents=*/true};
@@ -230,8 +231,7 @@ std::optional<int> ParseOutputs(Options& o, CompileRequest& request, OutputSet& 
   }
   for (const OutputFile& f : o.ReportFiles())
     if (!f.path.empty()) {
-      if (auto code =
-              add(outputs.AddFile(f.path, f.option.substr(0, f.option.find(' ')), report)))
+      if (auto code = add(outputs.AddFile(f.path, f.option.substr(0, f.option.find(' ')), report)))
         return code;
       request.outputs.push_back(f);
     }
@@ -335,8 +335,8 @@ int PrintAndWrite(const Options& o, CompileResult& result, OutputSet& outputs) {
   if (o.dump_plan_given)
     st = outputs.Write(o.dump_plan, DumpMemoryPlan(result.graph, result.plan->memory));
   if (st.ok() && result.outputs)
-    st = StageCompiledOutputs(result.graph, result.plan ? &*result.plan : nullptr,
-                              *result.outputs, outputs);
+    st = StageCompiledOutputs(result.graph, result.plan ? &*result.plan : nullptr, *result.outputs,
+                              outputs);
   if (st.ok()) st = StageReportFiles(o, result, outputs);
   if (st.ok()) st = outputs.Commit();
   if (!st.ok()) return Fail(st.message());

@@ -66,8 +66,8 @@ void AddRunOptions(CLI::App& app, Options& o) {
                "(faster, about 10 mantissa bits; off: exact fp32)");
   app.add_option("--threads", o.threads_text,
                  "CPU threads of the kernels and of OpenBLAS (results do not depend on it); "
-                 "default: the cores this process may use (" + std::to_string(AvailableCpus()) +
-                     " here)")
+                 "default: the cores this process may use (" +
+                     std::to_string(AvailableCpus()) + " here)")
       ->type_name("N");
   app.add_flag("--profile", o.profile,
                "after the steps, print where a step's time goes: by phase, and by op type within "
@@ -188,8 +188,7 @@ int Forward(const CLI::App& app, const Options& o) {
       st = outputs.AddFile(path, "--dump-outputs", {/*special=*/false, /*make_parents=*/true});
       if (!st.ok()) break;
       auto staged = outputs.Stage(path);
-      st = staged.ok() ? WriteTensorFile(*staged, result->outputs.at(name), name)
-                       : staged.status();
+      st = staged.ok() ? WriteTensorFile(*staged, result->outputs.at(name), name) : staged.status();
       dumped[name] = path;
     }
     if (st.ok()) st = outputs.Commit();
@@ -267,9 +266,10 @@ int Main(int argc, char** argv) {
   // --data '': a resumed run's saved --data dropped (to --feed instead).
   if (auto code = cli::RejectEmptyValues(app, kTool, {"--data"})) return *code;
   if (Given(app, "--data") && o.data.empty() && o.resume_dir.empty())
-    return Fail("--data is empty; give FILE (an empty --data only drops the data file of a "
-                "--resume run)",
-                cli::kExitUsage);
+    return Fail(
+        "--data is empty; give FILE (an empty --data only drops the data file of a "
+        "--resume run)",
+        cli::kExitUsage);
   if (auto code = CheckCommandLine(app, o)) return *code;
   if (o.forward) return Forward(app, o);
   if (Given(app, "--dim"))

@@ -168,8 +168,8 @@ Status GemmOne(const Node& node, bool ta, bool tb, int64_t m, int64_t n, int64_t
         // K range k0..k0+kl: A's columns (its rows when stored transposed), B's rows (columns).
         const T* ap = ta ? a + k0 * lda : a + k0;
         const T* bp = tb ? b + k0 : b + k0 * ldb;
-        Blas(ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(kl), alpha, ap,
-             lda, bp, ldb, p == 0 ? beta : T(0), p == 0 ? c : scratch + (p - 1) * mn, ldc);
+        Blas(ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(kl), alpha, ap, lda,
+             bp, ldb, p == 0 ? beta : T(0), p == 0 ? c : scratch + (p - 1) * mn, ldc);
       }
     });
     ParallelFor(mn, 1 << 14, [&](int64_t begin, int64_t end) {

@@ -6,7 +6,6 @@
 
 #include <sched.h>
 
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>

@@ -1,7 +1,7 @@
 // Parallel loops whose results do not depend on the thread count.
 //
-// Work over [0, n) is cut into chunks [k * grain, min(n, (k + 1) * grain)): the cut depends on n and
-// the grain the kernel chose from the shape, never on how many threads run. Threads take whole
+// Work over [0, n) is cut into chunks [k * grain, min(n, (k + 1) * grain)): the cut depends on n
+// and the grain the kernel chose from the shape, never on how many threads run. Threads take whole
 // chunks (any thread, any order); a chunk's body writes only its own outputs, so an elementwise
 // kernel gives the same bits at 1 or 16 threads. A reduction writes one partial per chunk and the
 // caller combines the partials in chunk order (ParallelChunks' `chunks` tells it how many):
@@ -26,9 +26,7 @@ void Run(int64_t n, int64_t grain, ChunkFn fn, void* body);
 }  // namespace parallel_internal
 
 // Number of chunks ParallelFor cuts [0, n) into with `grain` (>= 1): ceil(n / grain), 0 for n <= 0.
-inline int64_t NumChunks(int64_t n, int64_t grain) {
-  return n <= 0 ? 0 : (n + grain - 1) / grain;
-}
+inline int64_t NumChunks(int64_t n, int64_t grain) { return n <= 0 ? 0 : (n + grain - 1) / grain; }
 
 // body(begin, end) for each chunk of [0, n); returns when every chunk is done.
 template <class F>

@@ -150,8 +150,8 @@ TEST_F(ThreadInvarianceTest, CheckpointedPlansEqualThePlainPlanAtEveryThreadCoun
     ASSERT_TRUE(plain.ok()) << plain.status().message();
     StatusOr<CkptTarget> parsed = ParseCkptArg(target);
     ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-    StatusOr<LoadedPlan> ckpt = CompileFixture(f.dir / "model.onnx", feeds,
-                                               std::vector<CkptTarget>{*parsed});
+    StatusOr<LoadedPlan> ckpt =
+        CompileFixture(f.dir / "model.onnx", feeds, std::vector<CkptTarget>{*parsed});
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
     ASSERT_GT(ckpt->graph.nodes.size(), plain->graph.nodes.size()) << "nothing recomputed";
     StatusOr<TrainRun> want = Train(*plain, feeds, 1);
