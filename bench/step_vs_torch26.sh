@@ -118,7 +118,7 @@ foundry_once() {
     return 0
   fi
   local core
-  core=$(sed -nE 's/.*\(kernels and OpenBLAS, (.*) kernels\).*/\1/p' "$tmp/f.log" | head -1)
+  core=$(sed -nE 's/.*\(OpenBLAS (.*) kernels, one thread.*/\1/p' "$tmp/f.log" | head -1)
   $py - "$tmp/f.json" "$key" "$t" "$warmup" "${core:-n/a}" >> "$results" << 'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -106,8 +106,8 @@ void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t) {
     log << "  momentum " << o.momentum;
   log << "  weight_decay " << o.weight_decay << "\n"
       << "  device     " << t.options().device << "\n"
-      << "  threads    " << r.threads << " (kernels and OpenBLAS, " << BlasCoreName()
-      << " kernels)\n";
+      << "  threads    " << r.threads << " (OpenBLAS " << BlasCoreName()
+      << " kernels, one thread per product piece)\n";
   if (!r.resume_dir.empty())
     log << "  resumed    " << r.resume_dir << " at step " << t.step() << "\n";
 }

@@ -1,7 +1,7 @@
 // The pool behind ParallelFor (parallel.h): CpuThreads() - 1 workers started on first use and
 // resized when the count changes; a job is a chunk counter the caller and the workers draw from.
-// Workers sleep on a condition variable between jobs (a step's kernels follow each other within
-// microseconds, so a worker spins briefly before it sleeps).
+// Workers sleep on a condition variable between jobs; the caller takes chunks too, and waits for
+// the last ones by yielding.
 #include "kernels/cpu/parallel.h"
 
 #include <sched.h>
