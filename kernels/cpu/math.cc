@@ -541,9 +541,10 @@ Status ReduceTyped(const Node& node, const Tensor& X, const Tensor* axes_input, 
   if (leading_reduced) {
     // Reduced dims all before the kept ones ([R, O] view): sweep rows so memory is read in order.
     // Same per-output order (r ascending) as the general path.
-    // Threads take ranges of outputs, each swept over every row.
+    // Threads take ranges of outputs, each swept over every row; at least 1024 outputs per range,
+    // so that each row is read in stretches the prefetcher follows.
     Acc* acc = WorkspaceArray<Acc>(ctx);
-    ParallelFor(out_n, RowGrain(red_n), [&](int64_t begin, int64_t end) {
+    ParallelFor(out_n, std::max<int64_t>(RowGrain(red_n), 1024), [&](int64_t begin, int64_t end) {
       std::fill(acc + begin, acc + end, R::Init());
       for (int64_t r = 0; r < red_n; ++r) {
         const T* row = x + r * out_n;
@@ -780,19 +781,16 @@ Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
   const float* mean = mean_t ? mean_t->data<float>() : nullptr;
   const float* inv = inv_t->data<float>();
   float* dx = out[0]->data<float>();
-  auto xhat_at = [&](int64_t r, int64_t j) {
-    const double m = mean ? mean[r] : 0.0, iv = inv[r];
-    return (x[r * cols + j] - m) * iv;
-  };
   ParallelFor(rows, RowGrain(cols), [&](int64_t row_begin, int64_t row_end) {
     for (int64_t r = row_begin; r < row_end; ++r) {
+      const float* xr = x + r * cols;
       const float* dyr = dy + r * cols;
-      const double iv = inv[r];
+      const double m = mean ? mean[r] : 0.0, iv = inv[r];
       double s1 = 0, s2 = 0;
       for (int64_t j = 0; j < cols; ++j) {
         const double g = static_cast<double>(dyr[j]) * scale[j];
         s1 += g;
-        s2 += g * xhat_at(r, j);
+        s2 += g * ((xr[j] - m) * iv);
       }
       // RMSNorm has no mean subtraction, so no mean(g) term.
       const double c1 = simplified ? 0.0 : s1 / static_cast<double>(cols);
@@ -800,7 +798,7 @@ Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
       float* dxr = dx + r * cols;
       for (int64_t j = 0; j < cols; ++j) {
         const double g = static_cast<double>(dyr[j]) * scale[j];
-        dxr[j] = static_cast<float>(iv * (g - c1 - xhat_at(r, j) * c2));
+        dxr[j] = static_cast<float>(iv * (g - c1 - ((xr[j] - m) * iv) * c2));
       }
     }
   });
@@ -812,9 +810,11 @@ Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
     double ds[kBlock] = {}, db[kBlock] = {};
     const int64_t w = col_end - col_begin;
     for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * cols + col_begin;
       const float* dyr = dy + r * cols + col_begin;
+      const double m = mean ? mean[r] : 0.0, iv = inv[r];
       for (int64_t j = 0; j < w; ++j) {
-        ds[j] += static_cast<double>(dyr[j]) * xhat_at(r, col_begin + j);
+        ds[j] += static_cast<double>(dyr[j]) * ((xr[j] - m) * iv);
         db[j] += dyr[j];
       }
     }
