@@ -752,12 +752,14 @@ Status LayerNormKernel(const Node& node, std::span<const Tensor* const> in,
 // xhat = (x - mean) * inv and g = dY * scale:
 //   dX = inv * (g - mean(g) - xhat * mean(g * xhat));  dscale = sum_rows dY * xhat;
 //   dbias = sum_rows dY.
-// Row sums and the column sums over rows accumulate in double, rows in order. dX is computed by
-// chunks of rows, dscale and dbias by chunks of columns (each column summed over every row), so
-// that no sum is split between threads; xhat and g are recomputed, not stored (the same
-// operations give the same bits), and there is no workspace.
+// Row sums accumulate in double. Rows run in chunks of RowGrain(cols) (fixed by the shape); each
+// chunk sums its rows' dY * xhat and dY per column in double, in row order, into its own slice of
+// the workspace, and the chunks' partial sums are then added per column in chunk order: the same
+// bits at any thread count (and the sequential sums when the rows fit one chunk). xhat and g are
+// recomputed in the dX loop rather than stored.
+// Workspace (LayerNormGradWorkspace): 2 * cols doubles per chunk of rows.
 Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
-                           std::span<Tensor* const> out, const KernelContext&) {
+                           std::span<Tensor* const> out, const KernelContext& ctx) {
   const Tensor& X = *in[1];
   if (X.dtype() != DType::kFloat32) return UnsupportedType(node, X.dtype());
   ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), X.rank()));
@@ -781,16 +783,24 @@ Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
   const float* mean = mean_t ? mean_t->data<float>() : nullptr;
   const float* inv = inv_t->data<float>();
   float* dx = out[0]->data<float>();
-  ParallelFor(rows, RowGrain(cols), [&](int64_t row_begin, int64_t row_end) {
+  double* partial = WorkspaceArray<double>(ctx);
+  const int64_t grain = RowGrain(cols);
+  ParallelChunks(rows, grain, [&](int64_t chunk, int64_t row_begin, int64_t row_end) {
+    double* ds = partial + chunk * 2 * cols;
+    double* db = ds + cols;
+    std::fill_n(ds, 2 * cols, 0.0);
     for (int64_t r = row_begin; r < row_end; ++r) {
       const float* xr = x + r * cols;
       const float* dyr = dy + r * cols;
       const double m = mean ? mean[r] : 0.0, iv = inv[r];
       double s1 = 0, s2 = 0;
       for (int64_t j = 0; j < cols; ++j) {
+        const double xhat = (xr[j] - m) * iv;
         const double g = static_cast<double>(dyr[j]) * scale[j];
         s1 += g;
-        s2 += g * ((xr[j] - m) * iv);
+        s2 += g * xhat;
+        ds[j] += static_cast<double>(dyr[j]) * xhat;
+        db[j] += dyr[j];
       }
       // RMSNorm has no mean subtraction, so no mean(g) term.
       const double c1 = simplified ? 0.0 : s1 / static_cast<double>(cols);
@@ -805,25 +815,27 @@ Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
   float* dscale = out.size() > 1 && out[1]->numel() == cols ? out[1]->data<float>() : nullptr;
   float* dbias = out.size() > 2 && out[2]->numel() == cols ? out[2]->data<float>() : nullptr;
   if (!dscale && !dbias) return Status::Ok();
-  // Column chunks of at most kBlock columns, their sums in stack buffers.
-  ParallelFor(cols, std::min(kBlock, RowGrain(rows)), [&](int64_t col_begin, int64_t col_end) {
-    double ds[kBlock] = {}, db[kBlock] = {};
-    const int64_t w = col_end - col_begin;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* xr = x + r * cols + col_begin;
-      const float* dyr = dy + r * cols + col_begin;
-      const double m = mean ? mean[r] : 0.0, iv = inv[r];
-      for (int64_t j = 0; j < w; ++j) {
-        ds[j] += static_cast<double>(dyr[j]) * ((xr[j] - m) * iv);
-        db[j] += dyr[j];
-      }
+  const int64_t chunks = NumChunks(rows, grain);
+  for (int64_t j = 0; j < cols; ++j) {
+    double ds = 0, db = 0;
+    for (int64_t k = 0; k < chunks; ++k) {
+      ds += partial[k * 2 * cols + j];
+      db += partial[k * 2 * cols + cols + j];
     }
-    for (int64_t j = 0; j < w; ++j) {
-      if (dscale) dscale[col_begin + j] = static_cast<float>(ds[j]);
-      if (dbias) dbias[col_begin + j] = static_cast<float>(db[j]);
-    }
-  });
+    if (dscale) dscale[j] = static_cast<float>(ds);
+    if (dbias) dbias[j] = static_cast<float>(db);
+  }
   return Status::Ok();
+}
+
+int64_t LayerNormGradWorkspace(const Node& node, std::span<const OperandType> in,
+                               std::span<const OperandType>) {
+  if (in.size() < 2 || !in[1].shape) return 0;
+  const Shape& s = *in[1].shape;
+  auto axis = NormalizeAxis(node.GetInt("axis", -1), static_cast<int64_t>(s.size()));
+  if (!axis.ok()) return 0;
+  auto [rows, cols] = SplitAt(s, *axis);
+  return 2 * static_cast<int64_t>(sizeof(double)) * cols * NumChunks(rows, RowGrain(cols));
 }
 
 // com.microsoft SimplifiedLayerNormalization (X, scale) -> (Y[, inv_std_var]), RMSNorm over dims
@@ -1024,6 +1036,8 @@ int64_t SoftmaxCrossEntropyWorkspace(const Node&, std::span<const OperandType> i
 
 void RegisterMathWorkspaces(CpuWorkspaceTable& table) {
   table.Add("", "SoftmaxCrossEntropyLoss", SoftmaxCrossEntropyWorkspace);
+  table.Add(kMs, "LayerNormalizationGrad", LayerNormGradWorkspace);
+  table.Add(kMs, "SimplifiedLayerNormalizationGrad", LayerNormGradWorkspace);
   for (const char* op :
        {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})

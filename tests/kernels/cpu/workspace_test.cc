@@ -67,6 +67,24 @@ std::vector<Case> Cases() {
                    MakeNode("ReduceLogSumExp", {"x"}, {"y"}, {{"axes", Ints({1})}}),
                    {{"x", RandomTensor({2, 3, 4}, 4)}},
                    (8 + 3) * 8});
+  // dscale and dbias partial sums, 2 x 8 doubles per chunk of rows: 3 rows of 8 are one chunk
+  // (RowGrain(8) = 4096 rows); 5000 rows of 8 are two.
+  Tensor x38 = RandomTensor({3, 8}, 5), dy38 = RandomTensor({3, 8}, 6);
+  Tensor scale = RandomTensor({8}, 7), mean = RandomTensor({3}, 8);
+  Tensor inv = RandomTensor({3}, 9, 0.5f, 2.f);
+  cases.push_back({"layernormgrad",
+                   MakeNode("LayerNormalizationGrad", {"dy", "x", "scale", "mean", "inv"},
+                            {"dx", "dscale", "dbias"}, {{"axis", Int(-1)}}, kMs),
+                   {{"dy", dy38}, {"x", x38}, {"scale", scale}, {"mean", mean}, {"inv", inv}},
+                   2 * 8 * 8});
+  cases.push_back({"simplifiedlayernormgrad_two_chunks",
+                   MakeNode("SimplifiedLayerNormalizationGrad", {"dy", "x", "scale", "inv"},
+                            {"dx", "dscale"}, {{"axis", Int(-1)}}, kMs),
+                   {{"dy", RandomTensor({5000, 8}, 6)},
+                    {"x", RandomTensor({5000, 8}, 5)},
+                    {"scale", scale},
+                    {"inv", RandomTensor({5000}, 9, 0.5f, 2.f)}},
+                   2 * 2 * 8 * 8});
   // [2, 3] padded to [3, 5]: 3 + 5 index-map entries.
   cases.push_back({"pad_reflect",
                    MakeNode("Pad", {"x", "pads"}, {"y"}, {{"mode", Attribute::String("reflect")}}),
