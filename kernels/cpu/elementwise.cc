@@ -10,6 +10,15 @@
 // inputs left to right into the output, so results do not depend on anything but input order.
 // Dropout draws from Philox (kernels/cpu/philox.h) keyed by (ctx.seed, ctx.node_key, element),
 // so a recompute of the node reproduces its mask exactly.
+//
+// Float exp, erf and tanh come from vmath (kernels/cpu/vmath.h), never from libm, in every kernel
+// that computes them: a fused activation and its decomposition (canonicalize) must keep agreeing
+// bit for bit, and vmath gives an element the same bits at any position in any array. Kernels
+// that need them work on blocks of kBlock elements through a stack buffer. Double stays on libm.
+//
+// Threads (kernels/cpu/parallel.h): every kernel cuts its output into index ranges fixed by the
+// shape (kElementGrain elements, or whole rows) and each range writes only its own elements, so
+// the bits do not depend on the thread count.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -19,7 +28,9 @@
 #include <vector>
 
 #include "kernels/cpu/kernel.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/philox.h"
+#include "kernels/cpu/vmath.h"
 
 namespace foundry {
 namespace {
@@ -71,28 +82,43 @@ BroadcastPlan<N> PlanBroadcast(const Shape& out, const std::array<const Shape*, 
   return plan;
 }
 
-// Calls fn(out_offset, operand_offsets, operand_inner_strides, count) for each run of the
-// innermost collapsed dimension, in output order.
+// Calls fn(out_offset, operand_offsets, operand_inner_strides, count) for each piece of a run of
+// the innermost collapsed dimension: the output is cut into chunks of kElementGrain elements that
+// run on the kernels' threads, a run crossing a chunk boundary in two pieces.
 template <int N, class Fn>
 void ForEachRun(const Shape& out_shape, const std::array<const Shape*, N>& in, Fn&& fn) {
   const int64_t numel = NumElements(out_shape);
   if (numel == 0) return;
-  BroadcastPlan<N> plan = PlanBroadcast<N>(out_shape, in);
+  const BroadcastPlan<N> plan = PlanBroadcast<N>(out_shape, in);
   const int64_t rank = static_cast<int64_t>(plan.dims.size());
   const int64_t inner = plan.dims.back();
   std::array<int64_t, N> inner_stride;
   for (int k = 0; k < N; ++k) inner_stride[k] = plan.strides[k].back();
-  std::vector<int64_t> index(rank, 0);
-  std::array<int64_t, N> offset{};
-  for (int64_t o = 0; o < numel; o += inner) {
-    fn(o, offset, inner_stride, inner);
-    for (int64_t d = rank - 2; d >= 0; --d) {
-      for (int k = 0; k < N; ++k) offset[k] += plan.strides[k][d];
-      if (++index[d] < plan.dims[d]) break;
-      for (int k = 0; k < N; ++k) offset[k] -= plan.strides[k][d] * plan.dims[d];
-      index[d] = 0;
+  ParallelFor(numel, kElementGrain, [&](int64_t begin, int64_t end) {
+    // The operand offsets of run begin / inner, from its index in the outer dimensions.
+    std::vector<int64_t> index(rank, 0);
+    std::array<int64_t, N> offset{};
+    for (int64_t d = rank - 2, q = begin / inner; d >= 0; --d) {
+      index[d] = q % plan.dims[d];
+      q /= plan.dims[d];
+      for (int k = 0; k < N; ++k) offset[k] += index[d] * plan.strides[k][d];
     }
-  }
+    int64_t p = begin % inner;
+    for (int64_t o = begin; o < end;) {
+      const int64_t count = std::min(inner - p, end - o);
+      std::array<int64_t, N> at;
+      for (int k = 0; k < N; ++k) at[k] = offset[k] + p * inner_stride[k];
+      fn(o, at, inner_stride, count);
+      o += count;
+      p = 0;
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        for (int k = 0; k < N; ++k) offset[k] += plan.strides[k][d];
+        if (++index[d] < plan.dims[d]) break;
+        for (int k = 0; k < N; ++k) offset[k] -= plan.strides[k][d] * plan.dims[d];
+        index[d] = 0;
+      }
+    }
+  });
 }
 
 // out = op(a, b) with numpy broadcasting. `out` may alias `a` when a has out's shape.
@@ -129,8 +155,29 @@ template <class T, class R, class Op>
 void UnaryMap(const Tensor& in, Tensor& out, Op op) {
   const T* x = in.data<T>();
   R* y = out.data<R>();
-  const int64_t n = out.numel();
-  for (int64_t i = 0; i < n; ++i) y[i] = op(x[i]);
+  ParallelFor(out.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = op(x[i]);
+  });
+}
+
+// Elements per call of a block function: its temporaries live on the stack.
+constexpr int64_t kBlock = 256;
+
+// block(x, y, count) on pieces of at most kBlock elements; y may be x.
+template <class T, class Block>
+void BlockMap(const T* x, T* y, int64_t n, Block block) {
+  ParallelFor(n, kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i += kBlock) block(x + i, y + i, std::min(kBlock, end - i));
+  });
+}
+
+// 1 / (1 + exp(-x)): exp(-x) overflows to inf for x < -88 (f32), giving exactly 0, no NaN.
+template <class T>
+void SigmoidArray(const T* x, T* y, int64_t n) {
+  T t[kBlock] = {};
+  for (int64_t i = 0; i < n; ++i) t[i] = -x[i];
+  vmath::Exp(t, t, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = T(1) / (T(1) + t[i]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -346,10 +393,11 @@ struct ReciprocalOp {
     return T(1) / x;
   }
 };
+// Ops with a Block member run through BlockMap (FloatUnaryKernel): the transcendental ones.
 struct ExpOp {
   template <class T>
-  T operator()(T x) const {
-    return std::exp(x);
+  static void Block(const T* x, T* y, int64_t n) {
+    vmath::Exp(x, y, n);
   }
 };
 struct LogOp {
@@ -360,20 +408,20 @@ struct LogOp {
 };
 struct ErfOp {
   template <class T>
-  T operator()(T x) const {
-    return std::erf(x);
+  static void Block(const T* x, T* y, int64_t n) {
+    vmath::Erf(x, y, n);
   }
 };
 struct TanhOp {
   template <class T>
-  T operator()(T x) const {
-    return std::tanh(x);
+  static void Block(const T* x, T* y, int64_t n) {
+    vmath::Tanh(x, y, n);
   }
 };
-struct SigmoidOp {  // exp(-x) overflows to inf for x < -88 (f32), giving exactly 0: no NaN.
+struct SigmoidOp {
   template <class T>
-  T operator()(T x) const {
-    return T(1) / (T(1) + std::exp(-x));
+  static void Block(const T* x, T* y, int64_t n) {
+    SigmoidArray(x, y, n);
   }
 };
 struct SinOp {
@@ -419,13 +467,16 @@ struct SoftplusOp {  // log(1 + e^x) without overflow for large x
 // followed by an add, so FMA contraction cannot reassociate it either.
 struct GeluOp {
   template <class T>
-  T operator()(T x) const {
+  static void Block(const T* x, T* y, int64_t n) {
     const T sqrt2 = static_cast<T>(1.4142135623730951);  // f32: 1.4142135381698608
-    T t = x / sqrt2;
-    t = std::erf(t);
-    t = t + T(1);
-    t = x * t;
-    return t * T(0.5);
+    T t[kBlock] = {};
+    for (int64_t i = 0; i < n; ++i) t[i] = x[i] / sqrt2;
+    vmath::Erf(t, t, n);
+    for (int64_t i = 0; i < n; ++i) {
+      T v = t[i] + T(1);
+      v = x[i] * v;
+      y[i] = v * T(0.5);
+    }
   }
 };
 
@@ -443,16 +494,24 @@ struct GeluOp {
 enum class FastGeluForm { kTorchTanh, kGeluNew };
 
 template <class T>
-T FastGeluValue(T x, FastGeluForm form) {
+void FastGeluBlock(const T* x, T* y, int64_t n, FastGeluForm form) {
   const T k = static_cast<T>(0.7978845608028654);  // f32: 0.7978845834732056
   const T c = static_cast<T>(0.044715);
-  const T cube = form == FastGeluForm::kGeluNew ? static_cast<T>(std::pow(x, T(3))) : x * (x * x);
-  T v = c * cube;
-  v = x + v;
-  v = k * v;
-  const T a = std::tanh(v) + T(1);
-  if (form == FastGeluForm::kGeluNew) return (x * T(0.5)) * a;
-  return (x * a) * T(0.5);
+  T t[kBlock] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    const T xi = x[i];
+    // The Pow kernel's std::pow for gelu_new: x·x·x may differ from it in the last bit.
+    const T cube =
+        form == FastGeluForm::kGeluNew ? static_cast<T>(std::pow(xi, T(3))) : xi * (xi * xi);
+    T v = c * cube;
+    v = xi + v;
+    t[i] = k * v;
+  }
+  vmath::Tanh(t, t, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const T a = t[i] + T(1);
+    y[i] = form == FastGeluForm::kGeluNew ? (x[i] * T(0.5)) * a : (x[i] * a) * T(0.5);
+  }
 }
 
 // com.microsoft QuickGelu, x·sigmoid(alpha·x), in the very operations of SigmoidOp and then MulOp,
@@ -460,9 +519,11 @@ T FastGeluValue(T x, FastGeluForm form) {
 // no bits: 1·x is x exactly, and the product's operand order is immaterial (IEEE multiplication
 // commutes exactly).
 template <class T>
-T QuickGeluValue(T x, T alpha) {
-  const T s = SigmoidOp{}(alpha * x);
-  return x * s;
+void QuickGeluBlock(const T* x, T* y, int64_t n, T alpha) {
+  T s[kBlock] = {};
+  for (int64_t i = 0; i < n; ++i) s[i] = alpha * x[i];
+  SigmoidArray(s, s, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s[i];
 }
 
 // Float -> integer truncates toward zero (numpy astype); NaN becomes 0 and values beyond int64
@@ -591,19 +652,25 @@ void VariadicCombine(Inputs in, Tensor& out, Op op) {
   T* y = out.data<T>();
   if (numel == 0) return;
   if (std::all_of(in.begin(), in.end(), [&](const Tensor* t) { return t->shape() == os; })) {
-    // Blocks of a stack buffer keep the per-input loops plain and vectorizable.
-    constexpr int64_t kBlock = 256;
-    T acc[kBlock];
-    for (int64_t b = 0; b < numel; b += kBlock) {
-      const int64_t n = std::min(kBlock, numel - b);
-      const T* x0 = in[0]->data<T>() + b;
-      for (int64_t i = 0; i < n; ++i) acc[i] = x0[i];
-      for (size_t k = 1; k < n_in; ++k) {
-        const T* xk = in[k]->data<T>() + b;
-        for (int64_t i = 0; i < n; ++i) acc[i] = op(acc[i], xk[i]);
+    // One pass: blocks of a stack buffer keep the per-input loops plain and vectorizable.
+    ParallelFor(numel, kElementGrain, [&](int64_t begin, int64_t end) {
+      T acc[kBlock];
+      for (int64_t b = begin; b < end; b += kBlock) {
+        const int64_t n = std::min(kBlock, end - b);
+        const T* x0 = in[0]->data<T>() + b;
+        if (n_in == 1) {
+          for (int64_t i = 0; i < n; ++i) acc[i] = x0[i];
+        } else {
+          const T* x1 = in[1]->data<T>() + b;
+          for (int64_t i = 0; i < n; ++i) acc[i] = op(x0[i], x1[i]);
+        }
+        for (size_t k = 2; k < n_in; ++k) {
+          const T* xk = in[k]->data<T>() + b;
+          for (int64_t i = 0; i < n; ++i) acc[i] = op(acc[i], xk[i]);
+        }
+        std::memcpy(y + b, acc, n * sizeof(T));
       }
-      std::memcpy(y + b, acc, n * sizeof(T));
-    }
+    });
     return;
   }
   // Broadcasting: per input, its element stride along each output axis (0 where it broadcasts);
@@ -618,23 +685,32 @@ void VariadicCombine(Inputs in, Tensor& out, Op op) {
       st *= s[j];
     }
   }
-  // rank >= 1 here: with rank 0 every input is a scalar of the output's shape.
+  // rank >= 1 here: with rank 0 every input is a scalar of the output's shape. Chunks of whole
+  // innermost rows; each starts from its first row's index.
   const int64_t inner = os[rank - 1];
-  std::vector<int64_t> index(rank, 0), offset(n_in, 0);
-  for (int64_t o = 0; o < numel; o += inner) {
-    for (int64_t i = 0; i < inner; ++i) {
-      T acc = in[0]->data<T>()[offset[0] + i * stride[0][rank - 1]];
-      for (size_t k = 1; k < n_in; ++k)
-        acc = op(acc, in[k]->data<T>()[offset[k] + i * stride[k][rank - 1]]);
-      y[o + i] = acc;
+  ParallelFor(numel / inner, RowGrain(inner), [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> index(rank, 0), offset(n_in, 0);
+    for (int64_t d = rank - 2, q = begin; d >= 0; --d) {
+      index[d] = q % os[d];
+      q /= os[d];
+      for (size_t k = 0; k < n_in; ++k) offset[k] += index[d] * stride[k][d];
     }
-    for (int64_t d = rank - 2; d >= 0; --d) {
-      for (size_t k = 0; k < n_in; ++k) offset[k] += stride[k][d];
-      if (++index[d] < os[d]) break;
-      for (size_t k = 0; k < n_in; ++k) offset[k] -= stride[k][d] * os[d];
-      index[d] = 0;
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t o = row * inner;
+      for (int64_t i = 0; i < inner; ++i) {
+        T acc = in[0]->data<T>()[offset[0] + i * stride[0][rank - 1]];
+        for (size_t k = 1; k < n_in; ++k)
+          acc = op(acc, in[k]->data<T>()[offset[k] + i * stride[k][rank - 1]]);
+        y[o + i] = acc;
+      }
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        for (size_t k = 0; k < n_in; ++k) offset[k] += stride[k][d];
+        if (++index[d] < os[d]) break;
+        for (size_t k = 0; k < n_in; ++k) offset[k] -= stride[k][d] * os[d];
+        index[d] = 0;
+      }
     }
-  }
+  });
 }
 
 template <class Op>
@@ -678,7 +754,12 @@ template <class Op>
 Status FloatUnaryKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    UnaryMap<T, T>(*in[0], *out[0], Op{});
+    if constexpr (requires(const T* x, T* y) { Op::Block(x, y, int64_t{1}); }) {
+      BlockMap(in[0]->data<T>(), out[0]->data<T>(), out[0]->numel(),
+               [](const T* x, T* y, int64_t n) { Op::Block(x, y, n); });
+    } else {
+      UnaryMap<T, T>(*in[0], *out[0], Op{});
+    }
     return Status::Ok();
   });
 }
@@ -813,16 +894,18 @@ Status DropoutKernel(const Node& node, Inputs in, Outputs out, const KernelConte
     const T scale = T(1) / (T(1) - static_cast<T>(ratio));
     const T* x = in[0]->data<T>();
     T* y = out[0]->data<T>();
-    for (int64_t block = 0; block * 4 < n; ++block) {
-      const Philox4 bits = PhiloxBlock(ctx.seed, ctx.node_key, static_cast<uint64_t>(block));
-      for (int lane = 0; lane < 4; ++lane) {
-        const int64_t e = block * 4 + lane;
-        if (e >= n) break;
-        const bool keep = PhiloxBitsToUniform(bits.v[lane]) >= ratio;
-        y[e] = keep ? x[e] * scale : T(0);
-        if (m) m[e] = keep;
+    ParallelFor((n + 3) / 4, kElementGrain / 4, [&](int64_t begin, int64_t end) {
+      for (int64_t block = begin; block < end; ++block) {
+        const Philox4 bits = PhiloxBlock(ctx.seed, ctx.node_key, static_cast<uint64_t>(block));
+        for (int lane = 0; lane < 4; ++lane) {
+          const int64_t e = block * 4 + lane;
+          if (e >= n) break;
+          const bool keep = PhiloxBitsToUniform(bits.v[lane]) >= ratio;
+          y[e] = keep ? x[e] * scale : T(0);
+          if (m) m[e] = keep;
+        }
       }
-    }
+    });
     return Status::Ok();
   });
 }
@@ -844,8 +927,9 @@ Status DropoutGradKernel(const Node& node, Inputs in, Outputs out, const KernelC
     const T* dy = in[0]->data<T>();
     const bool* m = in[1]->data<bool>();
     T* dx = out[0]->data<T>();
-    const int64_t n = in[0]->numel();
-    for (int64_t i = 0; i < n; ++i) dx[i] = m[i] ? dy[i] * scale : T(0);
+    ParallelFor(in[0]->numel(), kElementGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) dx[i] = m[i] ? dy[i] * scale : T(0);
+    });
     return Status::Ok();
   });
 }
@@ -858,7 +942,8 @@ Status FastGeluKernel(const Node& node, Inputs in, Outputs out, const KernelCont
   const FastGeluForm f = form == "gelu_new" ? FastGeluForm::kGeluNew : FastGeluForm::kTorchTanh;
   return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    UnaryMap<T, T>(*in[0], *out[0], [f](T x) { return FastGeluValue(x, f); });
+    BlockMap(in[0]->data<T>(), out[0]->data<T>(), out[0]->numel(),
+             [f](const T* x, T* y, int64_t n) { FastGeluBlock(x, y, n, f); });
     return Status::Ok();
   });
 }
@@ -869,7 +954,8 @@ Status QuickGeluKernel(const Node& node, Inputs in, Outputs out, const KernelCon
   return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T a = static_cast<T>(alpha);
-    UnaryMap<T, T>(*in[0], *out[0], [a](T x) { return QuickGeluValue(x, a); });
+    BlockMap(in[0]->data<T>(), out[0]->data<T>(), out[0]->numel(),
+             [a](const T* x, T* y, int64_t n) { QuickGeluBlock(x, y, n, a); });
     return Status::Ok();
   });
 }
@@ -890,17 +976,21 @@ Status OnnxGeluKernel(const Node& node, Inputs in, Outputs out, const KernelCont
   const bool tanh = approximate == "tanh";
   return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (tanh)
-      UnaryMap<T, T>(*in[0], *out[0], [](T x) { return FastGeluValue(x, FastGeluForm::kGeluNew); });
-    else
-      UnaryMap<T, T>(*in[0], *out[0], GeluOp{});
+    BlockMap(in[0]->data<T>(), out[0]->data<T>(), out[0]->numel(),
+             [tanh](const T* x, T* y, int64_t n) {
+               if (tanh)
+                 FastGeluBlock(x, y, n, FastGeluForm::kGeluNew);
+               else
+                 GeluOp::Block(x, y, n);
+             });
     return Status::Ok();
   });
 }
 
-// (dY, other) -> dX for same-shape activation gradients.
-template <class Fn>
-Status ActivationGradKernel(const Node& node, Inputs in, Outputs out, Fn fn) {
+// (dY, other) -> dX for same-shape activation gradients: block(dy, v, dx, count) on pieces of at
+// most kBlock elements.
+template <class Block>
+Status ActivationGradKernel(const Node& node, Inputs in, Outputs out, Block block) {
   if (in[1]->numel() != in[0]->numel())
     return Error(node.Describe() + ": inputs have " + std::to_string(in[0]->numel()) + " and " +
                  std::to_string(in[1]->numel()) + " elements");
@@ -909,35 +999,61 @@ Status ActivationGradKernel(const Node& node, Inputs in, Outputs out, Fn fn) {
     const T* dy = in[0]->data<T>();
     const T* v = in[1]->data<T>();
     T* dx = out[0]->data<T>();
-    const int64_t n = in[0]->numel();
-    for (int64_t i = 0; i < n; ++i) dx[i] = fn(dy[i], v[i]);
+    ParallelFor(in[0]->numel(), kElementGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; i += kBlock)
+        block(dy + i, v + i, dx + i, std::min(kBlock, end - i));
+    });
     return Status::Ok();
   });
 }
 
+// An activation gradient that needs no transcendental function, element by element.
+template <class Fn>
+auto PerElement(Fn fn) {
+  return [fn](const auto* dy, const auto* v, auto* dx, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) dx[i] = fn(dy[i], v[i]);
+  };
+}
+
 // dX = dY * (Phi(x) + x * phi(x)): Phi the normal CDF, phi its density.
 Status GeluGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return ActivationGradKernel(node, in, out, [](auto dy, auto x) {
-    using T = decltype(x);
+  return ActivationGradKernel(node, in, out, [](const auto* dy, const auto* x, auto* dx, int64_t n) {
+    using T = std::remove_cvref_t<decltype(*x)>;
     const T kInvSqrt2 = T(0.70710678118654752440);
     const T kInvSqrt2Pi = T(0.39894228040143267794);
-    const T cdf = T(0.5) * (T(1) + std::erf(x * kInvSqrt2));
-    const T pdf = kInvSqrt2Pi * std::exp(T(-0.5) * x * x);
-    return dy * (cdf + x * pdf);
+    T e[kBlock] = {}, g[kBlock] = {};
+    for (int64_t i = 0; i < n; ++i) {
+      e[i] = x[i] * kInvSqrt2;
+      g[i] = T(-0.5) * x[i] * x[i];
+    }
+    vmath::Erf(e, e, n);
+    vmath::Exp(g, g, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const T cdf = T(0.5) * (T(1) + e[i]);
+      const T pdf = kInvSqrt2Pi * g[i];
+      dx[i] = dy[i] * (cdf + x[i] * pdf);
+    }
   });
 }
 
 // d/dx of 0.5·x·(1 + tanh(u)), u = k·(x + c·x³): 0.5·(1 + t) + 0.5·x·(1 − t²)·k·(1 + 3c·x²).
 // Both forward forms share it (they differ only in rounding).
 Status FastGeluGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return ActivationGradKernel(node, in, out, [](auto dy, auto x) {
-    using T = decltype(x);
+  return ActivationGradKernel(node, in, out, [](const auto* dy, const auto* x, auto* dx, int64_t n) {
+    using T = std::remove_cvref_t<decltype(*x)>;
     const T k = static_cast<T>(0.7978845608028654);
     const T c = static_cast<T>(0.044715);
-    const T x2 = x * x;
-    const T t = std::tanh(k * (x + c * x2 * x));
-    const T du = k * (T(1) + T(3) * c * x2);
-    return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
+    T t[kBlock] = {};
+    for (int64_t i = 0; i < n; ++i) {
+      const T x2 = x[i] * x[i];
+      t[i] = k * (x[i] + c * x2 * x[i]);
+    }
+    vmath::Tanh(t, t, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const T x2 = x[i] * x[i];
+      const T du = k * (T(1) + T(3) * c * x2);
+      dx[i] = dy[i] * (T(0.5) * (T(1) + t[i]) + T(0.5) * x[i] * (T(1) - t[i] * t[i]) * du);
+    }
   });
 }
 
@@ -945,35 +1061,37 @@ Status FastGeluGradKernel(const Node& node, Inputs in, Outputs out, const Kernel
 // dX = dY·s·(1 + v·(1 − s)), torch's silu_backward (its association, its sigmoid) at alpha = 1.
 Status QuickGeluGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const float alpha = node.GetFloat("alpha", 1.702f);
-  return ActivationGradKernel(node, in, out, [alpha](auto dy, auto x) {
-    using T = decltype(x);
-    const T v = static_cast<T>(alpha) * x;
-    const T s = SigmoidOp{}(v);
-    return dy * s * (T(1) + v * (T(1) - s));
-  });
+  return ActivationGradKernel(
+      node, in, out, [alpha](const auto* dy, const auto* x, auto* dx, int64_t n) {
+        using T = std::remove_cvref_t<decltype(*x)>;
+        T v[kBlock] = {}, s[kBlock] = {};
+        for (int64_t i = 0; i < n; ++i) v[i] = static_cast<T>(alpha) * x[i];
+        SigmoidArray(v, s, n);
+        for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * s[i] * (T(1) + v[i] * (T(1) - s[i]));
+      });
 }
 
 // (dY, Y) -> dY where Y > 0, else 0. The gradient rule passes Relu's output; its input gives the
 // same result (Y > 0 exactly where X > 0), so ONNX Runtime graphs that pass X still run.
 Status ReluGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return ActivationGradKernel(node, in, out, [](auto dy, auto y) {
-    using T = decltype(y);
-    return y > T(0) ? dy : T(0);
-  });
+  return ActivationGradKernel(node, in, out, PerElement([](auto dy, auto y) {
+                                using T = decltype(y);
+                                return y > T(0) ? dy : T(0);
+                              }));
 }
 
 Status SigmoidGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return ActivationGradKernel(node, in, out, [](auto dy, auto y) {
-    using T = decltype(y);
-    return dy * y * (T(1) - y);
-  });
+  return ActivationGradKernel(node, in, out, PerElement([](auto dy, auto y) {
+                                using T = decltype(y);
+                                return dy * y * (T(1) - y);
+                              }));
 }
 
 Status TanhGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return ActivationGradKernel(node, in, out, [](auto dy, auto y) {
-    using T = decltype(y);
-    return dy * (T(1) - y * y);
-  });
+  return ActivationGradKernel(node, in, out, PerElement([](auto dy, auto y) {
+                                using T = decltype(y);
+                                return dy * (T(1) - y * y);
+                              }));
 }
 
 }  // namespace

@@ -8,9 +8,12 @@
 //   matter), so the same product gives the same bits on every run, in the forward and in a
 //   recompute clone. Large products are cut into pieces by shape (SplitGemm), one call each, run
 //   on the kernels' threads (kernels/cpu/parallel.h): the same bits at any thread count.
-// - Every other reduction runs sequentially in a fixed order: for each output element, the reduced
-//   elements in row-major order of their indices. Float sums accumulate in double and round once;
-//   no threads, no unordered partial sums.
+// - Every other reduction computes each output element in a fixed order: its reduced elements in
+//   row-major order of their indices. Float sums accumulate in double and round once. Threads take
+//   whole outputs (rows, lanes, columns; kernels/cpu/parallel.h), never parts of one sum, so the
+//   bits do not depend on the thread count.
+// - Float exponentials are vmath's (kernels/cpu/vmath.h), the same function in softmax, log-softmax,
+//   their gradients and the cross-entropy; double ones libm's.
 //
 // Statistics conventions (documented because fusions and gradients depend on them):
 // - ReduceMean(x) = float(sum_double(x) / count).
@@ -34,6 +37,7 @@
 #include "compiler/op_schema.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vmath.h"
 
 // Also declared by OpenBLAS's cblas.h; repeated so the dependency is explicit.
 extern "C" void openblas_set_num_threads(int);
@@ -363,34 +367,62 @@ Status GemmKernel(const Node& node, std::span<const Tensor* const> in, std::span
 
 // ============================== softmax ==============================
 
-// Calls f(base, stride, n) for every 1-D lane along `axis`.
+// Elements per block of a stack buffer (the exponentials of a stretch of one lane).
+constexpr int64_t kBlock = 256;
+
+// Calls f(base, stride, n) for every 1-D lane along `axis`, lanes cut into chunks of whole lanes
+// on the kernels' threads.
 template <class F>
 void ForEachLane(const AxisLayout& l, F f) {
-  for (int64_t o = 0; o < l.outer; ++o)
-    for (int64_t i = 0; i < l.inner; ++i) f(o * l.n * l.inner + i, l.inner, l.n);
+  ParallelFor(l.outer * l.inner, RowGrain(l.n), [&](int64_t begin, int64_t end) {
+    for (int64_t lane = begin; lane < end; ++lane)
+      f((lane / l.inner) * l.n * l.inner + lane % l.inner, l.inner, l.n);
+  });
 }
 
-// Softmax / LogSoftmax (opset 13): max-shifted, exp and sum in double, one rounding per output.
-// Workspace: the lane's exponentials, one double per element along the axis.
+// The max of a lane; NaN is skipped, as std::max skips it (a NaN lane still gives NaN outputs
+// through its exponential).
+template <class T>
+T LaneMax(const T* x, int64_t stride, int64_t n) {
+  T m = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j * stride]);
+  return m;
+}
+
+// sum_j exp(x_j - m) in double, j ascending, with vmath's exp of the rounded difference (libm's in
+// double for double); e_j also stored to e[j * stride] when e is not null (e may be x). Softmax
+// and the cross-entropy share it, so their exponentials agree bit for bit.
+template <class T>
+double ExpShiftedSum(const T* x, int64_t stride, int64_t n, T m, T* e) {
+  T t[kBlock] = {};
+  double sum = 0;
+  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+    const int64_t len = std::min(kBlock, n - j0);
+    for (int64_t k = 0; k < len; ++k) t[k] = x[(j0 + k) * stride] - m;
+    vmath::Exp(t, t, len);
+    for (int64_t k = 0; k < len; ++k) sum += static_cast<double>(t[k]);
+    if (e)
+      for (int64_t k = 0; k < len; ++k) e[(j0 + k) * stride] = t[k];
+  }
+  return sum;
+}
+
+// Softmax / LogSoftmax (opset 13): max-shifted, exponentials as ExpShiftedSum, their sum in
+// double, one rounding per output. Softmax keeps the exponentials in Y between its two passes.
 template <class T, bool kLog>
-Status SoftmaxTyped(const Node& node, const Tensor& X, Tensor& Y, const KernelContext& ctx) {
+Status SoftmaxTyped(const Node& node, const Tensor& X, Tensor& Y) {
   ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), X.rank()));
   RETURN_IF_ERROR(RequireLike(node, Y, "Y", X, "X"));
   const T* x = X.data<T>();
   T* y = Y.data<T>();
-  double* e = WorkspaceArray<double>(ctx);
   ForEachLane(LayoutAround(X.shape(), axis), [&](int64_t base, int64_t stride, int64_t n) {
-    double m = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<double>(x[base + j * stride]));
-    double sum = 0;
+    const T m = LaneMax(x + base, stride, n);
+    const double sum = ExpShiftedSum(x + base, stride, n, m, kLog ? nullptr : y + base);
+    const double log_sum = std::log(sum);
     for (int64_t j = 0; j < n; ++j) {
-      e[j] = std::exp(static_cast<double>(x[base + j * stride]) - m);
-      sum += e[j];
-    }
-    double log_sum = std::log(sum);
-    for (int64_t j = 0; j < n; ++j) {
-      double v = kLog ? (static_cast<double>(x[base + j * stride]) - m) - log_sum : e[j] / sum;
-      y[base + j * stride] = static_cast<T>(v);
+      const int64_t p = base + j * stride;
+      const double v = kLog ? (static_cast<double>(x[p]) - m) - log_sum : y[p] / sum;
+      y[p] = static_cast<T>(v);
     }
   });
   return Status::Ok();
@@ -398,12 +430,12 @@ Status SoftmaxTyped(const Node& node, const Tensor& X, Tensor& Y, const KernelCo
 
 template <bool kLog>
 Status SoftmaxKernel(const Node& node, std::span<const Tensor* const> in,
-                     std::span<Tensor* const> out, const KernelContext& ctx) {
+                     std::span<Tensor* const> out, const KernelContext&) {
   switch (in[0]->dtype()) {
     case DType::kFloat32:
-      return SoftmaxTyped<float, kLog>(node, *in[0], *out[0], ctx);
+      return SoftmaxTyped<float, kLog>(node, *in[0], *out[0]);
     case DType::kFloat64:
-      return SoftmaxTyped<double, kLog>(node, *in[0], *out[0], ctx);
+      return SoftmaxTyped<double, kLog>(node, *in[0], *out[0]);
     default:
       return UnsupportedType(node, in[0]->dtype());
   }
@@ -426,14 +458,6 @@ int64_t MatMulWorkspace(const Node& node, std::span<const OperandType> in,
   return GemmWorkspaceBytes(d.folded ? d.batches * d.m : d.m, d.n, d.k, elem);
 }
 
-int64_t SoftmaxWorkspace(const Node& node, std::span<const OperandType> in,
-                         std::span<const OperandType>) {
-  if (in.empty() || !in[0].shape) return 0;
-  const Shape& s = *in[0].shape;
-  auto axis = NormalizeAxis(node.GetInt("axis", -1), static_cast<int64_t>(s.size()));
-  return axis.ok() ? static_cast<int64_t>(sizeof(double)) * s[*axis] : 0;
-}
-
 // SoftmaxGrad_13 (dY, Y): dX = Y * (dY - sum(dY * Y)).
 // LogSoftmaxGrad_13 (dY, Y) with Y = log_softmax: dX = dY - exp(Y) * sum(dY).
 template <class T, bool kLog>
@@ -450,11 +474,22 @@ Status SoftmaxGradTyped(const Node& node, const Tensor& DY, const Tensor& Y, Ten
       int64_t p = base + j * stride;
       s += kLog ? static_cast<double>(dy[p]) : static_cast<double>(dy[p]) * y[p];
     }
-    for (int64_t j = 0; j < n; ++j) {
-      int64_t p = base + j * stride;
-      double v = kLog ? dy[p] - std::exp(static_cast<double>(y[p])) * s
-                      : static_cast<double>(y[p]) * (dy[p] - s);
-      dx[p] = static_cast<T>(v);
+    if (!kLog) {
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t p = base + j * stride;
+        dx[p] = static_cast<T>(static_cast<double>(y[p]) * (dy[p] - s));
+      }
+      return;
+    }
+    T e[kBlock] = {};
+    for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+      const int64_t len = std::min(kBlock, n - j0);
+      for (int64_t k = 0; k < len; ++k) e[k] = y[base + (j0 + k) * stride];
+      vmath::Exp(e, e, len);
+      for (int64_t k = 0; k < len; ++k) {
+        const int64_t p = base + (j0 + k) * stride;
+        dx[p] = static_cast<T>(dy[p] - static_cast<double>(e[k]) * s);
+      }
     }
   });
   return Status::Ok();
@@ -595,13 +630,17 @@ Status ReduceTyped(const Node& node, const Tensor& X, const Tensor* axes_input, 
   if (leading_reduced) {
     // Reduced dims all before the kept ones ([R, O] view): sweep rows so memory is read in order.
     // Same per-output order (r ascending) as the general path.
+    // Threads take ranges of outputs, each swept over every row; at least 1024 outputs per range,
+    // so that each row is read in stretches the prefetcher follows.
     Acc* acc = WorkspaceArray<Acc>(ctx);
-    std::fill_n(acc, out_n, R::Init());
-    for (int64_t r = 0; r < red_n; ++r) {
-      const T* row = x + r * out_n;
-      for (int64_t o = 0; o < out_n; ++o) acc[o] = R::Step(acc[o], row[o]);
-    }
-    for (int64_t o = 0; o < out_n; ++o) y[o] = R::Finish(acc[o], red_n);
+    ParallelFor(out_n, std::max<int64_t>(RowGrain(red_n), 1024), [&](int64_t begin, int64_t end) {
+      std::fill(acc + begin, acc + end, R::Init());
+      for (int64_t r = 0; r < red_n; ++r) {
+        const T* row = x + r * out_n;
+        for (int64_t o = begin; o < end; ++o) acc[o] = R::Step(acc[o], row[o]);
+      }
+      for (int64_t o = begin; o < end; ++o) y[o] = R::Finish(acc[o], red_n);
+    });
     return Status::Ok();
   }
   // General path: offsets of the kept and of the reduced index combinations.
@@ -625,12 +664,14 @@ Status ReduceTyped(const Node& node, const Tensor& X, const Tensor* axes_input, 
   int64_t* red_offs = out_offs + out_n;
   offsets(false, out_n, out_offs);
   offsets(true, red_n, red_offs);
-  for (int64_t o = 0; o < out_n; ++o) {
-    Acc acc = R::Init();
-    const T* base = x + out_offs[o];
-    for (int64_t r = 0; r < red_n; ++r) acc = R::Step(acc, base[red_offs[r]]);
-    y[o] = R::Finish(acc, red_n);
-  }
+  ParallelFor(out_n, RowGrain(red_n), [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      Acc acc = R::Init();
+      const T* base = x + out_offs[o];
+      for (int64_t r = 0; r < red_n; ++r) acc = R::Step(acc, base[red_offs[r]]);
+      y[o] = R::Finish(acc, red_n);
+    }
+  });
   return Status::Ok();
 }
 
@@ -689,9 +730,7 @@ struct CumSumAcc<int64_t> {
 template <class T>
 void CumSumTyped(const T* x, T* y, const AxisLayout& l, bool exclusive, bool reverse) {
   using Acc = typename CumSumAcc<T>::type;
-  for (int64_t o = 0; o < l.outer; ++o)
-    for (int64_t i = 0; i < l.inner; ++i) {
-      const int64_t base = o * l.n * l.inner + i;
+  ForEachLane(l, [&](int64_t base, int64_t, int64_t) {
       Acc acc = 0;
       for (int64_t step = 0; step < l.n; ++step) {
         const int64_t at = base + (reverse ? l.n - 1 - step : step) * l.inner;
@@ -704,7 +743,7 @@ void CumSumTyped(const T* x, T* y, const AxisLayout& l, bool exclusive, bool rev
           y[at] = static_cast<T>(acc);
         }
       }
-    }
+  });
 }
 
 Status CumSumKernel(const Node& node, std::span<const Tensor* const> in,
@@ -773,7 +812,8 @@ Status LayerNormKernel(const Node& node, std::span<const Tensor* const> in,
   float* y = out[0]->data<float>();
   float* mean_out = out.size() > 1 && out[1]->numel() == rows ? out[1]->data<float>() : nullptr;
   float* inv_out = out.size() > 2 && out[2]->numel() == rows ? out[2]->data<float>() : nullptr;
-  for (int64_t r = 0; r < rows; ++r) {
+  ParallelFor(rows, RowGrain(cols), [&](int64_t row_begin, int64_t row_end) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
     const float* xr = x + r * cols;
     double sum = 0;
     for (int64_t j = 0; j < cols; ++j) sum += xr[j];
@@ -793,6 +833,7 @@ Status LayerNormKernel(const Node& node, std::span<const Tensor* const> in,
     if (mean_out) mean_out[r] = static_cast<float>(mean);
     if (inv_out) inv_out[r] = static_cast<float>(inv);
   }
+  });
   return Status::Ok();
 }
 
@@ -800,8 +841,12 @@ Status LayerNormKernel(const Node& node, std::span<const Tensor* const> in,
 // xhat = (x - mean) * inv and g = dY * scale:
 //   dX = inv * (g - mean(g) - xhat * mean(g * xhat));  dscale = sum_rows dY * xhat;
 //   dbias = sum_rows dY.
-// Row sums and the column sums over rows accumulate in double, rows in order.
-// Workspace: dscale, dbias, xhat and g, `cols` doubles each.
+// Row sums accumulate in double. Rows run in chunks of RowGrain(cols) (fixed by the shape); each
+// chunk sums its rows' dY * xhat and dY per column in double, in row order, into its own slice of
+// the workspace, and the chunks' partial sums are then added per column in chunk order: the same
+// bits at any thread count (and the sequential sums when the rows fit one chunk). xhat and g are
+// recomputed in the dX loop rather than stored.
+// Workspace (LayerNormGradWorkspace): 2 * cols doubles per chunk of rows.
 Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
                            std::span<Tensor* const> out, const KernelContext& ctx) {
   const Tensor& X = *in[1];
@@ -827,35 +872,47 @@ Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
   const float* mean = mean_t ? mean_t->data<float>() : nullptr;
   const float* inv = inv_t->data<float>();
   float* dx = out[0]->data<float>();
-  double* dscale = WorkspaceArray<double>(ctx);
-  double* dbias = dscale + cols;
-  double* xhat = dbias + cols;
-  double* g = xhat + cols;
-  std::fill_n(dscale, 2 * cols, 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    const float* dyr = dy + r * cols;
-    double m = mean ? mean[r] : 0.0, iv = inv[r];
-    double s1 = 0, s2 = 0;
-    for (int64_t j = 0; j < cols; ++j) {
-      xhat[j] = (xr[j] - m) * iv;
-      g[j] = static_cast<double>(dyr[j]) * scale[j];
-      s1 += g[j];
-      s2 += g[j] * xhat[j];
-      dscale[j] += static_cast<double>(dyr[j]) * xhat[j];
-      dbias[j] += dyr[j];
+  double* partial = WorkspaceArray<double>(ctx);
+  const int64_t grain = RowGrain(cols);
+  ParallelChunks(rows, grain, [&](int64_t chunk, int64_t row_begin, int64_t row_end) {
+    double* ds = partial + chunk * 2 * cols;
+    double* db = ds + cols;
+    std::fill_n(ds, 2 * cols, 0.0);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const float* xr = x + r * cols;
+      const float* dyr = dy + r * cols;
+      const double m = mean ? mean[r] : 0.0, iv = inv[r];
+      double s1 = 0, s2 = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        const double xhat = (xr[j] - m) * iv;
+        const double g = static_cast<double>(dyr[j]) * scale[j];
+        s1 += g;
+        s2 += g * xhat;
+        ds[j] += static_cast<double>(dyr[j]) * xhat;
+        db[j] += dyr[j];
+      }
+      // RMSNorm has no mean subtraction, so no mean(g) term.
+      const double c1 = simplified ? 0.0 : s1 / static_cast<double>(cols);
+      const double c2 = s2 / static_cast<double>(cols);
+      float* dxr = dx + r * cols;
+      for (int64_t j = 0; j < cols; ++j) {
+        const double g = static_cast<double>(dyr[j]) * scale[j];
+        dxr[j] = static_cast<float>(iv * (g - c1 - ((xr[j] - m) * iv) * c2));
+      }
     }
-    // RMSNorm has no mean subtraction, so no mean(g) term.
-    double c1 = simplified ? 0.0 : s1 / static_cast<double>(cols);
-    double c2 = s2 / static_cast<double>(cols);
-    float* dxr = dx + r * cols;
-    for (int64_t j = 0; j < cols; ++j) dxr[j] = static_cast<float>(iv * (g[j] - c1 - xhat[j] * c2));
-  }
-  for (size_t k = 1; k < out.size(); ++k) {
-    if (out[k]->numel() != cols) continue;
-    const double* src = k == 1 ? dscale : dbias;
-    float* o = out[k]->data<float>();
-    for (int64_t j = 0; j < cols; ++j) o[j] = static_cast<float>(src[j]);
+  });
+  float* dscale = out.size() > 1 && out[1]->numel() == cols ? out[1]->data<float>() : nullptr;
+  float* dbias = out.size() > 2 && out[2]->numel() == cols ? out[2]->data<float>() : nullptr;
+  if (!dscale && !dbias) return Status::Ok();
+  const int64_t chunks = NumChunks(rows, grain);
+  for (int64_t j = 0; j < cols; ++j) {
+    double ds = 0, db = 0;
+    for (int64_t k = 0; k < chunks; ++k) {
+      ds += partial[k * 2 * cols + j];
+      db += partial[k * 2 * cols + cols + j];
+    }
+    if (dscale) dscale[j] = static_cast<float>(ds);
+    if (dbias) dbias[j] = static_cast<float>(db);
   }
   return Status::Ok();
 }
@@ -866,7 +923,8 @@ int64_t LayerNormGradWorkspace(const Node& node, std::span<const OperandType> in
   const Shape& s = *in[1].shape;
   auto axis = NormalizeAxis(node.GetInt("axis", -1), static_cast<int64_t>(s.size()));
   if (!axis.ok()) return 0;
-  return 4 * static_cast<int64_t>(sizeof(double)) * SplitAt(s, *axis).second;
+  auto [rows, cols] = SplitAt(s, *axis);
+  return 2 * static_cast<int64_t>(sizeof(double)) * cols * NumChunks(rows, RowGrain(cols));
 }
 
 // com.microsoft SimplifiedLayerNormalization (X, scale) -> (Y[, inv_std_var]), RMSNorm over dims
@@ -887,7 +945,8 @@ Status SimplifiedLayerNormKernel(const Node& node, std::span<const Tensor* const
   float* y = out[0]->data<float>();
   float* inv_out = out.size() > 1 && out[1]->numel() == rows ? out[1]->data<float>() : nullptr;
   using Mean = Reducer<float, ReduceOp::kMean>;
-  for (int64_t r = 0; r < rows; ++r) {
+  ParallelFor(rows, RowGrain(cols), [&](int64_t row_begin, int64_t row_end) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
     const float* xr = x + r * cols;
     Mean::Acc acc = Mean::Init();
     for (int64_t j = 0; j < cols; ++j) {
@@ -904,6 +963,7 @@ Status SimplifiedLayerNormKernel(const Node& node, std::span<const Tensor* const
     }
     if (inv_out) inv_out[r] = inv;
   }
+  });
   return Status::Ok();
 }
 
@@ -955,8 +1015,11 @@ StatusOr<CeTargets> CheckCeTargets(const Node& node, const Tensor& labels, int64
 // SoftmaxCrossEntropyLoss (scores, labels[, weights]) -> (loss[, log_prob]). loss_i =
 // -w[label_i] * log_softmax(scores_i)[label_i], 0 for ignored targets; "mean" divides the sum by
 // the sum of the non-ignored targets' weights, and is 0 (not NaN) when every target is ignored.
+// log_softmax as LogSoftmax computes it (ExpShiftedSum, one pass for the max, one for the sum,
+// one for the outputs). Targets run on the threads; each keeps its loss in the workspace (one
+// double per target) and the sum over targets runs afterwards, in target order.
 Status SoftmaxCrossEntropyKernel(const Node& node, std::span<const Tensor* const> in,
-                                 std::span<Tensor* const> out, const KernelContext&) {
+                                 std::span<Tensor* const> out, const KernelContext& ctx) {
   const Tensor& S = *in[0];
   if (S.dtype() != DType::kFloat32) return UnsupportedType(node, S.dtype());
   ASSIGN_OR_RETURN(CeLayout l, CeLayoutOf(node, S, *in[1]));
@@ -972,28 +1035,25 @@ Status SoftmaxCrossEntropyKernel(const Node& node, std::span<const Tensor* const
                           ShapeToString(out[0]->shape()) + ", not f32 with " +
                           std::to_string(reduction == "none" ? l.n * l.inner : 1) + " elements");
   float* loss = out[0]->data<float>();
-  double total = 0, weight_sum = 0;
-  for (int64_t n = 0; n < l.n; ++n) {
-    for (int64_t i = 0; i < l.inner; ++i) {
-      int64_t base = n * l.c * l.inner + i;
-      double m = -std::numeric_limits<double>::infinity();
-      for (int64_t c = 0; c < l.c; ++c) m = std::max(m, static_cast<double>(s[base + c * l.inner]));
-      double sum = 0;
-      for (int64_t c = 0; c < l.c; ++c) sum += std::exp(s[base + c * l.inner] - m);
-      double log_sum = std::log(sum);
-      auto lp = [&](int64_t c) { return (s[base + c * l.inner] - m) - log_sum; };
+  double* row_loss = WorkspaceArray<double>(ctx);
+  const int64_t targets = l.n * l.inner;
+  ParallelFor(targets, RowGrain(l.c), [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t base = (k / l.inner) * l.c * l.inner + k % l.inner;
+      const float m = LaneMax(s + base, l.inner, l.c);
+      const double log_sum = std::log(ExpShiftedSum<float>(s + base, l.inner, l.c, m, nullptr));
+      auto lp = [&](int64_t c) { return (static_cast<double>(s[base + c * l.inner]) - m) - log_sum; };
       if (log_prob)
         for (int64_t c = 0; c < l.c; ++c) log_prob[base + c * l.inner] = static_cast<float>(lp(c));
-      const int64_t k = n * l.inner + i, t = target[k];
-      double li = 0;
-      if (t >= 0) {
-        double wk = w ? w[t] : 1.0;
-        li = -lp(t) * wk;
-        weight_sum += wk;
-      }
-      total += li;
-      if (reduction == "none") loss[k] = static_cast<float>(li);
+      const int64_t t = target[k];
+      row_loss[k] = t >= 0 ? -lp(t) * (w ? w[t] : 1.0) : 0.0;
     }
+  });
+  double total = 0, weight_sum = 0;
+  for (int64_t k = 0; k < targets; ++k) {
+    if (const int64_t t = target[k]; t >= 0) weight_sum += w ? w[t] : 1.0;
+    total += row_loss[k];
+    if (reduction == "none") loss[k] = static_cast<float>(row_loss[k]);
   }
   if (reduction == "sum") loss[0] = static_cast<float>(total);
   if (reduction == "mean")
@@ -1029,20 +1089,36 @@ Status SoftmaxCrossEntropyGradKernel(const Node& node, std::span<const Tensor* c
       if (const int64_t t = target[k]; t >= 0) weight_sum += w ? w[t] : 1.0;
     scale = weight_sum == 0 ? 0.0 : scale / weight_sum;
   }
-  for (int64_t n = 0; n < l.n; ++n) {
-    for (int64_t i = 0; i < l.inner; ++i) {
-      int64_t k = n * l.inner + i, base = n * l.c * l.inner + i;
+  const bool none = reduction == "none";
+  ParallelFor(l.n * l.inner, RowGrain(l.c), [&](int64_t begin, int64_t end) {
+    float e[kBlock] = {};
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t base = (k / l.inner) * l.c * l.inner + k % l.inner;
       const int64_t t = target[k];
       double g = 0;
-      if (t >= 0) g = (w ? w[t] : 1.0) * (reduction == "none" ? dy[k] : scale);
-      for (int64_t c = 0; c < l.c; ++c) {
-        int64_t p = base + c * l.inner;
-        double v = g == 0 ? 0.0 : (std::exp(static_cast<double>(lp[p])) - (c == t)) * g;
-        ds[p] = static_cast<float>(v);
+      if (t >= 0) g = (w ? w[t] : 1.0) * (none ? dy[k] : scale);
+      for (int64_t c0 = 0; c0 < l.c; c0 += kBlock) {
+        const int64_t len = std::min(kBlock, l.c - c0);
+        for (int64_t j = 0; j < len; ++j) e[j] = lp[base + (c0 + j) * l.inner];
+        if (g != 0) vmath::Exp(e, e, len);
+        for (int64_t j = 0; j < len; ++j) {
+          const int64_t c = c0 + j;
+          const double v = g == 0 ? 0.0 : (static_cast<double>(e[j]) - (c == t)) * g;
+          ds[base + c * l.inner] = static_cast<float>(v);
+        }
       }
     }
-  }
+  });
   return Status::Ok();
+}
+
+// One double per target: SoftmaxCrossEntropyKernel's per-target losses.
+int64_t SoftmaxCrossEntropyWorkspace(const Node&, std::span<const OperandType> in,
+                                     std::span<const OperandType>) {
+  if (in.empty() || !in[0].shape || in[0].shape->size() < 2) return 0;
+  const Shape& s = *in[0].shape;
+  const int64_t c = s[1];
+  return c > 0 ? static_cast<int64_t>(sizeof(double)) * (NumElements(s) / c) : 0;
 }
 
 }  // namespace
@@ -1051,14 +1127,13 @@ void RegisterMathWorkspaces(CpuWorkspaceTable& table) {
   table.Add("", "MatMul", MatMulWorkspace);
   table.Add(kMs, "FusedMatMul", MatMulWorkspace);
   table.Add("", "Gemm", MatMulWorkspace);
-  table.Add("", "Softmax", SoftmaxWorkspace);
-  table.Add("", "LogSoftmax", SoftmaxWorkspace);
+  table.Add("", "SoftmaxCrossEntropyLoss", SoftmaxCrossEntropyWorkspace);
+  table.Add(kMs, "LayerNormalizationGrad", LayerNormGradWorkspace);
+  table.Add(kMs, "SimplifiedLayerNormalizationGrad", LayerNormGradWorkspace);
   for (const char* op :
        {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
     table.Add("", op, ReduceWorkspace);
-  table.Add(kMs, "LayerNormalizationGrad", LayerNormGradWorkspace);
-  table.Add(kMs, "SimplifiedLayerNormalizationGrad", LayerNormGradWorkspace);
 }
 
 void RegisterMathKernels(CpuKernelTable& table) {

@@ -6,8 +6,11 @@
 //
 // Every output is written in full with `=`; the scatter-adds of the gradient ops (GatherGrad,
 // GatherElementsGrad, GatherNDGrad) first zero their output and then accumulate `+=` in index
-// order, one thread, so repeated indices sum in a fixed order and the bits never change between
-// runs.
+// order, so repeated indices sum in a fixed order and the bits never change between runs.
+//
+// Threads (kernels/cpu/parallel.h): the strided copy cuts its rows into chunks fixed by the shape;
+// Gather cuts its output rows; GatherGrad cuts the columns (each element keeps its index order).
+// Each chunk writes only its own outputs, so the bits do not depend on the thread count.
 #include "compiler/ops/shape_ops.h"
 
 #include <algorithm>
@@ -15,6 +18,7 @@
 
 #include "compiler/op_schema.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/cpu/parallel.h"
 
 namespace foundry {
 namespace {
@@ -67,26 +71,42 @@ void StridedCopyT(T* dst, const View& dv, const T* src, const View& sv, const Sh
     dst[dv.base] = src[sv.base];
     return;
   }
+  // Rows of the innermost dimension, in chunks on the kernels' threads; each chunk starts from its
+  // first row's index.
   const int64_t inner = shape[r - 1], di = dv.strides[r - 1], si = sv.strides[r - 1];
-  std::vector<int64_t> idx(r - 1, 0);
-  int64_t d = dv.base, s = sv.base;
-  while (true) {
-    if (di == 1 && si == 1) {
-      std::memcpy(dst + d, src + s, inner * sizeof(T));
-    } else {
-      for (int64_t j = 0; j < inner; ++j) dst[d + j * di] = src[s + j * si];
+  ParallelFor(NumElements(shape) / inner, RowGrain(inner), [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> idx(r - 1, 0);
+    int64_t d = dv.base, s = sv.base;
+    for (int64_t k = static_cast<int64_t>(r) - 2, q = begin; k >= 0; --k) {
+      idx[k] = q % shape[k];
+      q /= shape[k];
+      d += idx[k] * dv.strides[k];
+      s += idx[k] * sv.strides[k];
     }
-    int64_t k = static_cast<int64_t>(r) - 2;
-    for (; k >= 0; --k) {
-      d += dv.strides[k];
-      s += sv.strides[k];
-      if (++idx[k] < shape[k]) break;
-      d -= dv.strides[k] * shape[k];
-      s -= sv.strides[k] * shape[k];
-      idx[k] = 0;
+    for (int64_t row = begin; row < end; ++row) {
+      if (di == 1 && si == 1) {
+        std::memcpy(dst + d, src + s, inner * sizeof(T));
+      } else {
+        for (int64_t j = 0; j < inner; ++j) dst[d + j * di] = src[s + j * si];
+      }
+      for (int64_t k = static_cast<int64_t>(r) - 2; k >= 0; --k) {
+        d += dv.strides[k];
+        s += sv.strides[k];
+        if (++idx[k] < shape[k]) break;
+        d -= dv.strides[k] * shape[k];
+        s -= sv.strides[k] * shape[k];
+        idx[k] = 0;
+      }
     }
-    if (k < 0) return;
-  }
+  });
+}
+
+// memset(dst, 0, bytes) in chunks on the kernels' threads.
+void ParallelZero(void* dst, int64_t bytes) {
+  auto* p = static_cast<uint8_t*>(dst);
+  ParallelFor(bytes, 4 * kElementGrain, [&](int64_t begin, int64_t end) {
+    std::memset(p + begin, 0, end - begin);
+  });
 }
 
 // For every index tuple i over `shape`: dst[dv.base + i·dv.strides] = src[sv.base + i·sv.strides].
@@ -426,7 +446,7 @@ Status SliceGradKernel(const Node& node, Inputs in, Outputs out, const KernelCon
     return Fail(node, "dY has shape " + ShapeToString(dy.shape()) + " but slicing " +
                           ShapeToString(shape) + " gives " + ShapeToString(view.second));
   // Slice positions are distinct (steps are nonzero), so a plain copy after zeroing suffices.
-  std::memset(out[0]->raw(), 0, out[0]->nbytes());
+  ParallelZero(out[0]->raw(), out[0]->nbytes());
   StridedCopy(*out[0], view.first, dy, Dense(dy.shape()), dy.shape());
   return Status::Ok();
 }
@@ -493,23 +513,29 @@ Status GatherKernel(const Node& node, Inputs in, Outputs out, const KernelContex
   const size_t row_bytes = g.inner * DTypeSize(x.dtype());
   const auto* src = static_cast<const uint8_t*>(x.raw());
   auto* dst = static_cast<uint8_t*>(out[0]->raw());
-  for (int64_t o = 0; o < g.outer; ++o)
-    for (int64_t j = 0; j < n; ++j)
-      std::memcpy(dst + (o * n + j) * row_bytes, src + (o * g.dim + Row(idx, j, g)) * row_bytes,
-                  row_bytes);
+  ParallelFor(g.outer * n, RowGrain(g.inner), [&](int64_t begin, int64_t end) {
+    for (int64_t on = begin; on < end; ++on) {
+      const int64_t o = on / n, j = on % n;
+      std::memcpy(dst + on * row_bytes, src + (o * g.dim + Row(idx, j, g)) * row_bytes, row_bytes);
+    }
+  });
   return Status::Ok();
 }
 
+// Threads take ranges of the inner (column) index: every output element still receives its rows
+// of dY in index order, whatever the thread count.
 template <class T>
 void GatherGradT(const GatherDims& g, const Tensor& idx, const T* dy, T* dx) {
   const int64_t n = idx.numel();
-  std::fill(dx, dx + g.outer * g.dim * g.inner, T(0));
-  for (int64_t o = 0; o < g.outer; ++o)
-    for (int64_t j = 0; j < n; ++j) {
-      const T* s = dy + (o * n + j) * g.inner;
-      T* d = dx + (o * g.dim + Row(idx, j, g)) * g.inner;
-      for (int64_t i = 0; i < g.inner; ++i) d[i] += s[i];
-    }
+  ParallelZero(dx, g.outer * g.dim * g.inner * static_cast<int64_t>(sizeof(T)));
+  ParallelFor(g.inner, RowGrain(g.outer * n), [&](int64_t begin, int64_t end) {
+    for (int64_t o = 0; o < g.outer; ++o)
+      for (int64_t j = 0; j < n; ++j) {
+        const T* s = dy + (o * n + j) * g.inner;
+        T* d = dx + (o * g.dim + Row(idx, j, g)) * g.inner;
+        for (int64_t i = begin; i < end; ++i) d[i] += s[i];
+      }
+  });
 }
 
 // GatherGrad (shape, indices, dY) -> dX: rows of dY added into zeros, indices in order.

@@ -40,18 +40,16 @@ std::vector<Case> Cases() {
   constexpr char kMs[] = "com.microsoft";
   std::vector<Case> cases;
   Tensor x35 = RandomTensor({3, 5}, 1);
-  cases.push_back({"softmax_last_axis",
-                   MakeNode("Softmax", {"x"}, {"y"}, {{"axis", Int(-1)}}),
-                   {{"x", x35}},
-                   5 * 8});
-  cases.push_back({"softmax_axis0",
-                   MakeNode("Softmax", {"x"}, {"y"}, {{"axis", Int(0)}}),
-                   {{"x", x35}},
+  // One double per target: 3 targets; then [N, C, inner] = [2, 5, 3], 2 x 3 targets.
+  cases.push_back({"softmaxcrossentropy",
+                   MakeNode("SoftmaxCrossEntropyLoss", {"x", "labels"}, {"loss", "log_prob"}),
+                   {{"x", x35}, {"labels", I64({3}, {0, 4, 2})}},
                    3 * 8});
-  cases.push_back({"logsoftmax_f64",
-                   MakeNode("LogSoftmax", {"x"}, {"y"}, {{"axis", Int(1)}}),
-                   {{"x", F64(RandomTensor({2, 7, 4}, 2))}},
-                   7 * 8});
+  cases.push_back({"softmaxcrossentropy_inner",
+                   MakeNode("SoftmaxCrossEntropyLoss", {"x", "labels"}, {"loss"},
+                            {{"reduction", Attribute::String("none")}}),
+                   {{"x", RandomTensor({2, 5, 3}, 2)}, {"labels", I64({2, 3}, {0, 1, 2, 3, 4, 0})}},
+                   6 * 8});
   Tensor x46 = RandomTensor({4, 6}, 3, 0.5f, 1.5f);
   // Trailing axes reduced: the general path (offset tables, 4 + 6 slots).
   cases.push_back({"reducesum_trailing",
@@ -69,6 +67,8 @@ std::vector<Case> Cases() {
                    MakeNode("ReduceLogSumExp", {"x"}, {"y"}, {{"axes", Ints({1})}}),
                    {{"x", RandomTensor({2, 3, 4}, 4)}},
                    (8 + 3) * 8});
+  // dscale and dbias partial sums, 2 x 8 doubles per chunk of rows: 3 rows of 8 are one chunk
+  // (RowGrain(8) = 4096 rows); 5000 rows of 8 are two.
   Tensor x38 = RandomTensor({3, 8}, 5), dy38 = RandomTensor({3, 8}, 6);
   Tensor scale = RandomTensor({8}, 7), mean = RandomTensor({3}, 8);
   Tensor inv = RandomTensor({3}, 9, 0.5f, 2.f);
@@ -76,12 +76,15 @@ std::vector<Case> Cases() {
                    MakeNode("LayerNormalizationGrad", {"dy", "x", "scale", "mean", "inv"},
                             {"dx", "dscale", "dbias"}, {{"axis", Int(-1)}}, kMs),
                    {{"dy", dy38}, {"x", x38}, {"scale", scale}, {"mean", mean}, {"inv", inv}},
-                   4 * 8 * 8});
-  cases.push_back({"simplifiedlayernormgrad",
+                   2 * 8 * 8});
+  cases.push_back({"simplifiedlayernormgrad_two_chunks",
                    MakeNode("SimplifiedLayerNormalizationGrad", {"dy", "x", "scale", "inv"},
                             {"dx", "dscale"}, {{"axis", Int(-1)}}, kMs),
-                   {{"dy", dy38}, {"x", x38}, {"scale", scale}, {"inv", inv}},
-                   4 * 8 * 8});
+                   {{"dy", RandomTensor({5000, 8}, 6)},
+                    {"x", RandomTensor({5000, 8}, 5)},
+                    {"scale", scale},
+                    {"inv", RandomTensor({5000}, 9, 0.5f, 2.f)}},
+                   2 * 2 * 8 * 8});
   // [2, 3] padded to [3, 5]: 3 + 5 index-map entries.
   cases.push_back({"pad_reflect",
                    MakeNode("Pad", {"x", "pads"}, {"y"}, {{"mode", Attribute::String("reflect")}}),
@@ -191,20 +194,21 @@ TEST(WorkspaceTableTest, OpsWithoutScratchNeedNone) {
     v.shape = {64, 64};
     v.rank_known = true;
   }
-  for (const char* op : {"MatMul", "Add", "Gather", "Transpose", "SoftmaxCrossEntropyLoss"})
+  // Softmax keeps its exponentials in its output, LayerNormalizationGrad recomputes xhat.
+  for (const char* op : {"MatMul", "Add", "Gather", "Transpose", "Softmax", "LogSoftmax"})
     EXPECT_EQ(CpuWorkspaceBytes(g, MakeNode(op, {"a", "b"}, {"a"})), 0) << op;
 }
 
 // A kernel never overflows silently: with no workspace at all a scratch kernel is an error, and
 // the message names the node.
 TEST(WorkspaceTableTest, NoWorkspaceIsAnErrorNotAnOverflow) {
-  Tensor x = RandomTensor({2, 4}, 11), y(DType::kFloat32, {2, 4});
-  const Tensor* ins[] = {&x};
+  Tensor x = RandomTensor({2, 4}, 11), labels = I64({2}, {1, 3}), y(DType::kFloat32, {});
+  const Tensor* ins[] = {&x, &labels};
   Tensor* outs[] = {&y};
-  Node n = MakeNode("Softmax", {"x"}, {"y"}, {}, "", "attn_probs");
+  Node n = MakeNode("SoftmaxCrossEntropyLoss", {"x", "labels"}, {"y"}, {}, "", "loss");
   Status st = RunCpuKernel(n, ins, outs, {});
   EXPECT_EQ(st.message(), n.Describe() +
-                              ": the cpu kernel needs 32 bytes of workspace but was given 0 (plan "
+                              ": the cpu kernel needs 16 bytes of workspace but was given 0 (plan "
                               "the node's workspace with CpuWorkspaceBytes)");
 }
 
