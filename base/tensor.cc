@@ -268,16 +268,18 @@ bool NoAllOnesExponent(const void* data, int64_t n) {
 
 }  // namespace
 
-bool AllFinite(const Tensor& t) {
-  switch (t.dtype()) {
+bool AllFinite(const Tensor& t) { return AllFinite(t.dtype(), t.raw(), t.numel()); }
+
+bool AllFinite(DType dtype, const void* data, int64_t n) {
+  switch (dtype) {
     case DType::kFloat32:
-      return NoAllOnesExponent<uint32_t, 0x7F800000u>(t.raw(), t.numel());
+      return NoAllOnesExponent<uint32_t, 0x7F800000u>(data, n);
     case DType::kFloat64:
-      return NoAllOnesExponent<uint64_t, 0x7FF0000000000000ull>(t.raw(), t.numel());
+      return NoAllOnesExponent<uint64_t, 0x7FF0000000000000ull>(data, n);
     case DType::kFloat16:
-      return NoAllOnesExponent<uint16_t, 0x7C00>(t.raw(), t.numel());
+      return NoAllOnesExponent<uint16_t, 0x7C00>(data, n);
     case DType::kBFloat16:
-      return NoAllOnesExponent<uint16_t, 0x7F80>(t.raw(), t.numel());
+      return NoAllOnesExponent<uint16_t, 0x7F80>(data, n);
     default:
       return true;
   }

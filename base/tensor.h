@@ -148,5 +148,7 @@ class Tensor {
 // False when a floating-point tensor (f32, f64, f16, bf16) holds a NaN or an infinity; true for
 // every other dtype.
 bool AllFinite(const Tensor& t);
+// The same over n elements of `dtype` at data (a part of a tensor; no Tensor made).
+bool AllFinite(DType dtype, const void* data, int64_t n);
 
 }  // namespace foundry

@@ -108,9 +108,12 @@ PY
 }
 # One foundry process: KEY THREADS NAME SEQ TARGET STEPS -> a line in $results.
 foundry_once() {
-  local key=$1 t=$2 prefix=$tmp/$3_$4_$5 feeds=$tmp/$3_$4 n=$6
+  local key=$1 t=$2 prefix=$tmp/$3_$4_$5 feeds=$tmp/$3_$4 n=$6 profile=()
   [[ -f $prefix.plan ]] || return 0
-  if ! env -u OPENBLAS_CORETYPE "$run" "$prefix" --steps $((warmup + n)) --threads "$t" \
+  # The checkpointing rows also time each node (--profile: two clock reads per node), which
+  # gives the time the recompute nodes take in the step directly.
+  [[ $key == ckpt:* ]] && profile=(--profile)
+  if ! env -u OPENBLAS_CORETYPE "$run" "$prefix" --steps $((warmup + n)) --threads "$t" "${profile[@]}" \
       --feed "input_ids=$feeds.input_ids.pb" --feed "labels=$feeds.labels.pb" \
       --report-json "$tmp/f.json" > "$tmp/f.log" 2>&1; then
     echo "step_vs_torch26: warning: foundry-run $prefix --threads $t failed:" >&2
@@ -123,9 +126,12 @@ foundry_once() {
 import json, sys
 d = json.load(open(sys.argv[1]))
 w = int(sys.argv[4])
-print(json.dumps({"side": "foundry", "key": sys.argv[2], "setting": f"{d['threads']} threads",
-                  "threads": int(sys.argv[3]), "blas_core": sys.argv[5],
-                  "step_ms": d["step_ms"][w:]}))
+rec = {"side": "foundry", "key": sys.argv[2], "setting": f"{d['threads']} threads",
+       "threads": int(sys.argv[3]), "blas_core": sys.argv[5], "step_ms": d["step_ms"][w:]}
+if "profile" in d:
+    rec["recompute_ms"] = d["profile"]["recompute_ms"]
+    rec["graph_ms"] = d["profile"]["graph_ms"]
+print(json.dumps(rec))
 PY
 }
 # One PyTorch process: KEY NAME SEQ TORCH_THREADS BLAS_THREADS TARGET STEPS -> a line in $results.
@@ -283,6 +289,11 @@ def report(target):
     return json.load(open(p)) if os.path.exists(p) else None
 plain = report("none")
 plain_flops = plain["flops"]["forward"] + plain["flops"]["backward"] if plain else None
+def profiled(key, field):
+    return med([d[field] for d in recs
+                if d["side"] == "foundry" and d["key"] == key and field in d])
+f0, t0 = med(steps_of("foundry", "ckpt:none")), med(steps_of("torch", "ckpt:none"))
+graph_plain = profiled("ckpt:none", "graph_ms")
 print()
 print(f"Activation checkpointing, MPT-125M at seq {ckpt_seq}, {ckpt_threads} thread(s) "
       f"(PyTorch torch 1 x BLAS {ckpt_threads}): every round runs every target on both sides "
@@ -291,11 +302,19 @@ print(f"Activation checkpointing, MPT-125M at seq {ckpt_seq}, {ckpt_threads} thr
       f"compile report over `flops.forward + flops.backward` of the plain compile's"
       f"{f' ({plain_flops / 1e9:.1f} GFLOP)' if plain_flops else ''}. Issue 21: foundry's overhead / "
       f"share within 0.8-1.2 for every target. PyTorch's overhead / share uses foundry's share "
-      f"(the same modules recomputed). `both` = grouped_query_attention + mptmlp.")
+      f"(the same modules recomputed). `both` = grouped_query_attention + mptmlp. "
+      f"Profiled recompute: foundry's checkpointing runs also pass `--profile`, which times every "
+      f"node; `recompute ms` is the mean per step of the nodes the remat pass added (phase "
+      f"`recompute`), the median over rounds, and `profiled overhead` is it over foundry's plain "
+      f"median step: the recompute's own cost, free of the step-to-step noise in the overhead "
+      f"column. The step also runs work no recompute repeats (AdamW, the finite check), so the "
+      f"last foundry column compares per FLOP with the graph alone: (recompute ms / recompute "
+      f"GFLOP) / (plain graph ms / plain GFLOP), the plain graph's profiled time "
+      f"{fmt(graph_plain)} ms of the {fmt(f0)} ms step; 1.0 = the recompute costs per FLOP what "
+      f"the forward and backward do.")
 print()
-print("| target | foundry ms/step | foundry overhead | recompute GFLOP | recompute share | foundry overhead / share | PyTorch ms/step | PyTorch overhead | PyTorch overhead / share |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-f0, t0 = med(steps_of("foundry", "ckpt:none")), med(steps_of("torch", "ckpt:none"))
+print("| target | foundry ms/step | foundry overhead | recompute GFLOP | recompute share | foundry overhead / share | recompute ms (profiled) | profiled overhead | profiled overhead / share | PyTorch ms/step | PyTorch overhead | PyTorch overhead / share | foundry recompute ms/GFLOP / plain graph ms/GFLOP |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for target in targets:
     f, t = med(steps_of("foundry", f"ckpt:{target}")), med(steps_of("torch", f"ckpt:{target}"))
     rep = report(target)
@@ -305,6 +324,12 @@ for target in targets:
     to = t / t0 - 1 if t is not None and t0 else None
     pct = lambda x: "n/a" if x is None else f"{100 * x:+.1f} %"
     by_share = lambda o: "-" if target == "none" else ("n/a" if o is None or not share else f"{o / share:.2f}")
+    pr = profiled(f"ckpt:{target}", "recompute_ms")
+    po = pr / f0 if pr is not None and f0 else None
+    per_flop = ("-" if target == "none" else
+                "n/a" if None in (pr, rc, graph_plain, plain_flops) or not rc or not graph_plain
+                else f"{(pr / rc) / (graph_plain / plain_flops):.2f}")
     print(f"| {target} | {fmt(f)} | {pct(fo)} | {fmt(rc / 1e9 if rc is not None else None, 2)} | "
-          f"{'n/a' if share is None else f'{100 * share:.1f} %'} | {by_share(fo)} | {fmt(t)} | {pct(to)} | {by_share(to)} |")
+          f"{'n/a' if share is None else f'{100 * share:.1f} %'} | {by_share(fo)} | {fmt(pr)} | "
+          f"{pct(po)} | {by_share(po)} | {fmt(t)} | {pct(to)} | {by_share(to)} | {per_flop} |")
 PY

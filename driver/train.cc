@@ -14,6 +14,7 @@
 #include "base/file_util.h"
 #include "base/output_set.h"
 #include "compiler/onnx_import.h"
+#include "compiler/phase.h"
 #include "kernels/cpu/parallel.h"
 #include "passes/fold.h"
 #include "runtime/interpreter.h"
@@ -131,6 +132,10 @@ RunProfile CollectProfile(const Trainer& t, int64_t steps, const RunProfile& pha
     op.op = name;
     op.ms += seconds[i] * per_step;
     ++op.nodes;
+    const std::optional<Phase> phase = PhaseOf(n);
+    (phase == Phase::kRecompute  ? p.recompute_ms
+     : phase == Phase::kBackward ? p.backward_ms
+                                 : p.forward_ms) += seconds[i] * per_step;
   }
   for (auto& [name, op] : by_op) p.ops.push_back(op);
   std::stable_sort(p.ops.begin(), p.ops.end(),
@@ -296,6 +301,9 @@ std::string FormatProfile(const RunProfile& p) {
   out += "  batch " + Format("%.1f", p.batch_ms) + " ms, graph " + Format("%.1f", p.graph_ms) +
          " ms, finite check " + Format("%.1f", p.check_ms) + " ms, optimizer " +
          Format("%.1f", p.optimizer_ms) + " ms\n";
+  out += "  graph by phase: forward " + Format("%.1f", p.forward_ms) + " ms, backward " +
+         Format("%.1f", p.backward_ms) + " ms, recompute " + Format("%.1f", p.recompute_ms) +
+         " ms\n";
   out += "   ms/step   share  nodes  op (graph)\n";
   constexpr size_t kShown = 20;
   double rest_ms = 0;
@@ -334,6 +342,9 @@ std::string RunReportJson(const RunResult& r, int64_t steps) {
     prof["graph_ms"] = p.graph_ms;
     prof["check_ms"] = p.check_ms;
     prof["optimizer_ms"] = p.optimizer_ms;
+    prof["forward_ms"] = p.forward_ms;
+    prof["backward_ms"] = p.backward_ms;
+    prof["recompute_ms"] = p.recompute_ms;
     prof["ops"] = nlohmann::ordered_json::array();
     for (const RunProfile::Op& op : p.ops)
       prof["ops"].push_back({{"op", op.op}, {"ms_per_step", op.ms}, {"nodes", op.nodes}});

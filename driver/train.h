@@ -68,6 +68,9 @@ struct RunMemory {
 struct RunProfile {
   int64_t steps = 0;
   double batch_ms = 0, graph_ms = 0, check_ms = 0, optimizer_ms = 0;
+  // The graph's time by the phase its nodes carry (compiler/phase.h); recompute_ms is what the
+  // checkpointing plan adds to the step. Nodes without a phase mark count as forward.
+  double forward_ms = 0, backward_ms = 0, recompute_ms = 0;
   struct Op {
     std::string op;
     double ms = 0;

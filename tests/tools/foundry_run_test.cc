@@ -171,7 +171,9 @@ TEST_F(FoundryRunTest, Devices) {
   have_gpu = CudaDeviceCount() > 0;
 #endif
   // With a GPU the run goes on (tests/runtime/cuda_training_test.cc covers it).
-  if (!have_gpu) EXPECT_EQ(r.err, Line(want));
+  if (!have_gpu) {
+    EXPECT_EQ(r.err, Line(want));
+  }
   r = Run({Path("mpt"), "--tf32"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, Line("--tf32 is for --device cuda (the CPU computes in exact fp32)"));
@@ -263,8 +265,8 @@ TEST_F(FoundryRunTest, DumpsNeverOverwriteAnInput) {
   fs::copy_file(kFixture + "/inputs/labels.pb", Path("dump_in/loss.pb"));
   ExpectCleanError({Path("mpt"), "--feed", "labels=" + Path("dump_in/loss.pb"), "--dump-outputs",
                     Path("dump_in")},
-                   "--dump-outputs '" + Path("dump_in/loss.pb") + "': writing it would change '" + Path("dump_in/loss.pb") +
-                       "', an input of this run; choose another file");
+                   "--dump-outputs '" + Path("dump_in/loss.pb") + "': writing it would change '" +
+                       Path("dump_in/loss.pb") + "', an input of this run; choose another file");
 }
 
 // lr 1e300 is a finite double, but -lr rounds to -inf in fp32: the first update makes every weight
@@ -616,16 +618,53 @@ TEST_F(FoundryRunTest, ReportJson) {
             s["memory"]["total_planned_bytes"].get<int64_t>());
 }
 
+// --profile: the phases and the per-op table add up to the step's graph time, and the graph's
+// time by phase names what a checkpointed plan recomputes (nothing in the plain plan).
+TEST_F(FoundryRunTest, ProfileAddsUp) {
+  Result c = Exec(kCompile, {kFixture + "/model.onnx", "--dim", "batch=2", "--dim", "seq=16",
+                             "--ckpt", "mptblock", "-o", Path("mpt_block")});
+  ASSERT_EQ(c.code, 0) << c.err;
+  for (const std::string plan : {"mpt", "mpt_block"}) {
+    SCOPED_TRACE(plan);
+    Result r = Run({Path(plan), "--steps", "3", "--profile", "--report-json", Path("prof.json")});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("profile: mean of 2 steps"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("  graph by phase: forward "), std::string::npos) << r.out;
+    const nlohmann::json p = nlohmann::json::parse(ReadWholeFile(Path("prof.json")))["profile"];
+    EXPECT_EQ(p["steps"], 2);
+    const double graph = p["graph_ms"].get<double>();
+    const double phases = p["forward_ms"].get<double>() + p["backward_ms"].get<double>() +
+                          p["recompute_ms"].get<double>();
+    double ops = 0;
+    int64_t nodes = 0;
+    for (const nlohmann::json& op : p["ops"]) {
+      ops += op["ms_per_step"].get<double>();
+      nodes += op["nodes"].get<int64_t>();
+    }
+    EXPECT_GT(nodes, 0);
+    // Node times sum to at most the graph's wall time (the executor's own work is the rest).
+    EXPECT_NEAR(phases, ops, 1e-9 * std::max(1.0, ops));
+    EXPECT_LE(ops, graph * 1.0001 + 1e-3);
+    EXPECT_GT(p["forward_ms"].get<double>(), 0);
+    EXPECT_GT(p["backward_ms"].get<double>(), 0);
+    if (plan == "mpt") {
+      EXPECT_EQ(p["recompute_ms"].get<double>(), 0);
+    } else {
+      EXPECT_GT(p["recompute_ms"].get<double>(), 0);
+    }
+  }
+}
+
 TEST_F(FoundryRunTest, ReportJsonNeverOverwritesAnInput) {
   ExpectCleanError({Path("mpt"), "--report-json", Path("mpt.plan")},
-                   "--report-json '" + Path("mpt.plan") + "': writing it would change '" + Path("mpt.plan") +
-                       "', an input of this run; choose another file");
+                   "--report-json '" + Path("mpt.plan") + "': writing it would change '" +
+                       Path("mpt.plan") + "', an input of this run; choose another file");
   fs::copy_file(kFixture + "/inputs/labels.pb", Path("labels_in.pb"),
                 fs::copy_options::overwrite_existing);
   ExpectCleanError({Path("mpt"), "--feed", "labels=" + Path("labels_in.pb"), "--report-json",
                     Path("labels_in.pb")},
-                   "--report-json '" + Path("labels_in.pb") + "': writing it would change '" + Path("labels_in.pb") +
-                       "', an input of this run; choose another file");
+                   "--report-json '" + Path("labels_in.pb") + "': writing it would change '" +
+                       Path("labels_in.pb") + "', an input of this run; choose another file");
   fs::create_directories(Path("a_folder"));
   ExpectCleanError({Path("mpt"), "--report-json", Path("a_folder")},
                    "--report-json '" + Path("a_folder") + "': it is a folder; give a file name");
