@@ -72,6 +72,7 @@ Status RunPipeline(Compilation& c) {
   options.parameters.trainable = r.trainable;
   options.training = r.training;
   options.canonicalize.fuse_attention = r.fuse_attention;
+  options.autocast.precision = r.precision;
   if (c.result.selection)
     for (const auto& instance : c.result.selection->instances)
       options.remat.instances.push_back(instance.module);

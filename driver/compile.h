@@ -39,6 +39,7 @@
 #include "compiler/ckpt_targets.h"
 #include "compiler/ir.h"
 #include "compiler/plan.h"
+#include "passes/autocast.h"
 #include "passes/ckpt_budget.h"
 #include "passes/memory_report.h"
 #include "passes/memory_timeline.h"
@@ -56,10 +57,11 @@ struct CompileRequest {
   std::string model;                    // the exported model (.onnx)
   std::map<std::string, int64_t> dims;  // --dim bindings
   int64_t fold_limit_bytes = int64_t{1} << 20;
-  std::vector<std::string> freeze;     // globs over parameter names
-  std::vector<std::string> trainable;  // globs over float initializer names
-  bool training = true;                // false: the forward graph only (fold, canonicalize)
-  bool fuse_attention = true;          // --no-attention-fusion: attention as exported
+  std::vector<std::string> freeze;         // globs over parameter names
+  std::vector<std::string> trainable;      // globs over float initializer names
+  bool training = true;                    // false: the forward graph only (fold, canonicalize)
+  bool fuse_attention = true;              // --no-attention-fusion: attention as exported
+  Precision precision = Precision::kFp32;  // --precision (passes/autocast.h)
 
   std::vector<CkptTarget> ckpt_targets;  // --ckpt and --ckpt-config, in that order
   // --memory-budget: the search chooses the targets (ckpt_targets must be empty);

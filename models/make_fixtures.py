@@ -29,6 +29,8 @@ Layout of one fixture (the C++ tests read it):
       reference/tied.json   {first name: [other names]} of each tied parameter (the export may
                             name it by any of them)
       export.json           torch's version and the variant
+    amp_reference/          torch 2.6's CPU autocast and float64 gradients (models/amp_reference.py;
+                            neither made nor checked here)
     dynamo_sdpa/            mpt_tiny only: the same with attn_impl "sdpa"
                             (F.scaled_dot_product_attention with an additive ALiBi+causal mask)
 
@@ -434,11 +436,12 @@ def compare_dirs(new_root: str, old_root: str, names):
 
 
 def files_under(d: str):
-    """Files of a fixture, less its dynamo*/ folders (torch 2.6's, see --dynamo)."""
+    """Files of a fixture, less its dynamo*/ folders (torch 2.6's, see --dynamo) and its
+    amp_reference/ (torch 2.6's autocast, models/amp_reference.py)."""
     out = set()
     for r, dirs, fs in os.walk(d):
         if r == d:
-            dirs[:] = [x for x in dirs if not x.startswith("dynamo")]
+            dirs[:] = [x for x in dirs if not x.startswith("dynamo") and x != "amp_reference"]
         out |= {os.path.relpath(os.path.join(r, f), d) for f in fs}
     return out
 

@@ -322,6 +322,7 @@ StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& p
   for (const auto& [owner, data] : saved) {
     const int64_t bytes = ValueBytes(graph, owner);
     r.saved_for_backward_bytes += bytes;
+    r.saved_for_backward_by_dtype[std::string(DTypeName(graph.FindValue(owner)->dtype))] += bytes;
     by_module[scope_of(data)] += bytes;
   }
   for (const auto& [module, bytes] : by_module)
@@ -440,6 +441,7 @@ std::string MemoryReportJson(const MemoryReport& r) {
       {"peak_step", l.peak_step},
       {"peak_node", l.peak_node},
       {"saved_for_backward_bytes", r.saved_for_backward_bytes},
+      {"saved_for_backward_by_dtype", r.saved_for_backward_by_dtype},
       {"parameter_bytes", r.outside[MemoryClass::kParameter]},
       {"gradient_bytes", r.outside[MemoryClass::kGradient]},
       {"optimizer_state_bytes", r.outside[MemoryClass::kOptimizerState]},
@@ -742,6 +744,23 @@ std::string FormatCheckpoint(const CheckpointReport& c) {
 
 }  // namespace
 
+namespace {
+
+// "  (bf16 X, f32 Y, i64 Z)" when the saved bytes have more than one floating element type (a
+// mixed-precision plan); "" otherwise.
+std::string SavedByDtype(const MemoryReport& r) {
+  int floats = 0;
+  for (const auto& [dtype, bytes] : r.saved_for_backward_by_dtype)
+    floats += IsFloat(DTypeFromName(dtype));
+  if (floats < 2) return "";
+  std::string out = "  (";
+  for (const auto& [dtype, bytes] : r.saved_for_backward_by_dtype)
+    out += (out.size() > 3 ? ", " : "") + dtype + " " + HumanBytes(bytes);
+  return out + ")";
+}
+
+}  // namespace
+
 std::string FormatMemoryReport(const MemoryReport& r) {
   std::ostringstream out;
   const LayoutSummary& l = r.layout;
@@ -759,7 +778,7 @@ std::string FormatMemoryReport(const MemoryReport& r) {
       << ")\n"
       << "  peak               step " << l.peak_step << " of " << r.steps.size() << ", node '"
       << l.peak_node << "'\n"
-      << "  saved for backward " << Bytes(r.saved_for_backward_bytes) << "\n"
+      << "  saved for backward " << Bytes(r.saved_for_backward_bytes) << SavedByDtype(r) << "\n"
       << "  parameters         " << Bytes(r.outside[MemoryClass::kParameter]) << "\n"
       << "  gradients          " << Bytes(r.outside[MemoryClass::kGradient]) << "\n"
       << "  optimizer state    " << Bytes(r.outside[MemoryClass::kOptimizerState]) << "  (AdamW)\n"

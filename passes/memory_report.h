@@ -143,6 +143,8 @@ struct MemoryReport {
   LayoutSummary layout;                // of `backend`
   std::vector<LayoutSummary> layouts;  // every backend the plan holds, in plan order
   int64_t saved_for_backward_bytes = 0;
+  // The same bytes by element type ("f32", "bf16", ...): --precision amp_bf16 saves bf16.
+  std::map<std::string, int64_t> saved_for_backward_by_dtype;
   BytesByClass outside;  // the plan's bytes outside the arena, per class
 
   FlopCounts flops;

@@ -45,10 +45,14 @@ std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options) 
   if (options.training) passes.push_back(std::make_unique<ParametersPass>(options.parameters));
   passes.push_back(std::make_unique<FoldPass>(options.fold));
   passes.push_back(std::make_unique<CanonicalizePass>(options.canonicalize));
+  if (options.autocast.precision != Precision::kFp32)
+    passes.push_back(std::make_unique<AutocastPass>(options.autocast));
   if (options.training) {
     passes.push_back(std::make_unique<AutodiffPass>(options.autodiff));
     if (!options.remat.instances.empty())
       passes.push_back(std::make_unique<RematPass>(options.remat));
+    if (options.autocast.precision != Precision::kFp32)
+      passes.push_back(std::make_unique<AutocastRecastPass>());
     passes.push_back(std::make_unique<SchedulePass>());
   }
   return passes;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "passes/autocast.h"
 #include "passes/autodiff.h"
 #include "passes/canonicalize.h"
 #include "passes/fold.h"
@@ -38,6 +39,7 @@ struct CompileOptions {
   ParametersPass::Options parameters;
   FoldPass::Options fold;
   CanonicalizePass::Options canonicalize;
+  AutocastPass::Options autocast;  // fp32: no autocast pass
   AutodiffPass::Options autodiff;
   RematPass::Options remat;  // no instances: no remat pass
   bool training = true;      // false: forward graph only (fold + canonicalize)

@@ -155,6 +155,12 @@ Status Trainer::CheckBackendCanRun() const {
   if (std::vector<std::string> missing = backend_->MissingKernels(plan_.graph); !missing.empty())
     return Error("the " + backend + " backend has no kernel for " + JoinNames(missing) + " (in '" +
                  plan_.plan_path + "'); run it with --device cpu");
+  if (backend != "cpu")
+    for (const auto& [name, v] : plan_.graph.values())
+      if (v.dtype == DType::kBFloat16)
+        return Error("'" + plan_.plan_path + "' computes in bf16 (foundry-compile --precision " +
+                     "amp_bf16; '" + name + "' is " + v.TypeString() + ") and the " + backend +
+                     " backend has no bf16 kernels yet; run it with --device cpu");
   const MemoryPlan& memory = plan_.plan.memory;
   if (!memory.Layout(backend))
     return Error("'" + plan_.plan_path + "' has no memory layout for the " + backend +

@@ -44,6 +44,7 @@ struct Options {
   bool dump_plan_given = false;
   std::string ckpt_config, memory_budget_text, emit_ckpt_config, memory_frontier;
   std::string report_json, memory_timeline, threads_text;
+  std::string precision = "fp32";
 
   // The files written after the plan, in the order they are written, each with the option
   // that names it in messages.
@@ -125,13 +126,19 @@ void AddGraphOptions(CLI::App& app, Options& o) {
   app.add_flag("--no-attention-fusion", o.no_attention_fusion,
                "keep attention as exported (softmax and its seq x seq probabilities, saved for "
                "the backward) instead of fusing it into foundry::Attention");
+  app.add_option("--precision", o.precision,
+                 "amp_bf16: run the ops torch.autocast runs in bf16 (matrix products, attention) "
+                 "in bf16 with f32 master weights, gradients and optimizer state, as "
+                 "llm-foundry's `precision: amp_bf16`; fp32: everything in f32")
+      ->type_name("P")
+      ->capture_default_str();
   app.add_option("--fold-limit", o.fold_limit_text,
                  "largest tensor constant folding may create, in bytes (bigger ones are "
                  "computed at run time)")
       ->type_name("BYTES")
       ->capture_default_str();
   app.add_option("--dump-after", o.dump_after,
-                 "print the IR (text form) after this pass: fold, canonicalize, autodiff")
+                 "print the IR (text form) after this pass: fold, canonicalize, autocast, autodiff")
       ->type_name("PASS");
 }
 
@@ -254,6 +261,9 @@ std::optional<int> ParseRequest(Options& o, CompileRequest& request, OutputSet& 
   SetCpuThreads(threads);
   if (o.output_given && o.dry_run)
     return Fail("-o PREFIX and --dry-run contradict each other; drop one", cli::kExitUsage);
+  auto precision = ParsePrecision(o.precision);
+  if (!precision.ok()) return Fail("--precision: " + precision.status().message(), cli::kExitUsage);
+  request.precision = *precision;
   request.model = o.model;
   request.dims = *dims;
   request.fold_limit_bytes = *fold_limit;

@@ -23,7 +23,8 @@
 //     s_ij = scale · Σ_d Q[i,d] K[j,d] (+ bias_ij); masked => s_ij = mask_value
 //     LSE_i = log Σ_j exp(s_ij);  O_i = Σ_j exp(s_ij - LSE_i) V_j
 //   A row whose every score is -inf gives NaN (as Softmax does). O has Q's dtype and [B, Hq, Sq,
-//   Dv]; LSE has Q's dtype and [B, Hq, Sq]: the backward's only statistic (O(seq) per head).
+//   Dv]; LSE has Q's dtype (f32 when Q is bf16) and [B, Hq, Sq]: the backward's only statistic
+//   (O(seq) per head).
 //
 // foundry::AttentionGrad (dO, Q, K, V, O, LSE[, bias][, mask]) -> (dQ, dK, dV), same attributes:
 // recomputes each score from Q, K, the bias and the mask, P = exp(s - LSE), and
@@ -42,7 +43,9 @@ namespace {
 
 constexpr char kFoundry[] = "foundry";
 
-bool IsFloatType(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
+bool IsFloatType(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kBFloat16;
+}
 
 bool Differ(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
 
@@ -51,8 +54,7 @@ std::string Dims(const Value& v) { return v.TypeString(); }
 Status CheckFlag(const InferContext& ctx, const char* name, int64_t fallback) {
   int64_t v = ctx.node.GetInt(name, fallback);
   if (v != 0 && v != 1)
-    return ctx.Fail(std::string("attribute ") + name + " must be 0 or 1, got " +
-                    std::to_string(v));
+    return ctx.Fail(std::string("attribute ") + name + " must be 0 or 1, got " + std::to_string(v));
   return Status::Ok();
 }
 
@@ -62,8 +64,7 @@ struct AttentionDims {
 };
 
 // An optional bias or mask: rank <= 4 and each trailing-aligned dimension 1 or the scores'.
-Status CheckBroadcast(const InferContext& ctx, size_t i, const char* what,
-                      const AttentionDims& a) {
+Status CheckBroadcast(const InferContext& ctx, size_t i, const char* what, const AttentionDims& a) {
   const Value& v = ctx.input(i);
   if (!v.rank_known) return Status::Ok();
   if (v.shape.size() > 4)
@@ -96,7 +97,7 @@ StatusOr<AttentionDims> CheckOperands(const InferContext& ctx, size_t q, size_t 
   const Value& Q = ctx.input(q);
   const Value& K = ctx.input(q + 1);
   const Value& V = ctx.input(q + 2);
-  if (!IsFloatType(Q.dtype)) return ctx.Fail("Q must be f32 or f64, got " + Dims(Q));
+  if (!IsFloatType(Q.dtype)) return ctx.Fail("Q must be f32, f64 or bf16, got " + Dims(Q));
   if (K.dtype != Q.dtype || V.dtype != Q.dtype)
     return ctx.Fail("Q, K and V must have one element type, got " + Dims(Q) + ", " + Dims(K) +
                     ", " + Dims(V));
@@ -131,8 +132,7 @@ StatusOr<AttentionDims> CheckOperands(const InferContext& ctx, size_t q, size_t 
   if (a.hkv == 0) return ctx.Fail("K has no heads");
   if (ctx.has_input(extra)) {
     if (ctx.input(extra).dtype != Q.dtype)
-      return ctx.Fail("bias " + Dims(ctx.input(extra)) + " must have Q's element type " +
-                      Dims(Q));
+      return ctx.Fail("bias " + Dims(ctx.input(extra)) + " must have Q's element type " + Dims(Q));
     RETURN_IF_ERROR(CheckBroadcast(ctx, extra, "bias", a));
   }
   if (ctx.has_input(extra + 1)) {
@@ -143,14 +143,19 @@ StatusOr<AttentionDims> CheckOperands(const InferContext& ctx, size_t q, size_t 
   return a;
 }
 
+// LSE's element type: Q's, except f32 for a bf16 Q (the backward needs the statistic at full
+// precision, as FlashAttention keeps it).
+DType LseType(DType q) { return q == DType::kBFloat16 ? DType::kFloat32 : q; }
+
 StatusOr<std::vector<TypeInfo>> InferAttention(const InferContext& ctx) {
   ASSIGN_OR_RETURN(AttentionDims a, CheckOperands(ctx, 0, 3));
   const DType t = ctx.input(0).dtype;
   const bool known = ctx.input(0).rank_known && ctx.input(2).rank_known;
-  if (!known) return std::vector<TypeInfo>{{t, {}, false}, {t, {}, false}};
+  if (!known) return std::vector<TypeInfo>{{t, {}, false}, {LseType(t), {}, false}};
   const bool ot = ctx.node.GetInt("o_transposed", 0) == 1;
-  return std::vector<TypeInfo>{{t, ot ? Shape{a.b, a.sq, a.hq, a.dv} : Shape{a.b, a.hq, a.sq, a.dv}},
-                               {t, {a.b, a.hq, a.sq}}};
+  return std::vector<TypeInfo>{
+      {t, ot ? Shape{a.b, a.sq, a.hq, a.dv} : Shape{a.b, a.hq, a.sq, a.dv}},
+      {LseType(t), {a.b, a.hq, a.sq}}};
 }
 
 StatusOr<std::vector<TypeInfo>> InferAttentionGrad(const InferContext& ctx) {
@@ -159,8 +164,8 @@ StatusOr<std::vector<TypeInfo>> InferAttentionGrad(const InferContext& ctx) {
   const Value& O = ctx.input(4);
   const Value& lse = ctx.input(5);
   const DType t = ctx.input(1).dtype;
-  for (const Value* v : {&dO, &O, &lse})
-    if (v->dtype != t) return ctx.Fail("dO, O and LSE must have Q's element type");
+  if (dO.dtype != t || O.dtype != t || lse.dtype != LseType(t))
+    return ctx.Fail("dO and O must have Q's element type, LSE Q's (f32 for a bf16 Q)");
   const Shape o_shape = ctx.node.GetInt("o_transposed", 0) == 1 ? Shape{a.b, a.sq, a.hq, a.dv}
                                                                 : Shape{a.b, a.hq, a.sq, a.dv};
   for (const Value* v : {&dO, &O}) {
@@ -171,9 +176,8 @@ StatusOr<std::vector<TypeInfo>> InferAttentionGrad(const InferContext& ctx) {
       if (Differ(v->shape[k], o_shape[k]))
         return ctx.Fail("dO / O " + Dims(*v) + " do not match Q and V");
   }
-  if (lse.rank_known &&
-      (lse.shape.size() != 3 || Differ(lse.shape[0], a.b) || Differ(lse.shape[1], a.hq) ||
-       Differ(lse.shape[2], a.sq)))
+  if (lse.rank_known && (lse.shape.size() != 3 || Differ(lse.shape[0], a.b) ||
+                         Differ(lse.shape[1], a.hq) || Differ(lse.shape[2], a.sq)))
     return ctx.Fail("LSE must be [batch, heads, query], got " + Dims(lse));
   return std::vector<TypeInfo>{SameAs(ctx.input(1)), SameAs(ctx.input(2)), SameAs(ctx.input(3))};
 }

@@ -16,7 +16,8 @@ namespace foundry {
 namespace {
 
 constexpr uint32_t Bit(DType t) { return 1u << static_cast<int>(t); }
-constexpr uint32_t kFloatTypes = Bit(DType::kFloat32) | Bit(DType::kFloat64);
+constexpr uint32_t kFloatTypes =
+    Bit(DType::kFloat32) | Bit(DType::kFloat64) | Bit(DType::kBFloat16);
 constexpr uint32_t kIntTypes = Bit(DType::kInt32) | Bit(DType::kInt64);
 constexpr uint32_t kNumericTypes = kFloatTypes | kIntTypes;
 constexpr uint32_t kBoolType = Bit(DType::kBool);

@@ -20,7 +20,9 @@ namespace {
 
 constexpr char kMs[] = "com.microsoft";
 
-bool IsFloatOrDouble(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
+bool IsFloatOrDouble(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kBFloat16;
+}
 
 std::string TypeName(DType t) { return std::string(DTypeName(t)); }
 

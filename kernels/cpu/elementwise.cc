@@ -27,6 +27,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/bfloat16.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/philox.h"
@@ -831,7 +832,32 @@ Status WhereKernel(const Node& node, Inputs in, Outputs out, const KernelContext
 
 // Cast and CastLike: the target type is the output's (shape inference read `to` / the
 // target_type input).
+// bfloat16 (stored as uint16_t bit patterns, base/bfloat16.h) widens exactly to float and then
+// converts as float does; a cast to bfloat16 rounds once to nearest even (doubles and integers
+// through DoubleToBf16, so a double is not rounded twice).
 Status CastKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const DType src = in[0]->dtype(), dst = out[0]->dtype();
+  if (src == DType::kBFloat16 && dst == DType::kBFloat16) {
+    CopyUnlessSame(*in[0], *out[0]);
+    return Status::Ok();
+  }
+  if (src == DType::kBFloat16)
+    return VisitCastable(node, dst, [&](auto dst_tag) {
+      using D = typename decltype(dst_tag)::type;
+      UnaryMap<uint16_t, D>(*in[0], *out[0],
+                            [](uint16_t h) { return Convert<float, D>(Bf16ToFloat(h)); });
+      return Status::Ok();
+    });
+  if (dst == DType::kBFloat16)
+    return VisitCastable(node, src, [&](auto src_tag) {
+      using S = typename decltype(src_tag)::type;
+      if constexpr (std::is_same_v<S, float>)
+        UnaryMap<float, uint16_t>(*in[0], *out[0], [](float f) { return FloatToBf16(f); });
+      else
+        UnaryMap<S, uint16_t>(*in[0], *out[0],
+                              [](S s) { return DoubleToBf16(static_cast<double>(s)); });
+      return Status::Ok();
+    });
   return VisitCastable(node, in[0]->dtype(), [&](auto src_tag) {
     using S = typename decltype(src_tag)::type;
     return VisitCastable(node, out[0]->dtype(), [&](auto dst_tag) {
@@ -1017,58 +1043,61 @@ auto PerElement(Fn fn) {
 
 // dX = dY * (Phi(x) + x * phi(x)): Phi the normal CDF, phi its density.
 Status GeluGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return ActivationGradKernel(node, in, out, [](const auto* dy, const auto* x, auto* dx, int64_t n) {
-    using T = std::remove_cvref_t<decltype(*x)>;
-    const T kInvSqrt2 = T(0.70710678118654752440);
-    const T kInvSqrt2Pi = T(0.39894228040143267794);
-    T e[kBlock] = {}, g[kBlock] = {};
-    for (int64_t i = 0; i < n; ++i) {
-      e[i] = x[i] * kInvSqrt2;
-      g[i] = T(-0.5) * x[i] * x[i];
-    }
-    vmath::Erf(e, e, n);
-    vmath::Exp(g, g, n);
-    for (int64_t i = 0; i < n; ++i) {
-      const T cdf = T(0.5) * (T(1) + e[i]);
-      const T pdf = kInvSqrt2Pi * g[i];
-      dx[i] = dy[i] * (cdf + x[i] * pdf);
-    }
-  });
+  return ActivationGradKernel(node, in, out,
+                              [](const auto* dy, const auto* x, auto* dx, int64_t n) {
+                                using T = std::remove_cvref_t<decltype(*x)>;
+                                const T kInvSqrt2 = T(0.70710678118654752440);
+                                const T kInvSqrt2Pi = T(0.39894228040143267794);
+                                T e[kBlock] = {}, g[kBlock] = {};
+                                for (int64_t i = 0; i < n; ++i) {
+                                  e[i] = x[i] * kInvSqrt2;
+                                  g[i] = T(-0.5) * x[i] * x[i];
+                                }
+                                vmath::Erf(e, e, n);
+                                vmath::Exp(g, g, n);
+                                for (int64_t i = 0; i < n; ++i) {
+                                  const T cdf = T(0.5) * (T(1) + e[i]);
+                                  const T pdf = kInvSqrt2Pi * g[i];
+                                  dx[i] = dy[i] * (cdf + x[i] * pdf);
+                                }
+                              });
 }
 
 // d/dx of 0.5·x·(1 + tanh(u)), u = k·(x + c·x³): 0.5·(1 + t) + 0.5·x·(1 − t²)·k·(1 + 3c·x²).
 // Both forward forms share it (they differ only in rounding).
 Status FastGeluGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return ActivationGradKernel(node, in, out, [](const auto* dy, const auto* x, auto* dx, int64_t n) {
-    using T = std::remove_cvref_t<decltype(*x)>;
-    const T k = static_cast<T>(0.7978845608028654);
-    const T c = static_cast<T>(0.044715);
-    T t[kBlock] = {};
-    for (int64_t i = 0; i < n; ++i) {
-      const T x2 = x[i] * x[i];
-      t[i] = k * (x[i] + c * x2 * x[i]);
-    }
-    vmath::Tanh(t, t, n);
-    for (int64_t i = 0; i < n; ++i) {
-      const T x2 = x[i] * x[i];
-      const T du = k * (T(1) + T(3) * c * x2);
-      dx[i] = dy[i] * (T(0.5) * (T(1) + t[i]) + T(0.5) * x[i] * (T(1) - t[i] * t[i]) * du);
-    }
-  });
+  return ActivationGradKernel(
+      node, in, out, [](const auto* dy, const auto* x, auto* dx, int64_t n) {
+        using T = std::remove_cvref_t<decltype(*x)>;
+        const T k = static_cast<T>(0.7978845608028654);
+        const T c = static_cast<T>(0.044715);
+        T t[kBlock] = {};
+        for (int64_t i = 0; i < n; ++i) {
+          const T x2 = x[i] * x[i];
+          t[i] = k * (x[i] + c * x2 * x[i]);
+        }
+        vmath::Tanh(t, t, n);
+        for (int64_t i = 0; i < n; ++i) {
+          const T x2 = x[i] * x[i];
+          const T du = k * (T(1) + T(3) * c * x2);
+          dx[i] = dy[i] * (T(0.5) * (T(1) + t[i]) + T(0.5) * x[i] * (T(1) - t[i] * t[i]) * du);
+        }
+      });
 }
 
 // QuickGeluGrad (dY, X) {alpha}: with v = alpha·x and s = sigmoid(v),
 // dX = dY·s·(1 + v·(1 − s)), torch's silu_backward (its association, its sigmoid) at alpha = 1.
 Status QuickGeluGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const float alpha = node.GetFloat("alpha", 1.702f);
-  return ActivationGradKernel(
-      node, in, out, [alpha](const auto* dy, const auto* x, auto* dx, int64_t n) {
-        using T = std::remove_cvref_t<decltype(*x)>;
-        T v[kBlock] = {}, s[kBlock] = {};
-        for (int64_t i = 0; i < n; ++i) v[i] = static_cast<T>(alpha) * x[i];
-        SigmoidArray(v, s, n);
-        for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * s[i] * (T(1) + v[i] * (T(1) - s[i]));
-      });
+  return ActivationGradKernel(node, in, out,
+                              [alpha](const auto* dy, const auto* x, auto* dx, int64_t n) {
+                                using T = std::remove_cvref_t<decltype(*x)>;
+                                T v[kBlock] = {}, s[kBlock] = {};
+                                for (int64_t i = 0; i < n; ++i) v[i] = static_cast<T>(alpha) * x[i];
+                                SigmoidArray(v, s, n);
+                                for (int64_t i = 0; i < n; ++i)
+                                  dx[i] = dy[i] * s[i] * (T(1) + v[i] * (T(1) - s[i]));
+                              });
 }
 
 // (dY, Y) -> dY where Y > 0, else 0. The gradient rule passes Relu's output; its input gives the

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "base/bfloat16.h"
 #include "compiler/op_schema.h"
+#include "kernels/cpu/parallel.h"
 
 namespace foundry {
 
@@ -67,10 +69,63 @@ const CpuWorkspaceTable& CpuWorkspaces() {
 
 namespace {
 
-int64_t WorkspaceOf(const Node& node, std::span<const OperandType> in,
-                    std::span<const OperandType> out) {
+// --- bfloat16 by staging (kernel.h) ---
+
+// Ops whose kernels move or pick whole elements by their byte size, or read only types and
+// shapes: they take bfloat16 operands as they are. (Staging them would be exact too, only slower.)
+bool TakesBf16AsIs(const Node& node) {
+  if (!node.domain.empty()) return false;
+  static const char* const kOps[] = {"Cast",    "CastLike", "Constant", "Shape",     "Size",
+                                     "Reshape", "Flatten",  "Squeeze",  "Unsqueeze", "Transpose",
+                                     "Expand",  "Tile",     "Concat",   "Split",     "Slice",
+                                     "Gather",  "Identity"};
+  for (const char* op : kOps)
+    if (node.op_type == op) return true;
+  return false;
+}
+
+int64_t Align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// The f32 copy of one bfloat16 operand: its bytes in the workspace; -1 when its shape is unknown.
+int64_t StagedBytes(const OperandType& t) {
+  if (t.dtype != DType::kBFloat16) return 0;
+  if (!t.shape) return -1;
+  const int64_t n = NumElements(*t.shape);
+  return n < 0 ? -1 : Align256(n * static_cast<int64_t>(sizeof(float)));
+}
+
+bool StagesBf16(const Node& node, std::span<const OperandType> in,
+                std::span<const OperandType> out) {
+  if (TakesBf16AsIs(node)) return false;
+  auto bf16 = [](const OperandType& t) { return t.dtype == DType::kBFloat16; };
+  return std::any_of(in.begin(), in.end(), bf16) || std::any_of(out.begin(), out.end(), bf16);
+}
+
+std::vector<OperandType> Widened(std::span<const OperandType> types) {
+  std::vector<OperandType> w(types.begin(), types.end());
+  for (OperandType& t : w)
+    if (t.dtype == DType::kBFloat16) t.dtype = DType::kFloat32;
+  return w;
+}
+
+int64_t KernelWorkspaceOf(const Node& node, std::span<const OperandType> in,
+                          std::span<const OperandType> out) {
   const CpuWorkspaceFn* fn = CpuWorkspaces().Find(node.domain, node.op_type);
   return fn ? (*fn)(node, in, out) : 0;
+}
+
+int64_t WorkspaceOf(const Node& node, std::span<const OperandType> in,
+                    std::span<const OperandType> out) {
+  if (!StagesBf16(node, in, out)) return KernelWorkspaceOf(node, in, out);
+  int64_t staged = 0;
+  for (const auto* side : {&in, &out})
+    for (const OperandType& t : *side) {
+      const int64_t b = StagedBytes(t);
+      if (b < 0) return 0;  // not plannable; the run-time check reports the shortfall
+      staged += b;
+    }
+  const std::vector<OperandType> win = Widened(in), wout = Widened(out);
+  return staged + KernelWorkspaceOf(node, win, wout);
 }
 
 template <class T>
@@ -100,13 +155,11 @@ std::vector<OperandType> OperandTypesOf(const Graph& graph, const std::vector<st
 }
 
 int64_t CpuWorkspaceBytes(const Graph& graph, const Node& node) {
-  if (!CpuWorkspaces().Find(node.domain, node.op_type)) return 0;
   return WorkspaceOf(node, OperandTypesOf(graph, node.inputs), OperandTypesOf(graph, node.outputs));
 }
 
 int64_t CpuWorkspaceBytesFor(const Node& node, std::span<const Tensor* const> inputs,
                              std::span<Tensor* const> outputs) {
-  if (!CpuWorkspaces().Find(node.domain, node.op_type)) return 0;
   return WorkspaceOf(node, OperandTypesOf(inputs), OperandTypesOf(outputs));
 }
 
@@ -122,6 +175,62 @@ Status RunCpuKernel(const Node& node, std::span<const Tensor* const> inputs,
   return RunResolvedCpuKernel(*fn, node, inputs, outputs, ctx);
 }
 
+namespace {
+
+// Runs `fn` on f32 copies of the node's bfloat16 operands, carved from the front of the workspace
+// (WorkspaceOf planned them), then rounds the f32 outputs to bfloat16 once each.
+Status RunStaged(CpuKernelFn fn, const Node& node, std::span<const Tensor* const> inputs,
+                 std::span<Tensor* const> outputs, const KernelContext& ctx) {
+  std::byte* next = ctx.workspace.data();
+  auto stage = [&](const Tensor& t) {
+    Tensor w = Tensor::View(DType::kFloat32, t.shape(), next);
+    next += Align256(t.numel() * static_cast<int64_t>(sizeof(float)));
+    return w;
+  };
+  std::vector<Tensor> staged_in, staged_out;
+  staged_in.reserve(inputs.size());
+  staged_out.reserve(outputs.size());
+  std::vector<const Tensor*> in(inputs.begin(), inputs.end());
+  std::vector<Tensor*> out(outputs.begin(), outputs.end());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i] || inputs[i]->dtype() != DType::kBFloat16) continue;
+    staged_in.push_back(stage(*inputs[i]));
+    const uint16_t* src = inputs[i]->data<uint16_t>();
+    float* dst = staged_in.back().data<float>();
+    ParallelFor(inputs[i]->numel(), kElementGrain,
+                [&](int64_t b, int64_t e) { Bf16ToFloat(src + b, dst + b, e - b); });
+    in[i] = &staged_in.back();
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i] || outputs[i]->dtype() != DType::kBFloat16) continue;
+    staged_out.push_back(stage(*outputs[i]));
+    if (PoisonKernelOutputs()) FillPoison(staged_out.back());
+    out[i] = &staged_out.back();
+  }
+  KernelContext inner = ctx;
+  const size_t used = static_cast<size_t>(next - ctx.workspace.data());
+  inner.workspace = ctx.workspace.subspan(std::min(used, ctx.workspace.size()));
+  RETURN_IF_ERROR(fn(node, in, out, inner));
+  for (size_t i = 0, k = 0; i < outputs.size(); ++i) {
+    if (!outputs[i] || outputs[i]->dtype() != DType::kBFloat16) continue;
+    const float* src = staged_out[k++].data<float>();
+    uint16_t* dst = outputs[i]->data<uint16_t>();
+    ParallelFor(outputs[i]->numel(), kElementGrain,
+                [&](int64_t b, int64_t e) { FloatToBf16(src + b, dst + b, e - b); });
+  }
+  return Status::Ok();
+}
+
+bool HasBf16(std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs) {
+  for (const Tensor* t : inputs)
+    if (t && t->dtype() == DType::kBFloat16) return true;
+  for (const Tensor* t : outputs)
+    if (t && t->dtype() == DType::kBFloat16) return true;
+  return false;
+}
+
+}  // namespace
+
 Status RunResolvedCpuKernel(CpuKernelFn fn, const Node& node, std::span<const Tensor* const> inputs,
                             std::span<Tensor* const> outputs, const KernelContext& ctx) {
   if (PoisonKernelOutputs())
@@ -134,6 +243,8 @@ Status RunResolvedCpuKernel(CpuKernelFn fn, const Node& node, std::span<const Te
                                  [&](const Tensor* in) { return in && in->raw() == t->raw(); });
       if (!aliased) FillPoison(*t);
     }
+  if (HasBf16(inputs, outputs) && !TakesBf16AsIs(node))
+    return RunStaged(fn, node, inputs, outputs, ctx);
   return fn(node, inputs, outputs, ctx);
 }
 

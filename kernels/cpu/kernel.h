@@ -2,6 +2,14 @@
 // outputs from its inputs. Outputs arrive allocated, with the dtype and shape that shape inference
 // gave them; kernels write every element (`=`, never `+=` into a caller's buffer). Kernels are
 // deterministic: the same inputs give the same bits on every run.
+//
+// bfloat16. Kernels are written for f32/f64 (and integers); a node with a bfloat16 operand runs
+// its f32 kernel on f32 copies of those operands ("staging"): each bfloat16 input is widened
+// (exact), the kernel computes and accumulates in f32, and each bfloat16 output is rounded to
+// nearest even once, which is how PyTorch's CPU kernels treat bfloat16 (compute in float, round
+// the result). The copies live at the front of the node's workspace and are counted in
+// CpuWorkspaceBytes, so the memory plan holds them. Ops that only move whole elements (Reshape,
+// Transpose, Slice, Concat, Gather, ...) and Cast take bfloat16 as it is.
 #pragma once
 
 #include <cstdint>

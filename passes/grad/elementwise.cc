@@ -21,14 +21,17 @@
 #include <string>
 #include <vector>
 
+#include "base/bfloat16.h"
 #include "passes/grad/grad_rule.h"
 
 namespace foundry {
 namespace {
 
-// A scalar constant of float type `t` (f32 or f64).
+// A scalar constant of float type `t` (f32, f64, or bf16: v rounded to nearest even).
 std::string Scalar(GradBuilder& b, double v, DType t, const std::string& hint) {
   if (t == DType::kFloat64) return b.Constant(Tensor::FromVector<double>(t, {}, {v}), hint);
+  if (t == DType::kBFloat16)
+    return b.Constant(Tensor::FromVector<uint16_t>(t, {}, {DoubleToBf16(v)}), hint);
   return b.Constant(Tensor::FromVector<float>(DType::kFloat32, {}, {static_cast<float>(v)}), hint);
 }
 
@@ -323,9 +326,7 @@ Status ReluGrad(GradBuilder& b) { return ActivationGrad(b, "ReluGrad", b.fwd().o
 Status SigmoidGrad(GradBuilder& b) { return ActivationGrad(b, "SigmoidGrad", b.fwd().outputs[0]); }
 Status TanhGrad(GradBuilder& b) { return ActivationGrad(b, "TanhGrad", b.fwd().outputs[0]); }
 Status GeluGrad(GradBuilder& b) { return ActivationGrad(b, "GeluGrad", b.fwd().inputs[0]); }
-Status FastGeluGrad(GradBuilder& b) {
-  return ActivationGrad(b, "FastGeluGrad", b.fwd().inputs[0]);
-}
+Status FastGeluGrad(GradBuilder& b) { return ActivationGrad(b, "FastGeluGrad", b.fwd().inputs[0]); }
 
 // QuickGelu (SiLU when alpha = 1, canonicalize's fusion of Mul(x, Sigmoid(x))): one fused
 // gradient reading X only, where the unfused pair kept X and the Sigmoid's output.

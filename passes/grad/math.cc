@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/bfloat16.h"
 #include "compiler/op_schema.h"
 #include "passes/grad/grad_rule.h"
 
@@ -31,6 +32,8 @@ std::string I64Const(GradBuilder& b, const std::vector<int64_t>& v, const std::s
 
 std::string ScalarConst(GradBuilder& b, DType t, double v, const std::string& hint) {
   if (t == DType::kFloat64) return b.Constant(Tensor::FromVector<double>(t, {}, {v}), hint);
+  if (t == DType::kBFloat16)
+    return b.Constant(Tensor::FromVector<uint16_t>(t, {}, {DoubleToBf16(v)}), hint);
   return b.Constant(Tensor::Scalar(static_cast<float>(v)), hint);
 }
 

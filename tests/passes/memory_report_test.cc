@@ -291,6 +291,7 @@ TEST(MemoryReportTest, JsonHasEverySchemaKey) {
   EXPECT_EQ(m.at("peak_step"), 3);
   EXPECT_EQ(m.at("peak_node"), g.nodes[3].name);
   EXPECT_EQ(m.at("saved_for_backward_bytes"), 3072);
+  EXPECT_EQ(m.at("saved_for_backward_by_dtype"), (nlohmann::json{{"f32", 3072}}));
   EXPECT_EQ(m.at("parameter_bytes"), 1024);
   EXPECT_EQ(m.at("gradient_bytes"), 1024);
   EXPECT_EQ(m.at("optimizer_state_bytes"), 2048);

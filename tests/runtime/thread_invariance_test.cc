@@ -164,5 +164,42 @@ TEST_F(ThreadInvarianceTest, CheckpointedPlansEqualThePlainPlanAtEveryThreadCoun
   }
 }
 
+// --precision amp_bf16 (bf16 staging, casts, bf16 products) on the tiled fixtures: the plain and
+// a checkpointed plan at 1, 2 and 4 threads give the plain plan's bits at 1 thread.
+TEST_F(ThreadInvarianceTest, AmpBf16PlansAtEveryThreadCount) {
+  for (const auto& [fixture, target] : std::vector<std::pair<std::string, std::string>>{
+           {"mpt_tiny", "mptblock"}, {"llama_tiny", "block"}}) {
+    SCOPED_TRACE(fixture + " --precision amp_bf16");
+    TrainingFixture f;
+    for (const TrainingFixture& each : TrainingFixtures(FixturesDir()))
+      if (each.dir.filename() == fixture) f = each;
+    ASSERT_FALSE(f.dir.empty()) << "no fixture " << fixture;
+    TempDir dir;
+    const std::vector<std::string> feeds = TiledFeeds(f, dir);
+    SetCpuThreads(kPlanThreads);
+    StatusOr<LoadedPlan> plain = CompileFixture(f.dir / "model.onnx", feeds,
+                                                std::vector<std::string>{}, Precision::kAmpBf16);
+    ASSERT_TRUE(plain.ok()) << plain.status().message();
+    StatusOr<CkptTarget> parsed = ParseCkptArg(target);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    StatusOr<LoadedPlan> ckpt =
+        CompileFixture(f.dir / "model.onnx", feeds, std::vector<CkptTarget>{*parsed}, nullptr,
+                       Precision::kAmpBf16);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+    StatusOr<TrainRun> want = Train(*plain, feeds, 1);
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    for (int threads : {2, 4}) {
+      StatusOr<TrainRun> got = Train(*plain, feeds, threads);
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      ExpectSameRun(*want, *got, "plain at " + std::to_string(threads) + " threads");
+    }
+    for (int threads : {1, 4}) {
+      StatusOr<TrainRun> got = Train(*ckpt, feeds, threads);
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      ExpectSameRun(*want, *got, "checkpointed at " + std::to_string(threads) + " threads");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace foundry

@@ -36,7 +36,8 @@ namespace {
 // The compile of an imported fixture graph (with `checkpoint` instances).
 StatusOr<LoadedPlan> CompileImported(Graph g, const fs::path& model,
                                      const std::vector<std::string>& feeds,
-                                     const std::vector<std::string>& checkpoint) {
+                                     const std::vector<std::string>& checkpoint,
+                                     Precision precision) {
   std::map<std::string, int64_t> dims;
   for (const auto& spec : feeds) {
     ASSIGN_OR_RETURN(Feed f, ReadFeed(spec));
@@ -48,6 +49,7 @@ StatusOr<LoadedPlan> CompileImported(Graph g, const fs::path& model,
   CompileOptions options;
   options.fold.dims = dims;
   options.remat.instances = checkpoint;
+  options.autocast.precision = precision;
   RETURN_IF_ERROR(RunPasses(g, BuildPipeline(options), {}));
   LoadedPlan lp;
   lp.plan_path = (fs::path(testing::TempDir()) / "fixture.plan").string();
@@ -70,20 +72,21 @@ StatusOr<LoadedPlan> CompileImported(Graph g, const fs::path& model,
 }  // namespace
 
 StatusOr<LoadedPlan> CompileFixture(const fs::path& model, const std::vector<std::string>& feeds,
-                                    const std::vector<std::string>& checkpoint) {
+                                    const std::vector<std::string>& checkpoint,
+                                    Precision precision) {
   ASSIGN_OR_RETURN(Graph g, ImportOnnx(model.string(), {}));
-  return CompileImported(std::move(g), model, feeds, checkpoint);
+  return CompileImported(std::move(g), model, feeds, checkpoint, precision);
 }
 
 StatusOr<LoadedPlan> CompileFixture(const fs::path& model, const std::vector<std::string>& feeds,
                                     const std::vector<CkptTarget>& targets,
-                                    CkptSelection* selection) {
+                                    CkptSelection* selection, Precision precision) {
   ASSIGN_OR_RETURN(Graph g, ImportOnnx(model.string(), {}));
   ASSIGN_OR_RETURN(CkptSelection selected, SelectCkptTargets(g, targets));
   std::vector<std::string> instances;
   for (const CkptInstance& i : selected.instances) instances.push_back(i.module);
   if (selection) *selection = std::move(selected);
-  return CompileImported(std::move(g), model, feeds, instances);
+  return CompileImported(std::move(g), model, feeds, instances, precision);
 }
 
 std::string CkptCase::Name() const {

@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "compiler/ckpt_targets.h"
+#include "passes/autocast.h"
 #include "runtime/loaded_plan.h"
 
 namespace foundry {
@@ -24,17 +25,20 @@ std::vector<TrainingFixture> TrainingFixtures(const std::filesystem::path& fixtu
 // The training plan of `model` with its symbolic dimensions bound from the shapes of the fed
 // tensors, checked as LoadPlan checks a plan file, with the memory plan foundry-compile makes (a
 // layout for every backend the build has: CompiledBackendSpecs).
-// `checkpoint`: module instances the remat pass checkpoints (none: the plain plan).
+// `checkpoint`: module instances the remat pass checkpoints (none: the plain plan);
+// `precision`: foundry-compile's --precision.
 StatusOr<LoadedPlan> CompileFixture(const std::filesystem::path& model,
                                     const std::vector<std::string>& feeds,
-                                    const std::vector<std::string>& checkpoint = {});
+                                    const std::vector<std::string>& checkpoint = {},
+                                    Precision precision = Precision::kFp32);
 
 // The same with checkpointing targets (`--ckpt` arguments, parsed), resolved by SelectCkptTargets
 // on the imported graph as foundry-compile does; `selection` (if given) receives what they chose.
 StatusOr<LoadedPlan> CompileFixture(const std::filesystem::path& model,
                                     const std::vector<std::string>& feeds,
                                     const std::vector<CkptTarget>& targets,
-                                    CkptSelection* selection = nullptr);
+                                    CkptSelection* selection = nullptr,
+                                    Precision precision = Precision::kFp32);
 
 // One checkpointed compile of a committed fixture, for the proofs that checkpointing changes no
 // number and no byte of the accounting: the `--ckpt` arguments as a user types them and the

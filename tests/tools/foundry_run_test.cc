@@ -655,6 +655,52 @@ TEST_F(FoundryRunTest, ProfileAddsUp) {
   }
 }
 
+// --precision amp_bf16 end to end: the compile says what autocast did, the run's arena is the
+// planned one to the byte (bf16 activations and the kernels' f32 staging copies included), the
+// first loss is the fp32 plan's within bf16 rounding, and a wrong precision is a usage error.
+TEST_F(FoundryRunTest, AmpBf16PlanRunsWithItsPlannedBytes) {
+  Result c = Exec(kCompile,
+                  {kFixture + "/model.onnx", "--dim", "batch=2", "--dim", "seq=16", "--precision",
+                   "amp_bf16", "--report-json", Path("amp_compile.json"), "-o", Path("mpt_amp")});
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.out.find("  autocast: "), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("saved for backward"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("bf16 "), std::string::npos) << c.out;
+  Result r = Run({Path("mpt_amp"), "--steps", "3", "--report-json", Path("amp.json")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(ReadWholeFile(Path("amp.json")));
+  EXPECT_EQ(j["memory"]["arena_measured_bytes"], j["memory"]["arena_planned_bytes"]);
+  EXPECT_EQ(j["memory"]["outside_plan_during_steps_bytes"], 0);
+  Result f = Run({Path("mpt"), "--steps", "1", "--report-json", Path("fp32.json")});
+  ASSERT_EQ(f.code, 0) << f.err;
+  const nlohmann::json k = nlohmann::json::parse(ReadWholeFile(Path("fp32.json")));
+  const double amp_loss = j["loss_first"], fp32_loss = k["loss_first"];
+  EXPECT_NEAR(amp_loss, fp32_loss, 1e-2 * fp32_loss);
+  EXPECT_NE(amp_loss, fp32_loss);  // it did compute in bf16
+  // Saved for backward: bf16 activations, and no bf16 weight copy held through the backward.
+  Result c32 = Exec(kCompile, {kFixture + "/model.onnx", "--dim", "batch=2", "--dim", "seq=16",
+                               "--report-json", Path("fp32_compile.json"), "--dry-run"});
+  ASSERT_EQ(c32.code, 0) << c32.err;
+  const nlohmann::json ca = nlohmann::json::parse(ReadWholeFile(Path("amp_compile.json")));
+  const nlohmann::json cf = nlohmann::json::parse(ReadWholeFile(Path("fp32_compile.json")));
+  EXPECT_LT(ca["memory"]["saved_for_backward_bytes"].get<int64_t>(),
+            cf["memory"]["saved_for_backward_bytes"].get<int64_t>());
+  EXPECT_GT(ca["memory"]["saved_for_backward_by_dtype"]["bf16"].get<int64_t>(), 0);
+  EXPECT_FALSE(cf["memory"]["saved_for_backward_by_dtype"].contains("bf16"));
+
+  Result bad = Exec(kCompile, {kFixture + "/model.onnx", "--precision", "amp_fp16", "--dry-run"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err,
+            "foundry-compile: error: --precision: precision amp_fp16 is not supported: fp16 "
+            "training needs loss scaling, which foundry does not have; use amp_bf16 "
+            "(llm-foundry's default) or fp32\n");
+  bad = Exec(kCompile, {kFixture + "/model.onnx", "--precision", "bf16", "--dry-run"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err,
+            "foundry-compile: error: --precision: unknown precision 'bf16'; use amp_bf16 or "
+            "fp32\n");
+}
+
 TEST_F(FoundryRunTest, ReportJsonNeverOverwritesAnInput) {
   ExpectCleanError({Path("mpt"), "--report-json", Path("mpt.plan")},
                    "--report-json '" + Path("mpt.plan") + "': writing it would change '" +

@@ -331,9 +331,8 @@ TEST(ElementwiseKernelTest, FloatUnaryOpsMatchStdMath) {
       {"Tanh", [](float x) { return static_cast<float>(std::tanh(double{x})); }, -6, 6, 1},
       // The f32 formula (exp(-x) overflows to inf below -88: sigmoid 0) on the correctly rounded
       // exp: vmath's exp ulp, carried through the sum and the quotient.
-      {"Sigmoid",
-       [](float x) { return 1.f / (1.f + static_cast<float>(std::exp(-double{x}))); }, -100, 100,
-       2},
+      {"Sigmoid", [](float x) { return 1.f / (1.f + static_cast<float>(std::exp(-double{x}))); },
+       -100, 100, 2},
       {"Relu", [](float x) { return x > 0 ? x : 0.f; }, -3, 3},
       {"Sin", [](float x) { return std::sin(x); }, -7, 7},
       {"Cos", [](float x) { return std::cos(x); }, -7, 7},
@@ -816,17 +815,18 @@ TEST(ElementwiseSchemaTest, ErrorsNameTheNodeAndTheProblem) {
                      {{"a", f}, {"b", F32({1, 3}, {1, 2, 3})}, {"c", F32({4}, {1, 2, 3, 4})}}),
             "Sum node 'Sum_node': input 'c' of shape [4] does not broadcast with the shape [2,3] "
             "of the inputs before it");
-  EXPECT_EQ(RunError(EwNode("Sqrt", {"a"}), {{"a", I64({1}, {4})}}),
-            "Sqrt node 'Sqrt_node': input 'a' has element type i64; expected one of f32, f64");
+  EXPECT_EQ(
+      RunError(EwNode("Sqrt", {"a"}), {{"a", I64({1}, {4})}}),
+      "Sqrt node 'Sqrt_node': input 'a' has element type i64; expected one of f32, f64, bf16");
   EXPECT_EQ(RunError(EwNode("And", {"a", "b"}), {{"a", f}, {"b", f}}),
             "And node 'And_node': input 'a' has element type f32; expected one of bool");
   EXPECT_EQ(RunError(EwNode("Where", {"c", "a", "b"}), {{"c", f}, {"a", f}, {"b", f}}),
             "Where node 'Where_node': input 'c' has element type f32; expected one of bool");
   EXPECT_EQ(RunError(EwNode("Cast", {"a"}), {{"a", f}}),
             "Cast node 'Cast_node': attribute 'to' is required");
-  EXPECT_EQ(RunError(EwNode("Cast", {"a"}, {"y"}, {{"to", Attribute::Int(16)}}), {{"a", f}}),
-            "Cast node 'Cast_node': cannot cast to element type 16; supported: f32, u8, i8, i32, "
-            "i64, bool, f64");
+  EXPECT_EQ(RunError(EwNode("Cast", {"a"}, {"y"}, {{"to", Attribute::Int(10)}}), {{"a", f}}),
+            "Cast node 'Cast_node': cannot cast to element type 10; supported: f32, u8, i8, i32, "
+            "i64, bool, f64, bf16");
 }
 
 }  // namespace
