@@ -54,6 +54,13 @@ std::vector<std::string> TiledFeeds(const TrainingFixture& f, const TempDir& dir
   return feeds;
 }
 
+// The committed fixture of that folder name (an empty dir when there is none).
+TrainingFixture NamedFixture(const std::string& name) {
+  for (const TrainingFixture& each : TrainingFixtures(FixturesDir()))
+    if (each.dir.filename() == name) return each;
+  return {};
+}
+
 struct TrainRun {
   std::vector<float> losses;
   std::map<std::string, Tensor> first_gradients;
@@ -139,9 +146,7 @@ TEST_F(ThreadInvarianceTest, CheckpointedPlansEqualThePlainPlanAtEveryThreadCoun
   };
   for (const auto& [fixture, target] : cases) {
     SCOPED_TRACE(fixture + " --ckpt " + target);
-    TrainingFixture f;
-    for (const TrainingFixture& each : TrainingFixtures(FixturesDir()))
-      if (each.dir.filename() == fixture) f = each;
+    const TrainingFixture f = NamedFixture(fixture);
     ASSERT_FALSE(f.dir.empty()) << "no fixture " << fixture;
     TempDir dir;
     const std::vector<std::string> feeds = TiledFeeds(f, dir);
@@ -170,9 +175,7 @@ TEST_F(ThreadInvarianceTest, AmpBf16PlansAtEveryThreadCount) {
   for (const auto& [fixture, target] : std::vector<std::pair<std::string, std::string>>{
            {"mpt_tiny", "mptblock"}, {"llama_tiny", "block"}}) {
     SCOPED_TRACE(fixture + " --precision amp_bf16");
-    TrainingFixture f;
-    for (const TrainingFixture& each : TrainingFixtures(FixturesDir()))
-      if (each.dir.filename() == fixture) f = each;
+    const TrainingFixture f = NamedFixture(fixture);
     ASSERT_FALSE(f.dir.empty()) << "no fixture " << fixture;
     TempDir dir;
     const std::vector<std::string> feeds = TiledFeeds(f, dir);
