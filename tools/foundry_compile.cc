@@ -45,6 +45,7 @@ struct Options {
   std::string ckpt_config, memory_budget_text, emit_ckpt_config, memory_frontier;
   std::string report_json, memory_timeline, threads_text;
   std::string precision = "fp32";
+  bool precision_given = false;
 
   // The files written after the plan, in the order they are written, each with the option
   // that names it in messages.
@@ -169,6 +170,19 @@ std::optional<int> ParseCkpt(const Options& o, CompileRequest& request) {
     auto config = ReadCkptConfig(o.ckpt_config);
     if (!config.ok()) return Fail(config.status().message());
     for (const auto& w : config->warnings) std::cerr << kTool << ": warning: " << w << "\n";
+    if (config->precision) {
+      // llm-foundry's `precision:` applies unless the command line names one.
+      auto precision = ParsePrecision(*config->precision);
+      if (!o.precision_given) {
+        if (!precision.ok())
+          return Fail("--ckpt-config " + o.ckpt_config + ": key 'precision': " +
+                      precision.status().message() + " (or give --precision to override the file)");
+        request.precision = *precision;
+      } else if (!precision.ok() || *precision != request.precision) {
+        std::cerr << kTool << ": warning: --precision " << o.precision << " overrides "
+                  << o.ckpt_config << "'s precision: " << *config->precision << "\n";
+      }
+    }
     if (config->enabled)
       request.ckpt_targets.insert(request.ckpt_targets.end(), config->targets.begin(),
                                   config->targets.end());
@@ -379,6 +393,7 @@ int Main(int argc, char** argv) {
   if (auto code = cli::RejectEmptyValues(app, kTool)) return *code;
   o.output_given = app.get_option("--output")->count() > 0;
   o.dump_plan_given = app.get_option("--dump-plan")->count() > 0;
+  o.precision_given = app.get_option("--precision")->count() > 0;
 
   if (o.list_ops) {
     for (const OpSchema* s : OpSchemas().All())
