@@ -287,6 +287,7 @@ std::optional<int> ParseRequest(Options& o, CompileRequest& request, OutputSet& 
   request.fuse_attention = !o.no_attention_fusion;
   request.dump_after = o.dump_after;
   if (auto code = ParseCkpt(o, request)) return code;
+  o.precision = std::string(PrecisionName(request.precision));  // the file's, when it set it
   if (auto code = ParseBudget(o, request)) return code;
   return ParseOutputs(o, request, outputs);
 }
@@ -318,9 +319,11 @@ int PrintModules(const Graph& graph, const std::string& model) {
   return 0;
 }
 
-// The --emit-ckpt-config file, headed by the command that chose the selection.
+// The --emit-ckpt-config file, headed by the command that chose the selection, --precision
+// included: a budget answer holds in the precision it was planned in. (Not a `precision:` key: the
+// snippet is pasted into a training YAML that has its own.)
 std::string EmittedConfig(const Options& o, const CompileResult& result) {
-  std::string command = "foundry-compile " + o.model;
+  std::string command = "foundry-compile " + o.model + " --precision " + o.precision;
   if (result.budget)
     return CkptConfigFile(
         command + " --memory-budget " + o.memory_budget_text + ": " + BudgetLine(*result.budget),

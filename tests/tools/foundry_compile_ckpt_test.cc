@@ -174,7 +174,8 @@ TEST_F(FoundryCompileCkptTest, EmitCkptConfigReadsBackToTheSamePlan) {
                           Path("a/m"), "--emit-ckpt-config", Path("c.yaml")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const std::string yaml = ReadWholeFile(Path("c.yaml"));
-  EXPECT_NE(yaml.find("# foundry-compile " + kTiny + " --ckpt mptblock=first-1 --ckpt mptmlp\n"),
+  EXPECT_NE(yaml.find("# foundry-compile " + kTiny +
+                      " --precision fp32 --ckpt mptblock=first-1 --ckpt mptmlp\n"),
             std::string::npos)
       << yaml;
   EXPECT_NE(yaml.find("activation_checkpointing_target: {mptblock: first-1, mptmlp: last-1}"),
