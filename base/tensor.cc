@@ -1,5 +1,7 @@
 #include "base/tensor.h"
 
+#include "base/bfloat16.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -209,6 +211,8 @@ double Tensor::GetAsDouble(int64_t i) const {
       return static_cast<double>(data<uint64_t>()[i]);
     case DType::kBool:
       return data<uint8_t>()[i] ? 1.0 : 0.0;
+    case DType::kBFloat16:
+      return Bf16ToFloat(data<uint16_t>()[i]);
     default:
       return 0.0;
   }

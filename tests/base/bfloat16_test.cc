@@ -2,6 +2,8 @@
 // value found by exact double arithmetic, the nearer one taken, ties to the even bit pattern.
 #include "base/bfloat16.h"
 
+#include "base/tensor.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -162,6 +164,20 @@ TEST(BFloat16, BulkConversionsMatchScalar) {
     ASSERT_EQ(h[i], FloatToBf16(f[i]));
     ASSERT_EQ(back[i], Bf16ToFloat(h[i]));
   }
+}
+
+// A bf16 tensor's elements read as numbers (GetAsDouble / GetAsInt64: scalar attributes and
+// test comparisons) are their exact values, not 0.
+TEST(Bfloat16Test, TensorElementsReadAsTheirValues) {
+  const std::vector<uint16_t> bits = {FloatToBf16(1.5f), FloatToBf16(-3.0f), FloatToBf16(0.1f),
+                                      0x7F80 /* +inf */};
+  Tensor t = Tensor::FromVector<uint16_t>(DType::kBFloat16, {4}, bits);
+  EXPECT_EQ(t.GetAsDouble(0), 1.5);
+  EXPECT_EQ(t.GetAsDouble(1), -3.0);
+  EXPECT_EQ(t.GetAsDouble(2), static_cast<double>(Bf16ToFloat(bits[2])));
+  EXPECT_NE(t.GetAsDouble(2), 0.0);
+  EXPECT_TRUE(std::isinf(t.GetAsDouble(3)));
+  EXPECT_EQ(t.GetAsInt64(1), -3);
 }
 
 }  // namespace
