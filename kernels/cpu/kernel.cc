@@ -84,6 +84,13 @@ bool TakesBf16AsIs(const Node& node) {
   return false;
 }
 
+// Ops whose kernels take bfloat16 operands themselves: the matrix products, by tiles widened in
+// their own bounded workspace (kernels/cpu/math.cc), instead of whole widened operands.
+bool HandlesBf16Itself(const Node& node) {
+  if (node.domain.empty()) return node.op_type == "MatMul" || node.op_type == "Gemm";
+  return node.domain == "com.microsoft" && node.op_type == "FusedMatMul";
+}
+
 int64_t Align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // The f32 copy of one bfloat16 operand: its bytes in the workspace; -1 when its shape is unknown.
@@ -96,7 +103,7 @@ int64_t StagedBytes(const OperandType& t) {
 
 bool StagesBf16(const Node& node, std::span<const OperandType> in,
                 std::span<const OperandType> out) {
-  if (TakesBf16AsIs(node)) return false;
+  if (TakesBf16AsIs(node) || HandlesBf16Itself(node)) return false;
   auto bf16 = [](const OperandType& t) { return t.dtype == DType::kBFloat16; };
   return std::any_of(in.begin(), in.end(), bf16) || std::any_of(out.begin(), out.end(), bf16);
 }
@@ -243,7 +250,7 @@ Status RunResolvedCpuKernel(CpuKernelFn fn, const Node& node, std::span<const Te
                                  [&](const Tensor* in) { return in && in->raw() == t->raw(); });
       if (!aliased) FillPoison(*t);
     }
-  if (HasBf16(inputs, outputs) && !TakesBf16AsIs(node))
+  if (HasBf16(inputs, outputs) && !TakesBf16AsIs(node) && !HandlesBf16Itself(node))
     return RunStaged(fn, node, inputs, outputs, ctx);
   return fn(node, inputs, outputs, ctx);
 }
