@@ -362,7 +362,7 @@ std::vector<Product> Products() {
   };
   const Node matmul = MakeNode("MatMul", {"a", "b"});
   // Workspace: slots x (A tile + B tile + C tile [+ a second C tile when K is split]), each tile
-  // [rows <= 256, depth <= 1024] / [depth, cols <= 256] / [rows, cols] f32, 256-byte aligned;
+  // [rows <= 512, depth <= 1024] / [depth, cols <= 512] / [rows, cols] f32, 256-byte aligned;
   // slots = min(8, C tiles). A product below 2^23 multiply-adds is one GemmOne piece.
   return {
       // One tile: 6 x 24 over 40.
@@ -434,38 +434,38 @@ std::vector<Product> Products() {
        {},
        true,
        Tile(64 * 1024) + Tile(1024 * 64) + 2 * Tile(64 * 64)},
-      // Tiled rows: 300 rows = 256 + 44, K 1100 = 1024 + 76 (6.6M multiply-adds: one piece).
+      // Tiled rows: 600 rows = 512 + 88, K 1100 = 1024 + 76 (5.3M multiply-adds: one piece).
       {"tiled_rows_k",
        matmul,
-       {300, 1100},
-       {1100, 20},
+       {600, 1100},
+       {1100, 8},
        {},
        false,
-       2 * (Tile(256 * 1024) + Tile(1024 * 20) + Tile(256 * 20))},
-      // Tiled columns (B transposed): 300 columns = 256 + 44, K = 1024 + 76.
+       2 * (Tile(512 * 1024) + Tile(1024 * 8) + Tile(512 * 8))},
+      // Tiled columns (B transposed): 600 columns = 512 + 88, K = 1024 + 76.
       {"tiled_cols_k_tb",
        fused(0, 1, 1.0f),
-       {20, 1100},
-       {300, 1100},
+       {8, 1100},
+       {600, 1100},
        {},
        false,
-       2 * (Tile(20 * 1024) + Tile(1024 * 256) + Tile(20 * 256))},
+       2 * (Tile(8 * 1024) + Tile(1024 * 512) + Tile(8 * 512))},
       // Tiled rows of a transposed A.
       {"tiled_rows_ta",
        fused(1, 0, 0.25f),
-       {1100, 300},
-       {1100, 20},
+       {1100, 600},
+       {1100, 8},
        {},
        false,
-       2 * (Tile(256 * 1024) + Tile(1024 * 20) + Tile(256 * 20))},
-      // GemmOne's row blocks (3000 x 48 over 64 = 9.2M: two blocks of 1536), six tiles each.
+       2 * (Tile(512 * 1024) + Tile(1024 * 8) + Tile(512 * 8))},
+      // GemmOne's row blocks (3000 x 48 over 64 = 9.2M: two blocks of 1536), three tiles each.
       {"rows_split_tiled",
        matmul,
        {3000, 64},
        {64, 48},
        {},
        false,
-       8 * (Tile(256 * 64) + Tile(64 * 48) + Tile(256 * 48))},
+       6 * (Tile(512 * 64) + Tile(64 * 48) + Tile(512 * 48))},
       // K split (40 x 40 over 8192: 3 pieces of 2731), each piece in 3 sub-blocks.
       {"k_split_tiled",
        matmul,
@@ -474,31 +474,38 @@ std::vector<Product> Products() {
        {},
        false,
        Tile(40 * 1024) + Tile(1024 * 40) + 2 * Tile(40 * 40)},
-      // K split (300 x 20 over 5000: 4 pieces of 1250, two sub-blocks each) and 2 row tiles.
+      // K split (600 x 8 over 10000: 4 pieces of 2500, three sub-blocks each) and 2 row tiles.
       {"k_split_rows_tiled",
        matmul,
-       {300, 5000},
-       {5000, 20},
+       {600, 10000},
+       {10000, 8},
        {},
        false,
-       2 * (Tile(256 * 1024) + Tile(1024 * 20) + 2 * Tile(256 * 20))},
-      // Every direction and the bias: 300 x 280 over 1100 (no GemmOne split: 256-row blocks
-      // would leave one piece), 2 x 2 tiles, 2 sub-blocks.
+       2 * (Tile(512 * 1024) + Tile(1024 * 8) + 2 * Tile(512 * 8))},
+      // Rows and columns with the bias: 600 x 600 over 20 (7.2M: one piece), 2 x 2 tiles.
       {"gemm_tiled_bias",
        gemm(0, 1, 0.5f, 0.75f),
-       {300, 1100},
-       {280, 1100},
-       {280},
+       {600, 20},
+       {600, 20},
+       {600},
        false,
-       4 * (Tile(256 * 1024) + Tile(1024 * 256) + Tile(256 * 256))},
+       4 * (Tile(512 * 20) + Tile(20 * 512) + Tile(512 * 512))},
+      // Rows (of a transposed A) and K with a column bias: 600 x 8 over 1100.
+      {"gemm_tiled_k_bias_col",
+       gemm(1, 0, 1.5f, -0.5f),
+       {1100, 600},
+       {1100, 8},
+       {600, 1},
+       false,
+       2 * (Tile(512 * 1024) + Tile(1024 * 8) + Tile(512 * 8))},
       // Batched (B not shared): two tiled products in one workspace.
       {"batched_tiled",
        matmul,
-       {2, 300, 1100},
-       {2, 1100, 20},
+       {2, 600, 1100},
+       {2, 1100, 8},
        {},
        false,
-       2 * (Tile(256 * 1024) + Tile(1024 * 20) + Tile(256 * 20))},
+       2 * (Tile(512 * 1024) + Tile(1024 * 8) + Tile(512 * 8))},
   };
 }
 
@@ -609,7 +616,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16OneTileTest, testing::ValuesIn(OneTileProdu
 // operands (one tile) and within the reference (tiled); an f64 operand is refused.
 TEST(Bf16Products, MixedOperandTypes) {
   const Node node = MakeNode("MatMul", {"a", "b"});
-  for (const Shape& a_shape : {Shape{6, 40}, Shape{300, 1100}}) {
+  for (const Shape& a_shape : {Shape{6, 40}, Shape{600, 1100}}) {
     const Shape b_shape = {a_shape[1], 20};
     const Tensor a = ToBf16(RandomTensor(a_shape, 51)), b = RandomTensor(b_shape, 52);
     const Tensor a32 = ToF32(a);
@@ -654,16 +661,17 @@ TEST(Bf16Products, LmHeadWorkspaceIsTiles) {
     return CpuWorkspaceBytes(g, g.nodes[0]);
   };
   // Input gradient dX [1024, 768] = dY [1024, 50368] x W [50368, 768]: GemmOne splits K in 8
-  // pieces; 4 x 3 C tiles of 256 x 256 -> 8 slots of A [256, 1024] + B [1024, 256] + 2 C [256,
-  // 256] f32 = 2.5 MiB: 20 MiB (staging whole operands took 1024 x 50368 x 4 + 50368 x 768 x 4 +
-  // 1024 x 768 x 4 + 7 K partials = 383 MB).
-  EXPECT_EQ(bytes(MakeNode("MatMul", {"a", "b"}), {1024, 50368}, {50368, 768}), 20 << 20);
-  // Logits [1024, 50368] = X [1024, 768] x W^T (W [50368, 768]): 8 slots of A [256, 768] +
-  // B [768, 256] + C [256, 256] f32 = 1.75 MiB: 14 MiB.
+  // pieces; 2 x 2 C tiles of at most 512 x 512 -> 4 slots of A [512, 1024] + B [1024, 512] +
+  // 2 C [512, 512] f32 = 6 MiB: 24 MiB (staging whole operands took 1024 x 50368 x 4 +
+  // 50368 x 768 x 4 + 1024 x 768 x 4 + 7 K partials = 383 MB).
+  EXPECT_EQ(bytes(MakeNode("MatMul", {"a", "b"}), {1024, 50368}, {50368, 768}), 24 << 20);
+  // Logits [1024, 50368] = X [1024, 768] x W^T (W [50368, 768]): 2 x 103 C tiles (GemmOne's
+  // column blocks of 6336, 13 tiles each, the last 6016 in 12) -> 8 slots of A [512, 768] +
+  // B [768, 512] + C [512, 512] f32 = 4 MiB: 32 MiB.
   EXPECT_EQ(bytes(MakeNode("FusedMatMul", {"a", "b"}, {"y"}, {{"transB", Attribute::Int(1)}},
                            "com.microsoft"),
                   {1024, 768}, {50368, 768}),
-            14 << 20);
+            32 << 20);
 }
 
 }  // namespace
