@@ -3,24 +3,44 @@
 // as PyTorch's c10::BFloat16 and CUDA's __float2bfloat16_rn do; a NaN stays a NaN (quiet, sign
 // kept), infinities stay infinities, and values beyond bfloat16's largest finite value round to
 // infinity. Widening to float is exact.
+// The three per-element conversions are FOUNDRY_HD: the CUDA kernels (Cast, bf16 staging) call
+// these same functions, so a host replay of a device conversion is this code.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#include "base/hd.h"
+
 namespace foundry {
 
-inline float Bf16ToFloat(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+namespace bf16_internal {
+FOUNDRY_HD inline uint32_t BitsOf(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+#endif
+}
+FOUNDRY_HD inline float FloatOf(uint32_t bits) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(bits);
+#else
   float f;
   std::memcpy(&f, &bits, sizeof f);
   return f;
+#endif
+}
+}  // namespace bf16_internal
+
+FOUNDRY_HD inline float Bf16ToFloat(uint16_t h) {
+  return bf16_internal::FloatOf(static_cast<uint32_t>(h) << 16);
 }
 
-inline uint16_t FloatToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
+FOUNDRY_HD inline uint16_t FloatToBf16(float f) {
+  uint32_t bits = bf16_internal::BitsOf(f);
   if ((bits & 0x7FFFFFFFu) > 0x7F800000u)  // NaN: keep the sign and the top fraction bits, quiet
     return static_cast<uint16_t>((bits >> 16) | 0x0040u);
   // Round to nearest even on bit 16: add 0x7FFF plus the lowest kept bit, then truncate. A carry
@@ -32,20 +52,21 @@ inline uint16_t FloatToBf16(float f) {
 // double -> bfloat16 with one rounding (converting through float would round twice): the double
 // is first narrowed to float rounding to odd (truncate, then set the last bit when anything was
 // cut), which keeps enough information for the final round-to-nearest-even to be correct.
-inline uint16_t DoubleToBf16(double d) {
-  if (std::isnan(d)) return FloatToBf16(static_cast<float>(d));
-  float f = static_cast<float>(d);  // round to nearest
-  if (std::isinf(f) && !std::isinf(d)) {
-    // Beyond float's range: beyond bfloat16's too (same exponent range), rounds to infinity.
-    return FloatToBf16(f);
-  }
-  if (static_cast<double>(f) != d) {
-    // Toward zero, then make the last bit 1 (round to odd).
-    if (std::fabs(static_cast<double>(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
-    uint32_t bits;
-    std::memcpy(&bits, &f, sizeof bits);
+// Written with comparisons and bit operations only (no <cmath>), so that it runs on the device.
+FOUNDRY_HD inline uint16_t DoubleToBf16(double d) {
+  if (d != d) return FloatToBf16(static_cast<float>(d));  // NaN
+  float f = static_cast<float>(d);                        // round to nearest
+  uint32_t bits = bf16_internal::BitsOf(f);
+  // Beyond float's range (f infinite, d finite): beyond bfloat16's too (same exponent range),
+  // rounds to infinity; d infinite converts exactly.
+  if ((bits & 0x7FFFFFFFu) == 0x7F800000u) return FloatToBf16(f);
+  const double fd = static_cast<double>(f);
+  if (fd != d) {
+    // Toward zero (|f| > |d| means f is nonzero: one pattern down is one ulp smaller in
+    // magnitude, to a signed zero from the smallest subnormal), then make the last bit 1.
+    if ((fd < 0 ? -fd : fd) > (d < 0 ? -d : d)) bits -= 1u;
     bits |= 1u;
-    std::memcpy(&f, &bits, sizeof f);
+    f = bf16_internal::FloatOf(bits);
   }
   return FloatToBf16(f);
 }

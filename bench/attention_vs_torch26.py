@@ -23,6 +23,9 @@ Measured here (torch 2.6.0+debian): the CPU flash kernel saves attn_mask for its
 models/mpt.py's sdpa path materialises the [1, H, S, S] ALiBi + causal mask in every layer, so
 `none` and `mptmlp` keep 12 such masks (48 MiB each at seq 1024) on top of what foundry keeps;
 REFERENCE.md's numbers for those two targets do not include them.
+--saved --precision amp_bf16: the same under torch.autocast("cpu", dtype=torch.bfloat16) (PyTorch's
+CPU autocast: SDPA and the linears in bf16, the mask cast to bf16 with them; autocast's cached bf16
+weight copies count, they are not parameter storage). `reference` is none then.
 
 --kernel: F.scaled_dot_product_attention alone on the CPU, fp32, q/k/v [1, 12, S, 64] (MPT-125M's
 attention) with requires_grad, scale 1/8, in two forms: `alibi_mask` (an additive float attn_mask
@@ -67,8 +70,9 @@ def loadavg():
         return " ".join(f.read().split()[:3])
 
 
-def measure_saved(seqs, targets, threads):
-    """Runs bench/pytorch_side.py on the sdpa variant of CONFIG; returns the "saved" member."""
+def measure_saved(seqs, targets, threads, precision="fp32"):
+    """Runs bench/pytorch_side.py on the sdpa variant of CONFIG; returns the "saved" member.
+    precision amp_bf16: every forward under torch.autocast("cpu", dtype=torch.bfloat16)."""
     from models import families
     config = families.load_config(CONFIG)
     config["attn_config"] = dict(config["attn_config"], attn_impl="sdpa")
@@ -78,7 +82,8 @@ def measure_saved(seqs, targets, threads):
         with open(path, "w") as f:
             json.dump(config, f)
         cmd = [sys.executable, os.path.join(REPO, "bench", "pytorch_side.py"), "--config", path,
-               "--steps", "0", "--threads", str(threads), "--seq", *map(str, seqs)]
+               "--steps", "0", "--threads", str(threads), "--seq", *map(str, seqs),
+               "--autocast", "bf16" if precision == "amp_bf16" else "none"]
         for t in targets:
             cmd += ["--ckpt", t]
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
@@ -88,7 +93,7 @@ def measure_saved(seqs, targets, threads):
                   f"({len(lines)} of {len(seqs) * len(targets)} measurements)", file=sys.stderr)
     for d in lines:
         saved = d["saved_for_backward_bytes"] - d["saved_input_bytes"]
-        ref = REFERENCE.get((d["seq"], d["ckpt"]))
+        ref = REFERENCE.get((d["seq"], d["ckpt"])) if precision == "fp32" else None
         rows.append({
             "target": d["ckpt"], "seq": d["seq"], "batch": d["batch"],
             "saved_bytes": saved,
@@ -102,7 +107,8 @@ def measure_saved(seqs, targets, threads):
             "matches_reference": None if ref is None else ref in (saved,
                                                                   d["saved_for_backward_bytes"]),
         })
-    return {"config": CONFIG, "attn_impl": "sdpa", "dtype": "float32",
+    return {"config": CONFIG, "attn_impl": "sdpa", "precision": precision,
+            "dtype": "float32" if precision == "fp32" else "autocast bfloat16",
             "torch": lines[0]["torch"] if lines else None, "method": "bench/pytorch_side.py",
             "complete": proc.returncode == 0, "results": rows}
 
@@ -184,6 +190,9 @@ def main(argv=None) -> int:
     ap.add_argument("--targets", nargs="+", default=TARGETS, help="--saved targets")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                     help="--kernel: torch.set_num_threads values (--saved uses the largest)")
+    ap.add_argument("--precision", choices=["fp32", "amp_bf16"], default="fp32",
+                    help="--saved: amp_bf16 runs the forward under torch.autocast(\"cpu\", "
+                         "dtype=torch.bfloat16)")
     ap.add_argument("--blas-threads", type=int, default=1,
                     help="OPENBLAS_NUM_THREADS / OMP_NUM_THREADS before torch is imported")
     ap.add_argument("--reps", type=int, default=5, help="--kernel: timed runs (median)")
@@ -196,7 +205,7 @@ def main(argv=None) -> int:
     os.environ["OPENBLAS_NUM_THREADS"] = str(args.blas_threads)
     out = {"machine": {"nproc": os.cpu_count(), "loadavg_start": loadavg()}}
     if args.saved:
-        out["saved"] = measure_saved(args.seq, args.targets, max(args.threads))
+        out["saved"] = measure_saved(args.seq, args.targets, max(args.threads), args.precision)
     if args.kernel:
         out["kernel"] = measure_kernel(args.seq, args.threads, args.reps, args.warmup)
     out["machine"]["loadavg_end"] = loadavg()

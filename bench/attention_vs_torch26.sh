@@ -27,6 +27,9 @@
 #   grouped_query_attention mptmlp both mptblock"), BENCH_ATTN_THREADS (default "1 2"),
 #   BENCH_ATTN_REPS (default 5: timed runs per kernel measurement, after one warm-up),
 #   BENCH_ATTN_KERNEL=0: saved bytes only.
+#   BENCH_ATTN_PRECISION=amp_bf16: the saved-bytes table in mixed precision (issue 22): foundry
+#   compiles with --precision amp_bf16, PyTorch runs each forward under
+#   torch.autocast("cpu", dtype=torch.bfloat16); the kernel timings (fp32) are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -37,6 +40,12 @@ read -ra targets <<< "${BENCH_ATTN_TARGETS:-none grouped_query_attention mptmlp 
 read -ra threads <<< "${BENCH_ATTN_THREADS:-1 2}"
 reps=${BENCH_ATTN_REPS:-5}
 do_kernel=${BENCH_ATTN_KERNEL:-1}
+precision=${BENCH_ATTN_PRECISION:-fp32}
+case $precision in
+  fp32) ;;
+  amp_bf16) do_kernel=0 ;;
+  *) echo "attention_vs_torch26: error: BENCH_ATTN_PRECISION is fp32 or amp_bf16, not '$precision'" >&2; exit 2 ;;
+esac
 model=models/exports/mpt_125m_alibi.onnx
 torch2=../shared/tools/torch2/run.sh
 py=/usr/bin/python3
@@ -64,7 +73,7 @@ elif [[ -x $torch2 ]] && [[ -x ${TORCH2_ROOT:-/opt/torch2}/usr/bin/python3 ]]; t
   modes=(--saved)
   [[ $do_kernel == 0 ]] || modes+=(--kernel)
   # Saved bytes do not depend on the thread count; the kernel timing runs last, alone.
-  if ! "$torch2" python3 bench/attention_vs_torch26.py "${modes[@]}" --seq "${seqs[@]}" \
+  if ! "$torch2" python3 bench/attention_vs_torch26.py "${modes[@]}" --precision "$precision" --seq "${seqs[@]}" \
       --targets "${targets[@]}" --threads "${threads[@]}" --reps "$reps" \
       > "$torch_json" 2> "$tmp/torch.err"; then
     echo "attention_vs_torch26: warning: the PyTorch 2.6 side failed; its cells read n/a:" >&2
@@ -108,7 +117,7 @@ foundry_saved() {
   shift 2
   local r=$tmp/${target}_$seq.json
   # shellcheck disable=SC2046  # ckpt_args is word lists by design
-  if ! "$compile" "$model" --dim batch=1 --dim "seq=$seq" $(ckpt_args "$target") "$@" \
+  if ! "$compile" "$model" --dim batch=1 --dim "seq=$seq" --precision "$precision" $(ckpt_args "$target") "$@" \
       --report-json "$r" -o "$tmp/out" > "$tmp/compile.log" 2>&1; then
     echo "attention_vs_torch26: warning: foundry-compile --ckpt $target at seq $seq $* failed:" >&2
     tail -5 "$tmp/compile.log" >&2
@@ -162,6 +171,16 @@ if [[ $do_kernel != 0 ]]; then
 fi
 
 torch_version=$(json "$torch_json" "d.get('saved', d.get('kernel', {})).get('torch') or 'n/a'")
+if [[ $precision == amp_bf16 ]]; then
+  echo "## Saved for backward under amp_bf16, side by side with PyTorch 2.6 autocast + SDPA (CPU, MPT-125M with ALiBi, batch 1)"
+  echo
+  echo "Measured by \`BENCH_ATTN_PRECISION=amp_bf16 bench/attention_vs_torch26.sh\` (PyTorch $torch_version in the torch2 chroot), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end. Same model and counting as the fp32 table (\`models/configs/mpt_125m_alibi.json\`, \`$model\`, batch 1, parameters and feeds excluded). foundry: \`foundry-compile --precision amp_bf16\` (PyTorch's CUDA autocast lists: products and attention in bf16, norms, softmax and the loss in f32; master weights f32; each weight's bf16 copy cast again for the backward instead of held). PyTorch: every forward under \`torch.autocast(\"cpu\", dtype=torch.bfloat16)\` (its CPU lists: linears and SDPA in bf16, the ALiBi + causal mask cast to bf16 for SDPA; autocast's cached bf16 weight copies are held for the backward and counted: they are not parameter storage). ${torch_note}"
+  echo
+  echo "| target | seq | PyTorch 2.6 autocast + SDPA bytes | foundry amp_bf16 bytes | foundry / PyTorch | foundry unfused bytes | PyTorch MiB | foundry MiB |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+  printf '%s\n' "${saved_rows[@]}"
+  exit 0
+fi
 echo "## Fused attention side by side with PyTorch 2.6 + SDPA (CPU, MPT-125M with ALiBi, batch 1, fp32)"
 echo
 echo "Measured by \`bench/attention_vs_torch26.sh\` (PyTorch $torch_version in the torch2 chroot, \`bench/attention_vs_torch26.py\`), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end. Model: \`models/configs/mpt_125m_alibi.json\` (d 768, 12 layers, 12 heads, ALiBi, no biases, tied embeddings); foundry compiles its no-weights export \`$model\` (manual attention, fused into \`foundry::Attention\`), PyTorch runs the same config with \`attn_impl: sdpa\` (\`F.scaled_dot_product_attention\` with the ALiBi + causal bias as \`attn_mask\`). ${torch_note}"

@@ -41,7 +41,9 @@ memory does not count in the next one's peak), prints one JSON line:
   peak_minus_baseline_bytes.
 
 The model is the config's random init (families.seeded_model), batch 1 unless --batch, in training
-mode; torch.set_num_threads(threads).
+mode; torch.set_num_threads(threads). --autocast bf16 runs every forward under
+torch.autocast("cpu", dtype=torch.bfloat16) (the recorded "autocast" field says which): autocast's
+cached bf16 weight copies that the backward reads are counted (they are not parameter storage).
 """
 
 import argparse
@@ -92,7 +94,16 @@ def record_region_inputs(model, record):
             mod.checkpoint_fn = recording
 
 
-def saved_bytes(model, input_ids, labels):
+def autocast_context(autocast: str):
+    """torch.autocast("cpu", dtype=torch.bfloat16) for --autocast bf16, else a no-op context."""
+    import contextlib
+    import torch
+    if autocast == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def saved_bytes(model, input_ids, labels, autocast="none"):
     """Saved-for-backward storages of one forward (see the module docstring): (bytes excluding
     parameters, of which feeds, of which held only as checkpointed regions' inputs, loss,
     {storage bytes: count})."""
@@ -111,7 +122,7 @@ def saved_bytes(model, input_ids, labels):
         return t
 
     record_region_inputs(model, lambda t: add(region, t))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast_context(autocast):
         loss = model(input_ids, labels)
     loss.backward()
     only_region = {p: n for p, n in region.items() if p not in seen}
@@ -130,7 +141,7 @@ def grads_of(model):
 
 
 def measure_one(config_name: str, batch: int, seq: int, threads: int, steps: int,
-                ckpt: str) -> dict:
+                ckpt: str, autocast: str = "none") -> dict:
     import torch
     from models import families, mpt
 
@@ -142,14 +153,16 @@ def measure_one(config_name: str, batch: int, seq: int, threads: int, steps: int
     wrapped = mpt.apply_activation_checkpointing(model, keys) if keys else 0
     input_ids, labels = families.make_inputs(config, batch, seq)
     result = {"config": config["name"], "batch": batch, "seq": seq, "threads": threads,
-              "torch": torch.__version__, "ckpt": ckpt, "checkpointed_modules": wrapped}
+              "torch": torch.__version__, "ckpt": ckpt, "checkpointed_modules": wrapped,
+              "autocast": autocast}
     (result["saved_for_backward_bytes"], result["saved_input_bytes"],
      result["region_input_bytes"], loss,
-     result["saved_storage_sizes"]) = saved_bytes(model, input_ids, labels)
+     result["saved_storage_sizes"]) = saved_bytes(model, input_ids, labels, autocast)
     if keys and steps == 0:
         # The same step without the wrapping, on a second copy of the same seeded weights.
         plain = families.seeded_model(config)
-        plain_loss = plain(input_ids, labels)
+        with autocast_context(autocast):
+            plain_loss = plain(input_ids, labels)
         plain_loss.backward()
         got, want = grads_of(model), grads_of(plain)
         if set(got) != set(want):
@@ -168,7 +181,8 @@ def measure_one(config_name: str, batch: int, seq: int, threads: int, steps: int
         times = []
         for i in range(steps + 1):  # step 0 warms up (and allocates AdamW's state)
             t0 = time.perf_counter()
-            loss = model(input_ids, labels)
+            with autocast_context(autocast):
+                loss = model(input_ids, labels)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -199,6 +213,10 @@ def main(argv=None) -> int:
                     help="activation checkpointing target, repeatable (one measurement each): "
                          "none, both (= grouped_query_attention,mptmlp), or models/mpt.py "
                          "MODULE_REGISTRY keys joined by commas; default none")
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                    help="bf16: the forward under torch.autocast(\"cpu\", dtype=torch.bfloat16), "
+                         "as llm-foundry's precision: amp_bf16 runs it (weights and AdamW state "
+                         "stay fp32)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process
     args = ap.parse_args(argv)
     targets = args.ckpt or ["none"]
@@ -210,7 +228,7 @@ def main(argv=None) -> int:
                      f"{', '.join(sorted(mpt.MODULE_REGISTRY))})")
     if args.one:
         print(json.dumps(measure_one(args.config, args.batch, args.seq[0], args.threads[0],
-                                     args.steps, targets[0])), flush=True)
+                                     args.steps, targets[0], args.autocast)), flush=True)
         return 0
     status = 0
     for target in targets:
@@ -218,7 +236,8 @@ def main(argv=None) -> int:
             for threads in args.threads:
                 cmd = [sys.executable, os.path.abspath(__file__), "--one", "--config",
                        args.config, "--batch", str(args.batch), "--seq", str(seq), "--threads",
-                       str(threads), "--steps", str(args.steps), "--ckpt", target]
+                       str(threads), "--steps", str(args.steps), "--ckpt", target,
+                       "--autocast", args.autocast]
                 proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
                 if proc.returncode != 0:
                     print(f"pytorch_side: error: ckpt {target}, seq {seq}, {threads} threads: "

@@ -133,6 +133,8 @@ print(' | '.join([mib('arena_bytes'), mib('lower_bound_bytes'),
   echo
   bash bench/attention_vs_torch26.sh "$build"
   echo
+  BENCH_ATTN_PRECISION=amp_bf16 BENCH_ATTN_SEQS=1024 bash bench/attention_vs_torch26.sh "$build"
+  echo
   bash bench/attention_step.sh "$build"
   echo
   bash bench/step_vs_torch26.sh "$build"

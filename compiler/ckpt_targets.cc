@@ -42,7 +42,6 @@ namespace foundry {
 // characters escaped (a key may hold a newline), at most 200 bytes.
 static std::string Shown(std::string_view s) { return Clip(EscapeName(s)); }
 
-
 namespace {
 
 constexpr const char* kLayerForms =
@@ -91,7 +90,9 @@ StatusOr<std::vector<LayerItem>> ParseLayerItems(const std::string& spec) {
   std::string s;
   for (char c : spec)
     if (!std::isspace(static_cast<unsigned char>(c))) s += c;
-  auto malformed = [&]() { return Error("malformed layers '" + Shown(spec) + "'; " + kLayerForms); };
+  auto malformed = [&]() {
+    return Error("malformed layers '" + Shown(spec) + "'; " + kLayerForms);
+  };
   if (s.empty()) return malformed();
   int64_t n;
   if (ParseCount(s, &n)) return std::vector<LayerItem>{{LayerItem::kFirst, n, 0}};
@@ -405,9 +406,9 @@ StatusOr<std::vector<Candidate>> Resolve(const Tree& t, const CkptTarget& target
                  "' (children of each block: " + ChildList(t) + ")");
   }
   if (!outside.empty()) {
-    return Error(where + ": '" + Shown(target.name) + "' matches only modules outside the blocks (" +
-                 Abbreviate(outside) + "); only modules inside the blocks (" + BlocksText(t) +
-                 ") can be checkpointed");
+    return Error(where + ": '" + Shown(target.name) +
+                 "' matches only modules outside the blocks (" + Abbreviate(outside) +
+                 "); only modules inside the blocks (" + BlocksText(t) + ") can be checkpointed");
   }
   if (how == kKey) {
     return Error(where + ": '" + Shown(target.name) + "' (llm-foundry's key for " +
@@ -630,8 +631,8 @@ class StrictYamlScan : public YAML::EventHandler {
                   "needs); write the keys out");
     auto [it, inserted] = f.keys.emplace(text, mark.line + 1);
     if (!inserted)
-      Fail(mark, "key '" + Shown(text) +
-                     "' appears twice in one mapping (first at line " + std::to_string(it->second) +
+      Fail(mark, "key '" + Shown(text) + "' appears twice in one mapping (first at line " +
+                     std::to_string(it->second) +
                      "); OmegaConf, which llm-foundry uses, rejects that: keep one");
   }
   std::vector<Frame> frames_;
@@ -676,6 +677,13 @@ StatusOr<CkptConfig> ParseYamlConfig(const std::string& text, const std::string&
     if (!IsPlain(f) || !YAML::convert<bool>::decode(f, flag))
       return Error(source + ": key 'fsdp_config.activation_checkpointing' is " + KindOf(f) +
                    "; expected true or false");
+  }
+  if (root["precision"].IsDefined()) {
+    const YAML::Node p = root["precision"];
+    if (!p.IsScalar())
+      return Error(source + ": key 'precision' is " + KindOf(p) +
+                   "; expected amp_bf16 or fp32, as llm-foundry writes it");
+    config.precision = p.Scalar();
   }
   const bool target_set =
       target.IsDefined() && !target.IsNull() && !(target.IsSequence() && target.size() == 0);

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,11 +54,14 @@ StatusOr<CkptTarget> ParseCkptArg(const std::string& arg);
 //   - a whole llm-foundry training config: the target at `model.activation_checkpointing_target`,
 //     switched on by `fsdp_config.activation_checkpointing: true`; then an absent or `[]` target
 //     means every block (targets = {block}). When the flag is false or absent nothing is
-//     checkpointed (enabled = false), with a warning if a target is set.
+//     checkpointed (enabled = false), with a warning if a target is set. Its top-level
+//     `precision:` (llm-foundry's amp_bf16 / amp_fp16 / fp32 ...) is read too, as written: the
+//     CLI checks the value (ParsePrecision) and applies it unless --precision is given.
 struct CkptConfig {
   bool enabled = true;
   std::vector<CkptTarget> targets;
-  std::vector<std::string> warnings;  // one line each, printed by the CLI as warnings
+  std::optional<std::string> precision;  // a whole config's `precision:` value, when set
+  std::vector<std::string> warnings;     // one line each, printed by the CLI as warnings
 };
 // The file is read whole (a regular file of at most kMaxCkptConfigBytes) and held to what
 // OmegaConf, which llm-foundry uses, would read: one document, no anchors, aliases or merge keys,

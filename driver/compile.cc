@@ -115,6 +115,9 @@ Status ApplyMemoryBudget(Compilation& c) {
   Graph checkpointed = *c.plain;
   std::vector<std::unique_ptr<Pass>> passes;
   passes.push_back(std::make_unique<RematPass>(RematPass::Options{choice.chosen.instances}));
+  // The rest of BuildPipeline after remat, as a --ckpt compile runs it (the search planned the
+  // same: PlanSelection).
+  if (r.precision != Precision::kFp32) passes.push_back(std::make_unique<AutocastRecastPass>());
   passes.push_back(std::make_unique<SchedulePass>());
   PipelineOptions tail;
   tail.log = r.log;

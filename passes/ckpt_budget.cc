@@ -1,10 +1,10 @@
 // The --memory-budget search (issue 12). The contract is in the header; this file says how the
 // search runs and where it may miss the optimum.
 //
-// Evaluation. One real plan = copy the autodiff graph, RematPass, SchedulePass, PlanMemory for the
-// CPU layout, then read the total, the saved buffers (memory_report.h's SavedBuffers) and the
-// recompute FLOPs (NodeFlops of the clones). No verifier (the pipeline that compiles the chosen
-// plan verifies it) and no full memory report: only what the search reads.
+// Evaluation. One real plan = copy the autodiff graph, RematPass, AutocastRecastPass, SchedulePass,
+// PlanMemory for the CPU layout, then read the total, the saved buffers (memory_report.h's
+// SavedBuffers) and the recompute FLOPs (NodeFlops of the clones). No verifier (the pipeline that
+// compiles the chosen plan verifies it) and no full memory report: only what the search reads.
 //
 // Search (ChooseCheckpointing), on L blocks whose eligible children are the same by name:
 //  1. Measure. The plain plan, then for each per-layer option kind k (a non-empty subset of the
@@ -74,6 +74,7 @@
 #include "compiler/module_tree.h"
 #include "compiler/phase.h"
 #include "kernels/cpu/kernel.h"
+#include "passes/autocast.h"
 #include "passes/memory_plan.h"
 #include "passes/memory_report.h"
 #include "passes/remat.h"
@@ -104,6 +105,10 @@ StatusOr<CkptEvaluation> PlanSelection(const Graph& base, std::vector<std::strin
     RematPass remat({instances});
     RETURN_IF_ERROR(remat.Run(g).status());
   }
+  // As the pipeline after remat (BuildPipeline): under amp_bf16 the backward casts its weights
+  // again (a no-op on an fp32 graph, which has no parameter casts).
+  AutocastRecastPass recast;
+  RETURN_IF_ERROR(recast.Run(g).status());
   SchedulePass schedule;
   RETURN_IF_ERROR(schedule.Run(g).status());
   ASSIGN_OR_RETURN(MemoryPlan plan, PlanMemory(g, {{"cpu", CpuWorkspaceBytes}}));

@@ -356,8 +356,10 @@ StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& p
     auto p = producer.find(b.owner);
     const std::string phase =
         p == producer.end() ? "" : std::string(PhaseName(PhaseOrForward(graph.nodes[p->second])));
-    r.largest_at_peak.push_back(
-        {b.owner, b.bytes, scope_of(b.owner), phase, saved.count(b.owner) != 0});
+    const Value* v = graph.FindValue(b.owner);
+    r.largest_at_peak.push_back({b.owner, b.bytes, scope_of(b.owner), phase,
+                                 saved.count(b.owner) != 0,
+                                 v ? std::string(DTypeName(v->dtype)) : std::string()});
   }
   std::stable_sort(r.largest_at_peak.begin(), r.largest_at_peak.end(),
                    [](const PeakValue& a, const PeakValue& b) {
@@ -465,7 +467,8 @@ std::string MemoryReportJson(const MemoryReport& r) {
                                     {"bytes", v.bytes},
                                     {"module", v.module},
                                     {"phase", v.phase},
-                                    {"saved", v.saved}});
+                                    {"saved", v.saved},
+                                    {"dtype", v.dtype}});
   j["layouts"] = ordered_json::array();
   for (const auto& s : r.layouts)
     j["layouts"].push_back({{"backend", s.backend},
@@ -796,8 +799,9 @@ std::string FormatMemoryReport(const MemoryReport& r) {
   out << "largest values live at the peak (step " << l.peak_step << "):\n";
   for (const auto& v : r.largest_at_peak)
     out << "  " << std::setw(10) << HumanBytes(v.bytes) << "  " << std::left << std::setw(9)
-        << (v.saved ? "saved" : "transient") << "  " << std::setw(9) << v.phase << std::right
-        << "  " << ModuleName(v.module) << "  " << v.value << "\n";
+        << (v.saved ? "saved" : "transient") << "  " << std::setw(9) << v.phase << "  "
+        << std::setw(4) << v.dtype << std::right << "  " << ModuleName(v.module) << "  " << v.value
+        << "\n";
   if (l.peak_step >= 0 && l.peak_step < static_cast<int64_t>(r.steps.size()) &&
       r.steps[l.peak_step].workspace > 0)
     out << "  " << std::setw(10) << HumanBytes(r.steps[l.peak_step].workspace) << "  workspace of '"

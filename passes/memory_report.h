@@ -116,6 +116,7 @@ struct PeakValue {
   std::string module;
   std::string phase;  // of the owner's producer
   bool saved = false;
+  std::string dtype;  // the owner's element type (DTypeName: f32, bf16, i64, ...)
 };
 
 struct StepBytes {

@@ -155,7 +155,8 @@ Status Trainer::CheckBackendCanRun() const {
   if (std::vector<std::string> missing = backend_->MissingKernels(plan_.graph); !missing.empty())
     return Error("the " + backend + " backend has no kernel for " + JoinNames(missing) + " (in '" +
                  plan_.plan_path + "'); run it with --device cpu");
-  if (backend != "cpu")
+  // bf16 kernels: the cpu backend's and the cuda backend's (kernels/cuda/kernel.h, "bfloat16").
+  if (backend != "cpu" && backend != "cuda")
     for (const auto& [name, v] : plan_.graph.values())
       if (v.dtype == DType::kBFloat16)
         return Error("'" + plan_.plan_path + "' computes in bf16 (foundry-compile --precision " +

@@ -45,6 +45,7 @@ struct Options {
   std::string ckpt_config, memory_budget_text, emit_ckpt_config, memory_frontier;
   std::string report_json, memory_timeline, threads_text;
   std::string precision = "fp32";
+  bool precision_given = false;
 
   // The files written after the plan, in the order they are written, each with the option
   // that names it in messages.
@@ -169,6 +170,19 @@ std::optional<int> ParseCkpt(const Options& o, CompileRequest& request) {
     auto config = ReadCkptConfig(o.ckpt_config);
     if (!config.ok()) return Fail(config.status().message());
     for (const auto& w : config->warnings) std::cerr << kTool << ": warning: " << w << "\n";
+    if (config->precision) {
+      // llm-foundry's `precision:` applies unless the command line names one.
+      auto precision = ParsePrecision(*config->precision);
+      if (!o.precision_given) {
+        if (!precision.ok())
+          return Fail("--ckpt-config " + o.ckpt_config + ": key 'precision': " +
+                      precision.status().message() + " (or give --precision to override the file)");
+        request.precision = *precision;
+      } else if (!precision.ok() || *precision != request.precision) {
+        std::cerr << kTool << ": warning: --precision " << o.precision << " overrides "
+                  << o.ckpt_config << "'s precision: " << *config->precision << "\n";
+      }
+    }
     if (config->enabled)
       request.ckpt_targets.insert(request.ckpt_targets.end(), config->targets.begin(),
                                   config->targets.end());
@@ -273,6 +287,7 @@ std::optional<int> ParseRequest(Options& o, CompileRequest& request, OutputSet& 
   request.fuse_attention = !o.no_attention_fusion;
   request.dump_after = o.dump_after;
   if (auto code = ParseCkpt(o, request)) return code;
+  o.precision = std::string(PrecisionName(request.precision));  // the file's, when it set it
   if (auto code = ParseBudget(o, request)) return code;
   return ParseOutputs(o, request, outputs);
 }
@@ -304,9 +319,11 @@ int PrintModules(const Graph& graph, const std::string& model) {
   return 0;
 }
 
-// The --emit-ckpt-config file, headed by the command that chose the selection.
+// The --emit-ckpt-config file, headed by the command that chose the selection, --precision
+// included: a budget answer holds in the precision it was planned in. (Not a `precision:` key: the
+// snippet is pasted into a training YAML that has its own.)
 std::string EmittedConfig(const Options& o, const CompileResult& result) {
-  std::string command = "foundry-compile " + o.model;
+  std::string command = "foundry-compile " + o.model + " --precision " + o.precision;
   if (result.budget)
     return CkptConfigFile(
         command + " --memory-budget " + o.memory_budget_text + ": " + BudgetLine(*result.budget),
@@ -379,6 +396,7 @@ int Main(int argc, char** argv) {
   if (auto code = cli::RejectEmptyValues(app, kTool)) return *code;
   o.output_given = app.get_option("--output")->count() > 0;
   o.dump_plan_given = app.get_option("--dump-plan")->count() > 0;
+  o.precision_given = app.get_option("--precision")->count() > 0;
 
   if (o.list_ops) {
     for (const OpSchema* s : OpSchemas().All())

@@ -67,12 +67,8 @@ const CpuWorkspaceTable& CpuWorkspaces() {
   return table;
 }
 
-namespace {
-
 // --- bfloat16 by staging (kernel.h) ---
 
-// Ops whose kernels move or pick whole elements by their byte size, or read only types and
-// shapes: they take bfloat16 operands as they are. (Staging them would be exact too, only slower.)
 bool TakesBf16AsIs(const Node& node) {
   if (!node.domain.empty()) return false;
   static const char* const kOps[] = {"Cast",    "CastLike", "Constant", "Shape",     "Size",
@@ -84,26 +80,23 @@ bool TakesBf16AsIs(const Node& node) {
   return false;
 }
 
-// Ops whose kernels take bfloat16 operands themselves: the matrix products, by tiles widened in
-// their own bounded workspace (kernels/cpu/math.cc), instead of whole widened operands.
-bool HandlesBf16Itself(const Node& node) {
-  if (node.domain.empty()) return node.op_type == "MatMul" || node.op_type == "Gemm";
-  return node.domain == "com.microsoft" && node.op_type == "FusedMatMul";
+int64_t Bf16StagingBytes(int64_t numel) {
+  return (numel * static_cast<int64_t>(sizeof(float)) + 255) / 256 * 256;
 }
 
-int64_t Align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+namespace {
 
 // The f32 copy of one bfloat16 operand: its bytes in the workspace; -1 when its shape is unknown.
 int64_t StagedBytes(const OperandType& t) {
   if (t.dtype != DType::kBFloat16) return 0;
   if (!t.shape) return -1;
   const int64_t n = NumElements(*t.shape);
-  return n < 0 ? -1 : Align256(n * static_cast<int64_t>(sizeof(float)));
+  return n < 0 ? -1 : Bf16StagingBytes(n);
 }
 
 bool StagesBf16(const Node& node, std::span<const OperandType> in,
                 std::span<const OperandType> out) {
-  if (TakesBf16AsIs(node) || HandlesBf16Itself(node)) return false;
+  if (TakesBf16AsIs(node)) return false;
   auto bf16 = [](const OperandType& t) { return t.dtype == DType::kBFloat16; };
   return std::any_of(in.begin(), in.end(), bf16) || std::any_of(out.begin(), out.end(), bf16);
 }
@@ -115,15 +108,17 @@ std::vector<OperandType> Widened(std::span<const OperandType> types) {
   return w;
 }
 
-int64_t KernelWorkspaceOf(const Node& node, std::span<const OperandType> in,
-                          std::span<const OperandType> out) {
-  const CpuWorkspaceFn* fn = CpuWorkspaces().Find(node.domain, node.op_type);
+int64_t KernelWorkspaceOf(const CpuWorkspaceTable& rows, const Node& node,
+                          std::span<const OperandType> in, std::span<const OperandType> out) {
+  const CpuWorkspaceFn* fn = rows.Find(node.domain, node.op_type);
   return fn ? (*fn)(node, in, out) : 0;
 }
 
-int64_t WorkspaceOf(const Node& node, std::span<const OperandType> in,
-                    std::span<const OperandType> out) {
-  if (!StagesBf16(node, in, out)) return KernelWorkspaceOf(node, in, out);
+}  // namespace
+
+int64_t StagedWorkspaceBytes(const CpuWorkspaceTable& rows, const Node& node,
+                             std::span<const OperandType> in, std::span<const OperandType> out) {
+  if (!StagesBf16(node, in, out)) return KernelWorkspaceOf(rows, node, in, out);
   int64_t staged = 0;
   for (const auto* side : {&in, &out})
     for (const OperandType& t : *side) {
@@ -132,7 +127,22 @@ int64_t WorkspaceOf(const Node& node, std::span<const OperandType> in,
       staged += b;
     }
   const std::vector<OperandType> win = Widened(in), wout = Widened(out);
-  return staged + KernelWorkspaceOf(node, win, wout);
+  return staged + KernelWorkspaceOf(rows, node, win, wout);
+}
+
+namespace {
+
+// Ops whose CPU kernels take bfloat16 operands themselves: the matrix products, by tiles widened in
+// their own bounded workspace (kernels/cpu/math.cc), instead of whole widened operands.
+bool HandlesBf16Itself(const Node& node) {
+  if (node.domain.empty()) return node.op_type == "MatMul" || node.op_type == "Gemm";
+  return node.domain == "com.microsoft" && node.op_type == "FusedMatMul";
+}
+
+int64_t WorkspaceOf(const Node& node, std::span<const OperandType> in,
+                    std::span<const OperandType> out) {
+  if (HandlesBf16Itself(node)) return KernelWorkspaceOf(CpuWorkspaces(), node, in, out);
+  return StagedWorkspaceBytes(CpuWorkspaces(), node, in, out);
 }
 
 template <class T>
@@ -191,7 +201,7 @@ Status RunStaged(CpuKernelFn fn, const Node& node, std::span<const Tensor* const
   std::byte* next = ctx.workspace.data();
   auto stage = [&](const Tensor& t) {
     Tensor w = Tensor::View(DType::kFloat32, t.shape(), next);
-    next += Align256(t.numel() * static_cast<int64_t>(sizeof(float)));
+    next += Bf16StagingBytes(t.numel());
     return w;
   };
   std::vector<Tensor> staged_in, staged_out;

@@ -76,6 +76,24 @@ std::vector<OperandType> OperandTypesOf(const Graph& graph, const std::vector<st
 using CpuWorkspaceTable = OpTable<CpuWorkspaceFn>;
 const CpuWorkspaceTable& CpuWorkspaces();
 
+// --- bfloat16 by staging, shared with the CUDA backend (kernels/cuda/kernel.h) ---
+
+// Ops whose kernels move or pick whole elements by their byte size, or read only types and
+// shapes: they take bfloat16 operands as they are, on every backend. (Staging them would be exact
+// too, only slower.)
+bool TakesBf16AsIs(const Node& node);
+// Bytes of the f32 copy of `numel` bfloat16 elements in a staging workspace: rounded up to 256,
+// so that every copy, and the kernel's own scratch after them, stays 256-byte aligned.
+int64_t Bf16StagingBytes(int64_t numel);
+// A node's workspace on a backend that runs bfloat16 by staging, `rows` being that backend's
+// workspace table: the kernel's own figure when nothing is staged (no bfloat16 operand, or
+// TakesBf16AsIs); else the f32 copies of every bfloat16 operand, inputs then outputs in order,
+// followed by the kernel's figure on the widened types; 0 when a staged operand's shape is
+// unknown (not plannable: the run-time check reports the shortfall).
+int64_t StagedWorkspaceBytes(const CpuWorkspaceTable& rows, const Node& node,
+                             std::span<const OperandType> inputs,
+                             std::span<const OperandType> outputs);
+
 // The workspace viewed as an array of T from byte `offset` (a multiple of alignof(T)). Kernels call
 // it only for the bytes their CpuWorkspaceFn declared; RunCpuKernel has checked that they are
 // there.

@@ -448,8 +448,22 @@ Status WhereKernelFn(const Node& node, Inputs in, Outputs out, const CudaKernelC
   });
 }
 
-// Cast and CastLike: the target type is the output's.
+// Cast and CastLike: the target type is the output's. bfloat16 (uint16_t bit patterns) on
+// either side: ew::FromBf16Op / ToBf16Op; bfloat16 to bfloat16 moves the bits.
 Status CastKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
+  const DType src = in[0]->dtype(), dst = out[0]->dtype();
+  if (src == DType::kBFloat16 && dst == DType::kBFloat16)
+    return CopyUnlessSame(node, ctx, *in[0], *out[0]);
+  if (src == DType::kBFloat16)
+    return VisitCastable(node, dst, [&](auto dst_tag) {
+      using D = typename decltype(dst_tag)::type;
+      return Unary<uint16_t, D>(node, ctx, *in[0], *out[0], ew::FromBf16Op<D>{});
+    });
+  if (dst == DType::kBFloat16)
+    return VisitCastable(node, src, [&](auto src_tag) {
+      using S = typename decltype(src_tag)::type;
+      return Unary<S, uint16_t>(node, ctx, *in[0], *out[0], ew::ToBf16Op<S>{});
+    });
   return VisitCastable(node, in[0]->dtype(), [&](auto src_tag) {
     using S = typename decltype(src_tag)::type;
     return VisitCastable(node, out[0]->dtype(), [&](auto dst_tag) {

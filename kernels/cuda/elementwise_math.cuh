@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/bfloat16.h"
 #include "kernels/cpu/philox.h"
 #include "kernels/cuda/hd.h"
 
@@ -395,6 +396,23 @@ struct IsInfOp {
 template <class S, class D>
 struct CastOp {
   FOUNDRY_HD D operator()(S s) const { return Convert<S, D>(s); }
+};
+// Casts from and to bfloat16 (uint16_t bit patterns), the CPU's rules (kernels/cpu/elementwise.cc
+// CastKernel) with base/bfloat16.h's own conversions: bfloat16 widens exactly to float, then
+// converts as float does; f32 rounds once to nearest even; f64, integers and bool go through
+// DoubleToBf16 (one rounding, never two).
+template <class D>
+struct FromBf16Op {
+  FOUNDRY_HD D operator()(uint16_t h) const { return Convert<float, D>(Bf16ToFloat(h)); }
+};
+template <class S>
+struct ToBf16Op {
+  FOUNDRY_HD uint16_t operator()(S s) const {
+    if constexpr (std::is_same_v<S, float>)
+      return FloatToBf16(s);
+    else
+      return DoubleToBf16(static_cast<double>(s));
+  }
 };
 
 // Clip: a missing bound does not clip; NaN passes through; min > max gives max (numpy.clip).

@@ -48,6 +48,22 @@ int64_t CudaWorkspaceBytes(const Graph& graph, const Node& node);
 int64_t CudaWorkspaceBytesFor(const Node& node, std::span<const Tensor* const> inputs,
                               std::span<Tensor* const> outputs);
 
+// bfloat16 (issue 22), as on the CPU (kernels/cpu/kernel.h, "bfloat16"): a node with bfloat16
+// operands runs its f32 kernel on f32 copies ("staging": each bfloat16 input widened by a
+// conversion kernel into the front of the node's workspace, each bfloat16 output rounded to
+// nearest even once from its f32 copy there, with base/bfloat16.h's conversions), the copies
+// counted in CudaWorkspaceBytes exactly as CpuWorkspaceBytes counts them. The ops that take
+// bfloat16 as it is are the CPU's (TakesBf16AsIs: the element-moving kernels work on element
+// bytes). The matrix products with bfloat16 A and B take them directly: cuBLAS's bf16 GEMM at
+// CUBLAS_COMPUTE_32F (products exact, sums in f32), the output bf16 or f32, rounded once; no
+// staging bytes.
+//
+// Whether `node` with these operand types runs without staging on CUDA: TakesBf16AsIs, or a
+// MatMul / com.microsoft FusedMatMul / Gemm whose A and B are bfloat16, whose output is bfloat16
+// or f32 and whose Gemm C (if any) is the output's type or bfloat16 (widened exactly).
+bool CudaTakesBf16Directly(const Node& node, std::span<const OperandType> inputs,
+                           std::span<const OperandType> outputs);
+
 // Bytes of cuBLAS workspace every matrix product gets (cublasSetWorkspace); planned in the arena
 // as part of each matmul node's workspace, so cuBLAS never allocates behind the plan's back.
 inline constexpr int64_t kCublasWorkspaceBytes = int64_t{32} << 20;

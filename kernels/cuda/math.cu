@@ -8,14 +8,18 @@
 // over rows per column (dgamma, dbeta, ReduceSum over leading axes) is the same with a 2-D block
 // (threads along x own columns, along y slices of rows). Block shapes depend only on the sizes, so
 // a recompute gives the same bits. cuBLAS runs in exact fp32 (the handle's CUBLAS_PEDANTIC_MATH)
-// unless ctx.tf32, with the workspace planned for the node, so it never allocates.
+// unless ctx.tf32, with the workspace planned for the node, so it never allocates. Matrix
+// products with bfloat16 A and B (issue 22) call cuBLAS's bf16 GEMM at CUBLAS_COMPUTE_32F with the
+// same workspace; every other kernel here sees bfloat16 only through kernel.cu's f32 staging.
 //
 // Outputs are written with `=`; no kernel here runs in place (the schemas list no in-place
 // inputs for this family).
 #include <climits>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
+#include "base/bfloat16.h"
 #include "compiler/op_schema.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/math_rows.cuh"
@@ -146,10 +150,54 @@ Status GemmRowMajor(const Node& node, const CudaKernelContext& ctx, bool ta, boo
   return Status::Ok();
 }
 
-// Runs `body` with cuBLAS bound to the node's planned workspace and, under ctx.tf32, TF32 tensor
-// cores; the handle's math mode is restored on every path.
+// The same with bfloat16 A and B (uint16_t bit patterns) and a bfloat16 or f32 Y:
+// cublasGemmStridedBatchedEx at CUBLAS_COMPUTE_32F (each product exact in f32, sums in f32, Y
+// rounded once), f32 alpha and beta, CUBLAS_GEMM_DEFAULT. Under WithBlas(..., bf16 = true).
+template <class Y>
+Status GemmRowMajorBf16(const Node& node, const CudaKernelContext& ctx, bool ta, bool tb, int64_t m,
+                        int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t stride_a,
+                        const uint16_t* b, int64_t stride_b, float beta, Y* y, int64_t stride_y,
+                        int64_t batch) {
+  static_assert(std::is_same_v<Y, uint16_t> || std::is_same_v<Y, float>);
+  constexpr cudaDataType kY = std::is_same_v<Y, float> ? CUDA_R_32F : CUDA_R_16BF;
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+    return Fail(node, "matrix dimensions exceed the cuBLAS int range");
+  const int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
+  for (int64_t first = 0; first < batch; first += kMaxGemmBatch) {
+    const int count = static_cast<int>(std::min(kMaxGemmBatch, batch - first));
+    FOUNDRY_CUBLAS_CHECK(
+        node, cublasGemmStridedBatchedEx(
+                  CublasOf(ctx), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                  static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
+                  b + first * stride_b, CUDA_R_16BF, ldb, stride_b, a + first * stride_a,
+                  CUDA_R_16BF, lda, stride_a, &beta, y + first * stride_y, kY, static_cast<int>(n),
+                  stride_y, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  return Status::Ok();
+}
+
+// One row-major product for MatMulTyped / GemmTyped: T the operands' element type (uint16_t:
+// bfloat16), Y the output's, S the scalars'.
+template <class T, class Y, class S>
+Status Gemm(const Node& node, const CudaKernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n,
+            int64_t k, S alpha, const T* a, int64_t stride_a, const T* b, int64_t stride_b, S beta,
+            Y* y, int64_t stride_y, int64_t batch) {
+  if constexpr (std::is_same_v<T, uint16_t>)
+    return GemmRowMajorBf16<Y>(node, ctx, ta, tb, m, n, k, alpha, a, stride_a, b, stride_b, beta, y,
+                               stride_y, batch);
+  else
+    return GemmRowMajor<T>(node, ctx, ta, tb, m, n, k, alpha, a, stride_a, b, stride_b, beta, y,
+                           stride_y, batch);
+}
+
+// Runs `body` with cuBLAS bound to the node's planned workspace (cuBLAS gives the same bits run to
+// run with a fixed workspace on one stream) and a math mode for the operands: f32 exact (the
+// handle's pedantic mode) unless ctx.tf32 (TF32 tensor cores); bfloat16 operands (`bf16`) on
+// tensor cores, whose bf16 products are exact in their f32 accumulators, with every reduction
+// (split-K included) in f32, never in a bf16 output's type. The handle's math mode is restored
+// on every path.
 template <class F>
-Status WithBlas(const Node& node, const CudaKernelContext& ctx, F body) {
+Status WithBlas(const Node& node, const CudaKernelContext& ctx, bool bf16, F body) {
   if (static_cast<int64_t>(ctx.base.workspace.size()) < kCublasWorkspaceBytes)
     return Fail(node, "the cuBLAS workspace was not planned (" +
                           std::to_string(ctx.base.workspace.size()) + " bytes given, " +
@@ -157,18 +205,23 @@ Status WithBlas(const Node& node, const CudaKernelContext& ctx, F body) {
   cublasHandle_t h = CublasOf(ctx);
   FOUNDRY_CUBLAS_CHECK(node, cublasSetWorkspace(h, ctx.base.workspace.data(),
                                                 static_cast<size_t>(kCublasWorkspaceBytes)));
-  if (!ctx.tf32) return body();
+  if (!ctx.tf32 && !bf16) return body();
+  const cublasMath_t mode =
+      bf16 ? static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)
+           : CUBLAS_TF32_TENSOR_OP_MATH;
   cublasMath_t saved;
   FOUNDRY_CUBLAS_CHECK(node, cublasGetMathMode(h, &saved));
-  FOUNDRY_CUBLAS_CHECK(node, cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH));
+  FOUNDRY_CUBLAS_CHECK(node, cublasSetMathMode(h, mode));
   Status st = body();
   FOUNDRY_CUBLAS_CHECK(node, cublasSetMathMode(h, saved));
   return st;
 }
 
-template <class T>
+// T: A's and B's element type (uint16_t: bfloat16), Y: the output's, S: alpha's.
+template <class T, class Yt = T, class S = T>
 Status MatMulTyped(const Node& node, const Tensor& A, const Tensor& B, Tensor& Y, bool ta, bool tb,
-                   T alpha, const CudaKernelContext& ctx) {
+                   S alpha, const CudaKernelContext& ctx) {
   mr::MatMulPlan p;
   if (std::string err = mr::MakeMatMulPlan(A.shape(), B.shape(), ta, tb, &p); !err.empty())
     return Fail(node, err);
@@ -176,24 +229,24 @@ Status MatMulTyped(const Node& node, const Tensor& A, const Tensor& B, Tensor& Y
     return Fail(node, "output has shape " + ShapeToString(Y.shape()) + ", the product needs " +
                           std::to_string(p.batches * p.m * p.n) + " elements");
   if (Y.numel() == 0) return Status::Ok();
-  T* y = Y.data<T>();
+  Yt* y = Y.data<Yt>();
   if (p.k == 0) {
     FOUNDRY_CUDA_CHECK(node, cudaMemsetAsync(y, 0, Y.nbytes(), StreamOf(ctx)));
     return Status::Ok();
   }
   const T* a = A.data<T>();
   const T* b = B.data<T>();
-  return WithBlas(node, ctx, [&]() -> Status {
+  return WithBlas(node, ctx, std::is_same_v<T, uint16_t>, [&]() -> Status {
     if (p.fold_rows)
-      return GemmRowMajor<T>(node, ctx, false, tb, p.batches * p.m, p.n, p.k, alpha, a, 0, b, 0,
-                             T(0), y, 0, 1);
+      return Gemm<T, Yt, S>(node, ctx, false, tb, p.batches * p.m, p.n, p.k, alpha, a, 0, b, 0,
+                            S(0), y, 0, 1);
     for (int64_t first = 0; first < p.batches; first += p.group) {
       int64_t ai = 0, bi = 0;
       mr::MatMulBatchOperands(p, first, &ai, &bi);
-      RETURN_IF_ERROR(GemmRowMajor<T>(node, ctx, ta, tb, p.m, p.n, p.k, alpha, a + ai * p.a_mat,
-                                      p.group_a_stride * p.a_mat, b + bi * p.b_mat,
-                                      p.group_b_stride * p.b_mat, T(0), y + first * p.m * p.n,
-                                      p.m * p.n, p.group));
+      const auto gemm = Gemm<T, Yt, S>;
+      RETURN_IF_ERROR(gemm(node, ctx, ta, tb, p.m, p.n, p.k, alpha, a + ai * p.a_mat,
+                           p.group_a_stride * p.a_mat, b + bi * p.b_mat, p.group_b_stride * p.b_mat,
+                           S(0), y + first * p.m * p.n, p.m * p.n, p.group));
     }
     return Status::Ok();
   });
@@ -211,28 +264,55 @@ Status MatMulKernel(const Node& node, std::span<const Tensor* const> in,
       return MatMulTyped<float>(node, *in[0], *in[1], *out[0], ta, tb, alpha, ctx);
     case DType::kFloat64:
       return MatMulTyped<double>(node, *in[0], *in[1], *out[0], ta, tb, alpha, ctx);
+    case DType::kBFloat16:  // with a bfloat16 B (CudaTakesBf16Directly; else it was staged)
+      if (in[1]->dtype() != DType::kBFloat16) return UnsupportedType(node, in[1]->dtype());
+      if (out[0]->dtype() == DType::kBFloat16)
+        return MatMulTyped<uint16_t, uint16_t, float>(node, *in[0], *in[1], *out[0], ta, tb, alpha,
+                                                      ctx);
+      if (out[0]->dtype() == DType::kFloat32)
+        return MatMulTyped<uint16_t, float, float>(node, *in[0], *in[1], *out[0], ta, tb, alpha,
+                                                   ctx);
+      return UnsupportedType(node, out[0]->dtype());
     default:
       return UnsupportedType(node, in[0]->dtype());
   }
 }
 
-// y[i, j] = scale * c[i * si + j * sj]: Gemm's C broadcast to [m, n].
-template <class T>
-__global__ void BroadcastC(T* y, const T* c, int64_t m, int64_t n, int64_t si, int64_t sj,
-                           T scale) {
+// A bfloat16 (uint16_t) element as the scalar type S, and back (rounded once); others as they are.
+template <class S, class E>
+__device__ S ElementValue(E e) {
+  if constexpr (std::is_same_v<E, uint16_t>)
+    return static_cast<S>(Bf16ToFloat(e));
+  else
+    return static_cast<S>(e);
+}
+template <class E, class S>
+__device__ E ElementOf(S v) {
+  if constexpr (std::is_same_v<E, uint16_t>)
+    return FloatToBf16(static_cast<float>(v));
+  else
+    return static_cast<E>(v);
+}
+
+// y[i, j] = scale * c[i * si + j * sj]: Gemm's C broadcast to [m, n] (a bfloat16 C widened
+// exactly, a bfloat16 y rounded once).
+template <class Y, class C, class S>
+__global__ void BroadcastC(Y* y, const C* c, int64_t m, int64_t n, int64_t si, int64_t sj,
+                           S scale) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < m * n;
        e += static_cast<int64_t>(blockDim.x) * gridDim.x) {
     const int64_t i = e / n, j = e % n;
-    y[e] = scale * c[i * si + j * sj];
+    y[e] = ElementOf<Y>(scale * ElementValue<S>(c[i * si + j * sj]));
   }
 }
 
-// Gemm (A, B[, C]) -> Y = alpha * op(A) op(B) + beta * C, C broadcast to [M, N].
-template <class T>
+// Gemm (A, B[, C]) -> Y = alpha * op(A) op(B) + beta * C, C broadcast to [M, N]. T: A's and B's
+// element type (uint16_t: bfloat16), Yt: the output's, Ct: C's, S: the scalars'.
+template <class T, class Yt = T, class Ct = Yt, class S = T>
 Status GemmTyped(const Node& node, const Tensor& A, const Tensor& B, const Tensor* C, Tensor& Y,
                  const CudaKernelContext& ctx) {
   bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
-  T alpha = node.GetFloat("alpha", 1.0f), beta = node.GetFloat("beta", 1.0f);
+  S alpha = node.GetFloat("alpha", 1.0f), beta = node.GetFloat("beta", 1.0f);
   if (A.rank() != 2 || B.rank() != 2)
     return Fail(node, "A and B must be matrices, got " + ShapeToString(A.shape()) + " and " +
                           ShapeToString(B.shape()));
@@ -242,24 +322,24 @@ Status GemmTyped(const Node& node, const Tensor& A, const Tensor& B, const Tenso
     return Fail(node, "A " + ShapeToString(A.shape()) + " and B " + ShapeToString(B.shape()) +
                           " do not give the output " + ShapeToString(Y.shape()));
   if (m == 0 || n == 0) return Status::Ok();
-  T* y = Y.data<T>();
-  const bool use_c = C != nullptr && beta != T(0);
+  Yt* y = Y.data<Yt>();
+  const bool use_c = C != nullptr && beta != S(0);
   if (use_c) {
     Shape cs = C->shape();
     while (cs.size() < 2) cs.insert(cs.begin(), 1);
     const int64_t si = cs[0] == 1 ? 0 : cs[1], sj = cs[1] == 1 ? 0 : 1;
     // With k == 0 the product is empty and Y is beta * C; otherwise cuBLAS scales C by beta.
-    BroadcastC<T><<<BlocksFor(m * n), cuda::kThreads, 0, StreamOf(ctx)>>>(y, C->data<T>(), m, n, si,
-                                                                          sj, k == 0 ? beta : T(1));
+    BroadcastC<Yt, Ct, S><<<BlocksFor(m * n), cuda::kThreads, 0, StreamOf(ctx)>>>(
+        y, C->data<Ct>(), m, n, si, sj, k == 0 ? beta : S(1));
     FOUNDRY_CUDA_LAUNCHED(node, "BroadcastC");
   }
   if (k == 0) {
     if (!use_c) FOUNDRY_CUDA_CHECK(node, cudaMemsetAsync(y, 0, Y.nbytes(), StreamOf(ctx)));
     return Status::Ok();
   }
-  return WithBlas(node, ctx, [&]() -> Status {
-    return GemmRowMajor<T>(node, ctx, ta, tb, m, n, k, alpha, A.data<T>(), 0, B.data<T>(), 0,
-                           use_c ? beta : T(0), y, 0, 1);
+  return WithBlas(node, ctx, std::is_same_v<T, uint16_t>, [&]() -> Status {
+    return Gemm<T, Yt, S>(node, ctx, ta, tb, m, n, k, alpha, A.data<T>(), 0, B.data<T>(), 0,
+                          use_c ? beta : S(0), y, 0, 1);
   });
 }
 
@@ -271,6 +351,18 @@ Status GemmKernel(const Node& node, std::span<const Tensor* const> in, std::span
       return GemmTyped<float>(node, *in[0], *in[1], c, *out[0], ctx);
     case DType::kFloat64:
       return GemmTyped<double>(node, *in[0], *in[1], c, *out[0], ctx);
+    case DType::kBFloat16: {  // with a bfloat16 B (CudaTakesBf16Directly; else it was staged)
+      const DType y = out[0]->dtype(), ct = c ? c->dtype() : y;
+      if (in[1]->dtype() != DType::kBFloat16) return UnsupportedType(node, in[1]->dtype());
+      if (y == DType::kBFloat16 && ct == DType::kBFloat16)
+        return GemmTyped<uint16_t, uint16_t, uint16_t, float>(node, *in[0], *in[1], c, *out[0],
+                                                              ctx);
+      if (y == DType::kFloat32 && ct == DType::kFloat32)
+        return GemmTyped<uint16_t, float, float, float>(node, *in[0], *in[1], c, *out[0], ctx);
+      if (y == DType::kFloat32 && ct == DType::kBFloat16)
+        return GemmTyped<uint16_t, float, uint16_t, float>(node, *in[0], *in[1], c, *out[0], ctx);
+      return UnsupportedType(node, ct == y ? y : ct);
+    }
     default:
       return UnsupportedType(node, in[0]->dtype());
   }

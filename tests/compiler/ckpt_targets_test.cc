@@ -691,6 +691,32 @@ TEST(CkptTargetsTest, ConfigWholeTrainingConfig) {
   EXPECT_EQ(Texts(json), (std::vector<std::string>{"mptblock=[0,2]", "mptmlp=middle-2"}));
 }
 
+// A whole config's top-level `precision:` is read as written (the CLI checks it); a bare target
+// value or a config without the key leaves it unset; a list or mapping there is an error.
+TEST(CkptTargetsTest, ConfigPrecision) {
+  auto parse = [](const std::string& text) {
+    auto c = ParseCkptConfigText(text, "c.yaml");
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return c.ok() ? *c : CkptConfig{};
+  };
+  CkptConfig amp = parse("precision: amp_bf16\nfsdp_config:\n  activation_checkpointing: false\n");
+  EXPECT_EQ(amp.precision, std::optional<std::string>("amp_bf16"));
+  EXPECT_FALSE(amp.enabled);
+  CkptConfig quoted = parse(
+      "precision: 'fp32'\nmodel:\n  activation_checkpointing_target: mptblock\nfsdp_config:\n"
+      "  activation_checkpointing: true\n");
+  EXPECT_EQ(quoted.precision, std::optional<std::string>("fp32"));
+  EXPECT_EQ(Texts(quoted), (std::vector<std::string>{"mptblock"}));
+  EXPECT_EQ(parse("model:\n  d_model: 8\n").precision, std::nullopt);
+  EXPECT_EQ(parse("mptblock\n").precision, std::nullopt);
+  for (const char* bad : {"precision: [amp_bf16]\nmodel: {}\n", "precision:\nmodel: {}\n"}) {
+    auto c = ParseCkptConfigText(bad, "c.yaml");
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_EQ(c.status().message().rfind("--ckpt-config c.yaml: key 'precision' is ", 0), 0u)
+        << c.status().message();
+  }
+}
+
 TEST(CkptTargetsTest, ConfigErrors) {
   auto err = [](const std::string& file) {
     auto c = ReadCkptConfig(file);
@@ -698,7 +724,8 @@ TEST(CkptTargetsTest, ConfigErrors) {
     return c.ok() ? "" : c.status().message();
   };
   std::string missing = Data("no_such_file.yaml");
-  EXPECT_EQ(err(missing), "--ckpt-config " + missing + ": cannot read the file: No such file or directory");
+  EXPECT_EQ(err(missing),
+            "--ckpt-config " + missing + ": cannot read the file: No such file or directory");
   std::string f = Data("syntax_error.yaml");
   EXPECT_EQ(err(f), "--ckpt-config " + f +
                         ": YAML syntax error at line 3, column 12: end of sequence flow not found");

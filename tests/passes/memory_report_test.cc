@@ -154,6 +154,7 @@ TEST(MemoryReportTest, StepsSplitLiveBytesByKindAndPeakAtTheBound) {
   EXPECT_TRUE(r->largest_at_peak[0].saved);
   EXPECT_EQ(r->largest_at_peak[0].module, "blk.attn");
   EXPECT_EQ(r->largest_at_peak[0].phase, "forward");
+  EXPECT_EQ(r->largest_at_peak[0].dtype, "f32");
   EXPECT_EQ(r->largest_at_peak[1].value, "h");
   EXPECT_FALSE(r->largest_at_peak[1].saved);
   EXPECT_EQ(r->largest_at_peak[2].value, "a");
@@ -316,9 +317,9 @@ TEST(MemoryReportTest, TextNamesTheNumbersAndTheValuesAtThePeak) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   const std::string text = FormatMemoryReport(*r);
   EXPECT_NE(text.find("saved for backward 3.0 KiB (3072 B)"), std::string::npos) << text;
-  EXPECT_NE(text.find("   2.0 KiB  saved      forward    blk.attn  b\n"), std::string::npos)
+  EXPECT_NE(text.find("   2.0 KiB  saved      forward    f32   blk.attn  b\n"), std::string::npos)
       << text;
-  EXPECT_NE(text.find("   2.0 KiB  transient  forward    blk.attn  h\n"), std::string::npos)
+  EXPECT_NE(text.find("   2.0 KiB  transient  forward    f32   blk.attn  h\n"), std::string::npos)
       << text;
   EXPECT_NE(text.find("512 B  workspace of '" + g.nodes[3].name + "'"), std::string::npos) << text;
   EXPECT_NE(text.find("2.0 KiB  blk.attn  Attn\n"), std::string::npos) << text;

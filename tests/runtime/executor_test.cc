@@ -9,7 +9,8 @@
 //    twice, nothing leaked), before and after the step;
 //  - during the step nothing is allocated outside the plan (class other does not move), and the
 //    high-water mark of the planned classes is at most the planned total;
-//  - the loss and every gradient are bitwise equal to Interpret's on the same bindings.
+//  - the loss and every gradient are bitwise equal to Interpret's on the same bindings;
+// plain also under --precision amp_bf16.
 #include "runtime/executor.h"
 
 #include <gtest/gtest.h>
@@ -147,6 +148,24 @@ TEST(ExecutorTest, EveryFixturePlannedEqualsMeasuredAndMatchesInterpretBitwise) 
       SCOPED_TRACE(label);
       ExpectPlannedEqualsMeasured(label, f.feeds,
                                   [&] { return CompileFixture(f.dir / file, f.feeds); });
+    }
+  }
+}
+
+// The same under --precision amp_bf16 (issue 22): bf16 activations, casts, and the bf16 kernels'
+// staging workspace are all planned bytes.
+TEST(ExecutorTest, EveryFixtureUnderAmpBf16PlannedEqualsMeasuredAndMatchesInterpretBitwise) {
+  const std::vector<TrainingFixture> fixtures =
+      TrainingFixtures(fs::path(FOUNDRY_SOURCE_DIR) / "models/fixtures");
+  ASSERT_GE(fixtures.size(), 7u);
+  for (const TrainingFixture& f : fixtures) {
+    for (const char* file : {"model.onnx", "model.stock.onnx"}) {
+      const std::string label = f.dir.filename().string() + "/" + file + " amp_bf16";
+      SCOPED_TRACE(label);
+      ExpectPlannedEqualsMeasured(label, f.feeds, [&] {
+        return CompileFixture(f.dir / file, f.feeds, std::vector<std::string>{},
+                              Precision::kAmpBf16);
+      });
     }
   }
 }

@@ -291,7 +291,8 @@ StatusOr<TrainingFixture> FixtureOf(const fs::path& fixtures_dir, const CkptCase
   return Error("no fixture '" + c.fixture + "' with inputs under " + fixtures_dir.string());
 }
 
-StatusOr<LoadedPlan> CompileCkptCase(const fs::path& fixtures_dir, const CkptCase& c) {
+StatusOr<LoadedPlan> CompileCkptCase(const fs::path& fixtures_dir, const CkptCase& c,
+                                     Precision precision) {
   ASSIGN_OR_RETURN(TrainingFixture f, FixtureOf(fixtures_dir, c));
   std::vector<CkptTarget> targets;
   for (const auto& arg : c.ckpt) {
@@ -299,7 +300,8 @@ StatusOr<LoadedPlan> CompileCkptCase(const fs::path& fixtures_dir, const CkptCas
     targets.push_back(std::move(t));
   }
   CkptSelection selection;
-  ASSIGN_OR_RETURN(LoadedPlan lp, CompileFixture(f.dir / c.file, f.feeds, targets, &selection));
+  ASSIGN_OR_RETURN(LoadedPlan lp,
+                   CompileFixture(f.dir / c.file, f.feeds, targets, &selection, precision));
   std::vector<std::string> selected;
   for (const CkptInstance& i : selection.instances) selected.push_back(i.module);
   std::sort(selected.begin(), selected.end());

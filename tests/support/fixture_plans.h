@@ -69,6 +69,7 @@ StatusOr<TrainingFixture> FixtureOf(const std::filesystem::path& fixtures_dir, c
 
 // The case's plan: its fixture compiled with the case's --ckpt arguments (ParseCkptArg,
 // SelectCkptTargets); an error unless they select exactly the case's instances.
-StatusOr<LoadedPlan> CompileCkptCase(const std::filesystem::path& fixtures_dir, const CkptCase& c);
+StatusOr<LoadedPlan> CompileCkptCase(const std::filesystem::path& fixtures_dir, const CkptCase& c,
+                                     Precision precision = Precision::kFp32);
 
 }  // namespace foundry

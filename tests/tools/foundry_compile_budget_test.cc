@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "tests/support/exec.h"
@@ -134,6 +135,44 @@ TEST_F(FoundryCompileBudgetTest, AGenerousBudgetCheckpointsNothing) {
   ExecResult back = Compile({"--ckpt-config", Path("none.yaml"), "--dry-run"});
   ASSERT_EQ(back.code, 0) << back.out << back.err;
   EXPECT_EQ(back.out.find("checkpointing:"), std::string::npos) << back.out;
+}
+
+// --memory-budget plans in the precision given (issue 22). On this tiny fixture amp_bf16's plain
+// plan is the larger one (its bf16 weight copies and staging outweigh the activations it halves);
+// a budget of the smaller plain total needs no checkpointing in that precision and some in the
+// other. The emitted file's header names the precision; read back under it, the same plan.
+TEST_F(FoundryCompileBudgetTest, PlansInTheChosenPrecision) {
+  std::map<std::string, int64_t> plain;
+  for (const char* p : {"fp32", "amp_bf16"}) {
+    const std::string json = std::string(p) + ".json";
+    ASSERT_EQ(Compile({"--dry-run", "--precision", p, "--report-json", Path(json)}).code, 0);
+    plain[p] = Json(json).at("memory").at("total_bytes").get<int64_t>();
+  }
+  ASSERT_NE(plain["fp32"], plain["amp_bf16"]);
+  const bool amp_smaller = plain["amp_bf16"] < plain["fp32"];
+  const std::string fits = amp_smaller ? "amp_bf16" : "fp32";
+  const std::string needs = amp_smaller ? "fp32" : "amp_bf16";
+  const std::string budget = std::to_string(plain[fits]);
+  for (const std::string& p : {fits, needs}) {
+    SCOPED_TRACE(p);
+    ExecResult r =
+        Compile({"--memory-budget", budget, "--precision", p, "-o", Path(p + "/m"),
+                 "--emit-ckpt-config", Path(p + ".yaml"), "--report-json", Path(p + ".b.json")});
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    const auto j = Json(p + ".b.json");
+    EXPECT_LE(j.at("memory").at("total_bytes").get<int64_t>(), plain[fits]);
+    EXPECT_EQ(j.at("checkpoint").at("instances").empty(), p == fits) << r.out;
+    EXPECT_EQ(ReadWholeFile(Path(p + ".yaml"))
+                  .rfind("# foundry-compile " + kModel + " --precision " + p + " --memory-budget " +
+                             budget + ": ",
+                         0),
+              0u);
+    ExecResult back =
+        Compile({"--ckpt-config", Path(p + ".yaml"), "--precision", p, "-o", Path(p + "/back/m")});
+    ASSERT_EQ(back.code, 0) << back.out << back.err;
+    EXPECT_TRUE(ReadWholeFile(Path(p + "/m.plan")) == ReadWholeFile(Path(p + "/back/m.plan")))
+        << "the emitted config read back gives another plan";
+  }
 }
 
 TEST_F(FoundryCompileBudgetTest, Errors) {

@@ -97,8 +97,8 @@ TEST_F(FoundryCompileCkptTest, ReportJsonCarriesTheCheckpointObject) {
 // Checkpointing a fused attention frees little (no seq x seq tensor is saved): the report says how
 // much, in bytes and as a share of the saved bytes.
 TEST_F(FoundryCompileCkptTest, CheckpointedFusedAttentionSaysHowLittleItFrees) {
-  ExecResult r = Compile({kTiny, "--dry-run", "--ckpt", "grouped_query_attention", "--report-json",
-                          Path("r.json")});
+  ExecResult r = Compile(
+      {kTiny, "--dry-run", "--ckpt", "grouped_query_attention", "--report-json", Path("r.json")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const auto c = nlohmann::json::parse(ReadWholeFile(Path("r.json"))).at("checkpoint");
   ASSERT_EQ(c.at("notes").size(), 1u) << c.at("notes");
@@ -132,13 +132,50 @@ TEST_F(FoundryCompileCkptTest, CkptConfigAndItsSwitch) {
   EXPECT_EQ(r.err.rfind("foundry-compile: warning: ", 0), 0u) << r.err;
 }
 
+// llm-foundry's top-level `precision:` applies (amp_bf16 plans the autocast pass), unless
+// --precision overrides it (a warning says so); a value foundry cannot train is one error line.
+TEST_F(FoundryCompileCkptTest, CkptConfigReadsPrecision) {
+  Write("amp.yaml",
+        "precision: amp_bf16\nmodel:\n  activation_checkpointing_target: mptblock\n"
+        "fsdp_config:\n  activation_checkpointing: true\n");
+  ExecResult r = Compile({kTiny, "--dry-run", "--ckpt-config", Path("amp.yaml")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("\n  autocast: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(bf16 "), std::string::npos) << r.out;
+  EXPECT_EQ(r.err, "");
+
+  r = Compile({kTiny, "--dry-run", "--ckpt-config", Path("amp.yaml"), "--precision", "fp32"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.find("autocast: "), std::string::npos) << r.out;
+  EXPECT_EQ(r.err, "foundry-compile: warning: --precision fp32 overrides " + Path("amp.yaml") +
+                       "'s precision: amp_bf16\n");
+  // The same value on both sides: nothing to say.
+  r = Compile({kTiny, "--dry-run", "--ckpt-config", Path("amp.yaml"), "--precision", "amp_bf16"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.err, "");
+
+  Write("fp16.yaml", "precision: amp_fp16\nfsdp_config:\n  activation_checkpointing: false\n");
+  r = Compile({kTiny, "--dry-run", "--ckpt-config", Path("fp16.yaml")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "foundry-compile: error: --ckpt-config " + Path("fp16.yaml") +
+                       ": key 'precision': precision amp_fp16 is not supported: fp16 training "
+                       "needs loss scaling, which foundry does not have; use amp_bf16 "
+                       "(llm-foundry's default) or fp32 (or give --precision to override the "
+                       "file)\n");
+  r = Compile({kTiny, "--dry-run", "--ckpt-config", Path("fp16.yaml"), "--precision", "fp32"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.err, "foundry-compile: warning: --precision fp32 overrides " + Path("fp16.yaml") +
+                       "'s precision: amp_fp16\n");
+}
+
 // --emit-ckpt-config with --ckpt: the targets as llm-foundry config, read back to the same plan.
 TEST_F(FoundryCompileCkptTest, EmitCkptConfigReadsBackToTheSamePlan) {
   ExecResult r = Compile({kTiny, "--ckpt", "mptblock=first-1", "--ckpt", "mptmlp", "-o",
                           Path("a/m"), "--emit-ckpt-config", Path("c.yaml")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const std::string yaml = ReadWholeFile(Path("c.yaml"));
-  EXPECT_NE(yaml.find("# foundry-compile " + kTiny + " --ckpt mptblock=first-1 --ckpt mptmlp\n"),
+  EXPECT_NE(yaml.find("# foundry-compile " + kTiny +
+                      " --precision fp32 --ckpt mptblock=first-1 --ckpt mptmlp\n"),
             std::string::npos)
       << yaml;
   EXPECT_NE(yaml.find("activation_checkpointing_target: {mptblock: first-1, mptmlp: last-1}"),

@@ -687,6 +687,12 @@ TEST_F(FoundryRunTest, AmpBf16PlanRunsWithItsPlannedBytes) {
             cf["memory"]["saved_for_backward_bytes"].get<int64_t>());
   EXPECT_GT(ca["memory"]["saved_for_backward_by_dtype"]["bf16"].get<int64_t>(), 0);
   EXPECT_FALSE(cf["memory"]["saved_for_backward_by_dtype"].contains("bf16"));
+  // The values live at the peak say their element type (text column and JSON key).
+  int bf16_at_peak = 0;
+  for (const auto& v : ca["largest_at_peak"]) bf16_at_peak += v.at("dtype") == "bf16";
+  EXPECT_GT(bf16_at_peak, 0) << ca["largest_at_peak"].dump();
+  for (const auto& v : cf["largest_at_peak"]) EXPECT_EQ(v.at("dtype"), "f32") << v.dump();
+  EXPECT_NE(c.out.find(" saved      forward    bf16  "), std::string::npos) << c.out;
 
   Result bad = Exec(kCompile, {kFixture + "/model.onnx", "--precision", "amp_fp16", "--dry-run"});
   EXPECT_EQ(bad.code, 2);
