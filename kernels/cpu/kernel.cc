@@ -132,8 +132,16 @@ int64_t StagedWorkspaceBytes(const CpuWorkspaceTable& rows, const Node& node,
 
 namespace {
 
+// Ops whose CPU kernels take bfloat16 operands themselves: the matrix products, by tiles widened in
+// their own bounded workspace (kernels/cpu/math.cc), instead of whole widened operands.
+bool HandlesBf16Itself(const Node& node) {
+  if (node.domain.empty()) return node.op_type == "MatMul" || node.op_type == "Gemm";
+  return node.domain == "com.microsoft" && node.op_type == "FusedMatMul";
+}
+
 int64_t WorkspaceOf(const Node& node, std::span<const OperandType> in,
                     std::span<const OperandType> out) {
+  if (HandlesBf16Itself(node)) return KernelWorkspaceOf(CpuWorkspaces(), node, in, out);
   return StagedWorkspaceBytes(CpuWorkspaces(), node, in, out);
 }
 
@@ -252,7 +260,7 @@ Status RunResolvedCpuKernel(CpuKernelFn fn, const Node& node, std::span<const Te
                                  [&](const Tensor* in) { return in && in->raw() == t->raw(); });
       if (!aliased) FillPoison(*t);
     }
-  if (HasBf16(inputs, outputs) && !TakesBf16AsIs(node))
+  if (HasBf16(inputs, outputs) && !TakesBf16AsIs(node) && !HandlesBf16Itself(node))
     return RunStaged(fn, node, inputs, outputs, ctx);
   return fn(node, inputs, outputs, ctx);
 }

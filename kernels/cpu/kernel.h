@@ -9,7 +9,10 @@
 // nearest even once, which is how PyTorch's CPU kernels treat bfloat16 (compute in float, round
 // the result). The copies live at the front of the node's workspace and are counted in
 // CpuWorkspaceBytes, so the memory plan holds them. Ops that only move whole elements (Reshape,
-// Transpose, Slice, Concat, Gather, ...) and Cast take bfloat16 as it is.
+// Transpose, Slice, Concat, Gather, ...) and Cast take bfloat16 as it is. The matrix products
+// (MatMul, FusedMatMul, Gemm) take it themselves: they widen bounded tiles of their operands in
+// their own workspace and accumulate in f32 (kernels/cpu/math.cc), so a product's workspace does
+// not grow with its operands.
 #pragma once
 
 #include <cstdint>

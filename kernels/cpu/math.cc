@@ -7,7 +7,9 @@
 //   operations for given sizes and transposes (operands are packed, so pointer alignment does not
 //   matter), so the same product gives the same bits on every run, in the forward and in a
 //   recompute clone. Large products are cut into pieces by shape (SplitGemm), one call each, run
-//   on the kernels' threads (kernels/cpu/parallel.h): the same bits at any thread count.
+//   on the kernels' threads (kernels/cpu/parallel.h): the same bits at any thread count. Products
+//   with bfloat16 operands cut the same pieces further into tiles (by shape, "products with
+//   bfloat16 operands" below).
 // - Every other reduction computes each output element in a fixed order: its reduced elements in
 //   row-major order of their indices. Float sums accumulate in double and round once. Threads take
 //   whole outputs (rows, lanes, columns; kernels/cpu/parallel.h), never parts of one sum, so the
@@ -29,11 +31,13 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "base/bfloat16.h"
 #include "compiler/op_schema.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/parallel.h"
@@ -237,10 +241,12 @@ bool MatMulDimsOf(Shape as, Shape bs, bool ta, bool tb, MatMulDims& d) {
 }
 
 // Numpy matmul with FusedMatMul's transposes of the last two dims: a 1-D A is a [1,K] row, a 1-D B
-// a [K,1] column; batch dims broadcast.
-template <class T>
-Status MatMulTyped(const Node& node, const Tensor& A, const Tensor& B, Tensor& Y, bool ta, bool tb,
-                   T alpha, T* scratch) {
+// a [K,1] column; batch dims broadcast. Calls gemm(ta, m, n, k, a_offset, b_offset, y_offset)
+// (offsets in elements) for each product, in batch order: once in all when the batch folds into
+// the rows (B shared, A not transposed).
+template <class Gemm>
+Status ForEachMatMulProduct(const Node& node, const Tensor& A, const Tensor& B, const Tensor& Y,
+                            bool ta, bool tb, Gemm gemm) {
   Shape as = A.shape(), bs = B.shape();
   if (as.size() == 1) as = {1, as[0]};
   if (bs.size() == 1) bs = {bs[0], 1};
@@ -265,13 +271,10 @@ Status MatMulTyped(const Node& node, const Tensor& A, const Tensor& B, Tensor& Y
   if (Y.numel() != batches * m * n)
     return Fail(node, "output has shape " + ShapeToString(Y.shape()) + ", the product needs " +
                           std::to_string(batches * m * n) + " elements");
-  const T* a = A.data<T>();
-  const T* b = B.data<T>();
-  T* y = Y.data<T>();
   bool b_shared = std::all_of(bb.begin(), bb.end(), [](int64_t d) { return d == 1; });
   if (b_shared && !ta) {
     // [batch.., M, K] x [K, N]: the batch folds into the rows of one GEMM.
-    return GemmOne<T>(node, false, tb, batches * m, n, k, alpha, a, b, T(0), y, scratch);
+    return gemm(false, batches * m, n, k, int64_t{0}, int64_t{0}, int64_t{0});
   }
   // Per batch dim, the matrix stride of each operand (0 where it broadcasts).
   std::vector<int64_t> sa(nb), sb(nb);
@@ -288,8 +291,7 @@ Status MatMulTyped(const Node& node, const Tensor& A, const Tensor& B, Tensor& Y
       oa += idx[d] * sa[d];
       ob += idx[d] * sb[d];
     }
-    RETURN_IF_ERROR(GemmOne<T>(node, ta, tb, m, n, k, alpha, a + oa * rows_a * cols_a,
-                               b + ob * rows_b * cols_b, T(0), y + bi * m * n, scratch));
+    RETURN_IF_ERROR(gemm(ta, m, n, k, oa * rows_a * cols_a, ob * rows_b * cols_b, bi * m * n));
     for (int64_t d = static_cast<int64_t>(nb) - 1; d >= 0; --d) {
       if (++idx[d] < by[d]) break;
       idx[d] = 0;
@@ -298,11 +300,247 @@ Status MatMulTyped(const Node& node, const Tensor& A, const Tensor& B, Tensor& Y
   return Status::Ok();
 }
 
+template <class T>
+Status MatMulTyped(const Node& node, const Tensor& A, const Tensor& B, Tensor& Y, bool ta, bool tb,
+                   T alpha, T* scratch) {
+  const T* a = A.data<T>();
+  const T* b = B.data<T>();
+  T* y = Y.data<T>();
+  return ForEachMatMulProduct(
+      node, A, B, Y, ta, tb,
+      [&](bool t, int64_t m, int64_t n, int64_t k, int64_t oa, int64_t ob, int64_t oy) {
+        return GemmOne<T>(node, t, tb, m, n, k, alpha, a + oa, b + ob, T(0), y + oy, scratch);
+      });
+}
+
+// ---------- products with bfloat16 operands, by tiles ----------
+//
+// Debian 12's OpenBLAS (0.3.21) has no sbgemm, so a product with a bfloat16 operand or output runs
+// cblas_sgemm on f32 copies of bounded tiles of its operands (instead of widening whole operands,
+// which at a language-model head costs hundreds of MB of workspace):
+//  - C is cut as GemmOne cuts it (SplitGemm's row or column blocks), and each block into tiles of
+//    at most kTileRows x kTileCols. One C tile is one unit of work, computed in an f32 tile;
+//  - K is cut as GemmOne cuts it (SplitGemm's K pieces; one piece when it does not), and each piece
+//    into sub-blocks of at most kTileDepth. Per sub-block, in K order, the A tile [rows, depth] and
+//    the B tile [depth, cols] are widened (bfloat16, exact) or copied (f32) and one sgemm adds
+//    alpha times their product to the f32 tile (beta = 1 after the piece's first sub-block). Piece
+//    p > 0 goes to a second f32 tile, added to the first after the piece, in piece order, as
+//    GemmOne adds its K partials;
+//  - the f32 tile is written to C once: rounded to nearest even for a bfloat16 C, as it is for f32.
+// Every cut is a function of (m, n, k) alone and each unit's arithmetic is fixed by its position,
+// so the bits do not depend on the thread count. When every block of C fits one tile and every K
+// piece one sub-block, the sgemm calls are GemmOne's on the widened operands: the bits of staging
+// whole operands (kernel.h). Otherwise the K sub-blocks change the summation order (the result is
+// as accurate: f32 accumulation, one rounding).
+// Workspace: one slot per concurrent unit, min(kMaxTileSlots, units) slots, each holding the A, B
+// and C tiles (and the second C tile when K is split): at most
+// 8 x 4 B x (512 x 1024 + 1024 x 512 + 2 x 512 x 512) = 8 x 6 MiB = 48 MiB for any product.
+// Slot s runs units [s * units / slots, (s + 1) * units / slots) in row-major order of the C tiles
+// (a cut of the shape, whatever the thread count), so consecutive units share their row tile: when
+// K is one sub-block, the A tile is widened once per row tile and slot, not once per unit. The
+// widening is the cost of this path over an f32 product: about (1 / 512 + 1 / 512) conversions per
+// multiply-add at most, a few percent (512 x 512 tiles measured 0.97-1.10 x the time of staging
+// whole operands on MPT-125M's products, noisy shared machine, one thread).
+constexpr int64_t kTileRows = 512, kTileCols = 512, kTileDepth = 1024, kMaxTileSlots = 8;
+
+// [0, dim) cut into blocks of `block` and each block into tiles of at most `tile` (> 0).
+struct TileCuts {
+  int64_t dim = 0, block = 1, tile = 1;
+  int64_t PerBlock() const { return (block + tile - 1) / tile; }
+  int64_t Count() const { return dim / block * PerBlock() + (dim % block + tile - 1) / tile; }
+  // The i-th tile, [first, second).
+  std::pair<int64_t, int64_t> operator[](int64_t i) const {
+    const int64_t b = i / PerBlock(), begin = b * block + i % PerBlock() * tile;
+    return {begin, std::min({begin + tile, (b + 1) * block, dim})};
+  }
+};
+
+struct TiledGemm {
+  GemmSplit split;
+  TileCuts rows, cols;
+  int64_t k = 0, piece_len = 0, depth = 0;  // K, K per piece, K per sub-block
+  int64_t units = 0, slots = 0;
+  int64_t a_bytes = 0, b_bytes = 0, c_bytes = 0, slot_bytes = 0;  // 256-aligned
+  int64_t Bytes() const { return slots * slot_bytes; }
+};
+
+TiledGemm TiledGemmOf(int64_t m, int64_t n, int64_t k) {
+  TiledGemm t;
+  if (m <= 0 || n <= 0) return t;
+  t.split = SplitGemm(m, n, k);
+  const int64_t row_block = t.split.block && t.split.split_rows ? t.split.block : m;
+  const int64_t col_block = t.split.block && !t.split.split_rows ? t.split.block : n;
+  t.rows = {m, row_block, std::min(kTileRows, row_block)};
+  t.cols = {n, col_block, std::min(kTileCols, col_block)};
+  t.k = k;
+  t.piece_len = (k + t.split.k_pieces - 1) / t.split.k_pieces;
+  t.depth = std::min(kTileDepth, t.piece_len);
+  t.units = t.rows.Count() * t.cols.Count();
+  t.slots = std::min(kMaxTileSlots, t.units);
+  auto f32_bytes = [](int64_t elems) { return (elems * 4 + 255) / 256 * 256; };
+  t.a_bytes = f32_bytes(t.rows.tile * t.depth);
+  t.b_bytes = f32_bytes(t.depth * t.cols.tile);
+  t.c_bytes = f32_bytes(t.rows.tile * t.cols.tile);
+  t.slot_bytes = t.a_bytes + t.b_bytes + t.c_bytes * (t.split.k_pieces > 1 ? 2 : 1);
+  return t;
+}
+
+// An operand of a tiled product: f32 or bfloat16 elements, row-major, `ld` elements per stored row.
+struct MixedMatrix {
+  const std::byte* data = nullptr;
+  bool bf16 = false;
+  int64_t ld = 0;
+  // Stored rows [r0, r0 + rows) x columns [c0, c0 + cols) as f32, to dst [rows, cols].
+  void Load(int64_t r0, int64_t c0, int64_t rows, int64_t cols, float* dst) const {
+    for (int64_t i = 0; i < rows; ++i, dst += cols) {
+      const int64_t at = (r0 + i) * ld + c0;
+      if (bf16)
+        Bf16ToFloat(reinterpret_cast<const uint16_t*>(data) + at, dst, cols);
+      else
+        std::copy_n(reinterpret_cast<const float*>(data) + at, cols, dst);
+    }
+  }
+};
+
+MixedMatrix MatrixOf(const Tensor& t, int64_t offset, int64_t ld) {
+  return {static_cast<const std::byte*>(t.raw()) + offset * DTypeSize(t.dtype()),
+          t.dtype() == DType::kBFloat16, ld};
+}
+
+// Gemm's C term: beta * C broadcast to [M, N] (strides si, sj; 0 where it broadcasts).
+struct GemmBias {
+  MixedMatrix c;
+  int64_t si = 0, sj = 0;
+  float beta = 0;
+  void Load(int64_t r0, int64_t c0, int64_t rows, int64_t cols, float* dst) const {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t at = (r0 + i) * si + (c0 + j) * sj;
+        dst[i * cols + j] = c.bf16 ? Bf16ToFloat(reinterpret_cast<const uint16_t*>(c.data)[at])
+                                   : reinterpret_cast<const float*>(c.data)[at];
+      }
+  }
+};
+
+// One C tile (`unit`) of the tiled product, in the workspace slot `slot` (file section comment).
+// `a_tile` says which A tile the slot holds (rows r0.., depth k0.., kl long), so a unit that needs
+// the same one does not widen it again.
+struct ATileKey {
+  int64_t r0 = -1, k0 = -1, kl = -1;
+};
+void TiledGemmUnit(const TiledGemm& t, int64_t unit, bool ta, bool tb, float alpha,
+                   const MixedMatrix& a, const MixedMatrix& b, const GemmBias* bias, std::byte* y,
+                   bool y_bf16, std::byte* slot, ATileKey& a_tile) {
+  const auto [r0, r1] = t.rows[unit / t.cols.Count()];
+  const auto [c0, c1] = t.cols[unit % t.cols.Count()];
+  const int64_t rows = r1 - r0, cols = c1 - c0, n = t.cols.dim;
+  float* at = reinterpret_cast<float*>(slot);
+  float* bt = reinterpret_cast<float*>(slot + t.a_bytes);
+  float* ct = reinterpret_cast<float*>(slot + t.a_bytes + t.b_bytes);
+  float* part = reinterpret_cast<float*>(slot + t.a_bytes + t.b_bytes + t.c_bytes);
+  float beta = 0;
+  if (bias) {
+    bias->Load(r0, c0, rows, cols, ct);
+    beta = bias->beta;
+  }
+  for (int64_t p = 0; p < t.split.k_pieces; ++p) {
+    const int64_t kb = p * t.piece_len, ke = std::min(t.k, kb + t.piece_len);
+    if (ke <= kb) {  // K = 0: GemmOne's C = beta C
+      if (p == 0)
+        for (int64_t i = 0; i < rows * cols; ++i) ct[i] = beta == 0 ? 0.0f : beta * ct[i];
+      continue;
+    }
+    float* acc = p == 0 ? ct : part;
+    for (int64_t k0 = kb; k0 < ke; k0 += t.depth) {
+      const int64_t kl = std::min(t.depth, ke - k0);
+      // op(A)'s rows r0..r1 over k0..k0+kl: A's stored rows, or its columns when transposed;
+      // op(B)'s columns c0..c1: B's stored columns, or its rows when transposed.
+      if (a_tile.r0 != r0 || a_tile.k0 != k0 || a_tile.kl != kl) {
+        if (ta)
+          a.Load(k0, r0, kl, rows, at);
+        else
+          a.Load(r0, k0, rows, kl, at);
+        a_tile = {r0, k0, kl};
+      }
+      if (tb)
+        b.Load(c0, k0, cols, kl, bt);
+      else
+        b.Load(k0, c0, kl, cols, bt);
+      Blas(ta, tb, static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(kl), alpha, at,
+           static_cast<int>(ta ? rows : kl), bt, static_cast<int>(tb ? kl : cols),
+           k0 > kb  ? 1.0f
+           : p == 0 ? beta
+                    : 0.0f,
+           acc, static_cast<int>(cols));
+    }
+    if (p > 0)
+      for (int64_t i = 0; i < rows * cols; ++i) ct[i] += part[i];
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t at_y = (r0 + i) * n + c0;
+    if (y_bf16)
+      FloatToBf16(ct + i * cols, reinterpret_cast<uint16_t*>(y) + at_y, cols);
+    else
+      std::copy_n(ct + i * cols, cols, reinterpret_cast<float*>(y) + at_y);
+  }
+}
+
+// Y [m, n] = alpha op(A) op(B) (+ bias) by tiles; `workspace` holds TiledGemmOf(m, n, k).Bytes().
+void TiledGemmRun(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                  const MixedMatrix& a, const MixedMatrix& b, const GemmBias* bias, std::byte* y,
+                  bool y_bf16, std::byte* workspace) {
+  const TiledGemm t = TiledGemmOf(m, n, k);
+  ParallelFor(t.slots, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) {
+      ATileKey a_tile;
+      for (int64_t u = s * t.units / t.slots; u < (s + 1) * t.units / t.slots; ++u)
+        TiledGemmUnit(t, u, ta, tb, alpha, a, b, bias, y, y_bf16, workspace + s * t.slot_bytes,
+                      a_tile);
+    }
+  });
+}
+
+// Whether a product runs by tiles: a bfloat16 operand or output.
+bool IsTiledProduct(std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+  auto bf16 = [](const Tensor* t) { return t && t->dtype() == DType::kBFloat16; };
+  return std::any_of(in.begin(), in.end(), bf16) || std::any_of(out.begin(), out.end(), bf16);
+}
+
+// A tiled product takes f32 and bfloat16 operands, in any mix, and nothing else.
+Status CheckTiledTypes(const Node& node, std::span<const Tensor* const> in, Tensor& y) {
+  const char* const kNames[] = {"A", "B", "C"};
+  for (size_t i = 0; i < in.size() && i < 3; ++i) {
+    if (!in[i] || in[i]->dtype() == DType::kFloat32 || in[i]->dtype() == DType::kBFloat16) continue;
+    return Fail(node, std::string("a product with bfloat16 operands takes f32 and bfloat16 only, "
+                                  "but ") +
+                          kNames[i] + " is " + std::string(DTypeName(in[i]->dtype())));
+  }
+  if (y.dtype() != DType::kFloat32 && y.dtype() != DType::kBFloat16)
+    return Fail(node, "a product with bfloat16 operands takes f32 and bfloat16 only, but Y is " +
+                          std::string(DTypeName(y.dtype())));
+  return Status::Ok();
+}
+
+Status MatMulTiled(const Node& node, std::span<const Tensor* const> in, Tensor& Y, bool ta, bool tb,
+                   float alpha, const KernelContext& ctx) {
+  RETURN_IF_ERROR(CheckTiledTypes(node, in, Y));
+  const Tensor &A = *in[0], &B = *in[1];
+  return ForEachMatMulProduct(
+      node, A, B, Y, ta, tb,
+      [&](bool t, int64_t m, int64_t n, int64_t k, int64_t oa, int64_t ob, int64_t oy) {
+        std::byte* y = static_cast<std::byte*>(Y.raw()) + oy * DTypeSize(Y.dtype());
+        TiledGemmRun(t, tb, m, n, k, alpha, MatrixOf(A, oa, t ? m : k), MatrixOf(B, ob, tb ? k : n),
+                     nullptr, y, Y.dtype() == DType::kBFloat16, ctx.workspace.data());
+        return Status::Ok();
+      });
+}
+
 // MatMul (A, B) -> Y and com.microsoft FusedMatMul (A, B) -> Y {transA, transB, alpha}.
 Status MatMulKernel(const Node& node, std::span<const Tensor* const> in,
                     std::span<Tensor* const> out, const KernelContext& ctx) {
   bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
   float alpha = node.GetFloat("alpha", 1.0f);
+  if (IsTiledProduct(in, out)) return MatMulTiled(node, in, *out[0], ta, tb, alpha, ctx);
   switch (in[0]->dtype()) {
     case DType::kFloat32:
       return MatMulTyped<float>(node, *in[0], *in[1], *out[0], ta, tb, alpha,
@@ -315,45 +553,78 @@ Status MatMulKernel(const Node& node, std::span<const Tensor* const> in,
   }
 }
 
+// Gemm's sizes, and C's strides over [M, N] (0 where it broadcasts).
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0, si = 0, sj = 0;
+};
+
+// Checks Gemm's operands: A and B matrices making a product, Y [M, N], C broadcasting to [M, N];
+// with `one_type`, all of A's element type (a tiled product mixes f32 and bfloat16).
+StatusOr<GemmShape> GemmShapeOf(const Node& node, const Tensor& A, const Tensor& B, const Tensor* C,
+                                const Tensor& Y, bool ta, bool tb, bool one_type) {
+  if (A.rank() != 2 || B.rank() != 2)
+    return Fail(node, "A " + ShapeToString(A.shape()) + " and B " + ShapeToString(B.shape()) +
+                          " are not matrices");
+  GemmShape g;
+  g.m = ta ? A.shape()[1] : A.shape()[0];
+  g.k = ta ? A.shape()[0] : A.shape()[1];
+  g.n = tb ? B.shape()[0] : B.shape()[1];
+  if ((tb ? B.shape()[1] : B.shape()[0]) != g.k ||
+      (one_type && (Y.dtype() != A.dtype() || B.dtype() != A.dtype())) ||
+      Y.shape() != Shape{g.m, g.n})
+    return Fail(node, "A " + ShapeToString(A.shape()) + ", B " + ShapeToString(B.shape()) +
+                          " and Y " + ShapeToString(Y.shape()) + " do not make a product");
+  if (C) {
+    Shape cs = C->shape();
+    while (cs.size() < 2) cs.insert(cs.begin(), 1);
+    if ((one_type && C->dtype() != A.dtype()) || cs.size() != 2 || (cs[0] != 1 && cs[0] != g.m) ||
+        (cs[1] != 1 && cs[1] != g.n))
+      return Fail(node, "C " + ShapeToString(C->shape()) + " does not broadcast to [" +
+                            std::to_string(g.m) + "," + std::to_string(g.n) + "]");
+    g.si = cs[0] == 1 ? 0 : cs[1];
+    g.sj = cs[1] == 1 ? 0 : 1;
+  }
+  return g;
+}
+
 // Gemm (A, B[, C]) -> Y = alpha * op(A) op(B) + beta * C, C broadcast to [M, N].
 template <class T>
 Status GemmTyped(const Node& node, const Tensor& A, const Tensor& B, const Tensor* C, Tensor& Y,
                  T* scratch) {
   bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
   T alpha = node.GetFloat("alpha", 1.0f), beta = node.GetFloat("beta", 1.0f);
-  if (A.rank() != 2 || B.rank() != 2)
-    return Fail(node, "A " + ShapeToString(A.shape()) + " and B " + ShapeToString(B.shape()) +
-                          " are not matrices");
-  int64_t m = ta ? A.shape()[1] : A.shape()[0], k = ta ? A.shape()[0] : A.shape()[1];
-  int64_t n = tb ? B.shape()[0] : B.shape()[1];
-  if ((tb ? B.shape()[1] : B.shape()[0]) != k || Y.dtype() != A.dtype() || B.dtype() != A.dtype() ||
-      Y.shape() != Shape{m, n})
-    return Fail(node, "A " + ShapeToString(A.shape()) + ", B " + ShapeToString(B.shape()) +
-                          " and Y " + ShapeToString(Y.shape()) + " do not make a product");
-  if (C) {
-    Shape cs = C->shape();
-    while (cs.size() < 2) cs.insert(cs.begin(), 1);
-    if (C->dtype() != A.dtype() || cs.size() != 2 || (cs[0] != 1 && cs[0] != m) ||
-        (cs[1] != 1 && cs[1] != n))
-      return Fail(node, "C " + ShapeToString(C->shape()) + " does not broadcast to [" +
-                            std::to_string(m) + "," + std::to_string(n) + "]");
-  }
+  ASSIGN_OR_RETURN(GemmShape g, GemmShapeOf(node, A, B, C, Y, ta, tb, true));
   T* y = Y.data<T>();
   bool use_c = C != nullptr && beta != T(0);
   if (use_c) {
-    Shape cs = C->shape();
-    while (cs.size() < 2) cs.insert(cs.begin(), 1);
-    int64_t si = cs[0] == 1 ? 0 : cs[1], sj = cs[1] == 1 ? 0 : 1;
     const T* c = C->data<T>();
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) y[i * n + j] = c[i * si + j * sj];
+    for (int64_t i = 0; i < g.m; ++i)
+      for (int64_t j = 0; j < g.n; ++j) y[i * g.n + j] = c[i * g.si + j * g.sj];
   }
-  return GemmOne<T>(node, ta, tb, m, n, k, alpha, A.data<T>(), B.data<T>(), use_c ? beta : T(0), y,
-                    scratch);
+  return GemmOne<T>(node, ta, tb, g.m, g.n, g.k, alpha, A.data<T>(), B.data<T>(),
+                    use_c ? beta : T(0), y, scratch);
+}
+
+Status GemmTiled(const Node& node, std::span<const Tensor* const> in, Tensor& Y,
+                 const KernelContext& ctx) {
+  RETURN_IF_ERROR(CheckTiledTypes(node, in, Y));
+  const bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
+  const float alpha = node.GetFloat("alpha", 1.0f), beta = node.GetFloat("beta", 1.0f);
+  const Tensor &A = *in[0], &B = *in[1];
+  const Tensor* C = in.size() > 2 ? in[2] : nullptr;
+  ASSIGN_OR_RETURN(GemmShape g, GemmShapeOf(node, A, B, C, Y, ta, tb, false));
+  GemmBias bias;
+  if (C) bias = {MatrixOf(*C, 0, 0), g.si, g.sj, beta};
+  TiledGemmRun(ta, tb, g.m, g.n, g.k, alpha, MatrixOf(A, 0, ta ? g.m : g.k),
+               MatrixOf(B, 0, tb ? g.k : g.n), C && beta != 0 ? &bias : nullptr,
+               static_cast<std::byte*>(Y.raw()), Y.dtype() == DType::kBFloat16,
+               ctx.workspace.data());
+  return Status::Ok();
 }
 
 Status GemmKernel(const Node& node, std::span<const Tensor* const> in, std::span<Tensor* const> out,
                   const KernelContext& ctx) {
+  if (IsTiledProduct(in, out)) return GemmTiled(node, in, *out[0], ctx);
   const Tensor* c = in.size() > 2 ? in[2] : nullptr;
   switch (in[0]->dtype()) {
     case DType::kFloat32:
@@ -441,21 +712,28 @@ Status SoftmaxKernel(const Node& node, std::span<const Tensor* const> in,
   }
 }
 
-// MatMul / FusedMatMul / Gemm: GemmOne's K-split partials (most products need none).
+// MatMul / FusedMatMul / Gemm: GemmOne's K-split partials (most products need none), or, with a
+// bfloat16 operand or output, the tiles of TiledGemmOf.
 int64_t MatMulWorkspace(const Node& node, std::span<const OperandType> in,
-                        std::span<const OperandType>) {
+                        std::span<const OperandType> out) {
   if (in.size() < 2 || !in[0].shape || !in[1].shape) return 0;
+  auto bf16 = [](const OperandType& t) { return t.dtype == DType::kBFloat16; };
+  const bool tiled =
+      std::any_of(in.begin(), in.end(), bf16) || std::any_of(out.begin(), out.end(), bf16);
   const int64_t elem = in[0].dtype == DType::kFloat64 ? 8 : in[0].dtype == DType::kFloat32 ? 4 : 0;
-  if (elem == 0) return 0;
+  if (!tiled && elem == 0) return 0;
+  auto bytes = [&](int64_t m, int64_t n, int64_t k) {
+    return tiled ? TiledGemmOf(m, n, k).Bytes() : GemmWorkspaceBytes(m, n, k, elem);
+  };
   const bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
   if (node.op_type == "Gemm") {
     if (in[0].shape->size() != 2 || in[1].shape->size() != 2) return 0;
     const Shape &a = *in[0].shape, &b = *in[1].shape;
-    return GemmWorkspaceBytes(ta ? a[1] : a[0], tb ? b[0] : b[1], ta ? a[0] : a[1], elem);
+    return bytes(ta ? a[1] : a[0], tb ? b[0] : b[1], ta ? a[0] : a[1]);
   }
   MatMulDims d;
   if (!MatMulDimsOf(*in[0].shape, *in[1].shape, ta, tb, d)) return 0;
-  return GemmWorkspaceBytes(d.folded ? d.batches * d.m : d.m, d.n, d.k, elem);
+  return bytes(d.folded ? d.batches * d.m : d.m, d.n, d.k);
 }
 
 // SoftmaxGrad_13 (dY, Y): dX = Y * (dY - sum(dY * Y)).

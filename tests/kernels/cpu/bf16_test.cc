@@ -3,6 +3,10 @@
 // on the widened operands, each bfloat16 output rounded once, within the workspace the plan gives
 // it (exactly CpuWorkspaceBytes: one byte fewer is refused); ops that only move elements give the
 // same bits without staging; products agree with a double reference within bfloat16's rounding.
+// Matrix products (MatMul, FusedMatMul, Gemm) take bfloat16 themselves, by bounded tiles widened
+// in their workspace: within bfloat16's rounding and f32 accumulation of a double reference, on
+// shapes tiled in every direction; the staged bits where one tile holds the product; the same bits
+// at every thread count; a workspace of tiles, whatever the product's size.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -244,6 +248,430 @@ TEST(Bf16Kernels, Cast) {
   auto hi = RunNode(MakeNode("Cast", {"h"}, {"y"}, {{"to", Attribute::Int(7)}}), {{"h", (*h)[0]}});
   ASSERT_TRUE(hi.ok());
   EXPECT_EQ((*hi)[0].data<int64_t>()[3], -3);
+}
+
+// ---------- products by tiles (kernels/cpu/math.cc) ----------
+
+// Runs `node` on the given tensors (any dtypes, including mixes a graph would not make) with an
+// output of `y_dtype` and `y_shape`, in exactly CpuWorkspaceBytesFor's bytes plus `delta`.
+StatusOr<Tensor> RunProduct(const Node& node, const std::vector<const Tensor*>& ins, DType y_dtype,
+                            const Shape& y_shape, int64_t delta = 0, int64_t* planned = nullptr) {
+  Tensor y(y_dtype, y_shape);
+  std::vector<Tensor*> outs = {&y};
+  const int64_t bytes = CpuWorkspaceBytesFor(node, ins, outs);
+  if (planned) *planned = bytes;
+  std::vector<std::byte> ws(static_cast<size_t>(bytes + delta));
+  KernelContext ctx;
+  ctx.workspace = ws;
+  RETURN_IF_ERROR(RunCpuKernel(node, ins, outs, ctx));
+  return y;
+}
+
+// The exact product in double of MatMul / FusedMatMul / Gemm on operands of rank 2 or 3 (a rank-2
+// operand is shared by every batch, a batch of 1 broadcasts), from the operands' f32 values, and
+// per element the sum of the magnitudes of its terms (for the accumulation error bound).
+struct Reference {
+  std::vector<double> value, magnitude;
+};
+Reference ReferenceProduct(const Node& node, const Tensor& A, const Tensor& B, const Tensor* C) {
+  const bool gemm = node.op_type == "Gemm";
+  const bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
+  const double alpha = node.GetFloat("alpha", 1.0f), beta = gemm ? node.GetFloat("beta", 1.0f) : 0;
+  const Shape &as = A.shape(), &bs = B.shape();
+  const int64_t ar = as[as.size() - 2], ac = as.back(), br = bs[bs.size() - 2], bc = bs.back();
+  const int64_t m = ta ? ac : ar, k = ta ? ar : ac, n = tb ? br : bc;
+  const int64_t batch_a = as.size() == 3 ? as[0] : 1, batch_b = bs.size() == 3 ? bs[0] : 1;
+  const int64_t batches = std::max(batch_a, batch_b);
+  Shape cs = C ? C->shape() : Shape{};
+  while (C && cs.size() < 2) cs.insert(cs.begin(), 1);
+  Reference r{std::vector<double>(batches * m * n), std::vector<double>(batches * m * n)};
+  for (int64_t bi = 0; bi < batches; ++bi) {
+    const float* a = A.data<float>() + (batch_a == 1 ? 0 : bi) * ar * ac;
+    const float* b = B.data<float>() + (batch_b == 1 ? 0 : bi) * br * bc;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0, mag = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double t = static_cast<double>(ta ? a[p * ac + i] : a[i * ac + p]) *
+                           (tb ? b[j * bc + p] : b[p * bc + j]);
+          sum += t;
+          mag += std::fabs(t);
+        }
+        sum *= alpha;
+        mag *= std::fabs(alpha);
+        if (C && beta != 0) {
+          const double c =
+              beta * C->data<float>()[(cs[0] == 1 ? 0 : i) * cs[1] + (cs[1] == 1 ? 0 : j)];
+          sum += c;
+          mag += std::fabs(c);
+        }
+        r.value[(bi * m + i) * n + j] = sum;
+        r.magnitude[(bi * m + i) * n + j] = mag;
+      }
+  }
+  return r;
+}
+
+// got (bf16 or f32) against the reference: f32 accumulation over k terms (a few k·2^-24 of the
+// magnitudes: per sub-block sgemm, the sub-block sums, alpha, beta C), and for a bf16 result its
+// one rounding to nearest (2^-8 relative).
+void ExpectNearReference(const Tensor& got, const Reference& ref, int64_t k,
+                         const std::string& label) {
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(ref.value.size())) << label;
+  const bool bf16 = got.dtype() == DType::kBFloat16;
+  int bad = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double g = bf16 ? Bf16ToFloat(got.data<uint16_t>()[i]) : got.data<float>()[i];
+    const double accumulation = (k + 4) * std::ldexp(ref.magnitude[i], -24);
+    const double bound =
+        accumulation + (bf16 ? std::ldexp(std::fabs(ref.value[i]) + accumulation, -8) : 0.0);
+    if (!(std::fabs(g - ref.value[i]) <= bound) && ++bad <= 5)
+      ADD_FAILURE() << label << " element " << i << ": " << g << " vs " << ref.value[i]
+                    << " (bound " << bound << ")";
+  }
+}
+
+struct Product {
+  std::string label;
+  Node node;
+  Shape a, b, c;  // c empty: no C
+  // Every block of C fits one tile and every K piece one sub-block: the bits of staging.
+  bool one_tile;
+  int64_t workspace;  // CpuWorkspaceBytes, worked out in Products()
+};
+
+void PrintTo(const Product& p, std::ostream* os) { *os << p.label; }
+
+int64_t Tile(int64_t floats) { return (floats * 4 + 255) / 256 * 256; }
+
+std::vector<Product> Products() {
+  constexpr char kMs[] = "com.microsoft";
+  auto fused = [&](int ta, int tb, float alpha) {
+    return MakeNode("FusedMatMul", {"a", "b"}, {"y"},
+                    {{"transA", Attribute::Int(ta)},
+                     {"transB", Attribute::Int(tb)},
+                     {"alpha", Attribute::Float(alpha)}},
+                    kMs);
+  };
+  auto gemm = [](int ta, int tb, float alpha, float beta) {
+    return MakeNode("Gemm", {"a", "b", "c"}, {"y"},
+                    {{"transA", Attribute::Int(ta)},
+                     {"transB", Attribute::Int(tb)},
+                     {"alpha", Attribute::Float(alpha)},
+                     {"beta", Attribute::Float(beta)}});
+  };
+  const Node matmul = MakeNode("MatMul", {"a", "b"});
+  // Workspace: slots x (A tile + B tile + C tile [+ a second C tile when K is split]), each tile
+  // [rows <= 512, depth <= 1024] / [depth, cols <= 512] / [rows, cols] f32, 256-byte aligned;
+  // slots = min(8, C tiles). A product below 2^23 multiply-adds is one GemmOne piece.
+  return {
+      // One tile: 6 x 24 over 40.
+      {"matmul_small",
+       matmul,
+       {6, 40},
+       {40, 24},
+       {},
+       true,
+       Tile(6 * 40) + Tile(40 * 24) + Tile(6 * 24)},
+      {"fused_tt_small",
+       fused(1, 1, 0.5f),
+       {40, 6},
+       {24, 40},
+       {},
+       true,
+       Tile(6 * 40) + Tile(40 * 24) + Tile(6 * 24)},
+      // The batch folds into the rows: one 15 x 7 product over 16.
+      {"matmul_folded_batch",
+       matmul,
+       {3, 5, 16},
+       {16, 7},
+       {},
+       true,
+       Tile(15 * 16) + Tile(16 * 7) + Tile(15 * 7)},
+      // Three 5 x 7 products over 16 (A broadcast; then transposed A, batched B).
+      {"matmul_broadcast_a",
+       matmul,
+       {1, 5, 16},
+       {3, 16, 7},
+       {},
+       true,
+       Tile(5 * 16) + Tile(16 * 7) + Tile(5 * 7)},
+      {"fused_ta_batched",
+       fused(1, 0, 2.0f),
+       {3, 16, 5},
+       {3, 16, 7},
+       {},
+       true,
+       Tile(5 * 16) + Tile(16 * 7) + Tile(5 * 7)},
+      {"gemm_bias_row",
+       gemm(0, 1, 0.5f, 2.0f),
+       {6, 40},
+       {24, 40},
+       {24},
+       true,
+       Tile(6 * 40) + Tile(40 * 24) + Tile(6 * 24)},
+      {"gemm_bias_col_ta",
+       gemm(1, 0, 1.0f, -1.0f),
+       {40, 6},
+       {40, 24},
+       {6, 1},
+       true,
+       Tile(6 * 40) + Tile(40 * 24) + Tile(6 * 24)},
+      // 512 x 128 x 128 = 2^23: GemmOne's two row blocks of 256, one tile each.
+      {"rows_split_one_tile_each",
+       matmul,
+       {512, 128},
+       {128, 128},
+       {},
+       true,
+       2 * (Tile(256 * 128) + Tile(128 * 128) + Tile(256 * 128))},
+      // 64 x 64 over 2048 = 2^23, K >= 16 x 64: two K pieces of 1024, one sub-block each; two C
+      // tiles in the slot.
+      {"k_split_one_subblock_each",
+       matmul,
+       {64, 2048},
+       {2048, 64},
+       {},
+       true,
+       Tile(64 * 1024) + Tile(1024 * 64) + 2 * Tile(64 * 64)},
+      // Tiled rows: 600 rows = 512 + 88, K 1100 = 1024 + 76 (5.3M multiply-adds: one piece).
+      {"tiled_rows_k",
+       matmul,
+       {600, 1100},
+       {1100, 8},
+       {},
+       false,
+       2 * (Tile(512 * 1024) + Tile(1024 * 8) + Tile(512 * 8))},
+      // Tiled columns (B transposed): 600 columns = 512 + 88, K = 1024 + 76.
+      {"tiled_cols_k_tb",
+       fused(0, 1, 1.0f),
+       {8, 1100},
+       {600, 1100},
+       {},
+       false,
+       2 * (Tile(8 * 1024) + Tile(1024 * 512) + Tile(8 * 512))},
+      // Tiled rows of a transposed A.
+      {"tiled_rows_ta",
+       fused(1, 0, 0.25f),
+       {1100, 600},
+       {1100, 8},
+       {},
+       false,
+       2 * (Tile(512 * 1024) + Tile(1024 * 8) + Tile(512 * 8))},
+      // GemmOne's row blocks (3000 x 48 over 64 = 9.2M: two blocks of 1536), three tiles each.
+      {"rows_split_tiled",
+       matmul,
+       {3000, 64},
+       {64, 48},
+       {},
+       false,
+       6 * (Tile(512 * 64) + Tile(64 * 48) + Tile(512 * 48))},
+      // K split (40 x 40 over 8192: 3 pieces of 2731), each piece in 3 sub-blocks.
+      {"k_split_tiled",
+       matmul,
+       {40, 8192},
+       {8192, 40},
+       {},
+       false,
+       Tile(40 * 1024) + Tile(1024 * 40) + 2 * Tile(40 * 40)},
+      // K split (600 x 8 over 10000: 4 pieces of 2500, three sub-blocks each) and 2 row tiles.
+      {"k_split_rows_tiled",
+       matmul,
+       {600, 10000},
+       {10000, 8},
+       {},
+       false,
+       2 * (Tile(512 * 1024) + Tile(1024 * 8) + 2 * Tile(512 * 8))},
+      // Rows and columns with the bias: 600 x 600 over 20 (7.2M: one piece), 2 x 2 tiles.
+      {"gemm_tiled_bias",
+       gemm(0, 1, 0.5f, 0.75f),
+       {600, 20},
+       {600, 20},
+       {600},
+       false,
+       4 * (Tile(512 * 20) + Tile(20 * 512) + Tile(512 * 512))},
+      // Rows (of a transposed A) and K with a column bias: 600 x 8 over 1100.
+      {"gemm_tiled_k_bias_col",
+       gemm(1, 0, 1.5f, -0.5f),
+       {1100, 600},
+       {1100, 8},
+       {600, 1},
+       false,
+       2 * (Tile(512 * 1024) + Tile(1024 * 8) + Tile(512 * 8))},
+      // Batched (B not shared): two tiled products in one workspace.
+      {"batched_tiled",
+       matmul,
+       {2, 600, 1100},
+       {2, 1100, 8},
+       {},
+       false,
+       2 * (Tile(512 * 1024) + Tile(1024 * 8) + Tile(512 * 8))},
+  };
+}
+
+class Bf16ProductTest : public testing::TestWithParam<Product> {
+ protected:
+  // f32 inputs with values of bfloat16 (what the bf16 run sees).
+  std::map<std::string, Tensor> Inputs() const {
+    const Product& p = GetParam();
+    std::map<std::string, Tensor> in = {{"a", ToF32(ToBf16(RandomTensor(p.a, 41)))},
+                                        {"b", ToF32(ToBf16(RandomTensor(p.b, 42)))}};
+    if (!p.c.empty()) in["c"] = ToF32(ToBf16(RandomTensor(p.c, 43)));
+    return in;
+  }
+  static std::map<std::string, Tensor> Narrowed(const std::map<std::string, Tensor>& in) {
+    std::map<std::string, Tensor> out;
+    for (const auto& [name, t] : in) out[name] = ToBf16(t);
+    return out;
+  }
+};
+
+// Within bfloat16's rounding and f32 accumulation of the exact product, in the workspace worked
+// out above (the planned figure; one byte fewer is refused).
+TEST_P(Bf16ProductTest, MatchesDoubleWithinBf16Rounding) {
+  const Product& p = GetParam();
+  const auto in = Inputs();
+  int64_t planned = 0;
+  auto y = RunNode(p.node, Narrowed(in), 0, &planned);
+  ASSERT_TRUE(y.ok()) << y.status().message();
+  ASSERT_EQ((*y)[0].dtype(), DType::kBFloat16);
+  EXPECT_EQ(planned, p.workspace);
+  const Tensor* c = p.c.empty() ? nullptr : &in.at("c");
+  const Shape& as = p.a;
+  const int64_t k = p.node.GetInt("transA", 0) ? as[as.size() - 2] : as.back();
+  ExpectNearReference((*y)[0], ReferenceProduct(p.node, in.at("a"), in.at("b"), c), k, p.label);
+  auto short_run = RunNode(p.node, Narrowed(in), -1);
+  ASSERT_FALSE(short_run.ok());
+  EXPECT_NE(short_run.status().message().find("needs " + std::to_string(p.workspace) +
+                                              " bytes of workspace but was given " +
+                                              std::to_string(p.workspace - 1)),
+            std::string::npos)
+      << short_run.status().message();
+}
+
+// A product that fits one tile per block and one sub-block per K piece runs GemmOne's sgemm calls
+// on the widened operands: the bits of the f32 kernel on them, rounded once (the staged path).
+// (Tiled products may differ: K sub-blocks change the summation order.)
+class Bf16OneTileTest : public Bf16ProductTest {};
+TEST_P(Bf16OneTileTest, IsTheStagedBits) {
+  const Product& p = GetParam();
+  const auto in = Inputs();
+  auto got = RunNode(p.node, Narrowed(in));
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  auto f32 = RunNode(p.node, in);
+  ASSERT_TRUE(f32.ok()) << f32.status().message();
+  EXPECT_TRUE((*got)[0].BitwiseEqual(ToBf16((*f32)[0])));
+}
+
+// The same bits at 1, 2 and 4 threads: every cut depends on the shape alone.
+TEST_P(Bf16ProductTest, SameBitsAtEveryThreadCount) {
+  const Product& p = GetParam();
+  const auto in = Narrowed(Inputs());
+  std::vector<Tensor> runs;
+  for (int threads : {1, 2, 4}) {
+    SetCpuThreads(threads);
+    auto y = RunNode(p.node, in);
+    SetCpuThreads(1);
+    ASSERT_TRUE(y.ok()) << y.status().message();
+    runs.push_back((*y)[0]);
+  }
+  EXPECT_TRUE(runs[1].BitwiseEqual(runs[0]));
+  EXPECT_TRUE(runs[2].BitwiseEqual(runs[0]));
+}
+
+// An f32 result of bfloat16 operands: the f32 tile as it is, no rounding.
+TEST_P(Bf16ProductTest, F32OutputFromBf16Operands) {
+  const Product& p = GetParam();
+  const auto in = Inputs();
+  const auto narrow = Narrowed(in);
+  std::vector<const Tensor*> ins;
+  for (const auto& name : p.node.inputs) ins.push_back(&narrow.at(name));
+  auto bf16_out = RunNode(p.node, narrow);
+  ASSERT_TRUE(bf16_out.ok()) << bf16_out.status().message();
+  int64_t planned = 0;
+  auto y = RunProduct(p.node, ins, DType::kFloat32, (*bf16_out)[0].shape(), 0, &planned);
+  ASSERT_TRUE(y.ok()) << y.status().message();
+  EXPECT_EQ(planned, p.workspace);
+  const Tensor* c = p.c.empty() ? nullptr : &in.at("c");
+  const int64_t k = p.node.GetInt("transA", 0) ? p.a[p.a.size() - 2] : p.a.back();
+  ExpectNearReference(*y, ReferenceProduct(p.node, in.at("a"), in.at("b"), c), k, p.label);
+  // Rounding it gives the bf16 result: the same f32 tiles, rounded once.
+  EXPECT_TRUE((*bf16_out)[0].BitwiseEqual(ToBf16(*y)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Bf16ProductTest, testing::ValuesIn(Products()),
+                         [](const auto& info) { return info.param.label; });
+
+std::vector<Product> OneTileProducts() {
+  std::vector<Product> one;
+  for (const Product& p : Products())
+    if (p.one_tile) one.push_back(p);
+  return one;
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, Bf16OneTileTest, testing::ValuesIn(OneTileProducts()),
+                         [](const auto& info) { return info.param.label; });
+
+// A mixed product (one operand bf16, one f32: autocast never makes one, and shape inference
+// refuses it) computes on the f32 values of each: the bits of the all-f32 product of the widened
+// operands (one tile) and within the reference (tiled); an f64 operand is refused.
+TEST(Bf16Products, MixedOperandTypes) {
+  const Node node = MakeNode("MatMul", {"a", "b"});
+  for (const Shape& a_shape : {Shape{6, 40}, Shape{600, 1100}}) {
+    const Shape b_shape = {a_shape[1], 20};
+    const Tensor a = ToBf16(RandomTensor(a_shape, 51)), b = RandomTensor(b_shape, 52);
+    const Tensor a32 = ToF32(a);
+    auto f32 = RunProduct(node, {&a32, &b}, DType::kFloat32, {a_shape[0], 20});
+    ASSERT_TRUE(f32.ok()) << f32.status().message();
+    for (DType y_type : {DType::kFloat32, DType::kBFloat16}) {
+      auto ab = RunProduct(node, {&a, &b}, y_type, {a_shape[0], 20});
+      ASSERT_TRUE(ab.ok()) << ab.status().message();
+      ExpectNearReference(*ab, ReferenceProduct(node, a32, b, nullptr), a_shape[1], "mixed");
+      // B bf16, A f32: the same values.
+      const Tensor b16 = ToBf16(b), b16_32 = ToF32(b16);
+      auto ba = RunProduct(node, {&a32, &b16}, y_type, {a_shape[0], 20});
+      ASSERT_TRUE(ba.ok()) << ba.status().message();
+      ExpectNearReference(*ba, ReferenceProduct(node, a32, b16_32, nullptr), a_shape[1], "mixed");
+      if (a_shape[0] == 6) {
+        EXPECT_TRUE(ab->BitwiseEqual(y_type == DType::kFloat32 ? *f32 : ToBf16(*f32)));
+      }
+    }
+  }
+  // An f64 operand or result is refused, naming it.
+  const Tensor a = ToBf16(RandomTensor({6, 40}, 53)), b16 = ToBf16(RandomTensor({40, 20}, 54));
+  const Tensor a64(DType::kFloat64, {6, 40}), b64(DType::kFloat64, {40, 20});
+  const std::string refusal =
+      "MatMul node 'n': a product with bfloat16 operands takes f32 and bfloat16 only, but ";
+  auto refused_b = RunProduct(node, {&a, &b64}, DType::kBFloat16, {6, 20});
+  ASSERT_FALSE(refused_b.ok());
+  EXPECT_EQ(refused_b.status().message(), refusal + "B is f64");
+  auto refused_a = RunProduct(node, {&a64, &b16}, DType::kFloat64, {6, 20});
+  ASSERT_FALSE(refused_a.ok());
+  EXPECT_EQ(refused_a.status().message(), refusal + "A is f64");
+  auto refused_y = RunProduct(node, {&a, &b16}, DType::kFloat64, {6, 20});
+  ASSERT_FALSE(refused_y.ok());
+  EXPECT_EQ(refused_y.status().message(), refusal + "Y is f64");
+}
+
+// The workspace of a bf16 product is bounded by the tiles, not by the operands: MPT-125M's LM head
+// at seq 1024 (vocabulary 50368, d 768) in both directions.
+TEST(Bf16Products, LmHeadWorkspaceIsTiles) {
+  auto bytes = [](const Node& node, Shape a, Shape b) {
+    Graph g =
+        GraphOf(node, {{"a", Tensor(DType::kBFloat16, a)}, {"b", Tensor(DType::kBFloat16, b)}});
+    return CpuWorkspaceBytes(g, g.nodes[0]);
+  };
+  // Input gradient dX [1024, 768] = dY [1024, 50368] x W [50368, 768]: GemmOne splits K in 8
+  // pieces; 2 x 2 C tiles of at most 512 x 512 -> 4 slots of A [512, 1024] + B [1024, 512] +
+  // 2 C [512, 512] f32 = 6 MiB: 24 MiB (staging whole operands took 1024 x 50368 x 4 +
+  // 50368 x 768 x 4 + 1024 x 768 x 4 + 7 K partials = 383 MB).
+  EXPECT_EQ(bytes(MakeNode("MatMul", {"a", "b"}), {1024, 50368}, {50368, 768}), 24 << 20);
+  // Logits [1024, 50368] = X [1024, 768] x W^T (W [50368, 768]): 2 x 103 C tiles (GemmOne's
+  // column blocks of 6336, 13 tiles each, the last 6016 in 12) -> 8 slots of A [512, 768] +
+  // B [768, 512] + C [512, 512] f32 = 4 MiB: 32 MiB.
+  EXPECT_EQ(bytes(MakeNode("FusedMatMul", {"a", "b"}, {"y"}, {{"transB", Attribute::Int(1)}},
+                           "com.microsoft"),
+                  {1024, 768}, {50368, 768}),
+            32 << 20);
 }
 
 }  // namespace
