@@ -691,6 +691,7 @@ struct Operand {
   uint64_t seed;
   float lo = -1, hi = 1;
   DType dtype = DType::kBFloat16;
+  bool specials = false;  // NaN, +inf and -inf sprinkled in (for IsNaN, IsInf)
 };
 
 struct Pointwise {
@@ -704,7 +705,12 @@ void PrintTo(const Pointwise& p, std::ostream* os) { *os << p.label; }
 std::map<std::string, Tensor> Make(const std::vector<Operand>& operands) {
   std::map<std::string, Tensor> in;
   for (const Operand& o : operands) {
-    const Tensor r = RandomTensor(o.shape, o.seed, o.lo, o.hi);
+    Tensor r = RandomTensor(o.shape, o.seed, o.lo, o.hi);
+    for (int64_t i = 0; o.specials && i < r.numel(); i += 97) {
+      constexpr float kInf = std::numeric_limits<float>::infinity();
+      const float special[] = {std::numeric_limits<float>::quiet_NaN(), kInf, -kInf};
+      r.data<float>()[i] = special[(i / 97) % 3];
+    }
     if (o.dtype == DType::kBool) {
       Tensor t(DType::kBool, o.shape);
       for (int64_t i = 0; i < t.numel(); ++i) t.data<bool>()[i] = r.data<float>()[i] > 0;
@@ -754,8 +760,13 @@ std::vector<Pointwise> PointwiseCases() {
     c.push_back({label, std::move(node), {{"x", kBig, 61, lo, hi}}});
   };
   for (const char* op : {"Neg", "Abs", "Sign", "Relu", "Exp", "Erf", "Tanh", "Sigmoid", "Sin",
-                         "Cos", "Floor", "Ceil", "Round", "Softplus", "IsNaN", "IsInf"})
+                         "Cos", "Floor", "Ceil", "Round", "Softplus"})
     unary(op, MakeNode(op, {"x"}), -6, 6);
+  for (const char* op : {"IsNaN", "IsInf"})
+    c.push_back({op, MakeNode(op, {"x"}), {{"x", kBig, 61, -6, 6, DType::kBFloat16, true}}});
+  c.push_back({"IsInf_positive",
+               MakeNode("IsInf", {"x"}, {"y"}, {{"detect_negative", Attribute::Int(0)}}),
+               {{"x", kBig, 61, -6, 6, DType::kBFloat16, true}}});
   for (const char* op : {"Sqrt", "Reciprocal", "Log"}) unary(op, MakeNode(op, {"x"}), 0.01f, 8);
   unary("Gelu", MakeNode("Gelu", {"x"}), -6, 6);
   unary("Gelu_tanh", MakeNode("Gelu", {"x"}, {"y"}, {{"approximate", Attribute::String("tanh")}}),
