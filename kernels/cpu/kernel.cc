@@ -139,9 +139,75 @@ bool HandlesBf16Itself(const Node& node) {
   return node.domain == "com.microsoft" && node.op_type == "FusedMatMul";
 }
 
+// Ops whose every output element is a function of the input elements at the same index alone,
+// by their CPU kernels (kernels/cpu/elementwise.cc), whatever their attributes: they can stage
+// bfloat16 in chunks (kernel.h, kBf16StagingChunk) once their operands share one element count.
+// Not Dropout / DropoutGrad (Philox streams keyed by the element index), nor Clip (its bounds are
+// one-element inputs), nor Identity / Cast (they take bfloat16 as it is).
+bool IsPointwiseOp(const Node& node) {
+  // clang-format off
+  static const char* const kOnnx[] = {
+      "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Sum", "Min", "Max", "Mean",
+      "Neg", "Abs", "Sign", "Relu", "Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Tanh", "Sigmoid",
+      "Sin", "Cos", "Floor", "Ceil", "Round", "Softplus", "Gelu", "Where",
+      "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsNaN", "IsInf"};
+  static const char* const kMicrosoft[] = {
+      "Gelu", "FastGelu", "QuickGelu", "GeluGrad", "FastGeluGrad", "QuickGeluGrad",
+      "ReluGrad", "SigmoidGrad", "TanhGrad"};
+  // clang-format on
+  std::span<const char* const> ops;
+  if (node.domain.empty())
+    ops = kOnnx;
+  else if (node.domain == "com.microsoft")
+    ops = kMicrosoft;
+  for (const char* op : ops)
+    if (node.op_type == op) return true;
+  return false;
+}
+
+// The element count every operand of the node shares (output 0's), or -1 when an operand is
+// omitted, its shape unknown, or its count differs (broadcasting).
+int64_t SharedNumel(std::span<const OperandType> in, std::span<const OperandType> out) {
+  if (out.empty() || !out[0].shape) return -1;
+  const int64_t n = NumElements(*out[0].shape);
+  if (n < 0) return -1;
+  for (const auto* side : {&in, &out})
+    for (const OperandType& t : *side)
+      if (!t.shape || NumElements(*t.shape) != n) return -1;
+  return n;
+}
+
+// Whether the node stages bfloat16 in chunks: a pointwise op with a bfloat16 operand, on operands
+// of one element count. Decided from the types alone, the same way at plan and at run time.
+bool StagesInChunks(const Node& node, std::span<const OperandType> in,
+                    std::span<const OperandType> out) {
+  return IsPointwiseOp(node) && StagesBf16(node, in, out) && SharedNumel(in, out) >= 0;
+}
+
+// A chunked node's workspace: one chunk's f32 copy of every bfloat16 operand, inputs then outputs
+// in order, then the kernel's own figure on the chunk's 1-D widened types.
+int64_t ChunkedStagingBytes(const Node& node, std::span<const OperandType> in,
+                            std::span<const OperandType> out) {
+  const int64_t chunk = std::min(SharedNumel(in, out), kBf16StagingChunk);
+  const Shape chunk_shape = {chunk};
+  int64_t staged = 0;
+  auto on_chunk = [&](std::span<const OperandType> types) {
+    std::vector<OperandType> c(types.size());
+    for (size_t i = 0; i < types.size(); ++i) {
+      const bool bf16 = types[i].dtype == DType::kBFloat16;
+      if (bf16) staged += Bf16StagingBytes(chunk);
+      c[i] = OperandType{bf16 ? DType::kFloat32 : types[i].dtype, &chunk_shape};
+    }
+    return c;
+  };
+  const std::vector<OperandType> cin = on_chunk(in), cout = on_chunk(out);
+  return staged + KernelWorkspaceOf(CpuWorkspaces(), node, cin, cout);
+}
+
 int64_t WorkspaceOf(const Node& node, std::span<const OperandType> in,
                     std::span<const OperandType> out) {
   if (HandlesBf16Itself(node)) return KernelWorkspaceOf(CpuWorkspaces(), node, in, out);
+  if (StagesInChunks(node, in, out)) return ChunkedStagingBytes(node, in, out);
   return StagedWorkspaceBytes(CpuWorkspaces(), node, in, out);
 }
 
@@ -238,6 +304,74 @@ Status RunStaged(CpuKernelFn fn, const Node& node, std::span<const Tensor* const
   return Status::Ok();
 }
 
+// RunStaged chunk by chunk, for a node StagesInChunks accepts (the caller checked it on these
+// tensors): for each run of at most kBf16StagingChunk consecutive elements, the bfloat16 inputs'
+// elements are widened into the workspace, the kernel runs on 1-D views of the chunk (the other
+// operands viewed in place, at the same offset) and the chunk's bfloat16 outputs are rounded.
+// Each chunk reads all its inputs before its outputs are written, and later chunks touch only
+// later elements, so an output that shares an input's buffer (in place) stays correct; a pointwise
+// kernel gives each element the bits it gives it in a whole run.
+Status RunChunkedStaged(CpuKernelFn fn, const Node& node, std::span<const Tensor* const> inputs,
+                        std::span<Tensor* const> outputs, const KernelContext& ctx) {
+  const int64_t n = outputs[0]->numel();
+  const int64_t chunk = std::min(n, kBf16StagingChunk);
+  std::byte* next = ctx.workspace.data();
+  auto carve = [&](const Tensor* t) -> float* {
+    if (!t || t->dtype() != DType::kBFloat16) return nullptr;
+    float* copy = reinterpret_cast<float*>(next);
+    next += Bf16StagingBytes(chunk);
+    return copy;
+  };
+  std::vector<float*> in_copy(inputs.size()), out_copy(outputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) in_copy[i] = carve(inputs[i]);
+  for (size_t i = 0; i < outputs.size(); ++i) out_copy[i] = carve(outputs[i]);
+  KernelContext inner = ctx;
+  const size_t used = static_cast<size_t>(next - ctx.workspace.data());
+  inner.workspace = ctx.workspace.subspan(std::min(used, ctx.workspace.size()));
+  std::vector<Tensor> in_view(inputs.size()), out_view(outputs.size());
+  std::vector<const Tensor*> in(inputs.size());
+  std::vector<Tensor*> out(outputs.size());
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t m = std::min(chunk, n - begin);
+    const Shape shape = {m};
+    // The chunk of a tensor kept in its own type: a view at the chunk's offset.
+    auto at = [&](const Tensor& t) {
+      std::byte* base = static_cast<std::byte*>(const_cast<void*>(t.raw()));
+      return Tensor::View(t.dtype(), shape, base + begin * DTypeSize(t.dtype()));
+    };
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (in_copy[i]) {
+        const uint16_t* src = inputs[i]->data<uint16_t>() + begin;
+        float* dst = in_copy[i];
+        ParallelFor(m, kElementGrain,
+                    [&](int64_t b, int64_t e) { Bf16ToFloat(src + b, dst + b, e - b); });
+        in_view[i] = Tensor::View(DType::kFloat32, shape, dst);
+      } else {
+        in_view[i] = at(*inputs[i]);
+      }
+      in[i] = &in_view[i];
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (out_copy[i]) {
+        out_view[i] = Tensor::View(DType::kFloat32, shape, out_copy[i]);
+        if (PoisonKernelOutputs()) FillPoison(out_view[i]);
+      } else {
+        out_view[i] = at(*outputs[i]);
+      }
+      out[i] = &out_view[i];
+    }
+    RETURN_IF_ERROR(fn(node, in, out, inner));
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (!out_copy[i]) continue;
+      const float* src = out_copy[i];
+      uint16_t* dst = outputs[i]->data<uint16_t>() + begin;
+      ParallelFor(m, kElementGrain,
+                  [&](int64_t b, int64_t e) { FloatToBf16(src + b, dst + b, e - b); });
+    }
+  }
+  return Status::Ok();
+}
+
 bool HasBf16(std::span<const Tensor* const> inputs, std::span<Tensor* const> outputs) {
   for (const Tensor* t : inputs)
     if (t && t->dtype() == DType::kBFloat16) return true;
@@ -260,8 +394,12 @@ Status RunResolvedCpuKernel(CpuKernelFn fn, const Node& node, std::span<const Te
                                  [&](const Tensor* in) { return in && in->raw() == t->raw(); });
       if (!aliased) FillPoison(*t);
     }
-  if (HasBf16(inputs, outputs) && !TakesBf16AsIs(node) && !HandlesBf16Itself(node))
+  if (HasBf16(inputs, outputs) && !TakesBf16AsIs(node) && !HandlesBf16Itself(node)) {
+    if (IsPointwiseOp(node) &&
+        StagesInChunks(node, OperandTypesOf(inputs), OperandTypesOf(outputs)))
+      return RunChunkedStaged(fn, node, inputs, outputs, ctx);
     return RunStaged(fn, node, inputs, outputs, ctx);
+  }
   return fn(node, inputs, outputs, ctx);
 }
 

@@ -12,7 +12,7 @@
 // Transpose, Slice, Concat, Gather, ...) and Cast take bfloat16 as it is. The matrix products
 // (MatMul, FusedMatMul, Gemm) take it themselves: they widen bounded tiles of their operands in
 // their own workspace and accumulate in f32 (kernels/cpu/math.cc), so a product's workspace does
-// not grow with its operands.
+// not grow with its operands. Pointwise ops stage in bounded chunks (kBf16StagingChunk).
 #pragma once
 
 #include <cstdint>
@@ -93,6 +93,15 @@ int64_t Bf16StagingBytes(int64_t numel);
 int64_t StagedWorkspaceBytes(const CpuWorkspaceTable& rows, const Node& node,
                              std::span<const OperandType> inputs,
                              std::span<const OperandType> outputs);
+
+// On the CPU, a pointwise node (each output element a function of the input elements at its own
+// index alone: Add, Mul, Gelu, GeluGrad, ... on operands of one element count, so without
+// broadcasting; never a random op) stages bfloat16 in chunks instead of whole: consecutive chunks
+// of at most this many elements, each widened, computed by the f32 kernel on 1-D views and
+// rounded before the next, in one chunk's copies of the staged operands (the workspace no longer
+// grows with the operands). The same bits as whole staging. A constant: the chunks depend on the
+// shape alone, never on the thread count or the workspace given.
+inline constexpr int64_t kBf16StagingChunk = int64_t{1} << 20;
 
 // The workspace viewed as an array of T from byte `offset` (a multiple of alignof(T)). Kernels call
 // it only for the bytes their CpuWorkspaceFn declared; RunCpuKernel has checked that they are

@@ -6,7 +6,10 @@
 // Matrix products (MatMul, FusedMatMul, Gemm) take bfloat16 themselves, by bounded tiles widened
 // in their workspace: within bfloat16's rounding and f32 accumulation of a double reference, on
 // shapes tiled in every direction; the staged bits where one tile holds the product; the same bits
-// at every thread count; a workspace of tiles, whatever the product's size.
+// at every thread count; a workspace of tiles, whatever the product's size. Pointwise ops on
+// operands of one element count stage in chunks (kBf16StagingChunk): the bits of whole staging
+// (spelled out here: widen, the table's f32 kernel, round) at every thread count, in place too, in
+// a workspace of one chunk's copies; broadcasting nodes and Dropout keep whole staging.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -672,6 +675,241 @@ TEST(Bf16Products, LmHeadWorkspaceIsTiles) {
                            "com.microsoft"),
                   {1024, 768}, {50368, 768}),
             32 << 20);
+}
+
+// ---------- pointwise ops staged in chunks (kernel.h, kBf16StagingChunk) ----------
+
+// Two whole chunks and a ragged one, in a 2-D shape (the chunks cut across rows).
+const Shape kBig = {35, 60013};
+static_assert(35 * 60013 > 2 * kBf16StagingChunk && 35 * 60013 < 3 * kBf16StagingChunk);
+
+// An input of a chunked case, made when the test runs (the cases hold no big tensors):
+// uniform in [lo, hi] from `seed`, given as bfloat16 (bf16), f32, or bool (values > 0 of it).
+struct Operand {
+  std::string name;
+  Shape shape;
+  uint64_t seed;
+  float lo = -1, hi = 1;
+  DType dtype = DType::kBFloat16;
+  bool specials = false;  // NaN, +inf and -inf sprinkled in (for IsNaN, IsInf)
+};
+
+struct Pointwise {
+  std::string label;
+  Node node;
+  std::vector<Operand> inputs;
+};
+
+void PrintTo(const Pointwise& p, std::ostream* os) { *os << p.label; }
+
+std::map<std::string, Tensor> Make(const std::vector<Operand>& operands) {
+  std::map<std::string, Tensor> in;
+  for (const Operand& o : operands) {
+    Tensor r = RandomTensor(o.shape, o.seed, o.lo, o.hi);
+    for (int64_t i = 0; o.specials && i < r.numel(); i += 97) {
+      constexpr float kInf = std::numeric_limits<float>::infinity();
+      const float special[] = {std::numeric_limits<float>::quiet_NaN(), kInf, -kInf};
+      r.data<float>()[i] = special[(i / 97) % 3];
+    }
+    if (o.dtype == DType::kBool) {
+      Tensor t(DType::kBool, o.shape);
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<bool>()[i] = r.data<float>()[i] > 0;
+      in[o.name] = t;
+    } else {
+      in[o.name] = o.dtype == DType::kBFloat16 ? ToBf16(r) : r;
+    }
+  }
+  return in;
+}
+
+// Whole staging, spelled out: every bfloat16 input widened whole, the f32 kernel (the table's row)
+// run once on the node's own shapes, every bfloat16 output rounded once.
+std::vector<Tensor> WholeStaging(const Node& node, const std::map<std::string, Tensor>& in) {
+  Graph g = GraphOf(node, in);
+  std::map<std::string, Tensor> widened;
+  for (const auto& [name, t] : in) widened[name] = t.dtype() == DType::kBFloat16 ? ToF32(t) : t;
+  std::vector<const Tensor*> ins;
+  for (const auto& name : node.inputs) ins.push_back(&widened.at(name));
+  std::vector<Tensor> outs;
+  std::vector<bool> narrow;
+  for (const auto& name : node.outputs) {
+    const Value* v = g.FindValue(name);
+    narrow.push_back(v->dtype == DType::kBFloat16);
+    outs.emplace_back(narrow.back() ? DType::kFloat32 : v->dtype, v->shape);
+  }
+  std::vector<Tensor*> out_ptrs;
+  for (Tensor& t : outs) out_ptrs.push_back(&t);
+  const CpuKernelFn* fn = CpuKernels().Find(node.domain, node.op_type);
+  EXPECT_NE(fn, nullptr);
+  if (!fn) return {};
+  KernelContext ctx;
+  Status st = (*fn)(node, ins, out_ptrs, ctx);
+  EXPECT_TRUE(st.ok()) << st.message();
+  for (size_t k = 0; k < outs.size(); ++k)
+    if (narrow[k]) outs[k] = ToBf16(outs[k]);
+  return outs;
+}
+
+// Bytes of one chunk's f32 copies of `operands` bfloat16 operands.
+int64_t ChunkCopies(int operands) { return operands * Bf16StagingBytes(kBf16StagingChunk); }
+
+std::vector<Pointwise> PointwiseCases() {
+  constexpr char kMs[] = "com.microsoft";
+  std::vector<Pointwise> c;
+  auto unary = [&](const std::string& label, Node node, float lo, float hi) {
+    c.push_back({label, std::move(node), {{"x", kBig, 61, lo, hi}}});
+  };
+  for (const char* op : {"Neg", "Abs", "Sign", "Relu", "Exp", "Erf", "Tanh", "Sigmoid", "Sin",
+                         "Cos", "Floor", "Ceil", "Round", "Softplus"})
+    unary(op, MakeNode(op, {"x"}), -6, 6);
+  for (const char* op : {"IsNaN", "IsInf"})
+    c.push_back({op, MakeNode(op, {"x"}), {{"x", kBig, 61, -6, 6, DType::kBFloat16, true}}});
+  c.push_back({"IsInf_positive",
+               MakeNode("IsInf", {"x"}, {"y"}, {{"detect_negative", Attribute::Int(0)}}),
+               {{"x", kBig, 61, -6, 6, DType::kBFloat16, true}}});
+  for (const char* op : {"Sqrt", "Reciprocal", "Log"}) unary(op, MakeNode(op, {"x"}), 0.01f, 8);
+  unary("Gelu", MakeNode("Gelu", {"x"}), -6, 6);
+  unary("Gelu_tanh", MakeNode("Gelu", {"x"}, {"y"}, {{"approximate", Attribute::String("tanh")}}),
+        -6, 6);
+  unary("ms_Gelu", MakeNode("Gelu", {"x"}, {"y"}, {}, kMs), -6, 6);
+  unary("FastGelu", MakeNode("FastGelu", {"x"}, {"y"}, {}, kMs), -6, 6);
+  unary("FastGelu_gelu_new",
+        MakeNode("FastGelu", {"x"}, {"y"}, {{"form", Attribute::String("gelu_new")}}, kMs), -6, 6);
+  unary("QuickGelu", MakeNode("QuickGelu", {"x"}, {"y"}, {{"alpha", Attribute::Float(1.0f)}}, kMs),
+        -6, 6);
+  auto binary = [&](const std::string& label, Node node, float lo, float hi) {
+    c.push_back({label, std::move(node), {{"a", kBig, 62, -4, 4}, {"b", kBig, 63, lo, hi}}});
+  };
+  for (const char* op : {"Add", "Sub", "Mul", "Min", "Max", "Equal", "Less", "Greater",
+                         "LessOrEqual", "GreaterOrEqual"})
+    binary(op, MakeNode(op, {"a", "b"}), -4, 4);
+  binary("Div", MakeNode("Div", {"a", "b"}), 0.25f, 4);
+  binary("Mod", MakeNode("Mod", {"a", "b"}, {"y"}, {{"fmod", Attribute::Int(1)}}), 0.25f, 4);
+  c.push_back(
+      {"Pow", MakeNode("Pow", {"a", "b"}), {{"a", kBig, 64, 0.1f, 3}, {"b", kBig, 65, -2, 2}}});
+  for (const char* op : {"Sum", "Mean"})
+    c.push_back(
+        {op, MakeNode(op, {"a", "b", "c"}), {{"a", kBig, 66}, {"b", kBig, 67}, {"c", kBig, 68}}});
+  c.push_back({"Where",
+               MakeNode("Where", {"c", "a", "b"}),
+               {{"c", kBig, 69, -1, 1, DType::kBool}, {"a", kBig, 70}, {"b", kBig, 71}}});
+  for (const char* op :
+       {"GeluGrad", "FastGeluGrad", "QuickGeluGrad", "ReluGrad", "SigmoidGrad", "TanhGrad"})
+    c.push_back({op,
+                 MakeNode(op, {"dy", "x"}, {"dx"}, {}, kMs),
+                 {{"dy", kBig, 72, -2, 2}, {"x", kBig, 73, -6, 6}}});
+  // [1, n] + [n]: one element count, other ranks (no element broadcast): chunked too.
+  const int64_t n = kBig[0] * kBig[1];
+  c.push_back({"Add_same_count_other_rank",
+               MakeNode("Add", {"a", "b"}),
+               {{"a", {1, n}, 74}, {"b", {n}, 75}}});
+  return c;
+}
+
+int Bf16Operands(const Node& node, const std::map<std::string, Tensor>& in) {
+  Graph g = GraphOf(node, in);
+  int n = 0;
+  for (const auto* side : {&node.inputs, &node.outputs})
+    for (const std::string& name : *side) n += g.FindValue(name)->dtype == DType::kBFloat16;
+  return n;
+}
+
+class Bf16ChunkedTest : public testing::TestWithParam<Pointwise> {};
+
+// A pointwise op on operands larger than several chunks: the bits of whole staging, in a workspace
+// of one chunk's copies (exactly; one byte fewer is refused), at 1, 2 and 4 threads.
+TEST_P(Bf16ChunkedTest, IsWholeStagingInOneChunksWorkspace) {
+  const Pointwise& c = GetParam();
+  const auto in = Make(c.inputs);
+  const std::vector<Tensor> want = WholeStaging(c.node, in);
+  const int64_t bytes = ChunkCopies(Bf16Operands(c.node, in));
+  for (int threads : {1, 2, 4}) {
+    SetCpuThreads(threads);
+    int64_t planned = 0;
+    auto got = RunNode(c.node, in, 0, &planned);
+    SetCpuThreads(1);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_EQ(planned, bytes);
+    ASSERT_EQ(got->size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k)
+      EXPECT_TRUE((*got)[k].BitwiseEqual(want[k])) << "output " << k << " at " << threads;
+  }
+  auto short_run = RunNode(c.node, in, -1);
+  ASSERT_FALSE(short_run.ok());
+  EXPECT_NE(short_run.status().message().find("needs " + std::to_string(bytes) +
+                                              " bytes of workspace but was given " +
+                                              std::to_string(bytes - 1)),
+            std::string::npos)
+      << short_run.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, Bf16ChunkedTest, testing::ValuesIn(PointwiseCases()),
+                         [](const auto& info) { return info.param.label; });
+
+// Broadcasting nodes of listed ops, a one-element operand included, and a random op keep whole
+// staging: its workspace (every bfloat16 operand whole) and its bits.
+TEST(Bf16Chunked, BroadcastAndRandomNodesStageWhole) {
+  const int64_t n = kBig[0] * kBig[1];
+  std::vector<Pointwise> cases = {
+      {"bias", MakeNode("Add", {"a", "b"}), {{"a", kBig, 81}, {"b", {kBig[1]}, 82}}},
+      {"one_element", MakeNode("Mul", {"a", "b"}), {{"a", kBig, 83}, {"b", {1}, 84}}},
+      {"sum_broadcast",
+       MakeNode("Sum", {"a", "b", "c"}),
+       {{"a", kBig, 85}, {"b", {kBig[0], 1}, 86}, {"c", kBig, 87}}},
+  };
+  const std::vector<int64_t> whole = {
+      2 * Bf16StagingBytes(n) + Bf16StagingBytes(kBig[1]),
+      2 * Bf16StagingBytes(n) + Bf16StagingBytes(1),
+      3 * Bf16StagingBytes(n) + Bf16StagingBytes(kBig[0]),
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto in = Make(cases[i].inputs);
+    int64_t planned = 0;
+    auto got = RunNode(cases[i].node, in, 0, &planned);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_EQ(planned, whole[i]) << cases[i].label;
+    EXPECT_TRUE((*got)[0].BitwiseEqual(WholeStaging(cases[i].node, in)[0])) << cases[i].label;
+  }
+  // Dropout (Philox keyed by the element index) is not on the list, even on one shape.
+  const Node dropout = MakeNode("Dropout", {"x"});
+  Graph g = GraphOf(dropout, {{"x", Tensor(DType::kBFloat16, kBig)}});
+  EXPECT_EQ(CpuWorkspaceBytes(g, g.nodes[0]), 2 * Bf16StagingBytes(n));
+}
+
+// In place: an output that shares an input's buffer (the schema's in_place_inputs: Add over
+// either input, Sum over any) gets the bits of a run into its own buffer. Each chunk reads its
+// inputs before it writes its outputs, and no chunk writes elements a later chunk reads.
+TEST(Bf16Chunked, InPlaceOverAnInput) {
+  struct InPlace {
+    Node node;
+    size_t over;  // the input the output writes over
+  };
+  const std::vector<InPlace> runs = {
+      {MakeNode("Add", {"a", "b"}), 0},
+      {MakeNode("Add", {"a", "b"}), 1},
+      {MakeNode("Sum", {"a", "b", "c"}), 2},
+      {MakeNode("GeluGrad", {"a", "b"}, {"y"}, {}, "com.microsoft"), 0}};
+  const std::map<std::string, Tensor> in = {{"a", ToBf16(RandomTensor(kBig, 91, -3, 3))},
+                                            {"b", ToBf16(RandomTensor(kBig, 92, -3, 3))},
+                                            {"c", ToBf16(RandomTensor(kBig, 93, -3, 3))}};
+  for (const InPlace& r : runs) {
+    auto apart = RunNode(r.node, in);
+    ASSERT_TRUE(apart.ok()) << apart.status().message();
+    std::map<std::string, Tensor> copies;
+    std::vector<const Tensor*> ins;
+    for (const auto& name : r.node.inputs) {
+      copies[name] = ToBf16(ToF32(in.at(name)));  // owning copies: one is overwritten
+      ins.push_back(&copies.at(name));
+    }
+    Tensor y = Tensor::View(DType::kBFloat16, kBig, const_cast<void*>(ins[r.over]->raw()));
+    std::vector<Tensor*> outs = {&y};
+    std::vector<std::byte> ws(static_cast<size_t>(CpuWorkspaceBytesFor(r.node, ins, outs)));
+    KernelContext ctx;
+    ctx.workspace = ws;
+    ASSERT_TRUE(RunCpuKernel(r.node, ins, outs, ctx).ok());
+    EXPECT_EQ(static_cast<int64_t>(ws.size()), ChunkCopies(static_cast<int>(ins.size()) + 1));
+    EXPECT_TRUE(y.BitwiseEqual((*apart)[0])) << r.node.op_type << " over input " << r.over;
+  }
 }
 
 }  // namespace
