@@ -179,7 +179,8 @@ StatusOr<std::vector<int64_t>> EvalLayerItems(const std::string& spec,
 // Where a target came from, to start its error messages.
 std::string Where(const CkptTarget& t) {
   if (t.source.empty()) return "--ckpt " + Shown(t.Text());
-  if (t.source.compare(0, 13, "--ckpt-config") == 0) return t.source + " (" + Shown(t.Text()) + ")";
+  if (t.source.compare(0, 13, "--ckpt-config") == 0 || t.source.compare(0, 8, "--config") == 0)
+    return t.source + " (" + Shown(t.Text()) + ")";
   return t.source;
 }
 
@@ -489,9 +490,8 @@ bool AsInt(const YAML::Node& n, int64_t* out) {
 }
 
 // The target value (string, list of strings, or dict name -> layers) as CkptTargets.
-StatusOr<std::vector<CkptTarget>> TargetsFrom(const YAML::Node& value, const std::string& file,
+StatusOr<std::vector<CkptTarget>> TargetsFrom(const YAML::Node& value, const std::string& source,
                                               const std::string& key) {
-  const std::string source = "--ckpt-config " + file;
   auto wrong = [&](const std::string& at, const YAML::Node& n, const std::string& expected) {
     return Error(source + ": " + at + " is " + KindOf(n) + "; expected " + expected);
   };
@@ -639,16 +639,11 @@ class StrictYamlScan : public YAML::EventHandler {
 };
 
 // ParseCkptConfigText, with yaml-cpp's exceptions left to the caller.
-StatusOr<CkptConfig> ParseYamlConfig(const std::string& text, const std::string& path) {
-  const std::string source = "--ckpt-config " + path;
-  {
-    std::istringstream in(text);
-    YAML::Parser parser(in);
-    StrictYamlScan scan;
-    while (scan.problem.empty() && parser.HandleNextDocument(scan)) {
-    }
-    if (!scan.problem.empty()) return Error(source + ": " + scan.problem);
-  }
+StatusOr<CkptConfig> ParseYamlConfig(const std::string& text, const std::string& path,
+                                     const std::string& option) {
+  const std::string source = option + " " + path;
+  if (std::string problem = StrictYamlProblem(text); !problem.empty())
+    return Error(source + ": " + problem);
   const YAML::Node root = YAML::Load(text);
   CkptConfig config;
   if (!root.IsDefined() || root.IsNull())
@@ -657,7 +652,7 @@ StatusOr<CkptConfig> ParseYamlConfig(const std::string& text, const std::string&
                  "(mptblock, a list, or {name: layers}) or a whole llm-foundry config");
   const bool whole = root.IsMap() && (root["model"].IsDefined() || root["fsdp_config"].IsDefined());
   if (!whole) {
-    ASSIGN_OR_RETURN(config.targets, TargetsFrom(root, path, "the target"));
+    ASSIGN_OR_RETURN(config.targets, TargetsFrom(root, source, "the target"));
     return config;
   }
   // A key the file lacks is an invalid node in yaml-cpp: IsDefined() is the only call it answers
@@ -699,23 +694,33 @@ StatusOr<CkptConfig> ParseYamlConfig(const std::string& text, const std::string&
           ": nothing is checkpointed (llm-foundry reads the target only when the flag is true)");
     return config;
   }
-  ASSIGN_OR_RETURN(config.targets, TargetsFrom(target.IsDefined() ? target : YAML::Node(), path,
+  ASSIGN_OR_RETURN(config.targets, TargetsFrom(target.IsDefined() ? target : YAML::Node(), source,
                                                "key 'model.activation_checkpointing_target'"));
   return config;
 }
 
 }  // namespace
 
-StatusOr<CkptConfig> ParseCkptConfigText(const std::string& text, const std::string& path) {
+std::string StrictYamlProblem(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  StrictYamlScan scan;
+  while (scan.problem.empty() && parser.HandleNextDocument(scan)) {
+  }
+  return scan.problem;
+}
+
+StatusOr<CkptConfig> ParseCkptConfigText(const std::string& text, const std::string& path,
+                                         const std::string& option) {
   // yaml-cpp reports by exception; nothing escapes this function but a Status.
   try {
-    return ParseYamlConfig(text, path);
+    return ParseYamlConfig(text, path, option);
   } catch (const YAML::ParserException& e) {
-    return Error("--ckpt-config " + path + ": YAML syntax error at line " +
+    return Error(option + " " + path + ": YAML syntax error at line " +
                  std::to_string(e.mark.line + 1) + ", column " + std::to_string(e.mark.column + 1) +
                  ": " + Shown(e.msg));
   } catch (const YAML::Exception& e) {
-    return Error("--ckpt-config " + path + ": cannot read the file: " + Shown(e.msg));
+    return Error(option + " " + path + ": cannot read the file: " + Shown(e.msg));
   }
 }
 

@@ -68,8 +68,16 @@ struct CkptConfig {
 // no key twice in a mapping; each refused with its line.
 StatusOr<CkptConfig> ReadCkptConfig(const std::string& path);
 // The same on the file's text; `path` names it in messages.
-StatusOr<CkptConfig> ParseCkptConfigText(const std::string& text, const std::string& path);
+// `option` names the flag that gave the file in messages ("--ckpt-config", "--config").
+StatusOr<CkptConfig> ParseCkptConfigText(const std::string& text, const std::string& path,
+                                         const std::string& option = "--ckpt-config");
 constexpr int64_t kMaxCkptConfigBytes = int64_t{16} << 20;
+
+// What an llm-foundry YAML may not hold and yaml-cpp would accept, found on the parser's events
+// before any node is built: an anchor or alias, a merge key, a key twice in one mapping, a second
+// document. "line N: <what>" for the first found, "" when none. yaml-cpp's syntax errors are
+// thrown (YAML::ParserException), as YAML::Load throws them.
+std::string StrictYamlProblem(const std::string& text);
 
 // The layers of a `layers` spec among `num_layers` blocks, sorted, without duplicates. Errors: a
 // malformed spec, a layer out of range.

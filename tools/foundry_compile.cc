@@ -13,6 +13,7 @@
 #include "compiler/module_tree.h"
 #include "compiler/op_schema.h"
 #include "compiler/plan.h"
+#include "compiler/train_config.h"
 #include "driver/compile.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/parallel.h"
@@ -43,6 +44,7 @@ struct Options {
   std::string dump_after, dump_plan;
   bool dump_plan_given = false;
   std::string ckpt_config, memory_budget_text, emit_ckpt_config, memory_frontier;
+  std::string config;  // --config: an llm-foundry training YAML
   std::string report_json, memory_timeline, threads_text;
   std::string precision = "fp32";
   bool precision_given = false;
@@ -99,6 +101,15 @@ void AddCkptOptions(CLI::App& app, Options& o) {
                  "JSON value, or a whole training config: model.activation_checkpointing_target, "
                  "on when fsdp_config.activation_checkpointing is true)")
       ->type_name("FILE");
+}
+
+void AddConfigOption(CLI::App& app, Options& o) {
+  app.add_option("--config", o.config,
+                 "an llm-foundry training YAML, read as llm-foundry reads it: model.* checked "
+                 "against the export, max_seq_len and device_train_microbatch_size as the token "
+                 "input's dimensions, precision, the checkpointing target; keys given on the "
+                 "command line win")
+      ->type_name("FILE.yaml");
 }
 
 void AddGraphOptions(CLI::App& app, Options& o) {
@@ -160,32 +171,52 @@ void AddReportOptions(CLI::App& app, Options& o) {
 
 // --ckpt and --ckpt-config: parsed (and the config read) before the import, so a typo costs
 // nothing. nullopt: go on; otherwise the exit status, the error printed.
-std::optional<int> ParseCkpt(const Options& o, CompileRequest& request) {
+std::optional<int> ParseCkpt(const Options& o, const std::optional<TrainConfig>& config,
+                             CompileRequest& request) {
   for (const auto& spec : o.ckpt_specs) {
     auto t = ParseCkptArg(spec);
     if (!t.ok()) return Fail(t.status().message(), cli::kExitUsage);
     request.ckpt_targets.push_back(*t);
   }
+  // The file's checkpointing and precision: --ckpt-config's, or --config's.
+  std::optional<CkptConfig> file;
+  std::string option, path;
   if (!o.ckpt_config.empty()) {
-    auto config = ReadCkptConfig(o.ckpt_config);
-    if (!config.ok()) return Fail(config.status().message());
-    for (const auto& w : config->warnings) std::cerr << kTool << ": warning: " << w << "\n";
-    if (config->precision) {
+    auto read = ReadCkptConfig(o.ckpt_config);
+    if (!read.ok()) return Fail(read.status().message());
+    file = *read;
+    option = "--ckpt-config";
+    path = o.ckpt_config;
+  } else if (config) {
+    file = config->ckpt;
+    file->precision = config->precision;
+    option = "--config";
+    path = o.config;
+  }
+  if (file) {
+    for (const auto& w : file->warnings) std::cerr << kTool << ": warning: " << w << "\n";
+    if (file->precision) {
       // llm-foundry's `precision:` applies unless the command line names one.
-      auto precision = ParsePrecision(*config->precision);
+      auto precision = ParsePrecision(*file->precision);
       if (!o.precision_given) {
         if (!precision.ok())
-          return Fail("--ckpt-config " + o.ckpt_config + ": key 'precision': " +
-                      precision.status().message() + " (or give --precision to override the file)");
+          return Fail(option + " " + path + ": key 'precision': " + precision.status().message() +
+                      " (or give --precision to override the file)");
         request.precision = *precision;
       } else if (!precision.ok() || *precision != request.precision) {
-        std::cerr << kTool << ": warning: --precision " << o.precision << " overrides "
-                  << o.ckpt_config << "'s precision: " << *config->precision << "\n";
+        std::cerr << kTool << ": warning: --precision " << o.precision << " overrides " << path
+                  << "'s precision: " << *file->precision << "\n";
       }
     }
-    if (config->enabled)
-      request.ckpt_targets.insert(request.ckpt_targets.end(), config->targets.begin(),
-                                  config->targets.end());
+    // --config's target gives way to --ckpt and --memory-budget on the command line.
+    const bool overridden =
+        option == "--config" && (!o.ckpt_specs.empty() || !o.memory_budget_text.empty());
+    if (overridden && file->enabled)
+      std::cerr << kTool << ": warning: " << (o.ckpt_specs.empty() ? "--memory-budget" : "--ckpt")
+                << " overrides " << path << "'s activation checkpointing\n";
+    if (file->enabled && !overridden)
+      request.ckpt_targets.insert(request.ckpt_targets.end(), file->targets.begin(),
+                                  file->targets.end());
   }
   if (!request.ckpt_targets.empty() && o.forward_only)
     return Fail("--ckpt and --ckpt-config checkpoint a training step; drop --forward-only",
@@ -205,6 +236,7 @@ std::optional<int> ParseBudget(const Options& o, CompileRequest& request) {
     if (!o.ckpt_specs.empty() || !o.ckpt_config.empty())
       return Fail("--memory-budget chooses the checkpointing itself; drop --ckpt / --ckpt-config",
                   cli::kExitUsage);
+    request.ckpt_targets.clear();  // --config's, overridden
   }
   if (!o.emit_ckpt_config.empty() && !request.memory_budget && request.ckpt_targets.empty())
     return Fail(
@@ -236,6 +268,8 @@ std::optional<int> ParseOutputs(Options& o, CompileRequest& request, OutputSet& 
   if (auto code =
           add(outputs.AddInput(o.ckpt_config, "the --ckpt-config file, an input of this command")))
     return code;
+  if (auto code = add(outputs.AddInput(o.config, "the --config file, an input of this command")))
+    return code;
   // Report files may go into the folder -o makes.
   const OutputSet::FileOptions report{/*special=*/true, /*make_parents=*/true};
   if (!o.dry_run) {
@@ -260,7 +294,8 @@ std::optional<int> ParseOutputs(Options& o, CompileRequest& request, OutputSet& 
 }
 
 // Everything known from the command line alone, in the order the checks are made.
-std::optional<int> ParseRequest(Options& o, CompileRequest& request, OutputSet& outputs) {
+std::optional<int> ParseRequest(Options& o, const std::optional<TrainConfig>& config,
+                                CompileRequest& request, OutputSet& outputs) {
   auto dims = cli::ParseDims(o.dim_specs);
   if (!dims.ok()) return Fail(dims.status().message(), cli::kExitUsage);
   auto fold_limit = cli::ParseInteger<int64_t>("--fold-limit", o.fold_limit_text, 1, INT64_MAX,
@@ -286,7 +321,12 @@ std::optional<int> ParseRequest(Options& o, CompileRequest& request, OutputSet& 
   request.training = !o.forward_only;
   request.fuse_attention = !o.no_attention_fusion;
   request.dump_after = o.dump_after;
-  if (auto code = ParseCkpt(o, request)) return code;
+  if (!o.config.empty() && !o.ckpt_config.empty())
+    return Fail(
+        "--config and --ckpt-config both give the checkpointing; drop --ckpt-config (--config "
+        "reads the same keys)",
+        cli::kExitUsage);
+  if (auto code = ParseCkpt(o, config, request)) return code;
   o.precision = std::string(PrecisionName(request.precision));  // the file's, when it set it
   if (auto code = ParseBudget(o, request)) return code;
   return ParseOutputs(o, request, outputs);
@@ -294,17 +334,26 @@ std::optional<int> ParseRequest(Options& o, CompileRequest& request, OutputSet& 
 
 // --input-shape and --dim INPUT.AXIS=N name axes by position: the model file says which
 // dimension names those are (read only when one of them is used).
-std::optional<int> ResolveDims(const Options& o, CompileRequest& request) {
+std::optional<int> ResolveDims(const Options& o, const std::optional<TrainConfig>& config,
+                               CompileRequest& request) {
   auto shapes = cli::ParseInputShapes(o.input_shape_specs);
   if (!shapes.ok()) return Fail(shapes.status().message(), cli::kExitUsage);
   bool positional = !shapes->empty();
   for (const auto& [name, size] : request.dims) positional |= name.find('.') != std::string::npos;
-  if (!positional) return std::nullopt;
+  const bool from_config = config && (config->device_train_microbatch_size || config->max_seq_len ||
+                                      config->model.max_seq_len);
+  if (!positional && !from_config) return std::nullopt;
   auto files = InspectModelFile(o.model);
   if (!files.ok()) return Fail(files.status().message());
   auto dims = ResolveInputDims(*files, request.dims, *shapes);
   if (!dims.ok()) return Fail(dims.status().message());
   request.dims = *dims;
+  if (from_config) {
+    auto bound = BindConfigDims(*config, *files, request.dims);
+    if (!bound.ok()) return Fail(bound.status().message());
+    for (const auto& line : bound->notes) std::cerr << kTool << ": warning: " << line << "\n";
+    request.dims = bound->dims;
+  }
   return std::nullopt;
 }
 
@@ -390,6 +439,7 @@ int Main(int argc, char** argv) {
   AddModelOptions(app, o);
   AddCkptOptions(app, o);
   AddGraphOptions(app, o);
+  AddConfigOption(app, o);
   AddReportOptions(app, o);
   // Let the model path be validated by the importer, which words the error itself.
   if (auto code = cli::Parse(app, argc, argv, kTool)) return *code;
@@ -408,11 +458,23 @@ int Main(int argc, char** argv) {
                 cli::kExitUsage);
   CompileRequest request;
   OutputSet outputs;
-  if (auto code = ParseRequest(o, request, outputs)) return *code;
+  std::optional<TrainConfig> config;
+  if (!o.config.empty()) {
+    auto read = ReadTrainConfig(o.config);
+    if (!read.ok()) return Fail(read.status().message());
+    config = std::move(read).value();
+  }
+  if (auto code = ParseRequest(o, config, request, outputs)) return *code;
+  if (config)
+    if (std::string line = IgnoredKeysLine(*config); !line.empty())
+      std::cerr << kTool << ": note: " << line << "\n";
 
-  if (auto code = ResolveDims(o, request)) return *code;
+  if (auto code = ResolveDims(o, config, request)) return *code;
   auto graph = ImportModel(request);
   if (!graph.ok()) return Fail(graph.status().message());
+  if (config)
+    if (Status st = CheckModelAgainstGraph(*config, *graph, nullptr); !st.ok())
+      return Fail(st.message());
   if (o.list_modules) return PrintModules(*graph, o.model);
   for (const OutputFile& f : o.ReportFiles())
     if (!f.path.empty() && o.forward_only)
@@ -425,6 +487,13 @@ int Main(int argc, char** argv) {
   request.warn = [](const std::string& w) { std::cerr << kTool << ": warning: " << w << "\n"; };
   auto result = CompileImported(request, std::move(graph).value());
   if (!result.ok()) return Fail(result.status().message());
+  if (config && !o.forward_only) {
+    // Now with the fused attention: the heads.
+    std::vector<std::string> notes;
+    if (Status st = CheckModelAgainstGraph(*config, result->graph, &notes); !st.ok())
+      return Fail(st.message());
+    for (const auto& n : notes) std::cerr << kTool << ": note: " << n << "\n";
+  }
   return PrintAndWrite(o, *result, outputs);
 }
 
