@@ -21,21 +21,9 @@ namespace foundry {
 
 namespace fs = std::filesystem;
 
-StatusOr<std::string> PlanToJson(const Plan& plan) {
-  nlohmann::ordered_json j;
-  j["format"] = "foundry-plan";
-  j["version"] = plan.version;
-  j["graph_file"] = plan.graph_file;
-  if (!plan.graph_digest.empty()) j["graph_digest"] = plan.graph_digest;
-  j["source_model"] = plan.source_model;
-  j["loss"] = plan.loss;
-  j["loss_in_model"] = plan.loss_in_model;
-  j["inputs"] = plan.inputs;
-  j["parameters"] = plan.parameters;
-  j["gradients"] = plan.gradients;
-  j["dims"] = plan.dims;
-  j["input_dims"] = plan.input_dims;
-  const MemoryPlan& m = plan.memory;
+namespace {
+
+nlohmann::ordered_json MemoryToJson(const MemoryPlan& m) {
   nlohmann::ordered_json mem;
   mem["schedule"] = m.schedule;
   mem["alias"] = nlohmann::ordered_json::object();
@@ -57,7 +45,27 @@ StatusOr<std::string> PlanToJson(const Plan& plan) {
   }
   for (MemoryClass c : kOutsideClasses)  // "parameter_bytes", ..., "optimizer_state_bytes"
     mem[std::string(MemoryClassName(c)) + "_bytes"] = m.outside[c];
-  j["memory"] = std::move(mem);
+  return mem;
+}
+
+}  // namespace
+
+StatusOr<std::string> PlanToJson(const Plan& plan) {
+  nlohmann::ordered_json j;
+  j["format"] = "foundry-plan";
+  j["version"] = plan.version;
+  j["graph_file"] = plan.graph_file;
+  if (!plan.graph_digest.empty()) j["graph_digest"] = plan.graph_digest;
+  j["source_model"] = plan.source_model;
+  j["loss"] = plan.loss;
+  j["loss_in_model"] = plan.loss_in_model;
+  j["inputs"] = plan.inputs;
+  j["parameters"] = plan.parameters;
+  j["gradients"] = plan.gradients;
+  j["dims"] = plan.dims;
+  j["input_dims"] = plan.input_dims;
+  j["memory"] = MemoryToJson(plan.memory);
+  if (plan.eval_memory) j["eval_memory"] = MemoryToJson(*plan.eval_memory);
   try {
     return j.dump(2) + "\n";
   } catch (const nlohmann::json::exception&) {
@@ -233,6 +241,13 @@ StatusOr<Plan> ParsePlan(std::string_view text, const std::string& path) {
     Status memory = ReadMemorySection(j.at("memory"), p.memory);
     if (!memory.ok())
       return Error("'" + path + "' is a damaged foundry plan (" + memory.message() + ")" + fix);
+    if (j.contains("eval_memory")) {
+      p.eval_memory.emplace();
+      Status eval = ReadMemorySection(j.at("eval_memory"), *p.eval_memory);
+      if (!eval.ok())
+        return Error("'" + path + "' is a damaged foundry plan (eval_memory: " + eval.message() +
+                     ")" + fix);
+    }
   } catch (const nlohmann::json::exception& e) {
     return Error("'" + path + "' is a damaged foundry plan (" + e.what() + ")" + fix);
   }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,7 +22,7 @@ namespace foundry {
 struct Plan {
   static constexpr int kVersion = 2;
   int version = kVersion;
-  std::string graph_file;               // relative to the plan's directory
+  std::string graph_file;  // relative to the plan's directory
   // The digest of the graph file (and its .data file) this plan was written with (GraphDigest):
   // a plan paired with another compile's graph is refused. Optional in the file (plans written
   // before it have none).
@@ -44,6 +45,10 @@ struct Plan {
   // Only nodes with workspace appear under "workspace". ReadPlan checks what it can without the
   // graph; LoadPlan runs CheckMemoryPlan against the graph.
   MemoryPlan memory;
+  // The forward-only eval graph's memory (compiler/eval_graph.h: EvalGraph(graph, loss)), in the
+  // same form, under "eval_memory". Optional in the file (plans written before it have none;
+  // foundry-run --eval-data then asks for a recompile).
+  std::optional<MemoryPlan> eval_memory;
 };
 
 // The JSON text of a plan file.

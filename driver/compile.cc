@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "base/file_util.h"
+#include "compiler/eval_graph.h"
 #include "compiler/model_files.h"
 #include "compiler/onnx_import.h"
 #include "kernels/cpu/kernel.h"
@@ -184,6 +185,9 @@ Status PlanAndReport(Compilation& c) {
   if (r.memory_budget) report.checkpoint->budget_bytes = *r.memory_budget;
   report.budget = c.result.budget;
   DescribePlan(c, plan);
+  // The forward-only eval plan over the same graph and weights (compiler/eval_graph.h).
+  ASSIGN_OR_RETURN(Graph eval, EvalGraph(c.result.graph, plan.loss));
+  ASSIGN_OR_RETURN(plan.eval_memory, PlanMemory(eval, CompiledBackendSpecs()));
   c.result.plan = std::move(plan);
   c.result.report = std::move(report);
   return Status::Ok();

@@ -143,8 +143,21 @@ RunProfile CollectProfile(const Trainer& t, int64_t steps, const RunProfile& pha
   return p;
 }
 
+// One eval, logged and kept.
+Status Evaluate(const RunRequest& r, Evaluator& eval, RunResult& result) {
+  ASSIGN_OR_RETURN(EvalReport e, eval.Run());
+  if (r.log)
+    *r.log << "eval  step " << e.step << "  loss " << Format("%.4f", e.loss) << "  ppl "
+           << Format("%.2f", e.perplexity) << "  (" << e.batches << " batches, " << e.tokens
+           << " tokens, " << Format("%.2f", e.seconds) << " s)\n"
+           << std::flush;
+  result.evals.push_back(e);
+  return Status::Ok();
+}
+
 // Step 3's steps.
-Status RunSteps(const RunRequest& r, Trainer& t, RunResult& result) {
+Status RunSteps(const RunRequest& r, Trainer& t, RunResult& result, Evaluator* eval) {
+  if (eval && (r.eval_first || r.steps == 0)) RETURN_IF_ERROR(Evaluate(r, *eval, result));
   result.first_step = t.step();
   result.last_step = t.step() + r.steps;
   // The first step touches the arena's pages: profiled only when it is the only one.
@@ -168,6 +181,8 @@ Status RunSteps(const RunRequest& r, Trainer& t, RunResult& result) {
              << "  " << Format("%.1f", s.seconds * 1e3) << " ms  "
              << Format("%.0f", s.tokens_per_second) << " tok/s\n"
              << std::flush;
+    if (eval && ((r.eval_interval > 0 && s.step % r.eval_interval == 0) || i + 1 == r.steps))
+      RETURN_IF_ERROR(Evaluate(r, *eval, result));
   }
   if (r.steps == 0) return Status::Ok();
   if (r.profile) {
@@ -186,7 +201,8 @@ Status RunSteps(const RunRequest& r, Trainer& t, RunResult& result) {
   return Status::Ok();
 }
 
-RunMemory MeasureMemory(const Trainer& t, int64_t other_before, int64_t rss_baseline) {
+RunMemory MeasureMemory(const Trainer& t, const Evaluator* eval, int64_t other_before,
+                        int64_t rss_baseline) {
   const MemoryPlan& plan = t.memory_plan();
   const BackendLayout& layout = t.executor().layout();
   const MemorySnapshot m = t.backend().Bytes();
@@ -196,6 +212,11 @@ RunMemory MeasureMemory(const Trainer& t, int64_t other_before, int64_t rss_base
     r.measured[c] = m[c].peak;
   }
   r.total_planned = plan.TotalBytes(layout);
+  // An eval arena larger than the training one is its own (runtime/evaluator.h).
+  if (eval) {
+    r.planned[MemoryClass::kArena] += eval->extra_arena_bytes();
+    r.total_planned += eval->extra_arena_bytes();
+  }
   r.total_measured = m.total.peak - other_before;
   r.other_before = other_before;
   r.other_during = m[MemoryClass::kOther].peak - other_before;
@@ -251,7 +272,22 @@ StatusOr<RunResult> Train(const RunRequest& r) {
   if (!r.resume_dir.empty()) RETURN_IF_ERROR(t.Resume(r.resume_dir));
   OutputSet outputs;
   RETURN_IF_ERROR(CheckBeforeTheSteps(r, t, outputs));
+  std::unique_ptr<Evaluator> eval;
+  if (!r.eval.data_path.empty()) {
+    RETURN_IF_ERROR(
+        outputs.AddInput(r.eval.data_path, "the --eval-data file, an input of this run"));
+    ASSIGN_OR_RETURN(eval, Evaluator::Create(t, r.eval));
+  }
   if (r.log) PrintHeader(*r.log, r, t);
+  if (r.log && eval)
+    *r.log << "  eval       " << eval->Describe() << ", "
+           << (r.eval_interval > 0 ? "every " + std::to_string(r.eval_interval) + " steps and "
+                                   : std::string())
+           << "after the last step"
+           << (eval->extra_arena_bytes() > 0
+                   ? " (its own arena: " + MiB(eval->extra_arena_bytes()) + ")"
+                   : " (in the training arena)")
+           << "\n";
 
   // The step loop's high-water marks: from here.
   t.backend().ResetPeaks();
@@ -259,8 +295,8 @@ StatusOr<RunResult> Train(const RunRequest& r) {
   RunResult result;
   result.threads = r.threads;
   result.optimizer = t.options().optimizer;
-  RETURN_IF_ERROR(RunSteps(r, t, result));
-  result.memory = MeasureMemory(t, other_before, rss_baseline);
+  RETURN_IF_ERROR(RunSteps(r, t, result, eval.get()));
+  result.memory = MeasureMemory(t, eval.get(), other_before, rss_baseline);
   if (r.log) *r.log << FormatRunMemory(result.memory, result.optimizer);
   RETURN_IF_ERROR(FinishRun(r, t, result, outputs));
   return result;
@@ -334,6 +370,15 @@ std::string RunReportJson(const RunResult& r, int64_t steps) {
   j["tokens_per_s"] = r.tokens_per_s;
   j["step_ms"] = r.step_ms;
   j["threads"] = r.threads;
+  if (!r.evals.empty()) {
+    j["evals"] = nlohmann::ordered_json::array();
+    for (const EvalReport& e : r.evals)
+      j["evals"].push_back({{"step", e.step},
+                            {"loss", e.loss},
+                            {"perplexity", e.perplexity},
+                            {"batches", e.batches},
+                            {"tokens", e.tokens}});
+  }
   if (r.profile) {
     const RunProfile& p = *r.profile;
     nlohmann::ordered_json prof;

@@ -27,6 +27,7 @@
 #include "base/status.h"
 #include "base/tensor.h"
 #include "compiler/ir.h"
+#include "runtime/evaluator.h"
 #include "runtime/trainer.h"
 
 namespace foundry {
@@ -45,6 +46,12 @@ struct RunRequest {
   // CPU threads of the kernels and of OpenBLAS (kernels/cpu/parallel.h: SetAllCpuThreads); the
   // results do not depend on it.
   int threads = 1;
+  // Eval (runtime/evaluator.h) on `eval.data_path` when set: before the first step with
+  // eval_first, after every `eval_interval` steps (0: none between), and after the last step
+  // (with steps = 0: once, foundry-run --eval-only).
+  EvalOptions eval;
+  int64_t eval_interval = 0;
+  bool eval_first = false;
 };
 
 // Planned against measured bytes of the step loop per class. Measured: the backend's high-water
@@ -92,6 +99,7 @@ struct RunResult {
   std::optional<RunProfile> profile;
   OptimizerOptions optimizer;  // as the run used it (a resume's, unless overridden)
   RunMemory memory;
+  std::vector<EvalReport> evals;  // each eval, in order
 };
 
 // The trainer options a resumed run starts from: those DIR/state.json recorded (its plan in

@@ -23,7 +23,7 @@ std::string PlannedFor(const MemoryPlan& plan) {
 
 StatusOr<std::unique_ptr<Executor>> Executor::Create(
     const Graph& graph, const MemoryPlan& plan, Backend& backend,
-    const std::map<std::string, Tensor*>& parameters) {
+    const std::map<std::string, Tensor*>& parameters, const Executor* lender) {
   std::unique_ptr<Executor> e(new Executor(graph, plan, backend));
   e->layout_ = e->plan_.Layout(backend.name());
   if (!e->layout_)
@@ -41,9 +41,22 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
                    " has no concrete shape; bind symbolic dimensions with --dim");
     return v;
   };
+  // The lender's storage of a value of the same name and type, when it has one.
+  auto borrowed = [&](const std::string& name, const Value& v) -> const Tensor* {
+    if (!lender) return nullptr;
+    auto it = lender->views_.find(name);
+    if (it == lender->views_.end() || it->second.dtype() != v.dtype ||
+        it->second.shape() != v.shape)
+      return nullptr;
+    return &it->second;
+  };
   auto region_view = [&](const std::string& name, MemoryClass c,
                          const std::string& what) -> Status {
     ASSIGN_OR_RETURN(const Value* v, type_of(name));
+    if (const Tensor* t = borrowed(name, *v)) {
+      e->views_[name] = Tensor::View(t->dtype(), t->shape(), const_cast<void*>(t->raw()));
+      return Status::Ok();
+    }
     ASSIGN_OR_RETURN(int64_t bytes, CheckTensorSize(v->dtype, v->shape));
     ASSIGN_OR_RETURN(Region r, backend.Allocate(bytes, c, what + " " + QuoteName(name)));
     e->views_[name] = Tensor::View(v->dtype, v->shape, r.data());
@@ -51,8 +64,15 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     return Status::Ok();
   };
 
-  ASSIGN_OR_RETURN(e->arena_,
-                   backend.Allocate(layout.arena_bytes, MemoryClass::kArena, "the arena"));
+  if (lender && &lender->backend_ == &backend && layout.arena_bytes <= lender->arena_bytes_) {
+    e->arena_base_ = lender->arena_base_;
+    e->arena_bytes_ = lender->arena_bytes_;
+  } else {
+    ASSIGN_OR_RETURN(e->arena_,
+                     backend.Allocate(layout.arena_bytes, MemoryClass::kArena, "the arena"));
+    e->arena_base_ = e->arena_.data();
+    e->arena_bytes_ = layout.arena_bytes;
+  }
 
   std::set<std::string> produced;
   for (const Node& n : graph.nodes)
@@ -81,6 +101,10 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     if (!v.data || e->views_.count(name) || produced.count(name)) continue;
     v.data->SetMemoryClass(MemoryClass::kConstant);
     e->host_constants_[name] = v.data.get();
+    if (const Tensor* t = borrowed(name, v)) {
+      e->views_[name] = Tensor::View(t->dtype(), t->shape(), const_cast<void*>(t->raw()));
+      continue;
+    }
     if (backend.host_memory()) {
       e->views_[name] =
           Tensor::View(v.data->dtype(), v.data->shape(), const_cast<void*>(v.data->raw()));
@@ -127,7 +151,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
         continue;
       }
       ASSIGN_OR_RETURN(const Value* v, type_of(name));
-      std::byte* data = e->arena_.data();
+      std::byte* data = e->arena_base_;
       if (NumElements(v->shape) > 0) {
         auto off = layout.offsets.find(name);
         if (off == layout.offsets.end())
@@ -149,7 +173,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
   }
 
   // The schedule, resolved once.
-  e->omitted_output_ = Tensor::View(DType::kFloat32, {0}, e->arena_.data());
+  e->omitted_output_ = Tensor::View(DType::kFloat32, {0}, e->arena_base_);
   e->steps_.reserve(graph.nodes.size());
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const Node& n = graph.nodes[i];
@@ -169,7 +193,7 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
     for (const auto& out : n.outputs)
       s.outputs.push_back(out.empty() ? &e->omitted_output_ : &e->views_.at(out));
     if (i < layout.workspace_bytes.size() && layout.workspace_bytes[i] > 0)
-      s.workspace = std::span<std::byte>(e->arena_.data() + layout.workspace_offsets[i],
+      s.workspace = std::span<std::byte>(e->arena_base_ + layout.workspace_offsets[i],
                                          static_cast<size_t>(layout.workspace_bytes[i]));
     e->steps_.push_back(std::move(s));
   }

@@ -39,9 +39,15 @@ class Executor {
   // `graph` and `backend` must outlive the executor and stay unchanged; `parameters` holds a
   // tensor in the backend's memory for every graph.parameters entry (dtype and shape as in the
   // graph). Every other initializer must carry data (a constant).
+  //
+  // `lender` (an executor on the same backend that is never run at the same time as this one,
+  // e.g. the training step's for the eval graph): this executor runs in the lender's arena when
+  // its own fits there, and uses the lender's storage of every input, constant and output that
+  // has the same name and type; it allocates only what the lender lacks. The lender must outlive
+  // it.
   static StatusOr<std::unique_ptr<Executor>> Create(
       const Graph& graph, const MemoryPlan& plan, Backend& backend,
-      const std::map<std::string, Tensor*>& parameters);
+      const std::map<std::string, Tensor*>& parameters, const Executor* lender = nullptr);
 
   // One pass over the schedule. ctx.node_key and ctx.workspace are set per node.
   Status Run(const KernelContext& ctx);
@@ -84,7 +90,9 @@ class Executor {
   MemoryPlan plan_;
   Backend& backend_;
   const BackendLayout* layout_ = nullptr;
-  Region arena_;
+  Region arena_;  // empty when the arena is a lender's
+  std::byte* arena_base_ = nullptr;
+  int64_t arena_bytes_ = 0;
   std::vector<Region> regions_;  // inputs and outputs
   std::unordered_map<std::string, Tensor> views_;
   std::unordered_map<std::string, const Tensor*> host_constants_;  // the graph's data

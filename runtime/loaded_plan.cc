@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "base/quote.h"
+#include "compiler/eval_graph.h"
 #include "compiler/memory_plan.h"
 #include "compiler/onnx_import.h"
 #include "compiler/op_schema.h"
@@ -163,6 +164,13 @@ StatusOr<LoadedPlan> CheckLoaded(LoadedPlan lp, StatusOr<Graph> graph) {
   if (!st.ok())
     return Error("'" + lp.plan_path + "' is a damaged foundry plan (" + st.message() + ")" +
                  kRecompile);
+  if (lp.plan.eval_memory) {
+    StatusOr<Graph> eval = EvalGraph(lp.graph, lp.plan.loss);
+    st = eval.ok() ? CheckMemoryPlan(*eval, *lp.plan.eval_memory) : eval.status();
+    if (!st.ok())
+      return Error("'" + lp.plan_path +
+                   "' is a damaged foundry plan (eval_memory: " + st.message() + ")" + kRecompile);
+  }
   return lp;
 }
 

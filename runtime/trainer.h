@@ -163,6 +163,9 @@ class Trainer {
   StatusOr<Tensor> OutputOnHost(const std::string& name) const;
   // The backend the steps run on, and its memory figures.
   Backend& backend() const { return *backend_; }
+  // The parameters' backend tensors, which the executor reads in place (runtime/evaluator.h
+  // binds its graph to them too).
+  std::map<std::string, Tensor*> backend_parameters() const { return store_->BackendParameters(); }
 
  private:
   // A tensor a step writes to a file once it has succeeded.

@@ -3,17 +3,21 @@
 // (driver/compile.h), and what it returns is printed and written here.
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <optional>
 
 #include "base/file_util.h"
 #include "base/output_set.h"
+#include "base/quote.h"
 #include "compiler/ckpt_targets.h"
 #include "compiler/model_files.h"
 #include "compiler/module_tree.h"
 #include "compiler/op_schema.h"
 #include "compiler/plan.h"
 #include "compiler/train_config.h"
+#include "compiler/yaml_merge.h"
 #include "driver/compile.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/parallel.h"
@@ -44,7 +48,8 @@ struct Options {
   std::string dump_after, dump_plan;
   bool dump_plan_given = false;
   std::string ckpt_config, memory_budget_text, emit_ckpt_config, memory_frontier;
-  std::string config;  // --config: an llm-foundry training YAML
+  std::string config;      // --config: an llm-foundry training YAML
+  std::string merge_into;  // --merge-into: the YAML --emit-ckpt-config's keys are merged into
   std::string report_json, memory_timeline, threads_text;
   std::string precision = "fp32";
   bool precision_given = false;
@@ -104,6 +109,12 @@ void AddCkptOptions(CLI::App& app, Options& o) {
 }
 
 void AddConfigOption(CLI::App& app, Options& o) {
+  app.add_option("--merge-into", o.merge_into,
+                 "with --emit-ckpt-config OUT.yaml: write OUT.yaml as this llm-foundry training "
+                 "YAML with model.activation_checkpointing_target and "
+                 "fsdp_config.activation_checkpointing set, every other line (comments "
+                 "included) as it is; this file is not changed")
+      ->type_name("TRAIN.yaml");
   app.add_option("--config", o.config,
                  "an llm-foundry training YAML, read as llm-foundry reads it: model.* checked "
                  "against the export, max_seq_len and device_train_microbatch_size as the token "
@@ -245,6 +256,11 @@ std::optional<int> ParseBudget(const Options& o, CompileRequest& request) {
   if (!o.memory_frontier.empty() && !request.memory_budget)
     return Fail("--memory-frontier draws the --memory-budget search; give --memory-budget",
                 cli::kExitUsage);
+  if (!o.merge_into.empty() && o.emit_ckpt_config.empty())
+    return Fail("--merge-into TRAIN.yaml needs --emit-ckpt-config OUT.yaml (the merged file)",
+                cli::kExitUsage);
+  if (!o.merge_into.empty() && !std::ifstream(o.merge_into, std::ios::binary))
+    return Fail("--merge-into " + o.merge_into + ": cannot read the file");
   request.frontier = !o.memory_frontier.empty();
   request.ckpt_config = !o.emit_ckpt_config.empty();
   return std::nullopt;
@@ -269,6 +285,10 @@ std::optional<int> ParseOutputs(Options& o, CompileRequest& request, OutputSet& 
           add(outputs.AddInput(o.ckpt_config, "the --ckpt-config file, an input of this command")))
     return code;
   if (auto code = add(outputs.AddInput(o.config, "the --config file, an input of this command")))
+    return code;
+  if (auto code = add(outputs.AddInput(o.merge_into,
+                                       "the --merge-into file, an input of this command "
+                                       "(the merged YAML is written to --emit-ckpt-config)")))
     return code;
   // Report files may go into the folder -o makes.
   const OutputSet::FileOptions report{/*special=*/true, /*make_parents=*/true};
@@ -371,14 +391,28 @@ int PrintModules(const Graph& graph, const std::string& model) {
 // The --emit-ckpt-config file, headed by the command that chose the selection, --precision
 // included: a budget answer holds in the precision it was planned in. (Not a `precision:` key: the
 // snippet is pasted into a training YAML that has its own.)
-std::string EmittedConfig(const Options& o, const CompileResult& result) {
+// Without --merge-into it is a fragment, to be merged into a training YAML (appended, its
+// `model:` would replace the file's whole model section): it says so in its second line.
+StatusOr<std::string> EmittedConfig(const Options& o, const CompileResult& result) {
   std::string command = "foundry-compile " + o.model + " --precision " + o.precision;
   if (result.budget)
-    return CkptConfigFile(
-        command + " --memory-budget " + o.memory_budget_text + ": " + BudgetLine(*result.budget),
-        *result.ckpt_config);
-  for (const auto& t : result.selection->targets) command += " --ckpt " + t;
-  return CkptConfigFile(command, *result.ckpt_config);
+    command += " --memory-budget " + o.memory_budget_text + ": " + BudgetLine(*result.budget);
+  else
+    for (const auto& t : result.selection->targets) command += " --ckpt " + t;
+  if (!o.merge_into.empty()) {
+    std::ifstream in(o.merge_into, std::ios::binary);
+    if (!in) return Error("--merge-into " + o.merge_into + ": cannot read the file");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return MergeCkptIntoYaml(text, o.merge_into, result.ckpt_config->yaml,
+                             "set by " + EscapeName(command));
+  }
+  std::string file = CkptConfigFile(command, *result.ckpt_config);
+  const size_t first = file.find('\n') + 1;
+  file.insert(first,
+              "# A fragment: merge it into the training YAML (OmegaConf.merge, or foundry-compile "
+              "... --emit-ckpt-config OUT.yaml --merge-into TRAIN.yaml); appended as it is, its "
+              "model: would replace the YAML's whole model section.\n");
+  return file;
 }
 
 // The report files, in ReportFiles() order, staged.
@@ -394,7 +428,7 @@ Status StageReportFiles(const Options& o, const CompileResult& result, OutputSet
       if (result.plain_curve) timeline.extra_curves.push_back(*result.plain_curve);
       text = MemoryTimelineSvg(*result.report, timeline);
     } else if (i == 2) {
-      text = EmittedConfig(o, result);
+      ASSIGN_OR_RETURN(text, EmittedConfig(o, result));
     } else {
       text = MemoryFrontierSvg("planned memory against recompute: " + o.model,
                                result.frontier->frontier, result.frontier->uniform);
@@ -407,6 +441,16 @@ Status StageReportFiles(const Options& o, const CompileResult& result, OutputSet
 // The report, then every file staged and committed as one set: a failure anywhere leaves none.
 int PrintAndWrite(const Options& o, CompileResult& result, OutputSet& outputs) {
   if (result.report) std::cout << FormatMemoryReport(*result.report);
+  if (result.plan && result.plan->eval_memory)
+    if (const BackendLayout* eval = result.plan->eval_memory->Layout("cpu")) {
+      const BackendLayout* train = result.plan->memory.Layout("cpu");
+      std::cout << "eval plan (forward only, foundry-run --eval-data): arena "
+                << HumanBytes(eval->arena_bytes) << " (" << eval->arena_bytes << " B), "
+                << (train && eval->arena_bytes <= train->arena_bytes
+                        ? "run inside the training arena (no bytes added)"
+                        : "larger than the training arena: allocated beside it")
+                << "\n";
+    }
   Status st = Status::Ok();
   if (o.dump_plan_given)
     st = outputs.Write(o.dump_plan, DumpMemoryPlan(result.graph, result.plan->memory));

@@ -36,6 +36,8 @@ struct Options {
   std::string save_dir, resume_dir, dump_grads, dump_outputs, report_json;
   std::vector<std::string> feeds, dim_specs;
   std::string steps_text = "1", seed_text = "0", init_seed_text = "0", threads_text;
+  std::string eval_data, eval_interval_text = "0", eval_batches_text = "-1";
+  bool eval_only = false, eval_first = false;
   bool forward = false, tf32 = false, profile = false;
   OptimizerOptions opt;
   // After the checks: the integers.
@@ -109,6 +111,24 @@ void AddDataOptions(CLI::App& app, Options& o) {
       ->capture_default_str();
 }
 
+void AddEvalOptions(CLI::App& app, Options& o) {
+  app.add_option("--eval-data", o.eval_data,
+                 "held-out token file (formats as --data): the loss and perplexity of the "
+                 "forward-only eval plan on it, after the last step")
+      ->type_name("FILE");
+  app.add_option("--eval-interval", o.eval_interval_text,
+                 "with --eval-data: also every N steps (0: only after the last)")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches_text,
+                 "with --eval-data: the first N batches of the file (-1: every whole batch)")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_flag("--eval-first", o.eval_first, "with --eval-data: also before the first step");
+  app.add_flag("--eval-only", o.eval_only,
+               "evaluate the plan's weights (or --resume's) on --eval-data; no training step");
+}
+
 void AddOutputOptions(CLI::App& app, Options& o) {
   app.add_option("--save", o.save_dir, "after the run, save weights + optimizer state to DIR")
       ->type_name("DIR");
@@ -167,7 +187,8 @@ std::optional<int> CheckCommandLine(const CLI::App& app, Options& o) {
 int Forward(const CLI::App& app, const Options& o) {
   if (o.target.empty())
     return Fail("--forward needs a model: foundry-run --forward MODEL.onnx", cli::kExitUsage);
-  for (const char* option : {"--save", "--resume", "--dump-grads", "--data", "--report-json"})
+  for (const char* option :
+       {"--save", "--resume", "--dump-grads", "--data", "--report-json", "--eval-data"})
     if (Given(app, option))
       return Fail(std::string(option) + " is for training runs, not --forward", cli::kExitUsage);
   auto dims = cli::ParseDims(o.dim_specs);
@@ -239,6 +260,31 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
   if (Status st = CheckOptimizerOptions(opt); !st.ok()) return Fail(st.message(), cli::kExitUsage);
   r.plan = o.target;
   r.steps = o.steps;
+  if (!o.eval_data.empty() || o.eval_only || Given(app, "--eval-interval") ||
+      Given(app, "--eval-batches") || o.eval_first) {
+    if (o.eval_data.empty())
+      return Fail(
+          "--eval-only, --eval-interval, --eval-batches and --eval-first need "
+          "--eval-data FILE",
+          cli::kExitUsage);
+    auto interval = cli::ParseInteger<int64_t>("--eval-interval", o.eval_interval_text, 0,
+                                               INT64_MAX, "a number of steps");
+    if (!interval.ok()) return Fail(interval.status().message(), cli::kExitUsage);
+    auto batches = cli::ParseInteger<int64_t>("--eval-batches", o.eval_batches_text, -1, INT64_MAX,
+                                              "a number of batches, or -1");
+    if (!batches.ok() || *batches == 0)
+      return Fail(batches.ok() ? "--eval-batches 0: give -1 (every whole batch) or a count"
+                               : batches.status().message(),
+                  cli::kExitUsage);
+    if (o.eval_only && Given(app, "--steps"))
+      return Fail("--eval-only runs no step; drop --steps", cli::kExitUsage);
+    if (o.eval_only) r.steps = 0;
+    r.eval.data_path = o.eval_data;
+    r.eval.data_dtype = r.trainer.data_dtype;
+    r.eval.max_batches = *batches;
+    r.eval_interval = *interval;
+    r.eval_first = o.eval_first;
+  }
   r.resume_dir = o.resume_dir;
   r.save_dir = o.save_dir;
   r.report_json = o.report_json;
@@ -261,6 +307,7 @@ int Main(int argc, char** argv) {
   AddRunOptions(app, o);
   AddOptimizerOptions(app, o);
   AddDataOptions(app, o);
+  AddEvalOptions(app, o);
   AddOutputOptions(app, o);
   if (auto code = cli::Parse(app, argc, argv, kTool)) return *code;
   // --data '': a resumed run's saved --data dropped (to --feed instead).
