@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -129,7 +130,7 @@ Status ReadHeader(std::string_view header, uint64_t data_bytes, std::vector<Entr
     std::string what = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> from "parse".
     if (size_t at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
-    return Error("the header is not valid JSON (" + Clip(EscapeName(what), 200) + ")");
+    return Error("the header is not valid JSON (" + Clip(EscapeName(what), 300) + ")");
   }
   if (!duplicate.empty()) return Error("the header names " + QuoteName(duplicate) + " twice");
   if (!j.is_object()) return Error("the header is " + Shown(j) + ", not a JSON object");
@@ -148,18 +149,22 @@ Status ReadHeader(std::string_view header, uint64_t data_bytes, std::vector<Entr
     RETURN_IF_ERROR(ReadEntry("tensor " + QuoteName(name), value, e));
     entries.push_back(std::move(e));
   }
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::pair(a.begin, a.end) < std::pair(b.begin, b.end);
+  });
   uint64_t at = 0;
   for (const Entry& e : entries) {
-    const std::string what = "tensor " + QuoteName(e.name) + "'s data_offsets [" +
-                             std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
+    const std::string what = "the data_offsets [" + std::to_string(e.begin) + ", " +
+                             std::to_string(e.end) + "] of tensor " + QuoteName(e.name);
     if (e.begin < at)
-      return Error(what + " overlap the tensor before it, which ends at " + std::to_string(at));
+      return Error(what + " overlap bytes " + std::to_string(e.begin) + ".." +
+                   std::to_string(std::min(at, e.end)) + " of another tensor");
     if (e.begin > at)
-      return Error(what + " leave a gap: the tensor before it ends at " + std::to_string(at));
+      return Error(what + " leave bytes " + std::to_string(at) + ".." + std::to_string(e.begin) +
+                   " unused");
     if (e.end > data_bytes)
-      return Error(what + " run past the data's end (" + std::to_string(data_bytes) + " bytes)");
+      return Error(what + " run past the end of the data (" + std::to_string(data_bytes) +
+                   " bytes)");
     at = e.end;
   }
   if (at != data_bytes)
@@ -260,6 +265,9 @@ StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const std::st
 StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Error("cannot open " + QuoteName(path) + ": " + std::strerror(errno));
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    return Error("cannot read " + QuoteName(path) + ": it is not a file");
   in.seekg(0, std::ios::end);
   const std::streamoff size = in.tellg();
   in.seekg(0);
