@@ -115,7 +115,9 @@ void AddDataOptions(CLI::App& app, Options& o) {
 }
 
 void AddOutputOptions(CLI::App& app, Options& o) {
-  app.add_option("--save", o.save_dir, "after the run, save weights + optimizer state to DIR")
+  app.add_option("--save", o.save_dir,
+                 "after the run, save weights (model.onnx; model.safetensors with PyTorch names) + "
+                 "optimizer state to DIR")
       ->type_name("DIR");
   app.add_option("--resume", o.resume_dir, "continue the run saved in DIR")->type_name("DIR");
   app.add_option("--dump-grads", o.dump_grads,
