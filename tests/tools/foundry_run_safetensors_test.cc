@@ -12,6 +12,7 @@
 #include "base/bfloat16.h"
 #include "compiler/onnx_import.h"
 #include "runtime/safetensors.h"
+#include "runtime/train_state.h"
 #include "tests/support/exec.h"
 
 namespace foundry {
@@ -120,6 +121,9 @@ TEST_F(FoundryRunSafetensorsTest, InitFromLoadsTheWeightsExactly) {
                 .replace(ReadWholeFile(Path("run/model.safetensors")).find("\"2\""), 3, "\"0\""));
   const auto state = nlohmann::json::parse(ReadWholeFile(Path("again/state.json")));
   EXPECT_EQ(state.at("init_from"), fs::absolute(Path("run/model.safetensors")).string());
+  StatusOr<TrainState> read = ReadTrainState(Path("again"));
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(read->init_from, fs::absolute(Path("run/model.safetensors")).string());
 
   const std::map<std::string, Tensor> trained = SavedOnnxParameters(Path("run"));
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
