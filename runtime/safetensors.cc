@@ -230,8 +230,8 @@ Status WriteSafetensors(const std::string& path,
     return Error("cannot write " + QuoteName(path) +
                  ": a tensor name or metadata string is not valid UTF-8");
   }
-  json.append((8 - json.size() % 8) % 8,
-              ' ');  // the data starts 8-aligned, as Rust's writer has it
+  // Spaces up to a multiple of 8, so the data starts 8-aligned, as the Rust writer has it.
+  json.append((8 - json.size() % 8) % 8, ' ');
   const uint64_t n = json.size();
   return WriteFileAtomic(path, [&](std::FILE* f) {
     char len[8];
