@@ -13,11 +13,13 @@
 
 #include "base/file_util.h"
 #include "base/output_set.h"
+#include "base/quote.h"
 #include "compiler/onnx_import.h"
 #include "compiler/phase.h"
 #include "kernels/cpu/parallel.h"
 #include "passes/fold.h"
 #include "runtime/interpreter.h"
+#include "runtime/safetensors.h"
 #include "runtime/train_state.h"
 
 namespace foundry {
@@ -111,6 +113,7 @@ void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t) {
       << " kernels, one thread per product piece)\n";
   if (!r.resume_dir.empty())
     log << "  resumed    " << r.resume_dir << " at step " << t.step() << "\n";
+  if (!r.trainer.init_from.empty()) log << "  weights    " << r.trainer.init_from << "\n";
 }
 
 // The per-step means of the profiled steps' phases and per-node times, by op type.
@@ -244,6 +247,14 @@ Status FinishRun(const RunRequest& r, Trainer& t, const RunResult& result, Outpu
     *log << "outputs of step " << result.first_step + 1 << " in " << r.trainer.dump_outputs_dir
          << "\n";
   if (!r.save_dir.empty()) *log << "saved " << r.save_dir << " (step " << t.step() << ")\n";
+  if (const std::vector<std::string> unmapped =
+          MapTorchNames(t.plan().graph, t.plan().plan.parameters).unmapped;
+      !r.save_dir.empty() && !unmapped.empty())
+    *log << "warning: --save: " << unmapped.size() << " of " << t.plan().plan.parameters.size()
+         << " parameters have no PyTorch name foundry can know (the export renamed them, e.g. "
+         << QuoteName(unmapped[0])
+         << "); model.safetensors holds them under their ONNX names, listed in its metadata "
+            "\"foundry.unmapped\"\n";
   if (!r.report_json.empty()) *log << "report " << r.report_json << "\n";
   return Status::Ok();
 }
@@ -266,6 +277,10 @@ StatusOr<TrainerOptions> ResumedOptions(const std::string& dir, std::string& pla
 StatusOr<RunResult> Train(const RunRequest& r) {
   SetAllCpuThreads(r.threads);
   const int64_t rss_baseline = RssBytes();
+  if (!r.trainer.init_from.empty() && !r.resume_dir.empty())
+    return Error(
+        "--init-from and --resume both give the weights; drop one (a resumed run "
+        "continues from its save's weights)");
   ASSIGN_OR_RETURN(LoadedPlan plan, LoadPlan(r.plan));
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(std::move(plan), r.trainer));
   Trainer& t = *trainer;

@@ -109,6 +109,7 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
         ReadWhole<int64_t>(d.at("position"), "data position", INT64_MIN, INT64_MAX);
     if (!position.ok()) return Error(damaged + position.status().message() + ")");
     s.data_position = *position;
+    if (j.contains("init_from")) s.init_from = j.at("init_from").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     return Error("--resume " + dir + ": '" + path + "' is damaged (" + e.what() + ")");
   }

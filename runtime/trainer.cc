@@ -11,6 +11,7 @@
 #include "runtime/cuda_backend.h"
 #include "runtime/interpreter.h"
 #include "runtime/messages.h"
+#include "runtime/safetensors.h"
 
 namespace foundry {
 
@@ -54,6 +55,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
   t->options_ = options;
   t->RecordInputFiles();
   ASSIGN_OR_RETURN(TensorMap params, t->TakeParameters());
+  if (!options.init_from.empty())
+    RETURN_IF_ERROR(
+        LoadSafetensorsInto(options.init_from, t->plan_.graph, t->plan_.plan.parameters, params));
   RETURN_IF_ERROR(t->CheckGraphData());
   ASSIGN_OR_RETURN(TensorMap fed, t->ReadFeeds());
   std::set<std::string> fed_names;
@@ -83,6 +87,7 @@ void Trainer::RecordInputFiles() {
     if (size_t eq = spec.find('='); eq != std::string::npos)
       input_files_.push_back(spec.substr(eq + 1));
   if (!options_.data_path.empty()) input_files_.push_back(options_.data_path);
+  if (!options_.init_from.empty()) input_files_.push_back(options_.init_from);
 }
 
 // Parameters: the graph's data, or the seeded initialisation. The graph's tensor is moved out

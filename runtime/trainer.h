@@ -80,6 +80,9 @@ struct TrainerOptions {
   // and slots that is brought up to date on demand (parameters(), Save).
   std::string device = "cpu";
   bool tf32 = false;  // cuda only: TF32 tensor cores in the matrix products
+  // A safetensors file whose tensors replace every parameter's initial values, matched by their
+  // PyTorch names (runtime/safetensors.h: LoadSafetensorsInto); "" = the plan's own.
+  std::string init_from;
 };
 
 struct StepReport {
@@ -118,6 +121,7 @@ class Trainer {
                          const std::string& advice = "choose another folder") const;
 
   // DIR/model.onnx (the training graph, trained parameters as initializers),
+  // DIR/model.safetensors (the same parameters under their PyTorch names, runtime/safetensors.h),
   // DIR/optimizer/<param>.m.pb and .v.pb, DIR/state.json. Written into a temp folder, then swapped
   // in, so DIR is always either the old save or the new one.
   Status Save(const std::string& dir) const;

@@ -11,6 +11,7 @@
 #include "compiler/onnx_import.h"
 #include "compiler/tensor_proto.h"
 #include "runtime/messages.h"
+#include "runtime/safetensors.h"
 #include "runtime/trainer.h"
 
 namespace foundry {
@@ -107,6 +108,18 @@ Status Trainer::WriteSave(const std::string& tmp) const {
   for (const auto& name : plan_.plan.parameters)
     g.FindValue(name)->data = std::make_shared<const Tensor>(store_->host_params().at(name));
   RETURN_IF_ERROR(ExportOnnx(g, (fs::path(tmp) / "model.onnx").string()));
+  // model.safetensors: the same parameters under their PyTorch names, for PyTorch users
+  // (runtime/safetensors.h; those without one keep their ONNX name and are listed).
+  const TorchNames names = MapTorchNames(plan_.graph, plan_.plan.parameters);
+  std::vector<std::pair<std::string, const Tensor*>> weights;
+  for (const auto& name : plan_.plan.parameters)
+    weights.emplace_back(names.torch_name.at(name), &store_->host_params().at(name));
+  std::map<std::string, std::string> meta = {{"format", "pt"},
+                                             {"foundry.step", std::to_string(step_)}};
+  if (!names.unmapped.empty())
+    meta["foundry.unmapped"] = nlohmann::json(names.unmapped)
+                                   .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  RETURN_IF_ERROR(WriteSafetensors((fs::path(tmp) / "model.safetensors").string(), weights, meta));
   auto write_slots = [&](const std::map<std::string, Tensor>& slots,
                          const std::string& suffix) -> Status {
     for (const auto& [name, t] : slots)
@@ -146,6 +159,9 @@ Status Trainer::WriteSave(const std::string& tmp) const {
                {"path", data_path},
                {"dtype", std::string(TokenDTypeName(options_.data_dtype))},
                {"position", data_position_}};
+  j["init_from"] = options_.init_from.empty()
+                       ? std::string()
+                       : fs::absolute(options_.init_from, ec).lexically_normal().string();
   std::string json;
   try {
     json = j.dump(2) + "\n";

@@ -34,6 +34,7 @@ int Fail(const std::string& message, int code = cli::kExitError) {
 struct Options {
   std::string target, device = "cpu", optimizer = "adamw", data, data_dtype = "uint16";
   std::string save_dir, resume_dir, dump_grads, dump_outputs, report_json;
+  std::string init_from;
   std::vector<std::string> feeds, dim_specs;
   std::string steps_text = "1", seed_text = "0", init_seed_text = "0", threads_text;
   std::string eval_data, eval_interval_text = "0", eval_batches_text = "-1";
@@ -109,6 +110,10 @@ void AddDataOptions(CLI::App& app, Options& o) {
                  "seed of the initialisation of weightless parameters")
       ->type_name("N")
       ->capture_default_str();
+  app.add_option("--init-from", o.init_from,
+                 "start from the weights in a safetensors file (PyTorch parameter names, as "
+                 "--save's model.safetensors holds them; F32, BF16 or F16)")
+      ->type_name("FILE.safetensors");
 }
 
 void AddEvalOptions(CLI::App& app, Options& o) {
@@ -130,7 +135,9 @@ void AddEvalOptions(CLI::App& app, Options& o) {
 }
 
 void AddOutputOptions(CLI::App& app, Options& o) {
-  app.add_option("--save", o.save_dir, "after the run, save weights + optimizer state to DIR")
+  app.add_option("--save", o.save_dir,
+                 "after the run, save weights (model.onnx; model.safetensors with PyTorch names) + "
+                 "optimizer state to DIR")
       ->type_name("DIR");
   app.add_option("--resume", o.resume_dir, "continue the run saved in DIR")->type_name("DIR");
   app.add_option("--dump-grads", o.dump_grads,
@@ -188,7 +195,8 @@ int Forward(const CLI::App& app, const Options& o) {
   if (o.target.empty())
     return Fail("--forward needs a model: foundry-run --forward MODEL.onnx", cli::kExitUsage);
   for (const char* option :
-       {"--save", "--resume", "--dump-grads", "--data", "--report-json", "--eval-data"})
+       {"--save", "--resume", "--dump-grads", "--data", "--report-json", "--eval-data",
+        "--init-from"})
     if (Given(app, option))
       return Fail(std::string(option) + " is for training runs, not --forward", cli::kExitUsage);
   auto dims = cli::ParseDims(o.dim_specs);
@@ -256,6 +264,7 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
   r.trainer.tf32 = o.tf32;
   r.trainer.dump_grads_dir = o.dump_grads;
   r.trainer.dump_outputs_dir = o.dump_outputs;
+  r.trainer.init_from = o.init_from;  // never from a save: a resumed run has its weights
   // Values given now; those read from a save were checked by ReadTrainState (exit 1).
   if (Status st = CheckOptimizerOptions(opt); !st.ok()) return Fail(st.message(), cli::kExitUsage);
   r.plan = o.target;
@@ -319,6 +328,11 @@ int Main(int argc, char** argv) {
         cli::kExitUsage);
   if (auto code = CheckCommandLine(app, o)) return *code;
   if (o.forward) return Forward(app, o);
+  if (Given(app, "--init-from") && Given(app, "--resume"))
+    return Fail(
+        "--init-from and --resume both give the weights; drop one (a resumed run "
+        "continues from its save's weights)",
+        cli::kExitUsage);
   if (Given(app, "--dim"))
     return Fail("--dim is for --forward; a plan's dimensions are fixed by foundry-compile --dim",
                 cli::kExitUsage);
