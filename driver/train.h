@@ -10,8 +10,9 @@
 //      every output (the save folder, the report file, the first step's dumps) is declared and
 //      checked (base/output_set.h: not an input, not inside the --resume save, not another
 //      output, its folder writable), and the step count does not overflow;
-//   3. the run's header on `log`, then the steps, one line each (the high-water marks of the
-//      backend's memory are reset as they start);
+//   3. the run's header on `log`, then the steps, a progress line at each logged one
+//      (driver/run_log.h; the high-water marks of the backend's memory are reset as they start),
+//      a periodic checkpoint after each --save-interval-th;
 //   4. planned against measured memory per class (RunMemory) on `log`, then the dumps, the save
 //      and the report committed together: a run that fails anywhere leaves none of them.
 #pragma once
@@ -45,6 +46,22 @@ struct RunRequest {
   // CPU threads of the kernels and of OpenBLAS (kernels/cpu/parallel.h: SetAllCpuThreads); the
   // results do not depend on it.
   int threads = 1;
+  // The logs people read (driver/run_log.h): `log` is a terminal (the progress line is rewritten
+  // in place); a progress line (and a --metrics object) every log_interval steps (0: the default,
+  // DefaultLogInterval); --metrics FILE.jsonl; --loss-curve FILE.svg (log_scale: --loss-curve-log).
+  bool log_is_terminal = false;
+  int64_t log_interval = 0;
+  std::string metrics;
+  std::string loss_curve;
+  bool loss_curve_log = false;
+  // Periodic checkpoints (llm-foundry's save_interval, save_folder, save_num_checkpoints_to_keep):
+  // every save_interval steps, and at the run's last step, the --save layout in
+  // save_folder/step<N> (Trainer::Save: each written whole, then swapped in); of the checkpoints
+  // this run wrote, the newest save_keep are kept (0: all). Unlike --save, they are not part of
+  // the run's all-or-nothing outputs: a run that fails later keeps the ones already written.
+  int64_t save_interval = 0;  // 0: none
+  std::string save_folder;
+  int64_t save_keep = 0;
 };
 
 // Planned against measured bytes of the step loop per class. Measured: the backend's high-water
@@ -92,11 +109,18 @@ struct RunResult {
   std::optional<RunProfile> profile;
   OptimizerOptions optimizer;  // as the run used it (a resume's, unless overridden)
   RunMemory memory;
+  std::vector<float> losses;             // each step's loss: steps first_step + 1 .. last_step
+  std::vector<std::string> checkpoints;  // the periodic checkpoints kept, oldest first
 };
 
 // The trainer options a resumed run starts from: those DIR/state.json recorded (its plan in
 // `plan`, when `plan` is empty). The caller overrides the ones its user gave again.
 StatusOr<TrainerOptions> ResumedOptions(const std::string& dir, std::string& plan);
+
+// The save --resume DIR continues: DIR itself when it is a save (it has a state.json), else, when
+// DIR is a --save-folder, its checkpoint step<N> with the highest N (that has a state.json); else
+// DIR (whose reader then says what is missing).
+std::string ResumeTarget(const std::string& dir);
 
 StatusOr<RunResult> Train(const RunRequest& request);
 
