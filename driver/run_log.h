@@ -55,7 +55,8 @@ struct EvalPoint {
 };
 
 // The default --log-interval for a run of `steps` steps: every step up to 100, else the
-// smallest of 2, 5, 10, 20, 50, 100, ... that logs at most 100 steps.
+// smallest of 2, 5, 10, 20, 50, 100, ... with at most 100 multiples in `steps` (so at most 102
+// lines with the first and the last step).
 int64_t DefaultLogInterval(int64_t steps);
 
 // "0.4s", "12s", "1m02s", "2h05m10s", "3d04h05m": a duration for people.
