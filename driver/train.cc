@@ -90,22 +90,22 @@ int64_t CheckpointStep(const std::string& name) {
 // others (--metrics is written as the run goes, never staged: declared for the checks only);
 // --save-folder is a folder of this run's own, and a step<N> already in it that this run will
 // write must be an earlier save (the --save rule), found now rather than at step N.
-Status CheckLogOutputs(const RunRequest& r, OutputSet& outputs) {
+Status CheckLogOutputs(const RunRequest& r, int64_t first_step, OutputSet& outputs) {
   if (!r.metrics.empty()) RETURN_IF_ERROR(outputs.AddFile(r.metrics, "--metrics"));
   if (!r.loss_curve.empty()) RETURN_IF_ERROR(outputs.AddFile(r.loss_curve, "--loss-curve"));
   if (r.save_folder.empty() || r.save_interval <= 0) return Status::Ok();
   RETURN_IF_ERROR(outputs.AddFolder(r.save_folder, "--save-folder"));
+  const int64_t last_step = first_step + std::min(r.steps, INT64_MAX - first_step);
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(r.save_folder, ec)) {
     const int64_t n = CheckpointStep(e.path().filename().string());
-    if (n < 0) continue;
+    if (n <= first_step || n > last_step || !SavesAt(r, n, last_step)) continue;
     std::error_code ignored;
     const bool save = e.is_directory(ignored) && (fs::is_empty(e.path(), ignored) ||
                                                   fs::exists(e.path() / "state.json", ignored));
     if (!save)
-      return Error("--save-folder " + r.save_folder + ": '" + e.path().string() +
-                   "' is not a foundry-run save (no state.json), and this run may write its "
-                   "step-" +
+      return Error("--save-folder '" + r.save_folder + "': '" + e.path().string() +
+                   "' is not a foundry-run save (no state.json), and this run writes its step-" +
                    std::to_string(n) + " checkpoint there; move it away or choose another folder");
   }
   return Status::Ok();
@@ -123,7 +123,7 @@ Status CheckBeforeTheSteps(const RunRequest& r, Trainer& t, OutputSet& outputs) 
     RETURN_IF_ERROR(outputs.AddFolder(r.save_dir, "--save"));
   }
   if (!r.report_json.empty()) RETURN_IF_ERROR(outputs.AddFile(r.report_json, "--report-json"));
-  RETURN_IF_ERROR(CheckLogOutputs(r, outputs));
+  RETURN_IF_ERROR(CheckLogOutputs(r, t.step(), outputs));
   if (r.steps > 0) {
     for (const auto& [path, option] : t.DumpTargets())
       RETURN_IF_ERROR(outputs.AddFile(path, option, {/*special=*/false, /*make_parents=*/true}));
@@ -164,8 +164,8 @@ void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t) {
     log << "\n";
   }
   if (r.save_interval > 0 && !r.save_folder.empty())
-    log << "  checkpoints every " << r.save_interval << " steps and at the last in "
-        << r.save_folder << "/step<N>"
+    log << "  checkpoints every " << r.save_interval << (r.save_interval == 1 ? " step" : " steps")
+        << " and at the last in " << r.save_folder << "/step<N>"
         << (r.save_keep > 0 ? ", the newest " + std::to_string(r.save_keep) + " kept" : "") << "\n";
 }
 
