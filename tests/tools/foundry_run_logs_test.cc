@@ -247,6 +247,11 @@ TEST_F(FoundryRunLogsTest, PeriodicCheckpointsResumeBitwise) {
     ASSERT_TRUE(got.count(name)) << name;
     EXPECT_TRUE(bytes == got.at(name)) << name << " differs from the straight run's step6";
   }
+  // A checkpoint in the step loop holds nothing beyond the plan (it exports views of the
+  // parameters, not copies).
+  const auto memory = nlohmann::json::parse(ReadWholeFile(Path("a.json"))).at("memory");
+  EXPECT_EQ(memory.at("outside_plan_during_steps_bytes"), 0);
+  EXPECT_EQ(memory.at("total_measured_bytes"), memory.at("total_planned_bytes"));
   const auto la = nlohmann::json::parse(ReadWholeFile(Path("a.json"))).at("losses");
   const auto lb = nlohmann::json::parse(ReadWholeFile(Path("b.json"))).at("losses");
   ASSERT_EQ(la.size(), 6u);
