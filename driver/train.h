@@ -7,14 +7,16 @@
 //   1. the plan is loaded and the trainer created (runtime/trainer.h), then resumed from
 //      `resume_dir`;
 //   2. before the first step, so a long run never ends in an error it could have given at once:
-//      every output (the save folder, the report file, the first step's dumps) is declared and
-//      checked (base/output_set.h: not an input, not inside the --resume save, not another
-//      output, its folder writable), and the step count does not overflow;
+//      every output (the save folder, the report file, the first step's dumps, --metrics,
+//      --loss-curve, --save-folder) is declared and checked (base/output_set.h: not an input, not
+//      inside the --resume save, not another output, its folder writable), and the step count does
+//      not overflow;
 //   3. the run's header on `log`, then the steps, a progress line at each logged one
 //      (driver/run_log.h; the high-water marks of the backend's memory are reset as they start),
 //      a periodic checkpoint after each --save-interval-th;
-//   4. planned against measured memory per class (RunMemory) on `log`, then the dumps, the save
-//      and the report committed together: a run that fails anywhere leaves none of them.
+//   4. planned against measured memory per class (RunMemory) on `log`, then the dumps, the save,
+//      the report and the loss curve committed together: a run that fails anywhere leaves none
+//      of them (but keeps its periodic checkpoints and what --metrics logged).
 #pragma once
 
 #include <cstdint>
@@ -36,7 +38,7 @@ struct RunRequest {
   std::string plan;  // PREFIX of foundry-compile's -o, or PREFIX.plan
   TrainerOptions trainer;
   int64_t steps = 1;
-  std::string resume_dir;   // continue the run saved there (trainer: ResumedOptions' values)
+  std::string resume_dir;   // the save to continue (a --save-folder: its latest, ResumeTarget)
   std::string save_dir;     // "" = no save
   std::string report_json;  // "" = no report file
   std::ostream* log = nullptr;

@@ -274,6 +274,23 @@ TEST_F(FoundryRunLogsTest, PeriodicCheckpointsResumeBitwise) {
   EXPECT_NE(latest.out.find("\nstep 7/7  loss "), std::string::npos);
 }
 
+// On a terminal (a pseudo-terminal from util-linux's script(1)) the line is rewritten in place;
+// the terminal turns each newline into "\r\n".
+TEST_F(FoundryRunLogsTest, ATerminalGetsOneRewrittenLine) {
+  if (!fs::exists("/usr/bin/script")) GTEST_SKIP() << "no /usr/bin/script to give a terminal";
+  ExecResult r =
+      Exec("/usr/bin/script", {"-qec", kRun + " " + Path("mpt") + " --steps 3", "/dev/null"}, dir_);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const size_t first = r.out.find("\r\n\rstep 1/3  loss ");
+  const size_t second = r.out.find("\x1b[K\rstep 2/3  loss ");
+  const size_t third = r.out.find("\x1b[K\rstep 3/3  loss ");
+  const size_t done = r.out.find("\x1b[K\r\ndone: 3 steps");
+  EXPECT_NE(first, std::string::npos) << r.out;
+  EXPECT_TRUE(first < second && second < third && third < done && done != std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("\nstep "), std::string::npos) << r.out;  // no step on a line of its own
+}
+
 // A run that fails at step 2 keeps the checkpoint of step 1 and the metrics logged so far; the
 // --save and --loss-curve outputs, all-or-nothing, are not written.
 TEST_F(FoundryRunLogsTest, AFailedRunKeepsItsCheckpoints) {
