@@ -93,10 +93,7 @@ Status RunLog::OpenMetrics(const std::string& path, bool resumed) {
       if (j.contains("loss") && j["loss"].is_number())
         earlier_train_.push_back({step, j["loss"].get<float>()});
       if (j.contains("eval_loss") && j["eval_loss"].is_number())
-        earlier_evals_.push_back({step, j["eval_loss"].get<double>(),
-                                  j.value("eval_perplexity", nlohmann::json(0.0)).is_number()
-                                      ? j.value("eval_perplexity", 0.0)
-                                      : 0.0});
+        earlier_evals_.push_back({step, j["eval_loss"].get<double>()});
     }
     if (kept.size() != text.size()) RETURN_IF_ERROR(WriteFileAtomic(path, kept));
     mode = std::ios::out | std::ios::app;
@@ -231,7 +228,7 @@ std::string RunLog::LossCurveSvg(const CurveOptions& o) const {
     if (train_.empty() || step < train_.front().step) train.push_back({double(step), loss});
   for (const TrainPoint& p : train_) train.push_back({double(p.step), p.loss});
   std::vector<std::pair<double, double>> evals;
-  for (const EvalPoint& e : earlier_evals_) evals.push_back({double(e.step), e.loss});
+  for (const auto& [step, loss] : earlier_evals_) evals.push_back({double(step), loss});
   for (const EvalPoint& e : evals_) evals.push_back({double(e.step), e.loss});
 
   const int left = 80, right = 30, top = 70, bottom = 60;

@@ -120,9 +120,10 @@ class RunLog {
   Options options_;
   std::vector<TrainPoint> train_;
   std::vector<EvalPoint> evals_;
-  // Points from before a resume, read back from the metrics file (logged steps only).
+  // (step, loss) from before a resume, read back from the metrics file (logged steps only): for
+  // the curve.
   std::vector<std::pair<int64_t, float>> earlier_train_;
-  std::vector<EvalPoint> earlier_evals_;
+  std::vector<std::pair<int64_t, double>> earlier_evals_;
   std::optional<double> start_;
   double interval_seconds_ = 0;  // step time and tokens since the last logged step
   int64_t interval_tokens_ = 0;
