@@ -16,6 +16,7 @@
 #include "base/quote.h"
 #include "compiler/onnx_import.h"
 #include "compiler/phase.h"
+#include "driver/run_log.h"
 #include "kernels/cpu/parallel.h"
 #include "passes/fold.h"
 #include "runtime/interpreter.h"
@@ -65,6 +66,53 @@ std::vector<MemoryClass> PlannedClasses() {
   return classes;
 }
 
+// Periodic checkpoints: the steps of this run that write one.
+bool SavesAt(const RunRequest& r, int64_t step, int64_t last_step) {
+  return r.save_interval > 0 && !r.save_folder.empty() &&
+         (step % r.save_interval == 0 || step == last_step);
+}
+
+std::string CheckpointPath(const RunRequest& r, int64_t step) {
+  return (fs::path(r.save_folder) / ("step" + std::to_string(step))).string();
+}
+
+// "step<N>" (N without leading zeros) -> N; -1 for any other name.
+int64_t CheckpointStep(const std::string& name) {
+  if (name.size() < 5 || name.rfind("step", 0) != 0 || (name[4] == '0' && name.size() > 5))
+    return -1;
+  int64_t n = 0;
+  for (size_t i = 4; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || n > (INT64_MAX - 9) / 10) return -1;
+    n = n * 10 + (name[i] - '0');
+  }
+  return n;
+}
+
+// Step 2 for the logs and the save folder: --metrics and --loss-curve are outputs like the
+// others (--metrics is written as the run goes, never staged: declared for the checks only);
+// --save-folder is a folder of this run's own, and a step<N> already in it that this run will
+// write must be an earlier save (the --save rule), found now rather than at step N.
+Status CheckLogOutputs(const RunRequest& r, int64_t first_step, OutputSet& outputs) {
+  if (!r.metrics.empty()) RETURN_IF_ERROR(outputs.AddFile(r.metrics, "--metrics"));
+  if (!r.loss_curve.empty()) RETURN_IF_ERROR(outputs.AddFile(r.loss_curve, "--loss-curve"));
+  if (r.save_folder.empty() || r.save_interval <= 0) return Status::Ok();
+  RETURN_IF_ERROR(outputs.AddFolder(r.save_folder, "--save-folder"));
+  const int64_t last_step = first_step + std::min(r.steps, INT64_MAX - first_step);
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(r.save_folder, ec)) {
+    const int64_t n = CheckpointStep(e.path().filename().string());
+    if (n <= first_step || n > last_step || !SavesAt(r, n, last_step)) continue;
+    std::error_code ignored;
+    const bool save = e.is_directory(ignored) && (fs::is_empty(e.path(), ignored) ||
+                                                  fs::exists(e.path() / "state.json", ignored));
+    if (!save)
+      return Error("--save-folder '" + r.save_folder + "': '" + e.path().string() +
+                   "' is not a foundry-run save (no state.json), and this run writes its step-" +
+                   std::to_string(n) + " checkpoint there; move it away or choose another folder");
+  }
+  return Status::Ok();
+}
+
 // Step 2: every file the run will write declared (and so checked) in `outputs` before the
 // first step: the save folder, the report file, the first step's dumps. None may be an input, lie
 // in the --resume save, or be another output.
@@ -77,6 +125,7 @@ Status CheckBeforeTheSteps(const RunRequest& r, Trainer& t, OutputSet& outputs) 
     RETURN_IF_ERROR(outputs.AddFolder(r.save_dir, "--save"));
   }
   if (!r.report_json.empty()) RETURN_IF_ERROR(outputs.AddFile(r.report_json, "--report-json"));
+  RETURN_IF_ERROR(CheckLogOutputs(r, t.step(), outputs));
   if (r.steps > 0) {
     for (const auto& [path, option] : t.DumpTargets())
       RETURN_IF_ERROR(outputs.AddFile(path, option, {/*special=*/false, /*make_parents=*/true}));
@@ -111,9 +160,62 @@ void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t) {
       << "  device     " << t.options().device << "\n"
       << "  threads    " << r.threads << " (OpenBLAS " << BlasCoreName()
       << " kernels, one thread per product piece)\n";
-  if (!r.resume_dir.empty())
-    log << "  resumed    " << r.resume_dir << " at step " << t.step() << "\n";
+  if (!r.resume_dir.empty()) {
+    log << "  resumed    " << t.resume_dir() << " at step " << t.step();
+    if (t.resume_dir() != r.resume_dir) log << " (the latest checkpoint in " << r.resume_dir << ")";
+    log << "\n";
+  }
   if (!r.trainer.init_from.empty()) log << "  weights    " << r.trainer.init_from << "\n";
+  if (r.save_interval > 0 && !r.save_folder.empty())
+    log << "  checkpoints every " << r.save_interval << (r.save_interval == 1 ? " step" : " steps")
+        << " and at the last in " << r.save_folder << "/step<N>"
+        << (r.save_keep > 0 ? ", the newest " + std::to_string(r.save_keep) + " kept" : "") << "\n";
+}
+
+RunLog::CurveOptions CurveOptions(const RunRequest& r, const Trainer& t) {
+  const LoadedPlan& lp = t.plan();
+  const OptimizerOptions& o = t.options().optimizer;
+  RunLog::CurveOptions c;
+  c.title = "training loss: " + fs::path(lp.plan_path).filename().string() + " (from " +
+            lp.plan.source_model + ")";
+  c.subtitle = "batch " + std::to_string(t.batch()) + " x " + std::to_string(t.seq()) + ", " +
+               std::string(OptimizerName(o.kind)) + " lr " + Format("%g", o.lr) + ", " +
+               t.DataDescription();
+  c.log_scale = r.loss_curve_log;
+  return c;
+}
+
+// After step `step`, when it is one: DIR/step<N> written whole (Trainer::Save), the loss curve
+// refreshed, and the oldest of this run's checkpoints past --save-keep removed.
+Status SaveCheckpoint(const RunRequest& r, Trainer& t, RunLog& log, RunResult& result) {
+  const std::string dir = CheckpointPath(r, t.step());
+  RETURN_IF_ERROR(t.Save(dir));
+  result.checkpoints.push_back(dir);
+  std::string removed;
+  while (r.save_keep > 0 && static_cast<int64_t>(result.checkpoints.size()) > r.save_keep) {
+    std::error_code ec;
+    fs::remove_all(result.checkpoints.front(), ec);
+    if (ec)
+      return Error("--save-keep: cannot remove '" + result.checkpoints.front() +
+                   "': " + ec.message());
+    removed += (removed.empty() ? "" : ", ") + result.checkpoints.front();
+    result.checkpoints.erase(result.checkpoints.begin());
+  }
+  if (!r.loss_curve.empty()) {
+    // Refreshed in place only when it is a file (a device or pipe gets the final curve only).
+    std::error_code ec;
+    const fs::file_status st = fs::status(r.loss_curve, ec);
+    if (!fs::exists(st) || fs::is_regular_file(st))
+      RETURN_IF_ERROR(WriteFileAtomic(r.loss_curve, log.LossCurveSvg(CurveOptions(r, t)))
+                          .Prepend("--loss-curve " + r.loss_curve + ": "));
+  }
+  if (r.log) {
+    log.EndLine();
+    *r.log << "checkpoint " << dir << " (step " << t.step() << ")";
+    if (!removed.empty()) *r.log << ", removed " << removed;
+    *r.log << "\n" << std::flush;
+  }
+  return Status::Ok();
 }
 
 // The per-step means of the profiled steps' phases and per-node times, by op type.
@@ -146,9 +248,11 @@ RunProfile CollectProfile(const Trainer& t, int64_t steps, const RunProfile& pha
   return p;
 }
 
-// One eval, logged and kept.
-Status Evaluate(const RunRequest& r, Evaluator& eval, RunResult& result) {
+// One eval, logged (the progress line ended first, the --metrics object) and kept.
+Status Evaluate(const RunRequest& r, Evaluator& eval, RunLog& log, RunResult& result) {
   ASSIGN_OR_RETURN(EvalReport e, eval.Run());
+  log.EndLine();
+  RETURN_IF_ERROR(log.AddEval({e.step, e.loss, e.perplexity}));
   if (r.log)
     *r.log << "eval  step " << e.step << "  loss " << Format("%.4f", e.loss) << "  ppl "
            << Format("%.2f", e.perplexity) << "  (" << e.batches << " batches, " << e.tokens
@@ -159,13 +263,15 @@ Status Evaluate(const RunRequest& r, Evaluator& eval, RunResult& result) {
 }
 
 // Step 3's steps.
-Status RunSteps(const RunRequest& r, Trainer& t, RunResult& result, Evaluator* eval) {
-  if (eval && (r.eval_first || r.steps == 0)) RETURN_IF_ERROR(Evaluate(r, *eval, result));
+Status RunSteps(const RunRequest& r, Trainer& t, RunLog& log, RunResult& result,
+                Evaluator* eval) {
+  if (eval && (r.eval_first || r.steps == 0)) RETURN_IF_ERROR(Evaluate(r, *eval, log, result));
   result.first_step = t.step();
   result.last_step = t.step() + r.steps;
   // The first step touches the arena's pages: profiled only when it is the only one.
   const int64_t first_profiled = r.steps > 1 ? 1 : 0;
   RunProfile phases;
+  log.Start();
   for (int64_t i = 0; i < r.steps; ++i) {
     if (r.profile && i == first_profiled) t.set_profile(true);
     ASSIGN_OR_RETURN(StepReport s, t.Step());
@@ -179,14 +285,20 @@ Status RunSteps(const RunRequest& r, Trainer& t, RunResult& result, Evaluator* e
     }
     if (i == 0) result.loss_first = s.loss;
     result.loss_last = s.loss;
-    if (r.log)
-      *r.log << "step " << s.step << "/" << result.last_step << "  loss " << Format("%.4f", s.loss)
-             << "  " << Format("%.1f", s.seconds * 1e3) << " ms  "
-             << Format("%.0f", s.tokens_per_second) << " tok/s\n"
-             << std::flush;
+    result.losses.push_back(s.loss);
+    TrainPoint point;
+    point.step = s.step;
+    point.loss = s.loss;
+    point.lr = t.options().optimizer.lr;  // the schedule's: StepReport's lr once it has one
+    point.grad_norm = std::nullopt;       // with clipping: StepReport's grad_norm
+    point.seconds = s.seconds;
+    point.tokens = t.batch() * t.seq();
+    RETURN_IF_ERROR(log.AddTrain(point));
+    if (SavesAt(r, s.step, result.last_step)) RETURN_IF_ERROR(SaveCheckpoint(r, t, log, result));
     if (eval && ((r.eval_interval > 0 && s.step % r.eval_interval == 0) || i + 1 == r.steps))
-      RETURN_IF_ERROR(Evaluate(r, *eval, result));
+      RETURN_IF_ERROR(Evaluate(r, *eval, log, result));
   }
+  log.EndLine();
   if (r.steps == 0) return Status::Ok();
   if (r.profile) {
     result.profile = CollectProfile(t, r.steps - first_profiled, phases);
@@ -230,13 +342,16 @@ RunMemory MeasureMemory(const Trainer& t, const Evaluator* eval, int64_t other_b
 
 // Step 4: the save and the report staged beside the dumps, all committed as one set, then the
 // lines that say where they are.
-Status FinishRun(const RunRequest& r, Trainer& t, const RunResult& result, OutputSet& outputs) {
+Status FinishRun(const RunRequest& r, Trainer& t, const RunResult& result, const RunLog& run_log,
+                 OutputSet& outputs) {
   if (!r.save_dir.empty()) {
     ASSIGN_OR_RETURN(std::string folder, outputs.Stage(r.save_dir));
     RETURN_IF_ERROR(t.SaveInto(folder).Prepend("--save " + r.save_dir + ": "));
   }
   if (!r.report_json.empty())
     RETURN_IF_ERROR(outputs.Write(r.report_json, RunReportJson(result, r.steps)));
+  if (!r.loss_curve.empty())
+    RETURN_IF_ERROR(outputs.Write(r.loss_curve, run_log.LossCurveSvg(CurveOptions(r, t))));
   RETURN_IF_ERROR(outputs.Commit());
   std::ostream* log = r.log;
   if (!log) return Status::Ok();
@@ -256,13 +371,29 @@ Status FinishRun(const RunRequest& r, Trainer& t, const RunResult& result, Outpu
          << "); model.safetensors holds them under their ONNX names, listed in its metadata "
             "\"foundry.unmapped\"\n";
   if (!r.report_json.empty()) *log << "report " << r.report_json << "\n";
+  if (!r.metrics.empty()) *log << "metrics " << r.metrics << "\n";
+  if (!r.loss_curve.empty()) *log << "loss curve " << r.loss_curve << "\n";
   return Status::Ok();
 }
 
 }  // namespace
 
+std::string ResumeTarget(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / "state.json", ec)) return dir;
+  int64_t latest = -1;
+  std::string target = dir;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const int64_t n = CheckpointStep(e.path().filename().string());
+    std::error_code ignored;
+    if (n > latest && fs::exists(e.path() / "state.json", ignored))
+      latest = n, target = (fs::path(dir) / e.path().filename()).string();
+  }
+  return target;
+}
+
 StatusOr<TrainerOptions> ResumedOptions(const std::string& dir, std::string& plan) {
-  ASSIGN_OR_RETURN(TrainState state, ReadTrainState(dir));
+  ASSIGN_OR_RETURN(TrainState state, ReadTrainState(ResumeTarget(dir)));
   if (plan.empty()) plan = state.plan_path;
   TrainerOptions o;
   o.optimizer = state.optimizer;
@@ -284,7 +415,7 @@ StatusOr<RunResult> Train(const RunRequest& r) {
   ASSIGN_OR_RETURN(LoadedPlan plan, LoadPlan(r.plan));
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(std::move(plan), r.trainer));
   Trainer& t = *trainer;
-  if (!r.resume_dir.empty()) RETURN_IF_ERROR(t.Resume(r.resume_dir));
+  if (!r.resume_dir.empty()) RETURN_IF_ERROR(t.Resume(ResumeTarget(r.resume_dir)));
   OutputSet outputs;
   RETURN_IF_ERROR(CheckBeforeTheSteps(r, t, outputs));
   std::unique_ptr<Evaluator> eval;
@@ -293,6 +424,10 @@ StatusOr<RunResult> Train(const RunRequest& r) {
         outputs.AddInput(r.eval.data_path, "the --eval-data file, an input of this run"));
     ASSIGN_OR_RETURN(eval, Evaluator::Create(t, r.eval));
   }
+  RunLog log({r.log, r.log_is_terminal,
+              r.log_interval > 0 ? r.log_interval : DefaultLogInterval(r.steps), t.step(),
+              t.step() + r.steps, nullptr});
+  if (!r.metrics.empty()) RETURN_IF_ERROR(log.OpenMetrics(r.metrics, !r.resume_dir.empty()));
   if (r.log) PrintHeader(*r.log, r, t);
   if (r.log && eval)
     *r.log << "  eval       " << eval->Describe() << ", "
@@ -310,10 +445,10 @@ StatusOr<RunResult> Train(const RunRequest& r) {
   RunResult result;
   result.threads = r.threads;
   result.optimizer = t.options().optimizer;
-  RETURN_IF_ERROR(RunSteps(r, t, result, eval.get()));
+  RETURN_IF_ERROR(RunSteps(r, t, log, result, eval.get()));
   result.memory = MeasureMemory(t, eval.get(), other_before, rss_baseline);
   if (r.log) *r.log << FormatRunMemory(result.memory, result.optimizer);
-  RETURN_IF_ERROR(FinishRun(r, t, result, outputs));
+  RETURN_IF_ERROR(FinishRun(r, t, result, log, outputs));
   return result;
 }
 
@@ -385,6 +520,8 @@ std::string RunReportJson(const RunResult& r, int64_t steps) {
   j["tokens_per_s"] = r.tokens_per_s;
   j["step_ms"] = r.step_ms;
   j["threads"] = r.threads;
+  j["first_step"] = r.first_step;
+  j["losses"] = r.losses;  // steps first_step + 1 .. first_step + steps
   if (!r.evals.empty()) {
     j["evals"] = nlohmann::ordered_json::array();
     for (const EvalReport& e : r.evals)

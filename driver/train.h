@@ -7,13 +7,16 @@
 //   1. the plan is loaded and the trainer created (runtime/trainer.h), then resumed from
 //      `resume_dir`;
 //   2. before the first step, so a long run never ends in an error it could have given at once:
-//      every output (the save folder, the report file, the first step's dumps) is declared and
-//      checked (base/output_set.h: not an input, not inside the --resume save, not another
-//      output, its folder writable), and the step count does not overflow;
-//   3. the run's header on `log`, then the steps, one line each (the high-water marks of the
-//      backend's memory are reset as they start);
-//   4. planned against measured memory per class (RunMemory) on `log`, then the dumps, the save
-//      and the report committed together: a run that fails anywhere leaves none of them.
+//      every output (the save folder, the report file, the first step's dumps, --metrics,
+//      --loss-curve, --save-folder) is declared and checked (base/output_set.h: not an input, not
+//      inside the --resume save, not another output, its folder writable), and the step count does
+//      not overflow;
+//   3. the run's header on `log`, then the steps, a progress line at each logged one
+//      (driver/run_log.h; the high-water marks of the backend's memory are reset as they start),
+//      a periodic checkpoint after each --save-interval-th;
+//   4. planned against measured memory per class (RunMemory) on `log`, then the dumps, the save,
+//      the report and the loss curve committed together: a run that fails anywhere leaves none
+//      of them (but keeps its periodic checkpoints and what --metrics logged).
 #pragma once
 
 #include <cstdint>
@@ -36,7 +39,7 @@ struct RunRequest {
   std::string plan;  // PREFIX of foundry-compile's -o, or PREFIX.plan
   TrainerOptions trainer;
   int64_t steps = 1;
-  std::string resume_dir;   // continue the run saved there (trainer: ResumedOptions' values)
+  std::string resume_dir;   // the save to continue (a --save-folder: its latest, ResumeTarget)
   std::string save_dir;     // "" = no save
   std::string report_json;  // "" = no report file
   std::ostream* log = nullptr;
@@ -52,6 +55,22 @@ struct RunRequest {
   EvalOptions eval;
   int64_t eval_interval = 0;
   bool eval_first = false;
+  // The logs people read (driver/run_log.h): `log` is a terminal (the progress line is rewritten
+  // in place); a progress line (and a --metrics object) every log_interval steps (0: the default,
+  // DefaultLogInterval); --metrics FILE.jsonl; --loss-curve FILE.svg (log_scale: --loss-curve-log).
+  bool log_is_terminal = false;
+  int64_t log_interval = 0;
+  std::string metrics;
+  std::string loss_curve;
+  bool loss_curve_log = false;
+  // Periodic checkpoints (llm-foundry's save_interval, save_folder, save_num_checkpoints_to_keep):
+  // every save_interval steps, and at the run's last step, the --save layout in
+  // save_folder/step<N> (Trainer::Save: each written whole, then swapped in); of the checkpoints
+  // this run wrote, the newest save_keep are kept (0: all). Unlike --save, they are not part of
+  // the run's all-or-nothing outputs: a run that fails later keeps the ones already written.
+  int64_t save_interval = 0;  // 0: none
+  std::string save_folder;
+  int64_t save_keep = 0;
 };
 
 // Planned against measured bytes of the step loop per class. Measured: the backend's high-water
@@ -100,11 +119,18 @@ struct RunResult {
   OptimizerOptions optimizer;  // as the run used it (a resume's, unless overridden)
   RunMemory memory;
   std::vector<EvalReport> evals;  // each eval, in order
+  std::vector<float> losses;             // each step's loss: steps first_step + 1 .. last_step
+  std::vector<std::string> checkpoints;  // the periodic checkpoints kept, oldest first
 };
 
 // The trainer options a resumed run starts from: those DIR/state.json recorded (its plan in
 // `plan`, when `plan` is empty). The caller overrides the ones its user gave again.
 StatusOr<TrainerOptions> ResumedOptions(const std::string& dir, std::string& plan);
+
+// The save --resume DIR continues: DIR itself when it is a save (it has a state.json), else, when
+// DIR is a --save-folder, its checkpoint step<N> with the highest N (that has a state.json); else
+// DIR (whose reader then says what is missing).
+std::string ResumeTarget(const std::string& dir);
 
 StatusOr<RunResult> Train(const RunRequest& request);
 

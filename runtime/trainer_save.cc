@@ -105,8 +105,13 @@ Status Trainer::WriteSave(const std::string& tmp) const {
   RETURN_IF_ERROR(store_->Pull());
 
   Graph g = plan_.graph;
-  for (const auto& name : plan_.plan.parameters)
-    g.FindValue(name)->data = std::make_shared<const Tensor>(store_->host_params().at(name));
+  // Views of the host parameters, not copies: a periodic checkpoint in the step loop would
+  // otherwise hold a second copy of every parameter while it writes (outside the plan).
+  for (const auto& name : plan_.plan.parameters) {
+    const Tensor& p = store_->host_params().at(name);
+    g.FindValue(name)->data = std::make_shared<const Tensor>(
+        Tensor::View(p.dtype(), p.shape(), const_cast<void*>(p.raw())));
+  }
   RETURN_IF_ERROR(ExportOnnx(g, (fs::path(tmp) / "model.onnx").string()));
   // model.safetensors: the same parameters under their PyTorch names, for PyTorch users
   // (runtime/safetensors.h; those without one keep their ONNX name and are listed).

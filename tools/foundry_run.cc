@@ -3,6 +3,8 @@
 // (driver/train.h: Train, RunForward), and what it returns is printed here. Every error is one
 // line `foundry-run: error: <message>` on stderr; exit code 2 for a wrong command line, 1 for
 // anything else (tools/cli.h).
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
@@ -41,6 +43,11 @@ struct Options {
   bool eval_only = false, eval_first = false;
   bool forward = false, tf32 = false, profile = false;
   OptimizerOptions opt;
+  // Logs and periodic checkpoints (driver/run_log.h).
+  std::string log_interval_text, metrics, loss_curve, save_interval_text, save_folder,
+      save_keep_text = "0";
+  bool loss_curve_log = false;
+  int64_t log_interval = 0, save_interval = 0, save_keep = 0;
   // After the checks: the integers.
   int64_t steps = 1;
   uint64_t seed = 0, init_seed = 0;
@@ -134,6 +141,66 @@ void AddEvalOptions(CLI::App& app, Options& o) {
                "evaluate the plan's weights (or --resume's) on --eval-data; no training step");
 }
 
+// The logs people read and the periodic checkpoints (driver/run_log.h, driver/train.h).
+void AddLogOptions(CLI::App& app, Options& o) {
+  app.add_option("--log-interval", o.log_interval_text,
+                 "a progress line (and a --metrics object) every N steps, and at the run's first "
+                 "and last; default: every step up to 100 steps, else at most about 100 lines")
+      ->type_name("N");
+  app.add_option("--metrics", o.metrics,
+                 "append one JSON object per logged step (and per evaluation) to FILE as the run "
+                 "goes (JSON Lines); a fresh run replaces FILE, a --resume run continues it")
+      ->type_name("FILE.jsonl");
+  app.add_option("--loss-curve", o.loss_curve,
+                 "draw the loss against the step as an SVG picture (at the end, and at each "
+                 "periodic checkpoint)")
+      ->type_name("FILE.svg");
+  app.add_flag("--loss-curve-log", o.loss_curve_log, "--loss-curve with a log-scale loss axis");
+  app.add_option("--save-interval", o.save_interval_text,
+                 "every N steps (and at the last), save a checkpoint in --save-folder DIR/step<N> "
+                 "(the --save layout); kept even if the run fails later")
+      ->type_name("N");
+  app.add_option("--save-folder", o.save_folder,
+                 "where --save-interval's checkpoints go; --resume DIR continues the latest")
+      ->type_name("DIR");
+  app.add_option("--save-keep", o.save_keep_text,
+                 "keep the newest K of the checkpoints this run saves (0: all)")
+      ->type_name("K")
+      ->capture_default_str();
+}
+
+// The log and checkpoint options' values, and which go together.
+std::optional<int> CheckLogOptions(const CLI::App& app, Options& o) {
+  if (Given(app, "--log-interval")) {
+    auto n = cli::ParseInteger<int64_t>("--log-interval", o.log_interval_text, 1, INT64_MAX,
+                                        "a number of steps");
+    if (!n.ok()) return Fail(n.status().message(), cli::kExitUsage);
+    o.log_interval = *n;
+  }
+  if (Given(app, "--save-interval")) {
+    auto n = cli::ParseInteger<int64_t>("--save-interval", o.save_interval_text, 1, INT64_MAX,
+                                        "a number of steps");
+    if (!n.ok()) return Fail(n.status().message(), cli::kExitUsage);
+    o.save_interval = *n;
+  }
+  auto keep = cli::ParseInteger<int64_t>("--save-keep", o.save_keep_text, 0, INT64_MAX, "a count");
+  if (!keep.ok()) return Fail(keep.status().message(), cli::kExitUsage);
+  o.save_keep = *keep;
+  if (Given(app, "--save-interval") && !Given(app, "--save-folder"))
+    return Fail("--save-interval needs --save-folder DIR (where the checkpoints go)",
+                cli::kExitUsage);
+  if (Given(app, "--save-folder") && !Given(app, "--save-interval"))
+    return Fail("--save-folder needs --save-interval N (how often to save)", cli::kExitUsage);
+  if (Given(app, "--save-keep") && !Given(app, "--save-folder"))
+    return Fail(
+        "--save-keep is for --save-folder's checkpoints; give --save-folder DIR and "
+        "--save-interval N",
+        cli::kExitUsage);
+  if (o.loss_curve_log && !Given(app, "--loss-curve"))
+    return Fail("--loss-curve-log needs --loss-curve FILE.svg", cli::kExitUsage);
+  return std::nullopt;
+}
+
 void AddOutputOptions(CLI::App& app, Options& o) {
   app.add_option("--save", o.save_dir,
                  "after the run, save weights (model.onnx; model.safetensors with PyTorch names) + "
@@ -153,6 +220,7 @@ void AddOutputOptions(CLI::App& app, Options& o) {
   cli::OneValueEach(
       app.add_option("--dim", o.dim_specs, "with --forward: bind a symbolic dimension")
           ->type_name("NAME=VALUE"));
+  AddLogOptions(app, o);
 }
 
 // What the command line alone decides, for training and --forward alike.
@@ -196,7 +264,8 @@ int Forward(const CLI::App& app, const Options& o) {
     return Fail("--forward needs a model: foundry-run --forward MODEL.onnx", cli::kExitUsage);
   for (const char* option :
        {"--save", "--resume", "--dump-grads", "--data", "--report-json", "--eval-data",
-        "--init-from"})
+        "--init-from", "--log-interval", "--metrics", "--loss-curve", "--save-interval",
+        "--save-folder", "--save-keep"})
     if (Given(app, option))
       return Fail(std::string(option) + " is for training runs, not --forward", cli::kExitUsage);
   auto dims = cli::ParseDims(o.dim_specs);
@@ -300,6 +369,14 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
   r.threads = o.threads;
   r.profile = o.profile;
   r.log = &std::cout;
+  r.log_is_terminal = ::isatty(STDOUT_FILENO) == 1;
+  r.log_interval = o.log_interval;
+  r.metrics = o.metrics;
+  r.loss_curve = o.loss_curve;
+  r.loss_curve_log = o.loss_curve_log;
+  r.save_interval = o.save_interval;
+  r.save_folder = o.save_folder;
+  r.save_keep = o.save_keep;
   return std::nullopt;
 }
 
@@ -321,6 +398,7 @@ int Main(int argc, char** argv) {
   if (auto code = cli::Parse(app, argc, argv, kTool)) return *code;
   // --data '': a resumed run's saved --data dropped (to --feed instead).
   if (auto code = cli::RejectEmptyValues(app, kTool, {"--data"})) return *code;
+  if (auto code = CheckLogOptions(app, o)) return *code;
   if (Given(app, "--data") && o.data.empty() && o.resume_dir.empty())
     return Fail(
         "--data is empty; give FILE (an empty --data only drops the data file of a "
