@@ -77,6 +77,7 @@ struct RunProfile {
     int64_t nodes = 0;
   };
   std::vector<Op> ops;
+  double norm_ms = 0;  // the gradients' global norm (and clipping)
 };
 std::string FormatProfile(const RunProfile& profile);
 
@@ -92,6 +93,10 @@ struct RunResult {
   std::optional<RunProfile> profile;
   OptimizerOptions optimizer;  // as the run used it (a resume's, unless overridden)
   RunMemory memory;
+  // Each step's lr (the schedule's) and gradient norm before clipping (StepReport; empty when
+  // not measured).
+  std::vector<double> step_lr;
+  std::vector<float> step_grad_norm;
 };
 
 // The trainer options a resumed run starts from: those DIR/state.json recorded (its plan in

@@ -276,12 +276,14 @@ StatusOr<StepReport> Trainer::Step() {
     return NonFiniteError(step, io);
   }
   // The norm, and clipping: before the dumps, so --dump-grads holds what the optimizer uses.
-  t = Clock::now();
-  StatusOr<float> norm =
-      backend_->ClipGradNorm(clipped_gradients_, options_.clip_norm, norm_scratch_);
-  if (!norm.ok()) return norm.status().Prepend(prefix);
-  r.grad_norm = *norm;
-  r.norm_seconds = since(t);
+  if (options_.grad_norm || options_.clip_norm > 0) {
+    t = Clock::now();
+    StatusOr<float> norm =
+        backend_->ClipGradNorm(clipped_gradients_, options_.clip_norm, norm_scratch_);
+    if (!norm.ok()) return norm.status().Prepend(prefix);
+    r.grad_norm = *norm;
+    r.norm_seconds = since(t);
+  }
   // Dumps: every target is checked before any is written.
   ASSIGN_OR_RETURN(std::vector<Dump> dumps, PrepareDumps());
   // From here on the parameters are being changed in place: any error ends the trainer.
