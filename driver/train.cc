@@ -152,12 +152,23 @@ void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t) {
         << " tokens/step)\n";
   log << "  data       " << t.DataDescription() << "\n"
       << "  optimizer  " << OptimizerName(o.kind) << "  lr " << o.lr;
-  if (o.kind == OptimizerKind::kAdamW)
+  if (IsAdam(o.kind))
     log << "  betas (" << o.beta1 << ", " << o.beta2 << ")  eps " << o.eps;
   else
     log << "  momentum " << o.momentum;
-  log << "  weight_decay " << o.weight_decay << "\n"
-      << "  device     " << t.options().device << "\n"
+  log << "  weight_decay " << o.weight_decay << "\n";
+  const ScheduleOptions& sc = t.options().schedule;
+  if (sc.kind != ScheduleKind::kConstant) {
+    log << "  schedule   " << ScheduleName(sc.kind) << "  warmup " << sc.t_warmup << "  t_max "
+        << (sc.t_max > 0 ? sc.t_max : t.total_steps()) << "  of " << t.total_steps() << " steps";
+    if (sc.kind == ScheduleKind::kCosineWithWarmup) log << "  alpha_f " << sc.alpha_f;
+    if (sc.kind == ScheduleKind::kLinearDecayWithWarmup)
+      log << "  alpha_i " << sc.alpha_i << "  alpha_f " << sc.alpha_f;
+    if (sc.kind == ScheduleKind::kConstantWithWarmup) log << "  alpha " << sc.alpha_i;
+    log << "\n";
+  }
+  if (t.options().clip_norm > 0) log << "  clipping   norm " << t.options().clip_norm << "\n";
+  log << "  device     " << t.options().device << "\n"
       << "  threads    " << r.threads << " (OpenBLAS " << BlasCoreName()
       << " kernels, one thread per product piece)\n";
   if (!r.resume_dir.empty()) {
@@ -227,6 +238,7 @@ RunProfile CollectProfile(const Trainer& t, int64_t steps, const RunProfile& pha
   p.graph_ms *= per_step;
   p.check_ms *= per_step;
   p.optimizer_ms *= per_step;
+  p.norm_ms *= per_step;
   const Graph& g = t.executor().graph();
   const std::vector<double>& seconds = t.executor().node_seconds();
   std::map<std::string, RunProfile::Op> by_op;
@@ -277,11 +289,14 @@ Status RunSteps(const RunRequest& r, Trainer& t, RunLog& log, RunResult& result,
     ASSIGN_OR_RETURN(StepReport s, t.Step());
     result.seconds += s.seconds;
     result.step_ms.push_back(s.seconds * 1e3);
+    result.step_lr.push_back(s.lr);
+    if (s.grad_norm) result.step_grad_norm.push_back(*s.grad_norm);
     if (i >= first_profiled) {
       phases.batch_ms += s.batch_seconds;
       phases.graph_ms += s.graph_seconds;
       phases.check_ms += s.check_seconds;
       phases.optimizer_ms += s.optimizer_seconds;
+      phases.norm_ms += s.norm_seconds;
     }
     if (i == 0) result.loss_first = s.loss;
     result.loss_last = s.loss;
@@ -289,8 +304,8 @@ Status RunSteps(const RunRequest& r, Trainer& t, RunLog& log, RunResult& result,
     TrainPoint point;
     point.step = s.step;
     point.loss = s.loss;
-    point.lr = t.options().optimizer.lr;  // the schedule's: StepReport's lr once it has one
-    point.grad_norm = std::nullopt;       // with clipping: StepReport's grad_norm
+    point.lr = s.lr;  // the schedule's
+    if (s.grad_norm) point.grad_norm = *s.grad_norm;
     point.seconds = s.seconds;
     point.tokens = t.batch() * t.seq();
     RETURN_IF_ERROR(log.AddTrain(point));
@@ -402,6 +417,9 @@ StatusOr<TrainerOptions> ResumedOptions(const std::string& dir, std::string& pla
   o.feeds = state.feeds;
   o.data_path = state.data_path;
   o.data_dtype = state.data_dtype;
+  o.schedule = state.schedule;
+  o.total_steps = state.total_steps;
+  o.clip_norm = state.clip_norm;
   return o;
 }
 
@@ -416,6 +434,9 @@ StatusOr<RunResult> Train(const RunRequest& r) {
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(std::move(plan), r.trainer));
   Trainer& t = *trainer;
   if (!r.resume_dir.empty()) RETURN_IF_ERROR(t.Resume(ResumeTarget(r.resume_dir)));
+  // The schedule's total: --max-steps, else the last step of this run.
+  if (r.trainer.total_steps == 0 && r.steps > 0 && r.steps <= INT64_MAX - t.step())
+    RETURN_IF_ERROR(t.SetTotalSteps(t.step() + r.steps));
   OutputSet outputs;
   RETURN_IF_ERROR(CheckBeforeTheSteps(r, t, outputs));
   std::unique_ptr<Evaluator> eval;
@@ -468,7 +489,7 @@ std::string FormatRunMemory(const RunMemory& m, const OptimizerOptions& o) {
                 static_cast<long long>(m.total_planned), static_cast<long long>(m.total_measured),
                 MiB(m.total_planned).c_str(), MiB(m.total_measured).c_str());
   out += line;
-  if (o.kind != OptimizerKind::kAdamW)
+  if (!IsAdam(o.kind))
     out += "  optimizer state is planned for AdamW (two slots per parameter); this run uses " +
            std::string(OptimizerName(o.kind)) +
            (o.momentum != 0 ? " with momentum (one slot)" : " without momentum (none)") + "\n";
@@ -481,12 +502,12 @@ std::string FormatRunMemory(const RunMemory& m, const OptimizerOptions& o) {
 }
 
 std::string FormatProfile(const RunProfile& p) {
-  const double total = p.batch_ms + p.graph_ms + p.check_ms + p.optimizer_ms;
+  const double total = p.batch_ms + p.graph_ms + p.check_ms + p.norm_ms + p.optimizer_ms;
   std::string out = "profile: mean of " + std::to_string(p.steps) + " step" +
                     (p.steps == 1 ? "" : "s") + ", " + Format("%.1f", total) + " ms/step\n";
   out += "  batch " + Format("%.1f", p.batch_ms) + " ms, graph " + Format("%.1f", p.graph_ms) +
-         " ms, finite check " + Format("%.1f", p.check_ms) + " ms, optimizer " +
-         Format("%.1f", p.optimizer_ms) + " ms\n";
+         " ms, finite check " + Format("%.1f", p.check_ms) + " ms, gradient norm " +
+         Format("%.2f", p.norm_ms) + " ms, optimizer " + Format("%.1f", p.optimizer_ms) + " ms\n";
   out += "  graph by phase: forward " + Format("%.1f", p.forward_ms) + " ms, backward " +
          Format("%.1f", p.backward_ms) + " ms, recompute " + Format("%.1f", p.recompute_ms) +
          " ms\n";
@@ -531,6 +552,8 @@ std::string RunReportJson(const RunResult& r, int64_t steps) {
                             {"batches", e.batches},
                             {"tokens", e.tokens}});
   }
+  j["step_lr"] = r.step_lr;
+  if (!r.step_grad_norm.empty()) j["step_grad_norm"] = r.step_grad_norm;
   if (r.profile) {
     const RunProfile& p = *r.profile;
     nlohmann::ordered_json prof;
@@ -539,6 +562,7 @@ std::string RunReportJson(const RunResult& r, int64_t steps) {
     prof["graph_ms"] = p.graph_ms;
     prof["check_ms"] = p.check_ms;
     prof["optimizer_ms"] = p.optimizer_ms;
+    prof["norm_ms"] = p.norm_ms;
     prof["forward_ms"] = p.forward_ms;
     prof["backward_ms"] = p.backward_ms;
     prof["recompute_ms"] = p.recompute_ms;

@@ -103,6 +103,7 @@ struct RunProfile {
     int64_t nodes = 0;
   };
   std::vector<Op> ops;
+  double norm_ms = 0;  // the gradients' global norm (and clipping)
 };
 std::string FormatProfile(const RunProfile& profile);
 
@@ -121,6 +122,10 @@ struct RunResult {
   std::vector<EvalReport> evals;  // each eval, in order
   std::vector<float> losses;             // each step's loss: steps first_step + 1 .. last_step
   std::vector<std::string> checkpoints;  // the periodic checkpoints kept, oldest first
+  // Each step's lr (the schedule's) and gradient norm before clipping (StepReport; empty when
+  // not measured).
+  std::vector<double> step_lr;
+  std::vector<float> step_grad_norm;
 };
 
 // The trainer options a resumed run starts from: those DIR/state.json recorded (its plan in

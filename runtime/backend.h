@@ -14,7 +14,8 @@
 //    backend tensors, and zeroes;
 //  - CheckStep() and ApplyOptimizer(): the end of a training step, on the backend's memory: the
 //    loss and whether it and the gradients are finite (one read-back), then the optimizer update
-//    of every parameter with its own non-finite check;
+//    of every parameter with its own non-finite check; ClipGradNorm(): the gradients' global norm,
+//    and clipping by it;
 //  - Bytes(): live and high-water bytes per memory class.
 #pragma once
 
@@ -146,6 +147,19 @@ class Backend {
   virtual StatusOr<std::optional<size_t>> ApplyOptimizer(const OptimizerOptions& o, int64_t step,
                                                          std::span<const ParameterUpdate> updates,
                                                          Region& status) = 0;
+  // The global 2-norm of `gradients` (f32, in the order kernels/cpu/grad_norm.h fixes, the same
+  // bits on every backend and thread count) and, with max_norm > 0, torch.nn.utils.
+  // clip_grad_norm_(max_norm) applied to them in place: each scaled by min(max_norm / (norm +
+  // 1e-6), 1). Returns the norm before clipping, as clip_grad_norm_ does. `scratch` from
+  // AllocateGradNormScratch for these gradients (allocated once, before the steps).
+  virtual StatusOr<Region> AllocateGradNormScratch(std::span<const Tensor* const> gradients) {
+    return Region();
+  }
+  // (A backend without it says so.)
+  virtual StatusOr<float> ClipGradNorm(std::span<Tensor* const> gradients, double max_norm,
+                                       Region& scratch) {
+    return Error("the " + std::string(name()) + " backend has no gradient norm");
+  }
 
   // Live and high-water bytes of this backend's memory per class; ResetPeaks starts the
   // high-water marks again from the live bytes.

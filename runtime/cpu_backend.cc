@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <cstring>
+#include <vector>
 
+#include "kernels/cpu/grad_norm.h"
 #include "kernels/cpu/optimizer.h"
 #include "kernels/cpu/parallel.h"
 #include "runtime/messages.h"
@@ -117,7 +119,7 @@ StatusOr<std::optional<size_t>> CpuBackend::ApplyOptimizer(const OptimizerOption
     ParallelFor(u.param->numel(), kUpdateGrain, [&](int64_t b, int64_t e) {
       float* mb = m ? m + b : nullptr;
       bool ok;
-      if (o.kind == OptimizerKind::kAdamW) {
+      if (IsAdam(o.kind)) {
         ok = AdamWUpdate(o, step, param + b, grad + b, mb, v + b, e - b);
       } else {
         // The momentum buffer starts as the first update's gradient: the run's first update, or
@@ -130,6 +132,23 @@ StatusOr<std::optional<size_t>> CpuBackend::ApplyOptimizer(const OptimizerOption
     if (!finite.load() && !first_non_finite) first_non_finite = i;
   }
   return first_non_finite;
+}
+
+StatusOr<float> CpuBackend::ClipGradNorm(std::span<Tensor* const> gradients, double max_norm,
+                                         Region&) {
+  std::vector<double> sums;
+  sums.reserve(gradients.size());
+  for (const Tensor* g : gradients) {
+    if (g->dtype() != DType::kFloat32)
+      return Error("cpu backend: a gradient is " + TypeOf(g->dtype(), g->shape()) +
+                   "; the gradient norm reads f32 gradients only");
+    sums.push_back(SumOfSquares(g->data<float>(), g->numel()));
+  }
+  const ClipScalars c = ClipScalarsFromSums(sums, max_norm);
+  // clip_grad_norm_ multiplies by the clamped coefficient; by 1 changes no bit.
+  if (max_norm > 0 && c.clip_coef != 1.0f)
+    for (Tensor* g : gradients) ScaleInPlace(g->data<float>(), g->numel(), c.clip_coef);
+  return c.total_norm;
 }
 
 MemorySnapshot CpuBackend::Bytes() const { return MemoryUsage(); }

@@ -28,6 +28,8 @@ class CpuBackend final : public Backend {
   StatusOr<std::optional<size_t>> ApplyOptimizer(const OptimizerOptions& o, int64_t step,
                                                  std::span<const ParameterUpdate> updates,
                                                  Region& status) override;
+  StatusOr<float> ClipGradNorm(std::span<Tensor* const> gradients, double max_norm,
+                               Region& scratch) override;
   // The process's accounting (base/memory_accounting.h): CPU backend memory is host memory, so
   // tensors the runtime owns on the host are in the same figures.
   MemorySnapshot Bytes() const override;

@@ -7,6 +7,7 @@
 #include "kernels/cuda/device.h"
 #include "runtime/messages.h"
 #ifdef FOUNDRY_HAVE_CUDA
+#include "kernels/cuda/grad_norm.h"
 #include "kernels/cuda/kernel.h"
 #include "kernels/cuda/optimizer.h"
 #include "kernels/cuda/train_step.h"
@@ -150,7 +151,7 @@ StatusOr<std::optional<size_t>> CudaBackend::ApplyOptimizer(
     const ParameterUpdate& u = updates[static_cast<size_t>(i)];
     float* param = u.param->data<float>();
     const float* grad = u.grad->data<float>();
-    if (o.kind == OptimizerKind::kAdamW) {
+    if (IsAdam(o.kind)) {
       RETURN_IF_ERROR(CudaAdamWUpdate(o, step, param, grad, u.m->data<float>(), u.v->data<float>(),
                                       u.param->numel(), flags + i, stream_));
     } else {
@@ -165,6 +166,31 @@ StatusOr<std::optional<size_t>> CudaBackend::ApplyOptimizer(
   for (size_t i = 0; i < host.size(); ++i)
     if (host[i]) return std::optional<size_t>(i);
   return std::optional<size_t>();
+}
+
+StatusOr<Region> CudaBackend::AllocateGradNormScratch(std::span<const Tensor* const> gradients) {
+  std::vector<int64_t> sizes;
+  for (const Tensor* g : gradients) sizes.push_back(g->numel());
+  return Allocate(CudaGradNormScratchBytes(sizes), MemoryClass::kOther,
+                  "the gradient norm scratch");
+}
+
+StatusOr<float> CudaBackend::ClipGradNorm(std::span<Tensor* const> gradients, double max_norm,
+                                          Region& scratch) {
+  std::vector<float*> grads;
+  std::vector<int64_t> sizes;
+  for (Tensor* g : gradients) {
+    if (g->dtype() != DType::kFloat32)
+      return Error("cuda backend: a gradient is " + TypeOf(g->dtype(), g->shape()) +
+                   "; the gradient norm reads f32 gradients only");
+    grads.push_back(g->data<float>());
+    sizes.push_back(g->numel());
+  }
+  ASSIGN_OR_RETURN(const float* norm,
+                   CudaGradNorm(grads, sizes, max_norm, scratch.data(), scratch.bytes(), stream_));
+  float host = 0;
+  RETURN_IF_ERROR(cuda::CopyToHost(&host, norm, sizeof host, stream_, "the gradient norm"));
+  return host;
 }
 
 MemorySnapshot CudaBackend::Bytes() const {
@@ -242,6 +268,12 @@ StatusOr<StepCheck> CudaBackend::CheckStep(const Tensor&, std::span<const Tensor
 StatusOr<std::optional<size_t>> CudaBackend::ApplyOptimizer(const OptimizerOptions&, int64_t,
                                                             std::span<const ParameterUpdate>,
                                                             Region&) {
+  return NotBuilt();
+}
+StatusOr<Region> CudaBackend::AllocateGradNormScratch(std::span<const Tensor* const>) {
+  return NotBuilt();
+}
+StatusOr<float> CudaBackend::ClipGradNorm(std::span<Tensor* const>, double, Region&) {
   return NotBuilt();
 }
 MemorySnapshot CudaBackend::Bytes() const { return bytes_; }

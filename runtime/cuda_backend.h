@@ -42,6 +42,11 @@ class CudaBackend final : public Backend {
   StatusOr<std::optional<size_t>> ApplyOptimizer(const OptimizerOptions& o, int64_t step,
                                                  std::span<const ParameterUpdate> updates,
                                                  Region& status) override;
+  // Device scratch for the block partials (kernels/cuda/grad_norm.h); the norm is read back
+  // (4 bytes) when the call returns.
+  StatusOr<Region> AllocateGradNormScratch(std::span<const Tensor* const> gradients) override;
+  StatusOr<float> ClipGradNorm(std::span<Tensor* const> gradients, double max_norm,
+                               Region& scratch) override;
   MemorySnapshot Bytes() const override;
   void ResetPeaks() override;
 

@@ -10,13 +10,23 @@ namespace foundry {
 using namespace runtime_internal;  // NOLINT: the runtime's own message helpers
 
 std::string_view OptimizerName(OptimizerKind kind) {
-  return kind == OptimizerKind::kSgd ? "sgd" : "adamw";
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdamW:
+      return "adamw";
+    case OptimizerKind::kDecoupledAdamW:
+      return "decoupled_adamw";
+  }
+  return "adamw";
 }
 
 StatusOr<OptimizerKind> ParseOptimizerName(std::string_view name) {
   if (name == "sgd") return OptimizerKind::kSgd;
   if (name == "adamw") return OptimizerKind::kAdamW;
-  return Error("unknown optimizer '" + std::string(name) + "' (choose sgd or adamw)");
+  if (name == "decoupled_adamw") return OptimizerKind::kDecoupledAdamW;
+  return Error("unknown optimizer '" + std::string(name) +
+               "' (choose sgd, adamw or decoupled_adamw)");
 }
 
 Status CheckOptimizerOptions(const OptimizerOptions& o) {

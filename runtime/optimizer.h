@@ -11,7 +11,7 @@
 
 namespace foundry {
 
-std::string_view OptimizerName(OptimizerKind kind);  // "sgd", "adamw"
+std::string_view OptimizerName(OptimizerKind kind);  // "sgd", "adamw", "decoupled_adamw"
 StatusOr<OptimizerKind> ParseOptimizerName(std::string_view name);
 
 // Each value in range, or an error naming the option as foundry-run spells it ("--lr nan: ..."):

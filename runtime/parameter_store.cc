@@ -17,7 +17,7 @@ StatusOr<std::unique_ptr<ParameterStore>> ParameterStore::Create(
   // Optimizer slots, zero: what the first update starts from.
   {
     ScopedMemoryClass scope(MemoryClass::kOptimizerState);
-    const bool adamw = optimizer.kind == OptimizerKind::kAdamW;
+    const bool adamw = IsAdam(optimizer.kind);
     for (const auto& name : s->names_) {
       const Shape& shape = s->params_.at(name).shape();
       if (adamw || optimizer.momentum != 0) {

@@ -110,6 +110,27 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
     if (!position.ok()) return Error(damaged + position.status().message() + ")");
     s.data_position = *position;
     if (j.contains("init_from")) s.init_from = j.at("init_from").get<std::string>();
+    // Optional keys (added with the schedules): absent in older saves.
+    if (j.contains("schedule")) {
+      const auto& sc = j.at("schedule");
+      auto kind = ParseScheduleName(sc.at("name").get<std::string>());
+      if (!kind.ok()) return kind.status().Prepend("--resume " + dir + ": ");
+      s.schedule.kind = *kind;
+      StatusOr<int64_t> w = ReadWhole<int64_t>(sc.at("t_warmup"), "t_warmup", 0, INT64_MAX);
+      if (!w.ok()) return Error(damaged + w.status().message() + ")");
+      s.schedule.t_warmup = *w;
+      StatusOr<int64_t> t_max = ReadWhole<int64_t>(sc.at("t_max"), "t_max", 0, INT64_MAX);
+      if (!t_max.ok()) return Error(damaged + t_max.status().message() + ")");
+      s.schedule.t_max = *t_max;
+      s.schedule.alpha_i = sc.at("alpha_i").get<double>();
+      s.schedule.alpha_f = sc.at("alpha_f").get<double>();
+    }
+    if (j.contains("max_steps")) {
+      StatusOr<int64_t> total = ReadWhole<int64_t>(j.at("max_steps"), "max_steps", 0, INT64_MAX);
+      if (!total.ok()) return Error(damaged + total.status().message() + ")");
+      s.total_steps = *total;
+    }
+    if (j.contains("clip_norm")) s.clip_norm = j.at("clip_norm").get<double>();
   } catch (const nlohmann::json::exception& e) {
     return Error("--resume " + dir + ": '" + path + "' is damaged (" + e.what() + ")");
   }
@@ -118,6 +139,8 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
   if (s.data_position < 0)
     return Error(damaged + "data position " + std::to_string(s.data_position) + " is negative)");
   Status st = CheckOptimizerOptions(s.optimizer);
+  if (st.ok()) st = CheckScheduleOptions(s.schedule, 0);
+  if (st.ok()) st = CheckClipNorm(s.clip_norm);
   if (!st.ok()) return Error(damaged + "it records " + st.message() + ")");
   return s;
 }

@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "runtime/data.h"
 #include "runtime/optimizer.h"
+#include "runtime/schedule.h"
 
 namespace foundry {
 
@@ -23,9 +24,15 @@ struct TrainState {
   TokenDType data_dtype = TokenDType::kUint16;
   int64_t data_position = 0;  // windows consumed
   std::string init_from;      // absolute: --init-from of the run that saved ("" = none)
+  // The schedule, its total as given (0: the last step of each run) and the clipping threshold;
+  // a save without them (older foundry-run) reads as none: constant, 0, 0.
+  ScheduleOptions schedule;
+  int64_t total_steps = 0;
+  double clip_norm = 0;
 };
 // Reads DIR/state.json and checks its values: the optimizer options (CheckOptimizerOptions),
-// 0 <= step < 2^63 - 1, data_position >= 0.
+// 0 <= step < 2^63 - 1, data_position >= 0, the schedule (CheckScheduleOptions), total_steps >= 0,
+// clip_norm finite >= 0.
 StatusOr<TrainState> ReadTrainState(const std::string& dir);
 
 // A file name for a value name: '/' and '%' are percent-encoded ("a/b" -> "a%2Fb"), so every

@@ -49,7 +49,10 @@ void PullOrThrow(Status st) {
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const TrainerOptions& options) {
   RETURN_IF_ERROR(CheckOptimizerOptions(options.optimizer));
+  RETURN_IF_ERROR(CheckScheduleOptions(options.schedule, options.total_steps));
+  RETURN_IF_ERROR(CheckClipNorm(options.clip_norm));
   std::unique_ptr<Trainer> t(new Trainer());
+  t->total_steps_ = options.total_steps;
   ASSIGN_OR_RETURN(t->backend_, ChooseBackend(options));
   t->plan_ = std::move(plan);
   t->options_ = options;
@@ -195,6 +198,9 @@ Status Trainer::CreateExecutor(std::map<std::string, Tensor>& fed) {
     gradients_.push_back(&output(gradient_names.back()));
   }
   ASSIGN_OR_RETURN(updates_, store_->Updates(gradients_, gradient_names));
+  // The executor's output storage: the trainer's to scale in place, as clip_grad_norm_ does.
+  for (const Tensor* g : gradients_) clipped_gradients_.push_back(const_cast<Tensor*>(g));
+  ASSIGN_OR_RETURN(norm_scratch_, backend_->AllocateGradNormScratch(gradients_));
   if (data_.token_batches())
     staged_ids_ = backend_->HostStaging(*executor_->input(data_.tokens_input));
   if (data_.labels_from_windows())
@@ -274,11 +280,21 @@ StatusOr<StepReport> Trainer::Step() {
     failed_ = true;
     return NonFiniteError(step, io);
   }
+  // The norm, and clipping: before the dumps, so --dump-grads holds what the optimizer uses.
+  if (options_.grad_norm || options_.clip_norm > 0) {
+    t = Clock::now();
+    StatusOr<float> norm =
+        backend_->ClipGradNorm(clipped_gradients_, options_.clip_norm, norm_scratch_);
+    if (!norm.ok()) return norm.status().Prepend(prefix);
+    r.grad_norm = *norm;
+    r.norm_seconds = since(t);
+  }
   // Dumps: every target is checked before any is written.
   ASSIGN_OR_RETURN(std::vector<Dump> dumps, PrepareDumps());
   // From here on the parameters are being changed in place: any error ends the trainer.
   failed_ = true;
   t = Clock::now();
+  r.lr = ScheduledLr(options_.schedule, options_.optimizer.lr, step, total_steps_);
   RETURN_IF_ERROR(ApplyOptimizer(step));
   r.optimizer_seconds = since(t);
   // The dumps last, so a failed step writes nothing.
@@ -296,8 +312,20 @@ StatusOr<StepReport> Trainer::Step() {
   return r;
 }
 
+Status Trainer::SetTotalSteps(int64_t total) {
+  if (total <= 0)
+    return Error("the schedule's total steps must be > 0, not " + std::to_string(total));
+  RETURN_IF_ERROR(CheckScheduleOptions(options_.schedule, total));
+  total_steps_ = total;
+  return Status::Ok();
+}
+
 Status Trainer::CheckCanStep() const {
   if (failed_) return Error("an earlier step failed; the trainer cannot go on");
+  if (options_.schedule.kind != ScheduleKind::kConstant && options_.schedule.t_max == 0 &&
+      total_steps_ == 0)
+    return Error("the " + std::string(ScheduleName(options_.schedule.kind)) +
+                 " schedule needs the run's total steps (--max-steps)");
   if (step_ == INT64_MAX) return Error("step " + std::to_string(step_) + " is the last one");
   // Window indices (position + b) * (seq + 1) + t must fit int64 (SyntheticWindow, ReadWindow).
   if (data_.batch > 0 && data_position_ > INT64_MAX / (data_.seq + 1) - data_.batch)
@@ -376,12 +404,16 @@ StatusOr<std::vector<Trainer::Dump>> Trainer::PrepareDumps() const {
 // saved.
 Status Trainer::ApplyOptimizer(int64_t step) {
   store_->MarkStale();
-  StatusOr<std::optional<size_t>> non_finite =
-      backend_->ApplyOptimizer(options_.optimizer, step, updates_, status_);
+  // The step's lr; DecoupledAdamW scales its decay by lr / initial_lr (Composer's group
+  // ['initial_lr'], the lr the schedule multiplies).
+  OptimizerOptions o = options_.optimizer;
+  o.lr = ScheduledLr(options_.schedule, options_.optimizer.lr, step, total_steps_);
+  o.initial_lr = options_.optimizer.lr;
+  StatusOr<std::optional<size_t>> non_finite = backend_->ApplyOptimizer(o, step, updates_, status_);
   if (!non_finite.ok()) return non_finite.status().Prepend("step " + std::to_string(step) + ": ");
   if (!*non_finite) return Status::Ok();
   return Error("step " + std::to_string(step) + ": the optimizer update made parameter '" +
-               store_->names().at(**non_finite) + "' non-finite (lr " + Num(options_.optimizer.lr) +
+               store_->names().at(**non_finite) + "' non-finite (lr " + Num(o.lr) +
                "); lower --lr, or check the weights");
 }
 

@@ -167,6 +167,14 @@ Status Trainer::WriteSave(const std::string& tmp) const {
   j["init_from"] = options_.init_from.empty()
                        ? std::string()
                        : fs::absolute(options_.init_from, ec).lexically_normal().string();
+  const ScheduleOptions& sc = options_.schedule;
+  j["schedule"] = {{"name", std::string(ScheduleName(sc.kind))},
+                   {"t_warmup", sc.t_warmup},
+                   {"t_max", sc.t_max},
+                   {"alpha_i", sc.alpha_i},
+                   {"alpha_f", sc.alpha_f}};
+  j["max_steps"] = options_.total_steps;  // as given: 0 = the last step of each run
+  j["clip_norm"] = options_.clip_norm;
   std::string json;
   try {
     json = j.dump(2) + "\n";
@@ -212,7 +220,7 @@ Status Trainer::Resume(const std::string& dir) {
       return Status::Ok();
     };
     if (s.step == 0) continue;  // no update yet: slots are created by the first step
-    if (o.kind == OptimizerKind::kAdamW) {
+    if (IsAdam(o.kind)) {
       RETURN_IF_ERROR(load_slot(".m.pb", m));
       RETURN_IF_ERROR(load_slot(".v.pb", v));
     } else if (o.momentum != 0) {

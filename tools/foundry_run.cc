@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/file_util.h"
@@ -41,8 +43,10 @@ struct Options {
   std::string steps_text = "1", seed_text = "0", init_seed_text = "0", threads_text;
   std::string eval_data, eval_interval_text = "0", eval_batches_text = "-1";
   bool eval_only = false, eval_first = false;
-  bool forward = false, tf32 = false, profile = false;
+  bool forward = false, tf32 = false, profile = false, print_schedule = false, grad_norm = false;
   OptimizerOptions opt;
+  std::string scheduler = "constant", warmup_text = "0", decay_text = "0", max_steps_text = "0";
+  double alpha_i = 1.0, alpha_f = 0.0, clip_norm = 0.0;
   // Logs and periodic checkpoints (driver/run_log.h).
   std::string log_interval_text, metrics, loss_curve, save_interval_text, save_folder,
       save_keep_text = "0";
@@ -89,8 +93,10 @@ void AddRunOptions(CLI::App& app, Options& o) {
 
 void AddOptimizerOptions(CLI::App& app, Options& o) {
   app.add_option("--lr", o.opt.lr, "learning rate")->capture_default_str();
-  app.add_option("--optimizer", o.optimizer, "sgd or adamw")
-      ->check(CLI::IsMember({"sgd", "adamw"}))
+  app.add_option("--optimizer", o.optimizer,
+                 "sgd, adamw (torch.optim.AdamW) or decoupled_adamw (Composer's DecoupledAdamW: "
+                 "decay not scaled by lr, only by the schedule)")
+      ->check(CLI::IsMember({"sgd", "adamw", "decoupled_adamw"}))
       ->capture_default_str();
   app.add_option("--momentum", o.opt.momentum, "SGD momentum (0: none)")->capture_default_str();
   app.add_option("--beta1", o.opt.beta1, "AdamW beta1")->capture_default_str();
@@ -98,6 +104,46 @@ void AddOptimizerOptions(CLI::App& app, Options& o) {
   app.add_option("--eps", o.opt.eps, "AdamW epsilon")->capture_default_str();
   app.add_option("--weight-decay", o.opt.weight_decay,
                  "weight decay (decoupled for AdamW, L2 for SGD)")
+      ->capture_default_str();
+}
+
+// Composer's schedulers and gradient clipping (runtime/schedule.h), in optimizer steps.
+void AddScheduleOptions(CLI::App& app, Options& o) {
+  app.add_option("--scheduler", o.scheduler,
+                 "lr schedule as Composer computes it: constant, cosine_with_warmup, "
+                 "linear_decay_with_warmup or constant_with_warmup (step k uses the multiplier at "
+                 "Composer's timestamp max(k - 2, 0))")
+      ->check(CLI::IsMember(
+          {"constant", "cosine_with_warmup", "linear_decay_with_warmup", "constant_with_warmup"}))
+      ->capture_default_str();
+  app.add_option("--warmup-steps", o.warmup_text, "t_warmup: steps of linear warmup from lr 0")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--decay-steps", o.decay_text,
+                 "t_max: steps of the schedule (0: --max-steps, Composer's 1dur)")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--max-steps", o.max_steps_text,
+                 "the run's total steps for the schedule (Composer's max_duration; 0: the last "
+                 "step of this run). Give it to a run you will --resume")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--alpha-i", o.alpha_i,
+                 "multiplier after warmup (linear_decay_with_warmup's alpha_i, "
+                 "constant_with_warmup's alpha)")
+      ->capture_default_str();
+  app.add_option("--alpha-f", o.alpha_f,
+                 "final multiplier (cosine_with_warmup, linear_decay_with_warmup)")
+      ->capture_default_str();
+  app.add_flag("--grad-norm", o.grad_norm,
+               "measure the gradients' global 2-norm every step (printed, and in --report-json); "
+               "--clip-norm measures it anyway");
+  app.add_flag("--print-schedule", o.print_schedule,
+               "print the lr of steps 1..--steps under the schedule (total: --max-steps, else "
+               "--steps) and exit; no plan is read");
+  app.add_option("--clip-norm", o.clip_norm,
+                 "clip the gradients to this global 2-norm before each update "
+                 "(torch.nn.utils.clip_grad_norm_; 0: no clipping)")
       ->capture_default_str();
 }
 
@@ -208,7 +254,8 @@ void AddOutputOptions(CLI::App& app, Options& o) {
       ->type_name("DIR");
   app.add_option("--resume", o.resume_dir, "continue the run saved in DIR")->type_name("DIR");
   app.add_option("--dump-grads", o.dump_grads,
-                 "write the first step's gradients to DIR/<param>_grad.pb")
+                 "write the first step's gradients to DIR/<param>_grad.pb (as the optimizer "
+                 "used them: after --clip-norm)")
       ->type_name("DIR");
   app.add_option("--dump-outputs", o.dump_outputs,
                  "write the first step's graph outputs (--forward: the outputs) to DIR/<name>.pb")
@@ -324,6 +371,25 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
   if (now("--beta2")) opt.beta2 = o.opt.beta2;
   if (now("--eps")) opt.eps = o.opt.eps;
   if (now("--weight-decay")) opt.weight_decay = o.opt.weight_decay;
+  ScheduleOptions& sc = r.trainer.schedule;
+  if (now("--scheduler")) sc.kind = *ParseScheduleName(o.scheduler);
+  for (auto [option, text, into] :
+       {std::tuple{"--warmup-steps", &o.warmup_text, &sc.t_warmup},
+        std::tuple{"--decay-steps", &o.decay_text, &sc.t_max},
+        std::tuple{"--max-steps", &o.max_steps_text, &r.trainer.total_steps}}) {
+    if (!now(option)) continue;
+    auto v = cli::ParseInteger<int64_t>(option, *text, 0, INT64_MAX, "a number of steps");
+    if (!v.ok()) return Fail(v.status().message(), cli::kExitUsage);
+    *into = *v;
+  }
+  if (now("--alpha-i")) sc.alpha_i = o.alpha_i;
+  if (now("--alpha-f")) sc.alpha_f = o.alpha_f;
+  if (now("--clip-norm")) r.trainer.clip_norm = o.clip_norm;
+  r.trainer.grad_norm = o.grad_norm || !o.metrics.empty();  // --metrics records the norm
+  if (Status st = CheckScheduleOptions(sc, r.trainer.total_steps); !st.ok())
+    return Fail(st.message(), cli::kExitUsage);
+  if (Status st = CheckClipNorm(r.trainer.clip_norm); !st.ok())
+    return Fail(st.message(), cli::kExitUsage);
   if (now("--seed")) r.trainer.seed = o.seed;
   if (now("--init-seed")) r.trainer.init_seed = o.init_seed;
   if (now("--feed")) r.trainer.feeds = o.feeds;
@@ -380,6 +446,22 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
   return std::nullopt;
 }
 
+// --print-schedule: "step lr" lines, the lr as %.17g (it reads back as the same double).
+int PrintSchedule(const TrainerOptions& t, int64_t steps) {
+  const int64_t total = t.total_steps > 0 ? t.total_steps : steps;
+  if (Status st = CheckScheduleOptions(t.schedule, total); !st.ok())
+    return Fail(st.message(), cli::kExitUsage);
+  std::cout << "# " << ScheduleName(t.schedule.kind) << ", lr " << t.optimizer.lr << ", " << total
+            << " steps\n";
+  char line[64];
+  for (int64_t k = 1; k <= steps; ++k) {
+    std::snprintf(line, sizeof line, "%lld %.17g\n", static_cast<long long>(k),
+                  ScheduledLr(t.schedule, t.optimizer.lr, k, total));
+    std::cout << line;
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{
       "foundry-run: train a compiled plan (PREFIX.plan + PREFIX.train.onnx from foundry-compile)\n"
@@ -392,6 +474,7 @@ int Main(int argc, char** argv) {
   Options o;
   AddRunOptions(app, o);
   AddOptimizerOptions(app, o);
+  AddScheduleOptions(app, o);
   AddDataOptions(app, o);
   AddEvalOptions(app, o);
   AddOutputOptions(app, o);
@@ -415,7 +498,13 @@ int Main(int argc, char** argv) {
     return Fail("--dim is for --forward; a plan's dimensions are fixed by foundry-compile --dim",
                 cli::kExitUsage);
   RunRequest request;
+  if (o.print_schedule) {
+    if (!o.resume_dir.empty())
+      return Fail("--print-schedule reads no save; drop --resume", cli::kExitUsage);
+    o.target = "(none)";  // no plan is read
+  }
   if (auto code = BuildRunRequest(app, o, request)) return *code;
+  if (o.print_schedule) return PrintSchedule(request.trainer, request.steps);
   auto result = Train(request);
   if (!result.ok()) return Fail(result.status().message());
   return 0;

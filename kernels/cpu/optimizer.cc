@@ -28,13 +28,23 @@ inline uint32_t NonFinite(float x) {
 }
 }  // namespace
 
+float AdamWDecay(const OptimizerOptions& o) {
+  if (o.kind != OptimizerKind::kDecoupledAdamW)
+    return static_cast<float>(1.0 - o.lr * o.weight_decay);
+  if (o.weight_decay == 0) return 1.0f;
+  // decay_factor = (lr / initial_lr) if initial_lr else 1.0; param.mul_(1 - decay_factor * wd)
+  const double initial_lr = o.initial_lr != 0 ? o.initial_lr : o.lr;
+  const double decay_factor = o.lr / initial_lr;
+  return static_cast<float>(1.0 - decay_factor * o.weight_decay);
+}
+
 FOUNDRY_FMA_CLONES
 bool AdamWUpdate(const OptimizerOptions& o, int64_t step, float* param, const float* grad, float* m,
                  float* v, int64_t n) {
   const double t = static_cast<double>(step);
   const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
   const double bias_correction2 = 1.0 - std::pow(o.beta2, t);
-  const float decay = static_cast<float>(1.0 - o.lr * o.weight_decay);
+  const float decay = AdamWDecay(o);
   const float beta1 = static_cast<float>(o.beta1);
   const float one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
   const float beta2 = static_cast<float>(o.beta2);

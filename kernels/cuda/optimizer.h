@@ -69,7 +69,8 @@ FOUNDRY_HD inline float FmaRn(float a, float b, float c) {
 }
 FOUNDRY_HD inline bool NonFinite(float x) { return !(fabsf(x) <= FLT_MAX); }
 
-// AdamW's f32 constants for one step, rounded from doubles exactly as AdamWUpdate rounds them.
+// AdamW's (and DecoupledAdamW's) f32 constants for one step, rounded from doubles exactly as
+// AdamWUpdate rounds them.
 struct AdamWScalars {
   float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size, bias_correction2_sqrt,
       eps;
@@ -79,7 +80,7 @@ inline AdamWScalars AdamWScalarsFor(const OptimizerOptions& o, int64_t step) {
   const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
   const double bias_correction2 = 1.0 - std::pow(o.beta2, t);
   AdamWScalars s;
-  s.decay = static_cast<float>(1.0 - o.lr * o.weight_decay);
+  s.decay = AdamWDecay(o);
   s.beta1 = static_cast<float>(o.beta1);
   s.one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
   s.beta2 = static_cast<float>(o.beta2);

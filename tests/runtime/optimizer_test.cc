@@ -43,7 +43,7 @@ TEST(OptimizerTest, ParsesNames) {
   EXPECT_EQ(*ParseOptimizerName("sgd"), OptimizerKind::kSgd);
   EXPECT_EQ(*ParseOptimizerName("adamw"), OptimizerKind::kAdamW);
   EXPECT_EQ(ParseOptimizerName("adam").status().message(),
-            "unknown optimizer 'adam' (choose sgd or adamw)");
+            "unknown optimizer 'adam' (choose sgd, adamw or decoupled_adamw)");
 }
 
 }  // namespace

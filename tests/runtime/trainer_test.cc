@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "base/hash.h"
 #include "compiler/onnx_export.h"
@@ -321,7 +322,8 @@ TEST(TrainerTest, LoadPlanAcceptsPrefixOrPlanPath) {
 
 // N steps + Save + Resume + M steps must equal N + M steps bit for bit, for both optimizers,
 // with dropout and a data file that wraps around (7 windows, 2 per step).
-void ExpectResumeIsBitwise(const OptimizerOptions& opt) {
+void ExpectResumeIsBitwise(const OptimizerOptions& opt, const ScheduleOptions& schedule = {},
+                           int64_t total_steps = 0, double clip_norm = 0) {
   TempDir dir;
   std::vector<int64_t> tokens;
   for (int i = 0; i < 37; ++i) tokens.push_back((i * 5 + 3) % 8);
@@ -333,6 +335,9 @@ void ExpectResumeIsBitwise(const OptimizerOptions& opt) {
   o.seed = 7;
   o.init_seed = 3;
   o.data_path = dir / "d.bin";
+  o.schedule = schedule;
+  o.total_steps = total_steps;
+  o.clip_norm = clip_norm;
 
   auto straight = MakeTrainer(*LoadPlan(dir / "tiny"), o);
   std::vector<float> want;
@@ -357,6 +362,13 @@ void ExpectResumeIsBitwise(const OptimizerOptions& opt) {
   EXPECT_EQ(state->optimizer.lr, opt.lr);
   EXPECT_EQ(state->data_path, fs::absolute(dir / "d.bin").string());
   EXPECT_EQ(state->plan_path, fs::absolute(dir / "tiny.plan").string());
+  EXPECT_EQ(state->schedule.kind, schedule.kind);
+  EXPECT_EQ(state->schedule.t_warmup, schedule.t_warmup);
+  EXPECT_EQ(state->schedule.t_max, schedule.t_max);
+  EXPECT_EQ(state->schedule.alpha_i, schedule.alpha_i);
+  EXPECT_EQ(state->schedule.alpha_f, schedule.alpha_f);
+  EXPECT_EQ(state->total_steps, total_steps);
+  EXPECT_EQ(state->clip_norm, clip_norm);
 
   // Resume with options rebuilt from the state, as foundry-run does.
   TrainerOptions r;
@@ -365,6 +377,9 @@ void ExpectResumeIsBitwise(const OptimizerOptions& opt) {
   r.init_seed = 99;  // unused: the parameters come from the save
   r.data_path = state->data_path;
   r.data_dtype = state->data_dtype;
+  r.schedule = state->schedule;
+  r.total_steps = state->total_steps;
+  r.clip_norm = state->clip_norm;
   auto second = MakeTrainer(*LoadPlan(state->plan_path), r);
   Status st = second->Resume(dir / "run");
   ASSERT_TRUE(st.ok()) << st.message();
@@ -406,6 +421,95 @@ TEST(TrainerTest, ResumeIsBitwiseSgdMomentum) {
   o.lr = 0.2;
   o.momentum = 0.9;
   ExpectResumeIsBitwise(o);
+}
+
+// Across a cosine schedule with warmup, Composer's DecoupledAdamW and clipping.
+TEST(TrainerTest, ResumeIsBitwiseAcrossAScheduleWithClipping) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kDecoupledAdamW;
+  o.lr = 0.05;
+  o.weight_decay = 0.01;
+  ScheduleOptions s;
+  s.kind = ScheduleKind::kCosineWithWarmup;
+  s.t_warmup = 3;
+  s.alpha_f = 0.1;
+  ExpectResumeIsBitwise(o, s, /*total_steps=*/5, /*clip_norm=*/0.05);
+}
+
+// The step's report and its update use the schedule's lr: under warmup steps 1 and 2 have lr 0,
+// so DecoupledAdamW moves no weight; the norm is measured every step, and clipping brings the
+// gradients the optimizer reads to clip_norm.
+TEST(TrainerTest, ScheduleAndClippingReachTheUpdate) {
+  TempDir dir;
+  LoadedPlan lp = Compile(true);
+  TrainerOptions o;
+  o.optimizer.kind = OptimizerKind::kDecoupledAdamW;
+  o.optimizer.lr = 0.1;
+  o.optimizer.weight_decay = 0.01;
+  o.schedule.kind = ScheduleKind::kLinearDecayWithWarmup;
+  o.schedule.t_warmup = 2;
+  o.total_steps = 6;
+  o.clip_norm = 1e-3;
+  auto t = MakeTrainer(lp, o);
+  ASSERT_TRUE(t);
+  const std::map<std::string, Tensor> before = t->parameters();
+  for (int64_t k = 1; k <= 6; ++k) {
+    StatusOr<StepReport> r = t->Step();
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->lr, ScheduledLr(o.schedule, 0.1, k, 6)) << "step " << k;
+    ASSERT_TRUE(r->grad_norm);
+    EXPECT_GT(*r->grad_norm, 1e-3f);
+    // The gradients as the optimizer read them: clipped to the threshold.
+    double sum = 0;
+    for (const auto& [param, grad] : lp.plan.gradients) {
+      const Tensor& g = t->output(grad);
+      for (int64_t i = 0; i < g.numel(); ++i)
+        sum += double(g.data<float>()[i]) * g.data<float>()[i];
+    }
+    EXPECT_NEAR(std::sqrt(sum), 1e-3, 1e-8) << "step " << k;
+    if (k == 2) {
+      for (const auto& [name, p] : before)
+        EXPECT_TRUE(t->parameter(name).BitwiseEqual(p)) << name << " moved at lr 0";
+    }
+  }
+  EXPECT_EQ(ScheduledLr(o.schedule, 0.1, 3, 6), 0.05);
+  EXPECT_FALSE(t->parameter("emb").BitwiseEqual(before.at("emb")));
+
+  // A schedule needs its total.
+  o.total_steps = 0;
+  auto u = MakeTrainer(lp, o);
+  EXPECT_EQ(u->Step().status().message(),
+            "the linear_decay_with_warmup schedule needs the run's total steps (--max-steps)");
+  ASSERT_TRUE(u->SetTotalSteps(6).ok());
+  EXPECT_TRUE(u->Step().ok());
+  o.clip_norm = -1;
+  EXPECT_EQ(Trainer::Create(lp, o).status().message(),
+            "--clip-norm -1: must be a finite number >= 0 (0: no clipping)");
+}
+
+// A save made before the schedules (no schedule, max_steps, clip_norm keys) reads as none.
+TEST(TrainerTest, OldSavesReadWithoutASchedule) {
+  TempDir dir;
+  LoadedPlan lp = Compile(true);
+  TrainerOptions o;
+  o.schedule.kind = ScheduleKind::kCosineWithWarmup;
+  o.total_steps = 4;
+  o.clip_norm = 2;
+  auto t = MakeTrainer(lp, o);
+  ASSERT_TRUE(t->Step().ok());
+  ASSERT_TRUE(t->Save(dir / "run").ok());
+  ASSERT_EQ(ReadTrainState(dir / "run")->schedule.kind, ScheduleKind::kCosineWithWarmup);
+  std::ifstream in(dir / "run/state.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  for (const char* key : {"schedule", "max_steps", "clip_norm"}) ASSERT_EQ(j.erase(key), 1u) << key;
+  const std::string text = j.dump(2);
+  std::ofstream(dir / "run/state.json") << text;
+  StatusOr<TrainState> s = ReadTrainState(dir / "run");
+  ASSERT_TRUE(s.ok()) << s.status().message() << "\n" << text;
+  EXPECT_EQ(s->schedule.kind, ScheduleKind::kConstant);
+  EXPECT_EQ(s->total_steps, 0);
+  EXPECT_EQ(s->clip_norm, 0);
+  EXPECT_EQ(s->step, 1);
 }
 
 TEST(TrainerTest, SaveAndResumeErrors) {

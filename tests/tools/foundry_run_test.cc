@@ -470,6 +470,76 @@ std::map<std::string, std::string> DirFiles(const std::string& dir) {
 
 // 2 steps + save + resume for 1 step is the 3-step run, bit for bit: every saved file (weights,
 // AdamW moments, state) is byte-identical.
+TEST_F(FoundryRunTest, ScheduleOptionsInRange) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--warmup-steps", "-1"},
+       "--warmup-steps -1: expected a number of steps from 0 to 9223372036854775807"},
+      {{"--max-steps", "x"}, "--max-steps x: expected a number of steps"},
+      {{"--alpha-f", "nan"}, "--alpha-f nan: must be finite"},
+      {{"--clip-norm", "-2"}, "--clip-norm -2: must be a finite number >= 0 (0: no clipping)"},
+      {{"--scheduler", "cosine_with_warmup", "--decay-steps", "5", "--max-steps", "10"},
+       "--decay-steps 5: shorter than the run's 10 steps (--max-steps); Composer refuses a t_max "
+       "below max_duration: give at least 10, or leave it out (the whole run)"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::vector<std::string> a = {Path("mpt")};
+    a.insert(a.end(), args.begin(), args.end());
+    ExpectCleanError(a, message, 2);
+  }
+  Result r = Run({Path("mpt"), "--scheduler", "cosine"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--scheduler: cosine not in {constant,cosine_with_warmup,"),
+            std::string::npos)
+      << r.err;
+}
+
+// --print-schedule needs no plan; with warmup, steps 1 and 2 have lr 0 (Composer's lag).
+TEST_F(FoundryRunTest, PrintSchedule) {
+  Result r = Run({"--print-schedule", "--steps", "5", "--lr", "0.001", "--scheduler",
+                  "linear_decay_with_warmup", "--warmup-steps", "2", "--alpha-f", "0.5"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "# linear_decay_with_warmup, lr 0.001, 5 steps\n"
+            "1 0\n2 0\n3 0.00050000000000000001\n4 0.001\n5 0.00083333333333333339\n");
+}
+
+// A run with a schedule and clipping: the header says so, each step line prints the lr it used
+// and the norm, the report holds them per step, and --resume continues the schedule exactly.
+TEST_F(FoundryRunTest, ScheduleClippingAndResume) {
+  const std::vector<std::string> common = {
+      "--lr",           "0.01",  "--optimizer", "decoupled_adamw",
+      "--weight-decay", "0.001", "--scheduler", "cosine_with_warmup",
+      "--warmup-steps", "2",     "--alpha-f",   "0.1",
+      "--max-steps",    "4",     "--clip-norm", "0.5",
+      "--seed",         "3"};
+  auto with = [&](std::vector<std::string> a) {
+    a.insert(a.begin() + 1, common.begin(), common.end());
+    return a;
+  };
+  Result straight = Run(with({Path("mpt"), "--steps", "4", "--save", Path("sched_straight"),
+                              "--report-json", Path("sched.json")}));
+  ASSERT_EQ(straight.code, 0) << straight.err;
+  EXPECT_NE(straight.out.find("  schedule   cosine_with_warmup  warmup 2  t_max 4  of 4 steps  "
+                              "alpha_f 0.1\n  clipping   norm 0.5\n"),
+            std::string::npos)
+      << straight.out;
+  EXPECT_NE(straight.out.find(" tok/s  lr 0.000e+00  grad_norm "), std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(ReadWholeFile(Path("sched.json")));
+  ASSERT_EQ(j["step_lr"].size(), 4u);
+  EXPECT_EQ(j["step_lr"][0].get<double>(), 0.0);
+  EXPECT_EQ(j["step_lr"][2].get<double>(), 0.005);
+  EXPECT_GT(j["step_grad_norm"][0].get<double>(), 0.5);  // clipping happens
+  Result first = Run(with({Path("mpt"), "--steps", "2", "--save", Path("sched_run")}));
+  ASSERT_EQ(first.code, 0) << first.err;
+  Result second =
+      Run({"--resume", Path("sched_run"), "--steps", "2", "--save", Path("sched_resumed")});
+  ASSERT_EQ(second.code, 0) << second.err;
+  auto a = DirFiles(Path("sched_straight")), b = DirFiles(Path("sched_resumed"));
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, bytes] : a)
+    EXPECT_TRUE(bytes == b[name]) << name << " differs between the straight and resumed runs";
+}
+
 TEST_F(FoundryRunTest, ResumeContinuesTheRunExactly) {
   Result straight =
       Run({Path("mpt"), "--steps", "3", "--lr", "0.01", "--seed", "5", "--save", Path("straight")});

@@ -31,27 +31,30 @@ bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(CudaOptimizerMathTest, AdamWElementEqualsAdamWUpdateBitwise) {
   const int64_t n = 1537;
-  for (double wd : {0.0, 0.01, 0.1}) {
-    for (double lr : {1e-3, 3e-4}) {
-      OptimizerOptions o;
-      o.lr = lr;
-      o.weight_decay = wd;
-      std::vector<float> p = Random(n, 1, 1.f), m(n, 0.f), v(n, 0.f);
-      std::vector<float> hp = p, hm = m, hv = v;
-      for (int64_t step = 1; step <= 6; ++step) {
-        const std::vector<float> g = Random(n, 100 + step, step == 3 ? 1e-20f : 0.5f);
-        const bool finite = AdamWUpdate(o, step, p.data(), g.data(), m.data(), v.data(), n);
-        const opt::AdamWScalars s = opt::AdamWScalarsFor(o, step);
-        bool bad = false;
-        for (int64_t i = 0; i < n; ++i) bad |= opt::AdamWElement(s, hp[i], g[i], hm[i], hv[i]);
-        ASSERT_TRUE(Bitwise(p, hp)) << "param, wd " << wd << " lr " << lr << " step " << step;
-        ASSERT_TRUE(Bitwise(m, hm)) << "m, step " << step;
-        ASSERT_TRUE(Bitwise(v, hv)) << "v, step " << step;
-        EXPECT_EQ(finite, !bad);
-        EXPECT_TRUE(finite);
+  for (OptimizerKind kind : {OptimizerKind::kAdamW, OptimizerKind::kDecoupledAdamW})
+    for (double wd : {0.0, 0.01, 0.1}) {
+      for (double lr : {1e-3, 3e-4}) {
+        OptimizerOptions o;
+        o.kind = kind;
+        o.lr = lr;
+        o.initial_lr = 1e-3;  // DecoupledAdamW: the decay scaled by lr / 1e-3
+        o.weight_decay = wd;
+        std::vector<float> p = Random(n, 1, 1.f), m(n, 0.f), v(n, 0.f);
+        std::vector<float> hp = p, hm = m, hv = v;
+        for (int64_t step = 1; step <= 6; ++step) {
+          const std::vector<float> g = Random(n, 100 + step, step == 3 ? 1e-20f : 0.5f);
+          const bool finite = AdamWUpdate(o, step, p.data(), g.data(), m.data(), v.data(), n);
+          const opt::AdamWScalars s = opt::AdamWScalarsFor(o, step);
+          bool bad = false;
+          for (int64_t i = 0; i < n; ++i) bad |= opt::AdamWElement(s, hp[i], g[i], hm[i], hv[i]);
+          ASSERT_TRUE(Bitwise(p, hp)) << "param, wd " << wd << " lr " << lr << " step " << step;
+          ASSERT_TRUE(Bitwise(m, hm)) << "m, step " << step;
+          ASSERT_TRUE(Bitwise(v, hv)) << "v, step " << step;
+          EXPECT_EQ(finite, !bad);
+          EXPECT_TRUE(finite);
+        }
       }
     }
-  }
 }
 
 TEST(CudaOptimizerMathTest, SgdElementEqualsSgdUpdateBitwise) {

@@ -74,7 +74,9 @@ TEST(CudaOptimizerTest, AdamWEqualsCpuBitwise) {
   for (int64_t n : {1, 255, 257, 100003}) {
     for (double wd : {0.0, 0.1}) {
       OptimizerOptions o;
+      o.kind = n > 256 ? OptimizerKind::kDecoupledAdamW : OptimizerKind::kAdamW;  // both kinds
       o.lr = 2e-3;
+      o.initial_lr = 6e-3;  // DecoupledAdamW: decay scaled by lr / initial_lr
       o.weight_decay = wd;
       std::vector<float> p = Random(n, 1, 1.f), m(n, 0.f), v(n, 0.f);
       DeviceArrays d;
