@@ -109,6 +109,12 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
         ReadWhole<int64_t>(d.at("position"), "data position", INT64_MIN, INT64_MAX);
     if (!position.ok()) return Error(damaged + position.status().message() + ")");
     s.data_position = *position;
+    if (j.contains("accumulation_steps")) {
+      StatusOr<int64_t> k =
+          ReadWhole<int64_t>(j.at("accumulation_steps"), "accumulation_steps", 1, INT64_MAX);
+      if (!k.ok()) return Error(damaged + k.status().message() + ")");
+      s.accumulation_steps = *k;
+    }
   } catch (const nlohmann::json::exception& e) {
     return Error("--resume " + dir + ": '" + path + "' is damaged (" + e.what() + ")");
   }

@@ -22,6 +22,9 @@ struct TrainState {
   std::string data_path;  // "" = synthetic (or fully fed)
   TokenDType data_dtype = TokenDType::kUint16;
   int64_t data_position = 0;  // windows consumed
+  // Microbatches per optimizer step ("accumulation_steps", written when above 1; saves without
+  // it ran one).
+  int64_t accumulation_steps = 1;
 };
 // Reads DIR/state.json and checks its values: the optimizer options (CheckOptimizerOptions),
 // 0 <= step < 2^63 - 1, data_position >= 0.
