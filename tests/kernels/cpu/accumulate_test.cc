@@ -96,7 +96,7 @@ TEST(AccumulateGradientKernelTest, RefusesOtherTypes) {
   const Tensor* ins[] = {&in};
   Tensor* outs[] = {&out};
   EXPECT_EQ(RunCpuKernel(node, ins, outs, KernelContext{}).message(),
-            "AccumulateGradient 'n': accumulates an f32 partial into an f32 gradient of its size");
+            "AccumulateGradient node 'n': accumulates an f32 partial into an f32 gradient of its size");
 }
 
 }  // namespace
