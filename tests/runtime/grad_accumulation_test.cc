@@ -15,8 +15,12 @@
 #include <sstream>
 
 #include "compiler/plan.h"
+#include "compiler/text.h"
 #include "driver/compile.h"
 #include "driver/train.h"
+#include "kernels/cpu/kernel.h"
+#include "passes/memory_plan.h"
+#include "passes/pipeline.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/executor.h"
 #include "runtime/param_init.h"
@@ -356,6 +360,63 @@ TEST(GradAccumulationTest, UnequalMicrobatchesWeighByTheirLossTokens) {
   EXPECT_GT(std::abs(l_equal - l_whole) / l_whole, 1e-3);
 }
 
+// A tiny language model (embedding -> linear head; foundry appends the loss) compiled with
+// --grad-accum 2, its head weights at 3e38: the product overflows in the first microbatch, and
+// the replay of that microbatch names the node.
+TEST(GradAccumulationTest, NonFiniteNamesTheMicrobatchAndTheNode) {
+  auto parsed = ParseGraph(R"(graph tiny_lm opset=17 {
+  input input_ids : i64[2,4]
+  param emb : f32[8,3]
+  param "head.weight" : f32[3,8]
+  x = Gather(emb, input_ids) #"embed"
+  logits = MatMul(x, "head.weight") #"mm"
+  output logits
+}
+)");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  Graph g = std::move(parsed).value();
+  for (const auto& p : g.parameters) {
+    Value* v = g.FindValue(p);
+    Tensor t(DType::kFloat32, v->shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = p == "emb" ? 1.f : 3e38f;
+    v->data = std::make_shared<const Tensor>(t);
+  }
+  CompileOptions options;
+  options.grad_accumulation = 2;
+  ASSERT_TRUE(RunPasses(g, BuildPipeline(options), PipelineOptions{}).ok());
+  LoadedPlan lp;
+  lp.plan_path = "tiny.plan";
+  lp.plan.loss = g.metadata["foundry.loss"];
+  lp.plan.loss_in_model = false;
+  lp.plan.inputs = g.inputs;
+  lp.plan.parameters = g.parameters;
+  for (size_t i = 0; i < g.parameters.size(); ++i)
+    lp.plan.gradients[g.parameters[i]] = g.outputs[i + 1];
+  lp.plan.grad_accumulation = 2;
+  auto memory = PlanMemory(g, {{"cpu", CpuWorkspaceBytes}});
+  ASSERT_TRUE(memory.ok()) << memory.status().message();
+  lp.plan.memory = std::move(memory).value();
+  lp.graph = std::move(g);
+  // The plan file's field: written when above 1, read back, a value below 1 refused.
+  StatusOr<std::string> json = PlanToJson(lp.plan);
+  ASSERT_TRUE(json.ok());
+  EXPECT_NE(json->find("\"grad_accumulation\": 2"), std::string::npos);
+  EXPECT_EQ(ParsePlan(*json, "tiny.plan")->grad_accumulation, 2);
+  Plan zero = lp.plan;
+  zero.grad_accumulation = 0;
+  EXPECT_EQ(ParsePlan(*PlanToJson(zero), "tiny.plan").status().message(),
+            "'tiny.plan' is a damaged foundry plan (grad_accumulation is 0, not a whole number "
+            "from 1 to 2^63-1); recompile it with foundry-compile MODEL.onnx -o PREFIX");
+
+  std::unique_ptr<Trainer> t = MakeTrainer(std::move(lp));
+  ASSERT_TRUE(t);
+  StatusOr<StepReport> r = t->Step();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "step 1, microbatch 1 of 2: non-finite value first produced by MatMul node 'mm' (in "
+            "'logits'); lower --lr, or check the inputs and weights");
+}
+
 class AccumulationMemoryTest : public ScratchDirTest {
  protected:
   // foundry-compile FIXTURE --dim batch=B --dim seq=16 [--grad-accum K] -o DIR/NAME; the plan.
@@ -404,8 +465,18 @@ TEST_F(AccumulationMemoryTest, PlannedIsMeasuredAndOneMicrobatchs) {
     {
       StatusOr<LoadedPlan> lp = LoadPlan(Path("accum_" + tag));
       ASSERT_TRUE(lp.ok()) << lp.status().message();
-      for (const auto& [param, grad] : lp->plan.gradients)
+      for (const auto& [param, grad] : lp->plan.gradients) {
         largest = std::max(largest, lp->graph.FindValue(grad)->NumBytes());
+        // The gradient lives in its own output storage, never in the arena nor aliased; its
+        // partial is an arena value (or a view of one).
+        const std::string partial = grad + "/microbatch";
+        for (const BackendLayout& l : lp->plan.memory.layouts) {
+          EXPECT_EQ(l.offsets.count(grad), 0u) << grad;
+          EXPECT_TRUE(l.offsets.count(partial) || lp->plan.memory.alias.count(partial)) << partial;
+        }
+        EXPECT_EQ(lp->plan.memory.alias.count(grad), 0u) << grad;
+        for (const auto& [value, alias] : lp->plan.memory.alias) EXPECT_NE(alias.owner, grad);
+      }
     }
     const int64_t a = accum.memory.Layout("cpu")->arena_bytes;
     const int64_t p = plain.memory.Layout("cpu")->arena_bytes;
