@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tests/support/exec.h"
 #include "tests/support/scratch_dir.h"
@@ -86,6 +87,31 @@ TEST_F(GradAccumCliTest, RunsKMicrobatchesAndRefusesAnotherK) {
                        "4\n");
   r = Run({Path("k3"), "--grad-accum", "0"});
   EXPECT_EQ(r.code, 2);
+}
+
+// The checkpointing search plans the accumulating graph (the accumulators and their partials
+// included), and what it plans is what the run measures.
+TEST_F(GradAccumCliTest, MemoryBudgetPlansTheAccumulatingStep) {
+  ExecResult c = Compile({"--grad-accum", "4", "--memory-budget", "2.25MB"}, "b4");
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.out.find("  grad_accumulate: 27 gradients accumulated over 4 microbatches"),
+            std::string::npos)
+      << c.out;
+  ExecResult r = Run({Path("b4"), "--steps", "2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const size_t arena = r.out.find("\n  arena ");
+  ASSERT_NE(arena, std::string::npos) << r.out;
+  EXPECT_NE(r.out.substr(arena, r.out.find('\n', arena + 1) - arena).find("(equal)"),
+            std::string::npos)
+      << r.out;
+  const size_t total = r.out.find("\n  total ");
+  ASSERT_NE(total, std::string::npos) << r.out;
+  std::istringstream line(r.out.substr(total + 1));
+  std::string word;
+  int64_t planned = 0, measured = 0;
+  line >> word >> planned >> measured;
+  EXPECT_GT(planned, 0);
+  EXPECT_EQ(planned, measured) << r.out;
 }
 
 // 2 accumulated steps + save + resume for 1 is the 3-step run: every saved file byte-identical
