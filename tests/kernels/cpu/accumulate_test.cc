@@ -45,8 +45,8 @@ void Accumulate(const std::vector<std::vector<float>>& partials, const std::vect
 
 TEST(AccumulateGradientKernelTest, MatchesTheReferenceOverSizes) {
   const std::vector<float> scales = {3.f / 17.f, 5.f / 17.f, 9.f / 17.f};  // n_k / N
-  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1} << 15, (int64_t{1} << 15) + 5,
-                    int64_t{100003}}) {
+  for (int64_t n :
+       {int64_t{1}, int64_t{7}, int64_t{1} << 15, (int64_t{1} << 15) + 5, int64_t{100003}}) {
     std::vector<std::vector<float>> partials;
     for (size_t k = 0; k < scales.size(); ++k) partials.push_back(Random(n, 10 * n + k));
     std::vector<float> grad(static_cast<size_t>(n), 12345.f);  // old bits: never read at k = 0
@@ -95,8 +95,9 @@ TEST(AccumulateGradientKernelTest, RefusesOtherTypes) {
   Tensor in(DType::kFloat64, {2}), out(DType::kFloat64, {2});
   const Tensor* ins[] = {&in};
   Tensor* outs[] = {&out};
-  EXPECT_EQ(RunCpuKernel(node, ins, outs, KernelContext{}).message(),
-            "AccumulateGradient node 'n': accumulates an f32 partial into an f32 gradient of its size");
+  EXPECT_EQ(
+      RunCpuKernel(node, ins, outs, KernelContext{}).message(),
+      "AccumulateGradient node 'n': accumulates an f32 partial into an f32 gradient of its size");
 }
 
 }  // namespace
