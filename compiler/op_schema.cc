@@ -11,6 +11,7 @@ const OpSchemaTable& OpSchemas() {
     RegisterShapeOpSchemas(t);
     RegisterMathSchemas(t);
     RegisterAttentionSchemas(t);
+    RegisterAccumulateSchemas(t);
     return t;
   }();
   return table;

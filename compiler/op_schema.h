@@ -102,5 +102,6 @@ void RegisterElementwiseSchemas(OpSchemaTable& table);
 void RegisterShapeOpSchemas(OpSchemaTable& table);
 void RegisterMathSchemas(OpSchemaTable& table);
 void RegisterAttentionSchemas(OpSchemaTable& table);
+void RegisterAccumulateSchemas(OpSchemaTable& table);
 
 }  // namespace foundry

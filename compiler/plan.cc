@@ -64,6 +64,7 @@ StatusOr<std::string> PlanToJson(const Plan& plan) {
   j["gradients"] = plan.gradients;
   j["dims"] = plan.dims;
   j["input_dims"] = plan.input_dims;
+  if (plan.grad_accumulation != 1) j["grad_accumulation"] = plan.grad_accumulation;
   j["memory"] = MemoryToJson(plan.memory);
   if (plan.eval_memory) j["eval_memory"] = MemoryToJson(*plan.eval_memory);
   try {
@@ -238,6 +239,13 @@ StatusOr<Plan> ParsePlan(std::string_view text, const std::string& path) {
     }
     if (j.contains("input_dims"))
       p.input_dims = j.at("input_dims").get<std::map<std::string, std::vector<std::string>>>();
+    if (j.contains("grad_accumulation")) {
+      StatusOr<int64_t> k = ReadInt(j.at("grad_accumulation"), "grad_accumulation", 1);
+      if (!k.ok())
+        return Error("'" + path + "' is a damaged foundry plan (" + k.status().message() + ")" +
+                     fix);
+      p.grad_accumulation = *k;
+    }
     Status memory = ReadMemorySection(j.at("memory"), p.memory);
     if (!memory.ok())
       return Error("'" + path + "' is a damaged foundry plan (" + memory.message() + ")" + fix);

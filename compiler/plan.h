@@ -38,6 +38,10 @@ struct Plan {
   // fixed axis): {"input_ids": ["batch", "seq"]}. Lets the runtime check `dims` against the
   // graph's input shapes. Optional in the file (plans written before it have none).
   std::map<std::string, std::vector<std::string>> input_dims;
+  // Microbatches per optimizer step (foundry-compile --grad-accum K): above 1, each gradient is
+  // written by a foundry::AccumulateGradient node (passes/grad_accumulate.h). Written as
+  // "grad_accumulation" only when above 1 (a plan without it is K = 1, byte for byte as before).
+  int64_t grad_accumulation = 1;
   // Written as "memory": {"schedule": [node, ...], "alias": {value: {"owner": o, "kind": "view" |
   // "in_place"}}, "layouts": {backend: {"arena_bytes", "lower_bound_bytes", "peak_step",
   // "offsets": {owner: offset}, "workspace": {node: [offset, bytes]}}}, "parameter_bytes",

@@ -74,6 +74,7 @@ Status RunPipeline(Compilation& c) {
   options.training = r.training;
   options.canonicalize.fuse_attention = r.fuse_attention;
   options.autocast.precision = r.precision;
+  options.grad_accumulation = r.grad_accumulation;
   if (c.result.selection)
     for (const auto& instance : c.result.selection->instances)
       options.remat.instances.push_back(instance.module);
@@ -83,7 +84,8 @@ Status RunPipeline(Compilation& c) {
   pipeline.dump = r.dump;
   if (c.result.selection || r.memory_budget)
     pipeline.after_pass = [&c](std::string_view pass, const Graph& g) {
-      if (pass == "autodiff") c.plain = g;
+      // With --grad-accum the search and the plain plan start after the accumulation nodes.
+      if (pass == "autodiff" || pass == "grad_accumulate") c.plain = g;
     };
   if (r.log && !r.log_header.empty()) *r.log << r.log_header << "\n";
   return RunPasses(c.result.graph, BuildPipeline(options), pipeline);
@@ -148,6 +150,7 @@ void DescribePlan(Compilation& c, Plan& plan) {
   for (size_t i = 0; i < graph.parameters.size(); ++i)
     plan.gradients[graph.parameters[i]] = graph.outputs[i + 1];
   plan.dims = c.request.dims;
+  plan.grad_accumulation = c.request.grad_accumulation;
   for (const auto& in : plan.inputs)
     if (c.files.input_dims.count(in)) plan.input_dims[in] = c.files.input_dims.at(in);
 }
@@ -201,6 +204,11 @@ Status CheckRequest(const CompileRequest& r) {
     return Error(
         "--memory-budget, --ckpt and --ckpt-config plan a training step; drop "
         "--forward-only");
+  if (r.grad_accumulation < 1)
+    return Error("--grad-accum " + std::to_string(r.grad_accumulation) +
+                 ": microbatches per optimizer step must be 1 or more");
+  if (!r.training && r.grad_accumulation > 1)
+    return Error("--grad-accum accumulates a training step's gradients; drop --forward-only");
   return Status::Ok();
 }
 

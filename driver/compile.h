@@ -82,6 +82,9 @@ struct CompileRequest {
   std::ostream* log = nullptr;                   // progress lines, `log_header` first
   std::string log_header;                        // written to `log` when the passes start
   std::function<void(const std::string&)> warn;  // one line each, without a prefix
+  // --grad-accum K: microbatches per optimizer step (passes/grad_accumulate.h); 1 = none, the
+  // plan exactly as without the option.
+  int64_t grad_accumulation = 1;
 };
 
 struct CompileResult {

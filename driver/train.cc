@@ -147,9 +147,13 @@ void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t) {
       << "  model      " << lp.plan.graph_file << " (from " << lp.plan.source_model << ")\n"
       << "  params     " << lp.plan.parameters.size() << " tensors, " << elements << " elements ("
       << Format("%.2f", elements * 4.0 / (1 << 20)) << " MiB)\n";
-  if (t.batch() > 0)
+  if (t.batch() > 0 && t.accumulation_steps() == 1)
     log << "  batch      " << t.batch() << " x " << t.seq() << " (" << t.batch() * t.seq()
         << " tokens/step)\n";
+  if (t.batch() > 0 && t.accumulation_steps() > 1)
+    log << "  batch      " << t.batch() << " x " << t.seq() << " per microbatch, "
+        << t.accumulation_steps() << " microbatches per step (gradient accumulation: "
+        << t.accumulation_steps() * t.batch() * t.seq() << " tokens/step)\n";
   log << "  data       " << t.DataDescription() << "\n"
       << "  optimizer  " << OptimizerName(o.kind) << "  lr " << o.lr;
   if (IsAdam(o.kind))
@@ -319,7 +323,7 @@ Status RunSteps(const RunRequest& r, Trainer& t, RunLog& log, RunResult& result,
     result.profile = CollectProfile(t, r.steps - first_profiled, phases);
     t.set_profile(false);
   }
-  const double tokens = static_cast<double>(t.batch() * t.seq() * r.steps);
+  const double tokens = static_cast<double>(t.accumulation_steps() * t.batch() * t.seq() * r.steps);
   result.ms_per_step = result.seconds / static_cast<double>(r.steps) * 1e3;
   result.tokens_per_s = result.seconds > 0 ? tokens / result.seconds : 0;
   if (r.log)
@@ -420,6 +424,7 @@ StatusOr<TrainerOptions> ResumedOptions(const std::string& dir, std::string& pla
   o.schedule = state.schedule;
   o.total_steps = state.total_steps;
   o.clip_norm = state.clip_norm;
+  o.accumulation_steps = state.accumulation_steps;
   return o;
 }
 

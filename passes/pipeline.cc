@@ -49,6 +49,9 @@ std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options) 
     passes.push_back(std::make_unique<AutocastPass>(options.autocast));
   if (options.training) {
     passes.push_back(std::make_unique<AutodiffPass>(options.autodiff));
+    if (options.grad_accumulation > 1)
+      passes.push_back(std::make_unique<GradAccumulatePass>(
+          GradAccumulatePass::Options{options.grad_accumulation}));
     if (!options.remat.instances.empty())
       passes.push_back(std::make_unique<RematPass>(options.remat));
     if (options.autocast.precision != Precision::kFp32)

@@ -1,6 +1,6 @@
 // Orders the passes: parameters (the trainable set; training only) -> fold (bind dims, infer,
-// fold) -> canonicalize -> autodiff -> remat (when instances are selected) -> schedule (training
-// only). The verifier runs after every pass
+// fold) -> canonicalize -> autodiff -> grad_accumulate (with --grad-accum K > 1) -> remat (when
+// instances are selected) -> schedule (training only). The verifier runs after every pass
 // that changed the graph; the IR can be dumped after a named pass.
 #pragma once
 
@@ -15,6 +15,7 @@
 #include "passes/autodiff.h"
 #include "passes/canonicalize.h"
 #include "passes/fold.h"
+#include "passes/grad_accumulate.h"
 #include "passes/parameters.h"
 #include "passes/pass.h"
 #include "passes/remat.h"
@@ -43,6 +44,9 @@ struct CompileOptions {
   AutodiffPass::Options autodiff;
   RematPass::Options remat;  // no instances: no remat pass
   bool training = true;      // false: forward graph only (fold + canonicalize)
+  // Microbatches per optimizer step (foundry-compile --grad-accum): above 1, the grad_accumulate
+  // pass runs right after autodiff.
+  int64_t grad_accumulation = 1;
 };
 
 std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options);

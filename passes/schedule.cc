@@ -21,9 +21,18 @@ struct DepGraph {
   std::vector<std::vector<int>> inputs;          // per node: distinct transient input values
   std::vector<std::vector<int>> unread_outputs;  // per node: outputs nothing reads
   std::vector<int64_t> bytes_out;                // per node: bytes of its outputs
+  // Per node: bytes of its outputs that only a foundry::AccumulateGradient reads (a microbatch's
+  // partial gradient, passes/grad_accumulate.h): the accumulator runs right after the node and
+  // frees them, so they do not count against choosing it.
+  std::vector<int64_t> accumulated_out;
+  std::vector<char> accumulator;  // per node: a foundry::AccumulateGradient
 
   explicit DepGraph(const Graph& g)
-      : inputs(g.nodes.size()), unread_outputs(g.nodes.size()), bytes_out(g.nodes.size(), 0) {
+      : inputs(g.nodes.size()),
+        unread_outputs(g.nodes.size()),
+        bytes_out(g.nodes.size(), 0),
+        accumulated_out(g.nodes.size(), 0),
+        accumulator(g.nodes.size(), 0) {
     std::unordered_map<std::string, int> id;
     const std::unordered_set<std::string> outputs(g.outputs.begin(), g.outputs.end());
     for (size_t i = 0; i < g.nodes.size(); ++i)
@@ -54,6 +63,14 @@ struct DepGraph {
             !kept[it->second])
           unread_outputs[i].push_back(it->second);
       }
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (n.domain != "foundry" || n.op_type != "AccumulateGradient" || inputs[i].size() != 1)
+        continue;
+      accumulator[i] = 1;
+      const int partial = inputs[i][0];
+      if (readers[partial] == 1) accumulated_out[producer[partial]] += bytes[partial];
+    }
   }
 };
 
@@ -149,7 +166,7 @@ StatusOr<std::vector<size_t>> GreedyOrder(const Graph& g, const DepGraph& d) {
       int64_t best_score = 0;
       for (size_t k = 0; k < ready.size(); ++k) {
         size_t c = ready[k];
-        int64_t score = -d.bytes_out[c];
+        int64_t score = d.accumulated_out[c] - d.bytes_out[c];
         for (int in : d.inputs[c])
           if (remaining[in] == 1) score += d.bytes[in];  // 0 for kept values
         if (k == 0 || score > best_score || (score == best_score && c < ready[best_k])) {
@@ -166,6 +183,20 @@ StatusOr<std::vector<size_t>> GreedyOrder(const Graph& g, const DepGraph& d) {
       for (size_t k = first_pulled; k < order.size(); ++k) {
         for (int in : d.inputs[order[k]]) --remaining[in];
         for (size_t dep : dependents[order[k]])
+          if (--waiting[dep] == 0 && !done[dep] && Rank(g.nodes[dep]) == rank) ready.push_back(dep);
+      }
+      // The accumulators of the partials just produced run next (accumulated_out).
+      for (size_t k = 0; k < ready.size();) {
+        const size_t a = ready[k];
+        if (!d.accumulator[a] || d.producer[d.inputs[a][0]] != c) {
+          ++k;
+          continue;
+        }
+        ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(k));
+        done[a] = 1;
+        order.push_back(a);
+        for (int in : d.inputs[a]) --remaining[in];
+        for (size_t dep : dependents[a])
           if (--waiting[dep] == 0 && !done[dep] && Rank(g.nodes[dep]) == rank) ready.push_back(dep);
       }
     }

@@ -45,6 +45,9 @@ StatusOr<std::map<std::string, Tensor>> Interpret(const Graph& graph,
 
   Backend& backend = options.backend ? *options.backend : GetCpuBackend();
   KernelContext ctx = options.ctx;
+  // Every value is allocated fresh: a gradient accumulator has nothing to add to, so it runs as
+  // a step's first microbatch (gradient = grad_scale * partial).
+  ctx.grad_accumulate = false;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const Node& node = graph.nodes[i];
     std::vector<const Tensor*> ins;

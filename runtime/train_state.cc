@@ -131,6 +131,12 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
       s.total_steps = *total;
     }
     if (j.contains("clip_norm")) s.clip_norm = j.at("clip_norm").get<double>();
+    if (j.contains("accumulation_steps")) {
+      StatusOr<int64_t> k =
+          ReadWhole<int64_t>(j.at("accumulation_steps"), "accumulation_steps", 1, INT64_MAX);
+      if (!k.ok()) return Error(damaged + k.status().message() + ")");
+      s.accumulation_steps = *k;
+    }
   } catch (const nlohmann::json::exception& e) {
     return Error("--resume " + dir + ": '" + path + "' is damaged (" + e.what() + ")");
   }

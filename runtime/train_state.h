@@ -29,6 +29,9 @@ struct TrainState {
   ScheduleOptions schedule;
   int64_t total_steps = 0;
   double clip_norm = 0;
+  // Microbatches per optimizer step ("accumulation_steps", written when above 1; saves without
+  // it ran one).
+  int64_t accumulation_steps = 1;
 };
 // Reads DIR/state.json and checks its values: the optimizer options (CheckOptimizerOptions),
 // 0 <= step < 2^63 - 1, data_position >= 0, the schedule (CheckScheduleOptions), total_steps >= 0,

@@ -79,7 +79,52 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
   ASSIGN_OR_RETURN(t->store_, ParameterStore::Create(*t->backend_, t->plan_.plan.parameters,
                                                      std::move(params), options.optimizer));
   RETURN_IF_ERROR(t->CreateExecutor(fed));
+  RETURN_IF_ERROR(t->ResolveAccumulation());
   return t;
+}
+
+uint64_t MicrobatchSeed(uint64_t seed, int64_t step, int64_t k) {
+  const uint64_t s = StepSeed(seed, step);
+  return k == 0 ? s : StepSeed(s, k);
+}
+
+// The run's microbatches per step against the plan's: a plan compiled without --grad-accum has
+// no accumulators and would overwrite its gradients with each microbatch.
+Status Trainer::ResolveAccumulation() {
+  const int64_t planned = plan_.plan.grad_accumulation;
+  const int64_t asked = options_.accumulation_steps == 0 ? planned : options_.accumulation_steps;
+  const std::string k = std::to_string(asked);
+  if (asked < 1)
+    return Error("gradient accumulation: " + k + " microbatches per step; give 1 or more");
+  if (asked > 1 && planned == 1)
+    return Error("gradient accumulation over " + k + " microbatches: '" + plan_.plan_path +
+                 "' was compiled without it; compile it with foundry-compile --grad-accum " + k);
+  if (asked != planned)
+    return Error("gradient accumulation over " + k + " microbatches: '" + plan_.plan_path +
+                 "' was compiled with --grad-accum " + std::to_string(planned) + "; run it with " +
+                 std::to_string(planned) + " or recompile it with --grad-accum " + k);
+  const UseDef use = BuildUseDef(plan_.graph);
+  for (const auto& name : plan_.plan.parameters) {
+    const std::string& grad = plan_.plan.gradients.at(name);
+    const int producer = use.Producer(grad);
+    const bool accumulated =
+        producer >= 0 && plan_.graph.nodes[static_cast<size_t>(producer)].domain == "foundry" &&
+        plan_.graph.nodes[static_cast<size_t>(producer)].op_type == "AccumulateGradient";
+    if (planned > 1 && !accumulated)
+      return Error("'" + plan_.plan_path + "' is a damaged foundry plan (it records " +
+                   "grad_accumulation " + k + " but no foundry::AccumulateGradient writes '" +
+                   grad + "'); recompile it with foundry-compile MODEL.onnx -o PREFIX");
+  }
+  accumulation_ = asked;
+  for (const Node& n : plan_.graph.nodes)
+    if (n.domain.empty() &&
+        (n.op_type == "SoftmaxCrossEntropyLoss" || n.op_type == "NegativeLogLikelihoodLoss")) {
+      if (n.HasAttr("ignore_index")) ignore_index_ = n.GetInt("ignore_index", -100);
+      break;
+    }
+  micro_windows_.assign(static_cast<size_t>(accumulation_), {});
+  micro_scales_.assign(static_cast<size_t>(accumulation_), 1.0f);
+  return Status::Ok();
 }
 
 void Trainer::RecordInputFiles() {
@@ -264,21 +309,59 @@ StatusOr<StepReport> Trainer::Step() {
   const auto start = Clock::now();
   const int64_t step = step_ + 1;
   const std::string prefix = "step " + std::to_string(step) + ": ";
-  RETURN_IF_ERROR(BuildBatch());
-  r.batch_seconds = since(start);
+  const int64_t K = accumulation_;
   InterpretOptions io;
   io.ctx.seed = StepSeed(options_.seed, step);
   io.ctx.training = true;
+  float loss = 0;  // sum_k s_k * loss_k, in f32 as Composer adds it
+  bool losses_finite = true;
+  if (K == 1) {
+    RETURN_IF_ERROR(BuildBatch());
+    r.batch_seconds = since(start);
+    auto t = Clock::now();
+    RETURN_IF_ERROR(executor_->Run(io.ctx).Prepend(prefix));
+    r.graph_seconds = since(t);
+  } else {
+    RETURN_IF_ERROR(PrepareMicrobatches(step));
+    r.batch_seconds = since(start);
+    for (int64_t k = 0; k < K; ++k) {
+      auto t = Clock::now();
+      RETURN_IF_ERROR(BuildMicrobatch(k));
+      r.batch_seconds += since(t);
+      io.ctx.seed = MicrobatchSeed(options_.seed, step, k);
+      io.ctx.grad_scale = micro_scales_[static_cast<size_t>(k)];
+      io.ctx.grad_accumulate = k > 0;
+      t = Clock::now();
+      RETURN_IF_ERROR(executor_->Run(io.ctx).Prepend(prefix));
+      r.graph_seconds += since(t);
+      if (k + 1 == K) break;  // the last microbatch's loss comes with the finite check
+      t = Clock::now();
+      StatusOr<StepCheck> part = backend_->CheckStep(output(plan_.plan.loss), {}, status_);
+      if (!part.ok()) return part.status().Prepend(prefix);
+      r.check_seconds += since(t);
+      losses_finite = losses_finite && part->finite;
+      loss += part->loss * io.ctx.grad_scale;
+    }
+  }
   auto t = Clock::now();
-  RETURN_IF_ERROR(executor_->Run(io.ctx).Prepend(prefix));
-  r.graph_seconds = since(t);
-  t = Clock::now();
   StatusOr<StepCheck> check = backend_->CheckStep(output(plan_.plan.loss), gradients_, status_);
   if (!check.ok()) return check.status().Prepend(prefix);
-  r.check_seconds = since(t);
-  if (!check->finite) {
+  r.check_seconds += since(t);
+  if (!check->finite || !losses_finite) {
     failed_ = true;
-    return NonFiniteError(step, io);
+    if (K == 1) return NonFiniteError(step, io);
+    // Each microbatch replayed on its own inputs: the first node that produced the value.
+    Status last = Status::Ok();
+    for (int64_t k = 0; k < K; ++k) {
+      RETURN_IF_ERROR(BuildMicrobatch(k));
+      io.ctx.seed = MicrobatchSeed(options_.seed, step, k);
+      io.ctx.grad_scale = micro_scales_[static_cast<size_t>(k)];
+      last = NonFiniteError(step, io);
+      if (last.message().find(" first produced by ") != std::string::npos)
+        return Error("step " + std::to_string(step) + ", microbatch " + std::to_string(k + 1) +
+                     " of " + std::to_string(K) + ": " + last.message().substr(prefix.size()));
+    }
+    return last;
   }
   // The norm, and clipping: before the dumps, so --dump-grads holds what the optimizer uses.
   if (options_.grad_norm || options_.clip_norm > 0) {
@@ -289,6 +372,7 @@ StatusOr<StepReport> Trainer::Step() {
     r.grad_norm = *norm;
     r.norm_seconds = since(t);
   }
+  loss = K == 1 ? check->loss : loss + check->loss * io.ctx.grad_scale;
   // Dumps: every target is checked before any is written.
   ASSIGN_OR_RETURN(std::vector<Dump> dumps, PrepareDumps());
   // From here on the parameters are being changed in place: any error ends the trainer.
@@ -301,14 +385,15 @@ StatusOr<StepReport> Trainer::Step() {
   RETURN_IF_ERROR(WriteDumps(dumps));
   failed_ = false;
   step_ = step;
-  data_position_ += data_.batch;
+  data_position_ += K * data_.batch;
   ++steps_this_run_;
 
   r.step = step;
-  r.loss = check->loss;
+  r.loss = loss;
+  r.microbatches = K;
   r.seconds = since(start);
   r.tokens_per_second =
-      r.seconds > 0 ? static_cast<double>(data_.batch * data_.seq) / r.seconds : 0;
+      r.seconds > 0 ? static_cast<double>(K * data_.batch * data_.seq) / r.seconds : 0;
   return r;
 }
 
@@ -320,6 +405,79 @@ Status Trainer::SetTotalSteps(int64_t total) {
   return Status::Ok();
 }
 
+// Every microbatch's token windows, read before the first runs (N needs them all), and its share
+// s_k = n_k / N of the step's loss tokens (Composer: microbatch_size / current_batch_size, a
+// Python float the f32 loss is multiplied by, so s_k is that quotient rounded to f32).
+Status Trainer::PrepareMicrobatches(int64_t step) {
+  const int64_t K = accumulation_;
+  std::vector<int64_t> counts(static_cast<size_t>(K), 1);
+  const bool labelled = !data_.labels_input.empty();
+  for (int64_t k = 0; k < K; ++k) {
+    if (data_.token_batches())
+      RETURN_IF_ERROR(ReadStepWindows(data_, options_.seed, data_position_ + k * data_.batch,
+                                      micro_windows_[static_cast<size_t>(k)]));
+    if (!labelled) continue;  // no labels to count: the microbatches weigh the same
+    if (k > 0 && !data_.labels_from_windows()) {
+      counts[static_cast<size_t>(k)] = counts[0];  // fed labels: the same every microbatch
+      continue;
+    }
+    RETURN_IF_ERROR(BuildMicrobatch(k));
+    ASSIGN_OR_RETURN(counts[static_cast<size_t>(k)], MicrobatchLossTokens());
+  }
+  int64_t total = 0;
+  for (int64_t n : counts) total += n;
+  if (total == 0)
+    return Error("step " + std::to_string(step) + ": every label of its " + std::to_string(K) +
+                 " microbatches is the loss's ignore_index " +
+                 std::to_string(ignore_index_.value_or(0)) +
+                 "; there are no tokens to average the loss over");
+  for (int64_t k = 0; k < K; ++k)
+    micro_scales_[static_cast<size_t>(k)] = static_cast<float>(
+        static_cast<double>(counts[static_cast<size_t>(k)]) / static_cast<double>(total));
+  return Status::Ok();
+}
+
+// Microbatch k's windows into the token (and labels) inputs; fed inputs stay as they are.
+Status Trainer::BuildMicrobatch(int64_t k) {
+  if (!data_.token_batches()) return Status::Ok();
+  Tensor* labels = data_.labels_from_windows() ? &staged_labels_ : nullptr;
+  WriteTokenBatch(micro_windows_[static_cast<size_t>(k)], data_.batch, data_.seq,
+                  plan_.plan.loss_in_model, staged_ids_, labels);
+  RETURN_IF_ERROR(backend_->CopyIn(staged_ids_, *executor_->input(data_.tokens_input)));
+  if (labels) RETURN_IF_ERROR(backend_->CopyIn(*labels, *executor_->input(data_.labels_input)));
+  return Status::Ok();
+}
+
+// The labels just written (their host side), or the fed ones (read back once from a device).
+StatusOr<int64_t> Trainer::MicrobatchLossTokens() {
+  Tensor labels;
+  if (data_.labels_from_windows()) {
+    labels = Tensor::View(staged_labels_.dtype(), staged_labels_.shape(), staged_labels_.raw());
+  } else {
+    ASSIGN_OR_RETURN(labels, backend_->ReadableOnHost(*executor_->value(data_.labels_input)));
+  }
+  auto n = CountLossTokens(labels, plan_.plan.loss_in_model, ignore_index_);
+  if (!n.ok()) return n.status().Prepend("labels '" + data_.labels_input + "': ");
+  return n;
+}
+
+StatusOr<int64_t> CountLossTokens(const Tensor& labels, bool shifted,
+                                  std::optional<int64_t> ignore_index) {
+  if (labels.dtype() != DType::kInt32 && labels.dtype() != DType::kInt64)
+    return Error("the labels are " + std::string(DTypeName(labels.dtype())) +
+                 "; loss tokens are counted in i64 or i32 labels");
+  const int64_t n = labels.numel();
+  const int64_t row = labels.shape().empty() ? 1 : labels.shape().back();
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (shifted && i % row == 0) continue;
+    const int64_t label =
+        labels.dtype() == DType::kInt32 ? labels.data<int32_t>()[i] : labels.data<int64_t>()[i];
+    if (!ignore_index || label != *ignore_index) ++count;
+  }
+  return count;
+}
+
 Status Trainer::CheckCanStep() const {
   if (failed_) return Error("an earlier step failed; the trainer cannot go on");
   if (options_.schedule.kind != ScheduleKind::kConstant && options_.schedule.t_max == 0 &&
@@ -328,7 +486,7 @@ Status Trainer::CheckCanStep() const {
                  " schedule needs the run's total steps (--max-steps)");
   if (step_ == INT64_MAX) return Error("step " + std::to_string(step_) + " is the last one");
   // Window indices (position + b) * (seq + 1) + t must fit int64 (SyntheticWindow, ReadWindow).
-  if (data_.batch > 0 && data_position_ > INT64_MAX / (data_.seq + 1) - data_.batch)
+  if (data_.batch > 0 && data_position_ > INT64_MAX / (data_.seq + 1) - accumulation_ * data_.batch)
     return Error("step " + std::to_string(step_ + 1) + ": the data position " +
                  std::to_string(data_position_) + " is past the last window foundry can address");
   return Status::Ok();

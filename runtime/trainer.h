@@ -37,6 +37,17 @@
 //     ApplyOptimizer: kernels/cpu/optimizer.h's AdamWUpdate and SgdUpdate, bit for bit), with the
 //     step's lr from the schedule (runtime/schedule.h).
 //
+// Gradient accumulation (a plan compiled with --grad-accum K, K > 1; passes/grad_accumulate.h):
+// a step is K microbatches, each the compiled batch; microbatch k reads the windows from
+// `position + k * batch` (a step consumes K * batch windows), draws its dropout from
+// MicrobatchSeed(seed, step, k), and its gradients add into the gradient storage scaled by
+// s_k = n_k / N, where n_k counts microbatch k's loss tokens (labels other than the loss's
+// ignore_index; labels[:, 1:] when the model shifts them itself, as llm-foundry's
+// get_num_tokens_in_batch counts them) and N = sum n_k: Composer's accumulate_train_batch_on_tokens
+// (llm-foundry's default), which multiplies each microbatch loss by n_k / N before its backward.
+// The step's loss is sum_k s_k * loss_k (in f32, as Composer's total). The finite check and the
+// optimizer update run once, after the last microbatch. A step with N = 0 is an error.
+//
 // Resume contract: N steps, Save, Resume, M steps is bitwise identical (losses and weights) to
 // N + M steps in one run. Everything a step reads is saved: parameters, optimizer slots, the step
 // count (bias correction, dropout seeds), the data position, the seeds.
@@ -100,6 +111,9 @@ struct TrainerOptions {
   // pass over the gradients: 0.03-0.08 ms of a 0.6-1.1 ms mpt_tiny step (4-7 %), so it is asked
   // for; clipping measures it anyway.
   bool grad_norm = false;
+  // Microbatches per optimizer step (see "Gradient accumulation" above): 0 = the plan's
+  // (foundry-compile --grad-accum); anything else must equal it.
+  int64_t accumulation_steps = 0;
 };
 
 struct StepReport {
@@ -114,7 +128,19 @@ struct StepReport {
   // The gradients' global 2-norm (f32) before clipping, when measured (grad_norm or clip_norm).
   std::optional<float> grad_norm;
   double norm_seconds = 0;  // measuring (and clipping) it
+  int64_t microbatches = 1;  // runs of the graph this step (the accumulation steps)
 };
+
+// The dropout seed of microbatch k (0-based) of step `step`: StepSeed(seed, step) for k = 0 (a
+// step without accumulation draws as before), StepSeed(StepSeed(seed, step), k) for the others.
+uint64_t MicrobatchSeed(uint64_t seed, int64_t step, int64_t k);
+
+// The loss tokens of a microbatch's labels (i64 or i32, the last axis the sequence): labels other
+// than `ignore_index` (every label when none), over labels[..., 1:] when `shifted` (the model
+// shifts them itself: llm-foundry's get_num_tokens_in_batch, B * (S - 1) minus the ignored ones),
+// over all of them otherwise (foundry's appended loss reads them as they are).
+StatusOr<int64_t> CountLossTokens(const Tensor& labels, bool shifted,
+                                  std::optional<int64_t> ignore_index);
 
 class Trainer {
  public:
@@ -169,6 +195,7 @@ class Trainer {
   int64_t total_steps() const { return total_steps_; }
 
   int64_t step() const { return step_; }
+  int64_t accumulation_steps() const { return accumulation_; }
   int64_t batch() const { return data_.batch; }
   int64_t seq() const { return data_.seq; }
   int64_t vocab() const { return data_.vocab; }
@@ -214,9 +241,14 @@ class Trainer {
   StatusOr<std::map<std::string, Tensor>> ReadFeeds();
   Status CheckBackendCanRun() const;
   Status CreateExecutor(std::map<std::string, Tensor>& fed);
+  Status ResolveAccumulation();
   // Step's steps, in order.
   Status CheckCanStep() const;
   Status BuildBatch();
+  // With accumulation: every microbatch's windows read, and the scales s_k = n_k / N.
+  Status PrepareMicrobatches(int64_t step);
+  Status BuildMicrobatch(int64_t k);
+  StatusOr<int64_t> MicrobatchLossTokens();
   Status NonFiniteError(int64_t step, const InterpretOptions& base) const;
   StatusOr<std::vector<Dump>> PrepareDumps() const;
   Status ApplyOptimizer(int64_t step);
@@ -250,6 +282,11 @@ class Trainer {
   bool failed_ = false;
   std::string resume_dir_;
   OutputSet* dump_outputs_ = nullptr;
+  // Gradient accumulation: microbatches per step, each one's windows and scale.
+  int64_t accumulation_ = 1;
+  std::vector<std::vector<int64_t>> micro_windows_;
+  std::vector<float> micro_scales_;
+  std::optional<int64_t> ignore_index_;  // the loss op's, when it has one
   // Every file the run reads: never overwritten by a dump or a save.
   std::vector<std::string> input_files_;
 };

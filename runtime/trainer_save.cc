@@ -175,6 +175,7 @@ Status Trainer::WriteSave(const std::string& tmp) const {
                    {"alpha_f", sc.alpha_f}};
   j["max_steps"] = options_.total_steps;  // as given: 0 = the last step of each run
   j["clip_norm"] = options_.clip_norm;
+  if (accumulation_ != 1) j["accumulation_steps"] = accumulation_;
   std::string json;
   try {
     json = j.dump(2) + "\n";
@@ -191,6 +192,11 @@ Status Trainer::Resume(const std::string& dir) {
     return Error("--resume " + dir + ": the saved run used --optimizer " +
                  std::string(OptimizerName(s.optimizer.kind)) + ", this one " +
                  std::string(OptimizerName(o.kind)));
+  if (s.accumulation_steps != accumulation_)
+    return Error("--resume " + dir + ": the saved run accumulated " +
+                 std::to_string(s.accumulation_steps) + " microbatches per step, this one " +
+                 std::to_string(accumulation_) + "; resume it with --grad-accum " +
+                 std::to_string(s.accumulation_steps) + " (and its plan)");
   ImportOptions io;
   io.load_weights = true;
   const std::string model = (fs::path(dir) / "model.onnx").string();
@@ -228,7 +234,7 @@ Status Trainer::Resume(const std::string& dir) {
     }
   }
   // Room for one more step's windows: (position + batch) * (seq + 1) must fit int64.
-  const int64_t batch = data_.batch, seq = data_.seq;
+  const int64_t batch = accumulation_ * data_.batch, seq = data_.seq;
   if (batch > 0 && s.data_position > INT64_MAX / (seq + 1) - batch)
     return Error("--resume " + dir + ": data position " + std::to_string(s.data_position) +
                  " is out of range for batches of " + std::to_string(batch) + " x " +

@@ -53,6 +53,7 @@ struct Options {
   std::string report_json, memory_timeline, threads_text;
   std::string precision = "fp32";
   bool precision_given = false;
+  std::string grad_accum_text = "1";
 
   // The files written after the plan, in the order they are written, each with the option
   // that names it in messages.
@@ -154,6 +155,12 @@ void AddGraphOptions(CLI::App& app, Options& o) {
                  "in bf16 with f32 master weights, gradients and optimizer state, as "
                  "llm-foundry's `precision: amp_bf16`; fp32: everything in f32")
       ->type_name("P")
+      ->capture_default_str();
+  app.add_option("--grad-accum", o.grad_accum_text,
+                 "microbatches per optimizer step (llm-foundry's global_train_batch_size / "
+                 "device_train_microbatch_size): each gradient adds up in its own storage "
+                 "across K runs of the compiled batch; the memory stays one microbatch's")
+      ->type_name("K")
       ->capture_default_str();
   app.add_option("--fold-limit", o.fold_limit_text,
                  "largest tensor constant folding may create, in bytes (bigger ones are "
@@ -333,6 +340,10 @@ std::optional<int> ParseRequest(Options& o, const std::optional<TrainConfig>& co
   auto precision = ParsePrecision(o.precision);
   if (!precision.ok()) return Fail("--precision: " + precision.status().message(), cli::kExitUsage);
   request.precision = *precision;
+  auto grad_accum = cli::ParseInteger<int64_t>("--grad-accum", o.grad_accum_text, 1, 1 << 20,
+                                               "a number of microbatches");
+  if (!grad_accum.ok()) return Fail(grad_accum.status().message(), cli::kExitUsage);
+  request.grad_accumulation = *grad_accum;
   request.model = o.model;
   request.dims = *dims;
   request.fold_limit_bytes = *fold_limit;

@@ -43,6 +43,7 @@ struct Options {
   std::string steps_text = "1", seed_text = "0", init_seed_text = "0", threads_text;
   std::string eval_data, eval_interval_text = "0", eval_batches_text = "-1";
   bool eval_only = false, eval_first = false;
+  std::string grad_accum_text;
   bool forward = false, tf32 = false, profile = false, print_schedule = false, grad_norm = false;
   OptimizerOptions opt;
   std::string scheduler = "constant", warmup_text = "0", decay_text = "0", max_steps_text = "0";
@@ -156,6 +157,10 @@ void AddDataOptions(CLI::App& app, Options& o) {
   app.add_option("--data-dtype", o.data_dtype, "token width in --data")
       ->check(CLI::IsMember({"uint16", "int32"}))
       ->capture_default_str();
+  app.add_option("--grad-accum", o.grad_accum_text,
+                 "microbatches per optimizer step; must be the plan's (foundry-compile "
+                 "--grad-accum), which is the default")
+      ->type_name("K");
   app.add_option("--seed", o.seed_text, "seed of dropout masks and synthetic tokens")
       ->type_name("N")
       ->capture_default_str();
@@ -395,6 +400,12 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
   if (now("--feed")) r.trainer.feeds = o.feeds;
   if (now("--data")) r.trainer.data_path = o.data;
   if (now("--data-dtype")) r.trainer.data_dtype = *ParseTokenDType(o.data_dtype);
+  if (Given(app, "--grad-accum")) {
+    auto k = cli::ParseInteger<int64_t>("--grad-accum", o.grad_accum_text, 1, 1 << 20,
+                                        "a number of microbatches");
+    if (!k.ok()) return Fail(k.status().message(), cli::kExitUsage);
+    r.trainer.accumulation_steps = *k;
+  }
   r.trainer.device = o.device;
   r.trainer.tf32 = o.tf32;
   r.trainer.dump_grads_dir = o.dump_grads;

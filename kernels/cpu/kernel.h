@@ -1,7 +1,9 @@
 // The CPU reference backend's op table: one function per (domain, op_type) that computes a node's
 // outputs from its inputs. Outputs arrive allocated, with the dtype and shape that shape inference
-// gave them; kernels write every element (`=`, never `+=` into a caller's buffer). Kernels are
-// deterministic: the same inputs give the same bits on every run.
+// gave them; kernels write every element (`=`, never `+=` into a caller's buffer; the one
+// exception, foundry::AccumulateGradient, adds into its output when ctx.grad_accumulate says so,
+// kernels/cpu/accumulate.cc). Kernels are deterministic: the same inputs give the same bits on
+// every run.
 //
 // bfloat16. Kernels are written for f32/f64 (and integers); a node with a bfloat16 operand runs
 // its f32 kernel on f32 copies of those operands ("staging"): each bfloat16 input is widened
@@ -40,6 +42,11 @@ struct KernelContext {
   // device backend's kernels read shape-like arguments (Reshape's shape, Slice's starts) here
   // instead of copying them back from the device. Empty when the caller has none.
   std::span<const Tensor* const> constant_inputs;
+  // Gradient accumulation (passes/grad_accumulate.h): foundry::AccumulateGradient writes
+  // out = grad_scale * partial when grad_accumulate is false (a step's first microbatch) and
+  // out = out + grad_scale * partial when it is true (the others). Every other kernel ignores them.
+  float grad_scale = 1.0f;
+  bool grad_accumulate = false;
 };
 
 using CpuKernelFn = Status (*)(const Node& node, std::span<const Tensor* const> inputs,
@@ -150,6 +157,7 @@ void RegisterElementwiseKernels(CpuKernelTable& table);
 void RegisterShapeOpKernels(CpuKernelTable& table);
 void RegisterMathKernels(CpuKernelTable& table);
 void RegisterAttentionKernels(CpuKernelTable& table);
+void RegisterAccumulateKernels(CpuKernelTable& table);
 // The workspace figures of the kernels that need scratch, one per family file.
 void RegisterMathWorkspaces(CpuWorkspaceTable& table);
 void RegisterShapeOpWorkspaces(CpuWorkspaceTable& table);

@@ -14,6 +14,7 @@ const CudaKernelTable& CudaKernels() {
     RegisterCudaShapeOpKernels(t);
     RegisterCudaMathKernels(t);
     RegisterCudaAttentionKernels(t);
+    RegisterCudaAccumulateKernels(t);
     return t;
   }();
   return table;

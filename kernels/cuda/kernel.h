@@ -81,6 +81,7 @@ void RegisterCudaElementwiseKernels(CudaKernelTable& table);
 void RegisterCudaShapeOpKernels(CudaKernelTable& table);
 void RegisterCudaMathKernels(CudaKernelTable& table);
 void RegisterCudaAttentionKernels(CudaKernelTable& table);
+void RegisterCudaAccumulateKernels(CudaKernelTable& table);
 void RegisterCudaMathWorkspaces(CudaWorkspaceTable& table);
 void RegisterCudaShapeOpWorkspaces(CudaWorkspaceTable& table);
 void RegisterCudaElementwiseWorkspaces(CudaWorkspaceTable& table);
