@@ -99,8 +99,10 @@ void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t) {
   if (t.batch() > 0)
     log << "  batch      " << t.batch() << " x " << t.seq() << " (" << t.batch() * t.seq()
         << " tokens/step)\n";
-  log << "  data       " << t.DataDescription() << "\n"
-      << "  optimizer  " << OptimizerName(o.kind) << "  lr " << o.lr;
+  log << "  data       " << t.DataDescription() << "\n";
+  if (const std::string labels = t.data_source().DescribeLabels(); !labels.empty())
+    log << "  labels     " << labels << "\n";
+  log << "  optimizer  " << OptimizerName(o.kind) << "  lr " << o.lr;
   if (o.kind == OptimizerKind::kAdamW)
     log << "  betas (" << o.beta1 << ", " << o.beta2 << ")  eps " << o.eps;
   else
@@ -239,6 +241,7 @@ StatusOr<TrainerOptions> ResumedOptions(const std::string& dir, std::string& pla
   o.feeds = state.feeds;
   o.data_path = state.data_path;
   o.data_dtype = state.data_dtype;
+  o.labels = state.labels;
   return o;
 }
 
@@ -251,6 +254,7 @@ StatusOr<RunResult> Train(const RunRequest& r) {
   if (!r.resume_dir.empty()) RETURN_IF_ERROR(t.Resume(r.resume_dir));
   OutputSet outputs;
   RETURN_IF_ERROR(CheckBeforeTheSteps(r, t, outputs));
+  if (const std::string w = t.data_source().LabelsWarning(); !w.empty() && r.warn) r.warn(w);
   if (r.log) PrintHeader(*r.log, r, t);
 
   // The step loop's high-water marks: from here.

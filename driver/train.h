@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -45,6 +46,9 @@ struct RunRequest {
   // CPU threads of the kernels and of OpenBLAS (kernels/cpu/parallel.h: SetAllCpuThreads); the
   // results do not depend on it.
   int threads = 1;
+  // Warnings about the run's settings (--labels against the plan's rule), one line each, without
+  // a prefix; before the header.
+  std::function<void(const std::string&)> warn;
 };
 
 // Planned against measured bytes of the step loop per class. Measured: the backend's high-water

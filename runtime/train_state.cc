@@ -109,6 +109,11 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
         ReadWhole<int64_t>(d.at("position"), "data position", INT64_MIN, INT64_MAX);
     if (!position.ok()) return Error(damaged + position.status().message() + ")");
     s.data_position = *position;
+    if (d.contains("labels")) {
+      auto labels = ParseLabelRule(d.at("labels").get<std::string>());
+      if (!labels.ok()) return labels.status().Prepend("--resume " + dir + ": ");
+      s.labels = *labels;
+    }
   } catch (const nlohmann::json::exception& e) {
     return Error("--resume " + dir + ": '" + path + "' is damaged (" + e.what() + ")");
   }

@@ -18,13 +18,14 @@
 //  - constants: the loaded graph's data (class constant).
 //
 // A step:
-//  1. The batch: --feed tensors (fixed for every step), else windows of a flat token file (--data),
-//     else synthetic tokens. Window k holds seq + 1 tokens; row b of step s reads window
-//     `position + b` (position = windows consumed so far, wrapping around the file).
+//  1. The batch: --feed tensors (fixed for every step), else windows of a token file (--data,
+//     runtime/data.h TokenFile), else synthetic tokens. Window k holds seq + 1 tokens; row b of
+//     step s reads window `position + b` (position = windows consumed so far, wrapping around the
+//     file). The labels, by TrainerOptions::labels (runtime/data.h LabelRule); kAuto by the plan:
 //       loss_in_model = true  (the model shifts labels itself, HF / llm-foundry):
-//                              input_ids = labels = window[0:seq]
+//                              input_ids = labels = window[0:seq]            ("same")
 //       loss_in_model = false (foundry appended an unshifted loss):
-//                              input_ids = window[0:seq], labels = window[1:seq+1]
+//                              input_ids = window[0:seq], labels = window[1:seq+1]  ("shifted")
 //  2. The executor runs the training graph -> loss and one gradient per parameter, bitwise equal
 //     to Interpret on the same bindings (tested on every fixture).
 //     Dropout draws from Philox keyed by StepSeed(seed, step), so a resumed run redraws the masks.
@@ -70,7 +71,7 @@ struct TrainerOptions {
   uint64_t init_seed = 0;          // parameters without data
   std::vector<std::string> feeds;  // NAME=FILE.pb
   std::string data_path;           // flat token file; "" = synthetic tokens (unless fed)
-  TokenDType data_dtype = TokenDType::kUint16;
+  TokenDType data_dtype = TokenDType::kAuto;  // kAuto: an llm.c header, else uint16
   // After the first Step() of this trainer: every gradient as DIR/<param>_grad.pb, every graph
   // output as DIR/<output>.pb.
   std::string dump_grads_dir;
@@ -80,6 +81,8 @@ struct TrainerOptions {
   // and slots that is brought up to date on demand (parameters(), Save).
   std::string device = "cpu";
   bool tf32 = false;  // cuda only: TF32 tensor cores in the matrix products
+  // How labels are formed from token windows (--labels); kAuto: the plan's rule (step 1 above).
+  LabelRule labels = LabelRule::kAuto;
 };
 
 struct StepReport {
@@ -163,6 +166,9 @@ class Trainer {
   StatusOr<Tensor> OutputOnHost(const std::string& name) const;
   // The backend the steps run on, and its memory figures.
   Backend& backend() const { return *backend_; }
+  // Where the batches come from: the token file's format, how labels are formed
+  // (DescribeLabels, LabelsWarning).
+  const DataSource& data_source() const { return data_; }
 
  private:
   // A tensor a step writes to a file once it has succeeded.

@@ -145,7 +145,8 @@ Status Trainer::WriteSave(const std::string& tmp) const {
   j["data"] = {{"feeds", feeds},
                {"path", data_path},
                {"dtype", std::string(TokenDTypeName(options_.data_dtype))},
-               {"position", data_position_}};
+               {"position", data_position_},
+               {"labels", std::string(LabelRuleName(options_.labels))}};
   std::string json;
   try {
     json = j.dump(2) + "\n";

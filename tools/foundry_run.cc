@@ -32,12 +32,13 @@ int Fail(const std::string& message, int code = cli::kExitError) {
 
 // The command line as parsed, before any check.
 struct Options {
-  std::string target, device = "cpu", optimizer = "adamw", data, data_dtype = "uint16";
+  std::string target, device = "cpu", optimizer = "adamw", data, data_dtype = "auto";
   std::string save_dir, resume_dir, dump_grads, dump_outputs, report_json;
   std::vector<std::string> feeds, dim_specs;
   std::string steps_text = "1", seed_text = "0", init_seed_text = "0", threads_text;
   bool forward = false, tf32 = false, profile = false;
   OptimizerOptions opt;
+  std::string labels = "auto";
   // After the checks: the integers.
   int64_t steps = 1;
   uint64_t seed = 0, init_seed = 0;
@@ -97,8 +98,14 @@ void AddDataOptions(CLI::App& app, Options& o) {
           ->type_name("NAME=FILE.pb"));
   app.add_option("--data", o.data, "flat token file: windows of seq+1 tokens, batch rows per step")
       ->type_name("FILE");
-  app.add_option("--data-dtype", o.data_dtype, "token width in --data")
-      ->check(CLI::IsMember({"uint16", "int32"}))
+  app.add_option("--data-dtype", o.data_dtype,
+                 "token width in --data; auto: llm.c's header if the file has one, else uint16")
+      ->check(CLI::IsMember({"auto", "uint16", "int32"}))
+      ->capture_default_str();
+  app.add_option("--labels", o.labels,
+                 "labels from token windows: shifted (window[1:seq+1]) or same (= input_ids); "
+                 "auto: same if the model has its own loss, else shifted")
+      ->check(CLI::IsMember({"auto", "shifted", "same"}))
       ->capture_default_str();
   app.add_option("--seed", o.seed_text, "seed of dropout masks and synthetic tokens")
       ->type_name("N")
@@ -231,6 +238,7 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
   if (now("--feed")) r.trainer.feeds = o.feeds;
   if (now("--data")) r.trainer.data_path = o.data;
   if (now("--data-dtype")) r.trainer.data_dtype = *ParseTokenDType(o.data_dtype);
+  if (now("--labels")) r.trainer.labels = *ParseLabelRule(o.labels);
   r.trainer.device = o.device;
   r.trainer.tf32 = o.tf32;
   r.trainer.dump_grads_dir = o.dump_grads;
@@ -245,6 +253,7 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
   r.threads = o.threads;
   r.profile = o.profile;
   r.log = &std::cout;
+  r.warn = [](const std::string& w) { std::cerr << kTool << ": warning: " << w << "\n"; };
   return std::nullopt;
 }
 
