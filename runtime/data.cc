@@ -187,9 +187,10 @@ Status TokenFile::CheckFirstTokens(int64_t count, int64_t vocab) const {
   if (vocab <= 0 || count <= 0) return Status::Ok();
   std::vector<int64_t> ids(static_cast<size_t>(count));
   Status st = Read(0, count, vocab, ids.data());
-  if (st.ok() || llmc_version_ != 0) return st;
-  // The same bytes read with the other width.
-  const TokenDType other = dtype_ == TokenDType::kUint16 ? TokenDType::kInt32 : TokenDType::kUint16;
+  // Only int32 can be the wrong guess here: an int32 id in [0, vocab) read as uint16 gives two
+  // halves in [0, vocab) too, so the int32 guard of Open is what catches that one.
+  if (st.ok() || llmc_version_ != 0 || dtype_ != TokenDType::kInt32) return st;
+  const TokenDType other = TokenDType::kUint16;
   const int64_t n = count * width() / WidthOf(other);
   std::vector<unsigned char> bytes;
   if (n == 0 || !ReadBytes(path_, 0, n * WidthOf(other), bytes, "").ok()) return st;

@@ -69,9 +69,10 @@ class TokenFile {
   Status ReadWindow(int64_t k, int64_t window, int64_t vocab, int64_t* out) const;
 
   // The first `count` tokens against `vocab`, before any step: the error of ReadWindow, and for a
-  // header-less file, when reading the same bytes with the other width puts every id in the
-  // vocabulary, "; read as int32 (--data-dtype int32) the first N tokens are all in the
-  // vocabulary".
+  // header-less int32 file, when reading the same bytes as uint16 puts every id in the
+  // vocabulary, "; read as uint16 (--data-dtype uint16) its first N tokens are all in the
+  // vocabulary". (The other way round cannot show: an int32 id in [0, vocab) read as uint16 gives
+  // two halves in [0, vocab); the int32 guard of Open is what catches that.)
   Status CheckFirstTokens(int64_t count, int64_t vocab) const;
 
  private:
