@@ -342,6 +342,10 @@ StatusOr<DataSource> ChooseDataSource(const Graph& g, const std::vector<std::str
   FindTokenInput(g, inputs, &s.tokens_input, &s.vocab);
   if (s.tokens_input.empty() && Has(inputs, "input_ids")) s.tokens_input = "input_ids";
   if (Has(inputs, "labels")) s.labels_input = "labels";
+  for (const Node& n : g.nodes)
+    if (n.domain.empty() && n.op_type == "Slice" && !n.inputs.empty() && !s.labels_input.empty() &&
+        n.inputs[0] == s.labels_input)
+      s.model_slices_labels = true;
   RETURN_IF_ERROR(CheckEveryInputHasData(s, inputs));
   if (!data_path.empty() && !s.token_batches())
     return Error("--data " + data_path + ": --feed " + s.tokens_input +
@@ -386,21 +390,27 @@ std::string DataSource::DescribeLabels() const {
     return d + "--labels " + std::string(LabelRuleName(label_rule)) +
            (loss_in_model ? " (the model has its own loss)" : " (foundry appended the loss)");
   if (!loss_in_model) return d + "foundry appended the loss, which does not shift them";
-  return d +
-         "the model's own loss shifts them (HF, llm-foundry style); a loss that takes shifted "
-         "targets (nanoGPT style) needs --labels shifted";
+  if (model_slices_labels)
+    return d + "the model's own loss shifts them (it slices 'labels', as HF and llm-foundry do)";
+  return d + "the model has its own loss, and nothing in it slices 'labels'";
 }
 
 std::string DataSource::LabelsWarning() const {
+  if (label_rule == LabelRule::kAuto && labels_from_windows() && loss_in_model &&
+      !model_slices_labels)
+    return "the model has its own loss but nothing in it slices 'labels' (HF and llm-foundry "
+           "models shift them with a Slice): if its loss takes already-shifted targets (nanoGPT "
+           "style), pass --labels shifted, or it learns to copy its input; --labels same keeps "
+           "labels = input_ids without this warning";
   if (label_rule == LabelRule::kAuto) return "";
   const std::string option = "--labels " + std::string(LabelRuleName(label_rule));
   if (!labels_from_windows())
     return option + " does nothing: the labels do not come from token windows (" +
            (labels_input.empty() ? "the plan has no labels input" : "--feed gives them") + ")";
-  if (label_rule == LabelRule::kShifted && loss_in_model)
+  if (label_rule == LabelRule::kShifted && loss_in_model && model_slices_labels)
     return option +
-           " overrides the plan's rule: the model has its own loss, and if that loss shifts the "
-           "labels itself (HF, llm-foundry) the model learns to predict the token two ahead";
+           " overrides the plan's rule: the model's own loss slices 'labels' (shifts them itself, "
+           "as HF and llm-foundry do), so shifted labels train it to predict the token two ahead";
   if (label_rule == LabelRule::kSame && !loss_in_model)
     return option +
            " overrides the plan's rule: foundry appended this model's loss, which does not shift "

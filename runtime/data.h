@@ -90,7 +90,8 @@ class TokenFile {
 // model with its own loss (plan loss_in_model: HF, llm-foundry) shifts the labels itself, so
 // labels = input_ids = window[0:seq] ("same"); foundry's appended loss does not shift, so labels =
 // window[1:seq+1] ("shifted"). A model whose own loss takes already-shifted targets (nanoGPT's
-// cross_entropy(logits, targets)) needs --labels shifted: foundry cannot tell it from the graph.
+// cross_entropy(logits, targets)) needs --labels shifted. foundry does not change the rule from
+// the graph, but warns when a model with its own loss slices no labels (DataSource::LabelsWarning).
 enum class LabelRule { kAuto, kShifted, kSame };
 std::string_view LabelRuleName(LabelRule r);  // "auto", "shifted", "same"
 StatusOr<LabelRule> ParseLabelRule(std::string_view name);
@@ -150,11 +151,17 @@ struct DataSource {
   LabelRule label_rule = LabelRule::kAuto;
   bool loss_in_model = true;
   bool shift_labels = false;
+  // Whether a Slice reads the labels input: how an HF or llm-foundry loss shifts its labels
+  // (labels[..., 1:]); a nanoGPT-style loss (cross_entropy on already-shifted targets) has none.
+  bool model_slices_labels = false;
   // How the labels are formed, for the run's first lines ("" when they do not come from the
-  // token windows), e.g. "labels = input_ids (the model has its own loss and shifts them
-  // itself)".
+  // token windows), e.g. "labels = input_ids (window[0:seq]): the model's own loss shifts them
+  // (it slices 'labels', as HF and llm-foundry do)".
   std::string DescribeLabels() const;
-  // A one-line warning when --labels contradicts the plan's rule, else "".
+  // A one-line warning, else "": --labels against the plan's rule (`shifted` on a model with its
+  // own loss only when that loss slices the labels: a nanoGPT-style model needs `shifted`), or,
+  // with the plan's rule, a model with its own loss that slices no labels (it may be nanoGPT
+  // style, and would learn to copy its input), or --labels when no labels come from windows.
   std::string LabelsWarning() const;
 };
 

@@ -1,8 +1,9 @@
 // How token batches form the labels (runtime/data.h LabelRule, TrainerOptions::labels), checked
 // on the input storage a step actually fed, on both kinds of model: mpt_tiny has its own loss
 // (llm-foundry's, which shifts the labels itself: plan loss_in_model), and a logits-only model to
-// which foundry appends its unshifted loss. The expected windows are cut from the token vector
-// here, not by WriteTokenBatch.
+// which foundry appends its unshifted loss; and on a nanoGPT-style model whose own loss takes
+// already-shifted targets (the plan's rule is wrong for it: a warning, and --labels shifted). The
+// expected windows are cut from the token vector here, not by WriteTokenBatch.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -46,8 +47,26 @@ constexpr const char* kLogitsOnly = R"(graph logits_only opset=17 {
 }
 )";
 
-LoadedPlan LogitsOnlyPlan() {
-  auto parsed = ParseGraph(kLogitsOnly);
+// nanoGPT's shape of model: its own loss, cross_entropy(logits, targets) on targets the data
+// loader has already shifted -- nothing slices `labels`.
+constexpr const char* kNanoGpt = R"(graph nanogpt opset=17 {
+  input input_ids : i64[2,4]
+  input labels : i64[2,4]
+  param emb : f32[8,3]
+  param "head.weight" : f32[3,8]
+  const rows_classes : i64[2] = [8, 8]
+  const rows : i64[1] = [8]
+  x = Gather(emb, input_ids) #"embed"
+  logits = MatMul(x, "head.weight") #"mm"
+  l2 = Reshape(logits, rows_classes) #"view_logits"
+  t1 = Reshape(labels, rows) #"view_targets"
+  loss = SoftmaxCrossEntropyLoss(l2, t1) #"cross_entropy"
+  output loss
+}
+)";
+
+LoadedPlan TextPlan(const char* text) {
+  auto parsed = ParseGraph(text);
   EXPECT_TRUE(parsed.ok()) << parsed.status().message();
   Graph g = std::move(parsed).value();
   Status st = RunPasses(g, BuildPipeline(CompileOptions{}), PipelineOptions{});
@@ -71,7 +90,7 @@ LoadedPlan LogitsOnlyPlan() {
 }
 
 struct Case {
-  bool mpt;  // mpt_tiny (own loss), else the logits-only model (appended loss)
+  const char* model;  // nullptr: mpt_tiny (own loss, slices labels); else a text graph
   LabelRule rule;
   bool shifted;  // what the labels must be
   std::string labels_line, warning;
@@ -81,33 +100,42 @@ TEST(LabelsTest, TheFedLabelsFollowTheRuleOnBothKindsOfModel) {
   const std::string kSame = "labels = input_ids (window[0:seq]): ";
   const std::string kShifted = "labels = window[1:seq+1] (input_ids shifted by one): ";
   const std::vector<Case> cases = {
-      {true, LabelRule::kAuto, false,
-       kSame +
-           "the model's own loss shifts them (HF, llm-foundry style); a loss that takes shifted "
-           "targets (nanoGPT style) needs --labels shifted",
+      {nullptr, LabelRule::kAuto, false,
+       kSame + "the model's own loss shifts them (it slices 'labels', as HF and llm-foundry do)",
        ""},
-      {true, LabelRule::kSame, false, kSame + "--labels same (the model has its own loss)", ""},
-      {true, LabelRule::kShifted, true, kShifted + "--labels shifted (the model has its own loss)",
-       "--labels shifted overrides the plan's rule: the model has its own loss, and if that loss "
-       "shifts the labels itself (HF, llm-foundry) the model learns to predict the token two "
-       "ahead"},
-      {false, LabelRule::kAuto, true,
+      {nullptr, LabelRule::kSame, false, kSame + "--labels same (the model has its own loss)", ""},
+      {nullptr, LabelRule::kShifted, true,
+       kShifted + "--labels shifted (the model has its own loss)",
+       "--labels shifted overrides the plan's rule: the model's own loss slices 'labels' (shifts "
+       "them itself, as HF and llm-foundry do), so shifted labels train it to predict the token "
+       "two ahead"},
+      {kLogitsOnly, LabelRule::kAuto, true,
        kShifted + "foundry appended the loss, which does not shift them", ""},
-      {false, LabelRule::kShifted, true, kShifted + "--labels shifted (foundry appended the loss)",
-       ""},
-      {false, LabelRule::kSame, false, kSame + "--labels same (foundry appended the loss)",
+      {kLogitsOnly, LabelRule::kShifted, true,
+       kShifted + "--labels shifted (foundry appended the loss)", ""},
+      {kLogitsOnly, LabelRule::kSame, false, kSame + "--labels same (foundry appended the loss)",
        "--labels same overrides the plan's rule: foundry appended this model's loss, which does "
        "not shift the labels, so labels = input_ids train it to copy its input"},
+      // The plan's rule (own loss: same) is wrong for nanoGPT's model, and foundry says so.
+      {kNanoGpt, LabelRule::kAuto, false,
+       kSame + "the model has its own loss, and nothing in it slices 'labels'",
+       "the model has its own loss but nothing in it slices 'labels' (HF and llm-foundry models "
+       "shift them with a Slice): if its loss takes already-shifted targets (nanoGPT style), "
+       "pass --labels shifted, or it learns to copy its input; --labels same keeps labels = "
+       "input_ids without this warning"},
+      {kNanoGpt, LabelRule::kShifted, true,
+       kShifted + "--labels shifted (the model has its own loss)", ""},
+      {kNanoGpt, LabelRule::kSame, false, kSame + "--labels same (the model has its own loss)", ""},
   };
   TempDir dir;
   std::vector<int64_t> tokens;
   for (int i = 0; i < 200; ++i) tokens.push_back((i * 37 + 11) % 8);  // in both vocabularies
   WriteTokens(dir / "tokens.bin", tokens, TokenDType::kUint16);
   for (const Case& c : cases) {
-    SCOPED_TRACE(std::string(c.mpt ? "mpt_tiny" : "logits-only") + " --labels " +
+    SCOPED_TRACE(std::string(c.model ? c.model : "mpt_tiny").substr(0, 20) + " --labels " +
                  std::string(LabelRuleName(c.rule)));
-    LoadedPlan lp = c.mpt ? MptPlan() : LogitsOnlyPlan();
-    EXPECT_EQ(lp.plan.loss_in_model, c.mpt);
+    LoadedPlan lp = c.model ? TextPlan(c.model) : MptPlan();
+    EXPECT_EQ(lp.plan.loss_in_model, c.model != kLogitsOnly);
     TrainerOptions o;
     o.data_path = dir / "tokens.bin";
     o.labels = c.rule;

@@ -156,9 +156,8 @@ class TokenFormatsTest : public BadTokensTest {
 };
 
 const std::string kOwnLoss =
-    "  labels     labels = input_ids (window[0:seq]): the model's own loss shifts them (HF, "
-    "llm-foundry style); a loss that takes shifted targets (nanoGPT style) needs --labels "
-    "shifted\n";
+    "  labels     labels = input_ids (window[0:seq]): the model's own loss shifts them (it slices "
+    "'labels', as HF and llm-foundry do)\n";
 
 TEST_F(TokenFormatsTest, TheThreeFormatsTrainAlike) {
   ExecResult llmc = Train({"--data", Path("llmc.bin")}, "llmc.json");
@@ -224,9 +223,9 @@ TEST_F(TokenFormatsTest, LabelsOverrideWarnsAndResumeKeepsIt) {
   ExecResult r = Train({"--data", Path("llmc.bin"), "--labels", "shifted", "--save", Path("run")},
                        "shifted.json");
   const std::string warning =
-      "foundry-run: warning: --labels shifted overrides the plan's rule: the model has its own "
-      "loss, and if that loss shifts the labels itself (HF, llm-foundry) the model learns to "
-      "predict the token two ahead\n";
+      "foundry-run: warning: --labels shifted overrides the plan's rule: the model's own loss "
+      "slices 'labels' (shifts them itself, as HF and llm-foundry do), so shifted labels train it "
+      "to predict the token two ahead\n";
   const std::string line =
       "  labels     labels = window[1:seq+1] (input_ids shifted by one): --labels shifted (the "
       "model has its own loss)\n";
