@@ -22,7 +22,8 @@ struct TrainState {
   std::string data_path;  // "" = synthetic (or fully fed)
   TokenDType data_dtype = TokenDType::kUint16;
   int64_t data_position = 0;  // windows consumed
-  LabelRule labels = LabelRule::kAuto;  // --labels ("labels" in "data"; absent in older saves)
+  // --labels ("labels" in "data"; absent in saves from before it: kAuto).
+  LabelRule labels = LabelRule::kAuto;
 };
 // Reads DIR/state.json and checks its values: the optimizer options (CheckOptimizerOptions),
 // 0 <= step < 2^63 - 1, data_position >= 0.

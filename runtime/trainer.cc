@@ -58,9 +58,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
   ASSIGN_OR_RETURN(TensorMap fed, t->ReadFeeds());
   std::set<std::string> fed_names;
   for (const auto& [name, tensor] : fed) fed_names.insert(name);
-  ASSIGN_OR_RETURN(t->data_, ChooseDataSource(t->plan_.graph, t->plan_.plan.inputs, fed_names,
-                                              options.data_path, options.data_dtype,
-                                              t->plan_.plan.loss_in_model, options.labels));
+  ASSIGN_OR_RETURN(
+      t->data_, ChooseDataSource(t->plan_.graph, t->plan_.plan.inputs, fed_names, options.data_path,
+                                 options.data_dtype, t->plan_.plan.loss_in_model, options.labels));
   // A fed token input gets --data's token check: Gather would read -1 as the last row. (The
   // last --feed of a name is the one fed.)
   for (auto spec = options.feeds.rbegin(); spec != options.feeds.rend(); ++spec)

@@ -70,8 +70,9 @@ struct TrainerOptions {
   uint64_t seed = 0;               // dropout masks and synthetic tokens
   uint64_t init_seed = 0;          // parameters without data
   std::vector<std::string> feeds;  // NAME=FILE.pb
-  std::string data_path;           // flat token file; "" = synthetic tokens (unless fed)
-  TokenDType data_dtype = TokenDType::kAuto;  // kAuto: an llm.c header, else uint16
+  std::string data_path;           // token file; "" = synthetic tokens (unless fed)
+  // kAuto: an llm.c header if the file has one, else uint16 (runtime/data.h TokenFile).
+  TokenDType data_dtype = TokenDType::kAuto;
   // After the first Step() of this trainer: every gradient as DIR/<param>_grad.pb, every graph
   // output as DIR/<output>.pb.
   std::string dump_grads_dir;

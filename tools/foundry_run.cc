@@ -96,7 +96,9 @@ void AddDataOptions(CLI::App& app, Options& o) {
   cli::OneValueEach(
       app.add_option("--feed", o.feeds, "an input from an ONNX TensorProto file (repeatable)")
           ->type_name("NAME=FILE.pb"));
-  app.add_option("--data", o.data, "flat token file: windows of seq+1 tokens, batch rows per step")
+  app.add_option("--data", o.data,
+                 "token file (llm.c .bin, or raw uint16/int32): windows of seq+1 tokens, batch "
+                 "rows per step")
       ->type_name("FILE");
   app.add_option("--data-dtype", o.data_dtype,
                  "token width in --data; auto: llm.c's header if the file has one, else uint16")
