@@ -154,8 +154,10 @@ void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t) {
     log << "  batch      " << t.batch() << " x " << t.seq() << " per microbatch, "
         << t.accumulation_steps() << " microbatches per step (gradient accumulation: "
         << t.accumulation_steps() * t.batch() * t.seq() << " tokens/step)\n";
-  log << "  data       " << t.DataDescription() << "\n"
-      << "  optimizer  " << OptimizerName(o.kind) << "  lr " << o.lr;
+  log << "  data       " << t.DataDescription() << "\n";
+  if (const std::string labels = t.data_source().DescribeLabels(); !labels.empty())
+    log << "  labels     " << labels << "\n";
+  log << "  optimizer  " << OptimizerName(o.kind) << "  lr " << o.lr;
   if (IsAdam(o.kind))
     log << "  betas (" << o.beta1 << ", " << o.beta2 << ")  eps " << o.eps;
   else
@@ -425,6 +427,7 @@ StatusOr<TrainerOptions> ResumedOptions(const std::string& dir, std::string& pla
   o.total_steps = state.total_steps;
   o.clip_norm = state.clip_norm;
   o.accumulation_steps = state.accumulation_steps;
+  o.labels = state.labels;
   return o;
 }
 
@@ -454,6 +457,7 @@ StatusOr<RunResult> Train(const RunRequest& r) {
               r.log_interval > 0 ? r.log_interval : DefaultLogInterval(r.steps), t.step(),
               t.step() + r.steps, nullptr});
   if (!r.metrics.empty()) RETURN_IF_ERROR(log.OpenMetrics(r.metrics, !r.resume_dir.empty()));
+  if (const std::string w = t.data_source().LabelsWarning(); !w.empty() && r.warn) r.warn(w);
   if (r.log) PrintHeader(*r.log, r, t);
   if (r.log && eval)
     *r.log << "  eval       " << eval->Describe() << ", "

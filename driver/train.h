@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -71,6 +72,9 @@ struct RunRequest {
   int64_t save_interval = 0;  // 0: none
   std::string save_folder;
   int64_t save_keep = 0;
+  // Warnings about the run's settings (--labels against the plan's rule), one line each, without
+  // a prefix; before the header.
+  std::function<void(const std::string&)> warn;
 };
 
 // Planned against measured bytes of the step loop per class. Measured: the backend's high-water

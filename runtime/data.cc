@@ -22,30 +22,156 @@ namespace fs = std::filesystem;
 }  // namespace
 
 std::string_view TokenDTypeName(TokenDType t) {
-  return t == TokenDType::kUint16 ? "uint16" : "int32";
+  switch (t) {
+    case TokenDType::kUint16:
+      return "uint16";
+    case TokenDType::kInt32:
+      return "int32";
+    case TokenDType::kAuto:
+      return "auto";
+    case TokenDType::kUint32:
+      return "uint32";
+  }
+  return "?";
 }
 
 StatusOr<TokenDType> ParseTokenDType(std::string_view name) {
+  if (name == "auto") return TokenDType::kAuto;
   if (name == "uint16") return TokenDType::kUint16;
   if (name == "int32") return TokenDType::kInt32;
-  return Error("--data-dtype " + std::string(name) + ": choose uint16 or int32");
+  return Error("--data-dtype " + std::string(name) + ": choose auto, uint16 or int32");
 }
+
+namespace {
+
+int64_t WidthOf(TokenDType t) { return t == TokenDType::kUint16 ? 2 : 4; }
+
+uint32_t LoadU32(const unsigned char* b) {
+  return static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8) |
+         (static_cast<uint32_t>(b[2]) << 16) | (static_cast<uint32_t>(b[3]) << 24);
+}
+
+uint32_t LoadU16(const unsigned char* b) {
+  return static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8);
+}
+
+// One little-endian token id of type `t` (kUint16, kInt32 or kUint32).
+int64_t Decode(const unsigned char* b, TokenDType t) {
+  if (t == TokenDType::kUint16) return static_cast<int64_t>(LoadU16(b));
+  if (t == TokenDType::kUint32) return static_cast<int64_t>(LoadU32(b));
+  return static_cast<int64_t>(static_cast<int32_t>(LoadU32(b)));
+}
+
+// `n` bytes of `path` from byte `offset`.
+Status ReadBytes(const std::string& path, int64_t offset, int64_t n,
+                 std::vector<unsigned char>& bytes, const std::string& failed) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error("--data " + path + ": cannot open it: " + std::strerror(errno));
+  bytes.resize(static_cast<size_t>(n));
+  in.seekg(offset);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(n));
+  if (!in) return Error("--data " + path + ": " + failed);
+  return Status::Ok();
+}
+
+// The int32 guard of data.h (kInt32SniffBytes, kInt32SniffMinPairs) on the first bytes `head`
+// of a header-less file of `size` bytes about to be read as uint16 by default.
+Status CheckNotInt32(const std::vector<unsigned char>& head, int64_t size,
+                     const std::string& where) {
+  if (size % 4 != 0) return Status::Ok();
+  const int64_t pairs = static_cast<int64_t>(head.size()) / 4;
+  if (pairs < kInt32SniffMinPairs) return Status::Ok();
+  bool low_above_3 = false;
+  for (int64_t i = 0; i < pairs; ++i) {
+    if (LoadU16(&head[static_cast<size_t>(4 * i + 2)]) > 3) return Status::Ok();
+    if (LoadU16(&head[static_cast<size_t>(4 * i)]) > 3) low_above_3 = true;
+  }
+  if (!low_above_3) return Status::Ok();
+  return Error(where + "looks like int32 tokens, not uint16: in its first " +
+               std::to_string(pairs * 4) +
+               " bytes every second uint16 is 0..3, the high half of an int32 id below 262144; "
+               "pass --data-dtype int32 (or --data-dtype uint16 if it is uint16)");
+}
+
+}  // namespace
 
 StatusOr<TokenFile> TokenFile::Open(const std::string& path, TokenDType dtype) {
   std::error_code ec;
-  auto size = fs::file_size(path, ec);
+  auto file_size = fs::file_size(path, ec);
   if (ec) return Error("--data " + path + ": cannot open it: " + ec.message());
-  const int64_t width = dtype == TokenDType::kUint16 ? 2 : 4;
-  if (size % width != 0)
-    return Error("--data " + path + ": " + std::to_string(size) +
-                 " bytes is not a whole number "
-                 "of " +
-                 std::string(TokenDTypeName(dtype)) + " tokens; is --data-dtype right?");
+  const int64_t size = static_cast<int64_t>(file_size);
+  const std::string where = "--data " + path + ": ";
+  // The first bytes: an llm.c header, or the int32 guard's sample.
+  std::vector<unsigned char> head;
+  RETURN_IF_ERROR(ReadBytes(path, 0, std::min<int64_t>(size, kInt32SniffBytes), head,
+                            "cannot read its first bytes"));
   TokenFile f;
   f.path_ = path;
-  f.dtype_ = dtype;
-  f.num_tokens_ = static_cast<int64_t>(size) / width;
+  const int32_t magic = size >= 4 ? static_cast<int32_t>(LoadU32(head.data())) : 0;
+  if (magic == kLlmcMagicEval)
+    return Error(where +
+                 "is llm.c's eval file (magic 20240522: multiple-choice examples), not a token "
+                 "file; pass a token .bin (magic 20240520)");
+  if (magic == kLlmcMagicGpt2 || magic == kLlmcMagicLlama3) {
+    const std::string m = std::to_string(magic);
+    if (size < kLlmcHeaderBytes)
+      return Error(where + "starts with llm.c's magic " + m + " but is " + std::to_string(size) +
+                   " bytes, shorter than its 1024-byte header (was the file truncated?)");
+    const int32_t version = static_cast<int32_t>(LoadU32(&head[4]));
+    const int32_t count = static_cast<int32_t>(LoadU32(&head[8]));
+    const std::string mv = "magic " + m + ", version " + std::to_string(version);
+    if (magic == kLlmcMagicGpt2 && version == 1)
+      f.dtype_ = TokenDType::kUint16;
+    else if (magic == kLlmcMagicLlama3 && version == 7)
+      f.dtype_ = TokenDType::kUint32;
+    else
+      return Error(where + "has an llm.c header with " + mv +
+                   ", which foundry does not read (it reads magic 20240520 version 1: uint16 "
+                   "tokens, and magic 20240801 version 7: uint32 tokens)");
+    const std::string dt(TokenDTypeName(f.dtype_));
+    const int64_t want = kLlmcHeaderBytes + static_cast<int64_t>(count) * f.width();
+    if (count < 0 || want != size)
+      return Error(where + "its llm.c header (" + mv + ") counts " + std::to_string(count) + " " +
+                   dt + " tokens, 1024 + " + std::to_string(count) + " * " +
+                   std::to_string(f.width()) + " = " + std::to_string(want) +
+                   " bytes, but the file is " + std::to_string(size) +
+                   " bytes (truncated, or not written by llm.c's write_datafile?)");
+    if (dtype != TokenDType::kAuto && WidthOf(dtype) != f.width())
+      return Error(where + "has an llm.c header (" + mv + ": " + dt + " tokens) but --data-dtype " +
+                   std::string(TokenDTypeName(dtype)) +
+                   " was given; drop --data-dtype (auto reads the header)");
+    f.num_tokens_ = count;
+    f.llmc_version_ = version;
+    f.header_bytes_ = kLlmcHeaderBytes;
+    return f;
+  }
+  f.dtype_ = dtype == TokenDType::kAuto ? TokenDType::kUint16 : dtype;
+  if (size % f.width() != 0)
+    return Error(where + std::to_string(size) + " bytes is not a whole number of " +
+                 std::string(TokenDTypeName(f.dtype_)) + " tokens; is --data-dtype right?");
+  if (dtype == TokenDType::kAuto) RETURN_IF_ERROR(CheckNotInt32(head, size, where));
+  f.num_tokens_ = size / f.width();
   return f;
+}
+
+std::string TokenFile::DescribeFormat() const {
+  std::string d = llmc_version_ ? "llm.c v" + std::to_string(llmc_version_) + " header, "
+                                : std::string("no header, ");
+  return d + std::string(TokenDTypeName(dtype_)) + ", " + std::to_string(num_tokens_) + " tokens";
+}
+
+Status TokenFile::Read(int64_t start, int64_t count, int64_t vocab, int64_t* out) const {
+  std::vector<unsigned char> bytes;
+  RETURN_IF_ERROR(
+      ReadBytes(path_, header_bytes_ + start * width(), count * width(), bytes,
+                "read failed at token " + std::to_string(start) + " (was the file truncated?)"));
+  for (int64_t t = 0; t < count; ++t) {
+    const int64_t id = Decode(&bytes[static_cast<size_t>(t * width())], dtype_);
+    if (vocab > 0 && (id < 0 || id >= vocab))
+      return Error(TokenOutsideVocabulary("--data " + path_, id, start + t, "", vocab));
+    out[t] = id;
+  }
+  return Status::Ok();
 }
 
 Status TokenFile::ReadWindow(int64_t k, int64_t window, int64_t vocab, int64_t* out) const {
@@ -54,29 +180,27 @@ Status TokenFile::ReadWindow(int64_t k, int64_t window, int64_t vocab, int64_t* 
     return Error("--data " + path_ + ": " + std::to_string(num_tokens_) +
                  " tokens is shorter than one window of seq + 1 = " + std::to_string(window) +
                  " tokens");
-  const int64_t start = (k % windows) * window;
-  const int64_t width = dtype_ == TokenDType::kUint16 ? 2 : 4;
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) return Error("--data " + path_ + ": cannot open it: " + std::strerror(errno));
-  std::vector<unsigned char> bytes(static_cast<size_t>(window * width));
-  in.seekg(start * width);
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!in)
-    return Error("--data " + path_ + ": read failed at token " + std::to_string(start) +
-                 " (was the file truncated?)");
-  for (int64_t t = 0; t < window; ++t) {
-    const unsigned char* b = &bytes[static_cast<size_t>(t * width)];
-    int64_t id =
-        dtype_ == TokenDType::kUint16
-            ? static_cast<int64_t>(b[0] | (b[1] << 8))
-            : static_cast<int64_t>(static_cast<int32_t>(
-                  static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8) |
-                  (static_cast<uint32_t>(b[2]) << 16) | (static_cast<uint32_t>(b[3]) << 24)));
-    if (vocab > 0 && (id < 0 || id >= vocab))
-      return Error(TokenOutsideVocabulary("--data " + path_, id, start + t, "", vocab));
-    out[t] = id;
+  return Read((k % windows) * window, window, vocab, out);
+}
+
+Status TokenFile::CheckFirstTokens(int64_t count, int64_t vocab) const {
+  if (vocab <= 0 || count <= 0) return Status::Ok();
+  std::vector<int64_t> ids(static_cast<size_t>(count));
+  Status st = Read(0, count, vocab, ids.data());
+  // Only int32 can be the wrong guess here: an int32 id in [0, vocab) read as uint16 gives two
+  // halves in [0, vocab) too, so the int32 guard of Open is what catches that one.
+  if (st.ok() || llmc_version_ != 0 || dtype_ != TokenDType::kInt32) return st;
+  const TokenDType other = TokenDType::kUint16;
+  const int64_t n = count * width() / WidthOf(other);
+  std::vector<unsigned char> bytes;
+  if (n == 0 || !ReadBytes(path_, 0, n * WidthOf(other), bytes, "").ok()) return st;
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t id = Decode(&bytes[static_cast<size_t>(t * WidthOf(other))], other);
+    if (id < 0 || id >= vocab) return st;
   }
-  return Status::Ok();
+  const std::string o(TokenDTypeName(other));
+  return Error(st.message() + "; read as " + o + " (--data-dtype " + o + ") its first " +
+               std::to_string(n) + " tokens are all in the vocabulary");
 }
 
 std::string TokenOutsideVocabulary(const std::string& where, int64_t id, int64_t position,
@@ -105,21 +229,20 @@ void Put(Tensor& t, int64_t i, int64_t value) {
 
 }  // namespace
 
-void WriteTokenBatch(const std::vector<int64_t>& windows, int64_t batch, int64_t seq,
-                     bool loss_in_model, Tensor& ids, Tensor* labels) {
-  const int64_t shift = loss_in_model ? 0 : 1;
+void WriteTokenBatch(const std::vector<int64_t>& windows, int64_t batch, int64_t seq, bool shift,
+                     Tensor& ids, Tensor* labels) {
+  const int64_t by = shift ? 1 : 0;
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < seq; ++t) {
       Put(ids, b * seq + t, windows[static_cast<size_t>(b * (seq + 1) + t)]);
-      if (labels)
-        Put(*labels, b * seq + t, windows[static_cast<size_t>(b * (seq + 1) + t + shift)]);
+      if (labels) Put(*labels, b * seq + t, windows[static_cast<size_t>(b * (seq + 1) + t + by)]);
     }
 }
 
 TokenBatch MakeTokenBatch(const std::vector<int64_t>& windows, int64_t batch, int64_t seq,
-                          bool loss_in_model, DType ids_dtype, DType labels_dtype) {
+                          bool shift, DType ids_dtype, DType labels_dtype) {
   TokenBatch tb{Tensor(ids_dtype, {batch, seq}), Tensor(labels_dtype, {batch, seq})};
-  WriteTokenBatch(windows, batch, seq, loss_in_model, tb.input_ids, &tb.labels);
+  WriteTokenBatch(windows, batch, seq, shift, tb.input_ids, &tb.labels);
   return tb;
 }
 
@@ -197,6 +320,10 @@ Status ChooseTokenBatches(const Graph& g, const std::string& data_path, TokenDTy
     return Error("--data " + data_path + ": " + std::to_string(f.num_tokens()) +
                  " tokens is shorter than one window of seq + 1 = " + std::to_string(s.seq + 1) +
                  " tokens");
+  // Before any step: the first whole windows (up to 1 MiB of tokens) against the vocabulary, so
+  // that a wrong width is refused at once, with the width that would fit.
+  const int64_t whole = f.num_tokens() / (s.seq + 1) * (s.seq + 1);
+  RETURN_IF_ERROR(f.CheckFirstTokens(std::min(whole, kInt32SniffBytes / f.width()), s.vocab));
   s.file = std::move(f);
   return Status::Ok();
 }
@@ -205,12 +332,20 @@ Status ChooseTokenBatches(const Graph& g, const std::string& data_path, TokenDTy
 
 StatusOr<DataSource> ChooseDataSource(const Graph& g, const std::vector<std::string>& inputs,
                                       const std::set<std::string>& fed,
-                                      const std::string& data_path, TokenDType data_dtype) {
+                                      const std::string& data_path, TokenDType data_dtype,
+                                      bool loss_in_model, LabelRule labels) {
   DataSource s;
   s.fed = fed;
+  s.label_rule = labels;
+  s.loss_in_model = loss_in_model;
+  s.shift_labels = labels == LabelRule::kShifted || (labels == LabelRule::kAuto && !loss_in_model);
   FindTokenInput(g, inputs, &s.tokens_input, &s.vocab);
   if (s.tokens_input.empty() && Has(inputs, "input_ids")) s.tokens_input = "input_ids";
   if (Has(inputs, "labels")) s.labels_input = "labels";
+  for (const Node& n : g.nodes)
+    if (n.domain.empty() && n.op_type == "Slice" && !n.inputs.empty() && !s.labels_input.empty() &&
+        n.inputs[0] == s.labels_input)
+      s.model_slices_labels = true;
   RETURN_IF_ERROR(CheckEveryInputHasData(s, inputs));
   if (!data_path.empty() && !s.token_batches())
     return Error("--data " + data_path + ": --feed " + s.tokens_input +
@@ -230,12 +365,57 @@ StatusOr<DataSource> ChooseDataSource(const Graph& g, const std::vector<std::str
 
 std::string DataSource::Describe(uint64_t seed) const {
   if (!token_batches()) return "--feed";
-  std::string d = file ? "--data " + file->path() + " (" +
-                             std::string(TokenDTypeName(file->dtype())) + ", " +
-                             std::to_string(file->num_tokens()) + " tokens)"
+  std::string d = file ? "--data " + file->path() + " (" + file->DescribeFormat() + ")"
                        : "synthetic tokens (seed " + std::to_string(seed) + ")";
   if (!fed.empty()) d += " + --feed";
   return d;
+}
+
+std::string_view LabelRuleName(LabelRule r) {
+  return r == LabelRule::kShifted ? "shifted" : r == LabelRule::kSame ? "same" : "auto";
+}
+
+StatusOr<LabelRule> ParseLabelRule(std::string_view name) {
+  if (name == "auto") return LabelRule::kAuto;
+  if (name == "shifted") return LabelRule::kShifted;
+  if (name == "same") return LabelRule::kSame;
+  return Error("--labels " + std::string(name) + ": choose auto, shifted or same");
+}
+
+std::string DataSource::DescribeLabels() const {
+  if (!labels_from_windows()) return "";
+  const std::string d = shift_labels ? "labels = window[1:seq+1] (input_ids shifted by one): "
+                                     : "labels = input_ids (window[0:seq]): ";
+  if (label_rule != LabelRule::kAuto)
+    return d + "--labels " + std::string(LabelRuleName(label_rule)) +
+           (loss_in_model ? " (the model has its own loss)" : " (foundry appended the loss)");
+  if (!loss_in_model) return d + "foundry appended the loss, which does not shift them";
+  if (model_slices_labels)
+    return d + "the model's own loss shifts them (it slices 'labels', as HF and llm-foundry do)";
+  return d + "the model has its own loss, and nothing in it slices 'labels'";
+}
+
+std::string DataSource::LabelsWarning() const {
+  if (label_rule == LabelRule::kAuto && labels_from_windows() && loss_in_model &&
+      !model_slices_labels)
+    return "the model has its own loss but nothing in it slices 'labels' (HF and llm-foundry "
+           "models shift them with a Slice): if its loss takes already-shifted targets (nanoGPT "
+           "style), pass --labels shifted, or it learns to copy its input; --labels same keeps "
+           "labels = input_ids without this warning";
+  if (label_rule == LabelRule::kAuto) return "";
+  const std::string option = "--labels " + std::string(LabelRuleName(label_rule));
+  if (!labels_from_windows())
+    return option + " does nothing: the labels do not come from token windows (" +
+           (labels_input.empty() ? "the plan has no labels input" : "--feed gives them") + ")";
+  if (label_rule == LabelRule::kShifted && loss_in_model && model_slices_labels)
+    return option +
+           " overrides the plan's rule: the model's own loss slices 'labels' (shifts them itself, "
+           "as HF and llm-foundry do), so shifted labels train it to predict the token two ahead";
+  if (label_rule == LabelRule::kSame && !loss_in_model)
+    return option +
+           " overrides the plan's rule: foundry appended this model's loss, which does not shift "
+           "the labels, so labels = input_ids train it to copy its input";
+  return "";
 }
 
 Status ReadStepWindows(const DataSource& source, uint64_t seed, int64_t position,

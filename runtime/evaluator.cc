@@ -21,8 +21,10 @@ StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const Trainer& trainer,
   e->options_ = options;
   ASSIGN_OR_RETURN(e->graph_, EvalGraph(lp.graph, lp.plan.loss));
   e->memory_ = *lp.plan.eval_memory;
+  // Labels as the training run forms them (--labels, the plan's rule).
   StatusOr<DataSource> data =
-      ChooseDataSource(e->graph_, e->graph_.inputs, {}, options.data_path, options.data_dtype);
+      ChooseDataSource(e->graph_, e->graph_.inputs, {}, options.data_path, options.data_dtype,
+                       lp.plan.loss_in_model, trainer.options().labels);
   if (!data.ok()) {
     // Its messages name --data, the option it usually reads.
     std::string message = data.status().message();
@@ -78,8 +80,7 @@ StatusOr<EvalReport> Evaluator::Run() {
     RETURN_IF_ERROR(ReadStepWindows(data_, 0, b * data_.batch, windows_)
                         .Prepend("--eval-data " + options_.data_path + ": "));
     Tensor* labels = data_.labels_from_windows() ? &staged_labels_ : nullptr;
-    WriteTokenBatch(windows_, data_.batch, data_.seq, trainer_->plan().plan.loss_in_model,
-                    staged_ids_, labels);
+    WriteTokenBatch(windows_, data_.batch, data_.seq, data_.shift_labels, staged_ids_, labels);
     RETURN_IF_ERROR(backend.CopyIn(staged_ids_, *executor_->input(data_.tokens_input)));
     if (labels) RETURN_IF_ERROR(backend.CopyIn(*labels, *executor_->input(data_.labels_input)));
     RETURN_IF_ERROR(executor_->Run(io.ctx).Prepend("eval: "));

@@ -136,6 +136,10 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
           ReadWhole<int64_t>(j.at("accumulation_steps"), "accumulation_steps", 1, INT64_MAX);
       if (!k.ok()) return Error(damaged + k.status().message() + ")");
       s.accumulation_steps = *k;
+    if (d.contains("labels")) {
+      auto labels = ParseLabelRule(d.at("labels").get<std::string>());
+      if (!labels.ok()) return labels.status().Prepend("--resume " + dir + ": ");
+      s.labels = *labels;
     }
   } catch (const nlohmann::json::exception& e) {
     return Error("--resume " + dir + ": '" + path + "' is damaged (" + e.what() + ")");

@@ -32,6 +32,8 @@ struct TrainState {
   // Microbatches per optimizer step ("accumulation_steps", written when above 1; saves without
   // it ran one).
   int64_t accumulation_steps = 1;
+  // --labels ("labels" in "data"; absent in saves from before it: kAuto).
+  LabelRule labels = LabelRule::kAuto;
 };
 // Reads DIR/state.json and checks its values: the optimizer options (CheckOptimizerOptions),
 // 0 <= step < 2^63 - 1, data_position >= 0, the schedule (CheckScheduleOptions), total_steps >= 0,

@@ -65,8 +65,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
   ASSIGN_OR_RETURN(TensorMap fed, t->ReadFeeds());
   std::set<std::string> fed_names;
   for (const auto& [name, tensor] : fed) fed_names.insert(name);
-  ASSIGN_OR_RETURN(t->data_, ChooseDataSource(t->plan_.graph, t->plan_.plan.inputs, fed_names,
-                                              options.data_path, options.data_dtype));
+  ASSIGN_OR_RETURN(
+      t->data_, ChooseDataSource(t->plan_.graph, t->plan_.plan.inputs, fed_names, options.data_path,
+                                 options.data_dtype, t->plan_.plan.loss_in_model, options.labels));
   // A fed token input gets --data's token check: Gather would read -1 as the last row. (The
   // last --feed of a name is the one fed.)
   for (auto spec = options.feeds.rbegin(); spec != options.feeds.rend(); ++spec)
@@ -442,7 +443,7 @@ Status Trainer::BuildMicrobatch(int64_t k) {
   if (!data_.token_batches()) return Status::Ok();
   Tensor* labels = data_.labels_from_windows() ? &staged_labels_ : nullptr;
   WriteTokenBatch(micro_windows_[static_cast<size_t>(k)], data_.batch, data_.seq,
-                  plan_.plan.loss_in_model, staged_ids_, labels);
+                  data_.shift_labels, staged_ids_, labels);
   RETURN_IF_ERROR(backend_->CopyIn(staged_ids_, *executor_->input(data_.tokens_input)));
   if (labels) RETURN_IF_ERROR(backend_->CopyIn(*labels, *executor_->input(data_.labels_input)));
   return Status::Ok();
@@ -498,7 +499,7 @@ Status Trainer::BuildBatch() {
   if (!data_.token_batches()) return Status::Ok();
   RETURN_IF_ERROR(ReadStepWindows(data_, options_.seed, data_position_, windows_));
   Tensor* labels = data_.labels_from_windows() ? &staged_labels_ : nullptr;
-  WriteTokenBatch(windows_, data_.batch, data_.seq, plan_.plan.loss_in_model, staged_ids_, labels);
+  WriteTokenBatch(windows_, data_.batch, data_.seq, data_.shift_labels, staged_ids_, labels);
   RETURN_IF_ERROR(backend_->CopyIn(staged_ids_, *executor_->input(data_.tokens_input)));
   if (labels) RETURN_IF_ERROR(backend_->CopyIn(*labels, *executor_->input(data_.labels_input)));
   return Status::Ok();

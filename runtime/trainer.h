@@ -18,13 +18,14 @@
 //  - constants: the loaded graph's data (class constant).
 //
 // A step:
-//  1. The batch: --feed tensors (fixed for every step), else windows of a flat token file (--data),
-//     else synthetic tokens. Window k holds seq + 1 tokens; row b of step s reads window
-//     `position + b` (position = windows consumed so far, wrapping around the file).
+//  1. The batch: --feed tensors (fixed for every step), else windows of a token file (--data,
+//     runtime/data.h TokenFile), else synthetic tokens. Window k holds seq + 1 tokens; row b of
+//     step s reads window `position + b` (position = windows consumed so far, wrapping around the
+//     file). The labels, by TrainerOptions::labels (runtime/data.h LabelRule); kAuto by the plan:
 //       loss_in_model = true  (the model shifts labels itself, HF / llm-foundry):
-//                              input_ids = labels = window[0:seq]
+//                              input_ids = labels = window[0:seq]            ("same")
 //       loss_in_model = false (foundry appended an unshifted loss):
-//                              input_ids = window[0:seq], labels = window[1:seq+1]
+//                              input_ids = window[0:seq], labels = window[1:seq+1]  ("shifted")
 //  2. The executor runs the training graph -> loss and one gradient per parameter, bitwise equal
 //     to Interpret on the same bindings (tested on every fixture).
 //     Dropout draws from Philox keyed by StepSeed(seed, step), so a resumed run redraws the masks.
@@ -85,8 +86,9 @@ struct TrainerOptions {
   uint64_t seed = 0;               // dropout masks and synthetic tokens
   uint64_t init_seed = 0;          // parameters without data
   std::vector<std::string> feeds;  // NAME=FILE.pb
-  std::string data_path;           // flat token file; "" = synthetic tokens (unless fed)
-  TokenDType data_dtype = TokenDType::kUint16;
+  std::string data_path;           // token file; "" = synthetic tokens (unless fed)
+  // kAuto: an llm.c header if the file has one, else uint16 (runtime/data.h TokenFile).
+  TokenDType data_dtype = TokenDType::kAuto;
   // After the first Step() of this trainer: every gradient as DIR/<param>_grad.pb, every graph
   // output as DIR/<output>.pb.
   std::string dump_grads_dir;
@@ -114,6 +116,8 @@ struct TrainerOptions {
   // Microbatches per optimizer step (see "Gradient accumulation" above): 0 = the plan's
   // (foundry-compile --grad-accum); anything else must equal it.
   int64_t accumulation_steps = 0;
+  // How labels are formed from token windows (--labels); kAuto: the plan's rule (step 1 above).
+  LabelRule labels = LabelRule::kAuto;
 };
 
 struct StepReport {
@@ -224,6 +228,9 @@ class Trainer {
   // The parameters' backend tensors, which the executor reads in place (runtime/evaluator.h
   // binds its graph to them too).
   std::map<std::string, Tensor*> backend_parameters() const { return store_->BackendParameters(); }
+  // Where the batches come from: the token file's format, how labels are formed
+  // (DescribeLabels, LabelsWarning).
+  const DataSource& data_source() const { return data_; }
 
  private:
   // A tensor a step writes to a file once it has succeeded.

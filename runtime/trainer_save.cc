@@ -163,7 +163,8 @@ Status Trainer::WriteSave(const std::string& tmp) const {
   j["data"] = {{"feeds", feeds},
                {"path", data_path},
                {"dtype", std::string(TokenDTypeName(options_.data_dtype))},
-               {"position", data_position_}};
+               {"position", data_position_},
+               {"labels", std::string(LabelRuleName(options_.labels))}};
   j["init_from"] = options_.init_from.empty()
                        ? std::string()
                        : fs::absolute(options_.init_from, ec).lexically_normal().string();

@@ -36,7 +36,7 @@ int Fail(const std::string& message, int code = cli::kExitError) {
 
 // The command line as parsed, before any check.
 struct Options {
-  std::string target, device = "cpu", optimizer = "adamw", data, data_dtype = "uint16";
+  std::string target, device = "cpu", optimizer = "adamw", data, data_dtype = "auto";
   std::string save_dir, resume_dir, dump_grads, dump_outputs, report_json;
   std::string init_from;
   std::vector<std::string> feeds, dim_specs;
@@ -53,6 +53,7 @@ struct Options {
       save_keep_text = "0";
   bool loss_curve_log = false;
   int64_t log_interval = 0, save_interval = 0, save_keep = 0;
+  std::string labels = "auto";
   // After the checks: the integers.
   int64_t steps = 1;
   uint64_t seed = 0, init_seed = 0;
@@ -152,10 +153,18 @@ void AddDataOptions(CLI::App& app, Options& o) {
   cli::OneValueEach(
       app.add_option("--feed", o.feeds, "an input from an ONNX TensorProto file (repeatable)")
           ->type_name("NAME=FILE.pb"));
-  app.add_option("--data", o.data, "flat token file: windows of seq+1 tokens, batch rows per step")
+  app.add_option("--data", o.data,
+                 "token file (llm.c .bin, or raw uint16/int32): windows of seq+1 tokens, batch "
+                 "rows per step")
       ->type_name("FILE");
-  app.add_option("--data-dtype", o.data_dtype, "token width in --data")
-      ->check(CLI::IsMember({"uint16", "int32"}))
+  app.add_option("--data-dtype", o.data_dtype,
+                 "token width in --data; auto: llm.c's header if the file has one, else uint16")
+      ->check(CLI::IsMember({"auto", "uint16", "int32"}))
+      ->capture_default_str();
+  app.add_option("--labels", o.labels,
+                 "labels from token windows: shifted (window[1:seq+1]) or same (= input_ids); "
+                 "auto: same if the model has its own loss, else shifted")
+      ->check(CLI::IsMember({"auto", "shifted", "same"}))
       ->capture_default_str();
   app.add_option("--grad-accum", o.grad_accum_text,
                  "microbatches per optimizer step; must be the plan's (foundry-compile "
@@ -406,6 +415,7 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
     if (!k.ok()) return Fail(k.status().message(), cli::kExitUsage);
     r.trainer.accumulation_steps = *k;
   }
+  if (now("--labels")) r.trainer.labels = *ParseLabelRule(o.labels);
   r.trainer.device = o.device;
   r.trainer.tf32 = o.tf32;
   r.trainer.dump_grads_dir = o.dump_grads;
@@ -454,6 +464,7 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
   r.save_interval = o.save_interval;
   r.save_folder = o.save_folder;
   r.save_keep = o.save_keep;
+  r.warn = [](const std::string& w) { std::cerr << kTool << ": warning: " << w << "\n"; };
   return std::nullopt;
 }
 

@@ -171,7 +171,7 @@ TEST(Evaluator, IsTheInterpretersForwardWithDropoutOff) {
     for (int64_t row = 0; row < batch; ++row)
       ASSERT_TRUE(file->ReadWindow(b * batch + row, seq + 1, 0, &windows[row * (seq + 1)]).ok());
     TokenBatch tb =
-        MakeTokenBatch(windows, batch, seq, loss_in_model, DType::kInt64, DType::kInt64);
+        MakeTokenBatch(windows, batch, seq, /*shift=*/!loss_in_model, DType::kInt64, DType::kInt64);
     std::map<std::string, Tensor> bindings = r.trainer->parameters();
     bindings["input_ids"] = tb.input_ids;
     bindings["labels"] = tb.labels;

@@ -596,8 +596,9 @@ TEST_F(FoundryRunTest, TrainsOnATokenFile) {
   };
   Result r = run({Path("mpt"), "--data", Path("tokens.bin"), "--save", Path("tok1"),
                   "--dump-outputs", Path("tok_data1")});
-  EXPECT_NE(r.out.find("  data       --data " + Path("tokens.bin") + " (uint16, 100 tokens)"),
-            std::string::npos)
+  EXPECT_NE(
+      r.out.find("  data       --data " + Path("tokens.bin") + " (no header, uint16, 100 tokens)"),
+      std::string::npos)
       << r.out;
   const std::string w01 = windows(0, "w01.pb"), w23 = windows(2, "w23.pb");
   run({Path("mpt"), "--feed", "input_ids=" + w01, "--feed", "labels=" + w01, "--dump-outputs",
