@@ -136,6 +136,7 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
           ReadWhole<int64_t>(j.at("accumulation_steps"), "accumulation_steps", 1, INT64_MAX);
       if (!k.ok()) return Error(damaged + k.status().message() + ")");
       s.accumulation_steps = *k;
+    }
     if (d.contains("labels")) {
       auto labels = ParseLabelRule(d.at("labels").get<std::string>());
       if (!labels.ok()) return labels.status().Prepend("--resume " + dir + ": ");
