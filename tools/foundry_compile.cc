@@ -53,6 +53,7 @@ struct Options {
   std::string report_json, memory_timeline, threads_text;
   std::string precision = "fp32";
   bool precision_given = false;
+  bool grad_accum_given = false;
   std::string grad_accum_text = "1";
 
   // The files written after the plan, in the order they are written, each with the option
@@ -344,6 +345,17 @@ std::optional<int> ParseRequest(Options& o, const std::optional<TrainConfig>& co
                                                "a number of microbatches");
   if (!grad_accum.ok()) return Fail(grad_accum.status().message(), cli::kExitUsage);
   request.grad_accumulation = *grad_accum;
+  if (config && config->global_train_batch_size && !o.forward_only) {
+    // global_train_batch_size / device_train_microbatch_size microbatches per optimizer step
+    // (one process); --grad-accum given too wins.
+    auto k = AccumulationSteps(*config);
+    if (!k.ok()) return Fail(k.status().message());
+    if (o.grad_accum_given && *k != *grad_accum)
+      std::cerr << kTool << ": warning: --grad-accum " << *grad_accum << " overrides " << o.config
+                << "'s global_train_batch_size / device_train_microbatch_size (" << *k << ")\n";
+    else
+      request.grad_accumulation = *k;
+  }
   request.model = o.model;
   request.dims = *dims;
   request.fold_limit_bytes = *fold_limit;
@@ -502,6 +514,7 @@ int Main(int argc, char** argv) {
   o.output_given = app.get_option("--output")->count() > 0;
   o.dump_plan_given = app.get_option("--dump-plan")->count() > 0;
   o.precision_given = app.get_option("--precision")->count() > 0;
+  o.grad_accum_given = app.get_option("--grad-accum")->count() > 0;
 
   if (o.list_ops) {
     for (const OpSchema* s : OpSchemas().All())

@@ -11,16 +11,20 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "base/file_util.h"
 #include "base/output_set.h"
+#include "compiler/plan.h"
 #include "compiler/tensor_proto.h"
+#include "compiler/train_config.h"
 #include "driver/train.h"
 #include "kernels/cpu/parallel.h"
 #include "runtime/cuda_backend.h"
+#include "runtime/train_state.h"
 #include "tools/cli.h"
 
 namespace fs = std::filesystem;
@@ -54,6 +58,10 @@ struct Options {
   bool loss_curve_log = false;
   int64_t log_interval = 0, save_interval = 0, save_keep = 0;
   std::string labels = "auto";
+  // --config TRAIN.yaml: llm-foundry's training YAML; the options it set (ApplyConfig), which
+  // count as given (a --resume run takes them over its saved values, as flags).
+  std::string config;
+  std::set<std::string> from_config;
   // After the checks: the integers.
   int64_t steps = 1;
   uint64_t seed = 0, init_seed = 0;
@@ -62,6 +70,11 @@ struct Options {
 
 bool Given(const CLI::App& app, const std::string& option) {
   return app.get_option(option)->count() > 0;
+}
+
+// Given on the command line, or set by --config (ApplyConfig).
+bool GivenOrConfig(const CLI::App& app, const Options& o, const std::string& option) {
+  return Given(app, option) || o.from_config.count(option) > 0;
 }
 
 void AddRunOptions(CLI::App& app, Options& o) {
@@ -183,6 +196,16 @@ void AddDataOptions(CLI::App& app, Options& o) {
       ->type_name("FILE.safetensors");
 }
 
+void AddConfigOption(CLI::App& app, Options& o) {
+  app.add_option("--config", o.config,
+                 "an llm-foundry training YAML: optimizer, scheduler, gradient_clipping, "
+                 "max_duration, eval_interval, save_interval/save_folder, seed, "
+                 "console_log_interval as the options they stand for (a flag given too wins); "
+                 "device_train_microbatch_size, max_seq_len and global_train_batch_size checked "
+                 "against the plan")
+      ->type_name("FILE.yaml");
+}
+
 void AddEvalOptions(CLI::App& app, Options& o) {
   app.add_option("--eval-data", o.eval_data,
                  "held-out token file (formats as --data): the loss and perplexity of the "
@@ -231,13 +254,13 @@ void AddLogOptions(CLI::App& app, Options& o) {
 
 // The log and checkpoint options' values, and which go together.
 std::optional<int> CheckLogOptions(const CLI::App& app, Options& o) {
-  if (Given(app, "--log-interval")) {
+  if (GivenOrConfig(app, o, "--log-interval")) {
     auto n = cli::ParseInteger<int64_t>("--log-interval", o.log_interval_text, 1, INT64_MAX,
                                         "a number of steps");
     if (!n.ok()) return Fail(n.status().message(), cli::kExitUsage);
     o.log_interval = *n;
   }
-  if (Given(app, "--save-interval")) {
+  if (GivenOrConfig(app, o, "--save-interval")) {
     auto n = cli::ParseInteger<int64_t>("--save-interval", o.save_interval_text, 1, INT64_MAX,
                                         "a number of steps");
     if (!n.ok()) return Fail(n.status().message(), cli::kExitUsage);
@@ -246,17 +269,17 @@ std::optional<int> CheckLogOptions(const CLI::App& app, Options& o) {
   auto keep = cli::ParseInteger<int64_t>("--save-keep", o.save_keep_text, 0, INT64_MAX, "a count");
   if (!keep.ok()) return Fail(keep.status().message(), cli::kExitUsage);
   o.save_keep = *keep;
-  if (Given(app, "--save-interval") && !Given(app, "--save-folder"))
+  if (GivenOrConfig(app, o, "--save-interval") && !GivenOrConfig(app, o, "--save-folder"))
     return Fail("--save-interval needs --save-folder DIR (where the checkpoints go)",
                 cli::kExitUsage);
-  if (Given(app, "--save-folder") && !Given(app, "--save-interval"))
+  if (GivenOrConfig(app, o, "--save-folder") && !GivenOrConfig(app, o, "--save-interval"))
     return Fail("--save-folder needs --save-interval N (how often to save)", cli::kExitUsage);
-  if (Given(app, "--save-keep") && !Given(app, "--save-folder"))
+  if (GivenOrConfig(app, o, "--save-keep") && !GivenOrConfig(app, o, "--save-folder"))
     return Fail(
         "--save-keep is for --save-folder's checkpoints; give --save-folder DIR and "
         "--save-interval N",
         cli::kExitUsage);
-  if (o.loss_curve_log && !Given(app, "--loss-curve"))
+  if (o.loss_curve_log && !GivenOrConfig(app, o, "--loss-curve"))
     return Fail("--loss-curve-log needs --loss-curve FILE.svg", cli::kExitUsage);
   return std::nullopt;
 }
@@ -282,6 +305,196 @@ void AddOutputOptions(CLI::App& app, Options& o) {
       app.add_option("--dim", o.dim_specs, "with --forward: bind a symbolic dimension")
           ->type_name("NAME=VALUE"));
   AddLogOptions(app, o);
+}
+
+// --config TRAIN.yaml (compiler/train_config.h): each key foundry-run reads becomes the option
+// it stands for, unless that option is given (then a warning says the flag wins where they
+// differ). Durations (Composer's ba, tok, sp, ep, dur) become steps with the plan's batch and
+// sequence, the accumulation steps and, for epochs, the --data file's windows. The plan must be
+// the one the YAML compiles to: its microbatch, sequence and accumulation steps are checked.
+std::optional<int> ApplyConfig(const CLI::App& app, Options& o) {
+  if (o.config.empty()) return std::nullopt;
+  if (o.forward) return Fail("--config is for training runs, not --forward", cli::kExitUsage);
+  auto read = ReadTrainConfig(o.config);
+  if (!read.ok()) return Fail(read.status().message());
+  const TrainConfig& c = *read;
+  const std::string source = "--config " + o.config + ": ";
+  if (std::string line = IgnoredKeysLine(c); !line.empty())
+    std::cerr << kTool << ": note: " << line << "\n";
+  for (const auto& w : c.warnings) std::cerr << kTool << ": warning: " << w << "\n";
+  if (o.target.empty())
+    return Fail("no plan given: foundry-run PREFIX --config " + o.config, cli::kExitUsage);
+  const std::string plan_path =
+      o.target.size() > 5 && o.target.compare(o.target.size() - 5, 5, ".plan") == 0
+          ? o.target
+          : o.target + ".plan";
+  auto plan = ReadPlan(plan_path);
+  if (!plan.ok()) return Fail(plan.status().message());
+  // The token input's batch and sequence, as the plan bound them.
+  int64_t batch = 0, seq = 0;
+  for (const auto& [input, axes] : plan->input_dims)
+    if (input == "input_ids" || (batch == 0 && axes.size() == 2)) {
+      if (axes.size() == 2 && plan->dims.count(axes[0]) && plan->dims.count(axes[1])) {
+        batch = plan->dims.at(axes[0]);
+        seq = plan->dims.at(axes[1]);
+      }
+    }
+  const int64_t K = plan->grad_accumulation;
+  auto mismatch = [&](const std::string& key, int64_t want, int64_t have, const std::string& what) {
+    return Fail(source + key + " is " + std::to_string(want) + " but '" + plan_path + "' has " +
+                what + " " + std::to_string(have) + "; compile the plan with foundry-compile " +
+                "--config " + o.config);
+  };
+  if (batch > 0 && c.device_train_microbatch_size && *c.device_train_microbatch_size != batch)
+    return mismatch("device_train_microbatch_size", *c.device_train_microbatch_size, batch,
+                    "batch");
+  const std::optional<int64_t> yaml_seq = c.max_seq_len ? c.max_seq_len : c.model.max_seq_len;
+  if (seq > 0 && yaml_seq && *yaml_seq != seq)
+    return mismatch("max_seq_len", *yaml_seq, seq, "sequence");
+  auto accumulation = AccumulationSteps(c);
+  if (!accumulation.ok()) return Fail(accumulation.status().message());
+  if (c.global_train_batch_size && *accumulation != K)
+    return mismatch("global_train_batch_size / device_train_microbatch_size", *accumulation, K,
+                    "accumulation steps (--grad-accum)");
+  if (c.fsdp.count("sharding_strategy") && c.fsdp.at("sharding_strategy") != "NO_SHARD")
+    std::cerr << kTool << ": note: " << o.config << ": fsdp_config.sharding_strategy "
+              << c.fsdp.at("sharding_strategy")
+              << " is for a multi-process run; this is one process holding every parameter\n";
+
+  StepUnits units;
+  units.samples_per_step = batch * K;
+  units.tokens_per_step = batch * K * seq;
+  if (!o.data.empty() && batch > 0) {
+    auto dtype = ParseTokenDType(o.data_dtype);
+    auto file = TokenFile::Open(o.data, dtype.ok() ? *dtype : TokenDType::kAuto);
+    if (!file.ok()) return Fail(file.status().message());
+    units.steps_per_epoch = file->num_tokens() / (seq + 1) / (batch * K);
+  }
+  // Sets option `flag` (its text) from the file unless the command line gave it.
+  auto set = [&](const char* flag, std::string& text, const std::string& value,
+                 const std::string& key) {
+    if (Given(app, flag)) {
+      if (text != value)
+        std::cerr << kTool << ": warning: " << flag << " " << text << " overrides " << o.config
+                  << "'s " << key << " (" << value << ")\n";
+      return;
+    }
+    text = value;
+    o.from_config.insert(flag);
+  };
+  auto set_double = [&](const char* flag, double& into, double value, const std::string& key) {
+    if (Given(app, flag)) {
+      if (into != value)
+        std::cerr << kTool << ": warning: " << flag << " " << into << " overrides " << o.config
+                  << "'s " << key << " (" << value << ")\n";
+      return;
+    }
+    into = value;
+    o.from_config.insert(flag);
+  };
+  auto steps_of = [&](const ComposerTime& t, const std::string& key) -> StatusOr<int64_t> {
+    auto steps = StepsOf(t, units, key);
+    if (!steps.ok()) return Error(source + steps.status().message());
+    return steps;
+  };
+  if (c.max_duration) {
+    auto total = steps_of(*c.max_duration, "max_duration");
+    if (!total.ok()) return Fail(total.status().message());
+    units.max_steps = *total;
+    set("--max-steps", o.max_steps_text, std::to_string(*total), "max_duration");
+    // The steps to run: to max_duration, from the step a --resume save reached.
+    int64_t done = 0;
+    if (!o.resume_dir.empty()) {
+      auto state = ReadTrainState(ResumeTarget(o.resume_dir));
+      if (!state.ok()) return Fail(state.status().message());
+      done = state->step;
+    }
+    if (!o.eval_only)
+      set("--steps", o.steps_text, std::to_string(std::max<int64_t>(0, *total - done)),
+          "max_duration");
+  }
+  if (c.optimizer) {
+    const TrainConfig::Optimizer& opt = *c.optimizer;
+    set("--optimizer", o.optimizer, opt.name, "optimizer.name");
+    if (opt.lr) set_double("--lr", o.opt.lr, *opt.lr, "optimizer.lr");
+    if (opt.beta1) set_double("--beta1", o.opt.beta1, *opt.beta1, "optimizer.betas[0]");
+    if (opt.beta2) set_double("--beta2", o.opt.beta2, *opt.beta2, "optimizer.betas[1]");
+    if (opt.eps) set_double("--eps", o.opt.eps, *opt.eps, "optimizer.eps");
+    if (opt.weight_decay)
+      set_double("--weight-decay", o.opt.weight_decay, *opt.weight_decay, "optimizer.weight_decay");
+  }
+  if (c.scheduler) {
+    const TrainConfig::Scheduler& sc = *c.scheduler;
+    if (sc.scale_warmup.value_or(false))
+      return Fail(source +
+                  "scheduler.scale_warmup: true is not supported (foundry has no scale_schedule "
+                  "ratio, so it would change nothing in Composer either): remove it");
+    set("--scheduler", o.scheduler, sc.name, "scheduler.name");
+    auto warmup = steps_of(*sc.t_warmup, "scheduler.t_warmup");
+    if (!warmup.ok()) return Fail(warmup.status().message());
+    set("--warmup-steps", o.warmup_text, std::to_string(*warmup), "scheduler.t_warmup");
+    if (sc.t_max) {
+      auto t_max = steps_of(*sc.t_max, "scheduler.t_max");
+      if (!t_max.ok()) return Fail(t_max.status().message());
+      set("--decay-steps", o.decay_text, std::to_string(*t_max), "scheduler.t_max");
+    }
+    if (sc.alpha_i) set_double("--alpha-i", o.alpha_i, *sc.alpha_i, "scheduler.alpha_i");
+    if (sc.alpha_f) set_double("--alpha-f", o.alpha_f, *sc.alpha_f, "scheduler.alpha_f");
+  }
+  if (c.clipping)
+    set_double("--clip-norm", o.clip_norm, c.clipping->threshold,
+               "algorithms.gradient_clipping.clipping_threshold");
+  if (c.seed) set("--seed", o.seed_text, std::to_string(*c.seed), "seed");
+  if (c.console_log_interval) {
+    auto n = steps_of(*c.console_log_interval, "console_log_interval");
+    if (!n.ok()) return Fail(n.status().message());
+    if (*n > 0)
+      set("--log-interval", o.log_interval_text, std::to_string(*n), "console_log_interval");
+  }
+  // Eval: the YAML's eval_loader reads a dataset foundry does not; --eval-data names the file.
+  if (!o.eval_data.empty()) {
+    if (c.eval_interval) {
+      auto n = steps_of(*c.eval_interval, "eval_interval");
+      if (!n.ok()) return Fail(n.status().message());
+      set("--eval-interval", o.eval_interval_text, std::to_string(*n), "eval_interval");
+    }
+    if (c.eval_first.value_or(false) && !o.eval_first) {
+      o.eval_first = true;
+      o.from_config.insert("--eval-first");
+    }
+    if (c.eval_subset_num_batches)
+      set("--eval-batches", o.eval_batches_text, std::to_string(*c.eval_subset_num_batches),
+          "eval_subset_num_batches");
+  } else if (c.eval_interval) {
+    std::cerr << kTool << ": note: " << o.config << ": eval_interval " << c.eval_interval->text
+              << " is read when --eval-data FILE names the held-out tokens\n";
+  }
+  if (c.save_interval && c.save_folder) {
+    if (c.save_folder->find('{') != std::string::npos)
+      return Fail(source + "save_folder '" + *c.save_folder +
+                  "' has a {placeholder} (Composer fills in {run_name}); foundry does not: write "
+                  "the folder out, or give --save-folder");
+    if (c.save_folder->find("://") != std::string::npos)
+      return Fail(source + "save_folder '" + *c.save_folder +
+                  "' is a remote store; foundry writes local folders: give --save-folder DIR");
+    auto n = steps_of(*c.save_interval, "save_interval");
+    if (!n.ok()) return Fail(n.status().message());
+    set("--save-interval", o.save_interval_text, std::to_string(*n), "save_interval");
+    set("--save-folder", o.save_folder, *c.save_folder, "save_folder");
+    if (c.save_num_checkpoints_to_keep) {
+      const int64_t keep = *c.save_num_checkpoints_to_keep;
+      if (keep == 0)
+        return Fail(source +
+                    "save_num_checkpoints_to_keep is 0 (Composer keeps no local checkpoint, "
+                    "only uploads); foundry saves locally: give -1 (all) or a count");
+      set("--save-keep", o.save_keep_text, std::to_string(keep < 0 ? 0 : keep),
+          "save_num_checkpoints_to_keep");
+    }
+  } else if (c.save_interval) {
+    std::cerr << kTool << ": note: " << o.config
+              << ": save_interval is read with save_folder (as Composer saves); none is set\n";
+  }
+  return std::nullopt;
 }
 
 // What the command line alone decides, for training and --forward alike.
@@ -323,10 +536,9 @@ std::optional<int> CheckCommandLine(const CLI::App& app, Options& o) {
 int Forward(const CLI::App& app, const Options& o) {
   if (o.target.empty())
     return Fail("--forward needs a model: foundry-run --forward MODEL.onnx", cli::kExitUsage);
-  for (const char* option :
-       {"--save", "--resume", "--dump-grads", "--data", "--report-json", "--eval-data",
-        "--init-from", "--log-interval", "--metrics", "--loss-curve", "--save-interval",
-        "--save-folder", "--save-keep"})
+  for (const char* option : {"--save", "--resume", "--dump-grads", "--data", "--report-json",
+                             "--eval-data", "--init-from", "--log-interval", "--metrics",
+                             "--loss-curve", "--save-interval", "--save-folder", "--save-keep"})
     if (Given(app, option))
       return Fail(std::string(option) + " is for training runs, not --forward", cli::kExitUsage);
   auto dims = cli::ParseDims(o.dim_specs);
@@ -376,7 +588,9 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
   if (o.target.empty())
     return Fail("no plan given: foundry-run PREFIX (the -o PREFIX of foundry-compile)",
                 cli::kExitUsage);
-  auto now = [&](const char* option) { return !resumed || Given(app, option); };
+  auto now = [&](const char* option) {
+    return !resumed || Given(app, option) || o.from_config.count(option);
+  };
   OptimizerOptions& opt = r.trainer.optimizer;
   if (now("--optimizer")) opt.kind = *ParseOptimizerName(o.optimizer);
   if (now("--lr")) opt.lr = o.opt.lr;
@@ -499,16 +713,18 @@ int Main(int argc, char** argv) {
   AddScheduleOptions(app, o);
   AddDataOptions(app, o);
   AddEvalOptions(app, o);
+  AddConfigOption(app, o);
   AddOutputOptions(app, o);
   if (auto code = cli::Parse(app, argc, argv, kTool)) return *code;
   // --data '': a resumed run's saved --data dropped (to --feed instead).
   if (auto code = cli::RejectEmptyValues(app, kTool, {"--data"})) return *code;
-  if (auto code = CheckLogOptions(app, o)) return *code;
   if (Given(app, "--data") && o.data.empty() && o.resume_dir.empty())
     return Fail(
         "--data is empty; give FILE (an empty --data only drops the data file of a "
         "--resume run)",
         cli::kExitUsage);
+  if (auto code = ApplyConfig(app, o)) return *code;
+  if (auto code = CheckLogOptions(app, o)) return *code;
   if (auto code = CheckCommandLine(app, o)) return *code;
   if (o.forward) return Forward(app, o);
   if (Given(app, "--init-from") && Given(app, "--resume"))

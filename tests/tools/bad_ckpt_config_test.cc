@@ -115,7 +115,7 @@ TEST_F(BadCkptConfigTest, MergeKeysExtraDocumentsAndDuplicateKeys) {
   EXPECT_EQ(nl.code, 1);
   EXPECT_EQ(std::count(nl.err.begin(), nl.err.end(), '\n'), 1) << nl.err;
   EXPECT_NE(nl.err.find("mpt\\x0amlp"), std::string::npos) << nl.err;
-    // The same key in two mappings is fine, and so is a whole config with other keys.
+  // The same key in two mappings is fine, and so is a whole config with other keys.
   Write("ok.yaml",
         "variables:\n  n: 2\nmodel:\n  name: mpt_causal_lm\n  activation_checkpointing_target:\n"
         "    mptmlp: ${variables.n}\noptimizer:\n  name: decoupled_adamw\n  lr: 1.0e-4\n"
@@ -185,9 +185,12 @@ TEST_F(BadCkptConfigTest, EmittedConfigCommentCannotInjectKeys) {
                       dir_);
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string emitted = ReadWholeFile(Path("e.yaml"));
-  EXPECT_EQ(emitted.substr(emitted.find('\n') + 1),
+  // The command line, then the fragment line, then the keys: nothing else.
+  const std::string after_command = emitted.substr(emitted.find('\n') + 1);
+  EXPECT_EQ(after_command.substr(after_command.find('\n') + 1),
             "model:\n  activation_checkpointing_target: {mptmlp: first-2}\nfsdp_config:\n"
             "  activation_checkpointing: true\n");
+  EXPECT_EQ(after_command.rfind("# A fragment: ", 0), 0u) << after_command;
   EXPECT_NE(emitted.find("m\\x0afsdp_config:"), std::string::npos) << emitted;
   r = Compile({"--ckpt-config", Path("e.yaml"), "--emit-ckpt-config", Path("e2.yaml")});
   ASSERT_EQ(r.code, 0) << r.err;

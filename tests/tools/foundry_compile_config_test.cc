@@ -37,6 +37,8 @@ TEST_F(FoundryCompileConfigTest, TheTinyConfigGivesDimsPrecisionAndCheckpointing
   auto plan = LoadPlan(Path("out/tiny"));
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   EXPECT_EQ(plan->plan.dims, (std::map<std::string, int64_t>{{"batch", 4}, {"seq", 16}}));
+  // global_train_batch_size 8 / device_train_microbatch_size 4: two microbatches per step.
+  EXPECT_EQ(plan->plan.grad_accumulation, 2);
 }
 
 TEST_F(FoundryCompileConfigTest, TheCommandLineWinsWithAWarning) {
