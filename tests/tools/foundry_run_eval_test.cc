@@ -59,7 +59,7 @@ TEST_F(FoundryRunEvalTest, EvalEveryNStepsWithPlannedEqualToMeasured) {
                        "--eval-first", "--steps", "5", "--report-json", "r.json"},
                       dir_);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("  eval       --eval-data val.bin (uint16, 400 tokens): 11 batches of 2 x "
+  EXPECT_NE(r.out.find("  eval       --eval-data val.bin (no header, uint16, 400 tokens): 11 batches of 2 x "
                        "16, every 2 steps and after the last step (in the training arena)\n"),
             std::string::npos)
       << r.out;
