@@ -195,9 +195,15 @@ RunLog::CurveOptions CurveOptions(const RunRequest& r, const Trainer& t) {
   RunLog::CurveOptions c;
   c.title = "training loss: " + fs::path(lp.plan_path).filename().string() + " (from " +
             lp.plan.source_model + ")";
-  c.subtitle = "batch " + std::to_string(t.batch()) + " x " + std::to_string(t.seq()) + ", " +
-               std::string(OptimizerName(o.kind)) + " lr " + Format("%g", o.lr) + ", " +
-               t.DataDescription();
+  c.subtitle =
+      "batch " + std::to_string(t.batch()) + " x " + std::to_string(t.seq()) +
+      (t.accumulation_steps() > 1 ? " x " + std::to_string(t.accumulation_steps()) + " microbatches"
+                                  : std::string()) +
+      ", " + std::string(OptimizerName(o.kind)) + " lr " + Format("%g", o.lr) +
+      (t.options().schedule.kind != ScheduleKind::kConstant
+           ? " (" + std::string(ScheduleName(t.options().schedule.kind)) + ")"
+           : std::string()) +
+      ", " + t.DataDescription();
   c.log_scale = r.loss_curve_log;
   return c;
 }
@@ -281,8 +287,7 @@ Status Evaluate(const RunRequest& r, Evaluator& eval, RunLog& log, RunResult& re
 }
 
 // Step 3's steps.
-Status RunSteps(const RunRequest& r, Trainer& t, RunLog& log, RunResult& result,
-                Evaluator* eval) {
+Status RunSteps(const RunRequest& r, Trainer& t, RunLog& log, RunResult& result, Evaluator* eval) {
   if (eval && (r.eval_first || r.steps == 0)) RETURN_IF_ERROR(Evaluate(r, *eval, log, result));
   result.first_step = t.step();
   result.last_step = t.step() + r.steps;
