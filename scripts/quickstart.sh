@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Fresh machine to a training run: installs dependencies, builds the two CLIs, compiles the
-# shipped tiny MPT (models/fixtures/mpt_tiny) into a training plan and trains it for 20 steps.
+# shipped tiny MPT (models/fixtures/mpt_tiny) into a training plan and trains it for 20 steps;
+# then the loop an llm-foundry user runs: the same model compiled and trained from an
+# llm-foundry training YAML (configs/mpt-tiny.yaml: schedule, clipping, accumulation, eval,
+# checkpoints) on byte-level tokens of a text, with its metrics and loss curve in out/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -13,3 +16,7 @@ build/foundry-compile "$model" --dim batch=2 --dim seq=16 -o out/mpt_tiny
 inputs=models/fixtures/mpt_tiny/inputs
 build/foundry-run out/mpt_tiny --device cpu --steps 20 \
   --feed input_ids=$inputs/input_ids.pb --feed labels=$inputs/labels.pb
+build/foundry-compile "$model" --config configs/mpt-tiny.yaml -o out/tiny
+/usr/bin/python3 models/text_tokens.py /usr/share/common-licenses/GPL-3 -o out/gpl
+build/foundry-run out/tiny --config configs/mpt-tiny.yaml --data out/gpl.train.bin \
+  --eval-data out/gpl.val.bin --metrics out/tiny.jsonl --loss-curve out/tiny_loss.svg
