@@ -120,6 +120,70 @@ TEST_F(FoundryRunConfigTest, AFlagWinsAndThePlanMustMatch) {
       << r.err;
 }
 
+// eval_first, eval_subset_num_batches, seed and a linear schedule's alpha_i / alpha_f, each
+// against the flags it stands for.
+TEST_F(FoundryRunConfigTest, EvalFirstSubsetSeedAndLinearSchedule) {
+  std::ifstream in(kTinyConfig);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("eval_first: false"), 17, "eval_first: true");
+  text.replace(text.find("eval_subset_num_batches: -1"), 27, "eval_subset_num_batches: 2");
+  text.replace(text.find("global_seed: 17"), 15, "global_seed: 5");
+  text.replace(text.find("name: cosine_with_warmup"), 24, "name: linear_decay_with_warmup");
+  text.replace(text.find("alpha_f: 0.1"), 12, "alpha_i: 0.5\n  alpha_f: 0.2");
+  std::ofstream(Path("t.yaml")) << text;
+  const std::vector<std::string> common = {"out/tiny", "--data",  "train.bin", "--eval-data",
+                                           "val.bin",  "--steps", "3",         "--report-json"};
+  auto args = [&](std::vector<std::string> a, const std::string& report) {
+    std::vector<std::string> all = common;
+    all.push_back(report);
+    all.insert(all.end(), a.begin(), a.end());
+    return all;
+  };
+  ExecResult from_yaml = Exec(kRun, args({"--config", "t.yaml"}, "a.json"), dir_);
+  ASSERT_EQ(from_yaml.code, 0) << from_yaml.out << from_yaml.err;
+  ExecResult from_flags = Exec(kRun,
+                               args({"--optimizer",
+                                     "decoupled_adamw",
+                                     "--lr",
+                                     "0.003",
+                                     "--beta2",
+                                     "0.95",
+                                     "--scheduler",
+                                     "linear_decay_with_warmup",
+                                     "--warmup-steps",
+                                     "10",
+                                     "--max-steps",
+                                     "200",
+                                     "--alpha-i",
+                                     "0.5",
+                                     "--alpha-f",
+                                     "0.2",
+                                     "--clip-norm",
+                                     "1",
+                                     "--seed",
+                                     "5",
+                                     "--eval-first",
+                                     "--eval-batches",
+                                     "2"},
+                                    "b.json"),
+                               dir_);
+  ASSERT_EQ(from_flags.code, 0) << from_flags.out << from_flags.err;
+  auto a = nlohmann::json::parse(ReadWholeFile(Path("a.json")));
+  auto b = nlohmann::json::parse(ReadWholeFile(Path("b.json")));
+  EXPECT_EQ(a["losses"], b["losses"]);
+  EXPECT_EQ(a["step_lr"], b["step_lr"]);
+  EXPECT_EQ(a["evals"], b["evals"]);
+  ASSERT_EQ(a["evals"].size(), 2u);  // before the first step (eval_first) and after the last
+  EXPECT_EQ(a["evals"][0]["step"], 0);
+  EXPECT_EQ(a["evals"][0]["batches"], 2);  // eval_subset_num_batches
+  // The seed reaches the run (mpt_tiny has no dropout, so the losses cannot show it): the save
+  // records it.
+  ExecResult saved = Exec(kRun, args({"--config", "t.yaml", "--save", "s"}, "c.json"), dir_);
+  ASSERT_EQ(saved.code, 0) << saved.err;
+  auto state = nlohmann::json::parse(ReadWholeFile(Path("s/state.json")));
+  EXPECT_EQ(state["seed"], 5);
+}
+
 TEST_F(FoundryRunConfigTest, DurationsInTokensAndEpochs) {
   // max_duration in tokens: 2 steps of 2 x 4 x 16 tokens = 256 tokens -> 2 steps; t_warmup in
   // epochs of the --data file.
