@@ -35,6 +35,7 @@
 
 #include "base/quote.h"
 #include "compiler/module_tree.h"
+#include "compiler/yaml_words.h"
 
 namespace foundry {
 
@@ -466,12 +467,9 @@ StatusOr<CkptTarget> ParseCkptArg(const std::string& arg) {
   return t;
 }
 
-namespace {
+bool IsPlainYaml(const YAML::Node& n) { return n.IsScalar() && n.Tag() == "?"; }
 
-// A scalar written without quotes (YAML plain style): only those can be ints or bools.
-bool IsPlain(const YAML::Node& n) { return n.IsScalar() && n.Tag() == "?"; }
-
-std::string KindOf(const YAML::Node& n) {
+std::string YamlKindOf(const YAML::Node& n) {
   switch (n.Type()) {
     case YAML::NodeType::Null:
       return "null";
@@ -484,8 +482,10 @@ std::string KindOf(const YAML::Node& n) {
   }
 }
 
+namespace {
+
 bool AsInt(const YAML::Node& n, int64_t* out) {
-  if (!IsPlain(n)) return false;
+  if (!IsPlainYaml(n)) return false;
   return YAML::convert<int64_t>::decode(n, *out);
 }
 
@@ -493,7 +493,7 @@ bool AsInt(const YAML::Node& n, int64_t* out) {
 StatusOr<std::vector<CkptTarget>> TargetsFrom(const YAML::Node& value, const std::string& source,
                                               const std::string& key) {
   auto wrong = [&](const std::string& at, const YAML::Node& n, const std::string& expected) {
-    return Error(source + ": " + at + " is " + KindOf(n) + "; expected " + expected);
+    return Error(source + ": " + at + " is " + YamlKindOf(n) + "; expected " + expected);
   };
   auto name_of = [&](const YAML::Node& n, const std::string& at) -> StatusOr<std::string> {
     if (!n.IsScalar() || n.Scalar().empty())
@@ -528,9 +528,9 @@ StatusOr<std::vector<CkptTarget>> TargetsFrom(const YAML::Node& value, const std
         for (size_t i = 0; i < v.size(); ++i) {
           if (AsInt(v[i], &n) && n >= 0) {
             items.push_back(std::to_string(n));
-          } else if (v[i].IsScalar() && !IsPlain(v[i]) && !v[i].Scalar().empty()) {
+          } else if (v[i].IsScalar() && !IsPlainYaml(v[i]) && !v[i].Scalar().empty()) {
             items.push_back(v[i].Scalar());
-          } else if (v[i].IsScalar() && IsPlain(v[i]) && !AsInt(v[i], &n)) {
+          } else if (v[i].IsScalar() && IsPlainYaml(v[i]) && !AsInt(v[i], &n)) {
             items.push_back(v[i].Scalar());
           } else {
             return wrong(at + "[" + std::to_string(i) + "]", v[i],
@@ -660,23 +660,23 @@ StatusOr<CkptConfig> ParseYamlConfig(const std::string& text, const std::string&
   const YAML::Node model = root["model"].IsDefined() ? root["model"] : YAML::Node();
   const YAML::Node fsdp = root["fsdp_config"].IsDefined() ? root["fsdp_config"] : YAML::Node();
   if (model.IsDefined() && !model.IsNull() && !model.IsMap())
-    return Error(source + ": key 'model' is " + KindOf(model) + "; expected a mapping");
+    return Error(source + ": key 'model' is " + YamlKindOf(model) + "; expected a mapping");
   if (fsdp.IsDefined() && !fsdp.IsNull() && !fsdp.IsMap())
-    return Error(source + ": key 'fsdp_config' is " + KindOf(fsdp) + "; expected a mapping");
+    return Error(source + ": key 'fsdp_config' is " + YamlKindOf(fsdp) + "; expected a mapping");
   const YAML::Node target = model.IsMap() && model["activation_checkpointing_target"].IsDefined()
                                 ? model["activation_checkpointing_target"]
                                 : YAML::Node();
   bool flag = false;
   if (fsdp.IsMap() && fsdp["activation_checkpointing"].IsDefined()) {
     const YAML::Node f = fsdp["activation_checkpointing"];
-    if (!IsPlain(f) || !YAML::convert<bool>::decode(f, flag))
-      return Error(source + ": key 'fsdp_config.activation_checkpointing' is " + KindOf(f) +
+    if (!IsPlainYaml(f) || !YAML::convert<bool>::decode(f, flag))
+      return Error(source + ": key 'fsdp_config.activation_checkpointing' is " + YamlKindOf(f) +
                    "; expected true or false");
   }
   if (root["precision"].IsDefined()) {
     const YAML::Node p = root["precision"];
     if (!p.IsScalar())
-      return Error(source + ": key 'precision' is " + KindOf(p) +
+      return Error(source + ": key 'precision' is " + YamlKindOf(p) +
                    "; expected amp_bf16 or fp32, as llm-foundry writes it");
     config.precision = p.Scalar();
   }

@@ -15,26 +15,12 @@
 #include "base/quote.h"
 #include "compiler/ir.h"
 #include "compiler/module_tree.h"
+#include "compiler/yaml_words.h"
 
 namespace foundry {
 namespace {
 
 std::string Shown(std::string_view s) { return Clip(EscapeName(s)); }
-
-bool IsPlain(const YAML::Node& n) { return n.IsScalar() && n.Tag() == "?"; }
-
-std::string KindOf(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Null:
-      return "empty";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a mapping";
-    default:
-      return "'" + Shown(n.Scalar()) + "'";
-  }
-}
 
 // The keys foundry reads, by mapping. A key of a mapping not listed is ignored (and listed as
 // such), except in the mappings whose every key changes the math (optimizer, scheduler,
@@ -122,7 +108,7 @@ class Reader {
       ASSIGN_OR_RETURN(YAML::Node v, Lookup(s.substr(o + 2, c - o - 2), key, depth));
       if (!v.IsScalar() && !v.IsNull())
         return Fail(key, "interpolates '" + Shown(s.substr(o, c - o + 1)) + "', which is " +
-                             KindOf(v) + ", into a string");
+                             YamlKindOf(v) + ", into a string");
       if (v.IsScalar()) out += v.Scalar();
       at = c + 1;
     }
@@ -144,8 +130,8 @@ class Reader {
     ASSIGN_OR_RETURN(auto v, Get(key));
     if (!v) return std::optional<int64_t>();
     int64_t out = 0;
-    if (!IsPlain(*v) || !YAML::convert<int64_t>::decode(*v, out) || out < min || out > max)
-      return Fail(key, "is " + KindOf(*v) + "; expected " + expected);
+    if (!IsPlainYaml(*v) || !YAML::convert<int64_t>::decode(*v, out) || out < min || out > max)
+      return Fail(key, "is " + YamlKindOf(*v) + "; expected " + expected);
     return std::optional<int64_t>(out);
   }
 
@@ -160,8 +146,9 @@ class Reader {
     }
     if (!v) return std::optional<double>();
     double out = 0;
-    if (!IsPlain(*v) || !YAML::convert<double>::decode(*v, out) || !std::isfinite(out) || !ok(out))
-      return Fail(key, "is " + KindOf(*v) + "; expected " + expected);
+    if (!IsPlainYaml(*v) || !YAML::convert<double>::decode(*v, out) || !std::isfinite(out) ||
+        !ok(out))
+      return Fail(key, "is " + YamlKindOf(*v) + "; expected " + expected);
     return std::optional<double>(out);
   }
 
@@ -169,15 +156,15 @@ class Reader {
     ASSIGN_OR_RETURN(auto v, Get(key));
     if (!v) return std::optional<bool>();
     bool out = false;
-    if (!IsPlain(*v) || !YAML::convert<bool>::decode(*v, out))
-      return Fail(key, "is " + KindOf(*v) + "; expected true or false");
+    if (!IsPlainYaml(*v) || !YAML::convert<bool>::decode(*v, out))
+      return Fail(key, "is " + YamlKindOf(*v) + "; expected true or false");
     return std::optional<bool>(out);
   }
 
   StatusOr<std::optional<std::string>> String(const std::string& key) const {
     ASSIGN_OR_RETURN(auto v, Get(key));
     if (!v) return std::optional<std::string>();
-    if (!v->IsScalar()) return Fail(key, "is " + KindOf(*v) + "; expected a string");
+    if (!v->IsScalar()) return Fail(key, "is " + YamlKindOf(*v) + "; expected a string");
     return std::optional<std::string>(v->Scalar());
   }
 
@@ -185,7 +172,7 @@ class Reader {
     ASSIGN_OR_RETURN(auto v, Get(key));
     if (!v) return std::optional<ComposerTime>();
     if (!v->IsScalar())
-      return Fail(key, "is " + KindOf(*v) + "; expected a duration such as 100ba, 1ep, 0.5dur");
+      return Fail(key, "is " + YamlKindOf(*v) + "; expected a duration such as 100ba, 1ep, 0.5dur");
     auto t = ParseComposerTime(v->Scalar(), key);
     if (!t.ok()) return Error("--config " + path_ + ": " + t.status().message());
     return std::optional<ComposerTime>(*t);
@@ -263,7 +250,8 @@ Status ReadModel(const Reader& r, TrainConfig& c) {
 Status ReadOptimizer(const Reader& r, TrainConfig& c) {
   ASSIGN_OR_RETURN(auto node, r.Get("optimizer"));
   if (!node) return Status::Ok();
-  if (!node->IsMap()) return r.Fail("optimizer", "is " + KindOf(*node) + "; expected a mapping");
+  if (!node->IsMap())
+    return r.Fail("optimizer", "is " + YamlKindOf(*node) + "; expected a mapping");
   std::vector<std::string> unknown;
   r.Unread("optimizer", kOptimizerKeys, unknown);
   if (!unknown.empty())
@@ -285,7 +273,8 @@ Status ReadOptimizer(const Reader& r, TrainConfig& c) {
   ASSIGN_OR_RETURN(auto betas, r.Get("optimizer.betas"));
   if (betas) {
     if (!betas->IsSequence() || betas->size() != 2)
-      return r.Fail("optimizer.betas", "is " + KindOf(*betas) + "; expected a list of two numbers");
+      return r.Fail("optimizer.betas",
+                    "is " + YamlKindOf(*betas) + "; expected a list of two numbers");
     auto beta = [](double x) { return x >= 0 && x < 1; };
     for (size_t i = 0; i < 2; ++i) {
       const std::string key = "optimizer.betas[" + std::to_string(i) + "]";
@@ -301,7 +290,8 @@ Status ReadOptimizer(const Reader& r, TrainConfig& c) {
 Status ReadScheduler(const Reader& r, TrainConfig& c) {
   ASSIGN_OR_RETURN(auto node, r.Get("scheduler"));
   if (!node) return Status::Ok();
-  if (!node->IsMap()) return r.Fail("scheduler", "is " + KindOf(*node) + "; expected a mapping");
+  if (!node->IsMap())
+    return r.Fail("scheduler", "is " + YamlKindOf(*node) + "; expected a mapping");
   std::vector<std::string> unknown;
   r.Unread("scheduler", kSchedulerKeys, unknown);
   if (!unknown.empty())
@@ -341,12 +331,14 @@ Status ReadScheduler(const Reader& r, TrainConfig& c) {
 Status ReadAlgorithms(const Reader& r, TrainConfig& c) {
   ASSIGN_OR_RETURN(auto node, r.Get("algorithms"));
   if (!node) return Status::Ok();
-  if (!node->IsMap()) return r.Fail("algorithms", "is " + KindOf(*node) + "; expected a mapping");
+  if (!node->IsMap())
+    return r.Fail("algorithms", "is " + YamlKindOf(*node) + "; expected a mapping");
   r.Unread("algorithms", {"gradient_clipping"}, c.ignored);
   ASSIGN_OR_RETURN(auto clip, r.Get("algorithms.gradient_clipping"));
   if (!clip) return Status::Ok();
   if (!clip->IsMap())
-    return r.Fail("algorithms.gradient_clipping", "is " + KindOf(*clip) + "; expected a mapping");
+    return r.Fail("algorithms.gradient_clipping",
+                  "is " + YamlKindOf(*clip) + "; expected a mapping");
   std::vector<std::string> unknown;
   r.Unread("algorithms.gradient_clipping", kClippingKeys, unknown);
   if (!unknown.empty())
@@ -374,7 +366,8 @@ Status ReadAlgorithms(const Reader& r, TrainConfig& c) {
 Status ReadFsdp(const Reader& r, TrainConfig& c) {
   ASSIGN_OR_RETURN(auto node, r.Get("fsdp_config"));
   if (!node) return Status::Ok();
-  if (!node->IsMap()) return r.Fail("fsdp_config", "is " + KindOf(*node) + "; expected a mapping");
+  if (!node->IsMap())
+    return r.Fail("fsdp_config", "is " + YamlKindOf(*node) + "; expected a mapping");
   for (const auto& kv : *node) {
     const std::string key = "fsdp_config." + kv.first.Scalar();
     ASSIGN_OR_RETURN(YAML::Node v, r.Resolve(kv.second, key));
@@ -402,7 +395,7 @@ StatusOr<TrainConfig> Parse(const std::string& text, const std::string& path) {
   if (!root.IsDefined() || root.IsNull())
     return Error(source + ": the file is empty; give an llm-foundry training YAML");
   if (!root.IsMap())
-    return Error(source + ": the file holds " + KindOf(root) +
+    return Error(source + ": the file holds " + YamlKindOf(root) +
                  "; an llm-foundry training YAML is a mapping (model:, optimizer:, ...)");
   const Reader r(root, path);
   TrainConfig c;
@@ -410,7 +403,7 @@ StatusOr<TrainConfig> Parse(const std::string& text, const std::string& path) {
   r.Unread("", kTopKeys, c.ignored);
   ASSIGN_OR_RETURN(auto model, r.Get("model"));
   if (model && !model->IsMap())
-    return r.Fail("model", "is " + KindOf(*model) + "; expected a mapping");
+    return r.Fail("model", "is " + YamlKindOf(*model) + "; expected a mapping");
   r.Unread("model", kModelKeys, c.ignored);
   if (model && r.Raw("model.attn_config").IsMap())
     r.Unread("model.attn_config", {"kv_n_heads"}, c.ignored);
