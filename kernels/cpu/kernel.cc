@@ -63,6 +63,7 @@ const CpuWorkspaceTable& CpuWorkspaces() {
     RegisterMathWorkspaces(t);
     RegisterShapeOpWorkspaces(t);
     RegisterAttentionWorkspaces(t);
+    RegisterCollectiveWorkspaces(t);
     return t;
   }();
   return table;
