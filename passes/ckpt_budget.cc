@@ -97,7 +97,8 @@ struct PlanDetail {
   BytesByClass classes;  // the plan's bytes per class: the arena and every class outside it
 };
 
-StatusOr<CkptEvaluation> PlanSelection(const Graph& base, std::vector<std::string> instances,
+StatusOr<CkptEvaluation> PlanSelection(const Graph& base, const ShardPass::Options& shard,
+                                       std::vector<std::string> instances,
                                        const std::vector<std::string>* blocks, PlanDetail* detail) {
   std::sort(instances.begin(), instances.end(), ModulePathLess);
   Graph g = base;
@@ -109,6 +110,10 @@ StatusOr<CkptEvaluation> PlanSelection(const Graph& base, std::vector<std::strin
   // again (a no-op on an fp32 graph, which has no parameter casts).
   AutocastRecastPass recast;
   RETURN_IF_ERROR(recast.Run(g).status());
+  if (shard.world_size > 1) {  // one rank's plan (foundry-compile --world-size)
+    ShardPass pass(shard);
+    RETURN_IF_ERROR(pass.Run(g).status());
+  }
   SchedulePass schedule;
   RETURN_IF_ERROR(schedule.Run(g).status());
   ASSIGN_OR_RETURN(MemoryPlan plan, PlanMemory(g, {{"cpu", CpuWorkspaceBytes}}));
@@ -166,13 +171,13 @@ struct CkptPlanCache {
   std::map<std::string, Entry> entries;  // by KeyFor(instances)
 };
 
-CkptEvaluator::CkptEvaluator(const Graph& autodiff_graph)
-    : graph_(autodiff_graph), cache_(std::make_unique<CkptPlanCache>()) {}
+CkptEvaluator::CkptEvaluator(const Graph& autodiff_graph, ShardPass::Options shard)
+    : graph_(autodiff_graph), shard_(shard), cache_(std::make_unique<CkptPlanCache>()) {}
 CkptEvaluator::~CkptEvaluator() = default;
 
 StatusOr<CkptEvaluation> CkptEvaluator::Evaluate(const std::vector<std::string>& instances) const {
   ++evaluations_;
-  return PlanSelection(graph_, instances, nullptr, nullptr);
+  return PlanSelection(graph_, shard_, instances, nullptr, nullptr);
 }
 
 namespace {
@@ -296,10 +301,12 @@ constexpr ClassWords kClassWords[] = {
 
 // The error for a budget below `minimum` (the smallest plan): the minimum's total, its
 // selection, its largest memory class and what lowers that class.
-Status BelowMinimumError(const Graph& graph, const CkptEvaluation& minimum,
-                         const std::vector<std::string>& blocks, int64_t budget) {
+Status BelowMinimumError(const Graph& graph, const ShardPass::Options& shard,
+                         const CkptEvaluation& minimum, const std::vector<std::string>& blocks,
+                         int64_t budget) {
   PlanDetail detail;
-  ASSIGN_OR_RETURN(CkptEvaluation again, PlanSelection(graph, minimum.instances, &blocks, &detail));
+  ASSIGN_OR_RETURN(CkptEvaluation again,
+                   PlanSelection(graph, shard, minimum.instances, &blocks, &detail));
   std::string what = std::to_string(minimum.instances.size()) + " instances checkpointed";
   if (minimum.instances == blocks)
     what = "every block checkpointed";
@@ -383,7 +390,8 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
       auto c = cached.find(key);
       if (c == cached.end()) {
         PlanDetail fresh;
-        ASSIGN_OR_RETURN(CkptEvaluation made, PlanSelection(graph, instances, &blocks, &fresh));
+        ASSIGN_OR_RETURN(CkptEvaluation made,
+                         PlanSelection(graph, evaluator.shard(), instances, &blocks, &fresh));
         ++result.plans;
         c = cached.emplace(key, CkptPlanCache::Entry{std::move(made), std::move(fresh)}).first;
       }
@@ -721,7 +729,7 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
       }
   }
   if (const auto* best = best_fitting()) return choose(*best->second);
-  return BelowMinimumError(graph, *minimum, blocks, options.budget_bytes);
+  return BelowMinimumError(graph, evaluator.shard(), *minimum, blocks, options.budget_bytes);
 }
 
 // Exact decimal arithmetic: the integer part (leading zeros dropped; more than 19 digits is past

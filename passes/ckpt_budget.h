@@ -18,6 +18,7 @@
 #include "base/status.h"
 #include "compiler/ckpt_targets.h"
 #include "compiler/ir.h"
+#include "passes/shard.h"
 
 namespace foundry {
 
@@ -41,15 +42,19 @@ struct CkptPlanCache;
 class CkptEvaluator {
  public:
   // `autodiff_graph`: the pipeline's graph right after the autodiff pass.
-  explicit CkptEvaluator(const Graph& autodiff_graph);
+  // `shard`: plan one rank of several (passes/shard.h) after remat and the recast, as the
+  // pipeline does for foundry-compile --world-size; the default plans a single process.
+  explicit CkptEvaluator(const Graph& autodiff_graph, ShardPass::Options shard = {});
   ~CkptEvaluator();
   StatusOr<CkptEvaluation> Evaluate(const std::vector<std::string>& instances) const;
   int evaluations() const { return evaluations_; }
   const Graph& graph() const { return graph_; }
+  const ShardPass::Options& shard() const { return shard_; }
   CkptPlanCache& cache() const { return *cache_; }
 
  private:
   Graph graph_;
+  ShardPass::Options shard_;
   mutable int evaluations_ = 0;
   std::unique_ptr<CkptPlanCache> cache_;
 };

@@ -383,16 +383,16 @@ std::optional<int> ParseRequest(Options& o, const std::optional<TrainConfig>& co
   if (!o.link_gbps_text.empty()) {
     char* end = nullptr;
     o.link_gbps = std::strtod(o.link_gbps_text.c_str(), &end);
-    if (end == o.link_gbps_text.c_str() || *end != '\0' || !(o.link_gbps > 0) ||
-        o.link_gbps > 1e6)
+    if (end == o.link_gbps_text.c_str() || *end != '\0' || !(o.link_gbps > 0) || o.link_gbps > 1e6)
       return Fail("--link-gbps " + o.link_gbps_text +
                       ": give the link's bandwidth in gigabits per second, a number above 0 "
                       "(e.g. 400)",
                   cli::kExitUsage);
     if (*world == 1)
-      return Fail("--link-gbps bounds the time of the collectives between ranks; give "
-                  "--world-size N (N >= 2)",
-                  cli::kExitUsage);
+      return Fail(
+          "--link-gbps bounds the time of the collectives between ranks; give "
+          "--world-size N (N >= 2)",
+          cli::kExitUsage);
   }
   {
     std::string strategy = o.sharding;
@@ -575,6 +575,11 @@ std::string FormatSharding(const Options& o, const CompileResult& result) {
 int PrintAndWrite(const Options& o, CompileResult& result, OutputSet& outputs) {
   if (result.report) std::cout << FormatMemoryReport(*result.report);
   if (result.shard) std::cout << FormatSharding(o, result);
+  if (result.smallest_world)
+    std::cout << "  fewest ranks (powers of 2) at which --memory-budget " << o.memory_budget_text
+              << " per rank fits: " << result.smallest_world->world_size
+              << " (every block checkpointed: " << HumanBytes(result.smallest_world->total_bytes)
+              << " per rank)\n";
   if (result.plan && result.plan->eval_memory)
     if (const BackendLayout* eval = result.plan->eval_memory->Layout("cpu")) {
       const BackendLayout* train = result.plan->memory.Layout("cpu");
