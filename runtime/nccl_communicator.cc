@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "runtime/cuda_backend.h"
+#include "runtime/nccl_abi.h"
 #ifdef FOUNDRY_HAVE_CUDA
 #include "kernels/cuda/device.h"
 #endif
@@ -24,62 +25,32 @@
 namespace foundry {
 namespace {
 
-// --- NCCL's ABI, declared here (the build has no NCCL header) ---
-//
-// From NCCL's documentation, "Types" (docs.nvidia.com/deeplearning/nccl/user-guide/docs/api/
-// types.html) and "Communicator Creation and Management Functions" (.../api/comms.html), and the
-// values in NCCL's src/nccl.h.in (as vendored e.g. by aws/aws-ofi-nccl,
-// 3rd-party/nccl/cuda/include/nccl/types.h):
-//  - ncclComm_t is a pointer to an opaque struct: void* here.
-//  - ncclUniqueId is `struct { char internal[NCCL_UNIQUE_ID_BYTES]; }` with
-//    NCCL_UNIQUE_ID_BYTES = 128, passed BY VALUE to ncclCommInitRank: the same struct here.
-//  - ncclResult_t: ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2,
-//    ncclInternalError = 3, ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6,
-//    ncclInProgress = 7. A C enum: an int in the ABI.
-//  - ncclDataType_t: ncclInt8 = ncclChar = 0, ncclUint8 = 1, ... ncclFloat32 = 7. We move bytes
-//    only: ncclUint8.
-//  - cudaStream_t is a pointer (struct CUstream_st*): void* here.
-// The version code (ncclGetVersion) is NCCL_VERSION(X, Y, Z): X*1000 + Y*100 + Z up to 2.8,
-// X*10000 + Y*100 + Z from 2.9 on.
-struct NcclUniqueIdAbi {
-  char internal[kNcclIdBytes];
-};
-static_assert(sizeof(NcclUniqueIdAbi) == 128);
-using NcclResult = int;
-constexpr NcclResult kNcclSuccess = 0;
-constexpr int kNcclUint8 = 1;
+using namespace nccl_abi;  // NOLINT: NCCL's types and function types (runtime/nccl_abi.h)
 
+using NcclResult = Result;
+constexpr Result kNcclSuccess = kSuccess;
+constexpr DataType kNcclUint8 = DataType::kUint8;
+using NcclUniqueIdAbi = UniqueId;
+static_assert(kUniqueIdBytes == kNcclIdBytes);
+
+// NCCL's functions, found by dlsym.
 struct NcclApi {
   std::string path;
   int version_code = 0;
-  NcclResult (*GetVersion)(int*) = nullptr;
-  NcclResult (*GetUniqueId)(NcclUniqueIdAbi*) = nullptr;
-  NcclResult (*CommInitRank)(void** comm, int nranks, NcclUniqueIdAbi id, int rank) = nullptr;
-  NcclResult (*CommDestroy)(void* comm) = nullptr;
-  NcclResult (*CommAbort)(void* comm) = nullptr;
-  const char* (*GetErrorString)(NcclResult) = nullptr;
-  const char* (*GetLastError)(void* comm) = nullptr;  // NCCL 2.13+; optional
-  NcclResult (*AllGather)(const void* send, void* recv, size_t count, int type, void* comm,
-                          void* stream) = nullptr;
-  NcclResult (*Broadcast)(const void* send, void* recv, size_t count, int type, int root,
-                          void* comm, void* stream) = nullptr;
-  NcclResult (*Send)(const void* send, size_t count, int type, int peer, void* comm,
-                     void* stream) = nullptr;
-  NcclResult (*Recv)(void* recv, size_t count, int type, int peer, void* comm,
-                     void* stream) = nullptr;
-  NcclResult (*GroupStart)() = nullptr;
-  NcclResult (*GroupEnd)() = nullptr;
+  GetVersionFn GetVersion = nullptr;
+  GetUniqueIdFn GetUniqueId = nullptr;
+  CommInitRankFn CommInitRank = nullptr;
+  CommDestroyFn CommDestroy = nullptr;
+  CommAbortFn CommAbort = nullptr;
+  GetErrorStringFn GetErrorString = nullptr;
+  GetLastErrorFn GetLastError = nullptr;  // optional
+  AllGatherFn AllGather = nullptr;
+  BroadcastFn Broadcast = nullptr;
+  SendFn Send = nullptr;
+  RecvFn Recv = nullptr;
+  GroupStartFn GroupStart = nullptr;
+  GroupEndFn GroupEnd = nullptr;
 };
-
-std::string VersionText(int code) {
-  int major, minor, patch;
-  if (code < 10000) {
-    major = code / 1000, minor = code % 1000 / 100, patch = code % 100;
-  } else {
-    major = code / 10000, minor = code % 10000 / 100, patch = code % 100;
-  }
-  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
-}
 
 constexpr const char* kDefaultLibrary = "libnccl.so.2";
 constexpr const char* kSetLibrary =
@@ -284,8 +255,23 @@ std::string NcclFailure(const NcclApi& api, const char* call, NcclResult r) {
 
 }  // namespace
 
+std::string nccl_abi::VersionText(int code) {
+  int major, minor, patch;
+  if (code < 10000) {
+    major = code / 1000, minor = code % 1000 / 100, patch = code % 100;
+  } else {
+    major = code / 10000, minor = code % 10000 / 100, patch = code % 100;
+  }
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
 StatusOr<NcclLibraryInfo> LoadNcclLibrary() {
   ASSIGN_OR_RETURN(std::shared_ptr<const NcclApi> api, OpenConfiguredNccl());
+  return NcclLibraryInfo{api->path, api->version_code, VersionText(api->version_code)};
+}
+
+StatusOr<NcclLibraryInfo> LoadNcclLibraryFrom(const std::string& path, bool from_env) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const NcclApi> api, OpenNccl(path, from_env));
   return NcclLibraryInfo{api->path, api->version_code, VersionText(api->version_code)};
 }
 

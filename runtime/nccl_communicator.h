@@ -48,6 +48,9 @@ struct NcclLibraryInfo {
   std::string version;   // "2.27.3"
 };
 StatusOr<NcclLibraryInfo> LoadNcclLibrary();
+// What LoadNcclLibrary does once it has chosen: opens `path` (from_env: FOUNDRY_NCCL_LIBRARY's
+// value, else the default name), with the errors above. For tests on machines that have NCCL.
+StatusOr<NcclLibraryInfo> LoadNcclLibraryFrom(const std::string& path, bool from_env);
 
 // A communicator over NCCL on `backend`'s stream. `host` (may be null): a host-memory
 // communicator of the same ranks (MPI) that carries the NCCL id from rank 0; its rank and size
@@ -64,9 +67,10 @@ inline constexpr int kNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES (nccl_communic
 using NcclId = std::array<char, kNcclIdBytes>;
 
 // Rank 0: writes `id` for a world of `world_size` ranks to `path` atomically (PATH.tmp.PID, then
-// rename). An error when `path` already exists (a file left by an earlier run would hand its dead
-// id to the other ranks): "FOUNDRY_NCCL_ID_FILE=<path> already exists (left by an earlier run?);
-// delete it before starting the ranks".
+// rename). An error when `path` already exists: "FOUNDRY_NCCL_ID_FILE=<path> already exists (left
+// by an earlier run?); delete it before starting the ranks". (Rank 0 removes the file once every
+// rank has joined, so only a run that died before that leaves one; its other ranks may then read
+// the dead id and fail in ncclCommInitRank instead.)
 Status WriteNcclIdFile(const std::string& path, const NcclId& id, int world_size);
 // The other ranks: waits up to `timeout_s` seconds for `path` to appear, polling every 10 ms, and
 // reads it. Errors name the file and say what to check: none after the timeout; a file that is
