@@ -130,7 +130,7 @@ StatusOr<std::shared_ptr<const NcclApi>> OpenConfiguredNccl() {
 }
 
 // An environment variable as an int; `fallback` when unset.
-[[maybe_unused]] StatusOr<int> EnvInt(const char* name, int fallback) {
+StatusOr<int> EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
   char* end = nullptr;
@@ -139,6 +139,15 @@ StatusOr<std::shared_ptr<const NcclApi>> OpenConfiguredNccl() {
   if (errno != 0 || *end != '\0' || x < 0 || x > 1 << 20)
     return Error(std::string(name) + "=" + v + ": not a whole number (0 or more)");
   return static_cast<int>(x);
+}
+
+std::string NcclFailure(const NcclApi& api, const char* call, NcclResult r) {
+  std::string msg = std::string("nccl: ") + call + " failed: " + api.GetErrorString(r);
+  if (api.GetLastError) {
+    const char* last = api.GetLastError(nullptr);
+    if (last && *last) msg += " (" + std::string(last) + ")";
+  }
+  return msg;
 }
 
 constexpr const char* kIdMagic = "foundry-nccl-id 1 world_size ";
@@ -242,15 +251,6 @@ class NcclCommunicator final : public Communicator {
   bool broken_ = false;
 };
 
-std::string NcclFailure(const NcclApi& api, const char* call, NcclResult r) {
-  std::string msg = std::string("nccl: ") + call + " failed: " + api.GetErrorString(r);
-  if (api.GetLastError) {
-    const char* last = api.GetLastError(nullptr);
-    if (last && *last) msg += " (" + std::string(last) + ")";
-  }
-  return msg;
-}
-
 #endif  // FOUNDRY_HAVE_CUDA
 
 }  // namespace
@@ -342,6 +342,62 @@ StatusOr<NcclId> ReadNcclIdFile(const std::string& path, int rank, int world_siz
   }
 }
 
+StatusOr<NcclJoin> JoinNcclWorld(Communicator* host) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const NcclApi> api, OpenConfiguredNccl());
+  NcclJoin join;
+  NcclUniqueIdAbi id{};
+  auto make_id = [&]() -> Status {
+    NcclResult r = api->GetUniqueId(&id);
+    if (r != kNcclSuccess) return Error(NcclFailure(*api, "ncclGetUniqueId", r));
+    std::memcpy(join.id.data(), id.internal, kNcclIdBytes);
+    return Status::Ok();
+  };
+  if (host) {
+    if (host->name() == "nccl")
+      return Error("nccl: the NCCL id travels through a host-memory communicator (mpi), not " +
+                   std::string(host->name()));
+    join.rank = host->rank();
+    join.size = host->size();
+    if (join.rank == 0) RETURN_IF_ERROR(make_id());
+    RETURN_IF_ERROR(host->Broadcast(join.id.data(), kNcclIdBytes, 0)
+                        .Prepend("nccl: sending the NCCL id from rank 0: "));
+    return join;
+  }
+  const char* file = std::getenv("FOUNDRY_NCCL_ID_FILE");
+  const bool have_file = file && *file;
+  const bool have_rank = std::getenv("FOUNDRY_RANK") && *std::getenv("FOUNDRY_RANK");
+  const bool have_size = std::getenv("FOUNDRY_WORLD_SIZE") && *std::getenv("FOUNDRY_WORLD_SIZE");
+  if (!have_file && !have_rank && !have_size) {
+    RETURN_IF_ERROR(make_id());
+    return join;
+  }
+  if (!have_file || !have_rank || !have_size) {
+    std::string missing;
+    for (auto [name, have] :
+         {std::pair{"FOUNDRY_NCCL_ID_FILE", have_file}, std::pair{"FOUNDRY_RANK", have_rank},
+          std::pair{"FOUNDRY_WORLD_SIZE", have_size}})
+      if (!have) missing += (missing.empty() ? "" : ", ") + std::string(name);
+    return Error(
+        "nccl: without MPI the ranks meet through FOUNDRY_NCCL_ID_FILE, FOUNDRY_RANK and "
+        "FOUNDRY_WORLD_SIZE; set all three (missing: " +
+        missing + ")");
+  }
+  ASSIGN_OR_RETURN(join.rank, EnvInt("FOUNDRY_RANK", 0));
+  ASSIGN_OR_RETURN(join.size, EnvInt("FOUNDRY_WORLD_SIZE", 1));
+  if (join.size < 1 || join.rank >= join.size)
+    return Error("nccl: FOUNDRY_RANK=" + std::to_string(join.rank) + " is not a rank of " +
+                 "FOUNDRY_WORLD_SIZE=" + std::to_string(join.size) + " (0 to size - 1)");
+  ASSIGN_OR_RETURN(int timeout_s, EnvInt("FOUNDRY_NCCL_ID_TIMEOUT_S", 300));
+  join.id_file = file;
+  if (join.rank == 0) {
+    RETURN_IF_ERROR(make_id());
+    RETURN_IF_ERROR(WriteNcclIdFile(file, join.id, join.size));
+  } else {
+    ASSIGN_OR_RETURN(join.id, ReadNcclIdFile(file, join.rank, join.size, timeout_s));
+  }
+  return join;
+}
+
 StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(CudaBackend& backend,
                                                                Communicator* host) {
   ASSIGN_OR_RETURN(std::shared_ptr<const NcclApi> api, OpenConfiguredNccl());
@@ -350,77 +406,28 @@ StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(CudaBackend& back
   (void)host;
   return Error("nccl: this foundry was built without the CUDA backend (no nvcc at configure time)");
 #else
-  int rank = 0, size = 1;
-  NcclUniqueIdAbi id{};
-  if (host) {
-    if (host->name() == "nccl")
-      return Error("nccl: the NCCL id travels through a host-memory communicator (mpi), not " +
-                   std::string(host->name()));
-    rank = host->rank();
-    size = host->size();
-    if (rank == 0) {
-      NcclResult r = api->GetUniqueId(&id);
-      if (r != kNcclSuccess) return Error(NcclFailure(*api, "ncclGetUniqueId", r));
-    }
-    RETURN_IF_ERROR(host->Broadcast(id.internal, kNcclIdBytes, 0)
-                        .Prepend("nccl: sending the NCCL id from rank 0: "));
-  } else {
-    const char* file = std::getenv("FOUNDRY_NCCL_ID_FILE");
-    const bool have_file = file && *file;
-    const bool have_rank = std::getenv("FOUNDRY_RANK") && *std::getenv("FOUNDRY_RANK");
-    const bool have_size = std::getenv("FOUNDRY_WORLD_SIZE") && *std::getenv("FOUNDRY_WORLD_SIZE");
-    if (have_file || have_rank || have_size) {
-      if (!have_file || !have_rank || !have_size) {
-        std::string missing;
-        for (auto [name, have] :
-             {std::pair{"FOUNDRY_NCCL_ID_FILE", have_file}, std::pair{"FOUNDRY_RANK", have_rank},
-              std::pair{"FOUNDRY_WORLD_SIZE", have_size}})
-          if (!have) missing += (missing.empty() ? "" : ", ") + std::string(name);
-        return Error(
-            "nccl: without MPI the ranks meet through FOUNDRY_NCCL_ID_FILE, FOUNDRY_RANK and "
-            "FOUNDRY_WORLD_SIZE; set all three (missing: " +
-            missing + ")");
-      }
-      ASSIGN_OR_RETURN(rank, EnvInt("FOUNDRY_RANK", 0));
-      ASSIGN_OR_RETURN(size, EnvInt("FOUNDRY_WORLD_SIZE", 1));
-      if (size < 1 || rank >= size)
-        return Error("nccl: FOUNDRY_RANK=" + std::to_string(rank) + " is not a rank of " +
-                     "FOUNDRY_WORLD_SIZE=" + std::to_string(size) + " (0 to size - 1)");
-      ASSIGN_OR_RETURN(int timeout_s, EnvInt("FOUNDRY_NCCL_ID_TIMEOUT_S", 300));
-      NcclId bytes{};
-      if (rank == 0) {
-        NcclResult r = api->GetUniqueId(&id);
-        if (r != kNcclSuccess) return Error(NcclFailure(*api, "ncclGetUniqueId", r));
-        std::memcpy(bytes.data(), id.internal, kNcclIdBytes);
-        RETURN_IF_ERROR(WriteNcclIdFile(file, bytes, size));
-      } else {
-        ASSIGN_OR_RETURN(bytes, ReadNcclIdFile(file, rank, size, timeout_s));
-        std::memcpy(id.internal, bytes.data(), kNcclIdBytes);
-      }
-    } else {
-      NcclResult r = api->GetUniqueId(&id);
-      if (r != kNcclSuccess) return Error(NcclFailure(*api, "ncclGetUniqueId", r));
-    }
-  }
+  ASSIGN_OR_RETURN(NcclJoin join, JoinNcclWorld(host));
+  NcclUniqueIdAbi id;
+  std::memcpy(id.internal, join.id.data(), kNcclIdBytes);
   void* comm = nullptr;
   // Collective: returns once every rank has joined (so rank 0 may remove the id file then).
-  NcclResult r = api->CommInitRank(&comm, size, id, rank);
-  if (!host && rank == 0 && std::getenv("FOUNDRY_NCCL_ID_FILE")) {
+  NcclResult r = api->CommInitRank(&comm, join.size, id, join.rank);
+  if (join.rank == 0 && !join.id_file.empty()) {
     std::error_code ec;
-    std::filesystem::remove(std::getenv("FOUNDRY_NCCL_ID_FILE"), ec);
+    std::filesystem::remove(join.id_file, ec);
   }
   if (r != kNcclSuccess)
-    return Error(NcclFailure(*api, "ncclCommInitRank", r) + " (rank " + std::to_string(rank) +
-                 " of " + std::to_string(size) + "; one GPU per rank)");
+    return Error(NcclFailure(*api, "ncclCommInitRank", r) + " (rank " + std::to_string(join.rank) +
+                 " of " + std::to_string(join.size) + "; one GPU per rank)");
   void* scratch = nullptr;
-  Status st = cuda::DeviceAlloc(4 + 4 * static_cast<int64_t>(size), &scratch, backend.stream(),
+  Status st = cuda::DeviceAlloc(4 + 4 * static_cast<int64_t>(join.size), &scratch, backend.stream(),
                                 "nccl: the barrier's buffer");
   if (!st.ok()) {
     api->CommDestroy(comm);
     return st;
   }
   return std::unique_ptr<Communicator>(
-      new NcclCommunicator(api, comm, backend.stream(), rank, size, scratch));
+      new NcclCommunicator(api, comm, backend.stream(), join.rank, join.size, scratch));
 #endif
 }
 

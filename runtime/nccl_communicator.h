@@ -61,10 +61,24 @@ StatusOr<NcclLibraryInfo> LoadNcclLibraryFrom(const std::string& path, bool from
 StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(CudaBackend& backend,
                                                                Communicator* host);
 
-// --- the id file (used by CreateNcclCommunicator; declared here for its tests) ---
+// --- the steps before NCCL's (used by CreateNcclCommunicator; declared here for their tests) ---
 
-inline constexpr int kNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES (nccl_communicator.cc cites it)
+inline constexpr int kNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES (runtime/nccl_abi.h cites it)
 using NcclId = std::array<char, kNcclIdBytes>;
+
+// Who this process is in the NCCL world and the id it joins with, as CreateNcclCommunicator
+// finds them (after loading NCCL, LoadNcclLibrary's errors unchanged): through `host`, or the
+// three variables (rank 0 makes the id with ncclGetUniqueId and writes the id file, the others
+// wait for it), or a world of one. Needs no GPU. One-line errors for a host communicator that is
+// not a host-memory one, an incomplete set of variables ("... set all three (missing: ...)"),
+// a rank outside the world, a value that is not a number, and the id file's errors below.
+struct NcclJoin {
+  int rank = 0;
+  int size = 1;
+  NcclId id{};
+  std::string id_file;  // the id file rank 0 removes once every rank has joined ("": none)
+};
+StatusOr<NcclJoin> JoinNcclWorld(Communicator* host);
 
 // Rank 0: writes `id` for a world of `world_size` ranks to `path` atomically (PATH.tmp.PID, then
 // rename). An error when `path` already exists: "FOUNDRY_NCCL_ID_FILE=<path> already exists (left

@@ -3,7 +3,8 @@
 // rank: NCCL (2.5 and newer) refuses two ranks of one communicator on one GPU. So: a world of
 // one, made both ways without MPI (no variables; the id file), every collective on device buffers
 // of the backend, checked byte for byte against what the interface promises for one rank; the id
-// file gone once the rank joined; the argument errors. Skips without a GPU or NCCL (fails under
+// file gone once the rank joined; the argument errors. (The variables' errors: JoinNcclWorld's,
+// tests/runtime/nccl_communicator_test.cc.) Skips without a GPU or NCCL (fails under
 // FOUNDRY_REQUIRE_GPU=1, where NCCL is expected too).
 #include <gtest/gtest.h>
 
@@ -111,29 +112,6 @@ TEST(CudaNcclCommunicatorTest, TheIdFileIsGoneOnceTheRanksJoined) {
   EXPECT_EQ((*comm)->size(), 1);
   EXPECT_FALSE(std::filesystem::exists(file));
   EXPECT_TRUE((*comm)->Barrier().ok());
-}
-
-TEST(CudaNcclCommunicatorTest, TheRendezvousVariablesComeTogether) {
-  REQUIRE_GPU_AND_NCCL(backend);
-  NoRendezvous none;
-  {
-    ScopedEnv r("FOUNDRY_RANK", "1");
-    auto comm = CreateNcclCommunicator(backend, nullptr);
-    ASSERT_FALSE(comm.ok());
-    EXPECT_EQ(comm.status().message(),
-              "nccl: without MPI the ranks meet through FOUNDRY_NCCL_ID_FILE, FOUNDRY_RANK and "
-              "FOUNDRY_WORLD_SIZE; set all three (missing: FOUNDRY_NCCL_ID_FILE, "
-              "FOUNDRY_WORLD_SIZE)");
-  }
-  TempDir dir;
-  const std::string file = dir / "nccl.id";
-  ScopedEnv f("FOUNDRY_NCCL_ID_FILE", file.c_str());
-  ScopedEnv r("FOUNDRY_RANK", "2");
-  ScopedEnv s("FOUNDRY_WORLD_SIZE", "2");
-  auto comm = CreateNcclCommunicator(backend, nullptr);
-  ASSERT_FALSE(comm.ok());
-  EXPECT_EQ(comm.status().message(),
-            "nccl: FOUNDRY_RANK=2 is not a rank of FOUNDRY_WORLD_SIZE=2 (0 to size - 1)");
 }
 
 }  // namespace

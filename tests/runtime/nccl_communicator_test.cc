@@ -2,7 +2,9 @@
 // this build has no NCCL in it; without the library the loader says what to install, and a
 // library that is not NCCL is named as such. The NCCL id file through which ranks without MPI
 // meet: written atomically by rank 0, read by the others (who wait for it), with one-line errors
-// for a stale file, a wrong world size, a foreign file and a rank 0 that never comes.
+// for a stale file, a wrong world size, a foreign file and a rank 0 that never comes. Joining the
+// world (rank, size, id) without MPI: a world of one, two ranks through the file, the variables'
+// errors (needs NCCL, which the CUDA 13 toolkit here ships, for ncclGetUniqueId; no GPU).
 // Where NCCL loads: tests/runtime/nccl_abi_test.cc. The collectives on a GPU:
 // tests/runtime/cuda_nccl_communicator_test.cc.
 #include "runtime/nccl_communicator.h"
@@ -177,6 +179,99 @@ TEST(NcclIdFileTest, AnotherWorldSizeOrAForeignFileIsNamed) {
             "FOUNDRY_NCCL_ID_FILE=" + other +
                 " is not an NCCL id file written by rank 0 (6 bytes); delete it and start every "
                 "rank again");
+}
+
+// --- joining the world (needs NCCL for ncclGetUniqueId, no GPU) ---
+
+#define REQUIRE_NCCL()                                                                      \
+  do {                                                                                      \
+    if (auto lib_ = LoadNcclLibrary(); !lib_.ok()) GTEST_SKIP() << lib_.status().message(); \
+  } while (0)
+
+// The rendezvous variables unset for the scope.
+struct NoRendezvous {
+  ScopedEnv a{"FOUNDRY_NCCL_ID_FILE", nullptr};
+  ScopedEnv b{"FOUNDRY_RANK", nullptr};
+  ScopedEnv c{"FOUNDRY_WORLD_SIZE", nullptr};
+};
+
+bool AllZero(const NcclId& id) {
+  for (char c : id)
+    if (c != 0) return false;
+  return true;
+}
+
+TEST(NcclJoinTest, WithoutVariablesAWorldOfOne) {
+  REQUIRE_NCCL();
+  NoRendezvous none;
+  auto join = JoinNcclWorld(nullptr);
+  ASSERT_TRUE(join.ok()) << join.status().message();
+  EXPECT_EQ(join->rank, 0);
+  EXPECT_EQ(join->size, 1);
+  EXPECT_EQ(join->id_file, "");
+  EXPECT_FALSE(AllZero(join->id));  // NCCL's bootstrap address
+}
+
+TEST(NcclJoinTest, TwoRanksMeetThroughTheIdFile) {
+  REQUIRE_NCCL();
+  TempDir dir;
+  const std::string file = dir / "nccl.id";
+  ScopedEnv f("FOUNDRY_NCCL_ID_FILE", file.c_str());
+  ScopedEnv s("FOUNDRY_WORLD_SIZE", "2");
+  NcclId id0{};
+  {
+    ScopedEnv r("FOUNDRY_RANK", "0");
+    auto join = JoinNcclWorld(nullptr);
+    ASSERT_TRUE(join.ok()) << join.status().message();
+    EXPECT_EQ(join->rank, 0);
+    EXPECT_EQ(join->size, 2);
+    EXPECT_EQ(join->id_file, file);
+    EXPECT_FALSE(AllZero(join->id));
+    id0 = join->id;
+  }
+  auto read = ReadNcclIdFile(file, 1, 2, 1.0);
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(*read, id0);
+  ScopedEnv r("FOUNDRY_RANK", "1");
+  auto join = JoinNcclWorld(nullptr);
+  ASSERT_TRUE(join.ok()) << join.status().message();
+  EXPECT_EQ(join->rank, 1);
+  EXPECT_EQ(join->size, 2);
+  EXPECT_EQ(join->id, id0);
+  // A second rank 0 (a second run while the first one's file is still there) is refused.
+  ScopedEnv r0("FOUNDRY_RANK", "0");
+  EXPECT_EQ(JoinNcclWorld(nullptr).status().message(),
+            "FOUNDRY_NCCL_ID_FILE=" + file +
+                " already exists (left by an earlier run?); delete it before starting the ranks");
+}
+
+TEST(NcclJoinTest, TheVariablesComeTogetherAndMakeSense) {
+  REQUIRE_NCCL();
+  NoRendezvous none;
+  {
+    ScopedEnv r("FOUNDRY_RANK", "1");
+    EXPECT_EQ(JoinNcclWorld(nullptr).status().message(),
+              "nccl: without MPI the ranks meet through FOUNDRY_NCCL_ID_FILE, FOUNDRY_RANK and "
+              "FOUNDRY_WORLD_SIZE; set all three (missing: FOUNDRY_NCCL_ID_FILE, "
+              "FOUNDRY_WORLD_SIZE)");
+  }
+  TempDir dir;
+  const std::string file = dir / "nccl.id";
+  ScopedEnv f("FOUNDRY_NCCL_ID_FILE", file.c_str());
+  {
+    ScopedEnv s("FOUNDRY_WORLD_SIZE", "2");
+    EXPECT_EQ(JoinNcclWorld(nullptr).status().message(),
+              "nccl: without MPI the ranks meet through FOUNDRY_NCCL_ID_FILE, FOUNDRY_RANK and "
+              "FOUNDRY_WORLD_SIZE; set all three (missing: FOUNDRY_RANK)");
+  }
+  ScopedEnv r("FOUNDRY_RANK", "2");
+  ScopedEnv s("FOUNDRY_WORLD_SIZE", "2");
+  EXPECT_EQ(JoinNcclWorld(nullptr).status().message(),
+            "nccl: FOUNDRY_RANK=2 is not a rank of FOUNDRY_WORLD_SIZE=2 (0 to size - 1)");
+  ScopedEnv r2("FOUNDRY_RANK", "one");
+  EXPECT_EQ(JoinNcclWorld(nullptr).status().message(),
+            "FOUNDRY_RANK=one: not a whole number (0 or more)");
+  EXPECT_FALSE(std::filesystem::exists(file));  // nothing written on the way
 }
 
 }  // namespace
