@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 
@@ -510,6 +511,7 @@ Status StageReportFiles(const Options& o, const CompileResult& result, OutputSet
     std::string text;
     if (i == 0) {
       text = MemoryReportJson(*result.report);
+      if (result.shard) text = WithShardingJson(text, result);
     } else if (i == 1) {
       TimelineOptions timeline;
       if (result.plain_curve) timeline.extra_curves.push_back(*result.plain_curve);
@@ -534,6 +536,34 @@ Status StageShardInit(const CompileResult& result, OutputSet& outputs) {
     if (auto it = result.shard_init.find(name); it != result.shard_init.end())
       tensors.emplace_back(name, it->second.get());
   return WriteSafetensors(staged, tensors, {{"format", "foundry-shard-init"}});
+}
+
+// The report JSON with a "sharding" object: the strategy, the ranks, what one rank holds of the
+// parameters and what it moves per optimizer step.
+std::string WithShardingJson(const std::string& report, const CompileResult& result) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(report);
+  const ShardStats& s = *result.shard;
+  nlohmann::ordered_json sj;
+  sj["strategy"] = ShardingName(s.strategy);
+  sj["world_size"] = s.world_size;
+  sj["shard_group"] = s.group;
+  sj["units"] = s.units.size();
+  sj["parameter_bytes_whole"] = s.full_param_bytes;
+  sj["parameter_bytes_per_rank"] = s.shard_param_bytes;
+  if (result.comm) {
+    sj["microbatches_per_step"] = result.comm->runs;
+    sj["gathers_per_microbatch"] = result.comm->gathers;
+    sj["reductions_per_microbatch"] = result.comm->reductions;
+    sj["gather_bytes_per_step"] = result.comm->gather_bytes * result.comm->runs;
+    sj["reduce_bytes_per_step"] = result.comm->reduce_bytes * result.comm->runs;
+    sj["communication_bytes_per_step"] = result.comm->PerStep();
+  }
+  if (result.smallest_world) {
+    sj["fewest_ranks_for_budget"] = result.smallest_world->world_size;
+    sj["fewest_ranks_total_bytes"] = result.smallest_world->total_bytes;
+  }
+  j["sharding"] = std::move(sj);
+  return j.dump(2) + "\n";
 }
 
 // The sharding lines of a plan for several ranks: what the pass did, what one rank holds, what it

@@ -7,7 +7,8 @@
 // fuses nothing into an FMA (the CPU kernel contracts nothing either); one thread per element,
 // the ranks summed in order inside it; no atomics.
 //
-// Workspace (device memory, planned in the arena; the figures are the CPU kernel's):
+// Workspace (device memory, planned in the arena; the figure is CollectiveWorkspaceBytes, whose
+// regions are rounded up to 256 bytes; these packed slices lie inside it):
 //  - AllGather: output i whose numel_i != N*c_i gets the slice [o_i, o_i + N*c_i*4), o_i the sum
 //    of the slices of the outputs before it; it is gathered there, then its first numel_i copied
 //    out. An output with numel_i == N*c_i is gathered straight into itself (no slice).
@@ -174,34 +175,6 @@ Status AllReduceGradientKernel(const Node& node, std::span<const Tensor* const> 
   return numel > 0 ? CopyPrefix(node, grad.raw(), gathered, numel, ctx) : Status::Ok();
 }
 
-// --- workspace figures (spec24.md; the same as the CPU kernel's) ---
-
-int64_t AllGatherWorkspace(const Node& node, std::span<const OperandType> inputs,
-                           std::span<const OperandType> outputs) {
-  const int64_t world = node.GetInt("world_size", 1);
-  int64_t bytes = 0;
-  for (size_t i = 0; i < inputs.size() && i < outputs.size(); ++i) {
-    if (!inputs[i].shape || !outputs[i].shape) continue;
-    const int64_t c = NumelOf(*inputs[i].shape), numel = NumelOf(*outputs[i].shape);
-    if (numel != world * c) bytes += world * c * 4;
-  }
-  return bytes;
-}
-
-int64_t ReduceScatterGradientWorkspace(const Node& node, std::span<const OperandType> inputs,
-                                       std::span<const OperandType>) {
-  if (inputs.empty() || !inputs[0].shape) return 0;
-  const int64_t world = node.GetInt("world_size", 1);
-  return 2 * world * ShardElements(NumelOf(*inputs[0].shape), world) * 4;
-}
-
-int64_t AllReduceGradientWorkspace(const Node& node, std::span<const OperandType> inputs,
-                                   std::span<const OperandType>) {
-  if (inputs.empty() || !inputs[0].shape) return 0;
-  const int64_t world = node.GetInt("world_size", 1);
-  return 3 * world * ShardElements(NumelOf(*inputs[0].shape), world) * 4;
-}
-
 }  // namespace
 
 void RegisterCudaCollectiveKernels(CudaKernelTable& table) {
@@ -210,10 +183,11 @@ void RegisterCudaCollectiveKernels(CudaKernelTable& table) {
   table.Add("foundry", "AllReduceGradient", AllReduceGradientKernel);
 }
 
+// The CPU's figure (kernels/cpu/collective_workspace.cc): each region rounded up to 256 bytes. The
+// slices above are packed without that rounding, so they lie inside it.
 void RegisterCudaCollectiveWorkspaces(CudaWorkspaceTable& table) {
-  table.Add("foundry", "AllGather", AllGatherWorkspace);
-  table.Add("foundry", "ReduceScatterGradient", ReduceScatterGradientWorkspace);
-  table.Add("foundry", "AllReduceGradient", AllReduceGradientWorkspace);
+  for (const char* op : {"AllGather", "ReduceScatterGradient", "AllReduceGradient"})
+    table.Add("foundry", op, CollectiveWorkspaceBytes);
 }
 
 }  // namespace foundry

