@@ -33,7 +33,7 @@ TEST(CudaCollectiveHostTest, EveryCollectiveHasAKernel) {
 // kernels/cpu/collective_workspace.cc, each region rounded up to 256 bytes (R): AllGather needs
 // R(N*c_i*4) bytes for each output whose numel is not N*c_i (gathered into scratch, then its first
 // numel_i copied out), nothing for one that divides evenly; ReduceScatterGradient 2*R(N*c*4)
-// (send, receive); AllReduceGradient 3*R(N*c*4) (and the gather); nothing for one rank.
+// (send, receive); AllReduceGradient 3*R(N*c*4) (and the gather).
 int64_t R(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 TEST(CudaCollectiveHostTest, WorkspaceIsTheContractsFigure) {
@@ -61,7 +61,7 @@ TEST(CudaCollectiveHostTest, WorkspaceIsTheContractsFigure) {
   EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 3 * R(3 * 34 * 4));
   g.nodes.push_back(
       MakeNode("AllReduceGradient", {"f1"}, {"f1"}, {{"world_size", World(1)}}, "foundry"));
-  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 0);
+  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 3 * R(5 * 4));
 }
 
 TEST(CudaCollectiveHostTest, WithoutACommunicatorTheKernelSaysSo) {
