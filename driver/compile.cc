@@ -99,18 +99,20 @@ Status ApplyMemoryBudget(Compilation& c) {
   CkptEvaluator evaluator(*c.plain);
   BudgetOptions search;
   search.budget_bytes = *r.memory_budget;
+  search.syntax = r.ckpt_syntax;
   auto searched = ChooseCheckpointing(evaluator, search);
   if (!searched.ok())
     return Error("--memory-budget " + r.memory_budget_text + ": " + searched.status().message());
-  ASSIGN_OR_RETURN(BudgetChoice choice, MakeBudgetChoice(*c.plain, *searched, *r.memory_budget));
+  ASSIGN_OR_RETURN(BudgetChoice choice,
+                   MakeBudgetChoice(*c.plain, *searched, *r.memory_budget, r.ckpt_syntax));
   if (r.log) *r.log << FormatBudgetChoice(choice);
   if (r.frontier) {
-    ASSIGN_OR_RETURN(c.result.frontier, MemoryFrontier(evaluator, *searched));
+    ASSIGN_OR_RETURN(c.result.frontier, MemoryFrontier(evaluator, *searched, r.ckpt_syntax));
   }
   c.result.budget_search = std::move(searched).value();
   c.result.ckpt_config = choice.config;
   c.result.budget = choice;
-  if (choice.config.yaml.empty()) {
+  if (choice.config.empty()) {
     c.plain.reset();
     return Status::Ok();
   }

@@ -85,6 +85,8 @@ struct CompileRequest {
   // --grad-accum K: microbatches per optimizer step (passes/grad_accumulate.h); 1 = none, the
   // plan exactly as without the option.
   int64_t grad_accumulation = 1;
+  // --ckpt-syntax: what --memory-budget may answer (passes/ckpt_budget.h's CkptSyntax).
+  CkptSyntax ckpt_syntax = CkptSyntax::kLlmFoundry;
 };
 
 struct CompileResult {
