@@ -294,6 +294,9 @@ StatusOr<CkptConfigText> SelectionAsConfig(const Graph& graph,
     const std::string rest = m.is_block ? "" : path.substr(block_path.size() + 1);
     if (!m.is_block && rest.find('.') == std::string::npos) candidates.push_back(rest);
     candidates.push_back(m.block_list + ".*" + (m.is_block ? "" : "." + rest));
+    std::vector<std::string> named;  // every candidate once, for the error below
+    for (const auto& c : candidates)
+      if (std::find(named.begin(), named.end(), c) == named.end()) named.push_back(c);
     if (upstream)
       candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
                                       [](const std::string& c) { return !IsUpstreamClassKey(c); }),
@@ -307,8 +310,9 @@ StatusOr<CkptConfigText> SelectionAsConfig(const Graph& graph,
       }
     }
     if (picked.empty() && upstream)
-      return Error("checkpoint selection: no name upstream llm-foundry resolves selects '" + path +
-                   "' alone (tried " + Join(candidates, ", ") + ")" + refuse);
+      return Error(
+          "checkpoint selection: no name upstream llm-foundry resolves to a class selects '" +
+          path + "' alone (foundry's names for it: " + Join(named, ", ") + ")" + refuse);
     if (picked.empty())
       return Error("checkpoint selection: no name selects '" + path + "' alone (tried " +
                    Join(candidates, ", ") + ")");
