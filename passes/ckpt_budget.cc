@@ -6,9 +6,14 @@
 // SavedBuffers) and the recompute FLOPs (NodeFlops of the clones). No verifier (the pipeline that
 // compiles the chosen plan verifies it) and no full memory report: only what the search reads.
 //
-// Search (ChooseCheckpointing), on L blocks whose eligible children are the same by name:
-//  1. Measure. The plain plan, then for each per-layer option kind k (a non-empty subset of the
-//     children, or the whole block) one real plan with k on every layer. Recompute FLOPs and
+// Search (ChooseCheckpointing), on L blocks whose eligible children are the same by name. The
+// per-layer units: under CkptSyntax::kFoundry the eligible children, any subset of them per
+// layer; under kLlmFoundry on MPT the modules each upstream class key selects in a block
+// (UpstreamUnits: the attention, the two norms), at most one per layer (upstream's overlap
+// check); under kLlmFoundry on any other model no units, and the search is just the plain plan
+// and every block (what llm-foundry can be told for a Hugging Face model).
+//  1. Measure. The plain plan, then for each per-layer option kind k (a unit, a non-empty subset
+//     of the units under kFoundry, or the whole block) one real plan with k on every layer. Recompute FLOPs and
 //     nodes are per instance (each instance's clones are its own), so f[l][k] and n[l][k] are
 //     exact and additive over layers. The saved-bytes reduction r[l][k] is the drop, against the
 //     plain plan, of the saved bytes written inside block l; a selection's saved bytes are
@@ -21,20 +26,21 @@
 //     saved reduction is not above it is dropped. The rest, sorted by FLOPs, are 0 (none) < 1 <
 //     ... < K-1.
 //  4. Small spaces: when every per-layer assignment (K^L) fits in the plans left, each is planned
-//     in the search's order (fewer recompute FLOPs, fewer recompute nodes, earlier layers
-//     un-checkpointed) until the first fits: exact.
+//     in the search's order (CkptPreferred's, the total aside) until the first fits, then every
+//     one tying it on (FLOPs, nodes, instances): exact.
 //     Otherwise, multisets: how many layers take each kept kind. Their Pareto frontier on (FLOPs,
 //     estimated saved reduction), by dynamic programming over the kinds on per-layer averages, is
 //     walked in order of FLOPs. A multiset is estimated as outside bytes (parameters + gradients +
 //     optimizer state + feeds + constants + outputs) + estimated saved bytes + the smallest
 //     overhead (total - outside - saved) any real plan showed + a learned correction (the least
 //     real-minus-estimate seen for its heaviest kind and placement, 0 before); when that fits the
-//     budget it is planned with its heavier kinds on the LAST layers (the tie-break's preference)
-//     and, when that does not fit, on the FIRST layers (llm-foundry's first-n shape: the
-//     recompute runs after the later layers' saved bytes are freed, so the peak is lower). The
-//     first multiset that fits ends the walk; so do options.max_plans real plans.
-//  5. The result is the best fitting selection among everything planned in 1, 2 and 4, so it is
-//     never worse than a uniform target.
+//     budget it is planned with its heavier kinds on the last layers and on the first layers
+//     (llm-foundry's first-n shape), each when its estimate fits: at equal recompute the smaller
+//     total wins. The first multiset that fits ends the walk; so do options.max_plans real plans.
+//  5. The result is the best fitting selection, in CkptPreferred's order, among everything
+//     planned in 1, 2 and 4 and the mirror of the best (layer l's option on layer L-1-l), so it
+//     is never worse than a uniform target. Then every unit (or the block) whose removal from
+//     all its layers plans no larger a total is removed: nothing that frees nothing stays.
 //  6. When nothing fits, the smallest plan: coordinate descent over the per-layer kinds from the
 //     smallest one-kind-on-every-layer plan (see there); a plan it finds that fits is chosen as
 //     in 5, else the error states its total and largest memory class.
@@ -799,7 +805,21 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
     }
     return kept_eval;
   };
-  auto choose = [&](const CkptEvaluation& best) -> StatusOr<BudgetResult> {
+  // Its mirror (layer l's option on layer L-1-l: last-k for first-k) recomputes as much where
+  // the layers are alike, and the tie rule wants the smaller total of the two: planned too.
+  auto choose = [&](const CkptEvaluation& found) -> StatusOr<BudgetResult> {
+    std::vector<std::string> mirror;
+    for (const auto& i : found.instances)
+      for (size_t l = 0; l < L; ++l)
+        if (InModule(i, blocks[l])) {
+          mirror.push_back(blocks[L - 1 - l] + i.substr(blocks[l].size()));
+          break;
+        }
+    std::sort(mirror.begin(), mirror.end(), ModulePathLess);
+    if (mirror.size() == found.instances.size() && mirror != found.instances &&
+        result.plans < options.max_plans)
+      RETURN_IF_ERROR(plan(mirror, nullptr, &result.searched, "").status());
+    const CkptEvaluation best = *best_fitting()->second;
     ASSIGN_OR_RETURN(result.chosen, prune(best));
     for (const auto& u : result.uniform)
       if (u.instances == result.chosen.instances) {
