@@ -647,3 +647,51 @@ TEST(ParseCkptSyntaxTest, Names) {
 
 }  // namespace
 }  // namespace foundry
+
+namespace foundry {
+namespace {
+
+// Nothing that frees nothing is part of an answer, also where the search is heuristic (six
+// children per block on the stock export with dropout: 65 options per layer, the multiset walk):
+// for budgets across the range, taking any one name (a child, or the block) off every layer it
+// is on in the answer plans a larger total.
+TEST(ChooseCheckpointingTest, NoNameInAnAnswerFreesNothing) {
+  auto g = FixtureGraph("mpt_tiny_dropout", "model.stock.onnx");
+  ASSERT_TRUE(g);
+  CkptEvaluator ev(*g);
+  const auto layers = CheckpointableLayers(*g);
+  ASSERT_EQ(layers[0].children.size(), 6u);
+  std::vector<std::string> blocks;
+  for (const BlockLayer& l : layers) blocks.push_back(l.block);
+  auto plain = ev.Evaluate({});
+  auto every = ev.Evaluate(blocks);
+  ASSERT_TRUE(plain.ok() && every.ok());
+  int checked = 0;
+  for (int k = 0; k <= 8; ++k) {
+    const int64_t budget = every->total_bytes + (plain->total_bytes - every->total_bytes) * k / 8;
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    auto r = ChooseCheckpointing(ev, {budget, 400, CkptSyntax::kFoundry});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    std::vector<std::string> names = layers[0].children;
+    names.push_back("");  // the block
+    for (const std::string& name : names) {
+      std::vector<std::string> rest;
+      for (const auto& i : r->chosen.instances) {
+        bool drop = false;
+        for (const auto& b : blocks) drop = drop || i == (name.empty() ? b : b + "." + name);
+        if (!drop) rest.push_back(i);
+      }
+      if (rest.size() == r->chosen.instances.size()) continue;
+      auto without = ev.Evaluate(rest);
+      ASSERT_TRUE(without.ok()) << without.status().message();
+      ++checked;
+      EXPECT_GT(without->total_bytes, r->chosen.total_bytes)
+          << "'" << (name.empty() ? "block" : name) << "' frees nothing in "
+          << ::testing::PrintToString(r->chosen.instances);
+    }
+  }
+  EXPECT_GT(checked, 4);
+}
+
+}  // namespace
+}  // namespace foundry
