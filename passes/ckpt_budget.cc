@@ -13,12 +13,12 @@
 // check); under kLlmFoundry on any other model no units, and the search is just the plain plan
 // and every block (what llm-foundry can be told for a Hugging Face model).
 //  1. Measure. The plain plan, then for each per-layer option kind k (a unit, a non-empty subset
-//     of the units under kFoundry, or the whole block) one real plan with k on every layer. Recompute FLOPs and
-//     nodes are per instance (each instance's clones are its own), so f[l][k] and n[l][k] are
-//     exact and additive over layers. The saved-bytes reduction r[l][k] is the drop, against the
-//     plain plan, of the saved bytes written inside block l; a selection's saved bytes are
-//     estimated as plain - Σ r[l][k_l] (nearly additive: a value on the boundary of two layers is
-//     attributed to the layer that writes it whichever way its neighbour goes).
+//     of the units under kFoundry, or the whole block) one real plan with k on every layer.
+//     Recompute FLOPs and nodes are per instance (each instance's clones are its own), so f[l][k]
+//     and n[l][k] are exact and additive over layers. The saved-bytes reduction r[l][k] is the
+//     drop, against the plain plan, of the saved bytes written inside block l; a selection's saved
+//     bytes are estimated as plain - Σ r[l][k_l] (nearly additive: a value on the boundary of two
+//     layers is attributed to the layer that writes it whichever way its neighbour goes).
 //  2. Uniform llm-foundry targets (none, attention, FFN, attention + FFN, block) on all layers;
 //     when one fits, a binary search for the smallest n whose first-n form fits (memory falls
 //     with n). These are real plans and candidates like any other.
