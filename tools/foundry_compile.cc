@@ -55,7 +55,7 @@ struct Options {
   bool precision_given = false;
   bool grad_accum_given = false;
   std::string grad_accum_text = "1";
-  std::string ckpt_syntax = "llm-foundry";  // --ckpt-syntax
+  std::string ckpt_syntax;  // --ckpt-syntax; "" = llm-foundry
 
   // The files written after the plan, in the order they are written, each with the option
   // that names it in messages.
@@ -264,9 +264,14 @@ std::optional<int> ParseBudget(const Options& o, CompileRequest& request) {
                   cli::kExitUsage);
     request.ckpt_targets.clear();  // --config's, overridden
   }
-  auto syntax = ParseCkptSyntax(o.ckpt_syntax);
-  if (!syntax.ok()) return Fail("--ckpt-syntax: " + syntax.status().message(), cli::kExitUsage);
-  request.ckpt_syntax = *syntax;
+  if (!o.ckpt_syntax.empty()) {
+    auto syntax = ParseCkptSyntax(o.ckpt_syntax);
+    if (!syntax.ok()) return Fail("--ckpt-syntax: " + syntax.status().message(), cli::kExitUsage);
+    if (!request.memory_budget)
+      return Fail("--ckpt-syntax says what --memory-budget may answer; give --memory-budget",
+                  cli::kExitUsage);
+    request.ckpt_syntax = *syntax;
+  }
   if (!o.emit_ckpt_config.empty() && !request.memory_budget && request.ckpt_targets.empty())
     return Fail(
         "--emit-ckpt-config writes the checkpointing of --memory-budget or --ckpt; give one",

@@ -254,6 +254,11 @@ TEST_F(FoundryCompileBudgetTest, CkptSyntaxNotesAreCommentsOfTheFile) {
             "foundry-compile: error: --ckpt-syntax: 'upstream' is not a checkpoint syntax; write "
             "llm-foundry (only answers upstream llm-foundry accepts) or foundry (any selection "
             "foundry reads)\n");
+  ExecResult alone = Compile({"--ckpt-syntax", "foundry", "--dry-run"});
+  EXPECT_EQ(alone.code, 2);
+  EXPECT_EQ(alone.err,
+            "foundry-compile: error: --ckpt-syntax says what --memory-budget may answer; give "
+            "--memory-budget\n");
 }
 
 // A Hugging Face model under the default syntax: every block, said by the flag alone (llm-foundry
