@@ -138,6 +138,7 @@ Status ApplyMemoryBudget(Compilation& c) {
   CkptEvaluator evaluator(*c.plain, r.world_size > 1 ? ShardOptions(r) : ShardPass::Options{});
   BudgetOptions search;
   search.budget_bytes = *r.memory_budget;
+  search.syntax = r.ckpt_syntax;
   auto searched = ChooseCheckpointing(evaluator, search);
   if (!searched.ok() || r.world_size > 1) {
     ASSIGN_OR_RETURN(c.result.smallest_world, SmallestWorld(c));
@@ -158,15 +159,16 @@ Status ApplyMemoryBudget(Compilation& c) {
     return Error("--memory-budget " + r.memory_budget_text + ": " + searched.status().message() +
                  hint);
   }
-  ASSIGN_OR_RETURN(BudgetChoice choice, MakeBudgetChoice(*c.plain, *searched, *r.memory_budget));
+  ASSIGN_OR_RETURN(BudgetChoice choice,
+                   MakeBudgetChoice(*c.plain, *searched, *r.memory_budget, r.ckpt_syntax));
   if (r.log) *r.log << FormatBudgetChoice(choice);
   if (r.frontier) {
-    ASSIGN_OR_RETURN(c.result.frontier, MemoryFrontier(evaluator, *searched));
+    ASSIGN_OR_RETURN(c.result.frontier, MemoryFrontier(evaluator, *searched, r.ckpt_syntax));
   }
   c.result.budget_search = std::move(searched).value();
   c.result.ckpt_config = choice.config;
   c.result.budget = choice;
-  if (choice.config.yaml.empty()) {
+  if (choice.config.empty()) {
     c.plain.reset();
     return Status::Ok();
   }

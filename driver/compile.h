@@ -91,6 +91,8 @@ struct CompileRequest {
   int64_t world_size = 1;
   ShardingStrategy sharding = ShardingStrategy::kFullShard;
   int64_t shard_group = 8;
+  // --ckpt-syntax: what --memory-budget may answer (passes/ckpt_budget.h's CkptSyntax).
+  CkptSyntax ckpt_syntax = CkptSyntax::kLlmFoundry;
 };
 
 struct CompileResult {

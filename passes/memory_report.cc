@@ -429,7 +429,10 @@ ordered_json BudgetJson(const BudgetChoice& b) {
           {"chosen", std::move(chosen)},
           {"uniform", std::move(uniform)},
           {"plans_tried", b.plans},
-          {"warnings", b.config.warnings}};
+          {"warnings", b.config.warnings},
+          {"ckpt_syntax", CkptSyntaxName(b.syntax)},
+          {"notes", b.config.notes},
+          {"every_block_by_flag", b.config.every_block_by_flag}};
 }
 
 }  // namespace

@@ -63,6 +63,7 @@ struct Options {
   std::string shard_group_text = "8";
   std::string link_gbps_text;  // --link-gbps: the interconnect, gigabits per second per rank
   double link_gbps = 0;
+  std::string ckpt_syntax;  // --ckpt-syntax; "" = llm-foundry
 
   // The files written after the plan, in the order they are written, each with the option
   // that names it in messages.
@@ -111,6 +112,12 @@ void AddCkptOptions(CLI::App& app, Options& o) {
                  "draw planned total against recompute FLOPs for budgets from nothing "
                  "checkpointed to every block, with llm-foundry's uniform targets marked")
       ->type_name("FILE.svg");
+  app.add_option("--ckpt-syntax", o.ckpt_syntax,
+                 "what --memory-budget may answer: llm-foundry (default: only configs upstream "
+                 "llm-foundry accepts: the dict form, one name per block, mptblock and attention "
+                 "or norm keys, no FFN keys; a non-MPT model's blocks all or none) or foundry "
+                 "(any selection --ckpt-config reads, with notes where upstream refuses it)")
+      ->type_name("SYNTAX");
   app.add_option("--ckpt-config", o.ckpt_config,
                  "read the targets from an llm-foundry activation_checkpointing_target (a YAML or "
                  "JSON value, or a whole training config: model.activation_checkpointing_target, "
@@ -284,6 +291,14 @@ std::optional<int> ParseBudget(const Options& o, CompileRequest& request) {
       return Fail("--memory-budget chooses the checkpointing itself; drop --ckpt / --ckpt-config",
                   cli::kExitUsage);
     request.ckpt_targets.clear();  // --config's, overridden
+  }
+  if (!o.ckpt_syntax.empty()) {
+    auto syntax = ParseCkptSyntax(o.ckpt_syntax);
+    if (!syntax.ok()) return Fail("--ckpt-syntax: " + syntax.status().message(), cli::kExitUsage);
+    if (!request.memory_budget)
+      return Fail("--ckpt-syntax says what --memory-budget may answer; give --memory-budget",
+                  cli::kExitUsage);
+    request.ckpt_syntax = *syntax;
   }
   if (!o.emit_ckpt_config.empty() && !request.memory_budget && request.ckpt_targets.empty())
     return Fail(
@@ -487,19 +502,30 @@ StatusOr<std::string> EmittedConfig(const Options& o, const CompileResult& resul
     command += " --memory-budget " + o.memory_budget_text + ": " + BudgetLine(*result.budget);
   else
     for (const auto& t : result.selection->targets) command += " --ckpt " + t;
+  const CkptConfigText& config = *result.ckpt_config;
   if (!o.merge_into.empty()) {
+    if (config.every_block_by_flag)
+      return Error("--merge-into " + o.merge_into +
+                   ": the answer is fsdp_config.activation_checkpointing: true with no "
+                   "model.activation_checkpointing_target (a non-MPT model), which --merge-into "
+                   "does not write; set the flag by hand, or drop --merge-into for the fragment");
     std::ifstream in(o.merge_into, std::ios::binary);
     if (!in) return Error("--merge-into " + o.merge_into + ": cannot read the file");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    return MergeCkptIntoYaml(text, o.merge_into, result.ckpt_config->yaml,
-                             "set by " + EscapeName(command));
+    std::string note = "set by " + EscapeName(command);
+    for (const auto& w : config.warnings) note += "; warning: " + EscapeName(w);
+    for (const auto& n : config.notes) note += "; note: " + EscapeName(n);
+    return MergeCkptIntoYaml(text, o.merge_into, config.yaml, note);
   }
-  std::string file = CkptConfigFile(command, *result.ckpt_config);
+  std::string file = CkptConfigFile(command, config);
   const size_t first = file.find('\n') + 1;
   file.insert(first,
               "# A fragment: merge it into the training YAML (OmegaConf.merge, or foundry-compile "
               "... --emit-ckpt-config OUT.yaml --merge-into TRAIN.yaml); appended as it is, its "
-              "model: would replace the YAML's whole model section.\n");
+              "model: would replace the YAML's whole model section.\n"
+              "# note: llm-foundry reads activation_checkpointing_target in the training YAML's "
+              "model section and activation_checkpointing in its fsdp_config section (both under "
+              "the top level), as written here.\n");
   return file;
 }
 
