@@ -517,8 +517,9 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
       result.chosen.label = best->second == none ? "none" : kBlockKey;
       return result;
     }
-    return BelowMinimumError(graph, every->total_bytes <= none->total_bytes ? *every : *none,
-                             blocks, options.budget_bytes, options.syntax);
+    return BelowMinimumError(graph, evaluator.shard(),
+                             every->total_bytes <= none->total_bytes ? *every : *none, blocks,
+                             options.budget_bytes, options.syntax);
   }
 
   // 1. Measure.
