@@ -11,8 +11,9 @@
 # PyTorch 2.6 + SDPA; its PyTorch cells read n/a without the torch2 chroot) and
 # bench/attention_step.sh (the training step with attention fused and unfused),
 # bench/step_vs_torch26.sh (the training step against PyTorch 2.6, interleaved, with the
-# checkpointing overheads; ~25 min) and bench/node_overhead.sh (the empty step and the per-node
-# cost) follow; see each script for its own variables.
+# checkpointing overheads; ~25 min), bench/node_overhead.sh (the empty step and the per-node
+# cost), bench/budget_7b.sh and bench/sharding.sh (per-rank plans of MPT-1B/7B/30B on 8 ranks)
+# follow; see each script for its own variables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -142,6 +143,8 @@ print(' | '.join([mib('arena_bytes'), mib('lower_bound_bytes'),
   bash bench/node_overhead.sh "$build"
   echo
   bash bench/budget_7b.sh "$build"
+  echo
+  bash bench/sharding.sh "$build"
   echo
   echo "$marker"
   # Sections written by hand (fuzzing, mutation test) follow the marker and are kept.

@@ -529,6 +529,34 @@ StatusOr<std::string> EmittedConfig(const Options& o, const CompileResult& resul
   return file;
 }
 
+// The report JSON with a "sharding" object: the strategy, the ranks, what one rank holds of the
+// parameters and what it moves per optimizer step.
+std::string WithShardingJson(const std::string& report, const CompileResult& result) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(report);
+  const ShardStats& s = *result.shard;
+  nlohmann::ordered_json sj;
+  sj["strategy"] = ShardingName(s.strategy);
+  sj["world_size"] = s.world_size;
+  sj["shard_group"] = s.group;
+  sj["units"] = s.units.size();
+  sj["parameter_bytes_whole"] = s.full_param_bytes;
+  sj["parameter_bytes_per_rank"] = s.shard_param_bytes;
+  if (result.comm) {
+    sj["microbatches_per_step"] = result.comm->runs;
+    sj["gathers_per_microbatch"] = result.comm->gathers;
+    sj["reductions_per_microbatch"] = result.comm->reductions;
+    sj["gather_bytes_per_step"] = result.comm->gather_bytes * result.comm->runs;
+    sj["reduce_bytes_per_step"] = result.comm->reduce_bytes * result.comm->runs;
+    sj["communication_bytes_per_step"] = result.comm->PerStep();
+  }
+  if (result.smallest_world) {
+    sj["fewest_ranks_for_budget"] = result.smallest_world->world_size;
+    sj["fewest_ranks_total_bytes"] = result.smallest_world->total_bytes;
+  }
+  j["sharding"] = std::move(sj);
+  return j.dump(2) + "\n";
+}
+
 // The report files, in ReportFiles() order, staged.
 Status StageReportFiles(const Options& o, const CompileResult& result, OutputSet& outputs) {
   const std::vector<OutputFile> files = o.ReportFiles();
@@ -562,34 +590,6 @@ Status StageShardInit(const CompileResult& result, OutputSet& outputs) {
     if (auto it = result.shard_init.find(name); it != result.shard_init.end())
       tensors.emplace_back(name, it->second.get());
   return WriteSafetensors(staged, tensors, {{"format", "foundry-shard-init"}});
-}
-
-// The report JSON with a "sharding" object: the strategy, the ranks, what one rank holds of the
-// parameters and what it moves per optimizer step.
-std::string WithShardingJson(const std::string& report, const CompileResult& result) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(report);
-  const ShardStats& s = *result.shard;
-  nlohmann::ordered_json sj;
-  sj["strategy"] = ShardingName(s.strategy);
-  sj["world_size"] = s.world_size;
-  sj["shard_group"] = s.group;
-  sj["units"] = s.units.size();
-  sj["parameter_bytes_whole"] = s.full_param_bytes;
-  sj["parameter_bytes_per_rank"] = s.shard_param_bytes;
-  if (result.comm) {
-    sj["microbatches_per_step"] = result.comm->runs;
-    sj["gathers_per_microbatch"] = result.comm->gathers;
-    sj["reductions_per_microbatch"] = result.comm->reductions;
-    sj["gather_bytes_per_step"] = result.comm->gather_bytes * result.comm->runs;
-    sj["reduce_bytes_per_step"] = result.comm->reduce_bytes * result.comm->runs;
-    sj["communication_bytes_per_step"] = result.comm->PerStep();
-  }
-  if (result.smallest_world) {
-    sj["fewest_ranks_for_budget"] = result.smallest_world->world_size;
-    sj["fewest_ranks_total_bytes"] = result.smallest_world->total_bytes;
-  }
-  j["sharding"] = std::move(sj);
-  return j.dump(2) + "\n";
 }
 
 // The sharding lines of a plan for several ranks: what the pass did, what one rank holds, what it
