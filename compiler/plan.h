@@ -19,6 +19,19 @@
 
 namespace foundry {
 
+// PLACEHOLDER (runtime helper, issue 24): the lead's ShardingPlan as spec24.md gives it, so that the
+// runtime compiles before passes/shard lands; the merge takes the lead's definition and parser.
+struct ShardedParameter {
+  Shape shape;        // the parameter's full shape
+  int64_t shard = 0;  // c = ceil(numel / world_size): elements of each rank's shard
+};
+struct ShardingPlan {
+  int64_t world_size = 1;
+  std::string strategy;  // NO_SHARD | SHARD_GRAD_OP | FULL_SHARD | HYBRID_SHARD
+  std::map<std::string, ShardedParameter> parameters;  // the sharded ones (none for NO_SHARD)
+  std::string init;  // "init": a safetensors file beside the plan with the full initial values
+};
+
 struct Plan {
   static constexpr int kVersion = 2;
   int version = kVersion;
@@ -53,6 +66,7 @@ struct Plan {
   // same form, under "eval_memory". Optional in the file (plans written before it have none;
   // foundry-run --eval-data then asks for a recompile).
   std::optional<MemoryPlan> eval_memory;
+  std::optional<ShardingPlan> sharding;  // PLACEHOLDER (see ShardingPlan)
 };
 
 // The JSON text of a plan file.
