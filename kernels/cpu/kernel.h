@@ -29,6 +29,8 @@
 
 namespace foundry {
 
+class Communicator;  // runtime/communicator.h
+
 struct KernelContext {
   uint64_t seed = 0;      // run seed for random ops (Dropout)
   uint64_t node_key = 0;  // stable per-node key; recompute clones reuse their original's key
@@ -47,6 +49,10 @@ struct KernelContext {
   // out = out + grad_scale * partial when it is true (the others). Every other kernel ignores them.
   float grad_scale = 1.0f;
   bool grad_accumulate = false;
+  // Data-parallel training (issue 24): the ranks the collective ops (foundry::AllGather,
+  // ReduceScatterGradient, AllReduceGradient; kernels/cpu/collective.cc) exchange with. Every
+  // other kernel ignores it; a collective without one is an error.
+  Communicator* comm = nullptr;
 };
 
 using CpuKernelFn = Status (*)(const Node& node, std::span<const Tensor* const> inputs,
@@ -158,9 +164,11 @@ void RegisterShapeOpKernels(CpuKernelTable& table);
 void RegisterMathKernels(CpuKernelTable& table);
 void RegisterAttentionKernels(CpuKernelTable& table);
 void RegisterAccumulateKernels(CpuKernelTable& table);
+void RegisterCollectiveKernels(CpuKernelTable& table);
 // The workspace figures of the kernels that need scratch, one per family file.
 void RegisterMathWorkspaces(CpuWorkspaceTable& table);
 void RegisterShapeOpWorkspaces(CpuWorkspaceTable& table);
 void RegisterAttentionWorkspaces(CpuWorkspaceTable& table);
+void RegisterCollectiveWorkspaces(CpuWorkspaceTable& table);
 
 }  // namespace foundry
