@@ -7,6 +7,9 @@
 #include <string>
 
 #ifdef FOUNDRY_MPI
+// The C API only: without these, a C++ file including mpi.h needs the MPI C++ bindings' library.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #endif
 
@@ -22,7 +25,7 @@ int EnvInt(const char* name) {
   char* end = nullptr;
   long n = std::strtol(v, &end, 10);
   return (*end == '\0' && n >= 0 && n <= std::numeric_limits<int>::max()) ? static_cast<int>(n)
-                                                                         : -1;
+                                                                          : -1;
 }
 
 int FirstEnvInt(std::initializer_list<const char*> names) {
@@ -71,8 +74,8 @@ Status MpiStatus(int rc, const std::string& what) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
-  std::string words = len > 0 ? std::string(text, static_cast<size_t>(len))
-                              : "MPI error " + std::to_string(rc);
+  std::string words =
+      len > 0 ? std::string(text, static_cast<size_t>(len)) : "MPI error " + std::to_string(rc);
   return Error("MPI " + what + " failed: " + words);
 }
 
@@ -119,9 +122,9 @@ class MpiCommunicator final : public Communicator {
       const int len = static_cast<int>(std::min(MpiChunkBytes(), bytes - off));
       StridedBytes type(len, bytes);
       RETURN_IF_ERROR(MpiStatus(type.rc(), "datatype for AllGather"));
-      RETURN_IF_ERROR(MpiStatus(
-          MPI_Allgather(s + off, len, MPI_BYTE, d + off, 1, type.type(), MPI_COMM_WORLD),
-          "AllGather of " + std::to_string(bytes) + " bytes per rank"));
+      RETURN_IF_ERROR(
+          MpiStatus(MPI_Allgather(s + off, len, MPI_BYTE, d + off, 1, type.type(), MPI_COMM_WORLD),
+                    "AllGather of " + std::to_string(bytes) + " bytes per rank"));
     }
     return Status::Ok();
   }
@@ -135,9 +138,9 @@ class MpiCommunicator final : public Communicator {
       const int len = static_cast<int>(std::min(MpiChunkBytes(), bytes_per_rank - off));
       StridedBytes type(len, bytes_per_rank);
       RETURN_IF_ERROR(MpiStatus(type.rc(), "datatype for AllToAll"));
-      RETURN_IF_ERROR(MpiStatus(
-          MPI_Alltoall(s + off, 1, type.type(), d + off, 1, type.type(), MPI_COMM_WORLD),
-          "AllToAll of " + std::to_string(bytes_per_rank) + " bytes per rank"));
+      RETURN_IF_ERROR(
+          MpiStatus(MPI_Alltoall(s + off, 1, type.type(), d + off, 1, type.type(), MPI_COMM_WORLD),
+                    "AllToAll of " + std::to_string(bytes_per_rank) + " bytes per rank"));
     }
     return Status::Ok();
   }

@@ -65,12 +65,12 @@ Status AllGatherKernel(const Node& node, std::span<const Tensor* const> inputs,
     const int64_t numel = full.numel(), c = shard.numel();
     if (shard.dtype() != DType::kFloat32 || full.dtype() != DType::kFloat32 ||
         c != ShardElements(numel, world))
-      return Error(node.Describe() + ": input " + std::to_string(i) + " is " +
-                   std::to_string(c) + " elements for an output of " + std::to_string(numel) +
+      return Error(node.Describe() + ": input " + std::to_string(i) + " is " + std::to_string(c) +
+                   " elements for an output of " + std::to_string(numel) +
                    "; an f32 shard holds ceil(numel / " + std::to_string(world) + ")");
     if (numel == world * c) {
-      RETURN_IF_ERROR(ctx.comm->AllGather(shard.raw(), full.raw(), c * 4).Prepend(
-          node.Describe() + ": "));
+      RETURN_IF_ERROR(
+          ctx.comm->AllGather(shard.raw(), full.raw(), c * 4).Prepend(node.Describe() + ": "));
       continue;
     }
     float* gathered = WorkspaceArray<float>(ctx);
@@ -140,8 +140,7 @@ Status AllReduceGradientKernel(const Node& node, std::span<const Tensor* const> 
   }
   RETURN_IF_ERROR(ReduceShard(node, partial, world, c, ctx, old, summed));
   float* gathered = WorkspaceArray<float>(ctx, 2 * world * c * 4);
-  RETURN_IF_ERROR(
-      ctx.comm->AllGather(summed, gathered, c * 4).Prepend(node.Describe() + ": "));
+  RETURN_IF_ERROR(ctx.comm->AllGather(summed, gathered, c * 4).Prepend(node.Describe() + ": "));
   std::memcpy(grad.raw(), gathered, static_cast<size_t>(numel) * 4);
   return Status::Ok();
 }

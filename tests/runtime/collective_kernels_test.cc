@@ -41,8 +41,8 @@ Communicator* World() {
   return w.ok() ? *w : nullptr;
 }
 
-#define NEEDS_WORLD(comm)                                                                    \
-  Communicator* comm = World();                                                              \
+#define NEEDS_WORLD(comm)       \
+  Communicator* comm = World(); \
   if (!comm) GTEST_SKIP() << "needs mpirun (ctest runs it as runtime_collective_kernels_test_np2)"
 
 class ChunkBytes {
@@ -56,7 +56,8 @@ class ChunkBytes {
 
 std::vector<unsigned char> Bytes(int64_t n, int rank, int salt) {
   std::vector<unsigned char> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<unsigned char>(i * 7 + rank * 31 + salt);
+  for (int64_t i = 0; i < n; ++i)
+    v[static_cast<size_t>(i)] = static_cast<unsigned char>(i * 7 + rank * 31 + salt);
   return v;
 }
 
@@ -90,7 +91,9 @@ TEST(MpiCommunicatorTest, MovesBytesWholeAndInChunks) {
             << "from rank " << r;
       }
       // Broadcast from the last rank.
-      std::vector<unsigned char> b = me == N - 1 ? Bytes(bytes, N - 1, 3) : std::vector<unsigned char>(static_cast<size_t>(bytes), 0);
+      std::vector<unsigned char> b =
+          me == N - 1 ? Bytes(bytes, N - 1, 3)
+                      : std::vector<unsigned char>(static_cast<size_t>(bytes), 0);
       ASSERT_TRUE(comm->Broadcast(b.data(), bytes, N - 1).ok());
       EXPECT_EQ(b, Bytes(bytes, N - 1, 3));
       ASSERT_TRUE(comm->Barrier().ok());
@@ -121,7 +124,8 @@ TEST(CollectiveKernelsTest, AllGatherReassemblesEveryParameter) {
     full.push_back(Random(numel, 100 + i));
     std::vector<float> s(static_cast<size_t>(c), 0.0f);
     for (int64_t e = 0; e < c; ++e)
-      if (me * c + e < numel) s[static_cast<size_t>(e)] = full.back()[static_cast<size_t>(me * c + e)];
+      if (me * c + e < numel)
+        s[static_cast<size_t>(e)] = full.back()[static_cast<size_t>(me * c + e)];
     shard.push_back(s);
     out_data.emplace_back(static_cast<size_t>(numel), -1.0f);
     shard_shapes.push_back({c});
@@ -136,12 +140,13 @@ TEST(CollectiveKernelsTest, AllGatherReassemblesEveryParameter) {
   std::vector<Tensor*> out_ptrs;
   for (auto& t : ins) in_ptrs.push_back(&t);
   for (auto& t : outs) out_ptrs.push_back(&t);
-  const Node node = MakeNode("AllGather", in_names, out_names,
-                             {{"world_size", Attribute::Int(N)}}, "foundry");
+  const Node node =
+      MakeNode("AllGather", in_names, out_names, {{"world_size", Attribute::Int(N)}}, "foundry");
   // The workspace: N*c*4 for every output that does not divide evenly.
   int64_t want_ws = 0;
   for (size_t i = 0; i < shapes.size(); ++i)
-    if (static_cast<int64_t>(full[i].size()) != N * shard_shapes[i][0]) want_ws += N * shard_shapes[i][0] * 4;
+    if (static_cast<int64_t>(full[i].size()) != N * shard_shapes[i][0])
+      want_ws += N * shard_shapes[i][0] * 4;
   EXPECT_EQ(CpuWorkspaceBytesFor(node, in_ptrs, out_ptrs), want_ws);
   std::vector<std::byte> ws(static_cast<size_t>(want_ws) + 1);
   KernelContext ctx;
@@ -150,7 +155,8 @@ TEST(CollectiveKernelsTest, AllGatherReassemblesEveryParameter) {
   Status st = RunCpuKernel(node, in_ptrs, out_ptrs, ctx);
   ASSERT_TRUE(st.ok()) << st.message();
   for (size_t i = 0; i < shapes.size(); ++i)
-    EXPECT_TRUE(BitwiseEqual(out_data[i].data(), full[i].data(), static_cast<int64_t>(full[i].size())))
+    EXPECT_TRUE(
+        BitwiseEqual(out_data[i].data(), full[i].data(), static_cast<int64_t>(full[i].size())))
         << "parameter " << i;
 }
 
@@ -199,8 +205,7 @@ void CheckGradientCollective(const std::string& op) {
   ASSERT_NE(comm, nullptr);
   const int64_t N = comm->size(), me = comm->rank();
   for (int64_t K : {int64_t{1}, int64_t{3}})
-    for (int64_t numel :
-         {int64_t{1}, int64_t{7}, (int64_t{1} << 16) + 5, int64_t{100003}}) {
+    for (int64_t numel : {int64_t{1}, int64_t{7}, (int64_t{1} << 16) + 5, int64_t{100003}}) {
       SCOPED_TRACE(op + ", K " + std::to_string(K) + ", numel " + std::to_string(numel));
       // n_j / N_tot as the trainer forms it: float(double(n_j) / double(total)).
       std::vector<int64_t> counts;
@@ -252,8 +257,8 @@ TEST(CollectiveKernelsTest, ErrorsWithoutACommunicatorOrOnAnotherWorldSize) {
   std::vector<std::byte> ws(1024);
   KernelContext ctx;
   ctx.workspace = std::span<std::byte>(ws.data(), ws.size());
-  const Node one = MakeNode("AllReduceGradient", {"p"}, {"g"}, {{"world_size", Attribute::Int(1)}},
-                            "foundry");
+  const Node one =
+      MakeNode("AllReduceGradient", {"p"}, {"g"}, {{"world_size", Attribute::Int(1)}}, "foundry");
   Status st = RunCpuKernel(one, ins, outs, ctx);
   EXPECT_NE(st.message().find(": a collective op needs the run's communicator (a plan compiled "
                               "with --world-size runs under mpirun with foundry-run)"),
