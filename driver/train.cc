@@ -159,6 +159,11 @@ void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t) {
     log << "  batch      " << t.batch() << " x " << t.seq() << " per microbatch, "
         << t.accumulation_steps() << " microbatches per step (gradient accumulation: "
         << t.accumulation_steps() * t.batch() * t.seq() << " tokens/step)\n";
+  if (t.world_size() > 1)
+    log << "  ranks      " << t.world_size() << " (" << t.options().comm->name() << ", "
+        << lp.plan.sharding->strategy << "): rank r's microbatch k is global microbatch k*"
+        << t.world_size() << "+r, " << t.world_size() * t.accumulation_steps() * t.batch()
+        << " sequences a step\n";
   log << "  data       " << t.DataDescription() << "\n";
   if (const std::string labels = t.data_source().DescribeLabels(); !labels.empty())
     log << "  labels     " << labels << "\n";

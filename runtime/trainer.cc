@@ -274,7 +274,16 @@ Status Trainer::CreateExecutor(std::map<std::string, Tensor>& fed) {
 
 int64_t Trainer::num_parameter_elements() const {
   int64_t n = 0;
-  for (const auto& name : plan_.plan.parameters) n += store_->host_params().at(name).numel();
+  for (const auto& name : plan_.plan.parameters) {
+    const ShardedParameter* sp = ShardOf(name);  // a shard: the whole parameter's count
+    if (!sp) {
+      n += store_->host_params().at(name).numel();
+      continue;
+    }
+    int64_t numel = 1;
+    for (int64_t d : sp->shape) numel *= d;
+    n += numel;
+  }
   return n;
 }
 

@@ -234,7 +234,7 @@ class Trainer {
   int64_t batch() const { return data_.batch; }
   int64_t seq() const { return data_.seq; }
   int64_t vocab() const { return data_.vocab; }
-  int64_t num_parameter_elements() const;
+  int64_t num_parameter_elements() const;  // of the whole model (not a rank's shards)
   const LoadedPlan& plan() const { return plan_; }
   const TrainerOptions& options() const { return options_; }
   // "synthetic tokens (seed 0)", "--data FILE (uint16, 1000 tokens)", "--feed"
