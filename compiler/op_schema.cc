@@ -12,6 +12,7 @@ const OpSchemaTable& OpSchemas() {
     RegisterMathSchemas(t);
     RegisterAttentionSchemas(t);
     RegisterAccumulateSchemas(t);
+    RegisterCollectiveSchemas(t);
     return t;
   }();
   return table;

@@ -103,5 +103,6 @@ void RegisterShapeOpSchemas(OpSchemaTable& table);
 void RegisterMathSchemas(OpSchemaTable& table);
 void RegisterAttentionSchemas(OpSchemaTable& table);
 void RegisterAccumulateSchemas(OpSchemaTable& table);
+void RegisterCollectiveSchemas(OpSchemaTable& table);
 
 }  // namespace foundry

@@ -67,6 +67,17 @@ StatusOr<std::string> PlanToJson(const Plan& plan) {
   if (plan.grad_accumulation != 1) j["grad_accumulation"] = plan.grad_accumulation;
   j["memory"] = MemoryToJson(plan.memory);
   if (plan.eval_memory) j["eval_memory"] = MemoryToJson(*plan.eval_memory);
+  if (plan.sharding) {
+    nlohmann::ordered_json sj;
+    sj["world_size"] = plan.sharding->world_size;
+    sj["strategy"] = plan.sharding->strategy;
+    sj["shard_group"] = plan.sharding->shard_group;
+    sj["parameters"] = nlohmann::ordered_json::object();
+    for (const auto& [name, sp] : plan.sharding->parameters)
+      sj["parameters"][name] = {{"shape", sp.shape}, {"shard", sp.shard}};
+    if (!plan.sharding->init_file.empty()) sj["init"] = plan.sharding->init_file;
+    j["sharding"] = std::move(sj);
+  }
   try {
     return j.dump(2) + "\n";
   } catch (const nlohmann::json::exception&) {
@@ -190,6 +201,50 @@ Status ReadMemorySection(const nlohmann::json& j, MemoryPlan& m) {
   return Status::Ok();
 }
 
+// The "sharding" section: ranks >= 2, a known strategy, a shard group that divides the ranks,
+// and for each sharded parameter (a parameter of the plan) a positive shape whose shard is
+// ceil(numel / group).
+Status ReadShardingSection(const nlohmann::json& j, Plan& p) {
+  if (!j.is_object()) return Error("not an object");
+  ShardingPlan s;
+  ASSIGN_OR_RETURN(s.world_size, ReadInt(j.at("world_size"), "world_size", 2));
+  s.strategy = j.at("strategy").get<std::string>();
+  if (s.strategy != "NO_SHARD" && s.strategy != "SHARD_GRAD_OP" && s.strategy != "FULL_SHARD" &&
+      s.strategy != "HYBRID_SHARD")
+    return Error("strategy '" + s.strategy +
+                 "' is not one of NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, HYBRID_SHARD");
+  ASSIGN_OR_RETURN(s.shard_group, ReadInt(j.at("shard_group"), "shard_group", 2));
+  if (s.shard_group > s.world_size || s.world_size % s.shard_group != 0)
+    return Error("shard_group " + std::to_string(s.shard_group) + " does not divide world_size " +
+                 std::to_string(s.world_size));
+  if (j.contains("init")) s.init_file = j.at("init").get<std::string>();
+  const nlohmann::json& params = j.at("parameters");
+  if (!params.is_object()) return Error("parameters is not an object");
+  for (const auto& [name, pj] : params.items()) {
+    if (std::find(p.parameters.begin(), p.parameters.end(), name) == p.parameters.end())
+      return Error("'" + name + "' is not a parameter of the plan");
+    ShardedParameter sp;
+    int64_t numel = 1;
+    for (const auto& d : pj.at("shape")) {
+      ASSIGN_OR_RETURN(int64_t v, ReadInt(d, "a dimension of '" + name + "'", 1));
+      if (numel > (int64_t{1} << 50) / v) return Error("'" + name + "' is too large");
+      numel *= v;
+      sp.shape.push_back(v);
+    }
+    ASSIGN_OR_RETURN(sp.shard, ReadInt(pj.at("shard"), "the shard of '" + name + "'", 1));
+    if (sp.shard != (numel + s.shard_group - 1) / s.shard_group)
+      return Error("the shard of '" + name + "' is " + std::to_string(sp.shard) + " elements; " +
+                   std::to_string(numel) + " over " + std::to_string(s.shard_group) +
+                   " ranks is " + std::to_string((numel + s.shard_group - 1) / s.shard_group));
+    s.parameters[name] = std::move(sp);
+  }
+  if (s.strategy == "NO_SHARD" ? !s.parameters.empty() : s.parameters.size() != p.parameters.size())
+    return Error(s.strategy == "NO_SHARD" ? "NO_SHARD shards no parameter"
+                                          : "every parameter is sharded under " + s.strategy);
+  p.sharding = std::move(s);
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<Plan> ReadPlan(const std::string& path) {
@@ -256,6 +311,12 @@ StatusOr<Plan> ParsePlan(std::string_view text, const std::string& path) {
         return Error("'" + path + "' is a damaged foundry plan (eval_memory: " + eval.message() +
                      ")" + fix);
     }
+    if (j.contains("sharding")) {
+      Status sharding = ReadShardingSection(j.at("sharding"), p);
+      if (!sharding.ok())
+        return Error("'" + path + "' is a damaged foundry plan (sharding: " + sharding.message() +
+                     ")" + fix);
+    }
   } catch (const nlohmann::json::exception& e) {
     return Error("'" + path + "' is a damaged foundry plan (" + e.what() + ")" + fix);
   }
@@ -306,7 +367,8 @@ StatusOr<CompiledOutputs> CompiledOutputPaths(const std::string& prefix) {
         "-o " + prefix + ": PREFIX needs a file name after the folder (e.g. -o " +
         (prefix.empty() ? std::string("out/") : prefix + (prefix.back() == '/' ? "" : "/")) +
         "model writes model.train.onnx and model.plan there)");
-  return CompiledOutputs{prefix + ".train.onnx", prefix + ".train.onnx.data", prefix + ".plan"};
+  return CompiledOutputs{prefix + ".train.onnx", prefix + ".train.onnx.data", prefix + ".plan",
+                         prefix + ".init.safetensors"};
 }
 
 StatusOr<std::string> GraphDigest(const std::string& graph_path, const std::string& data_path) {

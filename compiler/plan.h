@@ -19,17 +19,24 @@
 
 namespace foundry {
 
-// PLACEHOLDER (runtime helper, issue 24): the lead's ShardingPlan as spec24.md gives it, so that the
-// runtime compiles before passes/shard lands; the merge takes the lead's definition and parser.
+// One sharded parameter of a plan compiled for several ranks (passes/shard.h): its full shape,
+// and the elements of one rank's shard (ceil(numel / ranks)).
 struct ShardedParameter {
-  Shape shape;        // the parameter's full shape
-  int64_t shard = 0;  // c = ceil(numel / world_size): elements of each rank's shard
+  std::vector<int64_t> shape;
+  int64_t shard = 0;
 };
+
+// What a plan compiled with foundry-compile --world-size N --sharding S says about its ranks.
 struct ShardingPlan {
   int64_t world_size = 1;
-  std::string strategy;  // NO_SHARD | SHARD_GRAD_OP | FULL_SHARD | HYBRID_SHARD
-  std::map<std::string, ShardedParameter> parameters;  // the sharded ones (none for NO_SHARD)
-  std::string init;  // "init": a safetensors file beside the plan with the full initial values
+  std::string strategy;  // NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, HYBRID_SHARD (FSDP's names)
+  int64_t shard_group = 0;  // ranks a parameter is sharded over (HYBRID_SHARD: a node's)
+  // SHARD_GRAD_OP / FULL_SHARD / HYBRID_SHARD: every trainable parameter, sharded; the graph
+  // holds each as the rank's f32 [shard] without data. Empty for NO_SHARD.
+  std::map<std::string, ShardedParameter> parameters;
+  // The full initial values of the sharded parameters (safetensors, ONNX names, f32), beside the
+  // plan; "" when the export had no weights (the runtime draws them whole, then shards).
+  std::string init_file;
 };
 
 struct Plan {
@@ -66,7 +73,9 @@ struct Plan {
   // same form, under "eval_memory". Optional in the file (plans written before it have none;
   // foundry-run --eval-data then asks for a recompile).
   std::optional<MemoryPlan> eval_memory;
-  std::optional<ShardingPlan> sharding;  // PLACEHOLDER (see ShardingPlan)
+  // Written as "sharding" only for a plan of several ranks (foundry-compile --world-size N > 1);
+  // the memory plan is then one rank's.
+  std::optional<ShardingPlan> sharding;
 };
 
 // The JSON text of a plan file.
@@ -85,11 +94,15 @@ StatusOr<Plan> ParsePlan(std::string_view text, const std::string& path);
 // ---- foundry-compile's outputs -------------------------------------------------------------
 
 // The files foundry-compile writes for -o PREFIX: PREFIX.train.onnx, PREFIX.train.onnx.data (only
-// when ExportOnnx moves the weights out of a large model) and PREFIX.plan.
+// when ExportOnnx moves the weights out of a large model), PREFIX.plan, and PREFIX.init.safetensors
+// (only for a sharded plan of a model with weights).
 struct CompiledOutputs {
   std::string graph;  // PREFIX.train.onnx
   std::string data;   // PREFIX.train.onnx.data
   std::string plan;   // PREFIX.plan
+  // PREFIX.init.safetensors: a sharded plan's full initial parameters (ShardingPlan::init_file),
+  // written by foundry-compile only for such a plan.
+  std::string init;
 };
 // Error for a PREFIX without a file-name stem ("", "out/", "out/.", "out/..").
 StatusOr<CompiledOutputs> CompiledOutputPaths(const std::string& prefix);

@@ -23,6 +23,7 @@ struct Compilation {
   // checkpoint report compares against its plan.
   std::optional<Graph> plain;
   ModelFiles files;  // read in step 3 only
+  std::map<std::string, Shape> shard_shapes;  // the sharded parameters' full shapes
 };
 
 // An output that would replace one of the compile's own inputs: the model or one of its external
@@ -63,6 +64,16 @@ Status CheckOutputs(Compilation& c) {
   return CheckOutputsSpareInputs(outputs, r.model, c.files);
 }
 
+ShardPass::Options ShardOptions(const CompileRequest& r) {
+  return ShardPass::Options{r.world_size, r.sharding, r.shard_group};
+}
+
+void KeepShardResult(Compilation& c, const ShardPass& pass) {
+  c.result.shard = pass.stats();
+  c.result.shard_init = pass.initial_values();
+  c.shard_shapes = pass.full_shapes();
+}
+
 // Step 4.
 Status RunPipeline(Compilation& c) {
   const CompileRequest& r = c.request;
@@ -75,6 +86,7 @@ Status RunPipeline(Compilation& c) {
   options.canonicalize.fuse_attention = r.fuse_attention;
   options.autocast.precision = r.precision;
   options.grad_accumulation = r.grad_accumulation;
+  if (r.training) options.shard = ShardOptions(r);
   if (c.result.selection)
     for (const auto& instance : c.result.selection->instances)
       options.remat.instances.push_back(instance.module);
@@ -88,7 +100,11 @@ Status RunPipeline(Compilation& c) {
       if (pass == "autodiff" || pass == "grad_accumulate") c.plain = g;
     };
   if (r.log && !r.log_header.empty()) *r.log << r.log_header << "\n";
-  return RunPasses(c.result.graph, BuildPipeline(options), pipeline);
+  const auto passes = BuildPipeline(options);
+  RETURN_IF_ERROR(RunPasses(c.result.graph, passes, pipeline));
+  for (const auto& pass : passes)
+    if (pass->name() == "shard") KeepShardResult(c, static_cast<const ShardPass&>(*pass));
+  return Status::Ok();
 }
 
 // Step 5: the search from autodiff's output; a non-empty choice is checkpointed as --ckpt with
@@ -121,10 +137,13 @@ Status ApplyMemoryBudget(Compilation& c) {
   // The rest of BuildPipeline after remat, as a --ckpt compile runs it (the search planned the
   // same: PlanSelection).
   if (r.precision != Precision::kFp32) passes.push_back(std::make_unique<AutocastRecastPass>());
+  if (r.world_size > 1) passes.push_back(std::make_unique<ShardPass>(ShardOptions(r)));
   passes.push_back(std::make_unique<SchedulePass>());
   PipelineOptions tail;
   tail.log = r.log;
   RETURN_IF_ERROR(RunPasses(checkpointed, passes, tail));
+  for (const auto& pass : passes)
+    if (pass->name() == "shard") KeepShardResult(c, static_cast<const ShardPass&>(*pass));
   c.result.graph = std::move(checkpointed);
   return Status::Ok();
 }
@@ -153,12 +172,30 @@ void DescribePlan(Compilation& c, Plan& plan) {
   plan.grad_accumulation = c.request.grad_accumulation;
   for (const auto& in : plan.inputs)
     if (c.files.input_dims.count(in)) plan.input_dims[in] = c.files.input_dims.at(in);
+  if (c.result.shard) {
+    ShardingPlan s;
+    s.world_size = c.result.shard->world_size;
+    s.strategy = std::string(ShardingName(c.result.shard->strategy));
+    s.shard_group = c.result.shard->group;
+    for (const auto& [name, shape] : c.shard_shapes) {
+      int64_t numel = 1;
+      for (int64_t d : shape) numel *= d;
+      s.parameters[name] = ShardedParameter{shape, ShardElements(numel, s.shard_group)};
+    }
+    if (!c.result.shard_init.empty() && c.result.outputs)
+      s.init_file = std::filesystem::path(c.result.outputs->init).filename().string();
+    plan.sharding = std::move(s);
+  }
 }
 
 // Step 7, with checkpointing: the plain graph scheduled and planned (cpu only: the report is the
 // cpu layout's), its report's curve for the timeline, and what checkpointing changed against it.
 StatusOr<CheckpointReport> CompareWithPlain(Compilation& c, const MemoryPlan& memory) {
   const CompileRequest& r = c.request;
+  if (r.world_size > 1) {  // the plain plan of the same rank
+    ShardPass shard(ShardOptions(r));
+    RETURN_IF_ERROR(shard.Run(*c.plain).status());
+  }
   SchedulePass schedule;
   RETURN_IF_ERROR(schedule.Run(*c.plain).status());
   ASSIGN_OR_RETURN(MemoryPlan plain_memory, PlanMemory(*c.plain, {{"cpu", CpuWorkspaceBytes}}));
@@ -188,6 +225,8 @@ Status PlanAndReport(Compilation& c) {
   if (r.memory_budget) report.checkpoint->budget_bytes = *r.memory_budget;
   report.budget = c.result.budget;
   DescribePlan(c, plan);
+  if (r.world_size > 1)
+    c.result.comm = CommunicationPerStep(c.result.graph, r.world_size, r.grad_accumulation);
   // The forward-only eval plan over the same graph and weights (compiler/eval_graph.h).
   ASSIGN_OR_RETURN(Graph eval, EvalGraph(c.result.graph, plan.loss));
   ASSIGN_OR_RETURN(plan.eval_memory, PlanMemory(eval, CompiledBackendSpecs()));
@@ -209,6 +248,10 @@ Status CheckRequest(const CompileRequest& r) {
                  ": microbatches per optimizer step must be 1 or more");
   if (!r.training && r.grad_accumulation > 1)
     return Error("--grad-accum accumulates a training step's gradients; drop --forward-only");
+  if (r.world_size < 1)
+    return Error("--world-size " + std::to_string(r.world_size) + ": give 1 or more ranks");
+  if (!r.training && r.world_size > 1)
+    return Error("--world-size plans a rank of a training step; drop --forward-only");
   return Status::Ok();
 }
 

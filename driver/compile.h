@@ -43,6 +43,7 @@
 #include "passes/ckpt_budget.h"
 #include "passes/memory_report.h"
 #include "passes/memory_timeline.h"
+#include "passes/shard.h"
 
 namespace foundry {
 
@@ -85,6 +86,11 @@ struct CompileRequest {
   // --grad-accum K: microbatches per optimizer step (passes/grad_accumulate.h); 1 = none, the
   // plan exactly as without the option.
   int64_t grad_accumulation = 1;
+  // --world-size N --sharding S (--shard-group G for HYBRID_SHARD): the plan of one rank of N
+  // (passes/shard.h); 1 = the plan exactly as without the options.
+  int64_t world_size = 1;
+  ShardingStrategy sharding = ShardingStrategy::kFullShard;
+  int64_t shard_group = 8;
 };
 
 struct CompileResult {
@@ -104,6 +110,11 @@ struct CompileResult {
   std::optional<FrontierPoints> frontier;     // request.frontier
   // The chosen or given selection as llm-foundry config (memory_budget, or ckpt_config).
   std::optional<CkptConfigText> ckpt_config;
+  // A sharded plan (world_size > 1, not NO_SHARD): the shard pass's statistics, and the full
+  // initial values of the parameters that had data, for outputs->init (ShardingPlan::init_file).
+  std::optional<ShardStats> shard;
+  std::optional<CommVolume> comm;  // world_size > 1: what one rank moves per optimizer step
+  std::map<std::string, std::shared_ptr<const Tensor>> shard_init;
 };
 
 // The importer with the request's dims.

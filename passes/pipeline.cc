@@ -56,6 +56,7 @@ std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options) 
       passes.push_back(std::make_unique<RematPass>(options.remat));
     if (options.autocast.precision != Precision::kFp32)
       passes.push_back(std::make_unique<AutocastRecastPass>());
+    if (options.shard.world_size > 1) passes.push_back(std::make_unique<ShardPass>(options.shard));
     passes.push_back(std::make_unique<SchedulePass>());
   }
   return passes;

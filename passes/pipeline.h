@@ -1,7 +1,8 @@
 // Orders the passes: parameters (the trainable set; training only) -> fold (bind dims, infer,
 // fold) -> canonicalize -> autodiff -> grad_accumulate (with --grad-accum K > 1) -> remat (when
-// instances are selected) -> schedule (training only). The verifier runs after every pass
-// that changed the graph; the IR can be dumped after a named pass.
+// instances are selected) -> autocast recast (amp_bf16) -> shard (with --world-size N > 1) ->
+// schedule (training only). The
+// verifier runs after every pass that changed the graph; the IR can be dumped after a named pass.
 #pragma once
 
 #include <functional>
@@ -20,6 +21,7 @@
 #include "passes/pass.h"
 #include "passes/remat.h"
 #include "passes/schedule.h"
+#include "passes/shard.h"
 
 namespace foundry {
 
@@ -47,6 +49,9 @@ struct CompileOptions {
   // Microbatches per optimizer step (foundry-compile --grad-accum): above 1, the grad_accumulate
   // pass runs right after autodiff.
   int64_t grad_accumulation = 1;
+  // Sharded data parallelism (foundry-compile --world-size N --sharding S): above 1 rank, the
+  // shard pass runs after remat and the recast, and makes the graph one rank's (passes/shard.h).
+  ShardPass::Options shard;
 };
 
 std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options);

@@ -22,8 +22,9 @@ struct DepGraph {
   std::vector<std::vector<int>> unread_outputs;  // per node: outputs nothing reads
   std::vector<int64_t> bytes_out;                // per node: bytes of its outputs
   // Per node: bytes of its outputs that only a foundry::AccumulateGradient reads (a microbatch's
-  // partial gradient, passes/grad_accumulate.h): the accumulator runs right after the node and
-  // frees them, so they do not count against choosing it.
+  // partial gradient, passes/grad_accumulate.h), or a gradient collective (ReduceScatterGradient,
+  // AllReduceGradient: passes/shard.h): the accumulator runs right after the node and frees them,
+  // so they do not count against choosing it.
   std::vector<int64_t> accumulated_out;
   std::vector<char> accumulator;  // per node: a foundry::AccumulateGradient
 
@@ -65,7 +66,9 @@ struct DepGraph {
       }
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const Node& n = g.nodes[i];
-      if (n.domain != "foundry" || n.op_type != "AccumulateGradient" || inputs[i].size() != 1)
+      if (n.domain != "foundry" || inputs[i].size() != 1 ||
+          (n.op_type != "AccumulateGradient" && n.op_type != "ReduceScatterGradient" &&
+           n.op_type != "AllReduceGradient"))
         continue;
       accumulator[i] = 1;
       const int partial = inputs[i][0];
@@ -74,7 +77,12 @@ struct DepGraph {
   }
 };
 
-bool IsRecompute(const Node& n) { return PhaseOf(n) == Phase::kRecompute; }
+// Nodes that are never chosen on their own but placed just before their first reader: recompute
+// clones (passes/remat.h) and the parameter gathers of sharded training (passes/shard.h), which read
+// only parameters and so would be ready, and hold their bytes, from the start of their phase.
+bool IsRecompute(const Node& n) {
+  return PhaseOf(n) == Phase::kRecompute || (n.domain == "foundry" && n.op_type == "AllGather");
+}
 
 // 0: forward (or no phase), 1: backward and optimizer. Recompute nodes have no rank of their own.
 int Rank(const Node& n) {

@@ -14,9 +14,11 @@
 //    each phase greedily: among the ready nodes, the one that frees the most bytes net of what it
 //    allocates (so a gradient is consumed as soon as it exists, and a big value's consumers run
 //    early), ties broken by the original order, so the result is deterministic; a partial
-//    gradient that only a foundry::AccumulateGradient reads (passes/grad_accumulate.h) is not
-//    counted against its producer, and the accumulator runs right after it;
-//  - recompute-phase nodes are never chosen on their own: when a node is chosen, the recompute
+//    gradient that only a foundry::AccumulateGradient reads (passes/grad_accumulate.h), or a
+//    gradient collective of sharded training (passes/shard.h), is not counted against its
+//    producer, and the accumulator runs right after it;
+//  - recompute-phase nodes, and the parameter gathers of sharded training (foundry::AllGather),
+//    are never chosen on their own: when a node is chosen, the recompute
 //    nodes it (transitively) reads and that have not run yet are placed just before it, in their
 //    original order. This is the hook the remat pass relies on: it appends its clones anywhere,
 //    marked recompute, and each lands just before its first backward consumer.

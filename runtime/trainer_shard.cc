@@ -69,8 +69,8 @@ Status Trainer::ResolveWorld() {
         return Error("'" + plan_.plan_path + "' is a damaged foundry plan (" + s +
                      " but parameter '" + name +
                      "' has no shard); recompile it with foundry-compile");
-    if (sharded_ && !sharding->init.empty()) {
-      fs::path init = sharding->init;
+    if (sharded_ && !sharding->init_file.empty()) {
+      fs::path init = sharding->init_file;
       if (init.is_relative()) init = fs::path(plan_.plan_path).parent_path() / init;
       auto file = ReadSafetensors(init.string());
       if (!file.ok()) return file.status();
@@ -101,11 +101,11 @@ StatusOr<Tensor> Trainer::FullInitialValue(const std::string& name, const Sharde
   if (!init_file_) return InitParameter(name, sp.shape, options_.init_seed);
   auto it = init_file_->tensors.find(name);
   if (it == init_file_->tensors.end())
-    return Error("the plan's initial values '" + plan_.plan.sharding->init + "' have no '" + name +
-                 "'; recompile the plan with foundry-compile");
+    return Error("the plan's initial values '" + plan_.plan.sharding->init_file + "' have no '" +
+                 name + "'; recompile the plan with foundry-compile");
   if (it->second.dtype() != DType::kFloat32 || it->second.shape() != sp.shape)
-    return Error("the plan's initial values '" + plan_.plan.sharding->init + "' hold '" + name +
-                 "' as " + TypeOf(it->second.dtype(), it->second.shape()) + ", the plan " +
+    return Error("the plan's initial values '" + plan_.plan.sharding->init_file + "' hold '" +
+                 name + "' as " + TypeOf(it->second.dtype(), it->second.shape()) + ", the plan " +
                  TypeOf(DType::kFloat32, sp.shape) + "; recompile the plan with foundry-compile");
   return std::move(it->second);
 }

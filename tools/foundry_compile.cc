@@ -7,6 +7,7 @@
 #include <iostream>
 #include <iterator>
 #include <optional>
+#include <sstream>
 
 #include "base/file_util.h"
 #include "base/output_set.h"
@@ -25,6 +26,7 @@
 #include "passes/memory_plan.h"
 #include "passes/memory_report.h"
 #include "passes/memory_timeline.h"
+#include "runtime/safetensors.h"
 #include "tools/cli.h"
 
 namespace fs = std::filesystem;
@@ -55,6 +57,11 @@ struct Options {
   bool precision_given = false;
   bool grad_accum_given = false;
   std::string grad_accum_text = "1";
+  std::string world_size_text = "1";
+  std::string sharding;  // "" = FULL_SHARD, or fsdp_config.sharding_strategy with --config
+  std::string shard_group_text = "8";
+  std::string link_gbps_text;  // --link-gbps: the interconnect, gigabits per second per rank
+  double link_gbps = 0;
 
   // The files written after the plan, in the order they are written, each with the option
   // that names it in messages.
@@ -163,6 +170,26 @@ void AddGraphOptions(CLI::App& app, Options& o) {
                  "across K runs of the compiled batch; the memory stays one microbatch's")
       ->type_name("K")
       ->capture_default_str();
+  app.add_option("--world-size", o.world_size_text,
+                 "plan one rank of N data-parallel ranks (foundry-run under mpirun -n N): the "
+                 "memory plan, the report and --memory-budget are per rank; with --config, "
+                 "global_train_batch_size / (N x device_train_microbatch_size) microbatches")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--sharding", o.sharding,
+                 "with --world-size: FSDP's sharding_strategy, NO_SHARD (DDP), SHARD_GRAD_OP "
+                 "(ZeRO-2), FULL_SHARD (ZeRO-3; the default, or --config's "
+                 "fsdp_config.sharding_strategy), HYBRID_SHARD (planned only)")
+      ->type_name("S");
+  app.add_option("--shard-group", o.shard_group_text,
+                 "HYBRID_SHARD: ranks per shard group (GPUs per node)")
+      ->type_name("G")
+      ->capture_default_str();
+  app.add_option("--link-gbps", o.link_gbps_text,
+                 "with --world-size: each rank's interconnect bandwidth in gigabits per second "
+                 "(e.g. 400 for 8x NVLink-era InfiniBand, 3200 for NVLink 4); the report then "
+                 "bounds the time per step the collectives take")
+      ->type_name("GBPS");
   app.add_option("--fold-limit", o.fold_limit_text,
                  "largest tensor constant folding may create, in bytes (bigger ones are "
                  "computed at run time)")
@@ -304,7 +331,7 @@ std::optional<int> ParseOutputs(Options& o, CompileRequest& request, OutputSet& 
     auto paths = CompiledOutputPaths(o.prefix);
     if (!paths.ok()) return Fail(paths.status().message(), cli::kExitUsage);
     const OutputSet::FileOptions pair{/*special=*/false, /*make_parents=*/true};
-    for (const std::string& path : {paths->graph, paths->data, paths->plan})
+    for (const std::string& path : {paths->graph, paths->data, paths->plan, paths->init})
       if (auto code = add(outputs.AddFile(path, "-o", pair))) return code;
     request.output_prefix = o.prefix;
   }
@@ -345,10 +372,47 @@ std::optional<int> ParseRequest(Options& o, const std::optional<TrainConfig>& co
                                                "a number of microbatches");
   if (!grad_accum.ok()) return Fail(grad_accum.status().message(), cli::kExitUsage);
   request.grad_accumulation = *grad_accum;
+  auto world = cli::ParseInteger<int64_t>("--world-size", o.world_size_text, 1, 1 << 16,
+                                          "a number of ranks");
+  if (!world.ok()) return Fail(world.status().message(), cli::kExitUsage);
+  request.world_size = *world;
+  auto group = cli::ParseInteger<int64_t>("--shard-group", o.shard_group_text, 1, 1 << 16,
+                                          "a number of ranks");
+  if (!group.ok()) return Fail(group.status().message(), cli::kExitUsage);
+  request.shard_group = *group;
+  if (!o.link_gbps_text.empty()) {
+    char* end = nullptr;
+    o.link_gbps = std::strtod(o.link_gbps_text.c_str(), &end);
+    if (end == o.link_gbps_text.c_str() || *end != '\0' || !(o.link_gbps > 0) ||
+        o.link_gbps > 1e6)
+      return Fail("--link-gbps " + o.link_gbps_text +
+                      ": give the link's bandwidth in gigabits per second, a number above 0 "
+                      "(e.g. 400)",
+                  cli::kExitUsage);
+    if (*world == 1)
+      return Fail("--link-gbps bounds the time of the collectives between ranks; give "
+                  "--world-size N (N >= 2)",
+                  cli::kExitUsage);
+  }
+  {
+    std::string strategy = o.sharding;
+    if (strategy.empty() && config && config->fsdp.count("sharding_strategy"))
+      strategy = config->fsdp.at("sharding_strategy");
+    if (strategy.empty()) strategy = "FULL_SHARD";
+    auto parsed = ParseSharding(strategy);
+    if (!parsed)
+      return Fail("--sharding " + strategy +
+                      ": give NO_SHARD, SHARD_GRAD_OP, FULL_SHARD or HYBRID_SHARD (FSDP's names)",
+                  cli::kExitUsage);
+    if (!o.sharding.empty() && *world == 1)
+      return Fail("--sharding " + o.sharding + " shards over ranks; give --world-size N (N >= 2)",
+                  cli::kExitUsage);
+    request.sharding = *parsed;
+  }
   if (config && config->global_train_batch_size && !o.forward_only) {
-    // global_train_batch_size / device_train_microbatch_size microbatches per optimizer step
-    // (one process); --grad-accum given too wins.
-    auto k = AccumulationSteps(*config);
+    // global_train_batch_size / (N x device_train_microbatch_size) microbatches per optimizer
+    // step on each of N ranks; --grad-accum given too wins.
+    auto k = AccumulationSteps(*config, *world);
     if (!k.ok()) return Fail(k.status().message());
     if (o.grad_accum_given && *k != *grad_accum)
       std::cerr << kTool << ": warning: --grad-accum " << *grad_accum << " overrides " << o.config
@@ -461,9 +525,56 @@ Status StageReportFiles(const Options& o, const CompileResult& result, OutputSet
   return Status::Ok();
 }
 
+// A sharded plan's full initial parameters (ShardingPlan::init_file): the graph holds each rank's
+// shard without data, so every rank reads its slice of these.
+Status StageShardInit(const CompileResult& result, OutputSet& outputs) {
+  ASSIGN_OR_RETURN(std::string staged, outputs.Stage(result.outputs->init));
+  std::vector<std::pair<std::string, const Tensor*>> tensors;
+  for (const auto& name : result.plan->parameters)
+    if (auto it = result.shard_init.find(name); it != result.shard_init.end())
+      tensors.emplace_back(name, it->second.get());
+  return WriteSafetensors(staged, tensors, {{"format", "foundry-shard-init"}});
+}
+
+// The sharding lines of a plan for several ranks: what the pass did, what one rank holds, what it
+// moves per step and, with --link-gbps, the least time that takes.
+std::string FormatSharding(const Options& o, const CompileResult& result) {
+  const ShardStats& s = *result.shard;
+  std::ostringstream out;
+  out << "sharding: " << ShardingName(s.strategy) << " over " << s.world_size << " ranks";
+  if (s.group != s.world_size) out << " (shard groups of " << s.group << "; planned only)";
+  if (s.strategy != ShardingStrategy::kNoShard)
+    out << ", " << s.units.size() << " units (blocks and the root)";
+  out << "; parameters " << HumanBytes(s.full_param_bytes) << " whole, "
+      << HumanBytes(s.shard_param_bytes) << " on each rank\n";
+  if (result.comm) {
+    const CommVolume& c = *result.comm;
+    out << "  communication per rank per optimizer step (" << c.runs << " microbatch"
+        << (c.runs == 1 ? "" : "es") << " x " << c.gathers << " gathers + " << c.reductions
+        << " gradient reductions): gathers " << HumanBytes(c.gather_bytes * c.runs)
+        << ", reductions " << HumanBytes(c.reduce_bytes * c.runs) << ", total "
+        << HumanBytes(c.PerStep()) << "\n";
+    if (o.link_gbps > 0) {
+      const double sec = c.Seconds(o.link_gbps);
+      char buf[64];
+      if (sec >= 1)
+        std::snprintf(buf, sizeof buf, "%.3f s", sec);
+      else if (sec >= 1e-3)
+        std::snprintf(buf, sizeof buf, "%.3f ms", sec * 1e3);
+      else
+        std::snprintf(buf, sizeof buf, "%.3f us", sec * 1e6);
+      out << "  at --link-gbps " << o.link_gbps_text << ": at least " << buf
+          << " per step on the link (foundry runs each collective in the schedule, on the "
+             "compute thread: nothing overlaps)\n";
+    }
+  }
+  return out.str();
+}
+
 // The report, then every file staged and committed as one set: a failure anywhere leaves none.
 int PrintAndWrite(const Options& o, CompileResult& result, OutputSet& outputs) {
   if (result.report) std::cout << FormatMemoryReport(*result.report);
+  if (result.shard) std::cout << FormatSharding(o, result);
   if (result.plan && result.plan->eval_memory)
     if (const BackendLayout* eval = result.plan->eval_memory->Layout("cpu")) {
       const BackendLayout* train = result.plan->memory.Layout("cpu");
@@ -480,6 +591,9 @@ int PrintAndWrite(const Options& o, CompileResult& result, OutputSet& outputs) {
   if (st.ok() && result.outputs)
     st = StageCompiledOutputs(result.graph, result.plan ? &*result.plan : nullptr, *result.outputs,
                               outputs);
+  if (st.ok() && result.outputs && result.plan && result.plan->sharding &&
+      !result.plan->sharding->init_file.empty())
+    st = StageShardInit(result, outputs);
   if (st.ok()) st = StageReportFiles(o, result, outputs);
   if (st.ok()) st = outputs.Commit();
   if (!st.ok()) return Fail(st.message());

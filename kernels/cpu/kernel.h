@@ -170,5 +170,9 @@ void RegisterMathWorkspaces(CpuWorkspaceTable& table);
 void RegisterShapeOpWorkspaces(CpuWorkspaceTable& table);
 void RegisterAttentionWorkspaces(CpuWorkspaceTable& table);
 void RegisterCollectiveWorkspaces(CpuWorkspaceTable& table);
+// The collectives' send, receive and gather buffers (kernels/cpu/collective_workspace.cc says how
+// they are sliced); the CUDA workspace table registers the same figure.
+int64_t CollectiveWorkspaceBytes(const Node& node, std::span<const OperandType> inputs,
+                                 std::span<const OperandType> outputs);
 
 }  // namespace foundry

@@ -106,6 +106,9 @@ TEST(MpiCommunicatorTest, MovesBytesWholeAndInChunks) {
 
 int64_t Shard(int64_t numel, int64_t N) { return (numel + N - 1) / N; }
 
+// The planned workspace's regions (kernels/cpu/collective_workspace.cc): bytes rounded up to 256.
+int64_t Region(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
 TEST(CollectiveKernelsTest, AllGatherReassemblesEveryParameter) {
   NEEDS_WORLD(comm);
   const int64_t N = comm->size(), me = comm->rank();
@@ -142,11 +145,11 @@ TEST(CollectiveKernelsTest, AllGatherReassemblesEveryParameter) {
   for (auto& t : outs) out_ptrs.push_back(&t);
   const Node node =
       MakeNode("AllGather", in_names, out_names, {{"world_size", Attribute::Int(N)}}, "foundry");
-  // The workspace: N*c*4 for every output that does not divide evenly.
+  // The workspace: a region of N*c*4 bytes for every output that does not divide evenly.
   int64_t want_ws = 0;
   for (size_t i = 0; i < shapes.size(); ++i)
     if (static_cast<int64_t>(full[i].size()) != N * shard_shapes[i][0])
-      want_ws += N * shard_shapes[i][0] * 4;
+      want_ws += Region(N * shard_shapes[i][0] * 4);
   EXPECT_EQ(CpuWorkspaceBytesFor(node, in_ptrs, out_ptrs), want_ws);
   std::vector<std::byte> ws(static_cast<size_t>(want_ws) + 1);
   KernelContext ctx;
@@ -168,7 +171,7 @@ void RunGradient(const std::string& op, Communicator* comm, int64_t numel, int64
   const Node node = MakeNode(op, {"p"}, {"g"}, {{"world_size", Attribute::Int(N)}}, "foundry");
   const int64_t c = Shard(numel, N);
   const int64_t grad_numel = op == "ReduceScatterGradient" ? c : numel;
-  const int64_t ws_bytes = (op == "ReduceScatterGradient" ? 2 : 3) * N * c * 4;
+  const int64_t ws_bytes = (op == "ReduceScatterGradient" ? 2 : 3) * Region(N * c * 4);
   std::vector<std::byte> ws(static_cast<size_t>(ws_bytes));
   grad.assign(static_cast<size_t>(grad_numel), 12345.0f);  // old bits: never read at k = 0
   Tensor out = Tensor::View(DType::kFloat32, {grad_numel}, grad.data());

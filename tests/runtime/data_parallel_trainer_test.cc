@@ -158,7 +158,7 @@ LoadedPlan ShardByHand(LoadedPlan lp, int64_t N, const std::string& strategy, Co
       EXPECT_TRUE(st.ok()) << st.message();
     }
     EXPECT_TRUE(comm->Barrier().ok());
-    sharding.init = file;
+    sharding.init_file = file;
   }
   lp.plan.sharding = sharding;
   StatusOr<MemoryPlan> memory = PlanMemory(g, {{"cpu", CpuWorkspaceBytes}});

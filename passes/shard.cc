@@ -1,0 +1,302 @@
+#include "passes/shard.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "compiler/module_tree.h"
+#include "compiler/phase.h"
+
+namespace foundry {
+
+std::string_view ShardingName(ShardingStrategy s) {
+  switch (s) {
+    case ShardingStrategy::kNoShard:
+      return "NO_SHARD";
+    case ShardingStrategy::kShardGradOp:
+      return "SHARD_GRAD_OP";
+    case ShardingStrategy::kFullShard:
+      return "FULL_SHARD";
+    case ShardingStrategy::kHybridShard:
+      return "HYBRID_SHARD";
+  }
+  return "?";
+}
+
+std::optional<ShardingStrategy> ParseSharding(std::string_view name) {
+  for (ShardingStrategy s : {ShardingStrategy::kNoShard, ShardingStrategy::kShardGradOp,
+                             ShardingStrategy::kFullShard, ShardingStrategy::kHybridShard})
+    if (name == ShardingName(s)) return s;
+  return std::nullopt;
+}
+
+std::string ShardStats::ToString() const {
+  if (world_size <= 1) return "1 rank, nothing sharded";
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%s over %lld ranks%s: %zu units, %d gathers, %d gradient reductions, parameters "
+                "%lld B whole, %lld B per rank",
+                std::string(ShardingName(strategy)).c_str(), static_cast<long long>(world_size),
+                group != world_size ? (" (groups of " + std::to_string(group) + ")").c_str() : "",
+                units.size(), gathers, reductions, static_cast<long long>(full_param_bytes),
+                static_cast<long long>(shard_param_bytes));
+  return buf;
+}
+
+CommVolume CommunicationPerStep(const Graph& graph, int64_t world_size, int64_t runs) {
+  CommVolume v;
+  v.runs = runs;
+  for (const Node& n : graph.nodes) {
+    if (n.domain != "foundry") continue;
+    const int64_t group = n.GetInt("world_size", 1);
+    if (group < 2) continue;
+    auto shard_bytes = [&](const std::string& name) {
+      const Value* val = graph.FindValue(name);
+      int64_t numel = 1;
+      if (val)
+        for (int64_t d : val->shape) numel *= d;
+      return ShardElements(numel, group) * 4;
+    };
+    if (n.op_type == "AllGather") {
+      ++v.gathers;
+      for (const auto& out : n.outputs) v.gather_bytes += (group - 1) * shard_bytes(out);
+    } else if (n.op_type == "ReduceScatterGradient" || n.op_type == "AllReduceGradient") {
+      ++v.reductions;
+      const int64_t c = shard_bytes(n.inputs[0]);
+      v.reduce_bytes += (n.op_type == "AllReduceGradient" ? 2 : 1) * (group - 1) * c;
+      const int64_t replicas = world_size / group;
+      if (n.op_type == "ReduceScatterGradient" && replicas > 1)  // HYBRID_SHARD
+        v.reduce_bytes += 2 * (replicas - 1) * ShardElements(c / 4, replicas) * 4;
+    }
+  }
+  return v;
+}
+
+namespace {
+
+bool IsForward(const Node& n) {
+  const auto p = PhaseOf(n);
+  return !p || *p == Phase::kForward;
+}
+
+// The innermost block containing module `scope` ("" when none).
+std::string BlockOf(const std::vector<std::string>& blocks, const std::string& scope) {
+  std::string best;
+  for (const auto& b : blocks)
+    if ((scope == b || (scope.size() > b.size() && scope.compare(0, b.size(), b) == 0 &&
+                        scope[b.size()] == '.')) &&
+        b.size() > best.size())
+      best = b;
+  return best;
+}
+
+int64_t NumelOf(const Value& v) {
+  int64_t n = 1;
+  for (int64_t d : v.shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
+StatusOr<bool> ShardPass::Run(Graph& graph) {
+  stats_ = {};
+  full_shapes_.clear();
+  initial_values_.clear();
+  const int64_t world = options_.world_size;
+  if (world < 1)
+    return Error("shard: world size " + std::to_string(world) + "; give 1 or more ranks");
+  stats_.world_size = world;
+  stats_.strategy = options_.strategy;
+  stats_.group = world;
+  if (world == 1) return false;
+  if (options_.strategy == ShardingStrategy::kHybridShard) {
+    if (options_.shard_group < 2 || world % options_.shard_group != 0)
+      return Error("HYBRID_SHARD over " + std::to_string(world) + " ranks needs a shard group of " +
+                   "2 or more ranks that divides the world size; give --shard-group G with " +
+                   std::to_string(world) + " % G == 0 (G = GPUs per node)");
+    stats_.group = options_.shard_group;
+  }
+  const int64_t group = stats_.group;
+  if (graph.outputs.size() < graph.parameters.size() + 1)
+    return Error("shard: the graph has " + std::to_string(graph.outputs.size()) + " outputs for " +
+                 std::to_string(graph.parameters.size()) +
+                 " parameters; run autodiff first (loss, then one gradient per parameter)");
+  for (const auto& p : graph.parameters) {
+    const Value* v = graph.FindValue(p);
+    if (!v || !v->ShapeKnown()) return Error("shard: parameter '" + p + "' has no known shape");
+    if (v->dtype != DType::kFloat32)
+      return Error(
+          "shard: parameter '" + p + "' is " + v->TypeString() +
+          "; sharded training keeps f32 parameters (amp_bf16 casts them after the gather)");
+  }
+
+  // ---- units ----
+  std::vector<std::string> blocks;
+  for (const ModuleInfo& m : ListModules(graph))
+    if (m.is_block) blocks.push_back(m.path);
+  const UseDef use = BuildUseDef(graph);
+  std::map<std::string, ShardUnit> units;
+  std::map<std::string, std::string> unit_of;
+  for (const auto& p : graph.parameters) {
+    std::set<std::string> owners;
+    for (int c : use.Consumers(p)) {
+      const Node& n = graph.nodes[static_cast<size_t>(c)];
+      if (IsForward(n)) owners.insert(BlockOf(blocks, n.scope));
+    }
+    const std::string unit = owners.size() == 1 ? *owners.begin() : "";
+    unit_of[p] = unit;
+    ShardUnit& u = units[unit];
+    u.path = unit;
+    u.parameters.push_back(p);
+    u.bytes += NumelOf(*graph.FindValue(p)) * 4;
+  }
+  std::vector<std::string> unit_order;
+  for (const auto& [path, u] : units) unit_order.push_back(path);
+  std::sort(unit_order.begin(), unit_order.end(), ModulePathLess);
+  for (const auto& path : unit_order) stats_.units.push_back(units[path]);
+
+  // Nodes to insert before / after a node index (-1: at the front).
+  std::map<int, std::vector<Node>> before, after;
+
+  // ---- gradients ----
+  const bool sharded = options_.strategy != ShardingStrategy::kNoShard;
+  const char* reduce_op = sharded ? "ReduceScatterGradient" : "AllReduceGradient";
+  for (size_t i = 0; i < graph.parameters.size(); ++i) {
+    const std::string grad = graph.outputs[i + 1];
+    Value* g = graph.FindValue(grad);
+    if (!g) return Error("shard: gradient '" + grad + "' is not a value of the graph");
+    const int64_t numel = NumelOf(*graph.FindValue(graph.parameters[i]));
+    const int producer = use.Producer(grad);
+    Node* acc = producer >= 0 ? &graph.nodes[static_cast<size_t>(producer)] : nullptr;
+    if (acc && acc->domain == "foundry" && acc->op_type == "AccumulateGradient") {
+      acc->op_type = reduce_op;  // the collective accumulates itself
+      acc->attrs["world_size"] = Attribute::Int(group);
+    } else {
+      const std::string partial = graph.UniqueValueName(grad + "/partial");
+      Value renamed = *g;
+      renamed.name = partial;
+      graph.GetOrAddValue(partial) = renamed;
+      g = graph.FindValue(grad);
+      g->data = nullptr;  // a constant gradient's bytes stay with the partial
+      for (Node& n : graph.nodes) {
+        for (auto& out : n.outputs)
+          if (out == grad) out = partial;
+        for (auto& in : n.inputs)
+          if (in == grad) in = partial;
+      }
+      Node red;
+      red.name = graph.UniqueNodeName(grad + "/" + (sharded ? "reduce_scatter" : "all_reduce"));
+      red.domain = "foundry";
+      red.op_type = reduce_op;
+      red.inputs = {partial};
+      red.outputs = {grad};
+      red.attrs["world_size"] = Attribute::Int(group);
+      if (producer >= 0) red.scope = graph.nodes[static_cast<size_t>(producer)].scope;
+      SetPhase(red, Phase::kBackward);
+      after[producer].push_back(std::move(red));
+    }
+    ++stats_.reductions;
+    if (sharded) {
+      g->shape = {ShardElements(numel, group)};
+      g->dim_params.clear();
+      g->rank_known = true;
+    }
+  }
+
+  // ---- parameters and gathers ----
+  for (const auto& p : graph.parameters) {
+    const int64_t numel = NumelOf(*graph.FindValue(p));
+    stats_.full_param_bytes += numel * 4;
+    stats_.shard_param_bytes += (sharded ? ShardElements(numel, group) : numel) * 4;
+  }
+  if (sharded) {
+    const bool full = options_.strategy != ShardingStrategy::kShardGradOp;
+    for (const auto& path : unit_order) {
+      const ShardUnit& unit = units[path];
+      // Passes: {phase of the gather, which consumers it serves}.
+      struct Gather {
+        bool backward;
+        std::vector<std::string> params;
+        std::vector<std::vector<int>> readers;
+      };
+      std::vector<Gather> gathers;
+      const bool split = full && !path.empty();
+      for (int pass = 0; pass < (split ? 2 : 1); ++pass) {
+        Gather gt{pass == 1, {}, {}};
+        for (const auto& p : unit.parameters) {
+          std::vector<int> readers;
+          for (int c : use.Consumers(p))
+            if (!split || IsForward(graph.nodes[static_cast<size_t>(c)]) == (pass == 0))
+              readers.push_back(c);
+          if (readers.empty()) continue;
+          gt.params.push_back(p);
+          gt.readers.push_back(std::move(readers));
+        }
+        if (!gt.params.empty()) gathers.push_back(std::move(gt));
+      }
+      const std::string label = path.empty() ? "root" : path;
+      for (Gather& gt : gathers) {
+        Node n;
+        n.name =
+            graph.UniqueNodeName(label + (gt.backward ? "/all_gather_backward" : "/all_gather"));
+        n.domain = "foundry";
+        n.op_type = "AllGather";
+        n.scope = path;
+        n.attrs["world_size"] = Attribute::Int(group);
+        std::vector<int64_t> shapes;
+        int first = static_cast<int>(graph.nodes.size());
+        for (size_t k = 0; k < gt.params.size(); ++k) {
+          const std::string& p = gt.params[k];
+          const Value& pv = *graph.FindValue(p);
+          const std::string out =
+              graph.UniqueValueName(p + (gt.backward ? "/gathered_backward" : "/gathered"));
+          Value& ov = graph.GetOrAddValue(out);
+          ov.name = out;
+          ov.dtype = DType::kFloat32;
+          ov.shape = pv.shape;
+          ov.dim_params = pv.dim_params;
+          ov.rank_known = true;
+          shapes.push_back(static_cast<int64_t>(pv.shape.size()));
+          shapes.insert(shapes.end(), pv.shape.begin(), pv.shape.end());
+          n.inputs.push_back(p);
+          n.outputs.push_back(out);
+          for (int c : gt.readers[k]) {
+            first = std::min(first, c);
+            for (auto& in : graph.nodes[static_cast<size_t>(c)].inputs)
+              if (in == p) in = out;
+          }
+        }
+        n.attrs["shapes"] = Attribute::Ints(std::move(shapes));
+        SetPhase(n, gt.backward ? Phase::kBackward : Phase::kForward);
+        before[first].push_back(std::move(n));
+        ++stats_.gathers;
+      }
+    }
+    for (const auto& p : graph.parameters) {
+      Value& v = *graph.FindValue(p);
+      full_shapes_[p] = v.shape;
+      if (v.data) initial_values_[p] = v.data;
+      v.shape = {ShardElements(NumelOf(v), group)};
+      v.dim_params.clear();
+      v.data = nullptr;
+    }
+  }
+
+  std::vector<Node> nodes;
+  nodes.reserve(graph.nodes.size() + static_cast<size_t>(stats_.gathers + stats_.reductions));
+  auto emit = [&](std::map<int, std::vector<Node>>& m, int k) {
+    if (auto it = m.find(k); it != m.end())
+      for (Node& n : it->second) nodes.push_back(std::move(n));
+  };
+  emit(after, -1);
+  for (size_t k = 0; k < graph.nodes.size(); ++k) {
+    emit(before, static_cast<int>(k));
+    nodes.push_back(std::move(graph.nodes[k]));
+    emit(after, static_cast<int>(k));
+  }
+  emit(before, static_cast<int>(graph.nodes.size()));
+  graph.nodes = std::move(nodes);
+  return true;
+}
+
+}  // namespace foundry

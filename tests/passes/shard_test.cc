@@ -1,0 +1,296 @@
+// The shard pass (passes/shard.h) through the compile foundry-compile runs (driver/compile.h), on
+// the committed mpt_tiny fixture: the structure each sharding strategy gives (shards, gathers per
+// unit and phase, gradient collectives), where the schedule puts the gathers, the per-rank bytes
+// of the memory plan, the communication figures, the plan file's sharding section, and the
+// errors.
+#include "passes/shard.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "compiler/phase.h"
+#include "compiler/plan.h"
+#include "compiler/verifier.h"
+#include "driver/compile.h"
+
+namespace fs = std::filesystem;
+
+namespace foundry {
+namespace {
+
+const std::string kModel =
+    (fs::path(FOUNDRY_SOURCE_DIR) / "models/fixtures/mpt_tiny/model.onnx").string();
+
+CompileResult CompileTiny(int64_t world, ShardingStrategy s, int64_t accum = 1,
+                          std::vector<CkptTarget> ckpt = {}) {
+  CompileRequest r;
+  r.model = kModel;
+  r.dims = {{"batch", 2}, {"seq", 16}};
+  r.world_size = world;
+  r.sharding = s;
+  r.grad_accumulation = accum;
+  r.ckpt_targets = std::move(ckpt);
+  auto c = Compile(r);
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? std::move(c).value() : CompileResult{};
+}
+
+int64_t Numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::vector<const Node*> NodesOf(const Graph& g, const std::string& op) {
+  std::vector<const Node*> out;
+  for (const Node& n : g.nodes)
+    if (n.domain == "foundry" && n.op_type == op) out.push_back(&n);
+  return out;
+}
+
+TEST(ShardPassTest, OneRankChangesNothing) {
+  CompileResult one = CompileTiny(1, ShardingStrategy::kFullShard);
+  EXPECT_FALSE(one.shard);
+  EXPECT_FALSE(one.plan->sharding);
+  EXPECT_TRUE(NodesOf(one.graph, "AllGather").empty());
+  EXPECT_TRUE(NodesOf(one.graph, "ReduceScatterGradient").empty());
+}
+
+TEST(ShardPassTest, FullShardShardsEveryParameterAndGathersEachBlockTwice) {
+  CompileResult plain = CompileTiny(1, ShardingStrategy::kFullShard);
+  CompileResult c = CompileTiny(2, ShardingStrategy::kFullShard);
+  ASSERT_TRUE(c.shard && c.plan && c.plan->sharding);
+  ASSERT_TRUE(VerifyGraph(c.graph).ok());
+  const Graph& g = c.graph;
+  // Every parameter: this rank's f32 [ceil(numel / 2)], without data; the gradient the same.
+  int64_t shard_bytes = 0;
+  for (size_t i = 0; i < g.parameters.size(); ++i) {
+    const std::string& p = g.parameters[i];
+    const Value& full = *plain.graph.FindValue(p);
+    const Value& v = *g.FindValue(p);
+    const int64_t c2 = (Numel(full.shape) + 1) / 2;
+    EXPECT_EQ(v.shape, Shape{c2}) << p;
+    EXPECT_EQ(v.data, nullptr) << p;
+    EXPECT_EQ(g.FindValue(g.outputs[i + 1])->shape, Shape{c2}) << p;
+    EXPECT_EQ(c.plan->sharding->parameters.at(p).shape, full.shape) << p;
+    EXPECT_EQ(c.plan->sharding->parameters.at(p).shard, c2) << p;
+    ASSERT_TRUE(c.shard_init.count(p)) << p;  // the fixture has weights: kept for the init file
+    EXPECT_EQ(c.shard_init.at(p)->shape(), full.shape) << p;
+    shard_bytes += c2 * 4;
+  }
+  // The plan holds one rank's parameters, gradients and AdamW slots.
+  EXPECT_EQ(c.plan->memory.outside[MemoryClass::kParameter], shard_bytes);
+  EXPECT_EQ(c.plan->memory.outside[MemoryClass::kGradient], shard_bytes);
+  EXPECT_EQ(c.plan->memory.outside[MemoryClass::kOptimizerState], 2 * shard_bytes);
+  EXPECT_EQ(c.shard->shard_param_bytes, shard_bytes);
+  EXPECT_EQ(c.shard->full_param_bytes, plain.plan->memory.outside[MemoryClass::kParameter]);
+  // One reduce-scatter per gradient, nothing accumulates otherwise.
+  EXPECT_EQ(NodesOf(g, "ReduceScatterGradient").size(), g.parameters.size());
+  EXPECT_TRUE(NodesOf(g, "AccumulateGradient").empty());
+  // mpt_tiny has 2 blocks: each gathered before its forward and its backward; the root once.
+  std::multiset<std::string> scopes;
+  for (const Node* n : NodesOf(g, "AllGather")) {
+    scopes.insert(n->scope);
+    EXPECT_EQ(n->GetInt("world_size", 0), 2);
+  }
+  EXPECT_EQ(scopes.count("transformer.blocks.0"), 2u);
+  EXPECT_EQ(scopes.count("transformer.blocks.1"), 2u);
+  EXPECT_EQ(scopes.count(""), 1u);
+  EXPECT_EQ(scopes.size(), 5u);
+  ASSERT_EQ(c.shard->units.size(), 3u);
+  EXPECT_EQ(c.shard->units[0].path, "");
+}
+
+// FSDP's resharding: a block's forward gather is read by forward nodes only, and its backward
+// gather by backward and recompute nodes only; each gather is scheduled right before its first
+// reader (only other pulled nodes between).
+TEST(ShardPassTest, GathersAreFreedAfterTheirPhaseAndRunJustBeforeUse) {
+  CompileResult c = CompileTiny(2, ShardingStrategy::kFullShard);
+  const Graph& g = c.graph;
+  const UseDef use = BuildUseDef(g);
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& n = g.nodes[k];
+    if (n.op_type != "AllGather") continue;
+    const bool backward = PhaseOf(n) == Phase::kBackward;
+    size_t first = g.nodes.size();
+    for (const auto& out : n.outputs)
+      for (int r : use.Consumers(out)) {
+        first = std::min(first, static_cast<size_t>(r));
+        const auto phase = PhaseOf(g.nodes[static_cast<size_t>(r)]);
+        if (n.scope.empty()) continue;  // the root unit serves both phases
+        if (backward)
+          EXPECT_TRUE(phase == Phase::kBackward || phase == Phase::kRecompute) << n.name;
+        else
+          EXPECT_TRUE(!phase || phase == Phase::kForward) << n.name;
+      }
+    ASSERT_LT(first, g.nodes.size()) << n.name;
+    for (size_t m = k + 1; m < first; ++m)
+      EXPECT_TRUE(g.nodes[m].op_type == "AllGather" || PhaseOf(g.nodes[m]) == Phase::kRecompute)
+          << n.name << " is scheduled at " << k << ", its first reader at " << first << ", with "
+          << g.nodes[m].Describe() << " between";
+  }
+}
+
+TEST(ShardPassTest, ShardGradOpGathersOncePerUnit) {
+  CompileResult c = CompileTiny(2, ShardingStrategy::kShardGradOp);
+  EXPECT_EQ(NodesOf(c.graph, "AllGather").size(), 3u);
+  EXPECT_EQ(NodesOf(c.graph, "ReduceScatterGradient").size(), c.graph.parameters.size());
+  EXPECT_EQ(c.plan->sharding->strategy, "SHARD_GRAD_OP");
+  // Keeping the gathered parameters from forward to backward costs arena bytes FULL_SHARD frees.
+  CompileResult full = CompileTiny(2, ShardingStrategy::kFullShard);
+  EXPECT_GE(c.plan->memory.layouts[0].arena_bytes, full.plan->memory.layouts[0].arena_bytes);
+}
+
+TEST(ShardPassTest, NoShardKeepsParametersAndAllReducesGradients) {
+  CompileResult plain = CompileTiny(1, ShardingStrategy::kNoShard);
+  CompileResult c = CompileTiny(2, ShardingStrategy::kNoShard);
+  EXPECT_TRUE(NodesOf(c.graph, "AllGather").empty());
+  EXPECT_EQ(NodesOf(c.graph, "AllReduceGradient").size(), c.graph.parameters.size());
+  EXPECT_EQ(c.plan->memory.outside[MemoryClass::kParameter],
+            plain.plan->memory.outside[MemoryClass::kParameter]);
+  EXPECT_EQ(c.plan->memory.outside[MemoryClass::kOptimizerState],
+            plain.plan->memory.outside[MemoryClass::kOptimizerState]);
+  EXPECT_TRUE(c.plan->sharding->parameters.empty());
+  EXPECT_TRUE(c.shard_init.empty());
+}
+
+TEST(ShardPassTest, AccumulationNodesBecomeTheCollectives) {
+  CompileResult c = CompileTiny(2, ShardingStrategy::kFullShard, /*accum=*/4);
+  EXPECT_TRUE(NodesOf(c.graph, "AccumulateGradient").empty());
+  EXPECT_EQ(NodesOf(c.graph, "ReduceScatterGradient").size(), c.graph.parameters.size());
+  EXPECT_EQ(c.plan->grad_accumulation, 4);
+  ASSERT_TRUE(c.comm);
+  EXPECT_EQ(c.comm->runs, 4);
+}
+
+TEST(ShardPassTest, CheckpointedBlocksRecomputeFromTheBackwardGather) {
+  CompileResult c =
+      CompileTiny(2, ShardingStrategy::kFullShard, 1, {CkptTarget{"mptblock", {}, {}}});
+  const Graph& g = c.graph;
+  int recompute_reading_gather = 0;
+  const UseDef use = BuildUseDef(g);
+  for (const Node& n : g.nodes) {
+    if (n.op_type != "AllGather" || PhaseOf(n) != Phase::kBackward) continue;
+    for (const auto& out : n.outputs)
+      for (int r : use.Consumers(out))
+        if (PhaseOf(g.nodes[static_cast<size_t>(r)]) == Phase::kRecompute)
+          ++recompute_reading_gather;
+  }
+  EXPECT_GT(recompute_reading_gather, 0);
+}
+
+// What one rank moves, counted from the plan's shard sizes: each gathered parameter's shard once
+// per gather that reads it (N - 1 = 1 shard received each time: a block's weights twice, its
+// biases, which no backward node reads, once), every gradient reduce-scattered (1 shard sent).
+TEST(ShardPassTest, CommunicationPerStep) {
+  CompileResult c = CompileTiny(2, ShardingStrategy::kFullShard, 3);
+  int64_t gathered = 0, reduced = 0;
+  for (const Node* n : NodesOf(c.graph, "AllGather"))
+    for (const auto& p : n->inputs) gathered += c.plan->sharding->parameters.at(p).shard * 4;
+  for (const auto& [p, sp] : c.plan->sharding->parameters) reduced += sp.shard * 4;
+  const int64_t half = c.shard->shard_param_bytes;  // one gather of everything
+  EXPECT_GT(gathered, half);                        // the blocks' weights twice
+  EXPECT_LT(gathered, 2 * half);                    // the root once
+  ASSERT_TRUE(c.comm);
+  EXPECT_EQ(c.comm->gather_bytes, gathered);
+  EXPECT_EQ(c.comm->reduce_bytes, reduced);
+  EXPECT_EQ(c.comm->PerStep(), 3 * (gathered + reduced));
+  EXPECT_DOUBLE_EQ(c.comm->Seconds(8.0), 3.0 * static_cast<double>(gathered + reduced) / 1e9);
+}
+
+TEST(ShardPassTest, PlanFileRoundTripsTheShardingSection) {
+  CompileResult c = CompileTiny(2, ShardingStrategy::kFullShard);
+  c.plan->sharding->init_file = "p.init.safetensors";
+  auto json = PlanToJson(*c.plan);
+  ASSERT_TRUE(json.ok());
+  auto back = ParsePlan(*json, "p.plan");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_TRUE(back->sharding);
+  EXPECT_EQ(back->sharding->world_size, 2);
+  EXPECT_EQ(back->sharding->strategy, "FULL_SHARD");
+  EXPECT_EQ(back->sharding->shard_group, 2);
+  EXPECT_EQ(back->sharding->init_file, "p.init.safetensors");
+  EXPECT_EQ(back->sharding->parameters.size(), c.plan->parameters.size());
+  for (const auto& [name, sp] : c.plan->sharding->parameters) {
+    EXPECT_EQ(back->sharding->parameters.at(name).shape, sp.shape);
+    EXPECT_EQ(back->sharding->parameters.at(name).shard, sp.shard);
+  }
+}
+
+TEST(ShardPassTest, DamagedShardingSectionsAreRefused) {
+  CompileResult c = CompileTiny(2, ShardingStrategy::kFullShard);
+  const std::string name = c.plan->parameters[0];
+  auto with = [&](auto edit) {
+    Plan p = *c.plan;
+    edit(*p.sharding);
+    auto json = PlanToJson(p);
+    EXPECT_TRUE(json.ok());
+    auto back = ParsePlan(*json, "p.plan");
+    return back.ok() ? std::string() : back.status().message();
+  };
+  const std::string fix = "; recompile it with foundry-compile MODEL.onnx -o PREFIX";
+  EXPECT_EQ(with([](ShardingPlan& s) { s.strategy = "ZERO_3"; }),
+            "'p.plan' is a damaged foundry plan (sharding: strategy 'ZERO_3' is not one of "
+            "NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, HYBRID_SHARD)" +
+                fix);
+  EXPECT_EQ(with([](ShardingPlan& s) { s.shard_group = 3; }),
+            "'p.plan' is a damaged foundry plan (sharding: shard_group 3 does not divide "
+            "world_size 2)" +
+                fix);
+  EXPECT_EQ(with([&](ShardingPlan& s) {
+              s.parameters[name].shard += 1;
+            }).find("the shard of '" + name + "' is "),
+            std::string("'p.plan' is a damaged foundry plan (sharding: ").size());
+  EXPECT_EQ(with([&](ShardingPlan& s) { s.parameters.erase(name); }),
+            "'p.plan' is a damaged foundry plan (sharding: every parameter is sharded under "
+            "FULL_SHARD)" +
+                fix);
+  EXPECT_EQ(with([&](ShardingPlan& s) { s.parameters["nope"] = s.parameters[name]; }),
+            "'p.plan' is a damaged foundry plan (sharding: 'nope' is not a parameter of the "
+            "plan)" +
+                fix);
+}
+
+TEST(ShardPassTest, Errors) {
+  CompileRequest r;
+  r.model = kModel;
+  r.dims = {{"batch", 2}, {"seq", 16}};
+  r.world_size = 4;
+  r.sharding = ShardingStrategy::kHybridShard;
+  r.shard_group = 3;
+  auto c = Compile(r);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "HYBRID_SHARD over 4 ranks needs a shard group of 2 or more ranks that divides the "
+            "world size; give --shard-group G with 4 % G == 0 (G = GPUs per node)");
+  r.world_size = 2;
+  r.sharding = ShardingStrategy::kFullShard;
+  r.training = false;
+  c = Compile(r);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "--world-size plans a rank of a training step; drop --forward-only");
+}
+
+TEST(ShardPassTest, HybridShardPlansFullShardInsideTheGroup) {
+  CompileRequest r;
+  r.model = kModel;
+  r.dims = {{"batch", 2}, {"seq", 16}};
+  r.world_size = 4;
+  r.sharding = ShardingStrategy::kHybridShard;
+  r.shard_group = 2;
+  auto c = Compile(r);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  CompileResult full = CompileTiny(2, ShardingStrategy::kFullShard);
+  EXPECT_EQ(c->plan->memory.outside[MemoryClass::kParameter],
+            full.plan->memory.outside[MemoryClass::kParameter]);
+  EXPECT_EQ(c->plan->sharding->shard_group, 2);
+  EXPECT_EQ(c->plan->sharding->world_size, 4);
+  // The gradient shards are all-reduced across the 2 replicas on top of FULL_SHARD's traffic.
+  EXPECT_GT(c->comm->reduce_bytes, full.comm->reduce_bytes);
+}
+
+}  // namespace
+}  // namespace foundry
