@@ -8,6 +8,8 @@
 //  - the planned arena and total equal the measured ones (rank 0's --report-json);
 //  - a save at N = 2 after 10 steps resumed at N = 2 and in one process, and a one-process save
 //    resumed at N = 2, continue bitwise as the uninterrupted run (losses 11..20 and weights);
+//  - mpt_tiny_dropout at K = 2 per rank against --grad-accum 4 with --clip-norm: within the
+//    issue's bounds (the norm's sums split at shard boundaries);
 //  - refusals: the plan without mpirun, a one-process plan under mpirun.
 #include <gtest/gtest.h>
 
@@ -187,6 +189,50 @@ TEST_F(FoundryRunMpiTest, SavesResumeAcrossWorldSizesBitwise) {
               "--report-json", Path("c.json"), "--save", Path("c_save")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   ExpectSameRun(Losses(Report("c.json")), last10, Weights("c_save"), want, "N=1 save, N=2 resume");
+}
+
+// Dropout (rank r's microbatch k draws global microbatch k*N+r's masks), K = 2 per rank against
+// --grad-accum 4, with --clip-norm: the norm's sums of squares are split at the shard boundaries
+// (not bitwise in general), so the bound is the (1e-6 on losses and norms, 1e-5 on
+// weights); the measured maxima are printed.
+TEST_F(FoundryRunMpiTest, DropoutAccumulationAndClipping) {
+  FOUNDRY_SKIP_UNLESS(!kMpiexec.empty(), "foundry was built without MPI (no mpirun)");
+  const std::string dropout = FOUNDRY_SOURCE_DIR "/models/fixtures/mpt_tiny_dropout/model.onnx";
+  auto compile = [&](const std::vector<std::string>& extra, const std::string& prefix) {
+    std::vector<std::string> args = {dropout,  "--dim", "batch=2",   "--dim",
+                                     "seq=16", "-o",    Path(prefix)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Exec(kCompile, args, Path(""));
+  };
+  ASSERT_EQ(compile({"--grad-accum", "4"}, "one").code, 0);
+  ExecResult c =
+      compile({"--grad-accum", "2", "--world-size", "2", "--sharding", "FULL_SHARD"}, "two");
+  ASSERT_EQ(c.code, 0) << c.err;
+  ExecResult r = Run({Path("one"), "--steps", "10", "--clip-norm", "0.1", "--report-json",
+                      Path("one.json"), "--save", Path("one_save")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Mpirun({Path("two"), "--steps", "10", "--clip-norm", "0.1", "--report-json", Path("two.json"),
+              "--save", Path("two_save")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const nlohmann::json a = Report("one.json"), b = Report("two.json");
+  double loss = 0, norm = 0, weight = 0;
+  const std::vector<float> la = Losses(a), lb = Losses(b);
+  ASSERT_EQ(la.size(), lb.size());
+  for (size_t i = 0; i < la.size(); ++i) {
+    loss = std::max(loss, std::abs(double(lb[i]) - la[i]) / std::abs(la[i]));
+    const double na = a.at("step_grad_norm")[i].get<double>();
+    const double nb = b.at("step_grad_norm")[i].get<double>();
+    norm = std::max(norm, std::abs(nb - na) / na);
+  }
+  const auto wa = Weights("one_save"), wb = Weights("two_save");
+  ASSERT_EQ(wa.size(), wb.size());
+  for (const auto& [name, t] : wa) weight = std::max(weight, MaxRelative(wb.at(name), t));
+  std::cout << "mpt_tiny_dropout, N = 2, K = 2, --clip-norm 0.1 against --grad-accum 4: max "
+               "relative difference: losses "
+            << loss << ", grad norms " << norm << ", weights " << weight << "\n";
+  EXPECT_LE(loss, 1e-6);
+  EXPECT_LE(norm, 1e-6);
+  EXPECT_LE(weight, 1e-5);
 }
 
 TEST_F(FoundryRunMpiTest, RefusesAPlanOnTheWrongWorld) {
