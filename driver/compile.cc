@@ -5,6 +5,7 @@
 #include "base/file_util.h"
 #include "compiler/eval_graph.h"
 #include "compiler/model_files.h"
+#include "compiler/module_tree.h"
 #include "compiler/onnx_import.h"
 #include "kernels/cpu/kernel.h"
 #include "passes/checkpoint_report.h"
@@ -22,7 +23,7 @@ struct Compilation {
   // Autodiff's output, kept with checkpointing or a budget: the search starts from it, and the
   // checkpoint report compares against its plan.
   std::optional<Graph> plain;
-  ModelFiles files;  // read in step 3 only
+  ModelFiles files;                           // read in step 3 only
   std::map<std::string, Shape> shard_shapes;  // the sharded parameters' full shapes
 };
 
@@ -110,23 +111,64 @@ Status RunPipeline(Compilation& c) {
 // Step 5: the search from autodiff's output; a non-empty choice is checkpointed as --ckpt with
 // the chosen targets would be, an empty one drops the plain graph (the pipeline's graph is then
 // the plan).
+// The fewest ranks, doubling from 1 up to 4096, at which the request's sharding fits the smallest
+// plan (every block checkpointed) into the budget per rank; nullopt when none does (NO_SHARD keeps
+// everything on every rank, so only N = 1 is tried).
+StatusOr<std::optional<CompileResult::WorldFit>> SmallestWorld(const Compilation& c) {
+  const CompileRequest& r = c.request;
+  std::vector<std::string> blocks;
+  for (const BlockLayer& l : CheckpointableLayers(*c.plain)) blocks.push_back(l.block);
+  const int64_t last = r.sharding == ShardingStrategy::kNoShard ? 1 : 4096;
+  for (int64_t n = 1; n <= last; n *= 2) {
+    ShardPass::Options shard = ShardOptions(r);
+    shard.world_size = n;
+    if (r.sharding == ShardingStrategy::kHybridShard && n < 2 * r.shard_group) {
+      shard.strategy = ShardingStrategy::kFullShard;  // one group: FULL_SHARD over the ranks
+    }
+    CkptEvaluator evaluator(*c.plain, shard);
+    ASSIGN_OR_RETURN(CkptEvaluation e, evaluator.Evaluate(blocks));
+    if (e.total_bytes <= *r.memory_budget)
+      return std::optional<CompileResult::WorldFit>(CompileResult::WorldFit{n, e.total_bytes});
+  }
+  return std::optional<CompileResult::WorldFit>();
+}
+
 Status ApplyMemoryBudget(Compilation& c) {
   const CompileRequest& r = c.request;
-  CkptEvaluator evaluator(*c.plain);
+  CkptEvaluator evaluator(*c.plain, r.world_size > 1 ? ShardOptions(r) : ShardPass::Options{});
   BudgetOptions search;
   search.budget_bytes = *r.memory_budget;
+  search.syntax = r.ckpt_syntax;
   auto searched = ChooseCheckpointing(evaluator, search);
-  if (!searched.ok())
-    return Error("--memory-budget " + r.memory_budget_text + ": " + searched.status().message());
-  ASSIGN_OR_RETURN(BudgetChoice choice, MakeBudgetChoice(*c.plain, *searched, *r.memory_budget));
+  if (!searched.ok() || r.world_size > 1) {
+    ASSIGN_OR_RETURN(c.result.smallest_world, SmallestWorld(c));
+  }
+  if (!searched.ok()) {
+    std::string hint;
+    if (const auto& fit = c.result.smallest_world)
+      hint = "; it fits on " + std::to_string(fit->world_size) + " ranks: --world-size " +
+             std::to_string(fit->world_size) + " --sharding " +
+             std::string(ShardingName(r.sharding)) + " plans " + HumanBytes(fit->total_bytes) +
+             " per rank with every block checkpointed";
+    else if (r.sharding == ShardingStrategy::kNoShard)
+      hint =
+          "; NO_SHARD keeps every byte on every rank: more ranks do not help (try --sharding "
+          "FULL_SHARD)";
+    else
+      hint = "; not even 4096 ranks fit it";
+    return Error("--memory-budget " + r.memory_budget_text + ": " + searched.status().message() +
+                 hint);
+  }
+  ASSIGN_OR_RETURN(BudgetChoice choice,
+                   MakeBudgetChoice(*c.plain, *searched, *r.memory_budget, r.ckpt_syntax));
   if (r.log) *r.log << FormatBudgetChoice(choice);
   if (r.frontier) {
-    ASSIGN_OR_RETURN(c.result.frontier, MemoryFrontier(evaluator, *searched));
+    ASSIGN_OR_RETURN(c.result.frontier, MemoryFrontier(evaluator, *searched, r.ckpt_syntax));
   }
   c.result.budget_search = std::move(searched).value();
   c.result.ckpt_config = choice.config;
   c.result.budget = choice;
-  if (choice.config.yaml.empty()) {
+  if (choice.config.empty()) {
     c.plain.reset();
     return Status::Ok();
   }

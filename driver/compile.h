@@ -91,6 +91,8 @@ struct CompileRequest {
   int64_t world_size = 1;
   ShardingStrategy sharding = ShardingStrategy::kFullShard;
   int64_t shard_group = 8;
+  // --ckpt-syntax: what --memory-budget may answer (passes/ckpt_budget.h's CkptSyntax).
+  CkptSyntax ckpt_syntax = CkptSyntax::kLlmFoundry;
 };
 
 struct CompileResult {
@@ -114,6 +116,13 @@ struct CompileResult {
   // initial values of the parameters that had data, for outputs->init (ShardingPlan::init_file).
   std::optional<ShardStats> shard;
   std::optional<CommVolume> comm;  // world_size > 1: what one rank moves per optimizer step
+  // --memory-budget with --world-size N > 1: the fewest ranks (a power of two) at which the
+  // smallest plan (every block checkpointed) fits the budget per rank, and that plan's total.
+  struct WorldFit {
+    int64_t world_size = 0;
+    int64_t total_bytes = 0;
+  };
+  std::optional<WorldFit> smallest_world;
   std::map<std::string, std::shared_ptr<const Tensor>> shard_init;
 };
 

@@ -13,17 +13,19 @@ double RecomputePercent(const CkptEvaluation& e) {
 }
 
 StatusOr<BudgetChoice> MakeBudgetChoice(const Graph& autodiff_graph, const BudgetResult& result,
-                                        int64_t budget_bytes) {
+                                        int64_t budget_bytes, CkptSyntax syntax) {
   BudgetChoice choice;
   choice.budget_bytes = budget_bytes;
   choice.chosen = result.chosen;
   choice.plans = result.plans;
-  ASSIGN_OR_RETURN(choice.config, SelectionAsConfig(autodiff_graph, result.chosen.instances));
+  choice.syntax = syntax;
+  ASSIGN_OR_RETURN(choice.config,
+                   SelectionAsConfig(autodiff_graph, result.chosen.instances, syntax));
+  std::vector<std::string> blocks;
+  for (const BlockLayer& l : CheckpointableLayers(autodiff_graph)) blocks.push_back(l.block);
   const CkptEvaluation* uniform = nullptr;
   for (const CkptEvaluation& u : result.uniform)
-    if (u.total_bytes <= budget_bytes &&
-        (!uniform || std::tie(u.flops_recomputed, u.nodes_recomputed) <
-                         std::tie(uniform->flops_recomputed, uniform->nodes_recomputed)))
+    if (u.total_bytes <= budget_bytes && (!uniform || CkptPreferred(u, *uniform, blocks)))
       uniform = &u;
   if (uniform) choice.uniform = *uniform;
   return choice;
@@ -43,13 +45,16 @@ std::string BudgetLine(const BudgetChoice& choice) {
 
 std::string FormatBudgetChoice(const BudgetChoice& choice) {
   std::string out = "memory budget: " + BudgetLine(choice) + "\n";
-  if (choice.config.yaml.empty())
+  if (choice.config.empty())
     out +=
         "  the plain plan fits: nothing to checkpoint (llm-foundry: "
         "fsdp_config.activation_checkpointing: false)\n";
+  else if (choice.config.every_block_by_flag)
+    out += "  fsdp_config.activation_checkpointing: true (every block, no target)\n";
   else
     out += "  activation_checkpointing_target: " + choice.config.yaml + "\n";
   for (const auto& w : choice.config.warnings) out += "  note: " + w + "\n";
+  for (const auto& n : choice.config.notes) out += "  note: " + n + "\n";
   if (choice.uniform) {
     char cost[128];
     std::snprintf(cost, sizeof cost, "%.2f %% of the step, planned total %s",

@@ -6,14 +6,19 @@
 // SavedBuffers) and the recompute FLOPs (NodeFlops of the clones). No verifier (the pipeline that
 // compiles the chosen plan verifies it) and no full memory report: only what the search reads.
 //
-// Search (ChooseCheckpointing), on L blocks whose eligible children are the same by name:
-//  1. Measure. The plain plan, then for each per-layer option kind k (a non-empty subset of the
-//     children, or the whole block) one real plan with k on every layer. Recompute FLOPs and
-//     nodes are per instance (each instance's clones are its own), so f[l][k] and n[l][k] are
-//     exact and additive over layers. The saved-bytes reduction r[l][k] is the drop, against the
-//     plain plan, of the saved bytes written inside block l; a selection's saved bytes are
-//     estimated as plain - Σ r[l][k_l] (nearly additive: a value on the boundary of two layers is
-//     attributed to the layer that writes it whichever way its neighbour goes).
+// Search (ChooseCheckpointing), on L blocks whose eligible children are the same by name. The
+// per-layer units: under CkptSyntax::kFoundry the eligible children, any subset of them per
+// layer; under kLlmFoundry on MPT the modules each upstream class key selects in a block
+// (UpstreamUnits: the attention, the two norms), at most one per layer (upstream's overlap
+// check); under kLlmFoundry on any other model no units, and the search is just the plain plan
+// and every block (what llm-foundry can be told for a Hugging Face model).
+//  1. Measure. The plain plan, then for each per-layer option kind k (a unit, a non-empty subset
+//     of the units under kFoundry, or the whole block) one real plan with k on every layer.
+//     Recompute FLOPs and nodes are per instance (each instance's clones are its own), so f[l][k]
+//     and n[l][k] are exact and additive over layers. The saved-bytes reduction r[l][k] is the
+//     drop, against the plain plan, of the saved bytes written inside block l; a selection's saved
+//     bytes are estimated as plain - Σ r[l][k_l] (nearly additive: a value on the boundary of two
+//     layers is attributed to the layer that writes it whichever way its neighbour goes).
 //  2. Uniform llm-foundry targets (none, attention, FFN, attention + FFN, block) on all layers;
 //     when one fits, a binary search for the smallest n whose first-n form fits (memory falls
 //     with n). These are real plans and candidates like any other.
@@ -21,20 +26,21 @@
 //     saved reduction is not above it is dropped. The rest, sorted by FLOPs, are 0 (none) < 1 <
 //     ... < K-1.
 //  4. Small spaces: when every per-layer assignment (K^L) fits in the plans left, each is planned
-//     in the search's order (fewer recompute FLOPs, fewer recompute nodes, earlier layers
-//     un-checkpointed) until the first fits: exact.
+//     in the search's order (CkptPreferred's, the total aside) until the first fits, then every
+//     one tying it on (FLOPs, nodes, instances): exact.
 //     Otherwise, multisets: how many layers take each kept kind. Their Pareto frontier on (FLOPs,
 //     estimated saved reduction), by dynamic programming over the kinds on per-layer averages, is
 //     walked in order of FLOPs. A multiset is estimated as outside bytes (parameters + gradients +
 //     optimizer state + feeds + constants + outputs) + estimated saved bytes + the smallest
 //     overhead (total - outside - saved) any real plan showed + a learned correction (the least
 //     real-minus-estimate seen for its heaviest kind and placement, 0 before); when that fits the
-//     budget it is planned with its heavier kinds on the LAST layers (the tie-break's preference)
-//     and, when that does not fit, on the FIRST layers (llm-foundry's first-n shape: the
-//     recompute runs after the later layers' saved bytes are freed, so the peak is lower). The
-//     first multiset that fits ends the walk; so do options.max_plans real plans.
-//  5. The result is the best fitting selection among everything planned in 1, 2 and 4, so it is
-//     never worse than a uniform target.
+//     budget it is planned with its heavier kinds on the last layers and on the first layers
+//     (llm-foundry's first-n shape), each when its estimate fits: at equal recompute the smaller
+//     total wins. The first multiset that fits ends the walk; so do options.max_plans real plans.
+//  5. The result is the best fitting selection, in CkptPreferred's order, among everything
+//     planned in 1, 2 and 4 and the mirror of the best (layer l's option on layer L-1-l), so it
+//     is never worse than a uniform target. Then every unit (or the block) whose removal from
+//     all its layers plans no larger a total is removed: nothing that frees nothing stays.
 //  6. When nothing fits, the smallest plan: coordinate descent over the per-layer kinds from the
 //     smallest one-kind-on-every-layer plan (see there); a plan it finds that fits is chosen as
 //     in 5, else the error states its total and largest memory class.
@@ -97,7 +103,8 @@ struct PlanDetail {
   BytesByClass classes;  // the plan's bytes per class: the arena and every class outside it
 };
 
-StatusOr<CkptEvaluation> PlanSelection(const Graph& base, std::vector<std::string> instances,
+StatusOr<CkptEvaluation> PlanSelection(const Graph& base, const ShardPass::Options& shard,
+                                       std::vector<std::string> instances,
                                        const std::vector<std::string>* blocks, PlanDetail* detail) {
   std::sort(instances.begin(), instances.end(), ModulePathLess);
   Graph g = base;
@@ -109,6 +116,10 @@ StatusOr<CkptEvaluation> PlanSelection(const Graph& base, std::vector<std::strin
   // again (a no-op on an fp32 graph, which has no parameter casts).
   AutocastRecastPass recast;
   RETURN_IF_ERROR(recast.Run(g).status());
+  if (shard.world_size > 1) {  // one rank's plan (foundry-compile --world-size)
+    ShardPass pass(shard);
+    RETURN_IF_ERROR(pass.Run(g).status());
+  }
   SchedulePass schedule;
   RETURN_IF_ERROR(schedule.Run(g).status());
   ASSIGN_OR_RETURN(MemoryPlan plan, PlanMemory(g, {{"cpu", CpuWorkspaceBytes}}));
@@ -166,13 +177,13 @@ struct CkptPlanCache {
   std::map<std::string, Entry> entries;  // by KeyFor(instances)
 };
 
-CkptEvaluator::CkptEvaluator(const Graph& autodiff_graph)
-    : graph_(autodiff_graph), cache_(std::make_unique<CkptPlanCache>()) {}
+CkptEvaluator::CkptEvaluator(const Graph& autodiff_graph, ShardPass::Options shard)
+    : graph_(autodiff_graph), shard_(shard), cache_(std::make_unique<CkptPlanCache>()) {}
 CkptEvaluator::~CkptEvaluator() = default;
 
 StatusOr<CkptEvaluation> CkptEvaluator::Evaluate(const std::vector<std::string>& instances) const {
   ++evaluations_;
-  return PlanSelection(graph_, instances, nullptr, nullptr);
+  return PlanSelection(graph_, shard_, instances, nullptr, nullptr);
 }
 
 namespace {
@@ -227,34 +238,52 @@ std::vector<BlockLayer> CheckpointableLayers(const Graph& graph) {
 
 namespace {
 
-// A per-layer option kind: a subset of the common children (bit i = children[i]) or the block.
+// A per-layer option kind: a subset of the units (bit i = units[i], each a set of children of
+// the block) or the block.
 struct Kind {
   uint32_t mask = 0;
   bool block = false;
 };
 
 std::vector<std::string> KindInstances(const std::string& block,
-                                       const std::vector<std::string>& children, const Kind& kind) {
+                                       const std::vector<std::vector<std::string>>& units,
+                                       const Kind& kind) {
   if (kind.block) return {block};
   std::vector<std::string> out;
-  for (size_t i = 0; i < children.size(); ++i)
-    if (kind.mask & (1u << i)) out.push_back(block + "." + children[i]);
+  for (size_t i = 0; i < units.size(); ++i)
+    if (kind.mask & (1u << i))
+      for (const auto& c : units[i]) out.push_back(block + "." + c);
   return out;
 }
 
-// The search's order on selections: fewer recompute FLOPs, fewer recompute nodes, then earlier
-// layers un-checkpointed (per layer in order: un-checkpointed before checkpointed, the first
-// difference decides), then the instance paths (determinism).
+// CkptPreferred's order (ckpt_budget.h). `prefix` is the part known before a plan is made.
 struct OrderKey {
   int64_t flops = 0;
   int64_t nodes = 0;
-  std::vector<uint8_t> checkpointed;  // per layer
+  size_t count = 0;  // instances
+  int64_t total = 0;
+  std::vector<uint8_t> unchecked;  // per layer: 0 = checkpointed (so earlier layers first)
   std::vector<std::string> instances;
+  auto prefix() const { return std::tie(flops, nodes, count); }
   bool operator<(const OrderKey& o) const {
-    return std::tie(flops, nodes, checkpointed, instances) <
-           std::tie(o.flops, o.nodes, o.checkpointed, o.instances);
+    return std::tie(flops, nodes, count, total, unchecked, instances) <
+           std::tie(o.flops, o.nodes, o.count, o.total, o.unchecked, o.instances);
   }
 };
+
+OrderKey OrderKeyOf(const CkptEvaluation& e, const std::vector<std::string>& blocks) {
+  OrderKey k{e.flops_recomputed,
+             e.nodes_recomputed,
+             e.instances.size(),
+             e.total_bytes,
+             std::vector<uint8_t>(blocks.size(), 1),
+             e.instances};
+  std::sort(k.instances.begin(), k.instances.end(), ModulePathLess);
+  for (const auto& i : e.instances)
+    for (size_t l = 0; l < blocks.size(); ++l)
+      if (InModule(i, blocks[l])) k.unchecked[l] = 0;
+  return k;
+}
 
 std::string KeyFor(const std::vector<std::string>& instances) {
   std::string key;
@@ -263,6 +292,58 @@ std::string KeyFor(const std::vector<std::string>& instances) {
 }
 
 }  // namespace
+
+bool CkptPreferred(const CkptEvaluation& a, const CkptEvaluation& b,
+                   const std::vector<std::string>& blocks) {
+  return OrderKeyOf(a, blocks) < OrderKeyOf(b, blocks);
+}
+
+StatusOr<CkptSyntax> ParseCkptSyntax(const std::string& text) {
+  if (text == "llm-foundry") return CkptSyntax::kLlmFoundry;
+  if (text == "foundry") return CkptSyntax::kFoundry;
+  return Error("'" + EscapeName(text) +
+               "' is not a checkpoint syntax; write llm-foundry (only answers upstream "
+               "llm-foundry accepts) or foundry (any selection foundry reads)");
+}
+
+const char* CkptSyntaxName(CkptSyntax syntax) {
+  return syntax == CkptSyntax::kLlmFoundry ? "llm-foundry" : "foundry";
+}
+
+// Whether `v` is, through elementwise ops (scale, mask, bias, cast), a MatMul of two computed
+// values (no initializer or graph input among its operands): attention's QK^T under a Softmax.
+static bool FedByActivationMatMul(const std::string& v,
+                                  const std::unordered_map<std::string, const Node*>& producer,
+                                  int depth) {
+  auto p = producer.find(v);
+  if (p == producer.end() || depth > 6) return false;
+  const Node& n = *p->second;
+  if (n.domain.empty() && n.op_type == "MatMul")
+    return n.inputs.size() == 2 && producer.count(n.inputs[0]) && producer.count(n.inputs[1]);
+  static const std::set<std::string> kPass = {"Add", "Mul", "Div", "Sub", "Where", "Cast"};
+  if (!n.domain.empty() || !kPass.count(n.op_type)) return false;
+  for (const auto& in : n.inputs)
+    if (!in.empty() && FedByActivationMatMul(in, producer, depth + 1)) return true;
+  return false;
+}
+
+std::string AttentionChild(const Graph& graph, const std::string& block) {
+  std::unordered_map<std::string, const Node*> producer;
+  for (const Node& n : graph.nodes)
+    for (const auto& o : n.outputs)
+      if (!o.empty()) producer[o] = &n;
+  for (const Node& n : graph.nodes) {
+    if (PhaseOf(n).value_or(Phase::kForward) != Phase::kForward) continue;
+    if (n.scope.size() <= block.size() + 1 || !InModule(n.scope, block)) continue;
+    const bool fused = n.domain == "foundry" && n.op_type == "Attention";
+    const bool softmax = n.domain.empty() && n.op_type == "Softmax" && !n.inputs.empty() &&
+                         FedByActivationMatMul(n.inputs[0], producer, 0);
+    if (!fused && !softmax) continue;
+    const std::string rest = n.scope.substr(block.size() + 1);
+    return rest.substr(0, rest.find('.'));
+  }
+  return "";
+}
 
 namespace {
 
@@ -296,10 +377,12 @@ constexpr ClassWords kClassWords[] = {
 
 // The error for a budget below `minimum` (the smallest plan): the minimum's total, its
 // selection, its largest memory class and what lowers that class.
-Status BelowMinimumError(const Graph& graph, const CkptEvaluation& minimum,
-                         const std::vector<std::string>& blocks, int64_t budget) {
+Status BelowMinimumError(const Graph& graph, const ShardPass::Options& shard,
+                         const CkptEvaluation& minimum, const std::vector<std::string>& blocks,
+                         int64_t budget, CkptSyntax syntax) {
   PlanDetail detail;
-  ASSIGN_OR_RETURN(CkptEvaluation again, PlanSelection(graph, minimum.instances, &blocks, &detail));
+  ASSIGN_OR_RETURN(CkptEvaluation again,
+                   PlanSelection(graph, shard, minimum.instances, &blocks, &detail));
   std::string what = std::to_string(minimum.instances.size()) + " instances checkpointed";
   if (minimum.instances == blocks)
     what = "every block checkpointed";
@@ -307,6 +390,10 @@ Status BelowMinimumError(const Graph& graph, const CkptEvaluation& minimum,
     what = "nothing checkpointed";
   else if (auto config = SelectionAsConfig(graph, minimum.instances); config.ok())
     what = "checkpointing " + config->yaml;
+  if (syntax == CkptSyntax::kLlmFoundry)
+    what +=
+        ", among the answers upstream llm-foundry accepts (--ckpt-syntax foundry searches "
+        "finer ones)";
   std::vector<const ClassWords*> by_size;
   for (const ClassWords& w : kClassWords)
     if (detail.classes[w.c] > 0) by_size.push_back(&w);
@@ -339,35 +426,43 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
   const size_t L = layers.size();
   std::vector<std::string> blocks;
   for (const auto& l : layers) blocks.push_back(l.block);
-  // The children every layer has, in layer 0's order.
-  std::vector<std::string> children;
-  for (const auto& c : layers[0].children)
-    if (std::all_of(layers.begin(), layers.end(), [&](const BlockLayer& l) {
-          return std::find(l.children.begin(), l.children.end(), c) != l.children.end();
-        }))
-      children.push_back(c);
+  const bool upstream = options.syntax == CkptSyntax::kLlmFoundry;
+  // The per-layer units: under kFoundry the children every layer has, in layer 0's order, any
+  // combination of them on a layer; under kLlmFoundry the units upstream names (UpstreamUnits),
+  // one per layer (check_mapping_blocks_overlap), none at all on a model that is not MPT (its
+  // blocks all or none).
+  std::vector<std::vector<std::string>> units;
+  std::vector<std::string> unit_names;
+  const bool all_or_none = upstream && !IsMptModel(graph);
+  if (upstream) {
+    for (UpstreamUnit& u : UpstreamUnits(graph)) {
+      units.push_back(std::move(u.children));
+      unit_names.push_back(std::move(u.name));
+    }
+  } else {
+    for (const auto& c : layers[0].children)
+      if (std::all_of(layers.begin(), layers.end(), [&](const BlockLayer& l) {
+            return std::find(l.children.begin(), l.children.end(), c) != l.children.end();
+          })) {
+        units.push_back({c});
+        unit_names.push_back(c);
+      }
+  }
   // 2^C - 1 subsets; more than 6 children (63 subsets) would make the measurement the cost.
-  if (children.size() > 6) children.resize(6);
+  if (units.size() > 6) {
+    units.resize(6);
+    unit_names.resize(6);
+  }
   std::vector<Kind> kinds = {{0, false}};
-  for (uint32_t m = 1; m < (1u << children.size()); ++m) kinds.push_back({m, false});
+  for (uint32_t m = 1; m < (1u << units.size()); ++m)
+    if (!upstream || (m & (m - 1)) == 0) kinds.push_back({m, false});
   kinds.push_back({0, true});
   const size_t K = kinds.size();
 
   BudgetResult result;
   std::map<std::string, CkptEvaluation> planned;  // by instance list
   std::vector<std::pair<OrderKey, const CkptEvaluation*>> fitting;
-  std::map<std::string, size_t> layer_of_instance;
-  auto layer_of = [&](const std::string& inst) -> size_t {
-    for (size_t l = 0; l < L; ++l)
-      if (InModule(inst, blocks[l])) return l;
-    return L;
-  };
-  auto order_key = [&](const CkptEvaluation& e) {
-    OrderKey k{e.flops_recomputed, e.nodes_recomputed, std::vector<uint8_t>(L, 0), e.instances};
-    for (const auto& i : e.instances)
-      if (size_t l = layer_of(i); l < L) k.checkpointed[l] = 1;
-    return k;
-  };
+  auto order_key = [&](const CkptEvaluation& e) { return OrderKeyOf(e, blocks); };
   int64_t min_overhead = std::numeric_limits<int64_t>::max();
   int64_t outside = 0;
   // One real plan (cached by selection). `where`: the list it is reported in.
@@ -383,7 +478,8 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
       auto c = cached.find(key);
       if (c == cached.end()) {
         PlanDetail fresh;
-        ASSIGN_OR_RETURN(CkptEvaluation made, PlanSelection(graph, instances, &blocks, &fresh));
+        ASSIGN_OR_RETURN(CkptEvaluation made,
+                         PlanSelection(graph, evaluator.shard(), instances, &blocks, &fresh));
         ++result.plans;
         c = cached.emplace(key, CkptPlanCache::Entry{std::move(made), std::move(fresh)}).first;
       }
@@ -411,6 +507,21 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
     return best;
   };
 
+  // Not MPT under kLlmFoundry: every block or nothing, as llm-foundry checkpoints such a model.
+  if (all_or_none) {
+    ASSIGN_OR_RETURN(const CkptEvaluation* none, plan({}, nullptr, &result.uniform, "none"));
+    ASSIGN_OR_RETURN(const CkptEvaluation* every,
+                     plan(blocks, nullptr, &result.uniform, kBlockKey));
+    if (const auto* best = best_fitting()) {
+      result.chosen = *best->second;
+      result.chosen.label = best->second == none ? "none" : kBlockKey;
+      return result;
+    }
+    return BelowMinimumError(graph, evaluator.shard(),
+                             every->total_bytes <= none->total_bytes ? *every : *none, blocks,
+                             options.budget_bytes, options.syntax);
+  }
+
   // 1. Measure.
   PlanDetail plain_detail;
   ASSIGN_OR_RETURN(const CkptEvaluation* plain, plan({}, &plain_detail, &result.uniform, "none"));
@@ -420,10 +531,10 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
   for (size_t k = 1; k < K; ++k) {
     std::vector<std::string> instances;
     for (size_t l = 0; l < L; ++l)
-      for (auto& i : KindInstances(blocks[l], children, kinds[k])) instances.push_back(i);
+      for (auto& i : KindInstances(blocks[l], units, kinds[k])) instances.push_back(i);
     ASSIGN_OR_RETURN(all_layers[k], plan(instances, &kind_detail[k], &result.searched, ""));
     for (size_t l = 0; l < L; ++l) {
-      for (auto& i : KindInstances(blocks[l], children, kinds[k])) {
+      for (auto& i : KindInstances(blocks[l], units, kinds[k])) {
         auto fn = kind_detail[k].instance_flops_nodes.find(i);
         if (fn == kind_detail[k].instance_flops_nodes.end()) continue;
         f[l][k] += fn->second.first;
@@ -451,24 +562,29 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
     return std::any_of(parts.begin(), parts.end(),
                        [&](const char* p) { return name.find(p) != std::string::npos; });
   };
-  // The attention and FFN children with the name llm-foundry's config says them by: the registry
-  // key (grouped_query_attention first: upstream's MHA and MQA subclass it), else, for classes
-  // outside the registry or an export without classes, the child's own name when it reads as one.
+  // The attention and FFN units with the name llm-foundry's config says them by. The attention
+  // is the child whose nodes compute it (AttentionChild), said by its registry key
+  // (grouped_query_attention first: upstream's MHA and MQA subclass it), else by the child's own
+  // name; under kLlmFoundry by its unit's upstream name. The FFN (kFoundry only: upstream cannot
+  // checkpoint one by key) by its registry key, else a child name that reads as one.
+  const std::string attention_child = AttentionChild(graph, blocks[0]);
   int attn = -1, ffn = -1;
   std::string attn_name, ffn_name;
-  for (size_t c = 0; c < children.size(); ++c) {
-    const ModuleInfo* m = info(blocks[0] + "." + children[c]);
-    std::string key =
-        has_key(m, {"grouped_query_attention", "multihead_attention", "multiquery_attention"});
-    if (attn < 0 && (!key.empty() || name_has(children[c], {"attn", "attention"}))) {
+  for (size_t c = 0; c < units.size(); ++c) {
+    const ModuleInfo* m = units[c].size() == 1 ? info(blocks[0] + "." + units[c][0]) : nullptr;
+    if (attn < 0 && units[c].size() == 1 && units[c][0] == attention_child) {
+      std::string key =
+          has_key(m, {"grouped_query_attention", "multihead_attention", "multiquery_attention"});
       attn = static_cast<int>(c);
-      attn_name = key.empty() ? children[c] : key;
+      attn_name = upstream ? unit_names[c] : key.empty() ? units[c][0] : key;
       continue;
     }
-    key = has_key(m, {"mptmlp", "mptglu", "te_ln_mlp", "torch_dmoe", "mb_moe", "mb_dmoe"});
-    if (ffn < 0 && (!key.empty() || name_has(children[c], {"mlp", "ffn", "feed_forward"}))) {
+    if (upstream || units[c].size() != 1) continue;
+    std::string key =
+        has_key(m, {"mptmlp", "mptglu", "te_ln_mlp", "torch_dmoe", "mb_moe", "mb_dmoe"});
+    if (ffn < 0 && (!key.empty() || name_has(units[c][0], {"mlp", "ffn", "feed_forward"}))) {
       ffn = static_cast<int>(c);
-      ffn_name = key.empty() ? children[c] : key;
+      ffn_name = key.empty() ? units[c][0] : key;
     }
   }
   std::string block_name = has_key(info(blocks[0]), {"mptblock"});
@@ -478,10 +594,14 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
     std::vector<std::string> names;
   };
   std::vector<Uniform> uniforms;
-  auto kind_of_mask = [&](uint32_t mask) { return static_cast<size_t>(mask); };
+  auto kind_of_mask = [&](uint32_t mask) {
+    for (size_t k = 0; k < K; ++k)
+      if (!kinds[k].block && kinds[k].mask == mask) return k;
+    return size_t{0};
+  };
   if (attn >= 0) uniforms.push_back({kind_of_mask(1u << attn), {attn_name}});
   if (ffn >= 0) uniforms.push_back({kind_of_mask(1u << ffn), {ffn_name}});
-  if (attn >= 0 && ffn >= 0)
+  if (attn >= 0 && ffn >= 0 && kind_of_mask((1u << attn) | (1u << ffn)) != 0)
     uniforms.push_back({kind_of_mask((1u << attn) | (1u << ffn)), {attn_name, ffn_name}});
   uniforms.push_back({K - 1, {block_name}});
   for (const Uniform& u : uniforms) {
@@ -495,7 +615,7 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
     auto first_n = [&](size_t count) {
       std::vector<std::string> instances;
       for (size_t l = 0; l < count; ++l)
-        for (auto& i : KindInstances(blocks[l], children, kinds[u.kind])) instances.push_back(i);
+        for (auto& i : KindInstances(blocks[l], units, kinds[u.kind])) instances.push_back(i);
       return instances;
     };
     ASSIGN_OR_RETURN(const CkptEvaluation* all,
@@ -535,7 +655,8 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
   size_t KK = kept.size();
 
   // 4a. Small spaces (every per-layer assignment fits in the plans left): every assignment, in
-  // the search's order, planned until the first fits. Exact.
+  // the search's order, planned until the first fits and then every one whose (FLOPs, nodes,
+  // instances) ties it (the planned total decides among those). Exact.
   double space = 1;
   for (size_t l = 0; l < L && space <= options.max_plans; ++l) space *= static_cast<double>(K);
   if (space + result.plans <= options.max_plans) {
@@ -543,25 +664,27 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
     std::vector<size_t> kind_of_layer(L, 0);
     while (true) {
       OrderKey key;
-      key.checkpointed.assign(L, 0);
+      key.unchecked.assign(L, 1);
       for (size_t l = 0; l < L; ++l) {
         key.flops += f[l][kind_of_layer[l]];
         key.nodes += n[l][kind_of_layer[l]];
-        key.checkpointed[l] = kind_of_layer[l] != 0;
-        for (auto& i : KindInstances(blocks[l], children, kinds[kind_of_layer[l]]))
+        key.unchecked[l] = kind_of_layer[l] == 0;
+        for (auto& i : KindInstances(blocks[l], units, kinds[kind_of_layer[l]]))
           key.instances.push_back(i);
       }
+      key.count = key.instances.size();
       all.emplace_back(std::move(key), kind_of_layer);
       size_t l = 0;
       while (l < L && ++kind_of_layer[l] == K) kind_of_layer[l++] = 0;
       if (l == L) break;
     }
-    std::sort(all.begin(), all.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+      return std::tie(a.first.flops, a.first.nodes, a.first.count, a.first.unchecked) <
+             std::tie(b.first.flops, b.first.nodes, b.first.count, b.first.unchecked);
+    });
     for (const auto& [key, assignment] : all) {
-      if (const auto* best = best_fitting(); best && !(key < best->first)) break;
-      ASSIGN_OR_RETURN(const CkptEvaluation* e, plan(key.instances, nullptr, &result.searched, ""));
-      if (e->total_bytes <= options.budget_bytes) break;
+      if (const auto* best = best_fitting(); best && best->first.prefix() < key.prefix()) break;
+      RETURN_IF_ERROR(plan(key.instances, nullptr, &result.searched, "").status());
     }
     kept.clear();
   }
@@ -629,45 +752,83 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
         continue;  // one kind on every layer: the same selection either way
       const auto kind_of_layer = place(m.counts, first);
       OrderKey key;
-      key.checkpointed.assign(L, 0);
       int64_t saved = plain->saved_bytes;
       for (size_t l = 0; l < L; ++l) {
         key.flops += f[l][kind_of_layer[l]];
         key.nodes += n[l][kind_of_layer[l]];
-        key.checkpointed[l] = kind_of_layer[l] != 0;
+        key.count += KindInstances(blocks[l], units, kinds[kind_of_layer[l]]).size();
         saved -= r[l][kind_of_layer[l]];
       }
-      if (const auto* best = best_fitting()) {
-        const OrderKey& b = best->first;
-        if (std::tie(key.flops, key.nodes, key.checkpointed) >=
-            std::tie(b.flops, b.nodes, b.checkpointed))
-          continue;
-      }
+      // A plan ties the best so far on (FLOPs, nodes, instances) is still planned: its total
+      // may be smaller.
+      if (const auto* best = best_fitting(); best && best->first.prefix() < key.prefix()) continue;
       auto learned = correction.find({heaviest, first});
       const int64_t estimate =
           outside + saved + min_overhead + (learned == correction.end() ? 0 : learned->second);
       if (estimate > options.budget_bytes || result.plans >= options.max_plans) continue;
       std::vector<std::string> instances;
       for (size_t l = 0; l < L; ++l)
-        for (auto& i : KindInstances(blocks[l], children, kinds[kind_of_layer[l]]))
+        for (auto& i : KindInstances(blocks[l], units, kinds[kind_of_layer[l]]))
           instances.push_back(i);
       ASSIGN_OR_RETURN(const CkptEvaluation* e, plan(instances, nullptr, &result.searched, ""));
       const int64_t err = e->total_bytes - (outside + saved + min_overhead);
       if (auto [it, added] = correction.try_emplace({heaviest, first}, err); !added)
         it->second = std::min(it->second, err);
-      if (e->total_bytes <= options.budget_bytes) {
-        fits = true;
-        break;
-      }
+      // Both placements are planned when they may fit: at equal recompute the smaller total wins.
+      if (e->total_bytes <= options.budget_bytes) fits = true;
     }
     // Later multisets recompute more; one that fits ends the search (its tie-break key is checked
     // against the uniform targets in 5).
     if (fits) break;
   }
 
-  // 5. The best fitting selection planned.
-  auto choose = [&](const CkptEvaluation& best) {
-    result.chosen = best;
+  // 5. The best fitting selection planned, less every name that frees nothing: each unit (or
+  // the block) it uses is taken off every layer it is on, and when that plans no larger a total
+  // the smaller selection is taken (it fits, and recomputes no more), until none can go.
+  auto prune = [&](const CkptEvaluation& best) -> StatusOr<CkptEvaluation> {
+    CkptEvaluation kept_eval = best;
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t u = 0; u <= units.size() && !changed; ++u) {  // u == units.size(): the block
+        std::vector<std::string> rest;
+        for (const auto& i : kept_eval.instances) {
+          bool drop = false;
+          for (size_t l = 0; l < L && !drop; ++l) {
+            if (!InModule(i, blocks[l])) continue;
+            if (u == units.size()) {
+              drop = i == blocks[l];
+            } else {
+              for (const auto& c : units[u]) drop = drop || i == blocks[l] + "." + c;
+            }
+          }
+          if (!drop) rest.push_back(i);
+        }
+        if (rest.size() == kept_eval.instances.size()) continue;
+        ASSIGN_OR_RETURN(const CkptEvaluation* e, plan(rest, nullptr, &result.searched, ""));
+        if (e->total_bytes <= kept_eval.total_bytes) {
+          kept_eval = *e;
+          changed = true;
+        }
+      }
+    }
+    return kept_eval;
+  };
+  // Its mirror (layer l's option on layer L-1-l: last-k for first-k) recomputes as much where
+  // the layers are alike, and the tie rule wants the smaller total of the two: planned too.
+  auto choose = [&](const CkptEvaluation& found) -> StatusOr<BudgetResult> {
+    std::vector<std::string> mirror;
+    for (const auto& i : found.instances)
+      for (size_t l = 0; l < L; ++l)
+        if (InModule(i, blocks[l])) {
+          mirror.push_back(blocks[L - 1 - l] + i.substr(blocks[l].size()));
+          break;
+        }
+    std::sort(mirror.begin(), mirror.end(), ModulePathLess);
+    if (mirror.size() == found.instances.size() && mirror != found.instances &&
+        result.plans < options.max_plans)
+      RETURN_IF_ERROR(plan(mirror, nullptr, &result.searched, "").status());
+    const CkptEvaluation best = *best_fitting()->second;
+    ASSIGN_OR_RETURN(result.chosen, prune(best));
     for (const auto& u : result.uniform)
       if (u.instances == result.chosen.instances) {
         result.chosen.label = u.label;
@@ -698,7 +859,7 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
   auto instances_of = [&](const std::vector<size_t>& kind_of_layer) {
     std::vector<std::string> instances;
     for (size_t l = 0; l < L; ++l)
-      for (auto& i : KindInstances(blocks[l], children, kinds[kind_of_layer[l]]))
+      for (auto& i : KindInstances(blocks[l], units, kinds[kind_of_layer[l]]))
         instances.push_back(i);
     return instances;
   };
@@ -721,7 +882,8 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
       }
   }
   if (const auto* best = best_fitting()) return choose(*best->second);
-  return BelowMinimumError(graph, *minimum, blocks, options.budget_bytes);
+  return BelowMinimumError(graph, evaluator.shard(), *minimum, blocks, options.budget_bytes,
+                           options.syntax);
 }
 
 // Exact decimal arithmetic: the integer part (leading zeros dropped; more than 19 digits is past

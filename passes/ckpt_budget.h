@@ -18,6 +18,7 @@
 #include "base/status.h"
 #include "compiler/ckpt_targets.h"
 #include "compiler/ir.h"
+#include "passes/shard.h"
 
 namespace foundry {
 
@@ -41,15 +42,19 @@ struct CkptPlanCache;
 class CkptEvaluator {
  public:
   // `autodiff_graph`: the pipeline's graph right after the autodiff pass.
-  explicit CkptEvaluator(const Graph& autodiff_graph);
+  // `shard`: plan one rank of several (passes/shard.h) after remat and the recast, as the
+  // pipeline does for foundry-compile --world-size; the default plans a single process.
+  explicit CkptEvaluator(const Graph& autodiff_graph, ShardPass::Options shard = {});
   ~CkptEvaluator();
   StatusOr<CkptEvaluation> Evaluate(const std::vector<std::string>& instances) const;
   int evaluations() const { return evaluations_; }
   const Graph& graph() const { return graph_; }
+  const ShardPass::Options& shard() const { return shard_; }
   CkptPlanCache& cache() const { return *cache_; }
 
  private:
   Graph graph_;
+  ShardPass::Options shard_;
   mutable int evaluations_ = 0;
   std::unique_ptr<CkptPlanCache> cache_;
 };
@@ -69,10 +74,40 @@ struct BlockLayer {
 };
 std::vector<BlockLayer> CheckpointableLayers(const Graph& graph);
 
+// Which answers the search may give (foundry-compile --ckpt-syntax).
+//   kLlmFoundry: only configs upstream llm-foundry accepts (llmfoundry/models/utils/act_ckpt.py,
+//     models/mpt/modeling_mpt.py's activation_checkpointing_fn, models/hf/hf_fsdp.py):
+//     - an MPT model (blocks of class MPTBlock): the dict form {name: layers}, at most one name
+//       per block (check_mapping_blocks_overlap), names get_act_ckpt_module resolves to a class:
+//       mptblock, the attention keys (grouped_query_attention, multihead_attention,
+//       multiquery_attention), norm_attn_norm and the norm keys (layernorm, rmsnorm,
+//       low_precision_layernorm, low_precision_rmsnorm, triton_rmsnorm); never an FFN key
+//       (mptmlp, mptglu, te_ln_mlp, torch_dmoe, mb_moe, mb_dmoe: upstream registers builder
+//       functions, and isinstance(module, function) raises TypeError);
+//     - any other model (Hugging Face-style, or an export without classes): every block or
+//       nothing (hf_fsdp.py checkpoints every decoder block when
+//       fsdp_config.activation_checkpointing is true and reads no target).
+//   kFoundry: any selection --ckpt-config reads (several names per block, FFN keys, child names,
+//     globs); the notes say where upstream would refuse it.
+enum class CkptSyntax { kLlmFoundry, kFoundry };
+// "llm-foundry" / "foundry"; anything else is an error naming both.
+StatusOr<CkptSyntax> ParseCkptSyntax(const std::string& text);
+const char* CkptSyntaxName(CkptSyntax syntax);
+
 struct BudgetOptions {
   int64_t budget_bytes = 0;
   int max_plans = 400;  // real plans the search may make before it settles for the best so far
+  CkptSyntax syntax = CkptSyntax::kLlmFoundry;
 };
+
+// The search's order on fitting selections, best first: fewer recompute FLOPs, then fewer
+// recompute nodes; ties go to fewer instances, then the smaller planned total, then the
+// selection checkpointing earlier layers (per layer in order, checkpointed before not: first-k
+// before last-k, llm-foundry's own `n` = first n), then the instance paths. So an instance that
+// recomputes nothing and frees nothing never pads an answer, and first-k beats last-k at equal
+// recompute only when its plan is no larger.
+bool CkptPreferred(const CkptEvaluation& a, const CkptEvaluation& b,
+                   const std::vector<std::string>& blocks);
 
 struct BudgetResult {
   CkptEvaluation chosen;
@@ -81,8 +116,10 @@ struct BudgetResult {
   int plans = 0;                         // real plans made in all
 };
 
-// The cheapest fitting selection: fewest recompute FLOPs, then fewest recompute nodes, then
-// earlier layers left un-checkpointed. Errors: a budget below the smallest plan (searched for on
+// The best fitting selection in CkptPreferred's order among the selections options.syntax
+// allows; then every name (unit of the per-layer options, or the block) of it whose removal from
+// every layer it is on plans no larger a total is removed (options that free nothing are never
+// part of an answer). Errors: a budget below the smallest plan (searched for on
 // its own when nothing fits, independent of the budget, so a budget of the stated figure
 // compiles): the message says its total, its selection, its largest memory class (arena,
 // optimizer state, gradients, parameters, inputs, constants, outputs) with the others, and what
@@ -116,17 +153,49 @@ struct CkptConfigEntry {
   bool list = false;
 };
 struct CkptConfigText {
-  std::string yaml;  // "{mptblock: first-3, grouped_query_attention: range-3-23}"
+  std::string yaml;  // "{mptblock: first-3, grouped_query_attention: range-3-23}"; "" with
+                     // every_block_by_flag or when nothing is checkpointed
   std::vector<CkptConfigEntry> entries;  // the same dict, as data
   std::vector<CkptTarget> targets;       // the same, as targets
   std::vector<std::string> warnings;
+  // Said by fsdp_config.activation_checkpointing: true alone, no target (a non-MPT model under
+  // CkptSyntax::kLlmFoundry: every block); `targets` is then {block}.
+  bool every_block_by_flag = false;
+  // What the reader must know beside the warnings (what the syntax restricted, where the keys
+  // go); foundry-compile prints them and the emitted file carries them as comments.
+  std::vector<std::string> notes;
+  bool empty() const { return targets.empty(); }  // nothing checkpointed
 };
+// Under CkptSyntax::kLlmFoundry a selection upstream cannot say is an error (one line, naming
+// --ckpt-syntax foundry); under kFoundry every selection is said, with warnings.
 StatusOr<CkptConfigText> SelectionAsConfig(const Graph& graph,
-                                           const std::vector<std::string>& instances);
+                                           const std::vector<std::string>& instances,
+                                           CkptSyntax syntax = CkptSyntax::kFoundry);
 
-// The --emit-ckpt-config file: `comment` as its first line, then the two keys of an llm-foundry
-// training config that switch the selection on (or off, when `config` selects nothing), which
-// --ckpt-config reads back.
+// The per-layer units kLlmFoundry's search may checkpoint on an MPT model, besides the whole
+// block: each upstream name (mptblock aside) that selects the same non-empty set of modules in
+// every block, with those modules relative to the block ({"attn"}, {"norm_1", "norm_2"});
+// names selecting the same set as an earlier one are left out. Empty for a model that is not
+// MPT (its blocks are checkpointed all or none).
+struct UpstreamUnit {
+  std::string name;                   // "grouped_query_attention"
+  std::vector<std::string> children;  // relative to the block
+};
+bool IsMptModel(const Graph& graph);
+std::vector<UpstreamUnit> UpstreamUnits(const Graph& graph);
+// The name upstream resolves to a class for activation_checkpointing_target (act_ckpt.py's
+// get_act_ckpt_module, then isinstance): mptblock, attention, norm_attn_norm and norm keys.
+bool IsUpstreamClassKey(const std::string& lowercase_name);
+
+// The direct child of `block` that holds the attention: the one whose forward nodes compute it
+// (the fused foundry::Attention op, or a Softmax fed by a MatMul of two activations: QK^T);
+// "" when none does. Never a norm named after the attention (post_attention_layernorm).
+std::string AttentionChild(const Graph& graph, const std::string& block);
+
+// The --emit-ckpt-config file: `comment` as its first line, then every warning and note of
+// `config` as a comment line ("# note: ..."), then the two keys of an llm-foundry training config
+// that switch the selection on (or off, when `config` selects nothing; the flag alone with
+// every_block_by_flag), which --ckpt-config reads back.
 std::string CkptConfigFile(const std::string& comment, const CkptConfigText& config);
 
 // What a --memory-budget search chose, and what it is measured against: foundry-compile prints
@@ -135,14 +204,16 @@ struct BudgetChoice {
   int64_t budget_bytes = 0;
   CkptEvaluation chosen;  // BudgetResult::chosen
   CkptConfigText config;  // chosen.instances as llm-foundry config; yaml "" when none
-  // The cheapest llm-foundry uniform target whose plan fits (fewest recompute FLOPs, then
-  // nodes; the first of equals in BudgetResult::uniform order); none when none fits.
+  // The cheapest llm-foundry uniform target whose plan fits (CkptPreferred's order); none when
+  // none fits.
   std::optional<CkptEvaluation> uniform;
-  int plans = 0;  // BudgetResult::plans
+  int plans = 0;                                // BudgetResult::plans
+  CkptSyntax syntax = CkptSyntax::kLlmFoundry;  // what the search was held to
 };
 // `result` of a search for `budget_bytes` over `autodiff_graph` (the evaluator's graph).
 StatusOr<BudgetChoice> MakeBudgetChoice(const Graph& autodiff_graph, const BudgetResult& result,
-                                        int64_t budget_bytes);
+                                        int64_t budget_bytes,
+                                        CkptSyntax syntax = CkptSyntax::kLlmFoundry);
 
 // flops_recomputed / step_flops · 100 (0 for an empty step).
 double RecomputePercent(const CkptEvaluation& evaluation);
@@ -175,6 +246,8 @@ struct FrontierPoints {
   std::vector<FrontierPoint> frontier;
   std::vector<FrontierPoint> uniform;
 };
-StatusOr<FrontierPoints> MemoryFrontier(const CkptEvaluator& evaluator, const BudgetResult& first);
+// `syntax`: the first search's (BudgetOptions::syntax).
+StatusOr<FrontierPoints> MemoryFrontier(const CkptEvaluator& evaluator, const BudgetResult& first,
+                                        CkptSyntax syntax = CkptSyntax::kLlmFoundry);
 
 }  // namespace foundry

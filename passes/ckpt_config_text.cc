@@ -127,12 +127,102 @@ struct NameReach {
   std::set<std::string> lists;  // the block lists of what it selects
 };
 
+// The note every kLlmFoundry answer carries.
+constexpr const char* kUpstreamNote =
+    "held to what upstream llm-foundry accepts (--ckpt-syntax llm-foundry): the dict form, one "
+    "name per block (act_ckpt.py's check_mapping_blocks_overlap), names it resolves to a class "
+    "(mptblock, attention and norm keys; no FFN keys); --ckpt-syntax foundry may find cheaper "
+    "selections that only foundry reads";
+constexpr const char* kHfNote =
+    "this model's blocks are not llm-foundry's MPTBlock: llm-foundry checkpoints a Hugging "
+    "Face model's decoder blocks all or none (hf_fsdp.py's activation_checkpointing_fn) and "
+    "reads no model.activation_checkpointing_target for it, so the answer is every block or "
+    "nothing; --ckpt-syntax foundry may find cheaper selections that only foundry reads";
+
 }  // namespace
 
+bool IsUpstreamClassKey(const std::string& name) {
+  for (const char* k : {"mptblock", "grouped_query_attention", "multihead_attention",
+                        "multiquery_attention", "norm_attn_norm", "layernorm", "rmsnorm",
+                        "low_precision_layernorm", "low_precision_rmsnorm", "triton_rmsnorm"})
+    if (name == k) return true;
+  return false;
+}
+
+bool IsMptModel(const Graph& graph) {
+  bool any = false;
+  for (const ModuleInfo& m : ListModules(graph)) {
+    if (!m.is_block) continue;
+    if (std::find(m.registry_keys.begin(), m.registry_keys.end(), "mptblock") ==
+        m.registry_keys.end())
+      return false;
+    any = true;
+  }
+  return any;
+}
+
+std::vector<UpstreamUnit> UpstreamUnits(const Graph& graph) {
+  std::vector<UpstreamUnit> out;
+  if (!IsMptModel(graph)) return out;
+  const std::vector<ModuleInfo> modules = ListModules(graph);
+  std::map<std::string, std::string> block_of;  // module path -> its block's path
+  int64_t layers = 0;
+  for (const ModuleInfo& m : modules)
+    if (m.block_index >= 0) {
+      block_of[m.path] = m.block_list + "." + std::to_string(m.block_index);
+      layers = std::max(layers, m.block_index + 1);
+    }
+  // Preference: the attention (grouped_query_attention first: MHA and MQA subclass it), the
+  // fused norm-attention-norm, the norms (their own class's key before torch's LayerNorm).
+  for (const char* key : {"grouped_query_attention", "multihead_attention", "multiquery_attention",
+                          "norm_attn_norm", "low_precision_layernorm", "low_precision_rmsnorm",
+                          "triton_rmsnorm", "rmsnorm", "layernorm"}) {
+    auto sel = SelectCkptTargets(graph, {CkptTarget{key, "", "UpstreamUnits"}});
+    if (!sel.ok() || !sel->nested.empty() || sel->instances.empty()) continue;
+    std::map<int64_t, std::set<std::string>> rel;  // layer -> modules relative to the block
+    bool whole_block = false;
+    for (const CkptInstance& i : sel->instances) {
+      const std::string& block = block_of.at(i.module);
+      if (i.module == block)
+        whole_block = true;
+      else
+        rel[i.layer].insert(i.module.substr(block.size() + 1));
+    }
+    if (whole_block || static_cast<int64_t>(rel.size()) != layers) continue;
+    bool alike = true;
+    for (const auto& [layer, mods] : rel) alike = alike && mods == rel.begin()->second;
+    if (!alike) continue;
+    std::vector<std::string> children(rel.begin()->second.begin(), rel.begin()->second.end());
+    bool seen = false;
+    for (const UpstreamUnit& u : out) seen = seen || u.children == children;
+    if (!seen) out.push_back({key, std::move(children)});
+  }
+  return out;
+}
+
 StatusOr<CkptConfigText> SelectionAsConfig(const Graph& graph,
-                                           const std::vector<std::string>& instances) {
+                                           const std::vector<std::string>& instances,
+                                           CkptSyntax syntax) {
   CkptConfigText out;
   if (instances.empty()) return out;  // llm-foundry says "nothing" with its flag, not a target
+  const bool upstream = syntax == CkptSyntax::kLlmFoundry;
+  const std::string refuse =
+      "; upstream llm-foundry cannot say it (--ckpt-syntax foundry writes "
+      "it in foundry's richer syntax)";
+  if (upstream && !IsMptModel(graph)) {
+    std::vector<std::string> blocks;
+    for (const ModuleInfo& m : ListModules(graph))
+      if (m.is_block) blocks.push_back(m.path);
+    std::vector<std::string> sorted = instances;
+    std::sort(sorted.begin(), sorted.end(), ModulePathLess);
+    if (sorted != blocks)
+      return Error("checkpoint selection of " + std::to_string(instances.size()) +
+                   " instances is not every block of this non-MPT model" + refuse);
+    out.every_block_by_flag = true;
+    out.targets.push_back({kBlockKey, "", "SelectionAsConfig"});
+    out.notes.push_back(kHfNote);
+    return out;
+  }
 
   const std::vector<ModuleInfo> modules = ListModules(graph);
   std::map<std::string, const ModuleInfo*> by_path;
@@ -204,6 +294,13 @@ StatusOr<CkptConfigText> SelectionAsConfig(const Graph& graph,
     const std::string rest = m.is_block ? "" : path.substr(block_path.size() + 1);
     if (!m.is_block && rest.find('.') == std::string::npos) candidates.push_back(rest);
     candidates.push_back(m.block_list + ".*" + (m.is_block ? "" : "." + rest));
+    std::vector<std::string> named;  // every candidate once, for the error below
+    for (const auto& c : candidates)
+      if (std::find(named.begin(), named.end(), c) == named.end()) named.push_back(c);
+    if (upstream)
+      candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                      [](const std::string& c) { return !IsUpstreamClassKey(c); }),
+                       candidates.end());
     std::string picked;
     for (const auto& c : candidates) {
       const NameReach& r = reach_of(c);
@@ -212,6 +309,10 @@ StatusOr<CkptConfigText> SelectionAsConfig(const Graph& graph,
         break;
       }
     }
+    if (picked.empty() && upstream)
+      return Error(
+          "checkpoint selection: no name upstream llm-foundry resolves to a class selects '" +
+          path + "' alone (foundry's names for it: " + Join(named, ", ") + ")" + refuse);
     if (picked.empty())
       return Error("checkpoint selection: no name selects '" + path + "' alone (tried " +
                    Join(candidates, ", ") + ")");
@@ -229,8 +330,11 @@ StatusOr<CkptConfigText> SelectionAsConfig(const Graph& graph,
   // 2. Grow a name's layers where that shortens its spec: every layer it fits is harmless.
   for (const auto& name : names) {
     std::set<int64_t> grown = layers[name];
+    std::set<int64_t> others;  // layers another name is written for
+    for (const auto& other : names)
+      if (other != name) others.insert(layers[other].begin(), layers[other].end());
     for (const auto& [layer, mods] : reach_of(name).by_layer)
-      if (fits(name, layer)) grown.insert(layer);
+      if (fits(name, layer) && !(upstream && others.count(layer))) grown.insert(layer);
     const int64_t n = count_of(name);
     if (SpecOf(grown, n).yaml.size() < SpecOf(layers[name], n).yaml.size()) layers[name] = grown;
   }
@@ -304,6 +408,12 @@ StatusOr<CkptConfigText> SelectionAsConfig(const Graph& graph,
                            RunsText(shared) + " (its overlap check allows one name per block)");
   }
 
+  if (upstream) {
+    if (!out.warnings.empty())
+      return Error("checkpoint selection " + out.yaml + ": " + out.warnings.front() + refuse);
+    out.notes.push_back(kUpstreamNote);
+  }
+
   // Read back, as --ckpt-config will.
   auto sel = SelectCkptTargets(graph, out.targets);
   if (!sel.ok()) return Error("checkpoint config " + out.yaml + ": " + sel.status().message());
@@ -320,7 +430,10 @@ std::string CkptConfigFile(const std::string& comment, const CkptConfigText& con
   // The comment quotes the command line (the model path, --memory-budget's text): a newline in
   // it would end the comment and start YAML of the user's choosing.
   std::string out = "# " + EscapeName(comment) + "\n";
-  if (config.yaml.empty()) return out + "fsdp_config:\n  activation_checkpointing: false\n";
+  for (const auto& w : config.warnings) out += "# warning: " + EscapeName(w) + "\n";
+  for (const auto& n : config.notes) out += "# note: " + EscapeName(n) + "\n";
+  if (config.every_block_by_flag) return out + "fsdp_config:\n  activation_checkpointing: true\n";
+  if (config.empty()) return out + "fsdp_config:\n  activation_checkpointing: false\n";
   return out + "model:\n  activation_checkpointing_target: " + config.yaml +
          "\nfsdp_config:\n  activation_checkpointing: true\n";
 }

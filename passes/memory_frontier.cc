@@ -217,7 +217,8 @@ std::string MemoryFrontierSvg(const std::string& title, const std::vector<Fronti
   return svg.str();
 }
 
-StatusOr<FrontierPoints> MemoryFrontier(const CkptEvaluator& evaluator, const BudgetResult& first) {
+StatusOr<FrontierPoints> MemoryFrontier(const CkptEvaluator& evaluator, const BudgetResult& first,
+                                        CkptSyntax syntax) {
   FrontierPoints out;
   int64_t lo = INT64_MAX, hi = 0;
   for (const CkptEvaluation& e : first.uniform) {
@@ -231,6 +232,7 @@ StatusOr<FrontierPoints> MemoryFrontier(const CkptEvaluator& evaluator, const Bu
   for (int k = 0; k <= kBudgets; ++k) {
     BudgetOptions o;
     o.budget_bytes = lo + (hi - lo) * k / kBudgets;
+    o.syntax = syntax;
     ASSIGN_OR_RETURN(BudgetResult r, ChooseCheckpointing(evaluator, o));
     chosen.push_back(r.chosen);
   }

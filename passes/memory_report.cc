@@ -208,6 +208,14 @@ int64_t NodeFlops(const Graph& graph, const Node& node) {
            (node.HasInput(2) ? out : 0);
   if (node.domain == "foundry" && (node.op_type == "Attention" || node.op_type == "AttentionGrad"))
     return AttentionFlops(graph, node);
+  // Collectives of sharded training (compiler/ops/collective.cc): a gather moves bytes only; a
+  // gradient reduction multiplies and adds each of this rank's partial elements once (its scale,
+  // then its sum in rank order), as foundry::AccumulateGradient does.
+  if (node.domain == "foundry" && node.op_type == "AllGather") return 0;
+  if (node.domain == "foundry" &&
+      (node.op_type == "ReduceScatterGradient" || node.op_type == "AllReduceGradient") &&
+      node.HasInput(0))
+    return 2 * Elements(graph, node.inputs[0]);
   const OpFlops* row = FindOpFlops(node.domain, node.op_type);
   if (!row) return out;
   if (node.domain.empty() && node.op_type == "Gelu" &&
@@ -421,7 +429,10 @@ ordered_json BudgetJson(const BudgetChoice& b) {
           {"chosen", std::move(chosen)},
           {"uniform", std::move(uniform)},
           {"plans_tried", b.plans},
-          {"warnings", b.config.warnings}};
+          {"warnings", b.config.warnings},
+          {"ckpt_syntax", CkptSyntaxName(b.syntax)},
+          {"notes", b.config.notes},
+          {"every_block_by_flag", b.config.every_block_by_flag}};
 }
 
 }  // namespace

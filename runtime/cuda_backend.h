@@ -54,6 +54,9 @@ class CudaBackend final : public Backend {
   void set_tf32(bool on) { tf32_ = on; }
   // FOUNDRY_CUDA_SYNC=1: Run waits for every node and names the one that faulted.
   bool sync_each_node() const { return sync_; }
+  // The work stream (a cudaStream_t): a device communicator (runtime/nccl_communicator.h) enqueues
+  // its collectives on it, in order with the kernels.
+  void* stream() const { return stream_; }
 
  protected:
   StatusOr<std::byte*> AllocateBytes(int64_t bytes, MemoryClass c) override;

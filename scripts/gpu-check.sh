@@ -20,18 +20,20 @@
 # runtimes are the machine's: glibc >= 2.34, libstdc++ >= GCC 11, see BUILD_INFO), models/ (the fixtures
 # the GPU tests train, the benchmark's exports, configs and models/mpt.py), plans/ (the
 # benchmark's plans, compiled here, graphs gzipped), bench/, scripts/, run.sh. cuBLAS is not in
-# it (libcublasLt alone is over 500 MB): run takes it from the machine's PyTorch wheels.
+# it (libcublasLt alone is over 500 MB): run takes it from the machine's PyTorch wheels, and NCCL
+# too (libnccl.so.2, loaded at run time: run sets FOUNDRY_NCCL_LIBRARY to the wheels' copy unless
+# it is set; none found: the NCCL tests fail, saying so).
 #
 # run: one window of GPU_CHECK_WINDOW_S (230) seconds from its start to the benchmark's end. A
-# preflight (OS, glibc, driver, python and torch, cuBLAS, ldd, the test list: a few seconds); one
-# process per test suite of bin/foundry_gpu_tests (--gtest_filter=SUITE.*), each with its own
+# preflight (OS, glibc, driver, python and torch, cuBLAS, NCCL, ldd, the test list: a few seconds);
+# one process per test suite of bin/foundry_gpu_tests (--gtest_filter=SUITE.*), each with its own
 # timeout (GPU_CHECK_SUITE_TIMEOUT_S, 120, or what is left), log and XML file; each test that
 # failed, crashed or hung once more alone under CUDA_LAUNCH_BLOCKING=1 FOUNDRY_CUDA_SYNC=1 (at most
 # GPU_CHECK_MAX_RERUNS, 5, of GPU_CHECK_RERUN_TIMEOUT_S, 60, each); the benchmark last, in what is
 # left (GPU_CHECK_BENCH=0: none). PyTorch's python: GPU_CHECK_PYTHON, else the first of python3,
-# python, /usr/bin/python3, /opt/conda/bin/python and each python3.N on PATH whose sys.path has
-# CUDA 13's cuBLAS. Everything goes into one new folder, RESULTS/gpu-check-YYYYMMDD-HHMMSS (RESULTS
-# by default: OUT, or the archive's folder): summary.md (for bench/RESULTS.md), preflight.txt,
+# python, /usr/bin/python3, /opt/conda/bin/python and each python3.N on PATH whose sys.path has CUDA
+# 13's cuBLAS. Everything goes into one new folder, RESULTS/gpu-check-YYYYMMDD-HHMMSS (RESULTS by
+# default: OUT, or the archive's folder): summary.md (for bench/RESULTS.md), preflight.txt,
 # logs.tar.gz (each suite's log and XML, the reruns', the benchmark's stderr).
 #
 # run exit status: 0 every GPU test passed and every benchmark row ran; 1 a GPU test failed,
@@ -524,6 +526,24 @@ else:
     print("missing: cuBLAS found: " + (", ".join(other) or "none") + " in " +
           (", ".join(dirs) or "no nvidia/*/lib folder on sys.path"))
 '
+# Prints "ok PATH" for the first libnccl.so.2 in a folder on sys.path, else "missing: " and where
+# it looked. PyTorch's nvidia wheels keep it in nvidia/nccl/lib, for CUDA 13 too (whose other
+# libraries moved to nvidia/cu13/lib: NVIDIA/cuml PR 7304); then nvidia/cu13/lib, nvidia/cu12/lib,
+# torch/lib. foundry loads NCCL at run time (runtime/nccl_communicator.h): FOUNDRY_NCCL_LIBRARY.
+FIND_NCCL_PY='
+import os, sys
+dirs = []
+for base in sys.path:
+    for sub in ("nvidia/nccl/lib", "nvidia/cu13/lib", "nvidia/cu12/lib", "torch/lib"):
+        d = os.path.join(base or ".", sub)
+        if os.path.isdir(d) and d not in dirs:
+            dirs.append(d)
+ok = [os.path.join(d, "libnccl.so.2") for d in dirs if os.path.exists(os.path.join(d, "libnccl.so.2"))]
+if ok:
+    print("ok " + ok[0])
+else:
+    print("missing: no libnccl.so.2 in " + (", ".join(dirs) or "no nvidia/*/lib or torch/lib folder on sys.path"))
+'
 # The driver asked directly (no nvidia-smi needed), then torch; "gpus=N" for the GPU check.
 INFO_PY='
 import ctypes, sys
@@ -723,6 +743,15 @@ cmd_run() {
   [ -n "$py" ] || stop "no libcublas.so.13 + libcublasLt.so.13 in any python's nvidia wheels (${tried#; }${tried:-no python found: tried python3, python, /usr/bin/python3, /opt/conda/bin/python, python3.N on PATH}). The folder is built for CUDA 13: install PyTorch's CUDA 13 build (e.g. pip install torch --index-url https://download.pytorch.org/whl/cu130), or set GPU_CHECK_PYTHON to a python that has it."
   export LD_LIBRARY_PATH=$cublas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export FOUNDRY_REQUIRE_GPU=1 FOUNDRY_SOURCE_DIR=$out
+  # NCCL (issue 24): the same python's wheels; without it the NCCL tests fail and say why.
+  local nccl
+  if [ -n "${FOUNDRY_NCCL_LIBRARY:-}" ]; then nccl="ok $FOUNDRY_NCCL_LIBRARY (FOUNDRY_NCCL_LIBRARY, as given)"
+  else nccl=$(timeout 10 "$py" -c "$FIND_NCCL_PY" 2>&1) || nccl="missing: the finder failed (exit $?): $nccl"; fi
+  { echo; echo "## NCCL (FOUNDRY_NCCL_LIBRARY)"; echo "$nccl"; } >> "$pre"
+  case $nccl in
+    ok\ *) [ -n "${FOUNDRY_NCCL_LIBRARY:-}" ] || export FOUNDRY_NCCL_LIBRARY=${nccl#ok } ;;
+    *) nccl="$nccl (the NCCL tests will fail)" ;;
+  esac
   { echo; echo "## ldd ${tests#"$out"/} (LD_LIBRARY_PATH=$cublas)"; ldd "$tests" 2>&1 || true; } >> "$pre"
   local err
   err=$("$out/bin/foundry-run" --help 2>&1 >/dev/null) ||
@@ -748,6 +777,7 @@ cmd_run() {
   sed 's/^/- /' "$out/BUILD_INFO" | tee -a "$summary"
   say "- $(grep '^torch:' "$info" || echo 'torch: ?'); python $py$([ -z "${GPU_CHECK_PYTHON:-}" ] || echo ' (GPU_CHECK_PYTHON)')"
   say "- cuBLAS: $cublas"
+  say "- NCCL: ${nccl#ok }"
   say ""
   say '```'
   if [ $has_smi = 1 ]; then

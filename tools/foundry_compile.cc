@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 
@@ -62,6 +63,7 @@ struct Options {
   std::string shard_group_text = "8";
   std::string link_gbps_text;  // --link-gbps: the interconnect, gigabits per second per rank
   double link_gbps = 0;
+  std::string ckpt_syntax;  // --ckpt-syntax; "" = llm-foundry
 
   // The files written after the plan, in the order they are written, each with the option
   // that names it in messages.
@@ -110,6 +112,12 @@ void AddCkptOptions(CLI::App& app, Options& o) {
                  "draw planned total against recompute FLOPs for budgets from nothing "
                  "checkpointed to every block, with llm-foundry's uniform targets marked")
       ->type_name("FILE.svg");
+  app.add_option("--ckpt-syntax", o.ckpt_syntax,
+                 "what --memory-budget may answer: llm-foundry (default: only configs upstream "
+                 "llm-foundry accepts: the dict form, one name per block, mptblock and attention "
+                 "or norm keys, no FFN keys; a non-MPT model's blocks all or none) or foundry "
+                 "(any selection --ckpt-config reads, with notes where upstream refuses it)")
+      ->type_name("SYNTAX");
   app.add_option("--ckpt-config", o.ckpt_config,
                  "read the targets from an llm-foundry activation_checkpointing_target (a YAML or "
                  "JSON value, or a whole training config: model.activation_checkpointing_target, "
@@ -284,6 +292,14 @@ std::optional<int> ParseBudget(const Options& o, CompileRequest& request) {
                   cli::kExitUsage);
     request.ckpt_targets.clear();  // --config's, overridden
   }
+  if (!o.ckpt_syntax.empty()) {
+    auto syntax = ParseCkptSyntax(o.ckpt_syntax);
+    if (!syntax.ok()) return Fail("--ckpt-syntax: " + syntax.status().message(), cli::kExitUsage);
+    if (!request.memory_budget)
+      return Fail("--ckpt-syntax says what --memory-budget may answer; give --memory-budget",
+                  cli::kExitUsage);
+    request.ckpt_syntax = *syntax;
+  }
   if (!o.emit_ckpt_config.empty() && !request.memory_budget && request.ckpt_targets.empty())
     return Fail(
         "--emit-ckpt-config writes the checkpointing of --memory-budget or --ckpt; give one",
@@ -383,16 +399,16 @@ std::optional<int> ParseRequest(Options& o, const std::optional<TrainConfig>& co
   if (!o.link_gbps_text.empty()) {
     char* end = nullptr;
     o.link_gbps = std::strtod(o.link_gbps_text.c_str(), &end);
-    if (end == o.link_gbps_text.c_str() || *end != '\0' || !(o.link_gbps > 0) ||
-        o.link_gbps > 1e6)
+    if (end == o.link_gbps_text.c_str() || *end != '\0' || !(o.link_gbps > 0) || o.link_gbps > 1e6)
       return Fail("--link-gbps " + o.link_gbps_text +
                       ": give the link's bandwidth in gigabits per second, a number above 0 "
                       "(e.g. 400)",
                   cli::kExitUsage);
     if (*world == 1)
-      return Fail("--link-gbps bounds the time of the collectives between ranks; give "
-                  "--world-size N (N >= 2)",
-                  cli::kExitUsage);
+      return Fail(
+          "--link-gbps bounds the time of the collectives between ranks; give "
+          "--world-size N (N >= 2)",
+          cli::kExitUsage);
   }
   {
     std::string strategy = o.sharding;
@@ -486,19 +502,30 @@ StatusOr<std::string> EmittedConfig(const Options& o, const CompileResult& resul
     command += " --memory-budget " + o.memory_budget_text + ": " + BudgetLine(*result.budget);
   else
     for (const auto& t : result.selection->targets) command += " --ckpt " + t;
+  const CkptConfigText& config = *result.ckpt_config;
   if (!o.merge_into.empty()) {
+    if (config.every_block_by_flag)
+      return Error("--merge-into " + o.merge_into +
+                   ": the answer is fsdp_config.activation_checkpointing: true with no "
+                   "model.activation_checkpointing_target (a non-MPT model), which --merge-into "
+                   "does not write; set the flag by hand, or drop --merge-into for the fragment");
     std::ifstream in(o.merge_into, std::ios::binary);
     if (!in) return Error("--merge-into " + o.merge_into + ": cannot read the file");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    return MergeCkptIntoYaml(text, o.merge_into, result.ckpt_config->yaml,
-                             "set by " + EscapeName(command));
+    std::string note = "set by " + EscapeName(command);
+    for (const auto& w : config.warnings) note += "; warning: " + EscapeName(w);
+    for (const auto& n : config.notes) note += "; note: " + EscapeName(n);
+    return MergeCkptIntoYaml(text, o.merge_into, config.yaml, note);
   }
-  std::string file = CkptConfigFile(command, *result.ckpt_config);
+  std::string file = CkptConfigFile(command, config);
   const size_t first = file.find('\n') + 1;
   file.insert(first,
               "# A fragment: merge it into the training YAML (OmegaConf.merge, or foundry-compile "
               "... --emit-ckpt-config OUT.yaml --merge-into TRAIN.yaml); appended as it is, its "
-              "model: would replace the YAML's whole model section.\n");
+              "model: would replace the YAML's whole model section.\n"
+              "# note: llm-foundry reads activation_checkpointing_target in the training YAML's "
+              "model section and activation_checkpointing in its fsdp_config section (both under "
+              "the top level), as written here.\n");
   return file;
 }
 
@@ -510,6 +537,7 @@ Status StageReportFiles(const Options& o, const CompileResult& result, OutputSet
     std::string text;
     if (i == 0) {
       text = MemoryReportJson(*result.report);
+      if (result.shard) text = WithShardingJson(text, result);
     } else if (i == 1) {
       TimelineOptions timeline;
       if (result.plain_curve) timeline.extra_curves.push_back(*result.plain_curve);
@@ -534,6 +562,34 @@ Status StageShardInit(const CompileResult& result, OutputSet& outputs) {
     if (auto it = result.shard_init.find(name); it != result.shard_init.end())
       tensors.emplace_back(name, it->second.get());
   return WriteSafetensors(staged, tensors, {{"format", "foundry-shard-init"}});
+}
+
+// The report JSON with a "sharding" object: the strategy, the ranks, what one rank holds of the
+// parameters and what it moves per optimizer step.
+std::string WithShardingJson(const std::string& report, const CompileResult& result) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(report);
+  const ShardStats& s = *result.shard;
+  nlohmann::ordered_json sj;
+  sj["strategy"] = ShardingName(s.strategy);
+  sj["world_size"] = s.world_size;
+  sj["shard_group"] = s.group;
+  sj["units"] = s.units.size();
+  sj["parameter_bytes_whole"] = s.full_param_bytes;
+  sj["parameter_bytes_per_rank"] = s.shard_param_bytes;
+  if (result.comm) {
+    sj["microbatches_per_step"] = result.comm->runs;
+    sj["gathers_per_microbatch"] = result.comm->gathers;
+    sj["reductions_per_microbatch"] = result.comm->reductions;
+    sj["gather_bytes_per_step"] = result.comm->gather_bytes * result.comm->runs;
+    sj["reduce_bytes_per_step"] = result.comm->reduce_bytes * result.comm->runs;
+    sj["communication_bytes_per_step"] = result.comm->PerStep();
+  }
+  if (result.smallest_world) {
+    sj["fewest_ranks_for_budget"] = result.smallest_world->world_size;
+    sj["fewest_ranks_total_bytes"] = result.smallest_world->total_bytes;
+  }
+  j["sharding"] = std::move(sj);
+  return j.dump(2) + "\n";
 }
 
 // The sharding lines of a plan for several ranks: what the pass did, what one rank holds, what it
@@ -575,6 +631,11 @@ std::string FormatSharding(const Options& o, const CompileResult& result) {
 int PrintAndWrite(const Options& o, CompileResult& result, OutputSet& outputs) {
   if (result.report) std::cout << FormatMemoryReport(*result.report);
   if (result.shard) std::cout << FormatSharding(o, result);
+  if (result.smallest_world)
+    std::cout << "  fewest ranks (powers of 2) at which --memory-budget " << o.memory_budget_text
+              << " per rank fits: " << result.smallest_world->world_size
+              << " (every block checkpointed: " << HumanBytes(result.smallest_world->total_bytes)
+              << " per rank)\n";
   if (result.plan && result.plan->eval_memory)
     if (const BackendLayout* eval = result.plan->eval_memory->Layout("cpu")) {
       const BackendLayout* train = result.plan->memory.Layout("cpu");

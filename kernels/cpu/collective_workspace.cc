@@ -34,7 +34,7 @@ int64_t Rounded(int64_t bytes) {
 int64_t CollectiveWorkspaceBytes(const Node& node, std::span<const OperandType> inputs,
                                  std::span<const OperandType> outputs) {
   const int64_t n = node.GetInt("world_size", 0);
-  if (n < 2) return 0;
+  if (n < 1) return 0;
   if (node.op_type == "AllGather") {
     int64_t bytes = 0;
     for (const OperandType& out : outputs) {

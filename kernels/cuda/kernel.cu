@@ -15,6 +15,7 @@ const CudaKernelTable& CudaKernels() {
     RegisterCudaMathKernels(t);
     RegisterCudaAttentionKernels(t);
     RegisterCudaAccumulateKernels(t);
+    RegisterCudaCollectiveKernels(t);
     return t;
   }();
   return table;
@@ -27,6 +28,7 @@ const CudaWorkspaceTable& CudaWorkspaces() {
     RegisterCudaShapeOpWorkspaces(t);
     RegisterCudaMathWorkspaces(t);
     RegisterCudaAttentionWorkspaces(t);
+    RegisterCudaCollectiveWorkspaces(t);
     return t;
   }();
   return table;

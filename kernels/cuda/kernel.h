@@ -86,5 +86,7 @@ void RegisterCudaMathWorkspaces(CudaWorkspaceTable& table);
 void RegisterCudaShapeOpWorkspaces(CudaWorkspaceTable& table);
 void RegisterCudaElementwiseWorkspaces(CudaWorkspaceTable& table);
 void RegisterCudaAttentionWorkspaces(CudaWorkspaceTable& table);
+void RegisterCudaCollectiveKernels(CudaKernelTable& table);
+void RegisterCudaCollectiveWorkspaces(CudaWorkspaceTable& table);
 
 }  // namespace foundry

@@ -176,34 +176,40 @@ void CheckOptimal(const std::string& fixture, const std::string& file) {
     budgets.insert(t);
     budgets.insert(t - 1);
   }
+  std::vector<std::string> blocks;
+  for (const BlockLayer& l : CheckpointableLayers(*g)) blocks.push_back(l.block);
   for (int64_t budget : budgets) {
     SCOPED_TRACE("budget " + std::to_string(budget));
-    auto r = ChooseCheckpointing(ev, {budget, 400});
+    auto r = ChooseCheckpointing(ev, {budget, 400, CkptSyntax::kFoundry});
     ASSERT_TRUE(r.ok()) << r.status().message();
+    // The optimum in CkptPreferred's order: fewest recompute FLOPs, nodes, then fewest
+    // instances, then the smallest total, then earlier layers checkpointed.
     const Planned* best = nullptr;
     for (const Planned& p : all) {
       if (p.e.total_bytes > budget) continue;
-      if (!best ||
-          std::tie(p.e.flops_recomputed, p.e.nodes_recomputed, p.checkpointed) <
-              std::tie(best->e.flops_recomputed, best->e.nodes_recomputed, best->checkpointed))
-        best = &p;
+      if (!best || CkptPreferred(p.e, best->e, blocks)) best = &p;
     }
     ASSERT_NE(best, nullptr);
     EXPECT_LE(r->chosen.total_bytes, budget);
-    EXPECT_EQ(r->chosen.flops_recomputed, best->e.flops_recomputed)
+    EXPECT_EQ(r->chosen.instances, best->e.instances)
         << "chose " << ::testing::PrintToString(r->chosen.instances) << ", optimum "
         << ::testing::PrintToString(best->e.instances);
+    EXPECT_EQ(r->chosen.flops_recomputed, best->e.flops_recomputed);
     EXPECT_EQ(r->chosen.nodes_recomputed, best->e.nodes_recomputed);
-    const auto layers = CheckpointableLayers(*g);
-    std::vector<uint8_t> checkpointed(2, 0);
-    for (const auto& i : r->chosen.instances)
-      for (size_t l = 0; l < 2; ++l)
-        if (i == layers[l].block || i.rfind(layers[l].block + ".", 0) == 0) checkpointed[l] = 1;
-    EXPECT_EQ(checkpointed, best->checkpointed);
+    EXPECT_EQ(r->chosen.total_bytes, best->e.total_bytes);
+    // Nothing in the answer frees nothing: without any one of its instances the plan is larger.
+    for (size_t i = 0; i < r->chosen.instances.size(); ++i) {
+      std::vector<std::string> rest = r->chosen.instances;
+      rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(i));
+      for (const Planned& p : all)
+        if (p.e.instances == rest)
+          EXPECT_GT(p.e.total_bytes, r->chosen.total_bytes)
+              << r->chosen.instances[i] << " frees nothing in the answer";
+    }
     EXPECT_LE(r->plans, 400);
     // The multiset search (too few plans left for every assignment): it fits and beats or ties
     // every fitting uniform target; how far it lands from the optimum is printed.
-    auto h = ChooseCheckpointing(ev, {budget, 60});
+    auto h = ChooseCheckpointing(ev, {budget, 60, CkptSyntax::kFoundry});
     ASSERT_TRUE(h.ok()) << h.status().message();
     EXPECT_LE(h->chosen.total_bytes, budget);
     EXPECT_LE(h->plans, 60);
@@ -230,7 +236,7 @@ TEST(ChooseCheckpointingTest, UniformTargetsAreEvaluatedAndLabelled) {
   CkptEvaluator ev(*g);
   auto plain = ev.Evaluate({});
   ASSERT_TRUE(plain.ok());
-  auto r = ChooseCheckpointing(ev, {plain->total_bytes - 1, 400});
+  auto r = ChooseCheckpointing(ev, {plain->total_bytes - 1, 400, CkptSyntax::kFoundry});
   ASSERT_TRUE(r.ok()) << r.status().message();
   std::set<std::string> labels;
   for (const auto& u : r->uniform) labels.insert(u.label);
@@ -250,7 +256,7 @@ TEST(ChooseCheckpointingTest, BudgetBelowTheMinimumSaysWhatDominates) {
   int64_t smallest = INT64_MAX;
   for (const Planned& p : BruteForce(ev)) smallest = std::min(smallest, p.e.total_bytes);
   for (int64_t budget : {int64_t{1}, smallest / 2, smallest - 1}) {
-    auto r = ChooseCheckpointing(ev, {budget, 400});
+    auto r = ChooseCheckpointing(ev, {budget, 400, CkptSyntax::kFoundry});
     ASSERT_FALSE(r.ok());
     const std::string& m = r.status().message();
     EXPECT_NE(m.find(") is below the smallest plan foundry finds, 1.9 MiB (" +
@@ -267,7 +273,7 @@ TEST(ChooseCheckpointingTest, BudgetBelowTheMinimumSaysWhatDominates) {
               std::string::npos)
         << m;
   }
-  auto r = ChooseCheckpointing(ev, {smallest, 400});
+  auto r = ChooseCheckpointing(ev, {smallest, 400, CkptSyntax::kFoundry});
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->chosen.total_bytes, smallest);
 }
@@ -415,6 +421,276 @@ TEST(ChooseCheckpointingTest, ChosenPlansAreBitwiseThePlainNumbers) {
     for (const auto& [name, t] : *x)
       EXPECT_TRUE(t.BitwiseEqual(y->at(name))) << name << " differs under the chosen plan";
   }
+}
+
+}  // namespace
+}  // namespace foundry
+
+namespace foundry {
+namespace {
+
+CkptEvaluation Eval(int64_t flops, int64_t nodes, std::vector<std::string> instances,
+                    int64_t total) {
+  CkptEvaluation e;
+  e.flops_recomputed = flops;
+  e.nodes_recomputed = nodes;
+  e.instances = std::move(instances);
+  e.total_bytes = total;
+  return e;
+}
+
+// The tie rule, stated: FLOPs, nodes, then fewer instances, then the smaller total, then earlier
+// layers checkpointed (first-k before last-k), then the paths.
+TEST(CkptPreferredTest, TiesGoToFewerInstancesThenTheSmallerTotalThenFirstK) {
+  const std::vector<std::string> blocks = {"b.0", "b.1"};
+  // Fewer recompute FLOPs wins over everything else.
+  EXPECT_TRUE(
+      CkptPreferred(Eval(9, 9, {"b.0", "b.1"}, 200), Eval(10, 1, {"b.0.attn"}, 100), blocks));
+  // Equal recompute: fewer instances, even with a larger total (padding that recomputes
+  // nothing never wins).
+  const CkptEvaluation attn = Eval(10, 2, {"b.0.attn"}, 100);
+  const CkptEvaluation padded = Eval(10, 2, {"b.0.act", "b.0.attn"}, 90);
+  EXPECT_TRUE(CkptPreferred(attn, padded, blocks));
+  EXPECT_FALSE(CkptPreferred(padded, attn, blocks));
+  // Equal instances: the smaller total, whichever layer it checkpoints.
+  EXPECT_TRUE(CkptPreferred(Eval(10, 2, {"b.1"}, 99), Eval(10, 2, {"b.0"}, 100), blocks));
+  EXPECT_TRUE(CkptPreferred(Eval(10, 2, {"b.0"}, 99), Eval(10, 2, {"b.1"}, 100), blocks));
+  // Equal totals: first-k (the earlier layer checkpointed) before last-k.
+  EXPECT_TRUE(CkptPreferred(Eval(10, 2, {"b.0"}, 100), Eval(10, 2, {"b.1"}, 100), blocks));
+  EXPECT_FALSE(CkptPreferred(Eval(10, 2, {"b.1"}, 100), Eval(10, 2, {"b.0"}, 100), blocks));
+  // Irreflexive.
+  EXPECT_FALSE(CkptPreferred(attn, attn, blocks));
+}
+
+// The attention option is the child that computes it, never a norm named after it.
+TEST(AttentionChildTest, TheChildThatComputesTheAttention) {
+  const std::vector<std::tuple<std::string, std::string, std::string, std::string>> cases = {
+      {"mpt_tiny", "model.onnx", "transformer.blocks.0", "attn"},
+      {"mpt_tiny", "model.stock.onnx", "transformer.blocks.0", "attn"},
+      {"llama_tiny", "model.onnx", "model.layers.0", "self_attn"},
+      {"llama_tiny", "model.stock.onnx", "model.layers.1", "self_attn"},
+      {"gpt2_tiny", "model.onnx", "transformer.h.0", "attn"},
+      {"pythia_tiny", "model.onnx", "gpt_neox.layers.0", "attention"},
+  };
+  for (const auto& [fixture, file, block, child] : cases) {
+    SCOPED_TRACE(fixture + "/" + file);
+    auto g = FixtureGraph(fixture, file);
+    ASSERT_TRUE(g);
+    EXPECT_EQ(AttentionChild(*g, block), child);
+  }
+}
+
+// Under --ckpt-syntax foundry, Llama's uniform "attention" target is self_attn (the issue saw
+// post_attention_layernorm, the first child whose name holds "attention").
+TEST(ChooseCheckpointingTest, LlamaAttentionTargetIsSelfAttn) {
+  auto g = FixtureGraph("llama_tiny", "model.onnx");
+  ASSERT_TRUE(g);
+  CkptEvaluator ev(*g);
+  auto plain = ev.Evaluate({});
+  ASSERT_TRUE(plain.ok());
+  auto r = ChooseCheckpointing(ev, {plain->total_bytes - 1, 400, CkptSyntax::kFoundry});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::set<std::string> labels;
+  for (const auto& u : r->uniform) labels.insert(u.label);
+  EXPECT_TRUE(labels.count("self_attn")) << ::testing::PrintToString(labels);
+  EXPECT_TRUE(labels.count("self_attn, mlp")) << ::testing::PrintToString(labels);
+  for (const auto& l : labels) EXPECT_EQ(l.find("layernorm"), std::string::npos) << l;
+}
+
+TEST(UpstreamUnitsTest, MptAttentionAndNormsLlamaNone) {
+  auto mpt = FixtureGraph("mpt_tiny", "model.onnx");
+  ASSERT_TRUE(mpt);
+  EXPECT_TRUE(IsMptModel(*mpt));
+  const auto units = UpstreamUnits(*mpt);
+  ASSERT_EQ(units.size(), 2u);
+  EXPECT_EQ(units[0].name, "grouped_query_attention");
+  EXPECT_EQ(units[0].children, (std::vector<std::string>{"attn"}));
+  EXPECT_EQ(units[1].name, "low_precision_layernorm");
+  EXPECT_EQ(units[1].children, (std::vector<std::string>{"norm_1", "norm_2"}));
+  for (const char* k : {"mptblock", "grouped_query_attention", "low_precision_layernorm"})
+    EXPECT_TRUE(IsUpstreamClassKey(k)) << k;
+  for (const char* k : {"mptmlp", "mptglu", "te_ln_mlp", "block", "attn"})
+    EXPECT_FALSE(IsUpstreamClassKey(k)) << k;
+  auto llama = FixtureGraph("llama_tiny", "model.onnx");
+  ASSERT_TRUE(llama);
+  EXPECT_FALSE(IsMptModel(*llama));
+  EXPECT_TRUE(UpstreamUnits(*llama).empty());
+  auto stock = FixtureGraph("mpt_tiny", "model.stock.onnx");  // no classes: not MPTBlock
+  ASSERT_TRUE(stock);
+  EXPECT_FALSE(IsMptModel(*stock));
+}
+
+// --ckpt-syntax llm-foundry on MPT: against every selection upstream can say on the 2-layer
+// fixture (per layer: nothing, grouped_query_attention, low_precision_layernorm, mptblock), the
+// search's answer is the best in CkptPreferred's order, and it is said with one upstream class
+// key per block.
+TEST(ChooseCheckpointingTest, LlmFoundrySyntaxIsOptimalAmongUpstreamAnswersOnMptTiny) {
+  auto g = FixtureGraph("mpt_tiny", "model.onnx");
+  ASSERT_TRUE(g);
+  CkptEvaluator ev(*g);
+  const auto layers = CheckpointableLayers(*g);
+  ASSERT_EQ(layers.size(), 2u);
+  std::vector<std::string> blocks = {layers[0].block, layers[1].block};
+  auto options = [&](const std::string& b) {
+    return std::vector<std::vector<std::string>>{
+        {}, {b + ".attn"}, {b + ".norm_1", b + ".norm_2"}, {b}};
+  };
+  std::vector<CkptEvaluation> all;
+  for (const auto& a : options(blocks[0]))
+    for (const auto& c : options(blocks[1])) {
+      std::vector<std::string> instances = a;
+      instances.insert(instances.end(), c.begin(), c.end());
+      auto e = ev.Evaluate(instances);
+      ASSERT_TRUE(e.ok()) << e.status().message();
+      all.push_back(*e);
+    }
+  std::set<int64_t> budgets;
+  for (const auto& e : all) budgets.insert({e.total_bytes, e.total_bytes - 1});
+  int answered = 0;
+  for (int64_t budget : budgets) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    const CkptEvaluation* best = nullptr;
+    for (const auto& e : all)
+      if (e.total_bytes <= budget && (!best || CkptPreferred(e, *best, blocks))) best = &e;
+    auto r = ChooseCheckpointing(ev, {budget, 400, CkptSyntax::kLlmFoundry});
+    if (!best) {
+      EXPECT_FALSE(r.ok());
+      continue;
+    }
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    ++answered;
+    EXPECT_EQ(r->chosen.instances, best->instances);
+    EXPECT_EQ(r->chosen.total_bytes, best->total_bytes);
+    auto config = SelectionAsConfig(*g, r->chosen.instances, CkptSyntax::kLlmFoundry);
+    ASSERT_TRUE(config.ok()) << config.status().message();
+    EXPECT_TRUE(config->warnings.empty()) << config->warnings.front();
+    if (r->chosen.instances.empty()) continue;
+    EXPECT_EQ(config->yaml.front(), '{');
+    std::set<int64_t> seen;
+    for (const CkptTarget& t : config->targets) {
+      EXPECT_TRUE(IsUpstreamClassKey(t.name)) << t.name;
+      auto ls = ParseLayerSpec(t.layers, 2);
+      ASSERT_TRUE(ls.ok()) << ls.status().message();
+      for (int64_t l : *ls) EXPECT_TRUE(seen.insert(l).second) << config->yaml << ": layer " << l;
+    }
+  }
+  EXPECT_GT(answered, 8);
+}
+
+// --ckpt-syntax llm-foundry on a Hugging Face model: every block or nothing, said by the flag
+// alone, and the file says why.
+TEST(ChooseCheckpointingTest, LlmFoundrySyntaxOnLlamaIsEveryBlockOrNothing) {
+  auto g = FixtureGraph("llama_tiny", "model.onnx");
+  ASSERT_TRUE(g);
+  CkptEvaluator ev(*g);
+  std::vector<std::string> blocks;
+  for (const BlockLayer& l : CheckpointableLayers(*g)) blocks.push_back(l.block);
+  auto plain = ev.Evaluate({});
+  auto every = ev.Evaluate(blocks);
+  ASSERT_TRUE(plain.ok() && every.ok());
+  ASSERT_LT(every->total_bytes, plain->total_bytes);
+  auto none = ChooseCheckpointing(ev, {plain->total_bytes, 400, CkptSyntax::kLlmFoundry});
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  EXPECT_TRUE(none->chosen.instances.empty());
+  for (int64_t budget : {plain->total_bytes - 1, every->total_bytes}) {
+    auto r = ChooseCheckpointing(ev, {budget, 400, CkptSyntax::kLlmFoundry});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->chosen.instances, blocks);
+    EXPECT_LE(r->plans, 2);            // the first search's plans are cached on the evaluator
+    ASSERT_EQ(r->uniform.size(), 2u);  // nothing else is planned: none, every block
+    EXPECT_EQ(r->uniform[1].label, "block");
+    EXPECT_TRUE(r->searched.empty());
+    auto choice = MakeBudgetChoice(*g, *r, budget, CkptSyntax::kLlmFoundry);
+    ASSERT_TRUE(choice.ok()) << choice.status().message();
+    EXPECT_TRUE(choice->config.every_block_by_flag);
+    EXPECT_EQ(choice->config.yaml, "");
+    ASSERT_EQ(choice->config.notes.size(), 1u);
+    EXPECT_EQ(CkptConfigFile("c", choice->config),
+              "# c\n# note: " + choice->config.notes[0] +
+                  "\nfsdp_config:\n  activation_checkpointing: true\n");
+    EXPECT_NE(choice->config.notes[0].find("reads no model.activation_checkpointing_target"),
+              std::string::npos);
+    // The file reads back to every block.
+    auto back = ParseCkptConfigText(CkptConfigFile("c", choice->config), "f.yaml");
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    auto sel = SelectCkptTargets(*g, back->targets);
+    ASSERT_TRUE(sel.ok());
+    ASSERT_EQ(sel->instances.size(), blocks.size());
+  }
+  auto below = ChooseCheckpointing(ev, {every->total_bytes - 1, 400, CkptSyntax::kLlmFoundry});
+  ASSERT_FALSE(below.ok());
+  EXPECT_NE(below.status().message().find(
+                "(" + std::to_string(every->total_bytes) +
+                " bytes, every block checkpointed, among the answers upstream llm-foundry "
+                "accepts (--ckpt-syntax foundry searches finer ones)); its largest part is "),
+            std::string::npos)
+      << below.status().message();
+  // A finer selection is refused in that syntax, and said in foundry's.
+  auto one = SelectionAsConfig(*g, {blocks[0]}, CkptSyntax::kLlmFoundry);
+  ASSERT_FALSE(one.ok());
+  EXPECT_EQ(one.status().message(),
+            "checkpoint selection of 1 instances is not every block of this non-MPT model; "
+            "upstream llm-foundry cannot say it (--ckpt-syntax foundry writes it in foundry's "
+            "richer syntax)");
+  EXPECT_TRUE(SelectionAsConfig(*g, {blocks[0]}, CkptSyntax::kFoundry).ok());
+}
+
+TEST(ParseCkptSyntaxTest, Names) {
+  EXPECT_EQ(*ParseCkptSyntax("llm-foundry"), CkptSyntax::kLlmFoundry);
+  EXPECT_EQ(*ParseCkptSyntax("foundry"), CkptSyntax::kFoundry);
+  auto bad = ParseCkptSyntax("upstream");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "'upstream' is not a checkpoint syntax; write llm-foundry (only answers upstream "
+            "llm-foundry accepts) or foundry (any selection foundry reads)");
+}
+
+}  // namespace
+}  // namespace foundry
+
+namespace foundry {
+namespace {
+
+// Nothing that frees nothing is part of an answer, also where the search is heuristic (six
+// children per block on the stock export with dropout: 65 options per layer, the multiset walk):
+// for budgets across the range, taking any one name (a child, or the block) off every layer it
+// is on in the answer plans a larger total.
+TEST(ChooseCheckpointingTest, NoNameInAnAnswerFreesNothing) {
+  auto g = FixtureGraph("mpt_tiny_dropout", "model.stock.onnx");
+  ASSERT_TRUE(g);
+  CkptEvaluator ev(*g);
+  const auto layers = CheckpointableLayers(*g);
+  ASSERT_EQ(layers[0].children.size(), 6u);
+  std::vector<std::string> blocks;
+  for (const BlockLayer& l : layers) blocks.push_back(l.block);
+  auto plain = ev.Evaluate({});
+  auto every = ev.Evaluate(blocks);
+  ASSERT_TRUE(plain.ok() && every.ok());
+  int checked = 0;
+  for (int k = 0; k <= 8; ++k) {
+    const int64_t budget = every->total_bytes + (plain->total_bytes - every->total_bytes) * k / 8;
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    auto r = ChooseCheckpointing(ev, {budget, 400, CkptSyntax::kFoundry});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    std::vector<std::string> names = layers[0].children;
+    names.push_back("");  // the block
+    for (const std::string& name : names) {
+      std::vector<std::string> rest;
+      for (const auto& i : r->chosen.instances) {
+        bool drop = false;
+        for (const auto& b : blocks) drop = drop || i == (name.empty() ? b : b + "." + name);
+        if (!drop) rest.push_back(i);
+      }
+      if (rest.size() == r->chosen.instances.size()) continue;
+      auto without = ev.Evaluate(rest);
+      ASSERT_TRUE(without.ok()) << without.status().message();
+      ++checked;
+      EXPECT_GT(without->total_bytes, r->chosen.total_bytes)
+          << "'" << (name.empty() ? "block" : name) << "' frees nothing in "
+          << ::testing::PrintToString(r->chosen.instances);
+    }
+  }
+  EXPECT_GT(checked, 4);
 }
 
 }  // namespace

@@ -281,3 +281,58 @@ TEST(SelectionAsConfig, RandomRoundTripsOnThe7B) {
 
 }  // namespace
 }  // namespace foundry
+
+namespace foundry {
+namespace {
+
+// --ckpt-syntax llm-foundry: what upstream accepts is said with its notes; what it refuses is an
+// error naming --ckpt-syntax foundry; the file carries every warning and note as a comment.
+TEST(SelectionAsConfig, LlmFoundrySyntax) {
+  const Graph& g = Model("models/exports/mpt_7b.onnx");
+  std::vector<std::string> sel = Paths(kMpt, {0, 1, 2});
+  for (int l = 3; l < 23; ++l) sel.push_back(kMpt + std::to_string(l) + ".attn");
+  auto ok = SelectionAsConfig(g, Sorted(sel), CkptSyntax::kLlmFoundry);
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->yaml, "{mptblock: first-3, grouped_query_attention: range-3-23}");
+  EXPECT_TRUE(ok->warnings.empty());
+  ASSERT_EQ(ok->notes.size(), 1u);
+  EXPECT_EQ(CkptConfigFile("head", *ok),
+            "# head\n# note: " + ok->notes[0] +
+                "\nmodel:\n  activation_checkpointing_target: {mptblock: first-3, "
+                "grouped_query_attention: range-3-23}\nfsdp_config:\n  activation_checkpointing: "
+                "true\n");
+
+  // The MPT-1B answer, on the 7B's layers: two names on blocks 22..23, an FFN key.
+  sel = Paths(kMpt, {}, "attn");
+  for (int l = 0; l < 24; ++l) sel.push_back(kMpt + std::to_string(l) + ".attn");
+  for (int l = 22; l < 32; ++l) sel.push_back(kMpt + std::to_string(l) + ".ffn");
+  auto refused = SelectionAsConfig(g, Sorted(sel), CkptSyntax::kLlmFoundry);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            "checkpoint selection: no name upstream llm-foundry resolves to a class selects "
+            "'transformer.blocks.22.ffn' alone (foundry's names for it: mptmlp, ffn, "
+            "transformer.blocks.*.ffn); upstream llm-foundry cannot say it (--ckpt-syntax "
+            "foundry writes it in foundry's richer syntax)");
+  // Attention and both norms on one block: each has an upstream name, but two on one block.
+  sel = {kMpt + "0.attn", kMpt + "0.norm_1", kMpt + "0.norm_2"};
+  refused = SelectionAsConfig(g, sel, CkptSyntax::kLlmFoundry);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            "checkpoint selection {grouped_query_attention: first-1, low_precision_layernorm: "
+            "first-1}: upstream llm-foundry rejects several names on one block: "
+            "grouped_query_attention, low_precision_layernorm share layer 0 (its overlap check "
+            "allows one name per block); upstream llm-foundry cannot say it (--ckpt-syntax "
+            "foundry writes it in foundry's richer syntax)");
+  // Said in foundry's syntax, the file carries the warnings as comments.
+  auto rich = SelectionAsConfig(g, sel, CkptSyntax::kFoundry);
+  ASSERT_TRUE(rich.ok()) << rich.status().message();
+  ASSERT_EQ(rich->warnings.size(), 1u);
+  EXPECT_TRUE(rich->notes.empty());
+  EXPECT_EQ(CkptConfigFile("head", *rich),
+            "# head\n# warning: " + rich->warnings[0] +
+                "\nmodel:\n  activation_checkpointing_target: " + rich->yaml +
+                "\nfsdp_config:\n  activation_checkpointing: true\n");
+}
+
+}  // namespace
+}  // namespace foundry

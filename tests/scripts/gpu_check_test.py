@@ -5,7 +5,8 @@ The build copies into OUT/lib each library of BUNDLED_LIBS from where ldd resolv
 stops on one it does not expect. Checked: every bundled library mapped to its first path; an
 unexpected library, an unresolved bundled one and a missing bundled one each fail with their
 message; a long input is read whole (an `awk '... exit'` behind an ldd loop under pipefail
-killed the build with SIGPIPE about one run in four).
+killed the build with SIGPIPE about one run in four). And run's NCCL finder (FIND_NCCL_PY) on
+made-up wheel folders.
 
 Run from anywhere: /usr/bin/python3 tests/scripts/gpu_check_test.py
 """
@@ -13,6 +14,7 @@ Run from anywhere: /usr/bin/python3 tests/scripts/gpu_check_test.py
 import os
 import subprocess
 import sys
+import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "scripts", "gpu-check.sh")
@@ -84,6 +86,38 @@ check(rc == 1 and "libyaml-cpp.so.0.7: not among the binaries' libraries; update
 # 3000 binaries' worth through a pipe: read to the end (no broken pipe), same answer.
 rc, out, err = resolve(ldd(build) * 3000)
 check(rc == 0 and len(out.splitlines()) == len(BUNDLED), f"a long input: exit {rc}, stderr {err[:200]!r}")
+
+
+def script_python(var):
+    """A python snippet of the script: VAR=' ... ' over several lines."""
+    with open(SCRIPT) as f:
+        lines = f.read().split("\n")
+    start = lines.index(var + "='")
+    return "\n".join(lines[start + 1:lines.index("'", start + 1)])
+
+
+# The NCCL finder (run's FOUNDRY_NCCL_LIBRARY): the first libnccl.so.2 of a wheel folder on
+# sys.path, PyTorch's nvidia/nccl/lib before torch/lib; none: "missing" and where it looked.
+FIND_NCCL = script_python("FIND_NCCL_PY")
+with tempfile.TemporaryDirectory() as tmp:
+    site1, site2 = os.path.join(tmp, "site1"), os.path.join(tmp, "site2")
+    for d in (os.path.join(site1, "torch", "lib"), os.path.join(site2, "nvidia", "nccl", "lib"),
+              os.path.join(site2, "torch", "lib")):
+        os.makedirs(d)
+    env = dict(os.environ, PYTHONPATH=site2 + os.pathsep + site1)
+    p = subprocess.run([sys.executable, "-S", "-c", FIND_NCCL], env=env, capture_output=True,
+                       text=True, timeout=60)
+    check(p.returncode == 0 and p.stdout.startswith("missing: no libnccl.so.2 in ")
+          and os.path.join(site2, "nvidia", "nccl", "lib") in p.stdout,
+          f"no libnccl.so.2 anywhere: exit {p.returncode}, {p.stdout!r} {p.stderr!r}")
+    for d in (os.path.join(site1, "torch", "lib"), os.path.join(site2, "nvidia", "nccl", "lib"),
+              os.path.join(site2, "torch", "lib")):
+        open(os.path.join(d, "libnccl.so.2"), "w").close()
+    p = subprocess.run([sys.executable, "-S", "-c", FIND_NCCL], env=env, capture_output=True,
+                       text=True, timeout=60)
+    want = "ok " + os.path.join(site2, "nvidia", "nccl", "lib", "libnccl.so.2")
+    check(p.returncode == 0 and p.stdout.strip() == want,
+          f"libnccl.so.2 in the wheels: want {want!r}, got {p.stdout!r} {p.stderr!r}")
 
 if failures:
     sys.exit(1)

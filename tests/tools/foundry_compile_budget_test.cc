@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -211,6 +212,101 @@ TEST_F(FoundryCompileBudgetTest, Errors) {
   EXPECT_EQ(bad.code, 2) << bad.err;
   EXPECT_EQ(bad.err.rfind("foundry-compile: error: --memory-budget: ", 0), 0u) << bad.err;
   EXPECT_FALSE(fs::exists(Path("model.plan")));
+}
+
+// --ckpt-syntax: llm-foundry (the default) and foundry; every note and warning of the answer is a
+// comment of the emitted file, and the file reads back to the same plan.
+TEST_F(FoundryCompileBudgetTest, CkptSyntaxNotesAreCommentsOfTheFile) {
+  auto [plain, all] = PlainAndAllBlocks();
+  const std::string budget = std::to_string((plain + all) / 2);
+  for (const std::string syntax : {"", "llm-foundry", "foundry"}) {
+    SCOPED_TRACE("syntax '" + syntax + "'");
+    std::vector<std::string> args = {
+        "--memory-budget", budget, "--emit-ckpt-config", Path("c.yaml"), "--report-json",
+        Path("c.json"),    "-o",   Path("c/m")};
+    if (!syntax.empty()) args.insert(args.end(), {"--ckpt-syntax", syntax});
+    ExecResult r = Compile(args);
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    const auto b = Json("c.json").at("budget");
+    EXPECT_EQ(b.at("ckpt_syntax"), syntax.empty() ? "llm-foundry" : syntax);
+    const std::string file = ReadWholeFile(Path("c.yaml"));
+    for (const auto& n : b.at("notes")) {
+      EXPECT_NE(file.find("\n# note: " + n.get<std::string>() + "\n"), std::string::npos) << file;
+      EXPECT_NE(r.out.find("  note: " + n.get<std::string>() + "\n"), std::string::npos) << r.out;
+    }
+    for (const auto& w : b.at("warnings"))
+      EXPECT_NE(file.find("\n# warning: " + w.get<std::string>() + "\n"), std::string::npos)
+          << file;
+    EXPECT_EQ(b.at("notes").empty(), syntax == "foundry");
+    EXPECT_NE(file.find("\n# note: llm-foundry reads activation_checkpointing_target in the "
+                        "training YAML's model section and activation_checkpointing in its "
+                        "fsdp_config section"),
+              std::string::npos)
+        << file;
+    if (syntax != "foundry") EXPECT_TRUE(b.at("warnings").empty()) << b.dump();
+    ExecResult back = Compile({"--ckpt-config", Path("c.yaml"), "-o", Path("d/m")});
+    ASSERT_EQ(back.code, 0) << back.out << back.err;
+    EXPECT_EQ(ReadWholeFile(Path("c/m.plan")), ReadWholeFile(Path("d/m.plan")));
+  }
+  ExecResult bad = Compile({"--memory-budget", budget, "--ckpt-syntax", "upstream"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err,
+            "foundry-compile: error: --ckpt-syntax: 'upstream' is not a checkpoint syntax; write "
+            "llm-foundry (only answers upstream llm-foundry accepts) or foundry (any selection "
+            "foundry reads)\n");
+  ExecResult alone = Compile({"--ckpt-syntax", "foundry", "--dry-run"});
+  EXPECT_EQ(alone.code, 2);
+  EXPECT_EQ(alone.err,
+            "foundry-compile: error: --ckpt-syntax says what --memory-budget may answer; give "
+            "--memory-budget\n");
+}
+
+// A Hugging Face model under the default syntax: every block, said by the flag alone (llm-foundry
+// reads no target for it), which reads back to the same plan; --merge-into refuses to write it.
+TEST_F(FoundryCompileBudgetTest, LlamaIsEveryBlockByTheFlag) {
+  const std::string llama = std::string(FOUNDRY_SOURCE_DIR) + "/models/fixtures/llama_tiny/";
+  auto compile = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), llama + "model.onnx");
+    args.insert(args.end(), {"--dim", "batch=2", "--dim", "seq=16"});
+    return Exec(kCompile, args, dir_);
+  };
+  ASSERT_EQ(compile({"--dry-run", "--report-json", Path("p.json")}).code, 0);
+  ASSERT_EQ(compile({"--dry-run", "--ckpt", "block", "--report-json", Path("b.json")}).code, 0);
+  const int64_t plain = Json("p.json").at("memory").at("total_bytes").get<int64_t>();
+  const int64_t every = Json("b.json").at("memory").at("total_bytes").get<int64_t>();
+  ASSERT_LT(every, plain);
+  const std::string budget = std::to_string(plain - 1);
+  ExecResult r = compile({"--memory-budget", budget, "--emit-ckpt-config", Path("l.yaml"),
+                          "--report-json", Path("l.json"), "-o", Path("l/m")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("  fsdp_config.activation_checkpointing: true (every block, no target)\n"),
+            std::string::npos)
+      << r.out;
+  const auto j = Json("l.json");
+  EXPECT_EQ(j.at("memory").at("total_bytes").get<int64_t>(), every);
+  EXPECT_TRUE(j.at("budget").at("every_block_by_flag").get<bool>());
+  const std::string file = ReadWholeFile(Path("l.yaml"));
+  EXPECT_EQ(file.substr(file.rfind("\n# note: ") + 1),
+            "# note: " + j.at("budget").at("notes").at(0).get<std::string>() +
+                "\nfsdp_config:\n  activation_checkpointing: true\n");
+  ExecResult back = compile({"--ckpt-config", Path("l.yaml"), "-o", Path("k/m")});
+  ASSERT_EQ(back.code, 0) << back.out << back.err;
+  EXPECT_EQ(ReadWholeFile(Path("l/m.plan")), ReadWholeFile(Path("k/m.plan")));
+  // --ckpt-syntax foundry finds a finer selection at the same budget.
+  r = compile({"--memory-budget", budget, "--ckpt-syntax", "foundry", "--dry-run", "--report-json",
+               Path("f.json")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_LT(Json("f.json").at("budget").at("chosen").at("instances").size(), 2u);
+  std::ofstream(Path("train.yaml")) << "model:\n  name: hf_causal_lm\nfsdp_config:\n"
+                                       "  sharding_strategy: FULL_SHARD\n";
+  r = compile({"--memory-budget", budget, "--dry-run", "--emit-ckpt-config", Path("m.yaml"),
+               "--merge-into", Path("train.yaml")});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_EQ(r.err, "foundry-compile: error: --merge-into " + Path("train.yaml") +
+                       ": the answer is fsdp_config.activation_checkpointing: true with no "
+                       "model.activation_checkpointing_target (a non-MPT model), which "
+                       "--merge-into does not write; set the flag by hand, or drop --merge-into "
+                       "for the fragment\n");
 }
 
 }  // namespace
