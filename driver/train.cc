@@ -392,7 +392,8 @@ Status FinishRun(const RunRequest& r, Trainer& t, const RunResult& result, const
     RETURN_IF_ERROR(outputs.Write(r.loss_curve, run_log.LossCurveSvg(CurveOptions(r, t))));
   RETURN_IF_ERROR(outputs.Commit());
   // Data parallel: the other ranks wait in Trainer::JoinSave until the save is in place.
-  if (!r.save_dir.empty() && t.world_size() > 1) RETURN_IF_ERROR(r.trainer.comm->Barrier());
+  if (!r.save_dir.empty() && t.world_size() > 1)
+    RETURN_IF_ERROR((r.trainer.host_comm ? r.trainer.host_comm : r.trainer.comm)->Barrier());
   std::ostream* log = r.log;
   if (!log) return Status::Ok();
   if (!r.trainer.dump_grads_dir.empty() && r.steps > 0)

@@ -142,6 +142,10 @@ struct TrainerOptions {
   // N ranks this process is one of (runtime/communicator.h; foundry-run under mpirun: MPI).
   // Required, of size N, for such a plan; a plan for one process refuses one of size > 1.
   Communicator* comm = nullptr;
+  // The same ranks over host memory, for the trainer's own exchanges (token counts, loss terms,
+  // gradient norms, the saves' gathers): needed when `comm` moves device memory (NCCL); null:
+  // `comm` itself (MPI).
+  Communicator* host_comm = nullptr;
 };
 
 struct StepReport {
@@ -342,7 +346,8 @@ class Trainer {
     std::map<std::string, Tensor> params, m, v;
   };
   StatusOr<SavedState> GatherState() const;
-  Communicator* comm_ = nullptr;
+  Communicator* comm_ = nullptr;       // the collective ops' (KernelContext::comm)
+  Communicator* host_comm_ = nullptr;  // the trainer's own exchanges, of host memory
   int rank_ = 0, world_ = 1;
   bool sharded_ = false;                      // SHARD_GRAD_OP, FULL_SHARD: parameters are shards
   std::optional<SafetensorsFile> init_file_;  // the plan's sharding init, while Create reads it

@@ -101,7 +101,7 @@ Status Trainer::Save(const std::string& dir_arg) const {
   RETURN_IF_ERROR(SaveInto(folder));
   RETURN_IF_ERROR(outputs.Commit());
   // Data parallel: the other ranks (JoinSave) go on once the save is in place.
-  return world_ > 1 ? comm_->Barrier() : Status::Ok();
+  return world_ > 1 ? host_comm_->Barrier() : Status::Ok();
 }
 
 Status Trainer::SaveInto(const std::string& folder) const {

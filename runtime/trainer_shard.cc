@@ -58,6 +58,18 @@ Status Trainer::ResolveWorld() {
     if (running != planned)
       return Error("this plan is for " + n + " ranks; run it with mpirun -n " + n +
                    " foundry-run ...");
+    // The trainer's own exchanges (token counts, loss terms, norms, saves) are of host memory.
+    host_comm_ = options_.host_comm ? options_.host_comm : comm_;
+    if (host_comm_->name() != "mpi")
+      return Error("the trainer exchanges token counts, losses and saves in host memory, and the " +
+                   std::string(comm_->name()) +
+                   " communicator moves device memory; give the trainer a host communicator "
+                   "(TrainerOptions::host_comm, MPI) of the same ranks");
+    if (host_comm_->size() != comm_->size() || host_comm_->rank() != comm_->rank())
+      return Error("the host communicator is rank " + std::to_string(host_comm_->rank()) + " of " +
+                   std::to_string(host_comm_->size()) + " and the " + std::string(comm_->name()) +
+                   " one rank " + std::to_string(comm_->rank()) + " of " +
+                   std::to_string(comm_->size()) + "; give both the same ranks");
     if (comm_->name() == "mpi" && !backend_->host_memory())
       return Error("the MPI communicator moves host memory and the " +
                    std::string(backend_->name()) +
@@ -126,7 +138,7 @@ StatusOr<Tensor> Trainer::GatherFull(const std::string& name, const Tensor& shar
   if (!sp) return shard;
   const int64_t c = sp->shard;
   ASSIGN_OR_RETURN(Tensor all, Tensor::Allocate(DType::kFloat32, {world_ * c}));
-  RETURN_IF_ERROR(comm_->AllGather(shard.raw(), all.raw(), c * 4));
+  RETURN_IF_ERROR(host_comm_->AllGather(shard.raw(), all.raw(), c * 4));
   ASSIGN_OR_RETURN(Tensor full, Tensor::Allocate(DType::kFloat32, sp->shape));
   std::memcpy(full.raw(), all.raw(), static_cast<size_t>(full.numel()) * sizeof(float));
   return full;
@@ -136,7 +148,7 @@ StatusOr<Tensor> Trainer::GatherFull(const std::string& name, const Tensor& shar
 Status Trainer::ExchangeCounts(std::vector<int64_t>& counts) const {
   const int64_t K = static_cast<int64_t>(counts.size());
   std::vector<int64_t> all(static_cast<size_t>(world_ * K));
-  RETURN_IF_ERROR(comm_->AllGather(counts.data(), all.data(), K * 8));
+  RETURN_IF_ERROR(host_comm_->AllGather(counts.data(), all.data(), K * 8));
   counts.assign(all.size(), 0);
   for (int64_t r = 0; r < world_; ++r)
     for (int64_t k = 0; k < K; ++k)
@@ -151,7 +163,7 @@ Status Trainer::ExchangeStepTerms(std::vector<float>& terms, bool& finite) const
   std::vector<float> mine(terms);
   mine.push_back(finite ? 1.0f : 0.0f);
   std::vector<float> all(static_cast<size_t>(world_ * (K + 1)));
-  RETURN_IF_ERROR(comm_->AllGather(mine.data(), all.data(), (K + 1) * 4));
+  RETURN_IF_ERROR(host_comm_->AllGather(mine.data(), all.data(), (K + 1) * 4));
   terms.assign(static_cast<size_t>(world_ * K), 0.0f);
   finite = true;
   for (int64_t r = 0; r < world_; ++r) {
@@ -177,7 +189,7 @@ StatusOr<float> Trainer::ShardedGradNorm() {
   for (size_t i = 0; i < P; ++i)
     mine[i] = SumOfSquares(clipped_gradients_[i]->data<float>(), clipped_gradients_[i]->numel());
   std::vector<double> all(P * static_cast<size_t>(world_));
-  RETURN_IF_ERROR(comm_->AllGather(mine.data(), all.data(), static_cast<int64_t>(P) * 8));
+  RETURN_IF_ERROR(host_comm_->AllGather(mine.data(), all.data(), static_cast<int64_t>(P) * 8));
   std::vector<double> sums(P, 0.0);
   for (size_t i = 0; i < P; ++i) {
     if (!ShardOf(plan_.plan.parameters[i])) {
@@ -211,7 +223,7 @@ Status Trainer::JoinSave() const {
   if (world_ == 1) return Status::Ok();
   if (failed_) return Error("--save: a step failed; nothing to save");
   if (sharded_) RETURN_IF_ERROR(GatherState().status());
-  return comm_->Barrier();
+  return host_comm_->Barrier();
 }
 
 }  // namespace foundry

@@ -24,8 +24,8 @@
 //    rank holds whole and equal), then the summed shards all-gathered and the first numel written
 //    to grad. Workspace: send at 0 (its first c floats then hold the summed shard), recv at
 //    R(N*c*4), gathered at 2*R(N*c*4).
-// With N = 1 (no plan has such nodes; the planned workspace is then 0) nothing is exchanged: the
-// same arithmetic runs without the workspace.
+// With N = 1 (no plan has such nodes) nothing is exchanged: the same arithmetic runs without the
+// workspace.
 #include <algorithm>
 #include <cstring>
 #include <string>
