@@ -4,8 +4,8 @@
 // foundry::ReduceScatterGradient (SHARD_GRAD_OP / FULL_SHARD, replacing foundry::
 // AccumulateGradient when K > 1); sharded parameters f32 [c] without data, one foundry::AllGather
 // per parameter before the graph; the full initial values in the plan's init safetensors file).
-// Run on every rank of an mpirun world (ctest data_parallel_trainer_test_np2 starts 2; the plain
-// entry, one process, checks only the refusals). Every rank also trains the one-process plan
+// Run on every rank of an mpirun world (ctest runtime_data_parallel_trainer_test_np2 starts 2; the
+// plain entry, one process, checks only the refusals). Every rank also trains the one-process plan
 // with --grad-accum N*K over the same global batch, the reference:
 //  - losses of every step and the final weights (gathered) bitwise equal, AdamW, K = 1 and 2;
 //  - a save at N (sharded: model.safetensors and full-shape slots, no model.onnx) resumed at N
