@@ -66,6 +66,10 @@ std::vector<MemoryClass> PlannedClasses() {
   return classes;
 }
 
+// Data parallel (issue 24): rank 0 writes every file; the other ranks take part in the saves'
+// gathers (Trainer::JoinSave) and write nothing.
+bool WritesFiles(const RunRequest& r) { return !r.trainer.comm || r.trainer.comm->rank() == 0; }
+
 // Periodic checkpoints: the steps of this run that write one.
 bool SavesAt(const RunRequest& r, int64_t step, int64_t last_step) {
   return r.save_interval > 0 && !r.save_folder.empty() &&
@@ -117,6 +121,7 @@ Status CheckLogOutputs(const RunRequest& r, int64_t first_step, OutputSet& outpu
 // first step: the save folder, the report file, the first step's dumps. None may be an input, lie
 // in the --resume save, or be another output.
 Status CheckBeforeTheSteps(const RunRequest& r, Trainer& t, OutputSet& outputs) {
+  if (!WritesFiles(r)) return Status::Ok();
   for (const std::string& input : t.input_files())
     RETURN_IF_ERROR(outputs.AddInput(input, "an input of this run"));
   RETURN_IF_ERROR(outputs.AddInput(t.resume_dir(), "the --resume save, an input of this run"));
@@ -154,6 +159,11 @@ void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t) {
     log << "  batch      " << t.batch() << " x " << t.seq() << " per microbatch, "
         << t.accumulation_steps() << " microbatches per step (gradient accumulation: "
         << t.accumulation_steps() * t.batch() * t.seq() << " tokens/step)\n";
+  if (t.world_size() > 1)
+    log << "  ranks      " << t.world_size() << " (" << t.options().comm->name() << ", "
+        << lp.plan.sharding->strategy << "): rank r's microbatch k is global microbatch k*"
+        << t.world_size() << "+r, " << t.world_size() * t.accumulation_steps() * t.batch()
+        << " sequences a step\n";
   log << "  data       " << t.DataDescription() << "\n";
   if (const std::string labels = t.data_source().DescribeLabels(); !labels.empty())
     log << "  labels     " << labels << "\n";
@@ -211,6 +221,7 @@ RunLog::CurveOptions CurveOptions(const RunRequest& r, const Trainer& t) {
 // After step `step`, when it is one: DIR/step<N> written whole (Trainer::Save), the loss curve
 // refreshed, and the oldest of this run's checkpoints past --save-keep removed.
 Status SaveCheckpoint(const RunRequest& r, Trainer& t, RunLog& log, RunResult& result) {
+  if (!WritesFiles(r)) return t.JoinSave();
   const std::string dir = CheckpointPath(r, t.step());
   RETURN_IF_ERROR(t.Save(dir));
   result.checkpoints.push_back(dir);
@@ -370,6 +381,7 @@ RunMemory MeasureMemory(const Trainer& t, const Evaluator* eval, int64_t other_b
 // lines that say where they are.
 Status FinishRun(const RunRequest& r, Trainer& t, const RunResult& result, const RunLog& run_log,
                  OutputSet& outputs) {
+  if (!WritesFiles(r)) return r.save_dir.empty() ? Status::Ok() : t.JoinSave();
   if (!r.save_dir.empty()) {
     ASSIGN_OR_RETURN(std::string folder, outputs.Stage(r.save_dir));
     RETURN_IF_ERROR(t.SaveInto(folder).Prepend("--save " + r.save_dir + ": "));
@@ -379,6 +391,9 @@ Status FinishRun(const RunRequest& r, Trainer& t, const RunResult& result, const
   if (!r.loss_curve.empty())
     RETURN_IF_ERROR(outputs.Write(r.loss_curve, run_log.LossCurveSvg(CurveOptions(r, t))));
   RETURN_IF_ERROR(outputs.Commit());
+  // Data parallel: the other ranks wait in Trainer::JoinSave until the save is in place.
+  if (!r.save_dir.empty() && t.world_size() > 1)
+    RETURN_IF_ERROR((r.trainer.host_comm ? r.trainer.host_comm : r.trainer.comm)->Barrier());
   std::ostream* log = r.log;
   if (!log) return Status::Ok();
   if (!r.trainer.dump_grads_dir.empty() && r.steps > 0)
@@ -453,6 +468,9 @@ StatusOr<RunResult> Train(const RunRequest& r) {
   OutputSet outputs;
   RETURN_IF_ERROR(CheckBeforeTheSteps(r, t, outputs));
   std::unique_ptr<Evaluator> eval;
+  if (!r.eval.data_path.empty() && t.world_size() > 1)
+    return Error("--eval-data: the eval graph of a plan for " + std::to_string(t.world_size()) +
+                 " ranks does not run yet; evaluate a save of it with a plan for one process");
   if (!r.eval.data_path.empty()) {
     RETURN_IF_ERROR(
         outputs.AddInput(r.eval.data_path, "the --eval-data file, an input of this run"));

@@ -250,6 +250,16 @@ TokenBatch MakeTokenBatch(const std::vector<int64_t>& windows, int64_t batch, in
 
 namespace {
 
+// Whether `value` is a parameter gathered whole from its shards (foundry::AllGather, a plan
+// compiled with --world-size: issue 24).
+bool GatheredParameter(const Graph& g, const std::string& value) {
+  for (const Node& n : g.nodes)
+    if (n.domain == "foundry" && n.op_type == "AllGather" &&
+        std::find(n.outputs.begin(), n.outputs.end(), value) != n.outputs.end())
+      return true;
+  return false;
+}
+
 // The plan input that an embedding Gather (float initializer data, axis 0) takes as indices,
 // and that embedding's row count.
 void FindTokenInput(const Graph& g, const std::vector<std::string>& inputs, std::string* input,
@@ -259,8 +269,8 @@ void FindTokenInput(const Graph& g, const std::vector<std::string>& inputs, std:
     if (n.GetInt("axis", 0) != 0) continue;
     if (std::find(inputs.begin(), inputs.end(), n.inputs[1]) == inputs.end()) continue;
     const Value* table = g.FindValue(n.inputs[0]);
-    if (!table || !g.IsInitializer(n.inputs[0]) || !IsFloat(table->dtype) ||
-        table->shape.size() != 2)
+    if (!table || !(g.IsInitializer(n.inputs[0]) || GatheredParameter(g, n.inputs[0])) ||
+        !IsFloat(table->dtype) || table->shape.size() != 2)
       continue;
     *input = n.inputs[1];
     *vocab = table->shape[0];

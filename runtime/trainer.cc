@@ -57,10 +57,19 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
   t->plan_ = std::move(plan);
   t->options_ = options;
   t->RecordInputFiles();
+  RETURN_IF_ERROR(t->ResolveWorld());
   ASSIGN_OR_RETURN(TensorMap params, t->TakeParameters());
   if (!options.init_from.empty())
     RETURN_IF_ERROR(
         LoadSafetensorsInto(options.init_from, t->plan_.graph, t->plan_.plan.parameters, params));
+  // Sharded parameters were taken whole: now each rank keeps its shard.
+  for (auto& [name, param] : params)
+    if (const ShardedParameter* sp = t->ShardOf(name)) {
+      ScopedMemoryClass scope(MemoryClass::kParameter);
+      param = t->SliceShard(param, *sp);
+      param.SetMemoryClass(MemoryClass::kParameter);
+    }
+  t->init_file_.reset();
   RETURN_IF_ERROR(t->CheckGraphData());
   ASSIGN_OR_RETURN(TensorMap fed, t->ReadFeeds());
   std::set<std::string> fed_names;
@@ -108,9 +117,13 @@ Status Trainer::ResolveAccumulation() {
   for (const auto& name : plan_.plan.parameters) {
     const std::string& grad = plan_.plan.gradients.at(name);
     const int producer = use.Producer(grad);
-    const bool accumulated =
-        producer >= 0 && plan_.graph.nodes[static_cast<size_t>(producer)].domain == "foundry" &&
-        plan_.graph.nodes[static_cast<size_t>(producer)].op_type == "AccumulateGradient";
+    const Node* writer =
+        producer >= 0 ? &plan_.graph.nodes[static_cast<size_t>(producer)] : nullptr;
+    // Data parallel: the gradient collectives accumulate themselves (spec24.md).
+    const bool accumulated = writer && writer->domain == "foundry" &&
+                             (writer->op_type == "AccumulateGradient" ||
+                              (world_ > 1 && (writer->op_type == "ReduceScatterGradient" ||
+                                              writer->op_type == "AllReduceGradient")));
     if (planned > 1 && !accumulated)
       return Error("'" + plan_.plan_path + "' is a damaged foundry plan (it records " +
                    "grad_accumulation " + k + " but no foundry::AccumulateGradient writes '" +
@@ -152,7 +165,10 @@ StatusOr<std::map<std::string, Tensor>> Trainer::TakeParameters() {
       return Error("parameter '" + name + "' has no concrete shape (" + v->TypeString() + ")");
     ScopedMemoryClass scope(MemoryClass::kParameter);
     Tensor& param = params[name];
-    if (!v->data)
+    if (const ShardedParameter* sp = ShardOf(name)) {
+      // A shard in the graph (no data): the full value, sliced once --init-from had its say.
+      ASSIGN_OR_RETURN(param, FullInitialValue(name, *sp));
+    } else if (!v->data)
       param = InitParameter(name, v->shape, options_.init_seed);
     else if (v->data.use_count() == 1)
       param = std::move(const_cast<Tensor&>(*v->data));  // the graph's only reference
@@ -258,7 +274,16 @@ Status Trainer::CreateExecutor(std::map<std::string, Tensor>& fed) {
 
 int64_t Trainer::num_parameter_elements() const {
   int64_t n = 0;
-  for (const auto& name : plan_.plan.parameters) n += store_->host_params().at(name).numel();
+  for (const auto& name : plan_.plan.parameters) {
+    const ShardedParameter* sp = ShardOf(name);  // a shard: the whole parameter's count
+    if (!sp) {
+      n += store_->host_params().at(name).numel();
+      continue;
+    }
+    int64_t numel = 1;
+    for (int64_t d : sp->shape) numel *= d;
+    n += numel;
+  }
   return n;
 }
 
@@ -314,9 +339,11 @@ StatusOr<StepReport> Trainer::Step() {
   InterpretOptions io;
   io.ctx.seed = StepSeed(options_.seed, step);
   io.ctx.training = true;
+  io.ctx.comm = comm_;
   float loss = 0;  // sum_k s_k * loss_k, in f32 as Composer adds it
   bool losses_finite = true;
-  if (K == 1) {
+  std::vector<float> terms;  // more than one rank: this rank's s_k * loss_k, exchanged below
+  if (K == 1 && world_ == 1) {
     RETURN_IF_ERROR(BuildBatch());
     r.batch_seconds = since(start);
     auto t = Clock::now();
@@ -329,7 +356,8 @@ StatusOr<StepReport> Trainer::Step() {
       auto t = Clock::now();
       RETURN_IF_ERROR(BuildMicrobatch(k));
       r.batch_seconds += since(t);
-      io.ctx.seed = MicrobatchSeed(options_.seed, step, k);
+      // Rank r's microbatch k is the global microbatch k * N + r (k without ranks).
+      io.ctx.seed = MicrobatchSeed(options_.seed, step, k * world_ + rank_);
       io.ctx.grad_scale = micro_scales_[static_cast<size_t>(k)];
       io.ctx.grad_accumulate = k > 0;
       t = Clock::now();
@@ -342,11 +370,26 @@ StatusOr<StepReport> Trainer::Step() {
       r.check_seconds += since(t);
       losses_finite = losses_finite && part->finite;
       loss += part->loss * io.ctx.grad_scale;
+      if (world_ > 1) terms.push_back(part->loss * io.ctx.grad_scale);
     }
   }
   auto t = Clock::now();
   StatusOr<StepCheck> check = backend_->CheckStep(output(plan_.plan.loss), gradients_, status_);
   if (!check.ok()) return check.status().Prepend(prefix);
+  if (world_ > 1) {
+    // Every rank's terms in global microbatch order, and whether every rank is finite: the
+    // replay below runs no collectives, so a world reports the step without it.
+    terms.push_back(check->loss * io.ctx.grad_scale);
+    bool finite = check->finite && losses_finite;
+    RETURN_IF_ERROR(ExchangeStepTerms(terms, finite).Prepend(prefix));
+    if (!finite) {
+      failed_ = true;
+      return Error(prefix + "a loss or gradient is not finite on some rank (with " +
+                   std::to_string(world_) +
+                   " ranks the step is not replayed to name the node that produced it); lower "
+                   "--lr, or check the inputs and weights");
+    }
+  }
   r.check_seconds += since(t);
   if (!check->finite || !losses_finite) {
     failed_ = true;
@@ -368,12 +411,17 @@ StatusOr<StepReport> Trainer::Step() {
   if (options_.grad_norm || options_.clip_norm > 0) {
     t = Clock::now();
     StatusOr<float> norm =
-        backend_->ClipGradNorm(clipped_gradients_, options_.clip_norm, norm_scratch_);
+        sharded_ ? ShardedGradNorm()
+                 : backend_->ClipGradNorm(clipped_gradients_, options_.clip_norm, norm_scratch_);
     if (!norm.ok()) return norm.status().Prepend(prefix);
     r.grad_norm = *norm;
     r.norm_seconds = since(t);
   }
   loss = K == 1 ? check->loss : loss + check->loss * io.ctx.grad_scale;
+  if (world_ > 1) {
+    loss = 0;  // sum_j s_j * loss_j in j order, as one process with --grad-accum N*K adds them
+    for (float term : terms) loss += term;
+  }
   // Dumps: every target is checked before any is written.
   ASSIGN_OR_RETURN(std::vector<Dump> dumps, PrepareDumps());
   // From here on the parameters are being changed in place: any error ends the trainer.
@@ -386,7 +434,7 @@ StatusOr<StepReport> Trainer::Step() {
   RETURN_IF_ERROR(WriteDumps(dumps));
   failed_ = false;
   step_ = step;
-  data_position_ += K * data_.batch;
+  data_position_ += K * world_ * data_.batch;
   ++steps_this_run_;
 
   r.step = step;
@@ -414,8 +462,10 @@ Status Trainer::PrepareMicrobatches(int64_t step) {
   std::vector<int64_t> counts(static_cast<size_t>(K), 1);
   const bool labelled = !data_.labels_input.empty();
   for (int64_t k = 0; k < K; ++k) {
+    // Rank r's microbatch k reads the windows of global microbatch j = k * N + r.
     if (data_.token_batches())
-      RETURN_IF_ERROR(ReadStepWindows(data_, options_.seed, data_position_ + k * data_.batch,
+      RETURN_IF_ERROR(ReadStepWindows(data_, options_.seed,
+                                      data_position_ + (k * world_ + rank_) * data_.batch,
                                       micro_windows_[static_cast<size_t>(k)]));
     if (!labelled) continue;  // no labels to count: the microbatches weigh the same
     if (k > 0 && !data_.labels_from_windows()) {
@@ -425,16 +475,19 @@ Status Trainer::PrepareMicrobatches(int64_t step) {
     RETURN_IF_ERROR(BuildMicrobatch(k));
     ASSIGN_OR_RETURN(counts[static_cast<size_t>(k)], MicrobatchLossTokens());
   }
+  if (world_ > 1)
+    RETURN_IF_ERROR(ExchangeCounts(counts).Prepend("step " + std::to_string(step) + ": "));
   int64_t total = 0;
   for (int64_t n : counts) total += n;
   if (total == 0)
-    return Error("step " + std::to_string(step) + ": every label of its " + std::to_string(K) +
-                 " microbatches is the loss's ignore_index " +
+    return Error("step " + std::to_string(step) + ": every label of its " +
+                 std::to_string(K * world_) + " microbatches is the loss's ignore_index " +
                  std::to_string(ignore_index_.value_or(0)) +
                  "; there are no tokens to average the loss over");
   for (int64_t k = 0; k < K; ++k)
-    micro_scales_[static_cast<size_t>(k)] = static_cast<float>(
-        static_cast<double>(counts[static_cast<size_t>(k)]) / static_cast<double>(total));
+    micro_scales_[static_cast<size_t>(k)] =
+        static_cast<float>(static_cast<double>(counts[static_cast<size_t>(k * world_ + rank_)]) /
+                           static_cast<double>(total));
   return Status::Ok();
 }
 
@@ -487,7 +540,8 @@ Status Trainer::CheckCanStep() const {
                  " schedule needs the run's total steps (--max-steps)");
   if (step_ == INT64_MAX) return Error("step " + std::to_string(step_) + " is the last one");
   // Window indices (position + b) * (seq + 1) + t must fit int64 (SyntheticWindow, ReadWindow).
-  if (data_.batch > 0 && data_position_ > INT64_MAX / (data_.seq + 1) - accumulation_ * data_.batch)
+  if (data_.batch > 0 &&
+      data_position_ > INT64_MAX / (data_.seq + 1) - accumulation_ * world_ * data_.batch)
     return Error("step " + std::to_string(step_ + 1) + ": the data position " +
                  std::to_string(data_position_) + " is past the last window foundry can address");
   return Status::Ok();

@@ -49,6 +49,24 @@
 // The step's loss is sum_k s_k * loss_k (in f32, as Composer's total). The finite check and the
 // optimizer update run once, after the last microbatch. A step with N = 0 is an error.
 //
+// Data parallel (issue 24; a plan with a "sharding" section, compiled with --world-size N;
+// TrainerOptions::comm its N ranks; runtime/trainer_shard.cc). Rank r's microbatch k of a step is
+// the global microbatch j = k*N + r: it reads the windows from position + j*batch (a step
+// consumes N*K*batch windows) and draws its dropout from MicrobatchSeed(seed, step, j); the
+// microbatches' loss-token counts are exchanged and s_j = n_j / N_tot formed as above (also when
+// K = 1); the step's loss is sum_j s_j * loss_j, added in j order after the ranks exchange their
+// terms. The gradient collectives in the graph add the ranks' scaled partials in rank order
+// (kernels/cpu/collective.cc), so losses and weights are bitwise the one-process run's with
+// --grad-accum N*K over the same windows. SHARD_GRAD_OP and FULL_SHARD parameters (and their
+// optimizer slots and gradients) are the rank's shard, f32 [c], c = ceil(numel / N), flat(P)[r*c,
+// (r+1)*c) zero-padded; they start from the full initial value (the plan's init file, else
+// InitParameter of the full shape, else --init-from) sliced. The finite check and the gradient
+// norm take every rank's part; a non-finite step is reported without the Interpret replay (it
+// cannot run collectives). A save is the same for any N: every rank gathers the full parameters
+// and slots, rank 0 writes them (unpadded, full shapes), the others write nothing (JoinSave);
+// a sharded save has no model.onnx (the sharded training graph cannot carry full weights): its
+// parameters are model.safetensors. Resume reads either kind on any N and slices.
+//
 // Resume contract: N steps, Save, Resume, M steps is bitwise identical (losses and weights) to
 // N + M steps in one run. Everything a step reads is saved: parameters, optimizer slots, the step
 // count (bias correction, dropout seeds), the data position, the seeds.
@@ -68,12 +86,14 @@
 #include "base/tensor.h"
 #include "compiler/memory_plan.h"
 #include "runtime/backend.h"
+#include "runtime/communicator.h"
 #include "runtime/data.h"
 #include "runtime/executor.h"
 #include "runtime/loaded_plan.h"
 #include "runtime/optimizer.h"
 #include "runtime/param_init.h"
 #include "runtime/parameter_store.h"
+#include "runtime/safetensors.h"
 #include "runtime/schedule.h"
 #include "runtime/train_state.h"
 
@@ -118,6 +138,14 @@ struct TrainerOptions {
   int64_t accumulation_steps = 0;
   // How labels are formed from token windows (--labels); kAuto: the plan's rule (step 1 above).
   LabelRule labels = LabelRule::kAuto;
+  // Data-parallel training (a plan compiled with --world-size N; see "Data parallel" above): the
+  // N ranks this process is one of (runtime/communicator.h; foundry-run under mpirun: MPI).
+  // Required, of size N, for such a plan; a plan for one process refuses one of size > 1.
+  Communicator* comm = nullptr;
+  // The same ranks over host memory, for the trainer's own exchanges (token counts, loss terms,
+  // gradient norms, the saves' gathers): needed when `comm` moves device memory (NCCL); null:
+  // `comm` itself (MPI).
+  Communicator* host_comm = nullptr;
 };
 
 struct StepReport {
@@ -176,6 +204,13 @@ class Trainer {
   // DIR/optimizer/<param>.m.pb and .v.pb, DIR/state.json. Written into a temp folder, then swapped
   // in, so DIR is always either the old save or the new one.
   Status Save(const std::string& dir) const;
+  // A rank other than 0 of a data-parallel run, where rank 0 calls Save (or SaveInto, then
+  // commits, then Communicator::Barrier): its part of the save's gathers, then the barrier
+  // after which the save is in place; it writes nothing.
+  Status JoinSave() const;
+  // This process's rank and the world size (0 and 1 without a communicator).
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
   // The same save written into `folder` (empty, made by the caller: an OutputSet's staged
   // folder for --save, committed with the run's other outputs).
   Status SaveInto(const std::string& folder) const;
@@ -203,7 +238,7 @@ class Trainer {
   int64_t batch() const { return data_.batch; }
   int64_t seq() const { return data_.seq; }
   int64_t vocab() const { return data_.vocab; }
-  int64_t num_parameter_elements() const;
+  int64_t num_parameter_elements() const;  // of the whole model (not a rank's shards)
   const LoadedPlan& plan() const { return plan_; }
   const TrainerOptions& options() const { return options_; }
   // "synthetic tokens (seed 0)", "--data FILE (uint16, 1000 tokens)", "--feed"
@@ -296,6 +331,26 @@ class Trainer {
   std::optional<int64_t> ignore_index_;  // the loss op's, when it has one
   // Every file the run reads: never overwritten by a dump or a save.
   std::vector<std::string> input_files_;
+
+  // Data parallel (runtime/trainer_shard.cc).
+  Status ResolveWorld();
+  const ShardedParameter* ShardOf(const std::string& name) const;
+  StatusOr<Tensor> FullInitialValue(const std::string& name, const ShardedParameter& sp);
+  Tensor SliceShard(const Tensor& full, const ShardedParameter& sp) const;
+  StatusOr<Tensor> GatherFull(const std::string& name, const Tensor& shard) const;
+  Status ExchangeCounts(std::vector<int64_t>& counts) const;
+  Status ExchangeStepTerms(std::vector<float>& terms, bool& finite) const;
+  StatusOr<float> ShardedGradNorm();
+  // The parameters and slots as a save writes them: full shapes, gathered from every rank.
+  struct SavedState {
+    std::map<std::string, Tensor> params, m, v;
+  };
+  StatusOr<SavedState> GatherState() const;
+  Communicator* comm_ = nullptr;       // the collective ops' (KernelContext::comm)
+  Communicator* host_comm_ = nullptr;  // the trainer's own exchanges, of host memory
+  int rank_ = 0, world_ = 1;
+  bool sharded_ = false;                      // SHARD_GRAD_OP, FULL_SHARD: parameters are shards
+  std::optional<SafetensorsFile> init_file_;  // the plan's sharding init, while Create reads it
 };
 
 }  // namespace foundry

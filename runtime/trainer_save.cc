@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "base/file_util.h"
@@ -38,6 +39,15 @@ bool IsInside(const std::string& path, const std::string& dir) {
 // ---- save / resume -------------------------------------------------------------------------
 
 namespace {
+
+// The ranks a save was written by ("world_size" in its state.json; 1 when absent).
+int64_t SavedWorldSize(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / "state.json");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("world_size") || !j["world_size"].is_number_integer()) return 1;
+  const int64_t n = j["world_size"].get<int64_t>();
+  return n >= 1 ? n : 1;
+}
 
 std::string NormalDir(const std::string& dir_arg) {
   std::string dir = fs::path(dir_arg).lexically_normal().string();
@@ -89,7 +99,9 @@ Status Trainer::Save(const std::string& dir_arg) const {
   RETURN_IF_ERROR(outputs.AddFolder(dir_arg, "--save"));
   ASSIGN_OR_RETURN(std::string folder, outputs.Stage(dir_arg));
   RETURN_IF_ERROR(SaveInto(folder));
-  return outputs.Commit();
+  RETURN_IF_ERROR(outputs.Commit());
+  // Data parallel: the other ranks (JoinSave) go on once the save is in place.
+  return world_ > 1 ? host_comm_->Barrier() : Status::Ok();
 }
 
 Status Trainer::SaveInto(const std::string& folder) const {
@@ -103,22 +115,34 @@ Status Trainer::SaveInto(const std::string& folder) const {
 Status Trainer::WriteSave(const std::string& tmp) const {
   std::error_code ec;
   RETURN_IF_ERROR(store_->Pull());
-
-  Graph g = plan_.graph;
-  // Views of the host parameters, not copies: a periodic checkpoint in the step loop would
-  // otherwise hold a second copy of every parameter while it writes (outside the plan).
-  for (const auto& name : plan_.plan.parameters) {
-    const Tensor& p = store_->host_params().at(name);
-    g.FindValue(name)->data = std::make_shared<const Tensor>(
-        Tensor::View(p.dtype(), p.shape(), const_cast<void*>(p.raw())));
+  // Sharded: every rank's shards gathered into full tensors (each rank calls this or JoinSave).
+  std::optional<SavedState> gathered;
+  if (sharded_) {
+    ASSIGN_OR_RETURN(gathered, GatherState());
   }
-  RETURN_IF_ERROR(ExportOnnx(g, (fs::path(tmp) / "model.onnx").string()));
+  const std::map<std::string, Tensor>& params = gathered ? gathered->params : store_->host_params();
+  const std::map<std::string, Tensor>& slots_m = gathered ? gathered->m : store_->host_m();
+  const std::map<std::string, Tensor>& slots_v = gathered ? gathered->v : store_->host_v();
+
+  // A sharded training graph holds each parameter as a shard ([c]): it cannot carry the full
+  // weights, so a sharded save has no model.onnx (Resume reads model.safetensors).
+  if (!gathered) {
+    Graph g = plan_.graph;
+    // Views of the host parameters, not copies: a periodic checkpoint in the step loop would
+    // otherwise hold a second copy of every parameter while it writes (outside the plan).
+    for (const auto& name : plan_.plan.parameters) {
+      const Tensor& p = store_->host_params().at(name);
+      g.FindValue(name)->data = std::make_shared<const Tensor>(
+          Tensor::View(p.dtype(), p.shape(), const_cast<void*>(p.raw())));
+    }
+    RETURN_IF_ERROR(ExportOnnx(g, (fs::path(tmp) / "model.onnx").string()));
+  }
   // model.safetensors: the same parameters under their PyTorch names, for PyTorch users
   // (runtime/safetensors.h; those without one keep their ONNX name and are listed).
   const TorchNames names = MapTorchNames(plan_.graph, plan_.plan.parameters);
   std::vector<std::pair<std::string, const Tensor*>> weights;
   for (const auto& name : plan_.plan.parameters)
-    weights.emplace_back(names.torch_name.at(name), &store_->host_params().at(name));
+    weights.emplace_back(names.torch_name.at(name), &params.at(name));
   std::map<std::string, std::string> meta = {{"format", "pt"},
                                              {"foundry.step", std::to_string(step_)}};
   if (!names.unmapped.empty())
@@ -133,8 +157,8 @@ Status Trainer::WriteSave(const std::string& tmp) const {
           name + suffix.substr(0, 2)));
     return Status::Ok();
   };
-  RETURN_IF_ERROR(write_slots(store_->host_m(), ".m.pb"));
-  RETURN_IF_ERROR(write_slots(store_->host_v(), ".v.pb"));
+  RETURN_IF_ERROR(write_slots(slots_m, ".m.pb"));
+  RETURN_IF_ERROR(write_slots(slots_v, ".v.pb"));
 
   const OptimizerOptions& o = options_.optimizer;
   nlohmann::ordered_json j;
@@ -177,6 +201,11 @@ Status Trainer::WriteSave(const std::string& tmp) const {
   j["max_steps"] = options_.total_steps;  // as given: 0 = the last step of each run
   j["clip_norm"] = options_.clip_norm;
   if (accumulation_ != 1) j["accumulation_steps"] = accumulation_;
+  // Data parallel: the ranks that ran it (a resume on another N checks N * accumulation_steps).
+  if (world_ != 1) {
+    j["world_size"] = world_;
+    j["sharding"] = plan_.plan.sharding->strategy;
+  }
   std::string json;
   try {
     json = j.dump(2) + "\n";
@@ -193,37 +222,74 @@ Status Trainer::Resume(const std::string& dir) {
     return Error("--resume " + dir + ": the saved run used --optimizer " +
                  std::string(OptimizerName(s.optimizer.kind)) + ", this one " +
                  std::string(OptimizerName(o.kind)));
-  if (s.accumulation_steps != accumulation_)
-    return Error("--resume " + dir + ": the saved run accumulated " +
-                 std::to_string(s.accumulation_steps) + " microbatches per step, this one " +
-                 std::to_string(accumulation_) + "; resume it with --grad-accum " +
-                 std::to_string(s.accumulation_steps) + " (and its plan)");
-  ImportOptions io;
-  io.load_weights = true;
+  // A save is the same for any world size: what must match is the microbatches per step over
+  // all ranks (N * K), which fixes the windows each step reads.
+  const int64_t saved_world = SavedWorldSize(dir);
+  if (s.accumulation_steps * saved_world != accumulation_ * world_) {
+    if (saved_world == 1 && world_ == 1)
+      return Error("--resume " + dir + ": the saved run accumulated " +
+                   std::to_string(s.accumulation_steps) + " microbatches per step, this one " +
+                   std::to_string(accumulation_) + "; resume it with --grad-accum " +
+                   std::to_string(s.accumulation_steps) + " (and its plan)");
+    return Error("--resume " + dir + ": the saved run's steps were " +
+                 std::to_string(s.accumulation_steps * saved_world) + " microbatches (" +
+                 std::to_string(saved_world) + " ranks x --grad-accum " +
+                 std::to_string(s.accumulation_steps) + "), this one's " +
+                 std::to_string(accumulation_ * world_) + " (" + std::to_string(world_) + " x " +
+                 std::to_string(accumulation_) +
+                 "); resume it with a plan and --grad-accum whose product with the ranks is " +
+                 std::to_string(s.accumulation_steps * saved_world));
+  }
+  // The full parameters: model.onnx's (a save of an unsharded run), else model.safetensors's (a
+  // sharded run's save has no model.onnx).
+  std::map<std::string, Tensor> full;
   const std::string model = (fs::path(dir) / "model.onnx").string();
-  auto saved = ImportOnnx(model, io);
-  if (!saved.ok()) return saved.status().Prepend("--resume " + dir + ": ");
+  std::error_code exists_ec;
+  if (fs::exists(model, exists_ec)) {
+    ImportOptions io;
+    io.load_weights = true;
+    auto saved = ImportOnnx(model, io);
+    if (!saved.ok()) return saved.status().Prepend("--resume " + dir + ": ");
+    for (const auto& name : plan_.plan.parameters) {
+      const Value* sv = saved->FindValue(name);
+      if (!sv || !sv->data)
+        return Error("--resume " + dir + ": '" + model + "' has no values for parameter '" + name +
+                     "'; was it saved from another model?");
+      full[name] = *sv->data;
+    }
+  } else {
+    const std::string weights = (fs::path(dir) / "model.safetensors").string();
+    auto file = ReadSafetensors(weights);
+    if (!file.ok()) return file.status().Prepend("--resume " + dir + ": ");
+    const TorchNames names = MapTorchNames(plan_.graph, plan_.plan.parameters);
+    for (const auto& name : plan_.plan.parameters) {
+      auto it = file->tensors.find(names.torch_name.at(name));
+      if (it == file->tensors.end())
+        return Error("--resume " + dir + ": '" + weights + "' has no values for parameter '" +
+                     names.torch_name.at(name) + "'; was it saved from another model?");
+      full[name] = std::move(it->second);
+    }
+  }
   std::map<std::string, Tensor> params, m, v;
   for (const auto& name : plan_.plan.parameters) {
-    const Value* sv = saved->FindValue(name);
     const Tensor& cur = store_->host_params().at(name);
-    if (!sv || !sv->data)
-      return Error("--resume " + dir + ": '" + model + "' has no values for parameter '" + name +
-                   "'; was it saved from another model?");
-    if (sv->data->dtype() != cur.dtype() || sv->data->shape() != cur.shape())
+    const ShardedParameter* sp = ShardOf(name);
+    const Shape& shape = sp ? sp->shape : cur.shape();  // what the save holds: full shapes
+    const Tensor& saved = full.at(name);
+    if (saved.dtype() != cur.dtype() || saved.shape() != shape)
       return Error("--resume " + dir + ": parameter '" + name + "' is " +
-                   TypeOf(sv->data->dtype(), sv->data->shape()) + " in '" + model + "' but " +
-                   TypeOf(cur.dtype(), cur.shape()) + " in the plan");
-    params[name] = *sv->data;
+                   TypeOf(saved.dtype(), saved.shape()) + " in the save but " +
+                   TypeOf(cur.dtype(), shape) + " in the plan");
+    params[name] = sp ? SliceShard(saved, *sp) : saved;
     auto load_slot = [&](const std::string& suffix, std::map<std::string, Tensor>& into) -> Status {
       const std::string path =
           (fs::path(dir) / "optimizer" / (FileNameForValue(name) + suffix)).string();
       auto t = ReadTensorFile(path);
       if (!t.ok()) return t.status().Prepend("--resume " + dir + ": optimizer state: ");
-      if (t->dtype() != DType::kFloat32 || t->shape() != cur.shape())
+      if (t->dtype() != DType::kFloat32 || t->shape() != shape)
         return Error("--resume " + dir + ": '" + path + "' is " + TypeOf(t->dtype(), t->shape()) +
-                     ", expected " + TypeOf(DType::kFloat32, cur.shape()));
-      into[name] = std::move(t).value();
+                     ", expected " + TypeOf(DType::kFloat32, shape));
+      into[name] = sp ? SliceShard(*t, *sp) : std::move(t).value();
       return Status::Ok();
     };
     if (s.step == 0) continue;  // no update yet: slots are created by the first step
@@ -235,7 +301,7 @@ Status Trainer::Resume(const std::string& dir) {
     }
   }
   // Room for one more step's windows: (position + batch) * (seq + 1) must fit int64.
-  const int64_t batch = accumulation_ * data_.batch, seq = data_.seq;
+  const int64_t batch = accumulation_ * world_ * data_.batch, seq = data_.seq;
   if (batch > 0 && s.data_position > INT64_MAX / (seq + 1) - batch)
     return Error("--resume " + dir + ": data position " + std::to_string(s.data_position) +
                  " is out of range for batches of " + std::to_string(batch) + " x " +

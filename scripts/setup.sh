@@ -12,6 +12,7 @@ packages=(
   python3-torch python3-onnx python3-numpy
   libonnx-testdata
   bc
+  openmpi-bin libopenmpi-dev
 )
 
 missing=()

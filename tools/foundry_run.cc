@@ -24,6 +24,7 @@
 #include "driver/train.h"
 #include "kernels/cpu/parallel.h"
 #include "runtime/cuda_backend.h"
+#include "runtime/mpi_communicator.h"
 #include "runtime/train_state.h"
 #include "tools/cli.h"
 
@@ -743,8 +744,32 @@ int Main(int argc, char** argv) {
   }
   if (auto code = BuildRunRequest(app, o, request)) return *code;
   if (o.print_schedule) return PrintSchedule(request.trainer, request.steps);
+  // Data parallel (issue 24): started by mpirun with several ranks, the run is one of them.
+  // Rank 0 prints and writes everything; the others print only their errors, "rank R: ".
+  int rank = 0;
+  if (LauncherWorldSize() > 1) {
+    auto world = MpiWorld();
+    if (!world.ok()) return Fail(world.status().message());
+    request.trainer.comm = *world;
+    rank = (*world)->rank();
+    if (rank != 0) {
+      request.log = nullptr;
+      request.warn = nullptr;
+      request.report_json.clear();
+      request.metrics.clear();
+      request.loss_curve.clear();
+      request.trainer.dump_grads_dir.clear();
+      request.trainer.dump_outputs_dir.clear();
+    }
+  }
   auto result = Train(request);
-  if (!result.ok()) return Fail(result.status().message());
+  if (!result.ok()) {
+    const int code = Fail((rank != 0 ? "rank " + std::to_string(rank) + ": " : std::string()) +
+                          result.status().message());
+    // The other ranks may wait in a collective this one will never join: end them all.
+    if (request.trainer.comm && request.trainer.comm->size() > 1) MpiAbortWorld(code);
+    return code;
+  }
   return 0;
 }
 

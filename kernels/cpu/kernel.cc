@@ -21,6 +21,7 @@ const CpuKernelTable& CpuKernels() {
     RegisterMathKernels(t);
     RegisterAttentionKernels(t);
     RegisterAccumulateKernels(t);
+    RegisterCollectiveKernels(t);
     return t;
   }();
   return table;
@@ -386,9 +387,12 @@ bool HasBf16(std::span<const Tensor* const> inputs, std::span<Tensor* const> out
 
 Status RunResolvedCpuKernel(CpuKernelFn fn, const Node& node, std::span<const Tensor* const> inputs,
                             std::span<Tensor* const> outputs, const KernelContext& ctx) {
-  // foundry::AccumulateGradient reads its output while it accumulates (kernels/cpu/accumulate.cc).
+  // foundry::AccumulateGradient reads its output while it accumulates (kernels/cpu/accumulate.cc),
+  // and so do the gradient collectives, which accumulate themselves (kernels/cpu/collective.cc).
   const bool reads_output =
-      ctx.grad_accumulate && node.op_type == "AccumulateGradient" && node.domain == "foundry";
+      ctx.grad_accumulate && node.domain == "foundry" &&
+      (node.op_type == "AccumulateGradient" || node.op_type == "ReduceScatterGradient" ||
+       node.op_type == "AllReduceGradient");
   if (PoisonKernelOutputs() && !reads_output)
     for (Tensor* t : outputs) {
       if (!t) continue;

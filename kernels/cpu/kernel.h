@@ -164,6 +164,7 @@ void RegisterShapeOpKernels(CpuKernelTable& table);
 void RegisterMathKernels(CpuKernelTable& table);
 void RegisterAttentionKernels(CpuKernelTable& table);
 void RegisterAccumulateKernels(CpuKernelTable& table);
+void RegisterCollectiveKernels(CpuKernelTable& table);
 // The workspace figures of the kernels that need scratch, one per family file.
 void RegisterMathWorkspaces(CpuWorkspaceTable& table);
 void RegisterShapeOpWorkspaces(CpuWorkspaceTable& table);
