@@ -113,13 +113,16 @@ Status RunPipeline(Compilation& c) {
 // the plan).
 // The fewest ranks, doubling from 1 up to 4096, at which the request's sharding fits the smallest
 // plan (every block checkpointed) into the budget per rank; nullopt when none does (NO_SHARD keeps
-// everything on every rank, so only N = 1 is tried).
-StatusOr<std::optional<CompileResult::WorldFit>> SmallestWorld(const Compilation& c) {
+// everything on every rank, so only N = 1 is tried). The doubling stops once a rank's plan shrinks
+// by less than 1 % (the activations, which sharding does not divide, dominate it): `*last` is then
+// the last one planned.
+StatusOr<std::optional<CompileResult::WorldFit>> SmallestWorld(const Compilation& c,
+                                                               CompileResult::WorldFit* last) {
   const CompileRequest& r = c.request;
   std::vector<std::string> blocks;
   for (const BlockLayer& l : CheckpointableLayers(*c.plain)) blocks.push_back(l.block);
-  const int64_t last = r.sharding == ShardingStrategy::kNoShard ? 1 : 4096;
-  for (int64_t n = 1; n <= last; n *= 2) {
+  const int64_t most = r.sharding == ShardingStrategy::kNoShard ? 1 : 4096;
+  for (int64_t n = 1; n <= most; n *= 2) {
     ShardPass::Options shard = ShardOptions(r);
     shard.world_size = n;
     if (r.sharding == ShardingStrategy::kHybridShard && n < 2 * r.shard_group) {
@@ -129,6 +132,9 @@ StatusOr<std::optional<CompileResult::WorldFit>> SmallestWorld(const Compilation
     ASSIGN_OR_RETURN(CkptEvaluation e, evaluator.Evaluate(blocks));
     if (e.total_bytes <= *r.memory_budget)
       return std::optional<CompileResult::WorldFit>(CompileResult::WorldFit{n, e.total_bytes});
+    const bool shrinking = last->world_size == 0 || e.total_bytes < last->total_bytes * 0.99;
+    *last = CompileResult::WorldFit{n, e.total_bytes};
+    if (!shrinking) break;
   }
   return std::optional<CompileResult::WorldFit>();
 }
@@ -140,8 +146,9 @@ Status ApplyMemoryBudget(Compilation& c) {
   search.budget_bytes = *r.memory_budget;
   search.syntax = r.ckpt_syntax;
   auto searched = ChooseCheckpointing(evaluator, search);
+  CompileResult::WorldFit last;
   if (!searched.ok() || r.world_size > 1) {
-    ASSIGN_OR_RETURN(c.result.smallest_world, SmallestWorld(c));
+    ASSIGN_OR_RETURN(c.result.smallest_world, SmallestWorld(c, &last));
   }
   if (!searched.ok()) {
     std::string hint;
@@ -155,7 +162,10 @@ Status ApplyMemoryBudget(Compilation& c) {
           "; NO_SHARD keeps every byte on every rank: more ranks do not help (try --sharding "
           "FULL_SHARD)";
     else
-      hint = "; not even 4096 ranks fit it";
+      hint = "; more ranks do not fit it: at " + std::to_string(last.world_size) + " ranks " +
+             std::string(ShardingName(r.sharding)) + " still plans " +
+             HumanBytes(last.total_bytes) +
+             " per rank with every block checkpointed (the activations are not sharded)";
     return Error("--memory-budget " + r.memory_budget_text + ": " + searched.status().message() +
                  hint);
   }

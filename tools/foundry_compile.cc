@@ -558,8 +558,6 @@ std::string WithShardingJson(const std::string& report, const CompileResult& res
 }
 
 // The report files, in ReportFiles() order, staged.
-std::string WithShardingJson(const std::string& report, const CompileResult& result);
-
 Status StageReportFiles(const Options& o, const CompileResult& result, OutputSet& outputs) {
   const std::vector<OutputFile> files = o.ReportFiles();
   for (size_t i = 0; i < files.size(); ++i) {

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -25,6 +26,7 @@
 #include "kernels/cpu/parallel.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/mpi_communicator.h"
+#include "runtime/nccl_communicator.h"
 #include "runtime/train_state.h"
 #include "tools/cli.h"
 
@@ -747,11 +749,32 @@ int Main(int argc, char** argv) {
   // Data parallel (issue 24): started by mpirun with several ranks, the run is one of them.
   // Rank 0 prints and writes everything; the others print only their errors, "rank R: ".
   int rank = 0;
+  std::unique_ptr<Communicator> nccl;  // --device cuda: the collectives' device communicator
   if (LauncherWorldSize() > 1) {
+    // One GPU per rank: the rank's local index picks it, unless the launcher chose already.
+    if (o.device == "cuda" && !std::getenv("CUDA_VISIBLE_DEVICES"))
+      if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"))
+        setenv("CUDA_VISIBLE_DEVICES", local, 1);
     auto world = MpiWorld();
     if (!world.ok()) return Fail(world.status().message());
     request.trainer.comm = *world;
     rank = (*world)->rank();
+    if (o.device == "cuda") {
+      // The graph's collectives move device memory over NCCL (loaded at run time); the
+      // trainer's own exchanges stay on MPI, in host memory.
+      auto cuda = GetCudaBackend();
+      auto made = cuda.ok() ? CreateNcclCommunicator(**cuda, *world)
+                            : StatusOr<std::unique_ptr<Communicator>>(cuda.status());
+      if (!made.ok()) {
+        const int code = Fail((rank != 0 ? "rank " + std::to_string(rank) + ": " : std::string()) +
+                              made.status().message());
+        MpiAbortWorld(code);
+        return code;
+      }
+      nccl = std::move(made).value();
+      request.trainer.host_comm = *world;
+      request.trainer.comm = nccl.get();
+    }
     if (rank != 0) {
       request.log = nullptr;
       request.warn = nullptr;

@@ -185,9 +185,12 @@ TEST_F(BadCkptConfigTest, EmittedConfigCommentCannotInjectKeys) {
                       dir_);
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string emitted = ReadWholeFile(Path("e.yaml"));
-  // The command line, then the fragment line, then the keys: nothing else.
+  // The command line, then the fragment line, then the notes (comment lines), then the keys:
+  // nothing else.
   const std::string after_command = emitted.substr(emitted.find('\n') + 1);
-  EXPECT_EQ(after_command.substr(after_command.find('\n') + 1),
+  std::string rest = after_command.substr(after_command.find('\n') + 1);
+  while (rest.rfind("# ", 0) == 0) rest = rest.substr(rest.find('\n') + 1);
+  EXPECT_EQ(rest,
             "model:\n  activation_checkpointing_target: {mptmlp: first-2}\nfsdp_config:\n"
             "  activation_checkpointing: true\n");
   EXPECT_EQ(after_command.rfind("# A fragment: ", 0), 0u) << after_command;

@@ -67,7 +67,7 @@ TEST(CudaCollectiveHostTest, WorkspaceIsTheContractsFigure) {
 TEST(CudaCollectiveHostTest, WithoutACommunicatorTheKernelSaysSo) {
   // Host memory stands in for the device's: the kernel refuses before it reads any of it.
   std::vector<float> a(10), b(10);
-  std::vector<std::byte> ws(3 * 2 * 5 * 4);
+  std::vector<std::byte> ws(3 * R(2 * 5 * 4));
   Tensor partial = Tensor::View(DType::kFloat32, {10}, a.data());
   Tensor grad = Tensor::View(DType::kFloat32, {10}, b.data());
   Tensor shard = Tensor::View(DType::kFloat32, {5}, b.data());
