@@ -171,6 +171,14 @@ Status ApplyMemoryBudget(Compilation& c) {
   }
   ASSIGN_OR_RETURN(BudgetChoice choice,
                    MakeBudgetChoice(*c.plain, *searched, *r.memory_budget, r.ckpt_syntax));
+  if (r.world_size > 1)  // the answer holds for these ranks and this sharding only
+    choice.config.notes.push_back(
+        "planned per GPU for one of " + std::to_string(r.world_size) + " ranks with fsdp_config." +
+        "sharding_strategy: " + std::string(ShardingName(r.sharding)) +
+        " (foundry-compile --world-size " + std::to_string(r.world_size) + " --sharding " +
+        std::string(ShardingName(r.sharding)) +
+        "); parameters are gathered in f32 (FSDP's PURE mixed precision gathers bf16, fewer "
+        "bytes); on fewer ranks or another strategy the answer may not fit");
   if (r.log) *r.log << FormatBudgetChoice(choice);
   if (r.frontier) {
     ASSIGN_OR_RETURN(c.result.frontier, MemoryFrontier(evaluator, *searched, r.ckpt_syntax));

@@ -636,7 +636,7 @@ int PrintAndWrite(const Options& o, CompileResult& result, OutputSet& outputs) {
               << " per rank fits: " << result.smallest_world->world_size
               << " (every block checkpointed: " << HumanBytes(result.smallest_world->total_bytes)
               << " per rank)\n";
-  if (result.plan && result.plan->eval_memory)
+  if (result.plan && result.plan->eval_memory && !result.plan->sharding)
     if (const BackendLayout* eval = result.plan->eval_memory->Layout("cpu")) {
       const BackendLayout* train = result.plan->memory.Layout("cpu");
       std::cout << "eval plan (forward only, foundry-run --eval-data): arena "
@@ -661,6 +661,10 @@ int PrintAndWrite(const Options& o, CompileResult& result, OutputSet& outputs) {
   if (o.dump_plan_given) std::cout << "wrote " << o.dump_plan << "\n";
   if (result.outputs && o.forward_only)
     std::cout << "wrote " << result.outputs->graph << "\n";
+  else if (result.outputs && result.plan && result.plan->sharding &&
+           !result.plan->sharding->init_file.empty())
+    std::cout << "wrote " << result.outputs->graph << ", " << result.outputs->plan << " and "
+              << result.outputs->init << " (the full initial parameters each rank shards)\n";
   else if (result.outputs)
     std::cout << "wrote " << result.outputs->graph << " and " << result.outputs->plan << "\n";
   for (const OutputFile& f : o.ReportFiles())
