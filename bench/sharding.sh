@@ -69,7 +69,12 @@ for cfg in "${configs[@]}"; do
       total=$($py -c "import json,sys; print(json.load(open(sys.argv[1]))['memory']['total_bytes'])" "$tmp/b.json")
       echo "| $model | $budget | $n | $(gib "$nb") GiB | $chosen | $(gib "$total") GiB |"
     else
-      echo "| $model | $budget | — | — | $(tail -1 "$tmp/b.log" | sed 's/|/\\|/g') | — |"
+      # Impossible on 8 ranks: the error's smallest plan and its "it fits on N ranks" hint.
+      err=$(tail -1 "$tmp/b.log")
+      n=$(echo "$err" | sed -nE 's/.*it fits on ([0-9]+) ranks.*/\1/p')
+      nb=$(echo "$err" | sed -nE 's/.*plans ([0-9.]+ [KMGT]iB) per rank.*/\1/p')
+      least=$(echo "$err" | sed -nE 's/.*smallest plan foundry finds, ([0-9.]+ [KMGT]iB).*/\1/p')
+      echo "| $model | $budget | ${n:-none} | ${nb:-—} | impossible on 8 ranks (the smallest plan, every block checkpointed, is $least) | — |"
     fi
   done
 done
