@@ -354,24 +354,27 @@ std::optional<int> ApplyConfig(const CLI::App& app, Options& o) {
   const std::optional<int64_t> yaml_seq = c.max_seq_len ? c.max_seq_len : c.model.max_seq_len;
   if (seq > 0 && yaml_seq && *yaml_seq != seq)
     return mismatch("max_seq_len", *yaml_seq, seq, "sequence");
-  auto accumulation = AccumulationSteps(c);
+  // A plan of several ranks (foundry-compile --world-size N): the global batch is N ranks'.
+  const int64_t world = plan->sharding ? plan->sharding->world_size : 1;
+  auto accumulation = AccumulationSteps(c, world);
   if (!accumulation.ok()) return Fail(accumulation.status().message());
   if (c.global_train_batch_size && *accumulation != K)
     return mismatch("global_train_batch_size / device_train_microbatch_size", *accumulation, K,
                     "accumulation steps (--grad-accum)");
-  if (c.fsdp.count("sharding_strategy") && c.fsdp.at("sharding_strategy") != "NO_SHARD")
+  if (world == 1 && c.fsdp.count("sharding_strategy") &&
+      c.fsdp.at("sharding_strategy") != "NO_SHARD")
     std::cerr << kTool << ": note: " << o.config << ": fsdp_config.sharding_strategy "
               << c.fsdp.at("sharding_strategy")
               << " is for a multi-process run; this is one process holding every parameter\n";
 
   StepUnits units;
-  units.samples_per_step = batch * K;
-  units.tokens_per_step = batch * K * seq;
+  units.samples_per_step = batch * K * world;
+  units.tokens_per_step = batch * K * world * seq;
   if (!o.data.empty() && batch > 0) {
     auto dtype = ParseTokenDType(o.data_dtype);
     auto file = TokenFile::Open(o.data, dtype.ok() ? *dtype : TokenDType::kAuto);
     if (!file.ok()) return Fail(file.status().message());
-    units.steps_per_epoch = file->num_tokens() / (seq + 1) / (batch * K);
+    units.steps_per_epoch = file->num_tokens() / (seq + 1) / (batch * K * world);
   }
   // Sets option `flag` (its text) from the file unless the command line gave it.
   auto set = [&](const char* flag, std::string& text, const std::string& value,
