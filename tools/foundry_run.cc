@@ -310,6 +310,13 @@ void AddOutputOptions(CLI::App& app, Options& o) {
   AddLogOptions(app, o);
 }
 
+// Where --config's notes and warnings go: stderr, except on the ranks other than 0 of a run
+// mpirun started, which would only repeat rank 0's lines (their errors still print).
+std::ostream& ConfigNotes() {
+  static std::ostream none(nullptr);
+  return LauncherWorldSize() > 1 && LauncherRank() != 0 ? none : std::cerr;
+}
+
 // --config TRAIN.yaml (compiler/train_config.h): each key foundry-run reads becomes the option
 // it stands for, unless that option is given (then a warning says the flag wins where they
 // differ). Durations (Composer's ba, tok, sp, ep, dur) become steps with the plan's batch and
@@ -323,8 +330,8 @@ std::optional<int> ApplyConfig(const CLI::App& app, Options& o) {
   const TrainConfig& c = *read;
   const std::string source = "--config " + o.config + ": ";
   if (std::string line = IgnoredKeysLine(c); !line.empty())
-    std::cerr << kTool << ": note: " << line << "\n";
-  for (const auto& w : c.warnings) std::cerr << kTool << ": warning: " << w << "\n";
+    ConfigNotes() << kTool << ": note: " << line << "\n";
+  for (const auto& w : c.warnings) ConfigNotes() << kTool << ": warning: " << w << "\n";
   if (o.target.empty())
     return Fail("no plan given: foundry-run PREFIX --config " + o.config, cli::kExitUsage);
   const std::string plan_path =
@@ -363,9 +370,9 @@ std::optional<int> ApplyConfig(const CLI::App& app, Options& o) {
                     "accumulation steps (--grad-accum)");
   if (world == 1 && c.fsdp.count("sharding_strategy") &&
       c.fsdp.at("sharding_strategy") != "NO_SHARD")
-    std::cerr << kTool << ": note: " << o.config << ": fsdp_config.sharding_strategy "
-              << c.fsdp.at("sharding_strategy")
-              << " is for a multi-process run; this is one process holding every parameter\n";
+    ConfigNotes() << kTool << ": note: " << o.config << ": fsdp_config.sharding_strategy "
+                  << c.fsdp.at("sharding_strategy")
+                  << " is for a multi-process run; this is one process holding every parameter\n";
 
   StepUnits units;
   units.samples_per_step = batch * K * world;
@@ -381,8 +388,8 @@ std::optional<int> ApplyConfig(const CLI::App& app, Options& o) {
                  const std::string& key) {
     if (Given(app, flag)) {
       if (text != value)
-        std::cerr << kTool << ": warning: " << flag << " " << text << " overrides " << o.config
-                  << "'s " << key << " (" << value << ")\n";
+        ConfigNotes() << kTool << ": warning: " << flag << " " << text << " overrides " << o.config
+                      << "'s " << key << " (" << value << ")\n";
       return;
     }
     text = value;
@@ -391,8 +398,8 @@ std::optional<int> ApplyConfig(const CLI::App& app, Options& o) {
   auto set_double = [&](const char* flag, double& into, double value, const std::string& key) {
     if (Given(app, flag)) {
       if (into != value)
-        std::cerr << kTool << ": warning: " << flag << " " << into << " overrides " << o.config
-                  << "'s " << key << " (" << value << ")\n";
+        ConfigNotes() << kTool << ": warning: " << flag << " " << into << " overrides " << o.config
+                      << "'s " << key << " (" << value << ")\n";
       return;
     }
     into = value;
@@ -472,8 +479,8 @@ std::optional<int> ApplyConfig(const CLI::App& app, Options& o) {
       set("--eval-batches", o.eval_batches_text, std::to_string(*c.eval_subset_num_batches),
           "eval_subset_num_batches");
   } else if (c.eval_interval) {
-    std::cerr << kTool << ": note: " << o.config << ": eval_interval " << c.eval_interval->text
-              << " is read when --eval-data FILE names the held-out tokens\n";
+    ConfigNotes() << kTool << ": note: " << o.config << ": eval_interval " << c.eval_interval->text
+                  << " is read when --eval-data FILE names the held-out tokens\n";
   }
   if (c.save_interval && c.save_folder) {
     if (c.save_folder->find('{') != std::string::npos)
@@ -497,8 +504,8 @@ std::optional<int> ApplyConfig(const CLI::App& app, Options& o) {
           "save_num_checkpoints_to_keep");
     }
   } else if (c.save_interval) {
-    std::cerr << kTool << ": note: " << o.config
-              << ": save_interval is read with save_folder (as Composer saves); none is set\n";
+    ConfigNotes() << kTool << ": note: " << o.config
+                  << ": save_interval is read with save_folder (as Composer saves); none is set\n";
   }
   return std::nullopt;
 }
@@ -684,7 +691,7 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
   r.save_interval = o.save_interval;
   r.save_folder = o.save_folder;
   r.save_keep = o.save_keep;
-  r.warn = [](const std::string& w) { std::cerr << kTool << ": warning: " << w << "\n"; };
+  r.warn = [](const std::string& w) { ConfigNotes() << kTool << ": warning: " << w << "\n"; };
   return std::nullopt;
 }
 
