@@ -35,6 +35,11 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 compile=$build/foundry-compile
 kernel_bench=$build/attention_kernel_bench
+# Built on request (not part of the default build).
+if [[ ${BENCH_ATTN_KERNEL:-1} == 1 && ${BENCH_ATTN_PRECISION:-fp32} == fp32 ]]; then
+  cmake --build "$build" --target attention_kernel_bench >/dev/null ||
+    { echo "attention_vs_torch26: error: building $kernel_bench failed (configure $build first: scripts/test.sh)" >&2; exit 1; }
+fi
 read -ra seqs <<< "${BENCH_ATTN_SEQS:-1024 2048}"
 read -ra targets <<< "${BENCH_ATTN_TARGETS:-none grouped_query_attention mptmlp both mptblock}"
 read -ra threads <<< "${BENCH_ATTN_THREADS:-1 2}"

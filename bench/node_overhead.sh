@@ -14,7 +14,9 @@ bench=$build/node_overhead_bench
 links=${BENCH_NODE_LINKS:-0,100,1000,10000}
 read -ra threads <<< "${BENCH_NODE_THREADS:-1 2}"
 seconds=${BENCH_NODE_SECONDS:-2}
-[[ -x $bench ]] || { echo "node_overhead: error: $bench not found; build first" >&2; exit 1; }
+# Built on request (not part of the default build): cmake --build BUILD --target node_overhead_bench.
+cmake --build "$build" --target node_overhead_bench >/dev/null ||
+  { echo "node_overhead: error: building $bench failed (configure $build first: scripts/test.sh)" >&2; exit 1; }
 tmp_out=$(mktemp)
 trap 'rm -f "$tmp_out"' EXIT
 

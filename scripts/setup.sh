@@ -11,7 +11,7 @@ packages=(
   nlohmann-json3-dev libyaml-cpp-dev
   python3-torch python3-onnx python3-numpy
   libonnx-testdata
-  bc
+  bc ccache
   openmpi-bin libopenmpi-dev
 )
 

@@ -9,10 +9,13 @@
 //
 // One refinement: a gradient that is mathematically zero (qk_ln's k_ln.bias: a bias added to
 // every key shifts all scores of a query equally and cancels in the softmax) is rounding noise in
-// both frameworks (~1e-10), and noise divided by noise says nothing. The denominator is therefore
-// max(max|torch|, 1e-3 * the largest |torch| gradient element of the fixture). Every other tensor
-// of the committed fixtures is above that floor (the smallest, llama_tiny's layer-1 q_proj, is
-// 4.7e-3 of its fixture's largest), so for them the measure is exactly max|diff| / max|torch|.
+// both frameworks, and noise divided by noise says nothing. The denominator is therefore
+// max(max|torch|, floor), the floor 1e-3 * the largest |torch| gradient element of the fixture.
+// Every other tensor of the committed fixtures is above that floor (the smallest, llama_tiny's
+// layer-1 q_proj, is 4.7e-3 of its fixture's largest), so for them the measure is exactly
+// max|diff| / max|torch|. The zero gradient's noise depends on the BLAS kernels the CPU gets
+// (OpenBLAS's AVX-512 kernels: 1.3e-8 * the largest on the dynamo export, above the 1e-8 that
+// floor allows): its floor is one float32 ulp of the largest, |diff| <= 2^-23 * largest.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -39,11 +42,17 @@ namespace fs = std::filesystem;
 namespace foundry {
 namespace {
 
-// The bound on every relative error: 1.8x the worst measured (5.6e-6, mpt_tiny_qkln's
-// k_ln.bias, the zero gradient measured against its floor, in all four exports, since attention
-// is fused (issue 20; unfused it was 2.37e-6); every other fixture's worst is at most 8.4e-7,
-// stock and dynamo exports included).
+// The bound on every relative error: 3.2x the worst measured (3.1e-6, mpt_tiny_qkln's k_ln.weight
+// on the dynamo export with OpenBLAS's AVX-512 kernels; 1.7e-6 with its AVX2 ones; every other
+// fixture's worst is at most 1e-6, stock and dynamo exports included).
 constexpr double kBound = 1e-5;
+
+// The floor of a tensor's relative error (the file's header): 1e-3 * the fixture's largest
+// gradient element; for the gradient that is zero in exact arithmetic, one float32 ulp of it.
+double Floor(const std::string& param, double largest) {
+  if (param.ends_with(".k_ln.bias")) return 0x1p-23 / kBound * largest;
+  return 1e-3 * largest;
+}
 
 double MaxAbs(const Tensor& t) {
   double m = 0;
@@ -304,10 +313,10 @@ TEST(PyTorchReferenceTest, LossAndEveryGradientMatchTorch) {
           padding_notes += "; " + p + " row " + std::to_string(padding->second) +
                            " (padding, no foundry.padding_idx here) off by " +
                            std::to_string(RelativeError(
-                               got_row, ref_row, std::max(1e-3 * largest, MaxAbs(ref->second)))) +
+                               got_row, ref_row, std::max(Floor(p, largest), MaxAbs(ref->second)))) +
                            ", the other rows compared";
-          double err = RelativeError(got_rest, ref_rest, 1e-3 * largest);
-          EXPECT_TRUE(WithinBound(got_rest, ref_rest, kBound, 1e-3 * largest)) << p;
+          double err = RelativeError(got_rest, ref_rest, Floor(p, largest));
+          EXPECT_TRUE(WithinBound(got_rest, ref_rest, kBound, Floor(p, largest))) << p;
           if (err > worst) {
             worst = err;
             worst_name = p + " (all rows but " + std::to_string(padding->second) + ")";
@@ -315,8 +324,8 @@ TEST(PyTorchReferenceTest, LossAndEveryGradientMatchTorch) {
           ++compared;
           continue;
         }
-        double err = RelativeError(got, ref->second, 1e-3 * largest);
-        EXPECT_TRUE(WithinBound(got, ref->second, kBound, 1e-3 * largest)) << p;
+        double err = RelativeError(got, ref->second, Floor(p, largest));
+        EXPECT_TRUE(WithinBound(got, ref->second, kBound, Floor(p, largest))) << p;
         if (err > worst) {
           worst = err;
           worst_name = p;
@@ -489,14 +498,14 @@ TEST(PyTorchReferenceTest, DynamoExportsMatchTorch26) {
         // the stock export) and its difference printed.
         auto [got_row, got_rest] = SplitRow(got, padding->second);
         auto [ref_row, ref_rest] = SplitRow(ref->second, padding->second);
-        err = RelativeError(got_rest, ref_rest, 1e-3 * largest);
-        EXPECT_TRUE(WithinBound(got_rest, ref_rest, kBound, 1e-3 * largest)) << p;
+        err = RelativeError(got_rest, ref_rest, Floor(p, largest));
+        EXPECT_TRUE(WithinBound(got_rest, ref_rest, kBound, Floor(p, largest))) << p;
         padding_notes += "; " + p + " row " + std::to_string(padding->second) +
                          " (padding) off by " +
-                         std::to_string(RelativeError(got_row, ref_row, 1e-3 * largest));
+                         std::to_string(RelativeError(got_row, ref_row, Floor(p, largest)));
       } else {
-        err = RelativeError(got, ref->second, 1e-3 * largest);
-        EXPECT_TRUE(WithinBound(got, ref->second, kBound, 1e-3 * largest)) << p;
+        err = RelativeError(got, ref->second, Floor(p, largest));
+        EXPECT_TRUE(WithinBound(got, ref->second, kBound, Floor(p, largest))) << p;
       }
       if (err > worst) {
         worst = err;

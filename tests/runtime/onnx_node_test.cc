@@ -150,9 +150,11 @@ void WriteLists(const std::map<std::string, std::string>& results) {
   std::ofstream pass(kListDir / "onnx_node_pass.txt"), skip(kListDir / "onnx_node_skip.txt");
   pass << "# ONNX backend node tests that pass on the CPU kernels "
           "(tests/runtime/onnx_node_test.cc).\n"
-          "# Regenerate: FOUNDRY_UPDATE_NODE_LISTS=1 build/runtime_onnx_node_test\n";
+          "# Regenerate: FOUNDRY_UPDATE_NODE_LISTS=1 ctest --test-dir build -R "
+          "runtime_onnx_node_test\n";
   skip << "# ONNX backend node tests that are not run, with the reason (onnx_node_test.cc).\n"
-          "# Regenerate: FOUNDRY_UPDATE_NODE_LISTS=1 build/runtime_onnx_node_test\n";
+          "# Regenerate: FOUNDRY_UPDATE_NODE_LISTS=1 ctest --test-dir build -R "
+          "runtime_onnx_node_test\n";
   for (const auto& [name, result] : results) {
     if (result.empty()) pass << name << "\n";
     if (result.rfind("skip: ", 0) == 0) skip << name << ": " << result.substr(6) << "\n";
@@ -229,8 +231,8 @@ TEST(OnnxNodeTest, EveryCaseMatchesTheCommittedLists) {
     std::cout << "wrote " << (kListDir / "onnx_node_pass.txt") << " and onnx_node_skip.txt\n";
   } else if (HasFailure()) {
     std::cout << "If the change is intended, FOUNDRY_UPDATE_NODE_LISTS=1 "
-                 "build/runtime_onnx_node_test rewrites both lists from this run: review and "
-                 "commit the diff.\n";
+                 "ctest --test-dir build -R runtime_onnx_node_test rewrites both lists from this "
+                 "run: review and commit the diff.\n";
   }
   // The suite must actually exercise the kernels.
   EXPECT_GE(passed, 150);

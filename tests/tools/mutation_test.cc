@@ -1,7 +1,7 @@
 // Byte-level mutants of the committed models, compiled in-process (issue 7 §3): every mutant must
 // end in success or in one clean error (non-empty, one line), within a generous time bound. The
 // mutants come from a fixed seed, so a failure names a mutant that reproduces alone:
-//   FOUNDRY_MUTANT=<index> build/tools_mutation_test
+//   FOUNDRY_MUTANT=<index> ctest --test-dir build -R tools_mutation_test -V
 // (FOUNDRY_MUTANT_VERBOSE=1 prints every mutant's outcome; FOUNDRY_MUTANT_DIR=DIR also writes
 // each mutant there, e.g. to replay them through the fuzzer: import_compile_fuzz DIR/*.)
 //
