@@ -63,7 +63,7 @@ constexpr KnownBase kKnownBases[] = {
     {"MPTGLU", "MPTMLP"},
 };
 
-std::string Lower(std::string s) {
+std::string LowerAscii(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
@@ -126,7 +126,7 @@ bool LayerIndex(const std::string& s, int64_t* out) {
   return true;
 }
 
-std::string Join(const std::vector<std::string>& segments, size_t n) {
+std::string JoinSegments(const std::vector<std::string>& segments, size_t n) {
   std::string out;
   for (size_t i = 0; i < n; ++i) out += (i ? "." : "") + segments[i];
   return out;
@@ -140,7 +140,7 @@ std::set<std::string> BlockLists(const std::vector<std::vector<std::string>>& pa
     for (size_t i = 0; i < segments.size(); ++i) {
       int64_t index;
       if (!LayerIndex(segments[i], &index)) continue;
-      auto& children = lists[Join(segments, i)][index];
+      auto& children = lists[JoinSegments(segments, i)][index];
       if (i + 1 < segments.size()) children.insert(segments[i + 1]);
     }
   }
@@ -166,7 +166,7 @@ BlockPlace PlaceInBlocks(const std::vector<std::string>& segments,
   for (size_t i = 0; i < segments.size(); ++i) {
     int64_t index;
     if (!LayerIndex(segments[i], &index)) continue;
-    std::string list = Join(segments, i);
+    std::string list = JoinSegments(segments, i);
     if (block_lists.count(list)) return {list, index, i + 1 == segments.size()};
   }
   return {};
@@ -206,7 +206,7 @@ std::vector<std::string> RegistryKeys(const std::vector<std::string>& classes) {
   for (const auto& c : all)
     for (const auto& r : kRegistry)
       if (RegistrySelects(r, c)) add_key(r.key);
-  for (const auto& c : all) add_key(Lower(BareClassName(c)));
+  for (const auto& c : all) add_key(LowerAscii(BareClassName(c)));
   return keys;
 }
 
@@ -289,7 +289,7 @@ std::string FormatModuleTree(const std::vector<ModuleInfo>& modules) {
   for (const auto& r : kRegistry) taken.insert(r.key);
   for (const auto& m : modules) {
     for (const auto& k : m.registry_keys) taken.insert(k);
-    for (const auto& c : m.classes) taken.insert(Lower(c));
+    for (const auto& c : m.classes) taken.insert(LowerAscii(c));
   }
   for (const auto& m : modules) {
     Row r;
@@ -304,11 +304,11 @@ std::string FormatModuleTree(const std::vector<ModuleInfo>& modules) {
     if (m.block_index >= 0) {
       for (const auto& k : m.registry_keys)
         if (IsRegistryKey(k) || k == kBlockKey) add(k);
-      if (!m.qualified_class.empty()) add(Lower(BareClassName(m.qualified_class)));
+      if (!m.qualified_class.empty()) add(LowerAscii(BareClassName(m.qualified_class)));
       std::vector<std::string> segments = Segments(m.path);
       if (!m.is_block && segments.size() == Segments(m.block_list).size() + 2 &&
-          !taken.count(Lower(segments.back())))
-        add(Lower(segments.back()));
+          !taken.count(LowerAscii(segments.back())))
+        add(LowerAscii(segments.back()));
     }
     for (const auto& k : keys) r.keys += (r.keys.empty() ? "" : ",") + k;
     if (r.keys.empty()) r.keys = "-";

@@ -96,7 +96,7 @@ namespace {
 
 // A JSON value as the error shows it: its JSON text, at most 40 characters of it (a 10 MB string
 // is not copied into a message; control characters are escaped by the JSON writer).
-std::string Shown(const nlohmann::json& v) {
+std::string ShownJson(const nlohmann::json& v) {
   if (v.is_array()) return "an array";  // not dumped: dump() recurses, and a file may nest deeply
   if (v.is_object()) return "an object";
   std::string s = v.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
@@ -113,7 +113,7 @@ StatusOr<int64_t> ReadInt(const nlohmann::json& v, const std::string& what, int6
   else if (v.is_number_integer())
     ok = v.get<int64_t>() >= min;
   if (!ok)
-    return Error(what + " is " + Shown(v) + ", not a whole number " +
+    return Error(what + " is " + ShownJson(v) + ", not a whole number " +
                  (min == INT64_MIN ? std::string("of 64 bits")
                                    : "from " + std::to_string(min) + " to 2^63-1"));
   return v.get<int64_t>();
@@ -266,10 +266,10 @@ StatusOr<Plan> ParsePlan(std::string_view text, const std::string& path) {
   if (!j.contains("version") || !j["version"].is_number_integer())
     return Error("'" + path + "' has no plan format version" + fix);
   if (j["version"] != Plan::kVersion)
-    return Error("'" + path + "' is plan format version " + Shown(j["version"]) +
+    return Error("'" + path + "' is plan format version " + ShownJson(j["version"]) +
                  "; this foundry-run reads version " + std::to_string(Plan::kVersion) + fix);
   if (const std::string* name = ControlCharacterString(j))
-    return Error("'" + path + "' is a damaged foundry plan (" + Shown(nlohmann::json(*name)) +
+    return Error("'" + path + "' is a damaged foundry plan (" + ShownJson(nlohmann::json(*name)) +
                  " holds a control character; names never do)" + fix);
   Plan p;
   try {

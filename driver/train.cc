@@ -28,14 +28,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Format(const char* fmt, double v) {
+std::string FormatNumber(const char* fmt, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, fmt, v);
   return buf;
 }
 
 std::string MiB(int64_t bytes) {
-  return Format("%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  return FormatNumber("%.2f MiB", static_cast<double>(bytes) / (1 << 20));
 }
 
 int64_t PeakRssBytes() {
@@ -151,7 +151,7 @@ void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t) {
   log << "foundry-run " << lp.plan_path << "\n"
       << "  model      " << lp.plan.graph_file << " (from " << lp.plan.source_model << ")\n"
       << "  params     " << lp.plan.parameters.size() << " tensors, " << elements << " elements ("
-      << Format("%.2f", elements * 4.0 / (1 << 20)) << " MiB)\n";
+      << FormatNumber("%.2f", elements * 4.0 / (1 << 20)) << " MiB)\n";
   if (t.batch() > 0 && t.accumulation_steps() == 1)
     log << "  batch      " << t.batch() << " x " << t.seq() << " (" << t.batch() * t.seq()
         << " tokens/step)\n";
@@ -209,7 +209,7 @@ RunLog::CurveOptions CurveOptions(const RunRequest& r, const Trainer& t) {
       "batch " + std::to_string(t.batch()) + " x " + std::to_string(t.seq()) +
       (t.accumulation_steps() > 1 ? " x " + std::to_string(t.accumulation_steps()) + " microbatches"
                                   : std::string()) +
-      ", " + std::string(OptimizerName(o.kind)) + " lr " + Format("%g", o.lr) +
+      ", " + std::string(OptimizerName(o.kind)) + " lr " + FormatNumber("%g", o.lr) +
       (t.options().schedule.kind != ScheduleKind::kConstant
            ? " (" + std::string(ScheduleName(t.options().schedule.kind)) + ")"
            : std::string()) +
@@ -289,9 +289,9 @@ Status Evaluate(const RunRequest& r, Evaluator& eval, RunLog& log, RunResult& re
   log.EndLine();
   RETURN_IF_ERROR(log.AddEval({e.step, e.loss, e.perplexity}));
   if (r.log)
-    *r.log << "eval  step " << e.step << "  loss " << Format("%.4f", e.loss) << "  ppl "
-           << Format("%.2f", e.perplexity) << "  (" << e.batches << " batches, " << e.tokens
-           << " tokens, " << Format("%.2f", e.seconds) << " s)\n"
+    *r.log << "eval  step " << e.step << "  loss " << FormatNumber("%.4f", e.loss) << "  ppl "
+           << FormatNumber("%.2f", e.perplexity) << "  (" << e.batches << " batches, " << e.tokens
+           << " tokens, " << FormatNumber("%.2f", e.seconds) << " s)\n"
            << std::flush;
   result.evals.push_back(e);
   return Status::Ok();
@@ -346,9 +346,9 @@ Status RunSteps(const RunRequest& r, Trainer& t, RunLog& log, RunResult& result,
   result.tokens_per_s = result.seconds > 0 ? tokens / result.seconds : 0;
   if (r.log)
     *r.log << "done: " << r.steps << " steps (" << result.first_step + 1 << ".." << result.last_step
-           << "), loss " << Format("%.4f", result.loss_first) << " -> "
-           << Format("%.4f", result.loss_last) << ", " << Format("%.1f", result.ms_per_step)
-           << " ms/step, " << Format("%.0f", result.tokens_per_s) << " tok/s\n";
+           << "), loss " << FormatNumber("%.4f", result.loss_first) << " -> "
+           << FormatNumber("%.4f", result.loss_last) << ", " << FormatNumber("%.1f", result.ms_per_step)
+           << " ms/step, " << FormatNumber("%.0f", result.tokens_per_s) << " tok/s\n";
   if (r.log && result.profile) *r.log << FormatProfile(*result.profile);
   return Status::Ok();
 }
@@ -536,12 +536,12 @@ std::string FormatRunMemory(const RunMemory& m, const OptimizerOptions& o) {
 std::string FormatProfile(const RunProfile& p) {
   const double total = p.batch_ms + p.graph_ms + p.check_ms + p.norm_ms + p.optimizer_ms;
   std::string out = "profile: mean of " + std::to_string(p.steps) + " step" +
-                    (p.steps == 1 ? "" : "s") + ", " + Format("%.1f", total) + " ms/step\n";
-  out += "  batch " + Format("%.1f", p.batch_ms) + " ms, graph " + Format("%.1f", p.graph_ms) +
-         " ms, finite check " + Format("%.1f", p.check_ms) + " ms, gradient norm " +
-         Format("%.2f", p.norm_ms) + " ms, optimizer " + Format("%.1f", p.optimizer_ms) + " ms\n";
-  out += "  graph by phase: forward " + Format("%.1f", p.forward_ms) + " ms, backward " +
-         Format("%.1f", p.backward_ms) + " ms, recompute " + Format("%.1f", p.recompute_ms) +
+                    (p.steps == 1 ? "" : "s") + ", " + FormatNumber("%.1f", total) + " ms/step\n";
+  out += "  batch " + FormatNumber("%.1f", p.batch_ms) + " ms, graph " + FormatNumber("%.1f", p.graph_ms) +
+         " ms, finite check " + FormatNumber("%.1f", p.check_ms) + " ms, gradient norm " +
+         FormatNumber("%.2f", p.norm_ms) + " ms, optimizer " + FormatNumber("%.1f", p.optimizer_ms) + " ms\n";
+  out += "  graph by phase: forward " + FormatNumber("%.1f", p.forward_ms) + " ms, backward " +
+         FormatNumber("%.1f", p.backward_ms) + " ms, recompute " + FormatNumber("%.1f", p.recompute_ms) +
          " ms\n";
   out += "   ms/step   share  nodes  op (graph)\n";
   constexpr size_t kShown = 20;
@@ -554,11 +554,11 @@ std::string FormatProfile(const RunProfile& p) {
       ++rest;
       continue;
     }
-    out += Format("%10.1f", op.ms) + Format("%7.1f%%", total > 0 ? 100 * op.ms / total : 0) +
-           Format("%7.0f", static_cast<double>(op.nodes)) + "  " + op.op + "\n";
+    out += FormatNumber("%10.1f", op.ms) + FormatNumber("%7.1f%%", total > 0 ? 100 * op.ms / total : 0) +
+           FormatNumber("%7.0f", static_cast<double>(op.nodes)) + "  " + op.op + "\n";
   }
   if (rest)
-    out += Format("%10.1f", rest_ms) + "          (" + std::to_string(rest) + " more op types)\n";
+    out += FormatNumber("%10.1f", rest_ms) + "          (" + std::to_string(rest) + " more op types)\n";
   return out;
 }
 

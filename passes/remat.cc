@@ -12,9 +12,9 @@ namespace foundry {
 namespace {
 
 // The schedule's reading: a node without a phase mark is forward.
-Phase PhaseOrForward(const Node& n) { return PhaseOf(n).value_or(Phase::kForward); }
+Phase NodePhaseOrForward(const Node& n) { return PhaseOf(n).value_or(Phase::kForward); }
 
-bool InModule(const std::string& scope, const std::string& module) {
+bool InModuleOrRoot(const std::string& scope, const std::string& module) {
   if (module.empty()) return true;
   return scope == module ||
          (scope.size() > module.size() && scope.compare(0, module.size(), module) == 0 &&
@@ -36,7 +36,7 @@ StatusOr<InstancePlan> PlanInstance(const Graph& graph, const UseDef& ud,
   bool any = false;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const Node& n = graph.nodes[i];
-    if (PhaseOrForward(n) == Phase::kForward && InModule(n.scope, module)) member[i] = any = true;
+    if (NodePhaseOrForward(n) == Phase::kForward && InModuleOrRoot(n.scope, module)) member[i] = any = true;
   }
   if (!any)
     return Error("remat: module '" + module +
@@ -60,7 +60,7 @@ StatusOr<InstancePlan> PlanInstance(const Graph& graph, const UseDef& ud,
       if (o.empty()) continue;
       bool keep = graph_outputs.count(o) > 0, read_back = false;
       for (int c : ud.Consumers(o)) {
-        const Phase p = PhaseOrForward(graph.nodes[c]);
+        const Phase p = NodePhaseOrForward(graph.nodes[c]);
         if (p == Phase::kForward && !member[c]) keep = true;
         if (p == Phase::kBackward) {
           read_back = true;
@@ -97,7 +97,7 @@ StatusOr<bool> RematPass::Run(Graph& graph) {
   if (options_.instances.empty()) return false;
   for (size_t a = 0; a < options_.instances.size(); ++a)
     for (size_t b = 0; b < options_.instances.size(); ++b)
-      if (a != b && InModule(options_.instances[b], options_.instances[a]))
+      if (a != b && InModuleOrRoot(options_.instances[b], options_.instances[a]))
         return Error("remat: module '" + options_.instances[b] + "' is inside '" +
                      options_.instances[a] + "'; checkpoint one of them (the outer one wins)");
 
@@ -154,7 +154,7 @@ StatusOr<bool> RematPass::Run(Graph& graph) {
     for (const auto& v : plan.stash)
       for (int c : ud.Consumers(v)) {
         Node& reader = graph.nodes[c];
-        if (PhaseOrForward(reader) != Phase::kBackward) continue;
+        if (NodePhaseOrForward(reader) != Phase::kBackward) continue;
         for (auto& in : reader.inputs)
           if (in == v) in = plan.renamed.at(v);
       }
@@ -199,7 +199,7 @@ std::vector<std::string> SavedValuesOf(const Graph& graph, const std::string& in
   // Values of the instance: what its forward nodes make and what they read.
   std::set<std::string> of;
   for (const Node& n : graph.nodes) {
-    if (PhaseOrForward(n) != Phase::kForward || !InModule(n.scope, instance)) continue;
+    if (NodePhaseOrForward(n) != Phase::kForward || !InModuleOrRoot(n.scope, instance)) continue;
     for (const auto& v : n.inputs)
       if (!v.empty()) of.insert(v);
     for (const auto& v : n.outputs)
@@ -207,7 +207,7 @@ std::vector<std::string> SavedValuesOf(const Graph& graph, const std::string& in
   }
   std::set<std::string> saved;
   for (const Node& n : graph.nodes) {
-    const Phase p = PhaseOrForward(n);
+    const Phase p = NodePhaseOrForward(n);
     if (p != Phase::kBackward && p != Phase::kRecompute) continue;
     for (const auto& v : n.inputs) {
       if (v.empty() || !of.count(v) || graph.IsInitializer(v)) continue;

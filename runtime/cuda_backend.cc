@@ -38,7 +38,7 @@ namespace {
 // The step status's words (cuda_backend.h): the loss bits, the gradients' flag, the update flags.
 constexpr int64_t kStatusHead = 2;
 
-Status CheckCopy(const Tensor& from, const Tensor& to, const char* direction) {
+Status CheckDeviceCopy(const Tensor& from, const Tensor& to, const char* direction) {
   if (from.dtype() != to.dtype() || from.shape() != to.shape())
     return Error(std::string("cuda backend: cannot copy ") + direction +
                  TypeOf(from.dtype(), from.shape()) + " into " + TypeOf(to.dtype(), to.shape()));
@@ -84,19 +84,19 @@ Status CudaBackend::Run(const Node& node, std::span<const Tensor* const> inputs,
 }
 
 Status CudaBackend::CopyIn(const Tensor& host, Tensor& device) {
-  RETURN_IF_ERROR(CheckCopy(host, device, "in "));
+  RETURN_IF_ERROR(CheckDeviceCopy(host, device, "in "));
   return cuda::CopyToDevice(device.raw(), host.raw(), static_cast<int64_t>(host.nbytes()), stream_,
                             "cuda backend: copy to the device");
 }
 
 Status CudaBackend::CopyOut(const Tensor& device, Tensor& host) {
-  RETURN_IF_ERROR(CheckCopy(device, host, "out "));
+  RETURN_IF_ERROR(CheckDeviceCopy(device, host, "out "));
   return cuda::CopyToHost(host.raw(), device.raw(), static_cast<int64_t>(device.nbytes()), stream_,
                           "cuda backend: copy from the device");
 }
 
 Status CudaBackend::Copy(const Tensor& from, Tensor& to) {
-  RETURN_IF_ERROR(CheckCopy(from, to, ""));
+  RETURN_IF_ERROR(CheckDeviceCopy(from, to, ""));
   return cuda::DeviceCopy(to.raw(), from.raw(), static_cast<int64_t>(from.nbytes()), stream_,
                           "cuda backend: copy on the device");
 }

@@ -130,7 +130,7 @@ StatusOr<std::shared_ptr<const NcclApi>> OpenConfiguredNccl() {
 }
 
 // An environment variable as an int; `fallback` when unset.
-StatusOr<int> EnvInt(const char* name, int fallback) {
+StatusOr<int> EnvIntOr(const char* name, int fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
   char* end = nullptr;
@@ -382,12 +382,12 @@ StatusOr<NcclJoin> JoinNcclWorld(Communicator* host) {
         "FOUNDRY_WORLD_SIZE; set all three (missing: " +
         missing + ")");
   }
-  ASSIGN_OR_RETURN(join.rank, EnvInt("FOUNDRY_RANK", 0));
-  ASSIGN_OR_RETURN(join.size, EnvInt("FOUNDRY_WORLD_SIZE", 1));
+  ASSIGN_OR_RETURN(join.rank, EnvIntOr("FOUNDRY_RANK", 0));
+  ASSIGN_OR_RETURN(join.size, EnvIntOr("FOUNDRY_WORLD_SIZE", 1));
   if (join.size < 1 || join.rank >= join.size)
     return Error("nccl: FOUNDRY_RANK=" + std::to_string(join.rank) + " is not a rank of " +
                  "FOUNDRY_WORLD_SIZE=" + std::to_string(join.size) + " (0 to size - 1)");
-  ASSIGN_OR_RETURN(int timeout_s, EnvInt("FOUNDRY_NCCL_ID_TIMEOUT_S", 300));
+  ASSIGN_OR_RETURN(int timeout_s, EnvIntOr("FOUNDRY_NCCL_ID_TIMEOUT_S", 300));
   join.id_file = file;
   if (join.rank == 0) {
     RETURN_IF_ERROR(make_id());

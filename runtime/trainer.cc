@@ -32,7 +32,7 @@ StatusOr<Backend*> ChooseBackend(const TrainerOptions& options) {
   return cuda;
 }
 
-std::string PlannedFor(const MemoryPlan& plan) {
+std::string PlanBackends(const MemoryPlan& plan) {
   std::vector<std::string> names;
   for (const auto& l : plan.layouts) names.push_back(l.backend);
   return JoinNames(names);
@@ -235,7 +235,7 @@ Status Trainer::CheckBackendCanRun() const {
   const MemoryPlan& memory = plan_.plan.memory;
   if (!memory.Layout(backend))
     return Error("'" + plan_.plan_path + "' has no memory layout for the " + backend +
-                 " backend (planned for: " + PlannedFor(memory) +
+                 " backend (planned for: " + PlanBackends(memory) +
                  "); compile it with foundry-compile, which plans one for every backend (a plan "
                  "built in memory: run PlanMemory on it first)");
   return Status::Ok();

@@ -30,7 +30,7 @@ namespace foundry {
 
 namespace {
 
-constexpr int kMany = 1 << 20;
+constexpr int kAnyCount = 1 << 20;
 
 StatusOr<int64_t> WorldSize(const InferContext& ctx) {
   const int64_t n = ctx.node.GetInt("world_size", 0);
@@ -109,7 +109,7 @@ StatusOr<std::vector<TypeInfo>> InferAllReduce(const InferContext& ctx) {
 }  // namespace
 
 void RegisterCollectiveSchemas(OpSchemaTable& table) {
-  table.Add({"foundry", "AllGather", 1, kMany, 1, kMany, InferAllGather, false, {}});
+  table.Add({"foundry", "AllGather", 1, kAnyCount, 1, kAnyCount, InferAllGather, false, {}});
   table.Add({"foundry", "ReduceScatterGradient", 1, 1, 1, 1, InferReduceScatter, false, {}});
   table.Add({"foundry", "AllReduceGradient", 1, 1, 1, 1, InferAllReduce, false, {}});
 }

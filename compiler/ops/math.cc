@@ -41,7 +41,7 @@ Status RequireSameDType(const InferContext& ctx, size_t i, size_t j) {
   return Status::Ok();
 }
 
-TypeInfo UnknownRank(DType t) { return TypeInfo{t, {}, false}; }
+TypeInfo UnknownRankType(DType t) { return TypeInfo{t, {}, false}; }
 
 bool DimsDiffer(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
 
@@ -57,7 +57,7 @@ StatusOr<std::vector<TypeInfo>> InferMatMul(const InferContext& ctx) {
   bool ta = n.GetInt("transA", 0) != 0, tb = n.GetInt("transB", 0) != 0;
   if (n.GetInt("transBatchA", 0) != 0 || n.GetInt("transBatchB", 0) != 0)
     return ctx.Fail("transBatchA/transBatchB are not supported");
-  if (!a.rank_known || !b.rank_known) return std::vector<TypeInfo>{UnknownRank(a.dtype)};
+  if (!a.rank_known || !b.rank_known) return std::vector<TypeInfo>{UnknownRankType(a.dtype)};
   if (a.shape.empty() || b.shape.empty())
     return ctx.Fail("operands must have rank >= 1, got " + ShapeToString(a.shape) + " and " +
                     ShapeToString(b.shape));
@@ -175,12 +175,12 @@ InferFn MakeInferReduce(ReduceDTypes allowed) {
         return ctx.Fail("axes input must be i64, got " + TypeName(av.dtype));
       const Tensor* c = ctx.constant(1);
       if (!c) {
-        if (!x.rank_known || !keepdims) return std::vector<TypeInfo>{UnknownRank(t)};
+        if (!x.rank_known || !keepdims) return std::vector<TypeInfo>{UnknownRankType(t)};
         return std::vector<TypeInfo>{{t, Shape(x.shape.size(), -1)}};
       }
       axes = c->ToInt64Vector();
     }
-    if (!x.rank_known) return std::vector<TypeInfo>{UnknownRank(t)};
+    if (!x.rank_known) return std::vector<TypeInfo>{UnknownRankType(t)};
     int64_t rank = static_cast<int64_t>(x.shape.size());
     if (axes.empty() && noop) return std::vector<TypeInfo>{SameAs(x)};
     std::vector<bool> reduced(rank, axes.empty());
@@ -263,7 +263,7 @@ StatusOr<std::vector<TypeInfo>> InferLayerNorm(const InferContext& ctx) {
   const Value& x = ctx.input(0);
   if (ctx.node.GetInt("stash_type", 1) != 1)
     return ctx.Fail("only stash_type=1 (f32 statistics) is supported");
-  if (!x.rank_known) return std::vector<TypeInfo>(3, UnknownRank(x.dtype));
+  if (!x.rank_known) return std::vector<TypeInfo>(3, UnknownRankType(x.dtype));
   auto axis = NormalizeAxis(ctx.node.GetInt("axis", -1), static_cast<int64_t>(x.shape.size()));
   if (!axis.ok()) return ctx.Fail(axis.status().message());
   RETURN_IF_ERROR(CheckNormParam(ctx, 1, "scale", x.shape, *axis));

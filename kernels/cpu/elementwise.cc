@@ -14,7 +14,7 @@
 // Float exp, erf and tanh come from vmath (kernels/cpu/vmath.h), never from libm, in every kernel
 // that computes them: a fused activation and its decomposition (canonicalize) must keep agreeing
 // bit for bit, and vmath gives an element the same bits at any position in any array. Kernels
-// that need them work on blocks of kBlock elements through a stack buffer. Double stays on libm.
+// that need them work on blocks of kElementBlock elements through a stack buffer. Double stays on libm.
 //
 // Threads (kernels/cpu/parallel.h): every kernel cuts its output into index ranges fixed by the
 // shape (kElementGrain elements, or whole rows) and each range writes only its own elements, so
@@ -162,20 +162,20 @@ void UnaryMap(const Tensor& in, Tensor& out, Op op) {
 }
 
 // Elements per call of a block function: its temporaries live on the stack.
-constexpr int64_t kBlock = 256;
+constexpr int64_t kElementBlock = 256;
 
-// block(x, y, count) on pieces of at most kBlock elements; y may be x.
+// block(x, y, count) on pieces of at most kElementBlock elements; y may be x.
 template <class T, class Block>
 void BlockMap(const T* x, T* y, int64_t n, Block block) {
   ParallelFor(n, kElementGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; i += kBlock) block(x + i, y + i, std::min(kBlock, end - i));
+    for (int64_t i = begin; i < end; i += kElementBlock) block(x + i, y + i, std::min(kElementBlock, end - i));
   });
 }
 
 // 1 / (1 + exp(-x)): exp(-x) overflows to inf for x < -88 (f32), giving exactly 0, no NaN.
 template <class T>
 void SigmoidArray(const T* x, T* y, int64_t n) {
-  T t[kBlock] = {};
+  T t[kElementBlock] = {};
   for (int64_t i = 0; i < n; ++i) t[i] = -x[i];
   vmath::Exp(t, t, n);
   for (int64_t i = 0; i < n; ++i) y[i] = T(1) / (T(1) + t[i]);
@@ -470,7 +470,7 @@ struct GeluOp {
   template <class T>
   static void Block(const T* x, T* y, int64_t n) {
     const T sqrt2 = static_cast<T>(1.4142135623730951);  // f32: 1.4142135381698608
-    T t[kBlock] = {};
+    T t[kElementBlock] = {};
     for (int64_t i = 0; i < n; ++i) t[i] = x[i] / sqrt2;
     vmath::Erf(t, t, n);
     for (int64_t i = 0; i < n; ++i) {
@@ -498,7 +498,7 @@ template <class T>
 void FastGeluBlock(const T* x, T* y, int64_t n, FastGeluForm form) {
   const T k = static_cast<T>(0.7978845608028654);  // f32: 0.7978845834732056
   const T c = static_cast<T>(0.044715);
-  T t[kBlock] = {};
+  T t[kElementBlock] = {};
   for (int64_t i = 0; i < n; ++i) {
     const T xi = x[i];
     // The Pow kernel's std::pow for gelu_new: x·x·x may differ from it in the last bit.
@@ -521,7 +521,7 @@ void FastGeluBlock(const T* x, T* y, int64_t n, FastGeluForm form) {
 // commutes exactly).
 template <class T>
 void QuickGeluBlock(const T* x, T* y, int64_t n, T alpha) {
-  T s[kBlock] = {};
+  T s[kElementBlock] = {};
   for (int64_t i = 0; i < n; ++i) s[i] = alpha * x[i];
   SigmoidArray(s, s, n);
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s[i];
@@ -655,9 +655,9 @@ void VariadicCombine(Inputs in, Tensor& out, Op op) {
   if (std::all_of(in.begin(), in.end(), [&](const Tensor* t) { return t->shape() == os; })) {
     // One pass: blocks of a stack buffer keep the per-input loops plain and vectorizable.
     ParallelFor(numel, kElementGrain, [&](int64_t begin, int64_t end) {
-      T acc[kBlock];
-      for (int64_t b = begin; b < end; b += kBlock) {
-        const int64_t n = std::min(kBlock, end - b);
+      T acc[kElementBlock];
+      for (int64_t b = begin; b < end; b += kElementBlock) {
+        const int64_t n = std::min(kElementBlock, end - b);
         const T* x0 = in[0]->data<T>() + b;
         if (n_in == 1) {
           for (int64_t i = 0; i < n; ++i) acc[i] = x0[i];
@@ -1014,7 +1014,7 @@ Status OnnxGeluKernel(const Node& node, Inputs in, Outputs out, const KernelCont
 }
 
 // (dY, other) -> dX for same-shape activation gradients: block(dy, v, dx, count) on pieces of at
-// most kBlock elements.
+// most kElementBlock elements.
 template <class Block>
 Status ActivationGradKernel(const Node& node, Inputs in, Outputs out, Block block) {
   if (in[1]->numel() != in[0]->numel())
@@ -1026,8 +1026,8 @@ Status ActivationGradKernel(const Node& node, Inputs in, Outputs out, Block bloc
     const T* v = in[1]->data<T>();
     T* dx = out[0]->data<T>();
     ParallelFor(in[0]->numel(), kElementGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; i += kBlock)
-        block(dy + i, v + i, dx + i, std::min(kBlock, end - i));
+      for (int64_t i = begin; i < end; i += kElementBlock)
+        block(dy + i, v + i, dx + i, std::min(kElementBlock, end - i));
     });
     return Status::Ok();
   });
@@ -1048,7 +1048,7 @@ Status GeluGradKernel(const Node& node, Inputs in, Outputs out, const KernelCont
                                 using T = std::remove_cvref_t<decltype(*x)>;
                                 const T kInvSqrt2 = T(0.70710678118654752440);
                                 const T kInvSqrt2Pi = T(0.39894228040143267794);
-                                T e[kBlock] = {}, g[kBlock] = {};
+                                T e[kElementBlock] = {}, g[kElementBlock] = {};
                                 for (int64_t i = 0; i < n; ++i) {
                                   e[i] = x[i] * kInvSqrt2;
                                   g[i] = T(-0.5) * x[i] * x[i];
@@ -1071,7 +1071,7 @@ Status FastGeluGradKernel(const Node& node, Inputs in, Outputs out, const Kernel
         using T = std::remove_cvref_t<decltype(*x)>;
         const T k = static_cast<T>(0.7978845608028654);
         const T c = static_cast<T>(0.044715);
-        T t[kBlock] = {};
+        T t[kElementBlock] = {};
         for (int64_t i = 0; i < n; ++i) {
           const T x2 = x[i] * x[i];
           t[i] = k * (x[i] + c * x2 * x[i]);
@@ -1092,7 +1092,7 @@ Status QuickGeluGradKernel(const Node& node, Inputs in, Outputs out, const Kerne
   return ActivationGradKernel(node, in, out,
                               [alpha](const auto* dy, const auto* x, auto* dx, int64_t n) {
                                 using T = std::remove_cvref_t<decltype(*x)>;
-                                T v[kBlock] = {}, s[kBlock] = {};
+                                T v[kElementBlock] = {}, s[kElementBlock] = {};
                                 for (int64_t i = 0; i < n; ++i) v[i] = static_cast<T>(alpha) * x[i];
                                 SigmoidArray(v, s, n);
                                 for (int64_t i = 0; i < n; ++i)

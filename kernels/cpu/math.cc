@@ -52,10 +52,10 @@ namespace {
 
 constexpr char kMs[] = "com.microsoft";
 
-Status Fail(const Node& n, const std::string& what) { return Error(n.Describe() + ": " + what); }
+Status MathFail(const Node& n, const std::string& what) { return Error(n.Describe() + ": " + what); }
 
 Status UnsupportedType(const Node& n, DType t) {
-  return Fail(n, "the cpu kernel does not support element type " + std::string(DTypeName(t)));
+  return MathFail(n, "the cpu kernel does not support element type " + std::string(DTypeName(t)));
 }
 
 // The executor sizes every buffer from the graph's types, which LoadPlan re-infers from the inputs
@@ -72,7 +72,7 @@ Status RequireLike(const Node& n, const Tensor& t, const char* what, const Tenso
 // Normalizes `axis` against `rank` with an error naming the node.
 StatusOr<int64_t> Axis(const Node& n, int64_t axis, int64_t rank) {
   auto a = NormalizeAxis(axis, rank);
-  if (!a.ok()) return Fail(n, a.status().message());
+  if (!a.ok()) return MathFail(n, a.status().message());
   return a;
 }
 
@@ -164,7 +164,7 @@ Status GemmOne(const Node& node, bool ta, bool tb, int64_t m, int64_t n, int64_t
     return Status::Ok();
   }
   if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
-    return Fail(node, "matrix dimensions exceed the BLAS int range");
+    return MathFail(node, "matrix dimensions exceed the BLAS int range");
   const int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
   const int ldc = static_cast<int>(n);
   const GemmSplit split = SplitGemm(m, n, k);
@@ -255,7 +255,7 @@ Status ForEachMatMulProduct(const Node& node, const Tensor& A, const Tensor& B, 
   int64_t m = ta ? cols_a : rows_a, k = ta ? rows_a : cols_a;
   int64_t kb = tb ? cols_b : rows_b, n = tb ? rows_b : cols_b;
   if (k != kb)
-    return Fail(node, "inner dimensions do not match: " + ShapeToString(A.shape()) + " x " +
+    return MathFail(node, "inner dimensions do not match: " + ShapeToString(A.shape()) + " x " +
                           ShapeToString(B.shape()));
   size_t nb = std::max(ra, rb) - 2;
   Shape ba(nb, 1), bb(nb, 1), by(nb);
@@ -263,13 +263,13 @@ Status ForEachMatMulProduct(const Node& node, const Tensor& A, const Tensor& B, 
   std::copy(bs.begin(), bs.end() - 2, bb.begin() + (nb - (rb - 2)));
   for (size_t i = 0; i < nb; ++i) {
     if (ba[i] != bb[i] && ba[i] != 1 && bb[i] != 1)
-      return Fail(node, "batch dimensions of " + ShapeToString(A.shape()) + " and " +
+      return MathFail(node, "batch dimensions of " + ShapeToString(A.shape()) + " and " +
                             ShapeToString(B.shape()) + " do not broadcast");
     by[i] = ba[i] == 1 ? bb[i] : ba[i];
   }
   int64_t batches = NumElements(by);
   if (Y.numel() != batches * m * n)
-    return Fail(node, "output has shape " + ShapeToString(Y.shape()) + ", the product needs " +
+    return MathFail(node, "output has shape " + ShapeToString(Y.shape()) + ", the product needs " +
                           std::to_string(batches * m * n) + " elements");
   bool b_shared = std::all_of(bb.begin(), bb.end(), [](int64_t d) { return d == 1; });
   if (b_shared && !ta) {
@@ -511,12 +511,12 @@ Status CheckTiledTypes(const Node& node, std::span<const Tensor* const> in, Tens
   const char* const kNames[] = {"A", "B", "C"};
   for (size_t i = 0; i < in.size() && i < 3; ++i) {
     if (!in[i] || in[i]->dtype() == DType::kFloat32 || in[i]->dtype() == DType::kBFloat16) continue;
-    return Fail(node, std::string("a product with bfloat16 operands takes f32 and bfloat16 only, "
+    return MathFail(node, std::string("a product with bfloat16 operands takes f32 and bfloat16 only, "
                                   "but ") +
                           kNames[i] + " is " + std::string(DTypeName(in[i]->dtype())));
   }
   if (y.dtype() != DType::kFloat32 && y.dtype() != DType::kBFloat16)
-    return Fail(node, "a product with bfloat16 operands takes f32 and bfloat16 only, but Y is " +
+    return MathFail(node, "a product with bfloat16 operands takes f32 and bfloat16 only, but Y is " +
                           std::string(DTypeName(y.dtype())));
   return Status::Ok();
 }
@@ -563,7 +563,7 @@ struct GemmShape {
 StatusOr<GemmShape> GemmShapeOf(const Node& node, const Tensor& A, const Tensor& B, const Tensor* C,
                                 const Tensor& Y, bool ta, bool tb, bool one_type) {
   if (A.rank() != 2 || B.rank() != 2)
-    return Fail(node, "A " + ShapeToString(A.shape()) + " and B " + ShapeToString(B.shape()) +
+    return MathFail(node, "A " + ShapeToString(A.shape()) + " and B " + ShapeToString(B.shape()) +
                           " are not matrices");
   GemmShape g;
   g.m = ta ? A.shape()[1] : A.shape()[0];
@@ -572,14 +572,14 @@ StatusOr<GemmShape> GemmShapeOf(const Node& node, const Tensor& A, const Tensor&
   if ((tb ? B.shape()[1] : B.shape()[0]) != g.k ||
       (one_type && (Y.dtype() != A.dtype() || B.dtype() != A.dtype())) ||
       Y.shape() != Shape{g.m, g.n})
-    return Fail(node, "A " + ShapeToString(A.shape()) + ", B " + ShapeToString(B.shape()) +
+    return MathFail(node, "A " + ShapeToString(A.shape()) + ", B " + ShapeToString(B.shape()) +
                           " and Y " + ShapeToString(Y.shape()) + " do not make a product");
   if (C) {
     Shape cs = C->shape();
     while (cs.size() < 2) cs.insert(cs.begin(), 1);
     if ((one_type && C->dtype() != A.dtype()) || cs.size() != 2 || (cs[0] != 1 && cs[0] != g.m) ||
         (cs[1] != 1 && cs[1] != g.n))
-      return Fail(node, "C " + ShapeToString(C->shape()) + " does not broadcast to [" +
+      return MathFail(node, "C " + ShapeToString(C->shape()) + " does not broadcast to [" +
                             std::to_string(g.m) + "," + std::to_string(g.n) + "]");
     g.si = cs[0] == 1 ? 0 : cs[1];
     g.sj = cs[1] == 1 ? 0 : 1;
@@ -639,7 +639,7 @@ Status GemmKernel(const Node& node, std::span<const Tensor* const> in, std::span
 // ============================== softmax ==============================
 
 // Elements per block of a stack buffer (the exponentials of a stretch of one lane).
-constexpr int64_t kBlock = 256;
+constexpr int64_t kExpBlock = 256;
 
 // Calls f(base, stride, n) for every 1-D lane along `axis`, lanes cut into chunks of whole lanes
 // on the kernels' threads.
@@ -665,10 +665,10 @@ T LaneMax(const T* x, int64_t stride, int64_t n) {
 // and the cross-entropy share it, so their exponentials agree bit for bit.
 template <class T>
 double ExpShiftedSum(const T* x, int64_t stride, int64_t n, T m, T* e) {
-  T t[kBlock] = {};
+  T t[kExpBlock] = {};
   double sum = 0;
-  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
-    const int64_t len = std::min(kBlock, n - j0);
+  for (int64_t j0 = 0; j0 < n; j0 += kExpBlock) {
+    const int64_t len = std::min(kExpBlock, n - j0);
     for (int64_t k = 0; k < len; ++k) t[k] = x[(j0 + k) * stride] - m;
     vmath::Exp(t, t, len);
     for (int64_t k = 0; k < len; ++k) sum += static_cast<double>(t[k]);
@@ -759,9 +759,9 @@ Status SoftmaxGradTyped(const Node& node, const Tensor& DY, const Tensor& Y, Ten
       }
       return;
     }
-    T e[kBlock] = {};
-    for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
-      const int64_t len = std::min(kBlock, n - j0);
+    T e[kExpBlock] = {};
+    for (int64_t j0 = 0; j0 < n; j0 += kExpBlock) {
+      const int64_t len = std::min(kExpBlock, n - j0);
       for (int64_t k = 0; k < len; ++k) e[k] = y[base + (j0 + k) * stride];
       vmath::Exp(e, e, len);
       for (int64_t k = 0; k < len; ++k) {
@@ -803,7 +803,7 @@ StatusOr<std::vector<bool>> ReducedAxes(const Node& node, const Tensor* axes_inp
   std::vector<bool> reduced(rank, axes.empty() && !noop);
   for (int64_t a : axes) {
     ASSIGN_OR_RETURN(int64_t na, Axis(node, a, rank));
-    if (reduced[na]) return Fail(node, "axis " + std::to_string(a) + " appears twice in axes");
+    if (reduced[na]) return MathFail(node, "axis " + std::to_string(a) + " appears twice in axes");
     reduced[na] = true;
   }
   return reduced;
@@ -891,7 +891,7 @@ Status ReduceTyped(const Node& node, const Tensor& X, const Tensor* axes_input, 
     }
   }
   if (Y.shape() != expect)
-    return Fail(node, "output was allocated as " + ShapeToString(Y.shape()) +
+    return MathFail(node, "output was allocated as " + ShapeToString(Y.shape()) +
                           ", the reduction gives " + ShapeToString(expect));
   if (out_n == 0) return Status::Ok();
   const T* x = X.data<T>();
@@ -1029,19 +1029,19 @@ Status CumSumKernel(const Node& node, std::span<const Tensor* const> in,
   const Tensor& x = *in[0];
   const Tensor& axis = *in[1];
   if (axis.dtype() != DType::kInt64 && axis.dtype() != DType::kInt32)
-    return Fail(node, "axis must be i64 or i32, got " + std::string(DTypeName(axis.dtype())));
+    return MathFail(node, "axis must be i64 or i32, got " + std::string(DTypeName(axis.dtype())));
   if (axis.rank() > 1 || axis.numel() != 1)
-    return Fail(node, "axis must be a 0-D (or one-element) tensor, has shape " +
+    return MathFail(node, "axis must be a 0-D (or one-element) tensor, has shape " +
                           ShapeToString(axis.shape()));
-  if (x.rank() == 0) return Fail(node, "x must have rank >= 1");
+  if (x.rank() == 0) return MathFail(node, "x must have rank >= 1");
   ASSIGN_OR_RETURN(int64_t a, Axis(node, axis.GetAsInt64(0), x.rank()));
   const int64_t exclusive = node.GetInt("exclusive", 0), reverse = node.GetInt("reverse", 0);
   if ((exclusive != 0 && exclusive != 1) || (reverse != 0 && reverse != 1))
-    return Fail(node, "attributes 'exclusive' and 'reverse' must be 0 or 1, got " +
+    return MathFail(node, "attributes 'exclusive' and 'reverse' must be 0 or 1, got " +
                           std::to_string(exclusive) + " and " + std::to_string(reverse));
   Tensor& y = *out[0];
   if (y.dtype() != x.dtype() || y.shape() != x.shape())
-    return Fail(node, "output was allocated as " + std::string(DTypeName(y.dtype())) +
+    return MathFail(node, "output was allocated as " + std::string(DTypeName(y.dtype())) +
                           ShapeToString(y.shape()) + ", x is " + std::string(DTypeName(x.dtype())) +
                           ShapeToString(x.shape()));
   const AxisLayout l = LayoutAround(x.shape(), a);
@@ -1067,7 +1067,7 @@ Status CumSumKernel(const Node& node, std::span<const Tensor* const> in,
 
 Status CheckParam(const Node& node, const Tensor* p, const char* what, int64_t cols) {
   if (p && p->numel() != cols)
-    return Fail(node, std::string(what) + " has " + std::to_string(p->numel()) +
+    return MathFail(node, std::string(what) + " has " + std::to_string(p->numel()) +
                           " elements, the normalized dims have " + std::to_string(cols));
   return Status::Ok();
 }
@@ -1136,12 +1136,12 @@ Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
   const Tensor* mean_t = simplified ? nullptr : in[3];
   const Tensor* inv_t = simplified ? in[3] : in[4];
   if ((mean_t && mean_t->numel() != rows) || inv_t->numel() != rows)
-    return Fail(node, "the saved statistics need " + std::to_string(rows) + " elements");
+    return MathFail(node, "the saved statistics need " + std::to_string(rows) + " elements");
   // dY is read and dX written as X's rows x cols: neither may be smaller (issue 19: a graph that
   // declared dX [2,16,1] had this kernel write 7.9 KB past the arena; LoadPlan now re-infers it).
   for (const Tensor* t : {in[0], static_cast<const Tensor*>(out[0])})
     if (t->dtype() != DType::kFloat32 || t->shape() != X.shape())
-      return Fail(node, std::string(t == in[0] ? "dY is " : "dX was allocated as ") +
+      return MathFail(node, std::string(t == in[0] ? "dY is " : "dX was allocated as ") +
                             std::string(DTypeName(t->dtype())) + ShapeToString(t->shape()) +
                             ", not X's f32" + ShapeToString(X.shape()));
   const float* dy = in[0]->data<float>();
@@ -1252,13 +1252,13 @@ struct CeLayout {
 };
 
 StatusOr<CeLayout> CeLayoutOf(const Node& node, const Tensor& scores, const Tensor& labels) {
-  if (scores.rank() < 2) return Fail(node, "scores must have rank >= 2");
+  if (scores.rank() < 2) return MathFail(node, "scores must have rank >= 2");
   CeLayout l;
   l.n = scores.shape()[0];
   l.c = scores.shape()[1];
   for (int64_t i = 2; i < scores.rank(); ++i) l.inner *= scores.shape()[i];
   if (labels.numel() != l.n * l.inner)
-    return Fail(node, "labels of shape " + ShapeToString(labels.shape()) + " do not match scores " +
+    return MathFail(node, "labels of shape " + ShapeToString(labels.shape()) + " do not match scores " +
                           ShapeToString(scores.shape()));
   return l;
 }
@@ -1282,7 +1282,7 @@ StatusOr<CeTargets> CheckCeTargets(const Node& node, const Tensor& labels, int64
     int64_t v = labels.GetAsInt64(i);
     if (t.has_ignore && v == t.ignore) continue;
     if (v < 0 || v >= classes)
-      return Fail(node, "label " + std::to_string(v) + " at position " + std::to_string(i) +
+      return MathFail(node, "label " + std::to_string(v) + " at position " + std::to_string(i) +
                             " is outside [0, " + std::to_string(classes) + ")" +
                             (t.has_ignore ? " and is not ignore_index " + std::to_string(t.ignore)
                                           : std::string(" and there is no ignore_index")));
@@ -1309,7 +1309,7 @@ Status SoftmaxCrossEntropyKernel(const Node& node, std::span<const Tensor* const
       out.size() > 1 && out[1]->numel() == S.numel() ? out[1]->data<float>() : nullptr;
   if (out[0]->dtype() != DType::kFloat32 ||
       out[0]->numel() != (reduction == "none" ? l.n * l.inner : 1))
-    return Fail(node, "the loss was allocated as " + std::string(DTypeName(out[0]->dtype())) +
+    return MathFail(node, "the loss was allocated as " + std::string(DTypeName(out[0]->dtype())) +
                           ShapeToString(out[0]->shape()) + ", not f32 with " +
                           std::to_string(reduction == "none" ? l.n * l.inner : 1) + " elements");
   float* loss = out[0]->data<float>();
@@ -1354,7 +1354,7 @@ Status SoftmaxCrossEntropyGradKernel(const Node& node, std::span<const Tensor* c
   RETURN_IF_ERROR(RequireLike(node, *out[0], "dScores", LP, "log_prob"));
   if (in[0]->dtype() != DType::kFloat32 ||
       in[0]->numel() != (reduction == "none" ? l.n * l.inner : 1))
-    return Fail(node, "dY is " + std::string(DTypeName(in[0]->dtype())) +
+    return MathFail(node, "dY is " + std::string(DTypeName(in[0]->dtype())) +
                           ShapeToString(in[0]->shape()) + ", not f32 with " +
                           std::to_string(reduction == "none" ? l.n * l.inner : 1) + " elements");
   const float* dy = in[0]->data<float>();
@@ -1369,14 +1369,14 @@ Status SoftmaxCrossEntropyGradKernel(const Node& node, std::span<const Tensor* c
   }
   const bool none = reduction == "none";
   ParallelFor(l.n * l.inner, RowGrain(l.c), [&](int64_t begin, int64_t end) {
-    float e[kBlock] = {};
+    float e[kExpBlock] = {};
     for (int64_t k = begin; k < end; ++k) {
       const int64_t base = (k / l.inner) * l.c * l.inner + k % l.inner;
       const int64_t t = target[k];
       double g = 0;
       if (t >= 0) g = (w ? w[t] : 1.0) * (none ? dy[k] : scale);
-      for (int64_t c0 = 0; c0 < l.c; c0 += kBlock) {
-        const int64_t len = std::min(kBlock, l.c - c0);
+      for (int64_t c0 = 0; c0 < l.c; c0 += kExpBlock) {
+        const int64_t len = std::min(kExpBlock, l.c - c0);
         for (int64_t j = 0; j < len; ++j) e[j] = lp[base + (c0 + j) * l.inner];
         if (g != 0) vmath::Exp(e, e, len);
         for (int64_t j = 0; j < len; ++j) {

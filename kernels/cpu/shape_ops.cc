@@ -27,13 +27,13 @@ using shape_ops::SliceDim;
 using Inputs = std::span<const Tensor* const>;
 using Outputs = std::span<Tensor* const>;
 
-Status Fail(const Node& node, const std::string& what) {
+Status ShapeFail(const Node& node, const std::string& what) {
   return Error(node.Describe() + ": " + what);
 }
 
 template <class T>
 StatusOr<T> Named(const Node& node, StatusOr<T> r) {
-  if (!r.ok()) return Fail(node, r.status().message());
+  if (!r.ok()) return ShapeFail(node, r.status().message());
   return r;
 }
 
@@ -51,7 +51,7 @@ std::string TypeString(DType t, const Shape& s) {
 // the actual input values must not write past them.
 Status CheckOutput(const Node& node, const Tensor& out, DType dtype, const Shape& shape) {
   if (out.dtype() == dtype && out.shape() == shape) return Status::Ok();
-  return Fail(node, "output was allocated as " + TypeString(out.dtype(), out.shape()) +
+  return ShapeFail(node, "output was allocated as " + TypeString(out.dtype(), out.shape()) +
                         " but the inputs give " + TypeString(dtype, shape));
 }
 
@@ -128,7 +128,7 @@ void StridedCopy(Tensor& dst, const View& dv, const Tensor& src, const View& sv,
 
 Status CheckSameDType(const Node& node, const Tensor& a, const Tensor& b) {
   if (a.dtype() == b.dtype() && DTypeSize(a.dtype()) != 0) return Status::Ok();
-  return Fail(node, "element types " + std::string(DTypeName(a.dtype())) + " and " +
+  return ShapeFail(node, "element types " + std::string(DTypeName(a.dtype())) + " and " +
                         std::string(DTypeName(b.dtype())) + " do not match");
 }
 
@@ -192,7 +192,7 @@ Status ConstantOfShapeKernel(const Node& node, Inputs in, Outputs out, const Ker
   if (node.HasAttr("value")) {
     const Attribute& a = node.attrs.at("value");
     if (a.kind != Attribute::Kind::kTensor || !a.t || a.t->numel() != 1)
-      return Fail(node, "attribute 'value' must be a one-element tensor");
+      return ShapeFail(node, "attribute 'value' must be a one-element tensor");
     dtype = a.t->dtype();
     v = static_cast<const uint8_t*>(a.t->raw());
   }
@@ -240,7 +240,7 @@ Status RangeKernel(const Node& node, Inputs in, Outputs out, const KernelContext
       FillRange(*in[0]->data<int64_t>(), *in[2]->data<int64_t>(), *out[0]);
       break;
     default:
-      return Fail(node, "unsupported element type");
+      return ShapeFail(node, "unsupported element type");
   }
   return Status::Ok();
 }
@@ -250,7 +250,7 @@ Status RangeKernel(const Node& node, Inputs in, Outputs out, const KernelContext
 Status CopyBytes(const Node& node, const Tensor& in, Tensor& out) {
   RETURN_IF_ERROR(CheckSameDType(node, in, out));
   if (in.numel() != out.numel())
-    return Fail(node, "output was allocated as " + ShapeToString(out.shape()) + " (" +
+    return ShapeFail(node, "output was allocated as " + ShapeToString(out.shape()) + " (" +
                           std::to_string(out.numel()) + " elements) for an input of shape " +
                           ShapeToString(in.shape()) + " (" + std::to_string(in.numel()) +
                           " elements)");
@@ -304,7 +304,7 @@ Status ExpandKernel(const Node& node, Inputs in, Outputs out, const KernelContex
   Shape target = in[1]->ToInt64Vector();
   auto shape = BroadcastShapes(x.shape(), target);
   if (!shape.ok())
-    return Fail(node, "cannot expand input of shape " + ShapeToString(x.shape()) + " to " +
+    return ShapeFail(node, "cannot expand input of shape " + ShapeToString(x.shape()) + " to " +
                           ShapeToString(target) + ": " + shape.status().message());
   RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), *shape));
   // A view (the planner gave the output the input's buffer, which it does only when the element
@@ -318,7 +318,7 @@ Status TileKernel(const Node& node, Inputs in, Outputs out, const KernelContext&
   const Tensor& x = *in[0];
   std::vector<int64_t> reps = in[1]->ToInt64Vector();
   if (static_cast<int64_t>(reps.size()) != x.rank())
-    return Fail(node, "repeats has " + std::to_string(reps.size()) +
+    return ShapeFail(node, "repeats has " + std::to_string(reps.size()) +
                           " values for an input of rank " + std::to_string(x.rank()));
   // The output [r0*d0, r1*d1, ...] is, in row-major order, the array [r0, d0, r1, d1, ...] whose
   // repeat axes read the input with stride 0.
@@ -326,7 +326,7 @@ Status TileKernel(const Node& node, Inputs in, Outputs out, const KernelContext&
   View src{0, {}};
   std::vector<int64_t> st = Strides(x.shape());
   for (int64_t k = 0; k < x.rank(); ++k) {
-    if (reps[k] < 0) return Fail(node, "repeats " + ShapeToString(reps) + " has a negative value");
+    if (reps[k] < 0) return ShapeFail(node, "repeats " + ShapeToString(reps) + " has a negative value");
     shape.push_back(x.shape()[k] * reps[k]);
     inter.push_back(reps[k]);
     inter.push_back(x.shape()[k]);
@@ -349,14 +349,14 @@ Status ConcatKernel(const Node& node, Inputs in, Outputs out, const KernelContex
     Shape expect = y.shape();
     expect[axis] = x.rank() == y.rank() ? x.shape()[axis] : -1;
     if (x.shape() != expect || offset + x.shape()[axis] > y.shape()[axis])
-      return Fail(node, "input " + std::to_string(i) + " of shape " + ShapeToString(x.shape()) +
+      return ShapeFail(node, "input " + std::to_string(i) + " of shape " + ShapeToString(x.shape()) +
                             " does not fit the output " + ShapeToString(y.shape()) +
                             " along axis " + std::to_string(axis));
     StridedCopy(y, View{offset * st[axis], st}, x, Dense(x.shape()), x.shape());
     offset += x.shape()[axis];
   }
   if (offset != y.shape()[axis])
-    return Fail(node, "inputs fill " + std::to_string(offset) + " of the " +
+    return ShapeFail(node, "inputs fill " + std::to_string(offset) + " of the " +
                           std::to_string(y.shape()[axis]) + " positions along axis " +
                           std::to_string(axis));
   return Status::Ok();
@@ -375,13 +375,13 @@ Status SplitKernel(const Node& node, Inputs in, Outputs out, const KernelContext
                                             x.shape()[axis], static_cast<int64_t>(out.size()))));
   }
   if (sizes.size() != out.size())
-    return Fail(node, "split " + ShapeToString(sizes) + " has " + std::to_string(sizes.size()) +
+    return ShapeFail(node, "split " + ShapeToString(sizes) + " has " + std::to_string(sizes.size()) +
                           " values for " + std::to_string(out.size()) + " outputs");
   std::vector<int64_t> st = Strides(x.shape());
   int64_t offset = 0;
   for (size_t i = 0; i < out.size(); ++i) {
     if (sizes[i] < 0 || offset + sizes[i] > x.shape()[axis])
-      return Fail(node, "split " + ShapeToString(sizes) + " does not fit axis " +
+      return ShapeFail(node, "split " + ShapeToString(sizes) + " does not fit axis " +
                             std::to_string(axis) + " of size " + std::to_string(x.shape()[axis]));
     Shape shape = x.shape();
     shape[axis] = sizes[i];
@@ -390,7 +390,7 @@ Status SplitKernel(const Node& node, Inputs in, Outputs out, const KernelContext
     offset += sizes[i];
   }
   if (offset != x.shape()[axis])
-    return Fail(node, "split " + ShapeToString(sizes) + " sums to " + std::to_string(offset) +
+    return ShapeFail(node, "split " + ShapeToString(sizes) + " sums to " + std::to_string(offset) +
                           " but axis " + std::to_string(axis) + " has size " +
                           std::to_string(x.shape()[axis]));
   return Status::Ok();
@@ -443,7 +443,7 @@ Status SliceGradKernel(const Node& node, Inputs in, Outputs out, const KernelCon
   ASSIGN_OR_RETURN(auto view, SliceView(node, shape, in[2]->ToInt64Vector(), in[3]->ToInt64Vector(),
                                         OptionalInts(in, 4), OptionalInts(in, 5)));
   if (view.second != dy.shape())
-    return Fail(node, "dY has shape " + ShapeToString(dy.shape()) + " but slicing " +
+    return ShapeFail(node, "dY has shape " + ShapeToString(dy.shape()) + " but slicing " +
                           ShapeToString(shape) + " gives " + ShapeToString(view.second));
   // Slice positions are distinct (steps are nonzero), so a plain copy after zeroing suffices.
   ParallelZero(out[0]->raw(), out[0]->nbytes());
@@ -456,7 +456,7 @@ StatusOr<int64_t> IndexAt(const Node& node, const Tensor& idx, int64_t i, int64_
                           int64_t dim) {
   int64_t v = idx.GetAsInt64(i);
   if (v < -dim || v >= dim)
-    return Fail(node, "indices[" + std::to_string(i) + "] = " + std::to_string(v) +
+    return ShapeFail(node, "indices[" + std::to_string(i) + "] = " + std::to_string(v) +
                           " is out of range for axis " + std::to_string(axis) + " of size " +
                           std::to_string(dim));
   return v < 0 ? v + dim : v;
@@ -464,7 +464,7 @@ StatusOr<int64_t> IndexAt(const Node& node, const Tensor& idx, int64_t i, int64_
 
 Status CheckIndexType(const Node& node, const Tensor& idx) {
   if (idx.dtype() == DType::kInt64 || idx.dtype() == DType::kInt32) return Status::Ok();
-  return Fail(node, "indices must be int64 or int32, got " + std::string(DTypeName(idx.dtype())));
+  return ShapeFail(node, "indices must be int64 or int32, got " + std::string(DTypeName(idx.dtype())));
 }
 
 // Gather viewed as [outer, axis_dim, inner] -> [outer, n, inner].
@@ -545,11 +545,11 @@ Status GatherGradKernel(const Node& node, Inputs in, Outputs out, const KernelCo
   const Tensor& dy = *in[2];
   RETURN_IF_ERROR(CheckIndexType(node, idx));
   RETURN_IF_ERROR(CheckOutput(node, *out[0], dy.dtype(), shape));
-  if (shape.empty()) return Fail(node, "shape must have rank >= 1");
+  if (shape.empty()) return ShapeFail(node, "shape must have rank >= 1");
   ASSIGN_OR_RETURN(GatherDims g, GetGatherDims(node, shape));
   Shape expect = GatherShape(shape, idx.shape(), g.axis);
   if (dy.shape() != expect)
-    return Fail(
+    return ShapeFail(
         node, "dY has shape " + ShapeToString(dy.shape()) + ", expected " + ShapeToString(expect));
   RETURN_IF_ERROR(CheckIndices(node, idx, g));
   switch (dy.dtype()) {
@@ -560,7 +560,7 @@ Status GatherGradKernel(const Node& node, Inputs in, Outputs out, const KernelCo
       GatherGradT(g, idx, dy.data<double>(), out[0]->data<double>());
       break;
     default:
-      return Fail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
+      return ShapeFail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
   }
   return Status::Ok();
 }
@@ -572,12 +572,12 @@ Status ForEachElementOffset(const Node& node, const Shape& data, const Tensor& i
   RETURN_IF_ERROR(CheckIndexType(node, idx));
   const int64_t r = static_cast<int64_t>(data.size());
   if (idx.rank() != r)
-    return Fail(node, "indices " + ShapeToString(idx.shape()) + " and data " + ShapeToString(data) +
+    return ShapeFail(node, "indices " + ShapeToString(idx.shape()) + " and data " + ShapeToString(data) +
                           " must have the same rank");
   ASSIGN_OR_RETURN(int64_t axis, Named(node, NormalizeAxis(node.GetInt("axis", 0), r)));
   for (int64_t k = 0; k < r; ++k)
     if (k != axis && idx.shape()[k] > data[k])
-      return Fail(node, "indices " + ShapeToString(idx.shape()) + " exceed data " +
+      return ShapeFail(node, "indices " + ShapeToString(idx.shape()) + " exceed data " +
                             ShapeToString(data) + " on axis " + std::to_string(k));
   for (int64_t e = 0; e < idx.numel(); ++e)
     RETURN_IF_ERROR(IndexAt(node, idx, e, axis, data[axis]).status());
@@ -620,7 +620,7 @@ Status GatherElementsGradKernel(const Node& node, Inputs in, Outputs out, const 
   Shape shape = in[1]->ToInt64Vector();
   RETURN_IF_ERROR(CheckOutput(node, *out[0], dy.dtype(), shape));
   if (dy.shape() != in[2]->shape())
-    return Fail(node, "dY " + ShapeToString(dy.shape()) + " and indices " +
+    return ShapeFail(node, "dY " + ShapeToString(dy.shape()) + " and indices " +
                           ShapeToString(in[2]->shape()) + " must have the same shape");
   switch (dy.dtype()) {
     case DType::kFloat32:
@@ -628,7 +628,7 @@ Status GatherElementsGradKernel(const Node& node, Inputs in, Outputs out, const 
     case DType::kFloat64:
       return ScatterAddT(node, shape, *in[2], dy.data<double>(), out[0]->data<double>());
     default:
-      return Fail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
+      return ShapeFail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
   }
 }
 
@@ -705,7 +705,7 @@ Status GatherNDGradKernel(const Node& node, Inputs in, Outputs out, const Kernel
   RETURN_IF_ERROR(CheckOutput(node, *out[0], dy.dtype(), shape));
   ASSIGN_OR_RETURN(NDDims d, GetNDDims(node, shape, idx));
   if (dy.shape() != d.out)
-    return Fail(node,
+    return ShapeFail(node,
                 "dY has shape " + ShapeToString(dy.shape()) + ", expected " + ShapeToString(d.out));
   switch (dy.dtype()) {
     case DType::kFloat32:
@@ -715,17 +715,17 @@ Status GatherNDGradKernel(const Node& node, Inputs in, Outputs out, const Kernel
       GatherNDGradT(d, idx, dy.data<double>(), out[0]->data<double>());
       return Status::Ok();
     default:
-      return Fail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
+      return ShapeFail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
   }
 }
 
 Status TriluKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const Tensor& x = *in[0];
-  if (x.rank() < 2) return Fail(node, "input must have rank >= 2, got " + ShapeToString(x.shape()));
+  if (x.rank() < 2) return ShapeFail(node, "input must have rank >= 2, got " + ShapeToString(x.shape()));
   RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), x.shape()));
   int64_t k = 0;
   if (in.size() > 1 && in[1]) {
-    if (in[1]->numel() != 1) return Fail(node, "k must be a scalar");
+    if (in[1]->numel() != 1) return ShapeFail(node, "k must be a scalar");
     k = in[1]->GetAsInt64(0);
   }
   const bool upper = node.GetInt("upper", 1) != 0;
@@ -762,11 +762,11 @@ Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext& 
   for (int64_t k = 0; k < r; ++k)
     if (__builtin_add_overflow(x.shape()[k], pads[k], &shape[k]) ||
         __builtin_add_overflow(shape[k], pads[k + r], &shape[k]))
-      return Fail(node, "pads " + ShapeToString(pads) + " on axis " + std::to_string(k) + " of " +
+      return ShapeFail(node, "pads " + ShapeToString(pads) + " on axis " + std::to_string(k) + " of " +
                             ShapeToString(x.shape()) + " overflow int64");
   for (int64_t k = 0; k < r; ++k)
     if (shape[k] < 0)
-      return Fail(node, "pads " + ShapeToString(pads) + " remove more than axis " +
+      return ShapeFail(node, "pads " + ShapeToString(pads) + " remove more than axis " +
                             std::to_string(k) + " of " + ShapeToString(x.shape()) + " holds");
   RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), shape));
   // An empty output may still have a huge axis ([0, 2^30]): the per-axis tables below would be
@@ -775,7 +775,7 @@ Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext& 
 
   const size_t elem = DTypeSize(x.dtype());
   uint64_t fill_bytes = 0;  // one element of any type the kernel moves
-  if (elem > sizeof(fill_bytes)) return Fail(node, "unsupported element type");
+  if (elem > sizeof(fill_bytes)) return ShapeFail(node, "unsupported element type");
   auto* fill = reinterpret_cast<uint8_t*>(&fill_bytes);
   if (in.size() > 2 && in[2]) {
     RETURN_IF_ERROR(CheckSameDType(node, *in[2], x));
@@ -797,7 +797,7 @@ Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext& 
       if (mode == "constant") {
         if (i < 0 || i >= d) i = -1;
       } else if (d == 0) {
-        return Fail(node, "mode '" + mode + "' cannot pad the empty axis " + std::to_string(k));
+        return ShapeFail(node, "mode '" + mode + "' cannot pad the empty axis " + std::to_string(k));
       } else if (mode == "edge") {
         i = std::clamp<int64_t>(i, 0, d - 1);
       } else if (mode == "reflect") {
@@ -808,7 +808,7 @@ Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext& 
           if (i >= d) i = period - i;
         }
       } else {
-        return Fail(node, "mode '" + mode + "' is not supported (constant, reflect, edge are)");
+        return ShapeFail(node, "mode '" + mode + "' is not supported (constant, reflect, edge are)");
       }
       map[k][o] = i;
     }
@@ -844,13 +844,13 @@ int64_t PadWorkspace(const Node&, std::span<const OperandType>, std::span<const 
 Status OneHotKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const Tensor& idx = *in[0];
   const Tensor& values = *in[2];
-  if (in[1]->numel() != 1) return Fail(node, "depth must be a scalar");
-  if (values.numel() != 2) return Fail(node, "values must hold two elements [off, on]");
+  if (in[1]->numel() != 1) return ShapeFail(node, "depth must be a scalar");
+  if (values.numel() != 2) return ShapeFail(node, "values must hold two elements [off, on]");
   const int64_t depth = static_cast<int64_t>(in[1]->GetAsDouble(0));
   const int64_t r = idx.rank();
   int64_t axis = node.GetInt("axis", -1);
   if (axis < -(r + 1) || axis > r)
-    return Fail(node, "axis " + std::to_string(axis) + " is out of range for output rank " +
+    return ShapeFail(node, "axis " + std::to_string(axis) + " is out of range for output rank " +
                           std::to_string(r + 1));
   if (axis < 0) axis += r + 1;
   Shape shape = idx.shape();
@@ -894,16 +894,16 @@ Status ScatterNDKernel(const Node& node, Inputs in, Outputs out, const KernelCon
   RETURN_IF_ERROR(CheckIndexType(node, idx));
   RETURN_IF_ERROR(CheckSameDType(node, x, upd));
   RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), x.shape()));
-  if (idx.rank() == 0) return Fail(node, "indices must have rank >= 1");
+  if (idx.rank() == 0) return ShapeFail(node, "indices must have rank >= 1");
   const int64_t k = idx.shape().back();
   if (k > x.rank())
-    return Fail(node, "indices' last dimension " + std::to_string(k) +
+    return ShapeFail(node, "indices' last dimension " + std::to_string(k) +
                           " exceeds the rank of data " + std::to_string(x.rank()));
   int64_t slice = 1;
   for (int64_t d = k; d < x.rank(); ++d) slice *= x.shape()[d];
   const int64_t tuples = k == 0 ? idx.numel() : idx.numel() / k;
   if (upd.numel() != tuples * slice)
-    return Fail(node, "updates has " + std::to_string(upd.numel()) + " elements, expected " +
+    return ShapeFail(node, "updates has " + std::to_string(upd.numel()) + " elements, expected " +
                           std::to_string(tuples * slice));
   const std::string red = node.GetString("reduction", "none");
   std::memcpy(out[0]->raw(), x.raw(), x.nbytes());
@@ -939,7 +939,7 @@ Status ScatterNDKernel(const Node& node, Inputs in, Outputs out, const KernelCon
                       red);
         break;
       default:
-        return Fail(node, "reduction '" + red + "' is not supported for " +
+        return ShapeFail(node, "reduction '" + red + "' is not supported for " +
                               std::string(DTypeName(x.dtype())));
     }
   }

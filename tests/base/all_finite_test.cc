@@ -7,7 +7,7 @@
 #include "base/tensor.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 template <class T>
 void ExpectCatches(DType dtype, T nan, T inf, T big) {

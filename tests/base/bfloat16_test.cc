@@ -13,7 +13,7 @@
 #include <random>
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 float FromBits(uint32_t b) {
   float f;

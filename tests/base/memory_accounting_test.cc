@@ -12,7 +12,7 @@
 #include "base/tensor.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // Live bytes and peaks relative to a baseline taken at construction (other tests, gtest itself
 // and static tensors may hold storage of their own).

@@ -9,7 +9,7 @@
 #include <sstream>
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 namespace fs = std::filesystem;
 

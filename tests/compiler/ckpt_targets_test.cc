@@ -8,7 +8,7 @@
 #include "compiler/text.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 std::string Fixture(const std::string& name, const std::string& file = "model.onnx") {
   return std::string(FOUNDRY_SOURCE_DIR) + "/models/fixtures/" + name + "/" + file;

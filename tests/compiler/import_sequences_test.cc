@@ -8,7 +8,7 @@
 #include "tests/support/grad_check.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 Graph Lowered(const std::string& text) {
   auto g = ParseGraph(text);

@@ -7,7 +7,7 @@
 #include "passes/fold.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 Graph Typed(const std::string& text) {
   auto g = ParseGraph(text);

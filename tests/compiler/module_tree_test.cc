@@ -10,7 +10,7 @@
 #include "compiler/text.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // Three blocks, numbered so that text order (0, 10, 2) and natural order (0, 2, 10) differ.
 constexpr const char* kModel = R"(graph m opset=17 {

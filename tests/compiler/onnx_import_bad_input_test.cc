@@ -19,7 +19,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 namespace fs = std::filesystem;
 

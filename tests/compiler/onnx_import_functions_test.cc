@@ -9,7 +9,7 @@
 #include "compiler/onnx_import.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 std::string Data(const std::string& name) {
   return std::string(FOUNDRY_SOURCE_DIR) + "/tests/data/onnx/" + name;

@@ -7,7 +7,7 @@
 #include "passes/grad/grad_rule.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 TEST(OpTableTest, FindsByCanonicalDomainAndKeepsTheFirstOfTwoRegistrations) {
   OpTable<int> t;

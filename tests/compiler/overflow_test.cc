@@ -20,7 +20,7 @@ extern "C" const char* __asan_default_options() { return "allocator_may_return_n
 #endif
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // Folds `text` (a graph of constants, so every node folds or is kept for its size) and returns
 // the error; "" when folding succeeded.

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 TEST(PhaseTest, NamesRoundTripAndUnknownMarksAreNoPhase) {
   for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kRecompute, Phase::kOptimizer})

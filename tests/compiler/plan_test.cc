@@ -14,7 +14,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 constexpr const char* kTinyLm = R"(graph tiny_lm opset=17 {
   input input_ids : i64[2,4]

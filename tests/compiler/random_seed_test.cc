@@ -13,7 +13,7 @@
 #include "tests/support/grad_check.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 constexpr const char* kTwoDropouts = R"(graph g {
   input x : f32[64]

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 constexpr const char* kGraph = R"(graph tiny opset=17 {
   module "" : models.mpt.MPTForCausalLM

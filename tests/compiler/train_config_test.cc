@@ -9,7 +9,7 @@
 #include "compiler/onnx_import.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 std::string Source(const std::string& rel) { return std::string(FOUNDRY_SOURCE_DIR) + "/" + rel; }
 

@@ -5,7 +5,7 @@
 #include "compiler/op_schema.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 TEST(UnsupportedOpMessageTest, ControlCharactersAreEscaped) {
   Graph g;

@@ -5,7 +5,7 @@
 #include "compiler/text.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 Status VerifyText(const char* text) {
   auto g = ParseGraph(text);

@@ -11,7 +11,7 @@
 #include "compiler/train_config.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 std::string Read(const std::string& rel) {
   std::ifstream in(std::string(FOUNDRY_SOURCE_DIR) + "/" + rel);

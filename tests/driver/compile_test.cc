@@ -12,7 +12,7 @@
 #include "runtime/cuda_backend.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 const std::string kModel =
     std::string(FOUNDRY_SOURCE_DIR) + "/models/fixtures/mpt_tiny_4layer/model.onnx";

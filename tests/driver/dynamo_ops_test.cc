@@ -19,7 +19,7 @@
 #include "tests/support/grad_check.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 void AddInput(onnx::GraphProto* g, const std::string& name, int elem, const Shape& shape) {
   auto* v = g->add_input();

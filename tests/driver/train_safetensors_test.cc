@@ -15,7 +15,7 @@
 #include "tests/support/scratch_dir.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // Embedding -> linear head over a `labels` input (foundry appends the loss); the head's weight
 // carries the name a folded export gives it.

@@ -21,7 +21,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 struct Run {
   Graph graph;

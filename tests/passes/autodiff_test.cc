@@ -15,7 +15,7 @@
 #include "tests/support/grad_check.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // w is used twice (two gradient contributions, summed), b is broadcast over rows, buf is a
 // buffer (never differentiated), and the loss is the model's own scalar output.

@@ -9,7 +9,7 @@
 #include "tests/support/grad_check.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 std::vector<std::string> Ops(const Graph& g) {
   std::vector<std::string> ops;

@@ -30,7 +30,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 constexpr uint64_t kSeed = 7;
 

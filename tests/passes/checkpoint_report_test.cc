@@ -16,7 +16,7 @@
 #include "tests/support/fixture_plans.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // A LayerNorm feeding an MLP, with a hand-written backward (only which values it reads matters
 // here). Sizes: x, n, h, hm, e, y, mask are f32[4,64] = 1024 B; mean, istd f32[4,1] = 16 B.

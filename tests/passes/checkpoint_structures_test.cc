@@ -24,7 +24,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 struct Compiled {
   int64_t saved_bytes = 0;

@@ -23,7 +23,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // The pipeline's graph right after autodiff, as foundry-compile keeps it.
 std::optional<Graph> AutodiffGraph(const fs::path& model,
@@ -368,7 +368,7 @@ TEST(ParseByteSizeTest, UnitsAndDecimals) {
 }  // namespace foundry
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // The plans the search chooses train with the plain plan's numbers: for a budget halfway between
 // the smallest plan and the plain one, the chosen selection's loss and every gradient are
@@ -427,7 +427,7 @@ TEST(ChooseCheckpointingTest, ChosenPlansAreBitwiseThePlainNumbers) {
 }  // namespace foundry
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 CkptEvaluation Eval(int64_t flops, int64_t nodes, std::vector<std::string> instances,
                     int64_t total) {
@@ -649,7 +649,7 @@ TEST(ParseCkptSyntaxTest, Names) {
 }  // namespace foundry
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // Nothing that frees nothing is part of an answer, also where the search is heuristic (six
 // children per block on the stock export with dropout: 65 options per layer, the multiset walk):

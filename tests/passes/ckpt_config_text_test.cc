@@ -14,7 +14,7 @@
 #include "tests/support/sanitizer.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 const Graph& Model(const std::string& relative) {
   static std::map<std::string, Graph> cache;
@@ -283,7 +283,7 @@ TEST(SelectionAsConfig, RandomRoundTripsOnThe7B) {
 }  // namespace foundry
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // --ckpt-syntax llm-foundry: what upstream accepts is said with its notes; what it refuses is an
 // error naming --ckpt-syntax foundry; the file carries every warning and note as a comment.

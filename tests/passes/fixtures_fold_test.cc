@@ -17,7 +17,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 TEST(FixturesFoldTest, FoldsToConcreteShapesWithNoShapeArithmeticLeft) {
   fs::path root = fs::path(FOUNDRY_SOURCE_DIR) / "models" / "fixtures";

@@ -6,7 +6,7 @@
 #include "compiler/verifier.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // Shape arithmetic as exports write it: reshape x [batch, seq, 4] to [batch*seq, 4] through
 // Shape/Gather/Mul/Unsqueeze/Concat, and a causal mask over seq x seq built from Range/Less.

@@ -18,7 +18,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 fs::path Fixture(const std::string& name) {
   return fs::path(FOUNDRY_SOURCE_DIR) / "models/fixtures" / name;

@@ -15,7 +15,7 @@
 #include "tests/support/xml_check.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // Every element starting with `open` (e.g. "<circle class=\"frontier\""), as attribute -> value.
 std::vector<std::map<std::string, std::string>> Elements(const std::string& svg,

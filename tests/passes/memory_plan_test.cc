@@ -16,7 +16,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 Graph Typed(const std::string& text) {
   auto g = ParseGraph(text);

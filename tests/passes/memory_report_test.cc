@@ -9,7 +9,7 @@
 #include "passes/fold.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // One tiny training step with every case the report distinguishes. Steps and live rounded bytes:
 //   0  a    = Mul(x, w)         fwd  blk       1024  saved (g3 reads it, g1 reads its view s)

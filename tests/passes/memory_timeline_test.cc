@@ -12,7 +12,7 @@
 #include "tests/support/xml_check.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 TEST(MemoryTimelineTest, TheReaderRejectsWhatABrowserWould) {
   EXPECT_TRUE(ParseXml("<svg><g/><text>a &amp; b</text></svg>").ok());

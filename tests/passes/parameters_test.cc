@@ -6,7 +6,7 @@
 #include "passes/pipeline.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 constexpr const char* kModel = R"(graph g {
   input x : f32[3,4]

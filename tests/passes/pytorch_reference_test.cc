@@ -40,7 +40,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // The bound on every relative error: 3.2x the worst measured (3.1e-6, mpt_tiny_qkln's k_ln.weight
 // on the dynamo export with OpenBLAS's AVX-512 kernels; 1.7e-6 with its AVX2 ones; every other

@@ -18,7 +18,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 std::vector<size_t> Identity(size_t n) {
   std::vector<size_t> order(n);

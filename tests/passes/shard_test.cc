@@ -18,7 +18,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 const std::string kModel =
     (fs::path(FOUNDRY_SOURCE_DIR) / "models/fixtures/mpt_tiny/model.onnx").string();

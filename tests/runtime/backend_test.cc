@@ -18,7 +18,7 @@
 #include "runtime/executor.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 TEST(CpuBackendTest, RegionsAreAlignedCountedAndFreed) {
   CpuBackend& b = GetCpuBackend();

@@ -20,7 +20,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 constexpr int kSteps = 200;
 

@@ -23,7 +23,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 std::vector<float> Random(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -282,3 +282,6 @@ TEST(CollectiveKernelsTest, ErrorsWithoutACommunicatorOrOnAnotherWorldSize) {
 
 }  // namespace
 }  // namespace foundry
+
+// A unity build compiles the next test file in this unit (CMakeLists.txt): its macros end here.
+#undef NEEDS_WORLD

@@ -14,7 +14,7 @@
 #include "tests/support/source_dir.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 LoadedPlan CompileAccumulating(const std::string& fixture) {
   CompileRequest c;

@@ -20,7 +20,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // The backend, or skips (fails under FOUNDRY_REQUIRE_GPU=1) when NCCL does not load.
 #define REQUIRE_GPU_AND_NCCL(backend)                              \
@@ -116,3 +116,6 @@ TEST(CudaNcclCommunicatorTest, TheIdFileIsGoneOnceTheRanksJoined) {
 
 }  // namespace
 }  // namespace foundry
+
+// A unity build compiles the next test file in this unit (CMakeLists.txt): its macros end here.
+#undef REQUIRE_GPU_AND_NCCL

@@ -25,7 +25,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // The bundle of scripts/gpu-check.sh runs this test away from the source tree: SourceDir() is
 // $FOUNDRY_SOURCE_DIR there.

@@ -30,7 +30,7 @@
 #include "runtime/trainer.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 namespace fs = std::filesystem;
 
@@ -384,3 +384,6 @@ TEST(DataParallelRefusalTest, PlansAndWorldsThatDoNotMatch) {
 
 }  // namespace
 }  // namespace foundry
+
+// A unity build compiles the next test file in this unit (CMakeLists.txt): its macros end here.
+#undef NEEDS_WORLD

@@ -10,7 +10,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // ---- data ----------------------------------------------------------------------------------
 

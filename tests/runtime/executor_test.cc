@@ -31,7 +31,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // Bytes of every tensor the graph holds (value data, attribute payloads), each once.
 int64_t GraphTensorBytes(const Graph& g) {

@@ -25,7 +25,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 constexpr int kSteps = 200;
 constexpr double kMemorised = 0.1;  // final loss / first loss

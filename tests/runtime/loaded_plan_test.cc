@@ -10,7 +10,7 @@
 #include "passes/autodiff.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 Graph Parse(const std::string& text) {
   auto g = ParseGraph(text);

@@ -18,7 +18,7 @@
 #endif
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 #ifdef FOUNDRY_TEST_HAVE_NCCL_H
 
@@ -119,3 +119,6 @@ TEST(NcclAbiTest, TheLoadedLibraryIsNccl) {
 
 }  // namespace
 }  // namespace foundry
+
+// A unity build compiles the next test file in this unit (CMakeLists.txt): its macros end here.
+#undef FOUNDRY_TEST_HAVE_NCCL_H

@@ -21,7 +21,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // What dlopen says about `path` on this machine (the error text is the C library's).
 std::string DlopenError(const char* path) {
@@ -276,3 +276,6 @@ TEST(NcclJoinTest, TheVariablesComeTogetherAndMakeSense) {
 
 }  // namespace
 }  // namespace foundry
+
+// A unity build compiles the next test file in this unit (CMakeLists.txt): its macros end here.
+#undef REQUIRE_NCCL

@@ -25,7 +25,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 bool IsFloatingPoint(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
 

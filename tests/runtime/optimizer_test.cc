@@ -6,7 +6,7 @@
 #include <cmath>
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 TEST(OptimizerTest, OptionsInRange) {
   EXPECT_TRUE(CheckOptimizerOptions(OptimizerOptions{}).ok());

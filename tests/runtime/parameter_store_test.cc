@@ -13,7 +13,7 @@
 #include "runtime/cpu_backend.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 class SeparateMemoryBackend final : public Backend {
  public:

@@ -16,7 +16,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // A file: the u64 length of `header`, `header`, then `data`.
 std::string FileBytes(const std::string& header, const std::string& data) {

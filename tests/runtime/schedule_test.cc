@@ -10,7 +10,7 @@
 #include <numbers>
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 TEST(ScheduleTest, NamesRoundTrip) {
   for (ScheduleKind k : {ScheduleKind::kConstant, ScheduleKind::kCosineWithWarmup,

@@ -21,7 +21,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 constexpr int64_t kBatch = 64;
 constexpr int kSteps = 3;

@@ -6,7 +6,7 @@
 #include <filesystem>
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // Restores FOUNDRY_SOURCE_DIR as it was (ctest may run this with it set).
 class SourceDirTest : public testing::Test {

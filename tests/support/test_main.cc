@@ -19,6 +19,9 @@
 namespace {
 
 constexpr std::string_view kFileFlag = "--foundry_test_file=";
+// --foundry_check_test_files=A,B,...: checks that every test is written in one of the files
+// (TestsOutside) and runs nothing; ctest's LAYER_tests_files entries.
+constexpr std::string_view kFilesFlag = "--foundry_check_test_files=";
 
 // True when `recorded` (the test's __FILE__, absolute or relative to the build) names the
 // repository-relative `wanted`: equal, or ending in "/" + wanted.
@@ -87,6 +90,33 @@ int RestrictToFile(const std::string& file) {
   return in_file;
 }
 
+// Every test of the binary must be written in one of `files` (','-separated): a test written
+// elsewhere (a header, a file the build does not list) would have no ctest entry and never run.
+// Returns the number of tests outside them, each named on stderr.
+int TestsOutside(std::string_view files) {
+  const testing::UnitTest& unit = *testing::UnitTest::GetInstance();
+  int outside = 0;
+  for (int s = 0; s < unit.total_test_suite_count(); ++s) {
+    const testing::TestSuite& suite = *unit.GetTestSuite(s);
+    for (int t = 0; t < suite.total_test_count(); ++t) {
+      const testing::TestInfo& info = *suite.GetTestInfo(t);
+      bool listed = false;
+      for (std::string_view rest = files; !listed;) {
+        size_t comma = rest.find(',');
+        listed = SameFile(info.file(), rest.substr(0, comma));
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+      }
+      if (!listed) {
+        std::fprintf(stderr, "%s.%s is written in %s, which has no ctest entry\n", suite.name(),
+                     info.name(), info.file());
+        ++outside;
+      }
+    }
+  }
+  return outside;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,6 +127,15 @@ int main(int argc, char** argv) {
     std::string_view arg = argv[i];
     if (arg.starts_with(kFileFlag)) {
       file = std::string(arg.substr(kFileFlag.size()));
+    } else if (arg.starts_with(kFilesFlag)) {
+      int outside = TestsOutside(arg.substr(kFilesFlag.size()));
+      if (outside > 0) {
+        std::fprintf(stderr, "%s: error: %d tests are written outside the binary's test files\n",
+                     argv[0], outside);
+        return 1;
+      }
+      std::printf("every test of %s is written in one of its test files\n", argv[0]);
+      return 0;
     } else {
       std::fprintf(stderr,
                    "%s: error: unknown argument '%s' (gtest's flags and "

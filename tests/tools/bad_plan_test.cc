@@ -25,7 +25,7 @@
 #include "tests/support/exec.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 namespace fs = std::filesystem;
 

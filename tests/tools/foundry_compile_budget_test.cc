@@ -14,7 +14,7 @@
 #include "tests/support/scratch_dir.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 namespace fs = std::filesystem;
 

@@ -13,7 +13,7 @@
 #include "tests/support/scratch_dir.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 const std::string kForms =
     "; write bytes or a number with a unit: 123456789, 512MiB, 20 GiB, 1.5GB (KiB MiB GiB TiB "

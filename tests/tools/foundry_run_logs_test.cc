@@ -17,7 +17,7 @@
 #include "tests/support/xml_check.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 namespace fs = std::filesystem;
 

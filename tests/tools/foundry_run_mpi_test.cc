@@ -26,7 +26,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 namespace fs = std::filesystem;
 

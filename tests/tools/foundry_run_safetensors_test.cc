@@ -16,7 +16,7 @@
 #include "tests/support/exec.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 namespace fs = std::filesystem;
 

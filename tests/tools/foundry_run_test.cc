@@ -22,7 +22,7 @@
 #endif
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 namespace fs = std::filesystem;
 
@@ -648,7 +648,7 @@ TEST_F(FoundryRunTest, ForwardRunsAnyModel) {
 }  // namespace foundry
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // --report-json: the run's figures, planned == measured for the arena, measured <= planned in
 // total, written atomically; the same output-file rules as --save and the dumps.

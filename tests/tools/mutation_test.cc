@@ -34,7 +34,7 @@
 #include "tests/support/compile_bytes.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 namespace fs = std::filesystem;
 

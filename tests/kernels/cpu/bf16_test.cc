@@ -26,7 +26,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 Tensor ToBf16(const Tensor& f32) {
   Tensor t(DType::kBFloat16, f32.shape());

@@ -19,7 +19,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // Nodes named after their op ("Div_node"), as the error messages below quote them.
 Node EwNode(const std::string& op, std::vector<std::string> inputs,

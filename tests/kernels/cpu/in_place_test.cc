@@ -15,7 +15,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 constexpr char kMs[] = "com.microsoft";
 

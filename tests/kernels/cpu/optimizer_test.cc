@@ -13,7 +13,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // Reference values from torch 1.13 (torch.optim.AdamW / SGD, foreach=False, CPU, float32):
 //   torch.manual_seed(7); p = torch.randn(6) * 0.5; grads = [torch.randn(6) * s for s in (1, .01,

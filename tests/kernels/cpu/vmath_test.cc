@@ -14,7 +14,7 @@
 #include <vector>
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 using ArrayFn = void (*)(const float*, float*, int64_t);
 

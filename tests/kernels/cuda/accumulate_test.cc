@@ -17,7 +17,7 @@
 #endif
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 #ifdef FOUNDRY_HAVE_CUDA
 TEST(CudaAccumulateGradientTest, BitwiseTheCpuKernel) {

@@ -25,7 +25,7 @@
 #endif
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 namespace at = attention_tile;
 using attention_test::Case;

@@ -18,7 +18,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 using attention_test::Case;
 using attention_test::Mismatch;

@@ -35,7 +35,7 @@
 #endif
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 float FromBits(uint32_t b) {
   float f;

@@ -36,7 +36,7 @@
 namespace fs = std::filesystem;
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 constexpr char kMs[] = "com.microsoft";
 

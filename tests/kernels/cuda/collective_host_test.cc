@@ -12,7 +12,7 @@
 #endif
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 #ifdef FOUNDRY_HAVE_CUDA
 

@@ -9,7 +9,7 @@
 #endif
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 TEST(CudaDeviceTest, DescribesEveryDevice) {
   FOUNDRY_REQUIRE_GPU();

@@ -29,7 +29,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 template <class T>
 DType DTypeFor() {

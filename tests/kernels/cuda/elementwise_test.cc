@@ -27,7 +27,7 @@
 #endif
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 const std::vector<Shape> kShapes = {{}, {0}, {1}, {7}, {255}, {257}, {3, 347}, {2, 3, 4, 5}};
 const std::vector<std::pair<Shape, Shape>> kBroadcast = {

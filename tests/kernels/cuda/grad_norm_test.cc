@@ -17,7 +17,7 @@
 #endif
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 TEST(CudaGradNormTest, EqualsCpuBitwise) {
   FOUNDRY_REQUIRE_GPU();

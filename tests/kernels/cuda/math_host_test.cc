@@ -21,7 +21,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 namespace mr = math_rows;
 constexpr char kMs[] = "com.microsoft";

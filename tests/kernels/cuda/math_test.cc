@@ -18,7 +18,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 constexpr char kMs[] = "com.microsoft";
 
@@ -371,3 +371,6 @@ TEST(CudaMathTest, GradientReductionsAreBitwiseDeterministic) {
 
 }  // namespace
 }  // namespace foundry
+
+// A unity build compiles the next test file in this unit (CMakeLists.txt): its macros end here.
+#undef EXPECT_MATCHES_CPU

@@ -15,7 +15,7 @@
 #include "kernels/cuda/optimizer.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 std::vector<float> Random(int64_t n, uint64_t seed, float scale) {
   std::mt19937_64 rng(seed);

@@ -15,7 +15,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // Nodes named after their op ("Div_node"), as the error messages below quote them.
 Node EwNode(const std::string& op, std::vector<std::string> inputs,
@@ -423,3 +423,6 @@ TEST(ElementwiseGradTest, DropoutNeedsItsMaskOnlyWhenActive) {
 
 }  // namespace
 }  // namespace foundry
+
+// A unity build compiles the next test file in this unit (CMakeLists.txt): its macros end here.
+#undef EXPECT_GRADS_OK

@@ -18,7 +18,7 @@
 #include "tests/support/test_util.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 // The forward node under test is named "fwd" (its backward nodes: "fwd_Grad/...").
 Node FwdNode(const std::string& op, std::vector<std::string> inputs,
@@ -477,3 +477,6 @@ TEST(SoftmaxCrossEntropyGradTest, EmitsOrtsFusedGradient) {
 
 }  // namespace
 }  // namespace foundry
+
+// A unity build compiles the next test file in this unit (CMakeLists.txt): its macros end here.
+#undef EXPECT_GRADS_OK

@@ -14,7 +14,7 @@
 #include "passes/pipeline.h"
 
 namespace foundry {
-namespace {
+namespace FOUNDRY_TEST_NS {
 
 struct Saved {
   int64_t bytes = -1;
