@@ -1,4 +1,4 @@
-// The one allocator of runtime tensor storage (DESIGN §6): every byte a Tensor owns and every
+// The one allocator of runtime tensor storage (docs/design.md §6): every byte a Tensor owns and every
 // region a backend hands out is allocated and freed here, under a memory class, so the runtime can
 // put a measured figure next to each planned one (foundry-run's memory report) and a test can hold
 // the live bytes against the sum of the live tensors.

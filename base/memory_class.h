@@ -1,4 +1,4 @@
-// The one list of memory classes (DESIGN §6): where a byte of a training step lives. The memory
+// The one list of memory classes (docs/design.md §6): where a byte of a training step lives. The memory
 // plan gives every value one of them (compiler/memory_plan.h), the accounting allocator counts
 // every allocation under one (base/memory_accounting.h), and the reports of both CLIs print one
 // row per class, planned beside measured. BytesByClass is the figure per class all of them share.

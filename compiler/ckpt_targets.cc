@@ -6,7 +6,7 @@
 // every layer too. Differences: an explicit index outside 0..num_layers-1 is an error (upstream
 // silently checkpoints nothing for it); a spec that selects no layer at all (`0`, `range-2-2`) is
 // an error (upstream silently does nothing); bare indices are accepted in the comma-separated
-// text (`0,2,5`, DESIGN §3; upstream takes them only in a YAML list); spaces are removed first, as
+// text (`0,2,5`, docs/design.md §3; upstream takes them only in a YAML list); spaces are removed first, as
 // upstream does.
 //
 // Names resolve in this order, first hit wins, case-insensitively: (1) an llm-foundry registry key

@@ -1,4 +1,4 @@
-// Choosing what to checkpoint (DESIGN §3): `--ckpt NAME[=LAYERS]` and `--ckpt-config FILE`, with
+// Choosing what to checkpoint (docs/design.md §3): `--ckpt NAME[=LAYERS]` and `--ckpt-config FILE`, with
 // llm-foundry's `activation_checkpointing_target` semantics minus its two known defects (FFN
 // names work; several names at once work), matched against the model's module tree
 // (compiler/module_tree.h).

@@ -1,4 +1,4 @@
-// The forward-only graph foundry evaluates with (the eval plan, DESIGN: foundry-run --eval-data):
+// The forward-only graph foundry evaluates with (the eval plan: foundry-run --eval-data):
 // the nodes of a training graph that the loss depends on, in the training graph's order, with the
 // loss as the only output. Recompute clones, the backward and gradient accumulation drop out (the
 // loss does not depend on them); parameters keep their names, so the trainer's parameters bind to

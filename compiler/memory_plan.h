@@ -1,4 +1,4 @@
-// The memory plan's types and contract (DESIGN §6): where every byte of one training step lives,
+// The memory plan's types and contract (docs/design.md §6): where every byte of one training step lives,
 // decided before anything runs. The planner that makes one is a pass (passes/memory_plan.h); the
 // plan file carries one (compiler/plan.h); the runtime runs one (runtime/executor.h). The graph
 // is scheduled: graph.nodes is the order the runtime follows; step s is graph.nodes[s].

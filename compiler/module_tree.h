@@ -1,6 +1,6 @@
 // The module tree of an imported model, as `foundry-compile --list-modules` prints it and as
 // target selection (--ckpt) matches against it: per module instance its classes, the --ckpt names
-// that select it (llm-foundry's activation_checkpointing_target registry keys, DESIGN §3), the
+// that select it (llm-foundry's activation_checkpointing_target registry keys, docs/design.md §3), the
 // forward nodes it owns and the parameter bytes it holds, and the layer index of the block it is
 // in.
 //

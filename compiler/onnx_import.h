@@ -1,4 +1,4 @@
-// ONNX model -> IR (DESIGN §2). The importer reads what PyTorch exporters write and attaches to
+// ONNX model -> IR (docs/design.md §2). The importer reads what PyTorch exporters write and attaches to
 // every node the module instance it came from (Node::scope) and to the graph the classes of those
 // instances (Graph::modules), from whichever annotation the file carries:
 //

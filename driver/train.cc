@@ -66,7 +66,7 @@ std::vector<MemoryClass> PlannedClasses() {
   return classes;
 }
 
-// Data parallel (issue 24): rank 0 writes every file; the other ranks take part in the saves'
+// Data parallel: rank 0 writes every file; the other ranks take part in the saves'
 // gathers (Trainer::JoinSave) and write nothing.
 bool WritesFiles(const RunRequest& r) { return !r.trainer.comm || r.trainer.comm->rank() == 0; }
 

@@ -1,4 +1,4 @@
-"""Export any torch.nn.Module to ONNX with the module annotations foundry reads (DESIGN §2).
+"""Export any torch.nn.Module to ONNX with the module annotations foundry reads (docs/design.md §2).
 
     info = export_with_annotations(model, (input_ids, labels), "model.onnx",
                                    annotations="scopes",            # or "functions", "metadata"

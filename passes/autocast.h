@@ -1,4 +1,4 @@
-// Mixed precision as llm-foundry trains (`precision: amp_bf16`, issue 22): the forward graph
+// Mixed precision as llm-foundry trains (`precision: amp_bf16`): the forward graph
 // rewritten the way torch.autocast(device_type="cuda", dtype=torch.bfloat16) runs the model that
 // was exported, before autodiff, so the backward pass, the checkpointing pass and the memory plan
 // all see bf16 where autocast computes in bf16.

@@ -1,4 +1,4 @@
-// What checkpointing did, in bytes and FLOPs (issue 10's report): the plain training graph and
+// What checkpointing did, in bytes and FLOPs: the plain training graph and
 // its memory plan against the checkpointed one (RematPass applied to the same autodiff output)
 // and its plan. Pure analysis.
 //

@@ -1,4 +1,4 @@
-// The --memory-budget search (issue 12). The contract is in the header; this file says how the
+// The --memory-budget search. The contract is in the header; this file says how the
 // search runs and where it may miss the optimum.
 //
 // Evaluation. One real plan = copy the autodiff graph, RematPass, AutocastRecastPass, SchedulePass,

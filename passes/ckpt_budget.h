@@ -1,4 +1,4 @@
-// `--memory-budget` (issue 12): the cheapest checkpointing whose planned training step fits in a
+// `--memory-budget`: the cheapest checkpointing whose planned training step fits in a
 // budget, found with the real planner, and said as llm-foundry config.
 //
 // Everything here starts from the training graph autodiff made (before remat and the schedule):
@@ -59,7 +59,7 @@ class CkptEvaluator {
   std::unique_ptr<CkptPlanCache> cache_;
 };
 
-// The per-layer options of the search (issue 12, "Candidates"): for each block, the block itself,
+// The per-layer options of the search: for each block, the block itself,
 // and every combination of its non-nested eligible children (attention, FFN, norms: the children
 // that carry a registry key, or on an export without classes every child with forward nodes).
 struct LayerOption {

@@ -1,4 +1,4 @@
-// Gradient accumulation in the plan (issue 23; llm-foundry's device_train_microbatch_size and
+// Gradient accumulation in the plan (llm-foundry's device_train_microbatch_size and
 // global_train_batch_size): an optimizer step runs K microbatches of the compiled batch through
 // the same training graph, and each parameter's gradient adds up in its own output storage.
 //

@@ -1,4 +1,4 @@
-// The memory planner (DESIGN §6): the pass that decides where every byte of one scheduled training
+// The memory planner (docs/design.md §6): the pass that decides where every byte of one scheduled training
 // step lives. The plan it makes, and the rules every plan obeys, are compiler/memory_plan.h's.
 //
 // Algorithm, in stages:

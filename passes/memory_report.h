@@ -1,4 +1,4 @@
-// The memory report (issue 9): what one training step holds, per storage class, per module and per
+// The memory report: what one training step holds, per storage class, per module and per
 // kind, and what it computes, read off a scheduled training graph and its MemoryPlan. Pure
 // analysis: nothing here changes the graph or the plan.
 //

@@ -1,4 +1,4 @@
-// The activation-checkpointing rewrite (DESIGN §5), on the training graph autodiff made and before
+// The activation-checkpointing rewrite (docs/design.md §5), on the training graph autodiff made and before
 // the schedule: for each selected module instance S (the forward-phase nodes whose scope is S or
 // inside it),
 //   - its boundary (values S reads from outside) and its outputs (values S makes that a forward

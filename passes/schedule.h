@@ -1,5 +1,5 @@
 // The schedule: the order in which the training graph's nodes run, chosen to keep the peak of
-// live transient bytes low (DESIGN §6). The pass reorders Graph::nodes; the exported training
+// live transient bytes low (docs/design.md §6). The pass reorders Graph::nodes; the exported training
 // graph and the runtime follow that order.
 //
 // Liveness model (the one the memory plan builds on): a transient value (a node output that is

@@ -1,4 +1,4 @@
-// Sharded data parallelism in the plan (issue 24): the training graph one rank of N runs, with
+// Sharded data parallelism in the plan: the training graph one rank of N runs, with
 // FSDP's sharding strategies as llm-foundry configures them (fsdp_config.sharding_strategy). The
 // memory plan of the result is what ONE rank holds; the collectives are nodes of the graph, so
 // their buffers are planned like any other bytes (compiler/ops/collective.cc defines the ops).

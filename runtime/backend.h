@@ -1,4 +1,4 @@
-// The backend interface (DESIGN §7): everything the runtime does on a device goes through it, so
+// The backend interface (docs/design.md §7): everything the runtime does on a device goes through it, so
 // nothing above it (the executor, the trainer) knows which device it runs on. The CPU backend
 // (runtime/cpu_backend.h) and the CUDA backend (runtime/cuda_backend.h) implement it; nothing in
 // here assumes the backend's memory is host memory.

@@ -1,4 +1,4 @@
-// The communicator interface (issue 24, /work/notes/spec24.md): the byte-moving collectives that
+// The communicator interface: the byte-moving collectives that
 // data-parallel training needs, with one implementation per transport (MPI on host memory:
 // runtime/mpi_communicator.h; NCCL on device memory). Reductions are never done by the transport
 // (its order is its own): callers exchange bytes, then add in rank order themselves.

@@ -251,7 +251,7 @@ TokenBatch MakeTokenBatch(const std::vector<int64_t>& windows, int64_t batch, in
 namespace {
 
 // Whether `value` is a parameter gathered whole from its shards (foundry::AllGather, a plan
-// compiled with --world-size: issue 24).
+// compiled with --world-size).
 bool GatheredParameter(const Graph& g, const std::string& value) {
   for (const Node& n : g.nodes)
     if (n.domain == "foundry" && n.op_type == "AllGather" &&

@@ -96,7 +96,7 @@ enum class LabelRule { kAuto, kShifted, kSame };
 std::string_view LabelRuleName(LabelRule r);  // "auto", "shifted", "same"
 StatusOr<LabelRule> ParseLabelRule(std::string_view name);
 
-// The one token check of --data and --feed (issue 19): token ids index the embedding, so every id
+// The one token check of --data and --feed: token ids index the embedding, so every id
 // must lie in [0, vocab) (vocab <= 0: unchecked). ONNX Gather would read a negative id from the
 // end (-1 as the last row), so neither path may let one through. The error: "`where`: token ID at
 // position P`index` is outside the vocabulary [0, V)", P counted from `first`, `index` the

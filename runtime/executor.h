@@ -1,4 +1,4 @@
-// The planned executor (DESIGN §6): runs one training step of a scheduled graph on a backend with
+// The planned executor (docs/design.md §6): runs one training step of a scheduled graph on a backend with
 // every byte placed by the memory plan, allocated once, up front.
 //
 // At Create, from (graph, MemoryPlan, backend):

@@ -1,4 +1,4 @@
-// NCCL as a Communicator (runtime/communicator.h) on the CUDA backend's device memory (issue 24).
+// NCCL as a Communicator (runtime/communicator.h) on the CUDA backend's device memory.
 //
 // NCCL is loaded at run time: dlopen of FOUNDRY_NCCL_LIBRARY (a path) when it is set, else of
 // "libnccl.so.2" through the loader's search path (the GPU machine's PyTorch ships it in its
@@ -8,7 +8,7 @@
 // Every collective is enqueued on the backend's one work stream (CudaBackend::stream()), in order
 // with the kernels around it: a buffer a collective writes is ready for the next kernel on that
 // stream, and for the host after the next wait (a copy back, Barrier). Bytes only (ncclUint8):
-// NCCL never reduces for us (spec24.md: exchange, then add in rank order ourselves).
+// NCCL never reduces for us (docs/design.md §10: exchange, then add in rank order ourselves).
 //   AllGather  ncclAllGather
 //   AllToAll   one ncclSend and one ncclRecv per rank inside ncclGroupStart / ncclGroupEnd
 //   Broadcast  ncclBroadcast in place

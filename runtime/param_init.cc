@@ -70,7 +70,7 @@ Tensor InitParameter(const std::string& name, const Shape& shape, uint64_t init_
   // Element i depends on (seed, key, i) only, so chunks on threads give the same bits. One
   // element is a Philox block, a log, a sqrt and a cos in double (100-300 ns measured on a loaded
   // 2-core machine): MPT-1B's 1.3e9 elements took minutes on one core, longer than the GPU
-  // check's window (issue 11), so big tensors are split over the cores.
+  // check's window, so big tensors are split over the cores.
   const int64_t n = t.numel();
   const int64_t threads =
       std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), n / kInitChunk);

@@ -119,7 +119,7 @@ Status Trainer::ResolveAccumulation() {
     const int producer = use.Producer(grad);
     const Node* writer =
         producer >= 0 ? &plan_.graph.nodes[static_cast<size_t>(producer)] : nullptr;
-    // Data parallel: the gradient collectives accumulate themselves (spec24.md).
+    // Data parallel: the gradient collectives accumulate themselves (docs/design.md §10).
     const bool accumulated = writer && writer->domain == "foundry" &&
                              (writer->op_type == "AccumulateGradient" ||
                               (world_ > 1 && (writer->op_type == "ReduceScatterGradient" ||

@@ -49,7 +49,7 @@
 // The step's loss is sum_k s_k * loss_k (in f32, as Composer's total). The finite check and the
 // optimizer update run once, after the last microbatch. A step with N = 0 is an error.
 //
-// Data parallel (issue 24; a plan with a "sharding" section, compiled with --world-size N;
+// Data parallel (a plan with a "sharding" section, compiled with --world-size N;
 // TrainerOptions::comm its N ranks; runtime/trainer_shard.cc). Rank r's microbatch k of a step is
 // the global microbatch j = k*N + r: it reads the windows from position + j*batch (a step
 // consumes N*K*batch windows) and draws its dropout from MicrobatchSeed(seed, step, j); the

@@ -1,4 +1,4 @@
-// The Trainer's data-parallel parts (runtime/trainer.h, "Data parallel"; issue 24, spec24.md):
+// The Trainer's data-parallel parts (runtime/trainer.h, "Data parallel"):
 // the world checks, the shards of the parameters, the exchanges of a step (loss-token counts,
 // loss terms and finite flags, the gradient norm's sums) and the gathers of a save.
 #include <cmath>

@@ -743,7 +743,7 @@ cmd_run() {
   [ -n "$py" ] || stop "no libcublas.so.13 + libcublasLt.so.13 in any python's nvidia wheels (${tried#; }${tried:-no python found: tried python3, python, /usr/bin/python3, /opt/conda/bin/python, python3.N on PATH}). The folder is built for CUDA 13: install PyTorch's CUDA 13 build (e.g. pip install torch --index-url https://download.pytorch.org/whl/cu130), or set GPU_CHECK_PYTHON to a python that has it."
   export LD_LIBRARY_PATH=$cublas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export FOUNDRY_REQUIRE_GPU=1 FOUNDRY_SOURCE_DIR=$out
-  # NCCL (issue 24): the same python's wheels; without it the NCCL tests fail and say why.
+  # NCCL: the same python's wheels; without it the NCCL tests fail and say why.
   local nccl
   if [ -n "${FOUNDRY_NCCL_LIBRARY:-}" ]; then nccl="ok $FOUNDRY_NCCL_LIBRARY (FOUNDRY_NCCL_LIBRARY, as given)"
   else nccl=$(timeout 10 "$py" -c "$FIND_NCCL_PY" 2>&1) || nccl="missing: the finder failed (exit $?): $nccl"; fi

@@ -756,7 +756,7 @@ int Main(int argc, char** argv) {
   }
   if (auto code = BuildRunRequest(app, o, request)) return *code;
   if (o.print_schedule) return PrintSchedule(request.trainer, request.steps);
-  // Data parallel (issue 24): started by mpirun with several ranks, the run is one of them.
+  // Data parallel: started by mpirun with several ranks, the run is one of them.
   // Rank 0 prints and writes everything; the others print only their errors, "rank R: ".
   int rank = 0;
   std::unique_ptr<Communicator> nccl;  // --device cuda: the collectives' device communicator

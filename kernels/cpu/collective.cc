@@ -1,5 +1,5 @@
-// The collective ops of data-parallel training on the CPU (issue 24; the contract is
-// /work/notes/spec24.md, the schemas compiler/ops): they move bytes through ctx.comm
+// The collective ops of data-parallel training on the CPU (the contract is
+// docs/design.md §10 and the schemas in compiler/ops): they move bytes through ctx.comm
 // (runtime/communicator.h, MPI on the host) and add in rank order themselves, so the sums never
 // depend on the transport. N = ctx.comm->size() (it must equal the node's world_size), r its
 // rank, c = ceil(numel / N) a shard's elements; rank r's shard of a flat tensor x is

@@ -464,7 +464,7 @@ struct SoftplusOp {  // log(1 + e^x) without overflow for large x
 
 // Exact-erf GELU in the very operations, and order, of torch's ONNX export
 //   Mul(Mul(x, Add(Erf(Div(x, 1.4142135381698608)), 1.0)), 0.5)
-// so that fusing that pattern into Gelu changes no bits (DESIGN §4). No step is a multiply
+// so that fusing that pattern into Gelu changes no bits (docs/design.md §4). No step is a multiply
 // followed by an add, so FMA contraction cannot reassociate it either.
 struct GeluOp {
   template <class T>

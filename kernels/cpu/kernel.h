@@ -49,7 +49,7 @@ struct KernelContext {
   // out = out + grad_scale * partial when it is true (the others). Every other kernel ignores them.
   float grad_scale = 1.0f;
   bool grad_accumulate = false;
-  // Data-parallel training (issue 24): the ranks the collective ops (foundry::AllGather,
+  // Data-parallel training: the ranks the collective ops (foundry::AllGather,
   // ReduceScatterGradient, AllReduceGradient; kernels/cpu/collective.cc) exchange with. Every
   // other kernel ignores it; a collective without one is an error.
   Communicator* comm = nullptr;

@@ -1,7 +1,7 @@
 // CPU reference kernels of the math family: matrix products (OpenBLAS), softmax, reductions,
 // CumSum, normalizations and softmax cross-entropy, forward and backward side by side.
 //
-// Determinism (DESIGN §5: loss and gradients bitwise identical with and without checkpointing):
+// Determinism (docs/design.md §5: loss and gradients bitwise identical with and without checkpointing):
 // - GEMMs go to OpenBLAS pinned to ONE thread (openblas_set_num_threads(1) when the kernel table
 //   is built, before any GEMM runs). A single-threaded OpenBLAS call performs a fixed sequence of
 //   operations for given sizes and transposes (operands are packed, so pointer alignment does not
@@ -58,8 +58,8 @@ Status UnsupportedType(const Node& n, DType t) {
   return MathFail(n, "the cpu kernel does not support element type " + std::string(DTypeName(t)));
 }
 
-// The executor sizes every buffer from the graph's types, which LoadPlan re-infers from the inputs
-// (issue 19); a kernel that reads or writes by another tensor's size checks that the two agree,
+// The executor sizes every buffer from the graph's types, which LoadPlan re-infers from the inputs;
+// a kernel that reads or writes by another tensor's size checks that the two agree,
 // so a disagreement is an error and never an access past the buffer.
 Status RequireLike(const Node& n, const Tensor& t, const char* what, const Tensor& like,
                    const char* like_what) {
@@ -1137,7 +1137,7 @@ Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
   const Tensor* inv_t = simplified ? in[3] : in[4];
   if ((mean_t && mean_t->numel() != rows) || inv_t->numel() != rows)
     return MathFail(node, "the saved statistics need " + std::to_string(rows) + " elements");
-  // dY is read and dX written as X's rows x cols: neither may be smaller (issue 19: a graph that
+  // dY is read and dX written as X's rows x cols: neither may be smaller (a graph that
   // declared dX [2,16,1] had this kernel write 7.9 KB past the arena; LoadPlan now re-infers it).
   for (const Tensor* t : {in[0], static_cast<const Tensor*>(out[0])})
     if (t->dtype() != DType::kFloat32 || t->shape() != X.shape())

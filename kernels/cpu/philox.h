@@ -1,5 +1,5 @@
 // Philox4x32-10 (Salmon et al., "Parallel Random Numbers: As Easy as 1, 2, 3", SC'11): the
-// counter-based generator every backend uses for random ops (DESIGN §5.4). A draw is a pure
+// counter-based generator every backend uses for random ops (docs/design.md §5.4). A draw is a pure
 // function of (run seed, node key, element index), so the recompute of a Dropout in the backward
 // pass, on any backend, reproduces the forward mask bit for bit without storing any generator
 // state.

@@ -1,5 +1,5 @@
-// The collective ops of data-parallel training on CUDA (issue 24; the contract is
-// /work/notes/spec24.md): the GPU twins of kernels/cpu/collective.cc, bit for bit. They move
+// The collective ops of data-parallel training on CUDA (the contract is
+// docs/design.md §10): the GPU twins of kernels/cpu/collective.cc, bit for bit. They move
 // bytes through ctx.base.comm, which must be a device communicator (runtime/nccl_communicator.h:
 // NCCL on this stream), and add in rank order themselves. N = comm->size() (= the node's
 // world_size), r its rank, c = ceil(numel / N); rank r's shard of a flat x is x[r*c, (r+1)*c),

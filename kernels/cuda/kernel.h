@@ -48,7 +48,7 @@ int64_t CudaWorkspaceBytes(const Graph& graph, const Node& node);
 int64_t CudaWorkspaceBytesFor(const Node& node, std::span<const Tensor* const> inputs,
                               std::span<Tensor* const> outputs);
 
-// bfloat16 (issue 22), as on the CPU (kernels/cpu/kernel.h, "bfloat16"): a node with bfloat16
+// bfloat16, as on the CPU (kernels/cpu/kernel.h, "bfloat16"): a node with bfloat16
 // operands runs its f32 kernel on f32 copies ("staging": each bfloat16 input widened by a
 // conversion kernel into the front of the node's workspace, each bfloat16 output rounded to
 // nearest even once from its f32 copy there, with base/bfloat16.h's conversions), the copies

@@ -9,7 +9,7 @@
 // (threads along x own columns, along y slices of rows). Block shapes depend only on the sizes, so
 // a recompute gives the same bits. cuBLAS runs in exact fp32 (the handle's CUBLAS_PEDANTIC_MATH)
 // unless ctx.tf32, with the workspace planned for the node, so it never allocates. Matrix
-// products with bfloat16 A and B (issue 22) call cuBLAS's bf16 GEMM at CUBLAS_COMPUTE_32F with the
+// products with bfloat16 A and B call cuBLAS's bf16 GEMM at CUBLAS_COMPUTE_32F with the
 // same workspace; every other kernel here sees bfloat16 only through kernel.cu's f32 staging.
 //
 // Outputs are written with `=`; no kernel here runs in place (the schemas list no in-place

@@ -1,7 +1,7 @@
 // Gradient rules: for each differentiable op, how to emit the backward nodes that turn the
 // gradients of its outputs into gradients of its inputs. The autodiff pass walks the forward graph
 // in reverse and calls the rule of each node through a GradBuilder, which names and scopes what the
-// rule emits (DESIGN §4: `<fwd name>_Grad/<OpType>_<i>`, same scope as the forward node) and infers
+// rule emits (docs/design.md §4: `<fwd name>_Grad/<OpType>_<i>`, same scope as the forward node) and infers
 // the emitted values' types on the spot, so a rule can read shapes of what it just built.
 #pragma once
 

@@ -58,7 +58,7 @@ std::string DeepestContaining(const std::map<std::string, Module>& modules, std:
   }
 }
 
-// The three annotation formats of one model agree (DESIGN §2):
+// The three annotation formats of one model agree (docs/design.md §2):
 //  - scoped names and node metadata give the same modules (paths, bare classes) and, node for
 //    node (same nodes, same order), the same scopes;
 //  - local functions give the modules of the extracted classes and the scoped top-level nodes

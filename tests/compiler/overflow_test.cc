@@ -1,4 +1,4 @@
-// Element-count and byte-size overflow (issue 7 §3): shapes of 2^40..2^62 elements, and shapes
+// Element-count and byte-size overflow: shapes of 2^40..2^62 elements, and shapes
 // whose product wraps (to 0 even: 2^32 * 2^32 = 2^64 = 0 in int64), must end in an error that names
 // the node, the output and the bytes, in shape inference, in fold and at allocation; never in a
 // wrapped size, a null buffer or a kernel writing past one.

@@ -1,4 +1,4 @@
-// The three ops torch 2.6's dynamo exporter writes that issue 18 added, end to end: ai.onnx Gelu
+// The three ops torch 2.6's dynamo exporter writes that foundry reads, end to end: ai.onnx Gelu
 // (opset 20), CumSum (OPT's positions) and GatherND (GPT-NeoX's rotary cos[position_ids]). A model
 // built here as the exporter writes it (IR 10, opset 20) imports, compiles to a training graph in
 // which Gelu is com.microsoft's Gelu / FastGelu with their fused gradients, GatherND of a

@@ -173,7 +173,7 @@ TEST(CheckpointNumbersTest, EveryTargetFormBitwiseTheSameAndKeepsOnlyTheBoundary
             << " s\n";
 }
 
-// The same proof under --precision amp_bf16 (issue 22): every target form's loss and gradients
+// The same proof under --precision amp_bf16: every target form's loss and gradients
 // bitwise the plain amp_bf16 plan's (the recompute casts again what the forward cast, through the
 // same bf16 kernels). Each instance still has recompute clones; the bytes it frees under amp are
 // the budget search's business, not asserted here.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""--memory-budget answers that upstream llm-foundry accepts (issue 24).
+"""--memory-budget answers that upstream llm-foundry accepts.
 
 foundry-compile --memory-budget (default --ckpt-syntax llm-foundry) on the MPT-1B, MPT-7B and
 MPT-30B structures (models/exports, no weights) at budgets spread between the every-block plan and

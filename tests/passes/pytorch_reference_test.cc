@@ -94,7 +94,7 @@ struct Outcome {
   Graph graph;
 };
 
-// Every attention instance of a fixture is fused (issue 20): the canonicalize counts say so, and
+// Every attention instance of a fixture is fused: the canonicalize counts say so, and
 // the training graph holds one foundry::Attention and one AttentionGrad per layer (the layer count
 // from the fixture's config.json) and no Softmax.
 void ExpectAttentionFused(const Graph& g, const fs::path& fixture_dir) {

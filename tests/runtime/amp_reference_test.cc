@@ -1,4 +1,4 @@
-// --precision amp_bf16 against PyTorch's autocast (issue 22 proof 1): for every fixture with
+// --precision amp_bf16 against PyTorch's autocast: for every fixture with
 // models/fixtures/<name>/amp_reference/ (models/amp_reference.py, PyTorch 2.6 CPU autocast), the
 // amp_bf16 plan's first-step loss is within 1e-2 relative of PyTorch autocast's, and each
 // parameter's gradient error against the float64 reference, ||g - g64|| / ||g64|| (the norm

@@ -1,4 +1,4 @@
-// --precision amp_bf16 through the trainer (issue 22): the planned executor runs the autocast
+// --precision amp_bf16 through the trainer: the planned executor runs the autocast
 // graph with the memory plan's exact bytes (bf16 staging included); its loss curve follows fp32
 // foundry's; checkpointing stays bitwise under amp_bf16 (threads: thread_invariance_test.cc).
 #include <gtest/gtest.h>

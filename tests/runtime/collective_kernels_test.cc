@@ -2,7 +2,7 @@
 // (runtime/mpi_communicator.h), run on every rank of an mpirun world (ctest
 // runtime_collective_kernels_test_np2 starts 2; the plain entry, one process without mpirun,
 // runs only the checks that need no world). Every rank draws every rank's data from the same
-// seeds, so each checks its own result against the arithmetic of spec24.md written out here:
+// seeds, so each checks its own result against the arithmetic of docs/design.md §10 written out here:
 //  - the communicator's byte moves, split into many MPI calls (SetMpiChunkBytes(7)) and whole;
 //  - AllGather: rank r's shard is flat(P)[r*c, (r+1)*c), zero-padded; the output is P, bitwise;
 //  - ReduceScatterGradient / AllReduceGradient over K microbatches: rank r's microbatch k is the

@@ -1,4 +1,4 @@
-// Gradient accumulation on the CUDA backend (issue 23): an accumulating plan (mpt_tiny, batch 2,
+// Gradient accumulation on the CUDA backend: an accumulating plan (mpt_tiny, batch 2,
 // K = 3, dropout fixture too) trained on cuda against the CPU (first-step loss within 1e-5 and
 // every gradient within 1e-4 of the largest element, as tests/runtime/cuda_training_test.cc
 // bounds cuBLAS against OpenBLAS), two cuda runs bitwise equal, and the device bytes per class

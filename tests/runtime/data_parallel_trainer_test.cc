@@ -1,5 +1,5 @@
 // Data-parallel training in the Trainer (runtime/trainer.h "Data parallel", runtime/
-// trainer_shard.cc) on plans sharded BY HAND as spec24.md says passes/shard shards them (this
+// trainer_shard.cc) on plans sharded BY HAND as docs/design.md §10 says passes/shard shards them (this
 // test's ShardByHand: each gradient written by foundry::AllReduceGradient (NO_SHARD) or
 // foundry::ReduceScatterGradient (SHARD_GRAD_OP / FULL_SHARD, replacing foundry::
 // AccumulateGradient when K > 1); sharded parameters f32 [c] without data, one foundry::AllGather
@@ -85,7 +85,7 @@ Value& AddValue(Graph& g, const std::string& name, const Shape& shape) {
   return v;
 }
 
-// passes/shard's output as spec24.md gives it, built by hand on a one-process plan of K
+// passes/shard's output as docs/design.md §10 gives it, built by hand on a one-process plan of K
 // microbatches. The init file is written beside the plan (sharded strategies).
 LoadedPlan ShardByHand(LoadedPlan lp, int64_t N, const std::string& strategy, Communicator* comm) {
   Graph& g = lp.graph;

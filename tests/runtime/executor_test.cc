@@ -152,7 +152,7 @@ TEST(ExecutorTest, EveryFixturePlannedEqualsMeasuredAndMatchesInterpretBitwise) 
   }
 }
 
-// The same under --precision amp_bf16 (issue 22): bf16 activations, casts, and the bf16 kernels'
+// The same under --precision amp_bf16: bf16 activations, casts, and the bf16 kernels'
 // staging workspace are all planned bytes.
 TEST(ExecutorTest, EveryFixtureUnderAmpBf16PlannedEqualsMeasuredAndMatchesInterpretBitwise) {
   const std::vector<TrainingFixture> fixtures =

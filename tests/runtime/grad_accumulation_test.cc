@@ -1,4 +1,4 @@
-// Gradient accumulation (issue 23; passes/grad_accumulate.h, runtime/trainer.h): K microbatches of
+// Gradient accumulation (passes/grad_accumulate.h, runtime/trainer.h): K microbatches of
 // b rows against one step over the whole batch of K * b rows (a plan compiled with batch K * b,
 // reading the same token windows): the loss and every gradient of the first step, and the weights
 // after three AdamW steps, within 1e-6 relative (norm-wise, per tensor; the measured maxima are

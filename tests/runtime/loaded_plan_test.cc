@@ -1,4 +1,4 @@
-// LoadPlan's check of a training graph against its own shape inference (issue 19): the declared
+// LoadPlan's check of a training graph against its own shape inference: the declared
 // types of node outputs must be what inference gives from the node's inputs; order and single
 // definition are checked on the way; the inferred types replace the declared ones.
 #include "runtime/loaded_plan.h"

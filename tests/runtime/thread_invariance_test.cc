@@ -1,4 +1,4 @@
-// Threads do not change bits (issue 21): every committed fixture trained at 1, 2 and 4 CPU
+// Threads do not change bits: every committed fixture trained at 1, 2 and 4 CPU
 // threads, with gradient clipping, gives the same loss bits at every step, the same (clipped)
 // gradient bits after the first step and the same final weights; and checkpointed plans equal the
 // plain plan at every thread count.
@@ -72,7 +72,7 @@ StatusOr<TrainRun> Train(LoadedPlan plan, const std::vector<std::string>& feeds,
   TrainerOptions options;
   options.optimizer.weight_decay = 0.01;
   options.seed = 5;
-  // Clipped (issue 23): the global norm and the scaling run in every step at every thread count.
+  // Clipped: the global norm and the scaling run in every step at every thread count.
   options.clip_norm = 0.05;  // below every fixture's norm (mpt_tiny's is 2.8)
   options.feeds = feeds;
   SetCpuThreads(threads);

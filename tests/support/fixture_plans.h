@@ -51,7 +51,7 @@ struct CkptCase {
   std::string Name() const;            // "mpt_tiny/model.onnx --ckpt mptblock"
 };
 
-// Every target form on every fixture kind, each at least once (the forms of DESIGN §3), not the
+// Every target form on every fixture kind, each at least once (the forms of docs/design.md §3), not the
 // whole cross product (the suite also runs under the sanitizers at -O0):
 //  - MPT, annotated: on every MPT fixture each registry key its classes answer to (MHA, MQA, GQA;
 //    MLP, GLU; the four norms); on mpt_tiny and mpt_tiny_dropout (the fixture with dropout on)

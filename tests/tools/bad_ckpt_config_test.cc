@@ -1,4 +1,4 @@
-// Issue 19, --ckpt-config read as strictly as OmegaConf would (llm-foundry reads its YAML with it),
+// --ckpt-config read as strictly as OmegaConf would (llm-foundry reads its YAML with it),
 // and target names quoted within bounds. Each case builds its file and holds foundry-compile to the
 // bad-input contract: exit 1, exactly one error line, no file written or changed.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// End-to-end (issue 19): plans and training graphs that foundry-run loads are checked against the
+// End-to-end: plans and training graphs that foundry-run loads are checked against the
 // graph itself — its own shape inference (a value_info that lies about a kernel's output would
 // size a buffer the kernel overruns), its attributes' schemas, the autodiff's naming of each
 // parameter's gradient — and every integer read from a plan or a save's state.json is an integer
@@ -107,7 +107,7 @@ class BadPlanTest : public testing::Test {
 std::string BadPlanTest::dir_;
 bool BadPlanTest::compiled_ = false;
 
-// Issue 19, class 1: a .train.onnx whose value_info shrinks LayerNormalizationGrad's dX to
+// A .train.onnx whose value_info shrinks LayerNormalizationGrad's dX to
 // [2,16,1], with a memory plan made for that lie (its 256 B slot moved past the old arena end)
 // passed both plan checkers, and the kernel wrote 7.9 KB past the arena. The lie is now caught by
 // re-inferring every node's output types on load.
@@ -157,7 +157,7 @@ TEST_F(BadPlanTest, ValueInfoThatShrinksAKernelOutputIsRefused) {
                                                  "but its inputs give f32[2,16,64]"));
 }
 
-// Issue 19, class 7: two parameters of one shape with their gradients swapped trained each by the
+// Two parameters of one shape with their gradients swapped trained each by the
 // other's gradient (loss 5.2262 instead of 5.0613 after 3 steps).
 TEST_F(BadPlanTest, SwappedGradientsAreRefused) {
   const std::string a = "transformer.blocks.0.norm_1.weight";
@@ -196,7 +196,7 @@ TEST_F(BadPlanTest, GradientNamesHoldWhenTheModelUsesTheName) {
   EXPECT_TRUE(lp.ok()) << lp.status().message();
 }
 
-// Issue 19, class 7: SoftmaxCrossEntropyLoss with reduction='junk' ran with loss 0.0000. Every
+// SoftmaxCrossEntropyLoss with reduction='junk' ran with loss 0.0000. Every
 // node's attributes are validated by its schema's inference on load.
 TEST_F(BadPlanTest, AttributeOutsideItsSchemaIsRefused) {
   Graph g = TrainGraph();
@@ -234,7 +234,7 @@ TEST_F(BadPlanTest, AttributeOutsideItsSchemaIsRefused) {
             "\"gelu_new\")");
 }
 
-// Issue 19, class 8: integers of a plan are integers in range before they are converted
+// Integers of a plan are integers in range before they are converted
 // ("arena_bytes": 1e19 was undefined behaviour inside the JSON library).
 TEST_F(BadPlanTest, PlanIntegersAreCheckedBeforeConversion) {
   using J = nlohmann::json;
@@ -302,7 +302,7 @@ TEST_F(BadPlanTest, NamesWithControlCharactersAreRefused) {
                    Damaged(path, "\"\\u001b[31mred\" holds a control character; names never do"));
 }
 
-// Issue 19, class 8: the integers of a save's state.json likewise.
+// The integers of a save's state.json likewise.
 TEST_F(BadPlanTest, StateIntegersAreCheckedBeforeConversion) {
   ExecResult r = Exec(kRun, {Path("mpt"), "--steps", "1", "--save", Path("st")});
   ASSERT_EQ(r.code, 0) << r.err;

@@ -1,9 +1,9 @@
-// Token ids outside the vocabulary (issue 19, class 9): `foundry-run --feed input_ids=FILE.pb`
+// Token ids outside the vocabulary: `foundry-run --feed input_ids=FILE.pb`
 // with -1 used to train as token 255 (ONNX Gather reads a negative index from the end) while
 // --data rejected the same id. One check for both (runtime/data.h TokenOutsideVocabulary): the
 // same one-line error naming the option, the value and the position, exit 1, nothing written,
 // the inputs untouched. Labels may hold ignore_index (-100) and are not checked as tokens.
-// Token files in the three formats people have (issue 23: llm.c's header, nanoGPT's raw uint16,
+// Token files in the three formats people have (llm.c's header, nanoGPT's raw uint16,
 // raw int32): the same tokens train alike, a wrong width is refused, --labels overrides the rule.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -112,7 +112,7 @@ TEST_F(BadTokensTest, LabelsMayHoldIgnoreIndexAndGoodIdsTrain) {
   EXPECT_EQ(r.err, "");
 }
 
-// ---- the three token formats (issue 23) ------------------------------------------------------
+// ---- the three token formats ------------------------------------------------------
 
 // The same 1,000 tokens as llm.c writes them (dev/data/data_common.py write_datafile: 256 int32 of
 // header -- magic 20240520, version 1, the count -- then uint16), as nanoGPT writes them

@@ -1,4 +1,4 @@
-// End-to-end (issue 19, class 10): `foundry-compile --memory-budget SIZE` below the smallest plan
+// End-to-end: `foundry-compile --memory-budget SIZE` below the smallest plan
 // states that plan's total exactly (one byte less is the same error with the same figure, the
 // figure itself compiles to a plan of that total), names its largest memory class as the
 // compiled plan's report counts it, and says what lowers that class; the bad-input contract

@@ -138,7 +138,7 @@ TEST_F(FoundryCompileBudgetTest, AGenerousBudgetCheckpointsNothing) {
   EXPECT_EQ(back.out.find("checkpointing:"), std::string::npos) << back.out;
 }
 
-// --memory-budget plans in the precision given (issue 22). On this tiny fixture amp_bf16's plain
+// --memory-budget plans in the precision given. On this tiny fixture amp_bf16's plain
 // plan is the larger one (its bf16 weight copies and staging outweigh the activations it halves);
 // a budget of the smaller plain total needs no checkpointing in that precision and some in the
 // other. The emitted file's header names the precision; read back under it, the same plan.

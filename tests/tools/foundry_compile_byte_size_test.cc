@@ -1,4 +1,4 @@
-// `--memory-budget SIZE` (issue 19, class 9): ParseByteSize reads any number of digits exactly
+// `--memory-budget SIZE`: ParseByteSize reads any number of digits exactly
 // (0.000…01TiB with 31 digits is below one byte, not "too large"), says "too large" only past
 // int64, and every rejection is one line naming the text and the accepted forms; foundry-compile
 // turns each into the usage error (exit 2, one line, nothing written, the model untouched).

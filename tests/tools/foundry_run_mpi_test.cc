@@ -1,4 +1,4 @@
-// Data-parallel training end to end (issue 24, the CI proof): mpt_tiny compiled with
+// Data-parallel training end to end: mpt_tiny compiled with
 // `foundry-compile --world-size 2 --sharding S` (S = NO_SHARD, SHARD_GRAD_OP, FULL_SHARD) and run
 // by `mpirun -n 2 foundry-run PLAN --steps 20` (AdamW), against one process compiled with
 // --grad-accum 2 over the same global batch (2 x 2 sequences a step):

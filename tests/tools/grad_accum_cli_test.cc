@@ -1,4 +1,4 @@
-// --grad-accum end to end (issue 23): foundry-compile records K in the plan, foundry-run runs K
+// --grad-accum end to end: foundry-compile records K in the plan, foundry-run runs K
 // microbatches per step (its header says so), refuses a K the plan was not compiled for, and a
 // save of an accumulated run resumes bit for bit (every saved file byte-identical to the run that
 // never stopped).

@@ -1,4 +1,4 @@
-// Byte-level mutants of the committed models, compiled in-process (issue 7 §3): every mutant must
+// Byte-level mutants of the committed models, compiled in-process: every mutant must
 // end in success or in one clean error (non-empty, one line), within a generous time bound. The
 // mutants come from a fixed seed, so a failure names a mutant that reproduces alone:
 //   FOUNDRY_MUTANT=<index> ctest --test-dir build -R tools_mutation_test -V

@@ -1,4 +1,4 @@
-// Issue 19, the outputs of both CLIs: device nodes and pipes are written to, never renamed over;
+// the outputs of both CLIs: device nodes and pipes are written to, never renamed over;
 // no output is another output or an input; a failure anywhere leaves no output behind; two
 // compiles to one prefix never leave a mixed pair; empty values and control characters in values
 // are one-line usage errors. Each case builds its input and checks the bad-input contract: the

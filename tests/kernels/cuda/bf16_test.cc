@@ -1,4 +1,4 @@
-// bfloat16 on the GPU (issue 22; kernels/cuda/kernel.h, "bfloat16"). Needs a GPU: every test skips
+// bfloat16 on the GPU (kernels/cuda/kernel.h, "bfloat16"). Needs a GPU: every test skips
 // here with the reason (and fails under FOUNDRY_REQUIRE_GPU=1, which scripts/gpu-check.sh sets).
 //  - Cast to and from bf16 on the device gives the CPU's bits (the same conversion functions,
 //    base/bfloat16.h) on a wide stride of float patterns, every bf16 pattern, NaN, inf and ties;

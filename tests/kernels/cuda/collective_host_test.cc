@@ -1,5 +1,5 @@
 // kernels/cuda/collective.cu without a GPU (the tables and the argument checks run on the host):
-// the three collective ops have CUDA kernels, their workspace figures are spec24.md's, and a
+// the three collective ops have CUDA kernels, their workspace figures are those of docs/design.md §10, and a
 // kernel run without a communicator says what is missing before it touches any memory.
 #include <gtest/gtest.h>
 

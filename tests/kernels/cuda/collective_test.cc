@@ -1,6 +1,6 @@
 // kernels/cuda/collective.cu on a GPU through NCCL (runtime/nccl_communicator.h), in a world of
 // one rank (one GPU: NCCL refuses two ranks of one communicator on it). With N = 1 the contract
-// (spec24.md) makes ReduceScatterGradient and AllReduceGradient exactly
+// (docs/design.md §10) makes ReduceScatterGradient and AllReduceGradient exactly
 // foundry::AccumulateGradient (send = s * partial, the exchange a copy, grad = recv or
 // grad + recv), so they are checked bitwise against the CPU AccumulateGradient kernel over three
 // microbatches with unequal scales (first written, then accumulated), at sizes that are not
