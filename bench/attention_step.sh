@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fused attention in a whole training step (issue 20): the CPU step time and the planned memory of
+# Fused attention in a whole training step: the CPU step time and the planned memory of
 # MPT-125M with ALiBi (models/exports/mpt_125m_alibi.onnx, batch 1, fp32, AdamW, one thread)
 # compiled with attention fused (foundry::Attention, the default) and as exported
 # (--no-attention-fusion: Softmax, its seq x seq probabilities saved), at each seq.

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""PyTorch 2.6's side of the fused-attention comparison (issue 20), run inside the torch2 chroot.
+"""PyTorch 2.6's side of the fused-attention comparison (bench/attention_vs_torch26.sh), run
+inside the PyTorch 2.6 chroot (scripts/torch26-env.sh).
 
-    ../shared/tools/torch2/run.sh python3 bench/attention_vs_torch26.py --saved
-    ../shared/tools/torch2/run.sh python3 bench/attention_vs_torch26.py --kernel
-    ../shared/tools/torch2/run.sh python3 bench/attention_vs_torch26.py --saved --kernel \
+    scripts/torch26-env.sh run python3 bench/attention_vs_torch26.py --saved
+    scripts/torch26-env.sh run python3 bench/attention_vs_torch26.py --kernel
+    scripts/torch26-env.sh run python3 bench/attention_vs_torch26.py --saved --kernel \
         --seq 1024 --threads 1 2 --reps 5
 
 Prints one JSON object on stdout with a "saved" and/or a "kernel" member.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fused attention (issue 20), foundry side by side with PyTorch 2.6 + F.scaled_dot_product_attention
+# Fused attention, foundry side by side with PyTorch 2.6 + F.scaled_dot_product_attention
 # (CPU, fp32, batch 1), on the MPT-125M shape with ALiBi and no biases (models/configs/
 # mpt_125m_alibi.json; foundry compiles models/exports/mpt_125m_alibi.onnx, the same config
 # exported without weights through the manual attention, which foundry fuses into
@@ -17,7 +17,7 @@
 #    torch.set_num_threads(T), OpenBLAS 1 thread) against foundry's kernel
 #    ($BUILD/attention_kernel_bench --seq S --threads T, printing {"fwd_ms":..,"fwd_bwd_ms":..};
 #    n/a where that binary is missing or fails): median ms of the forward and of forward + backward.
-# The PyTorch side runs in the torch2 chroot (../shared/tools/torch2/run.sh; setup.sh builds it
+# The PyTorch side runs in the PyTorch 2.6 chroot (scripts/torch26-env.sh run; its setup builds it
 # once per machine, as root). Without it the PyTorch cells read n/a, unless BENCH_ATTN_TORCH_JSON
 # names a JSON file an earlier run of bench/attention_vs_torch26.py printed (with "saved" and/or
 # "kernel"), which is then used instead.
@@ -27,7 +27,7 @@
 #   grouped_query_attention mptmlp both mptblock"), BENCH_ATTN_THREADS (default "1 2"),
 #   BENCH_ATTN_REPS (default 5: timed runs per kernel measurement, after one warm-up),
 #   BENCH_ATTN_KERNEL=0: saved bytes only.
-#   BENCH_ATTN_PRECISION=amp_bf16: the saved-bytes table in mixed precision (issue 22): foundry
+#   BENCH_ATTN_PRECISION=amp_bf16: the saved-bytes table in mixed precision: foundry
 #   compiles with --precision amp_bf16, PyTorch runs each forward under
 #   torch.autocast("cpu", dtype=torch.bfloat16); the kernel timings (fp32) are skipped.
 set -euo pipefail
@@ -52,7 +52,7 @@ case $precision in
   *) echo "attention_vs_torch26: error: BENCH_ATTN_PRECISION is fp32 or amp_bf16, not '$precision'" >&2; exit 2 ;;
 esac
 model=models/exports/mpt_125m_alibi.onnx
-torch2=../shared/tools/torch2/run.sh
+torch26=scripts/torch26-env.sh
 py=/usr/bin/python3
 [[ -x $compile ]] || { echo "attention_vs_torch26: error: $compile not found; build first" >&2; exit 1; }
 tmp=$(mktemp -d)
@@ -68,17 +68,17 @@ ckpt_args() {
   esac
 }
 
-# --- PyTorch 2.6 side: a given JSON, or the torch2 chroot, or nothing (n/a) ---
+# --- PyTorch 2.6 side: a given JSON, or the PyTorch 2.6 chroot, or nothing (n/a) ---
 torch_json=$tmp/torch.json
 torch_note=""
 if [[ -n ${BENCH_ATTN_TORCH_JSON:-} ]]; then
   cp "$BENCH_ATTN_TORCH_JSON" "$torch_json"
   torch_note="PyTorch numbers from \`$BENCH_ATTN_TORCH_JSON\` (an earlier run of \`bench/attention_vs_torch26.py\`), not measured by this run."
-elif [[ -x $torch2 ]] && [[ -x ${TORCH2_ROOT:-/opt/torch2}/usr/bin/python3 ]]; then
+elif bash "$torch26" status > /dev/null 2>&1; then
   modes=(--saved)
   [[ $do_kernel == 0 ]] || modes+=(--kernel)
   # Saved bytes do not depend on the thread count; the kernel timing runs last, alone.
-  if ! "$torch2" python3 bench/attention_vs_torch26.py "${modes[@]}" --precision "$precision" --seq "${seqs[@]}" \
+  if ! bash "$torch26" run python3 bench/attention_vs_torch26.py "${modes[@]}" --precision "$precision" --seq "${seqs[@]}" \
       --targets "${targets[@]}" --threads "${threads[@]}" --reps "$reps" \
       > "$torch_json" 2> "$tmp/torch.err"; then
     echo "attention_vs_torch26: warning: the PyTorch 2.6 side failed; its cells read n/a:" >&2
@@ -88,7 +88,7 @@ elif [[ -x $torch2 ]] && [[ -x ${TORCH2_ROOT:-/opt/torch2}/usr/bin/python3 ]]; t
   fi
 else
   echo '{}' > "$torch_json"
-  torch_note="PyTorch 2.6 not available here (\`../shared/tools/torch2/setup.sh\` builds its chroot): its cells read n/a."
+  torch_note="PyTorch 2.6 not available here (\`scripts/torch26-env.sh setup\` builds its chroot): its cells read n/a."
 fi
 # PyTorch's saved bytes (feeds excluded) of target $1 at seq $2, or n/a.
 torch_saved() {
@@ -179,7 +179,7 @@ torch_version=$(json "$torch_json" "d.get('saved', d.get('kernel', {})).get('tor
 if [[ $precision == amp_bf16 ]]; then
   echo "## Saved for backward under amp_bf16, side by side with PyTorch 2.6 autocast + SDPA (CPU, MPT-125M with ALiBi, batch 1)"
   echo
-  echo "Measured by \`BENCH_ATTN_PRECISION=amp_bf16 bench/attention_vs_torch26.sh\` (PyTorch $torch_version in the torch2 chroot), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end. Same model and counting as the fp32 table (\`models/configs/mpt_125m_alibi.json\`, \`$model\`, batch 1, parameters and feeds excluded). foundry: \`foundry-compile --precision amp_bf16\` (PyTorch's CUDA autocast lists: products and attention in bf16, norms, softmax and the loss in f32; master weights f32; each weight's bf16 copy cast again for the backward instead of held). PyTorch: every forward under \`torch.autocast(\"cpu\", dtype=torch.bfloat16)\` (its CPU lists: linears and SDPA in bf16, the ALiBi + causal mask cast to bf16 for SDPA; autocast's cached bf16 weight copies are held for the backward and counted: they are not parameter storage). ${torch_note}"
+  echo "Measured by \`BENCH_ATTN_PRECISION=amp_bf16 bench/attention_vs_torch26.sh\` (PyTorch $torch_version in the Debian 13 chroot of \`scripts/torch26-env.sh\`), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end. Same model and counting as the fp32 table (\`models/configs/mpt_125m_alibi.json\`, \`$model\`, batch 1, parameters and feeds excluded). foundry: \`foundry-compile --precision amp_bf16\` (PyTorch's CUDA autocast lists: products and attention in bf16, norms, softmax and the loss in f32; master weights f32; each weight's bf16 copy cast again for the backward instead of held). PyTorch: every forward under \`torch.autocast(\"cpu\", dtype=torch.bfloat16)\` (its CPU lists: linears and SDPA in bf16, the ALiBi + causal mask cast to bf16 for SDPA; autocast's cached bf16 weight copies are held for the backward and counted: they are not parameter storage). ${torch_note}"
   echo
   echo "| target | seq | PyTorch 2.6 autocast + SDPA bytes | foundry amp_bf16 bytes | foundry / PyTorch | foundry unfused bytes | PyTorch MiB | foundry MiB |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|"
@@ -188,7 +188,7 @@ if [[ $precision == amp_bf16 ]]; then
 fi
 echo "## Fused attention side by side with PyTorch 2.6 + SDPA (CPU, MPT-125M with ALiBi, batch 1, fp32)"
 echo
-echo "Measured by \`bench/attention_vs_torch26.sh\` (PyTorch $torch_version in the torch2 chroot, \`bench/attention_vs_torch26.py\`), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end. Model: \`models/configs/mpt_125m_alibi.json\` (d 768, 12 layers, 12 heads, ALiBi, no biases, tied embeddings); foundry compiles its no-weights export \`$model\` (manual attention, fused into \`foundry::Attention\`), PyTorch runs the same config with \`attn_impl: sdpa\` (\`F.scaled_dot_product_attention\` with the ALiBi + causal bias as \`attn_mask\`). ${torch_note}"
+echo "Measured by \`bench/attention_vs_torch26.sh\` (PyTorch $torch_version in the Debian 13 chroot of \`scripts/torch26-env.sh\`, \`bench/attention_vs_torch26.py\`), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end. Model: \`models/configs/mpt_125m_alibi.json\` (d 768, 12 layers, 12 heads, ALiBi, no biases, tied embeddings); foundry compiles its no-weights export \`$model\` (manual attention, fused into \`foundry::Attention\`), PyTorch runs the same config with \`attn_impl: sdpa\` (\`F.scaled_dot_product_attention\` with the ALiBi + causal bias as \`attn_mask\`). ${torch_note}"
 echo
 echo "Saved for backward in bytes, parameters and feeds excluded. PyTorch: unique storages seen by \`saved_tensors_hooks\` plus the checkpointed regions' inputs (\`bench/pytorch_side.py\`, llm-foundry-style non-reentrant \`checkpoint_wrapper\`). foundry: \`memory.saved_for_backward_bytes\` of \`foundry-compile --report-json\`; the unfused column compiles with \`--no-attention-fusion\` (attention as exported: the seq x seq probabilities are kept). \`both\` = grouped_query_attention + mptmlp."
 echo

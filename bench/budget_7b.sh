@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --memory-budget on the MPT-7B structure (issue 12): for 10 budgets spread evenly between the
+# --memory-budget on the MPT-7B structure: for 10 budgets spread evenly between the
 # every-block plan and the plain plan (batch 1, seq 2048), the chosen checkpointing, its planned
 # total and recompute share, against the cheapest uniform llm-foundry target that fits (none,
 # attention, FFN, attention + FFN, block, with first-n forms; the search evaluates them all and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Activation checkpointing on the big no-weights structures (issue 10, proof 6 and the "done when"
-# table): models/exports/mpt_{1b,7b,30b}.onnx at batch 1 x seq 2048 (the 30B also at seq 8192),
+# Activation checkpointing on the big no-weights structures (what each target saves and costs on
+# the 1B, 7B and 30B shapes): models/exports/mpt_{1b,7b,30b}.onnx at batch 1 x seq 2048 (the 30B also at seq 8192),
 # each with every target: none, grouped_query_attention, mptmlp, both
 # (= grouped_query_attention + mptmlp), mptblock. For each, from
 # `foundry-compile X.onnx --dim batch=1 --dim seq=S --ckpt ... --report-json F -o PREFIX`:
@@ -11,7 +11,7 @@
 # written), median of BENCH_REPEATS (default 3) runs.
 # Prints a markdown section on stdout (bench/run.sh puts it in bench/RESULTS.md).
 # Each row is compiled at every precision of BENCH_PRECISIONS (default "fp32 amp_bf16":
-# foundry-compile --precision; issue 22's tables in amp_bf16 next to fp32); "saved vs none" is
+# foundry-compile --precision; the amp_bf16 tables next to the fp32 ones); "saved vs none" is
 # relative to the same precision's plain plan.
 # Usage: bench/ckpt_structures.sh [BUILD_DIR]
 #   BENCH_CKPT_TARGETS (default "none grouped_query_attention mptmlp both mptblock"): the targets;

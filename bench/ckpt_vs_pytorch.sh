@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Activation checkpointing, foundry side by side with PyTorch eager (issue 10, proof 5), on
+# Activation checkpointing, foundry side by side with PyTorch eager, on
 # models/mpt.py's MPT-125M config (foundry compiles models/exports/mpt_125m.onnx, the same config
 # exported without weights), batch 1, fp32, for each target: none, grouped_query_attention, mptmlp,
 # both (= grouped_query_attention + mptmlp), mptblock.
@@ -196,7 +196,7 @@ if [[ ${#grad_notes[@]} -gt 0 ]]; then
   echo
 fi
 [[ $steps -gt 0 ]] || exit 0
-echo "Seq $tseq, one thread on both sides (OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = torch.set_num_threads = 1): median ms/step of $steps steps after one warm-up (forward, backward, AdamW), and each target's overhead over the same side's plain step, measured right before it (foundry plain, foundry checkpointed, PyTorch plain, PyTorch checkpointed, one target after the other). Goals: foundry's overhead <= PyTorch's (last column, foundry's overhead minus PyTorch's in percentage points, <= 0) and within 20 % of its recompute-FLOP ratio (overhead / recompute FLOPs between 0.8 and 1.2). The issue's earlier PyTorch measurement: attention +22 %, mptmlp +3 %, mptblock +12 %."
+echo "Seq $tseq, one thread on both sides (OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = torch.set_num_threads = 1): median ms/step of $steps steps after one warm-up (forward, backward, AdamW), and each target's overhead over the same side's plain step, measured right before it (foundry plain, foundry checkpointed, PyTorch plain, PyTorch checkpointed, one target after the other). Goals: foundry's overhead <= PyTorch's (last column, foundry's overhead minus PyTorch's in percentage points, <= 0) and within 20 % of its recompute-FLOP ratio (overhead / recompute FLOPs between 0.8 and 1.2). An earlier PyTorch measurement, for scale: attention +22 %, mptmlp +3 %, mptblock +12 %."
 echo
 echo "| target | foundry plain ms | foundry ms | foundry overhead | foundry recompute FLOPs | overhead / recompute FLOPs | PyTorch plain ms | PyTorch ms | PyTorch overhead | foundry - PyTorch overhead (points) |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"

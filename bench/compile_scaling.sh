@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compile time, import -> plan written (issue 9): does it scale with depth, and is the 30B-structure
+# Compile time, import -> plan written: does it scale with depth, and is the 30B-structure
 # graph fast enough?
 #  - two no-weights exports of the MPT-7B structure that differ only in layer count (24 and 48;
 #    models/export_mpt.py --n-layers, written to a temp dir), each compiled at batch 1 x seq 2048;

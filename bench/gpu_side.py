@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch eager's side of the GPU benchmark (issue 11): models/mpt.py on CUDA, fp32, TF32 off.
+"""PyTorch eager's side of the GPU benchmark (bench/gpu_vs_pytorch.sh): models/mpt.py on CUDA, fp32, TF32 off.
 
     python3 bench/gpu_side.py --config mpt_125m --batch 8 --seq 1024 --steps 3 \
         --ckpt none --ckpt grouped_query_attention --ckpt mptblock

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# foundry on the GPU side by side with PyTorch eager on the same GPU (issue 11, "Benchmark"):
+# foundry on the GPU side by side with PyTorch eager on the same GPU:
 # MPT-125M and MPT-1B (models/exports/*.onnx, no weights: foundry initialises them itself;
 # PyTorch builds models/mpt.py from the same config), fp32, TF32 off on both sides, AdamW, with
 # no checkpointing, --ckpt mptblock and --ckpt grouped_query_attention (PyTorch: the same

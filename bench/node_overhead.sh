@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The runtime's fixed costs (issue 21): the step time of an almost empty training graph and the
+# The runtime's fixed costs: the step time of an almost empty training graph and the
 # cost of each further node, through the real compile + Trainer path ($BUILD/node_overhead_bench,
 # bench/node_overhead_bench.cc: a chain of N Adds of a constant on a [1, 1, 16] tensor after an
 # embedding Gather, foundry's appended loss, AdamW), at each thread count.
@@ -20,7 +20,7 @@ cmake --build "$build" --target node_overhead_bench >/dev/null ||
 tmp_out=$(mktemp)
 trap 'rm -f "$tmp_out"' EXIT
 
-echo "## Per-node overhead of the CPU runtime (issue 21)"
+echo "## Per-node overhead of the CPU runtime (empty step, cost per further node)"
 echo
 echo "Measured by \`bench/node_overhead.sh\` (\`$bench\`, worktree at $(git rev-parse --short HEAD 2>/dev/null || echo '?')), load average $(cut -d' ' -f1-3 /proc/loadavg) at the start, $(nproc) cores. The model: \`x0 = Gather(emb, input_ids)\` (emb [16, 16], batch 1 x seq 1), then a chain of N \`Add(x, c)\` (c a [16] constant; its gradient is the identity, so autodiff adds no node and each link is one executed node), foundry's appended cross-entropy, AdamW on the 256 weights; compiled by the library call behind \`foundry-compile\` and run by the \`Trainer\` behind \`foundry-run\` (synthetic batch written into the inputs, the planned \`Executor\`, the finite check, the optimizer). N = 0 is the empty step. Median µs of the whole step (wall clock around \`Trainer::Step\`), of the graph alone (\`Executor::Run\`) and of the rest, after 20 warm-up steps, over ${seconds} s of steps per chain; ns per node = (step(N) - step(0)) / (nodes(N) - nodes(0))."
 echo

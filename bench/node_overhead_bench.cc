@@ -1,4 +1,4 @@
-// The runtime's fixed costs (issue 21): what a training step costs when the graph does almost
+// The runtime's fixed costs: what a training step costs when the graph does almost
 // nothing, and what each further node adds. Runs the real path, foundry-compile's library call
 // (driver/compile.h: fold, canonicalize, autodiff with the appended loss, schedule, memory plan)
 // and the Trainer (runtime/trainer.h: synthetic batch written into the inputs, the planned

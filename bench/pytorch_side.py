@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch eager's side of the memory and step-time comparisons (issues 9 and 10), on models/ configs.
+"""PyTorch eager's side of the memory and step-time comparisons (bench/vs_pytorch.sh,
+bench/ckpt_vs_pytorch.sh), on models/ configs.
 
     /usr/bin/python3 bench/pytorch_side.py --config mpt_125m --seq 1024 --steps 0
     /usr/bin/python3 bench/pytorch_side.py --config mpt_125m --seq 256 --threads 1 2 --steps 5

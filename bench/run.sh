@@ -8,7 +8,7 @@
 # BENCH_STEPS (default 200): training steps per fixture; the median of steps 11.. is reported.
 # Sections from bench/vs_pytorch.sh, bench/ckpt_structures.sh and bench/ckpt_vs_pytorch.sh (the
 # activation-checkpointing tables) and bench/attention_vs_torch26.sh (fused attention against
-# PyTorch 2.6 + SDPA; its PyTorch cells read n/a without the torch2 chroot) and
+# PyTorch 2.6 + SDPA; its PyTorch cells read n/a without scripts/torch26-env.sh's chroot) and
 # bench/attention_step.sh (the training step with attention fused and unfused),
 # bench/step_vs_torch26.sh (the training step against PyTorch 2.6, interleaved, with the
 # checkpointing overheads; ~25 min), bench/node_overhead.sh (the empty step and the per-node
@@ -120,7 +120,7 @@ print(' | '.join([mib('arena_bytes'), mib('lower_bound_bytes'),
     echo "| $name | $dims | $nodes | $remain | $kept | $fb | $peak | $mem | $ms |"
   done
   echo
-  echo "## Compile time against depth (issue 9: 24 vs 48 layers <= 2.2x, the 30B structure < 2 s)"
+  echo "## Compile time against depth (24 vs 48 layers <= 2.2x, the 30B structure < 2 s)"
   echo
   echo '```'
   bash bench/compile_scaling.sh "$build"

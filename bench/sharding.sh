@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sharded data parallelism on paper (issue 24): per-rank planned bytes by class of MPT-1B, MPT-7B
+# Sharded data parallelism on paper: per-rank planned bytes by class of MPT-1B, MPT-7B
 # and MPT-30B at llm-foundry's pretraining configs (scripts/train/yamls/pretrain/mpt-*.yaml:
 # seq 2048, device_train_microbatch_size 4 / 8 / 8, global_train_batch_size 512 / 1024 / 2048,
 # precision amp_bf16) on 8 ranks, for each sharding strategy and each uniform checkpointing

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""PyTorch 2.6's side of bench/step_vs_torch26.sh (issue 21): training steps of a models/ config,
-run inside the torch2 chroot, one measurement per process.
+"""PyTorch 2.6's side of bench/step_vs_torch26.sh: training steps of a models/ config, run inside
+the PyTorch 2.6 chroot (scripts/torch26-env.sh), one measurement per process.
 
-    ../shared/tools/torch2/run.sh python3 bench/step_torch26.py --config mpt_125m --seq 256 \
+    scripts/torch26-env.sh run python3 bench/step_torch26.py --config mpt_125m --seq 256 \
         --torch-threads 1 --blas-threads 2 --steps 3 --warmup 1 [--ckpt mptmlp]
 
 Prints one JSON line: step_ms (each timed step: forward, backward, AdamW step, zero_grad, wall

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The CPU training step, foundry against PyTorch 2.6 eager (issue 21: foundry / PyTorch <= 1.0 on
-# every row, at 1 and 2 threads), both sides measured in one run, interleaved.
+# The CPU training step, foundry against PyTorch 2.6 eager (the goal: foundry / PyTorch <= 1.0
+# on every row, at 1 and 2 threads), both sides measured in one run, interleaved.
 #
 # Rows (BENCH_STEP_ROWS, NAME:SEQ[:STEPS]): foundry compiles models/exports/NAME.onnx (no weights:
 # foundry initialises them) at batch 1 x seq SEQ; PyTorch runs models/configs/NAME.json's seeded
-# model (bench/step_torch26.py in the torch2 chroot: MPT with attn_impl "sdpa", is_causal; GPT-2
-# as models/gpt2.py writes it), batch 1, fp32, AdamW (foundry-run's defaults on both sides), the
-# same tokens on both sides (families.make_inputs, fed to foundry-run with --feed).
+# model (bench/step_torch26.py in the PyTorch 2.6 chroot of scripts/torch26-env.sh: MPT with
+# attn_impl "sdpa", is_causal; GPT-2 as models/gpt2.py writes it), batch 1, fp32, AdamW
+# (foundry-run's defaults on both sides), the same tokens on both sides (families.make_inputs, fed
+# to foundry-run with --feed).
 #   mpt_125m:256, mpt_125m:1024:1 MPT-125M (learned positions, biases); at seq 1024 one timed step
 #                                 per process (a step there costs ~4.5x one at 256)
 #   gpt2_124m:256                 GPT-2 124M at seq 256 (1024 costs ~4x; BENCH_STEP_ROWS adds it)
@@ -32,8 +33,8 @@
 # target on both sides. Per target: each side's overhead over its own plain step (median target /
 # median none - 1), the recompute-FLOP share (flops.recompute of the target's
 # `foundry-compile --report-json` over flops.forward + flops.backward of the plain compile's),
-# and overhead / share (issue 21: within 0.8-1.2 for every target).
-# Without the torch2 chroot (../shared/tools/torch2/setup.sh) the PyTorch cells read n/a.
+# and overhead / share (the goal: within 0.8-1.2 for every target).
+# Without the PyTorch 2.6 chroot (scripts/torch26-env.sh setup) the PyTorch cells read n/a.
 # Prints a markdown section on stdout (bench/run.sh puts it in bench/RESULTS.md).
 # Usage: bench/step_vs_torch26.sh [BUILD_DIR]
 #   BENCH_STEP_ROWS (default "mpt_125m:256 mpt_125m:1024:1 gpt2_124m:256 gpt2_tiny_50k:64:20"),
@@ -54,13 +55,13 @@ do_ckpt=${BENCH_STEP_CKPT:-1}
 ckpt_seq=${BENCH_STEP_CKPT_SEQ:-256}
 ckpt_threads=${BENCH_STEP_CKPT_THREADS:-1}
 read -ra ckpt_targets <<< "${BENCH_STEP_CKPT_TARGETS:-none grouped_query_attention mptmlp both mptblock}"
-torch2=../shared/tools/torch2/run.sh
+torch26=scripts/torch26-env.sh
 py=/usr/bin/python3
 [[ -x $compile && -x $run ]] || { echo "step_vs_torch26: error: $compile or $run not found; build first" >&2; exit 1; }
 [[ ${ckpt_targets[0]} == none ]] || { echo "step_vs_torch26: error: BENCH_STEP_CKPT_TARGETS must start with none (overheads are relative to it)" >&2; exit 1; }
 (( rounds >= 1 && steps >= 1 && warmup >= 0 )) || { echo "step_vs_torch26: error: BENCH_STEP_ROUNDS, BENCH_STEP_STEPS >= 1, BENCH_STEP_WARMUP >= 0" >&2; exit 1; }
 have_torch=0
-[[ -x $torch2 ]] && [[ -x ${TORCH2_ROOT:-/opt/torch2}/usr/bin/python3 ]] && have_torch=1
+bash "$torch26" status > /dev/null 2>&1 && have_torch=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 results=$tmp/results.jsonl  # one line per process: {"side", "key", "setting", "step_ms", ...}
@@ -138,7 +139,7 @@ PY
 torch_once() {
   local key=$1 name=$2 seq=$3 tt=$4 bt=$5 target=$6 n=$7
   (( have_torch )) || return 0
-  if ! "$torch2" python3 bench/step_torch26.py --config "$name" --seq "$seq" --torch-threads "$tt" \
+  if ! bash "$torch26" run python3 bench/step_torch26.py --config "$name" --seq "$seq" --torch-threads "$tt" \
       --blas-threads "$bt" --ckpt "$target" --steps "$n" --warmup "$warmup" \
       > "$tmp/t.json" 2> "$tmp/t.err"; then
     echo "step_vs_torch26: warning: bench/step_torch26.py $name seq $seq torch $tt x BLAS $bt --ckpt $target failed:" >&2
@@ -242,7 +243,7 @@ cores = {side: sorted({d.get("blas_core", "n/a") for d in recs if d["side"] == s
 blas_cfg = sorted({d.get("blas_config", "") for d in recs if d["side"] == "torch"})
 torch_ver = sorted({d.get("torch", "") for d in recs if d["side"] == "torch"})
 attn = sorted({f"{d['config']}: {d['attn_impl']}" for d in recs if d["side"] == "torch" and d.get("attn_impl") != "n/a"})
-print("## The training step against PyTorch 2.6 eager (CPU, batch 1, fp32, AdamW; issue 21)")
+print("## The training step against PyTorch 2.6 eager (CPU, batch 1, fp32, AdamW; foundry / PyTorch <= 1.0)")
 print()
 print(f"Measured by `bench/step_vs_torch26.sh` (worktree at {head}), {os.cpu_count()} cores, "
       f"load average {load} at the end; main table {int(main_s) // 60} min {int(main_s) % 60} s, "
@@ -250,7 +251,7 @@ print(f"Measured by `bench/step_vs_torch26.sh` (worktree at {head}), {os.cpu_cou
       f"foundry: `foundry-compile models/exports/NAME.onnx --dim batch=1 --dim seq=S --threads N` "
       f"(no weights: foundry initialises them), then `env -u OPENBLAS_CORETYPE foundry-run PREFIX "
       f"--threads T --feed ...` on the tokens PyTorch trains on (`families.make_inputs`), AdamW with foundry-run's defaults on both sides (lr 1e-3, weight decay 0); OpenBLAS kernels: {', '.join(cores['foundry']) or 'n/a'} "
-      f"(foundry-run's header). PyTorch {', '.join(torch_ver) or 'n/a'} in the torch2 chroot "
+      f"(foundry-run's header). PyTorch {', '.join(torch_ver) or 'n/a'} in the Debian 13 chroot of `scripts/torch26-env.sh` "
       f"(`bench/step_torch26.py`, `models/configs/NAME.json`'s seeded model"
       f"{'; ' + ', '.join(attn) if attn else ''}; GPT-2 as `models/gpt2.py` writes it, manual "
       f"attention): OpenBLAS kernels {', '.join(cores['torch']) or 'n/a'} "
@@ -258,7 +259,7 @@ print(f"Measured by `bench/step_vs_torch26.sh` (worktree at {head}), {os.cpu_cou
       f"{rounds} rounds per row, a fresh process per side each round (foundry first in odd rounds, "
       f"PyTorch first in even ones), {warmup} untimed step(s) then the row's timed steps each; "
       f"ms/step = median of all timed steps of the rounds." +
-      ("" if have_torch == "1" else " PyTorch 2.6 not available here (`../shared/tools/torch2/setup.sh` "
+      ("" if have_torch == "1" else " PyTorch 2.6 not available here (`scripts/torch26-env.sh setup` "
        "builds its chroot): its cells read n/a."))
 print()
 print("PyTorch setting: torch threads x OpenBLAS threads (they multiply). At 1 thread 1 x 1; at T "
@@ -300,7 +301,7 @@ print(f"Activation checkpointing, MPT-125M at seq {ckpt_seq}, {ckpt_threads} thr
       f"(alternating which side goes first). Overhead: median ms of the target over the median of "
       f"the same side's plain step (none) - 1. Recompute share: `flops.recompute` of the target's "
       f"compile report over `flops.forward + flops.backward` of the plain compile's"
-      f"{f' ({plain_flops / 1e9:.1f} GFLOP)' if plain_flops else ''}. Issue 21: foundry's overhead / "
+      f"{f' ({plain_flops / 1e9:.1f} GFLOP)' if plain_flops else ''}. The goal: foundry's overhead / "
       f"share within 0.8-1.2 for every target. PyTorch's overhead / share uses foundry's share "
       f"(the same modules recomputed). `both` = grouped_query_attention + mptmlp. "
       f"Profiled recompute: foundry's checkpointing runs also pass `--profile`, which times every "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# foundry side by side with PyTorch eager on the CPU (issue 9), same model (models/mpt.py's
+# foundry side by side with PyTorch eager on the CPU, same model (models/mpt.py's
 # MPT-125M config; foundry compiles models/exports/mpt_125m.onnx, the same config exported without
 # weights, and initialises it itself), batch 1, AdamW:
 #  - saved-for-backward bytes at seq 1024: foundry's compile-time report against the unique

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""PyTorch's mixed-precision references for `foundry-compile --precision amp_bf16` (issue 22).
+"""PyTorch's mixed-precision references for `foundry-compile --precision amp_bf16`: CPU
+autocast in bf16 against float64.
 
-    ../shared/tools/torch2/run.sh python3 models/amp_reference.py            # PyTorch 2.6
-    ../shared/tools/torch2/run.sh python3 models/amp_reference.py --only mpt_tiny
+    scripts/torch26-env.sh run python3 models/amp_reference.py            # PyTorch 2.6
+    scripts/torch26-env.sh run python3 models/amp_reference.py --only mpt_tiny
 
 For every committed fixture without dropout (models/fixtures/<name>/, the same seeded model and
 inputs make_fixtures.py used), one forward and backward three ways:
@@ -10,7 +11,7 @@ inputs make_fixtures.py used), one forward and backward three ways:
     measured against;
   - float32 (no autocast): PyTorch's fp32 gradients, for scale;
   - autocast: torch.autocast("cpu", dtype=torch.bfloat16), parameters f32, the loss backward
-    from its f32 value, as Composer's amp_bf16 runs (on the CPU: the issue's comparison).
+    from its f32 value, as Composer's amp_bf16 runs (on the CPU, where the comparison runs).
 Writes models/fixtures/<name>/amp_reference/:
   grads/<parameter>_grad.pb   the float64 gradient, stored as float32 (its rounding, 2^-24
                               relative, is far below bf16's 2^-9)

@@ -6,7 +6,9 @@
     /usr/bin/python3 models/make_fixtures.py --only mpt_tiny llama_tiny
     /usr/bin/python3 models/make_fixtures.py --big      # also models/exports/ (~3 min)
     /usr/bin/python3 models/make_fixtures.py --only gpt2_tiny --big gpt2_124m  # just these
-    ../shared/tools/torch2/run.sh python3 models/make_fixtures.py --dynamo  # torch 2.6's exports
+    scripts/torch26-env.sh run python3 models/make_fixtures.py --dynamo  # torch 2.6's exports
+    scripts/torch26-env.sh run python3 models/make_fixtures.py --dynamo --check  # compare them
+    scripts/torch26-env.sh run python3 models/make_fixtures.py --dynamo --out /tmp/dyn  # elsewhere
 
 Layout of one fixture (the C++ tests read it):
     model.onnx              scopes format (TorchScript scoped names + foundry.* metadata)
@@ -20,7 +22,7 @@ Layout of one fixture (the C++ tests read it):
     reference/grads/<initializer>_grad.pb  PyTorch's fp32 gradient of every trainable parameter,
                             named <initializer>_grad                  (dropout-off configs only)
     config.json             the config the fixture was made from
-    dynamo/                 torch 2.6's exporter (--dynamo; needs ../shared/tools/torch2/):
+    dynamo/                 torch 2.6's exporter (--dynamo; needs scripts/torch26-env.sh):
       model.onnx            torch.onnx.export(dynamo=True) at torch's defaults (opset 18, IR 10),
                             dimensions Dim.AUTO as a user would write them (torch names them
                             s0..s3, or writes the size it specialised as a decimal dim_param)
@@ -46,7 +48,11 @@ different CPUs and a gradient that is zero in exact arithmetic is pure rounding)
 graphs exactly, and the functions graph by function names and op sequences (torch names function
 internals differently from run to run). The stock export is deterministic, so it is compared
 exactly like the scopes graph. The dynamo/ folders are torch 2.6's and are neither made nor
-checked nor removed by a torch 1.13 run; --dynamo (inside the torch2 chroot) rewrites them.
+checked nor removed by a torch 1.13 run; --dynamo (inside scripts/torch26-env.sh) rewrites them,
+--dynamo --check compares fresh ones with them (tensors as above, tied.json and export.json exactly,
+the graph exactly but for torch's stack-trace metadata), --dynamo --out DIR writes DIR/<config>/
+instead. torch writes each node's Python stack into its metadata; the repository's own path is cut
+from those file names, so that an export does not record where the checkout was.
 """
 
 import argparse
@@ -188,7 +194,7 @@ def generate_one(name: str, out_dir: str) -> None:
 
 def generate_dynamo_one(name: str, variant: str, fixture_dir: str, out_dir: str) -> None:
     """torch.onnx.export(dynamo=True) of the fixture's model, and torch's loss and gradients on
-    the committed inputs (torch >= 2.6; the torch2 chroot)."""
+    the committed inputs (torch >= 2.6; scripts/torch26-env.sh)."""
     import json
 
     import torch
@@ -218,6 +224,7 @@ def generate_dynamo_one(name: str, variant: str, fixture_dir: str, out_dir: str)
                       dynamo=True, input_names=["input_ids", "labels"], output_names=["loss"],
                       dynamic_shapes={"input_ids": {0: auto, 1: auto},
                                       "labels": {0: auto, 1: auto}})
+    repo_relative_stack_traces(os.path.join(out_dir, "model.onnx"))
     write_reference(model, input_ids, labels, os.path.join(out_dir, "reference"),
                     f"{name} ({variant})")
     # A tied weight is one parameter with several names; torch's export may call it by another
@@ -235,6 +242,92 @@ def generate_dynamo_one(name: str, variant: str, fixture_dir: str, out_dir: str)
         f.write("\n")
 
 
+STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
+
+
+def _nodes(model):
+    """Every node of the model: its graph's, its functions', and their subgraphs'."""
+    from onnx import AttributeProto
+
+    def walk(nodes):
+        for node in nodes:
+            yield node
+            for attr in node.attribute:
+                if attr.type == AttributeProto.GRAPH:
+                    yield from walk(attr.g.node)
+                elif attr.type == AttributeProto.GRAPHS:
+                    for g in attr.graphs:
+                        yield from walk(g.node)
+    yield from walk(model.graph.node)
+    for f in model.functions:
+        yield from walk(f.node)
+
+
+def repo_relative_stack_traces(path: str) -> None:
+    """Rewrites the export at `path` with the repository's path cut from the file names in
+    torch's stack-trace metadata ("/path/to/checkout/models/mpt.py" -> "models/mpt.py"). The
+    weights stay where torch put them (model.onnx.data)."""
+    import onnx
+    model = onnx.load(path, load_external_data=False)
+    prefix = REPO + os.sep
+    changed = False
+    for node in _nodes(model):
+        for prop in node.metadata_props:
+            if prop.key == STACK_TRACE_KEY and prefix in prop.value:
+                prop.value = prop.value.replace(prefix, "")
+                changed = True
+    if changed:
+        onnx.save(model, path)
+
+
+def _without_stack_traces(model):
+    for node in _nodes(model):
+        keep = [(p.key, p.value) for p in node.metadata_props if p.key != STACK_TRACE_KEY]
+        del node.metadata_props[:]
+        for key, value in keep:
+            node.metadata_props.add(key=key, value=value)
+    return model
+
+
+def _weight_files(path: str):
+    """Where each initializer of the export at `path` keeps its data: "" inline, else the
+    external data file's name."""
+    import onnx
+    model = onnx.load(path, load_external_data=False)
+    return {i.name: "".join(e.value for e in i.external_data if e.key == "location")
+            for i in model.graph.initializer}
+
+
+def compare_dynamo_dirs(new_root: str, names):
+    """--dynamo --check: each regenerated (config, variant) folder against the committed one."""
+    problems = []
+    for name, variant in dynamo_tasks(names):
+        new_dir = os.path.join(new_root, name, variant)
+        old_dir = os.path.join(FIXTURES_DIR, name, variant)
+        what = f"{name}/{variant}"
+        if not os.path.isdir(old_dir):
+            problems.append(f"{what}: not committed")
+            continue
+        new_files, old_files = files_under(new_dir), files_under(old_dir)
+        if new_files != old_files:
+            problems.append(f"{what}: files differ: only regenerated "
+                            f"{sorted(new_files - old_files)[:5]}, only committed "
+                            f"{sorted(old_files - new_files)[:5]}")
+        floor = grad_floor(old_dir, old_files)
+        for rel in sorted(new_files & old_files):
+            if rel.endswith(".onnx"):
+                problems += compare_model(os.path.join(new_dir, rel), os.path.join(old_dir, rel),
+                                          f"{what}/{rel} (stack traces aside)", True,
+                                          _without_stack_traces)
+                if _weight_files(os.path.join(new_dir, rel)) != \
+                        _weight_files(os.path.join(old_dir, rel)):
+                    problems.append(f"{what}/{rel}: initializers stored elsewhere than in the "
+                                    "committed file (inline or external data)")
+                continue
+            problems += compare_fixture_file(new_dir, old_dir, rel, floor, f"{what}/{rel}")
+    return problems
+
+
 def dynamo_tasks(names):
     import json
     tasks = []
@@ -248,14 +341,22 @@ def dynamo_tasks(names):
     return tasks
 
 
-def generate_dynamo(names, jobs: int) -> None:
+def generate_dynamo(names, jobs: int, out_root: str = FIXTURES_DIR, check: bool = False) -> int:
     """Each (fixture, variant) in a fresh process, written to a temp folder, then moved over the
-    committed one (a failed run leaves the committed files alone)."""
+    one in `out_root` (a failed run leaves it alone), or compared with the committed one
+    (`check`). Returns the exit status."""
+    import importlib.util
+
     import torch
     if tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 6):
         raise SystemExit(f"make_fixtures --dynamo: torch {torch.__version__} has no dynamo "
                          "exporter to match; run it inside the torch 2.6 environment: "
-                         "../shared/tools/torch2/run.sh python3 models/make_fixtures.py --dynamo")
+                         "scripts/torch26-env.sh run python3 models/make_fixtures.py --dynamo")
+    if importlib.util.find_spec("onnxscript") is None:
+        raise SystemExit("make_fixtures --dynamo: onnxscript is not installed, and "
+                         "torch.onnx.export(dynamo=True) needs it; Debian does not package it: "
+                         "download an onnxscript release (0.2.5 goes with torch 2.6) and run "
+                         "scripts/torch26-env.sh setup --onnxscript onnxscript-0.2.5.tar.gz")
     tmp = tempfile.mkdtemp(prefix="foundry-dynamo-")
 
     def run(task):
@@ -275,14 +376,29 @@ def generate_dynamo(names, jobs: int) -> None:
                     print(f"make_fixtures: {name} ({variant}): failed:\n{proc.stderr[-3000:]}",
                           file=sys.stderr)
                     continue
-                dest = os.path.join(FIXTURES_DIR, name, variant)
+                if check:
+                    continue
+                dest = os.path.join(out_root, name, variant)
                 shutil.rmtree(dest, ignore_errors=True)
                 shutil.copytree(os.path.join(tmp, name, variant), dest)
-                print(f"make_fixtures: wrote {os.path.relpath(dest, REPO)}")
+                print(f"make_fixtures: wrote "
+                      f"{os.path.relpath(dest, REPO) if out_root == FIXTURES_DIR else dest}")
+        if failed:
+            raise SystemExit(f"make_fixtures --dynamo: failed for {', '.join(failed)}")
+        if not check:
+            return 0
+        problems = compare_dynamo_dirs(tmp, names)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if failed:
-        raise SystemExit(f"make_fixtures --dynamo: failed for {', '.join(failed)}")
+    if problems:
+        print("make_fixtures --dynamo --check: regenerated exports do not match the committed "
+              "ones:", file=sys.stderr)
+        for p in problems:
+            print("  " + p, file=sys.stderr)
+        return 1
+    print(f"make_fixtures --dynamo --check: {len(dynamo_tasks(names))} exports match (rel tol "
+          f"{REL_TOL:g}, gradients {GRAD_REL_TOL:g}; graphs exactly, stack traces aside)")
+    return 0
 
 
 # torch 1.13's function extraction sometimes dies with SIGSEGV (bert_tiny: 6 of 40 runs); the
@@ -395,9 +511,10 @@ def _op_outline(model):
     return main, funcs, meta
 
 
-def compare_model(new_path: str, old_path: str, what: str, exact_structure: bool):
+def compare_model(new_path: str, old_path: str, what: str, exact_structure: bool,
+                  prepare=lambda model: model):
     import onnx
-    new, old = onnx.load(new_path), onnx.load(old_path)
+    new, old = prepare(onnx.load(new_path)), prepare(onnx.load(old_path))
     problems = []
     if exact_structure:
         if _structure(new).SerializeToString() != _structure(old).SerializeToString():
@@ -516,7 +633,8 @@ def main(argv=None) -> int:
                     "(all, or only the CONFIGs named)")
     ap.add_argument("--dynamo", action="store_true",
                     help="(re)make the dynamo/ folders with torch 2.6's exporter (inside "
-                    "../shared/tools/torch2/run.sh)")
+                    "scripts/torch26-env.sh run); with --check compare fresh ones with them, "
+                    "with --out write them under OUT instead")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--one-dynamo", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -537,10 +655,9 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown big export(s) {unknown}; known: {BIG}")
     if args.dynamo:
-        if args.check or big is not None or args.out:
-            ap.error("--dynamo takes only --only and --jobs")
-        generate_dynamo(names, args.jobs)
-        return 0
+        if big is not None or (args.check and args.out):
+            ap.error("--dynamo takes only --only, --jobs and one of --check and --out")
+        return generate_dynamo(names, args.jobs, args.out or FIXTURES_DIR, args.check)
     if args.check:
         committed = args.out or FIXTURES_DIR
         with tempfile.TemporaryDirectory(prefix="foundry-fixtures-") as tmp:

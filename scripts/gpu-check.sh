@@ -1,32 +1,34 @@
 #!/usr/bin/env bash
-# The GPU check (issues 11 and 17): build here one self-contained folder, run it on a GPU machine
-# that has only the NVIDIA driver and PyTorch 2.x with its nvidia wheels, in one short window.
+# The GPU check: build one self-contained folder on a build machine (CUDA toolkit, no GPU needed),
+# copy it to any Linux machine with an NVIDIA GPU and its driver, run one command there, read one
+# folder of results. docs/gpu-check.md is the walk-through.
 #
-#   scripts/gpu-check.sh build OUT [BUILD_DIR]   here: build for sm_90 (BUILD_DIR, default
+#   scripts/gpu-check.sh build OUT [BUILD_DIR]   build machine: build for sm_90 (BUILD_DIR, default
 #                                                build-bundle), fill OUT (<= 64 MiB), verify it
-#   scripts/gpu-check.sh selftest OUT            here, without a GPU: OUT is self-contained, its
+#   scripts/gpu-check.sh selftest OUT            build machine, no GPU: OUT is self-contained, its
 #                                                tests skip, the run path works on stand-ins
-#   scripts/gpu-check.sh pack OUT [ARCHIVE]      here: OUT without models/ in one .tar.xz (about
-#                                                6 MB; default OUT.tar.xz), for the device tool
-#   OUT/run.sh [RESULTS]                         on the GPU machine (= gpu-check.sh run OUT ...)
-#   scripts/gpu-check.sh run ARCHIVE [RESULTS]   on the GPU machine, in a foundry checkout of the
+#   scripts/gpu-check.sh pack OUT [ARCHIVE]      build machine: OUT without models/ in one .tar.xz
+#                                                (about 7 MB; default OUT.tar.xz)
+#   OUT/run.sh [RESULTS]                         GPU machine (= gpu-check.sh run OUT [RESULTS])
+#   scripts/gpu-check.sh run ARCHIVE [RESULTS]   GPU machine, from a foundry checkout of the
 #                                                archive's commit (its models/ stand in)
 #
 # OUT: bin/ (foundry-compile, foundry-run, foundry_gpu_tests: every GPU test in one binary;
 # stripped; gtest linked in), lib/ (our libraries, stripped, cudart linked into the CUDA kernels';
 # yaml-cpp; OpenBLAS's static library linked once into libfoundry_openblas.so; ONNX, which Debian
-# ships only as a shared library, and
-# the protobuf and zlib it links; found through the binaries' RPATH $ORIGIN/../lib; the C and C++
-# runtimes are the machine's: glibc >= 2.34, libstdc++ >= GCC 11, see BUILD_INFO), models/ (the fixtures
-# the GPU tests train, the benchmark's exports, configs and models/mpt.py), plans/ (the
-# benchmark's plans, compiled here, graphs gzipped), bench/, scripts/, run.sh. cuBLAS is not in
-# it (libcublasLt alone is over 500 MB): run takes it from the machine's PyTorch wheels, and NCCL
-# too (libnccl.so.2, loaded at run time: run sets FOUNDRY_NCCL_LIBRARY to the wheels' copy unless
-# it is set; none found: the NCCL tests fail, saying so).
+# ships only as a shared library, and the protobuf and zlib it links; found through the binaries'
+# RPATH $ORIGIN/../lib; the C and C++ runtimes are the machine's, of the versions BUILD_INFO
+# names), models/ (the fixtures the GPU tests train, the benchmark's exports, configs
+# and models/mpt.py), plans/ (the benchmark's plans, compiled here, graphs gzipped), bench/,
+# scripts/, run.sh, README.md (docs/gpu-check.md). The 64 MiB limit keeps the folder quick to copy.
+# cuBLAS is not in it (libcublasLt alone is over 500 MB): run takes it from the GPU machine's
+# PyTorch CUDA 13 wheels, and NCCL too (libnccl.so.2, loaded at run time: run sets
+# FOUNDRY_NCCL_LIBRARY to the wheels' copy unless it is set; none found: the NCCL tests fail,
+# saying so).
 #
-# run: one window of GPU_CHECK_WINDOW_S (230) seconds from its start to the benchmark's end. A
-# preflight (OS, glibc, driver, python and torch, cuBLAS, NCCL, ldd, the test list: a few seconds);
-# one process per test suite of bin/foundry_gpu_tests (--gtest_filter=SUITE.*), each with its own
+# run: at most GPU_CHECK_WINDOW_S (230) seconds from its start to the benchmark's end. A preflight
+# (OS, glibc, driver, python and torch, cuBLAS, NCCL, ldd, the test list: a few seconds); one
+# process per test suite of bin/foundry_gpu_tests (--gtest_filter=SUITE.*), each with its own
 # timeout (GPU_CHECK_SUITE_TIMEOUT_S, 120, or what is left), log and XML file; each test that
 # failed, crashed or hung once more alone under CUDA_LAUNCH_BLOCKING=1 FOUNDRY_CUDA_SYNC=1 (at most
 # GPU_CHECK_MAX_RERUNS, 5, of GPU_CHECK_RERUN_TIMEOUT_S, 60, each); the benchmark last, in what is
@@ -57,7 +59,7 @@ BINARIES="foundry-compile foundry-run foundry_gpu_tests"
 FIXTURE_FILES="config.json model.onnx inputs reference"
 
 die() { echo "gpu-check: error: $*" >&2; exit "${code:-1}"; }
-usage() { sed -n '4,13p' "$0" >&2; exit 2; }
+usage() { sed -n '6,14p' "$0" >&2; exit 2; }
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 
 # ---------------------------------------------------------------------------------------------
@@ -174,14 +176,19 @@ verify_bundle() {
 # ---------------------------------------------------------------------------------------------
 cmd_build() {
   local dest=$1 build=${2:-$here/build-bundle}
-  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-/work} CCACHE_NOHASHDIR=1
+  # ccache: paths below the checkout's parent folder hashed relative to it, so that checkouts
+  # beside each other share hits.
+  CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$here")}
+  export CCACHE_BASEDIR CCACHE_NOHASHDIR=1
   local launcher=()
   if command -v ccache >/dev/null; then
     launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   fi
   mkdir -p "$build"
+  # Without MPI (an optional package): the GPU tests use none, and libmpi with its dependencies
+  # would have to travel in the folder or be on the GPU machine.
   cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFOUNDRY_BUNDLE=ON -DFOUNDRY_SHARED_LIBS=ON \
-    -DFOUNDRY_CUDA_ARCH=90 "${launcher[@]}" > "$build/gpu-check.configure.log" ||
+    -DFOUNDRY_CUDA_ARCH=90 -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON "${launcher[@]}" > "$build/gpu-check.configure.log" ||
     die "cmake failed: $build/gpu-check.configure.log"
   # shellcheck disable=SC2086  # (BINARIES: one target a word)
   cmake --build "$build" -j "${GPU_CHECK_JOBS:-$(nproc)}" --target $BINARIES || die "the build failed (above)"
@@ -228,6 +235,7 @@ cmd_build() {
   done
   cp "$here"/bench/gpu_vs_pytorch.sh "$here"/bench/gpu_side.py "$out/bench/"
   cp "$here/scripts/gpu-check.sh" "$out/scripts/"
+  cp "$here/docs/gpu-check.md" "$out/README.md"
   # The benchmark's plans, compiled by the folder's own compiler; the graphs (mostly the causal
   # masks folded to constants) shrink about 100x in gzip.
   bash "$out/bench/gpu_vs_pytorch.sh" compile "$out/bin" "$out/plans" || die "compiling the benchmark's plans failed"
@@ -235,7 +243,7 @@ cmd_build() {
   cat > "$out/run.sh" <<'EOF'
 #!/usr/bin/env bash
 # The GPU check: a preflight, every GPU test suite, then the benchmark, in one time window; the
-# results in one new folder (README: "Checking on a GPU"). Usage: ./run.sh [RESULTS]   (default:
+# results in one new folder (README.md beside this script). Usage: ./run.sh [RESULTS]   (default:
 # beside this script; the folder is RESULTS/gpu-check-YYYYMMDD-HHMMSS)
 exec bash "$(dirname "$0")/scripts/gpu-check.sh" run "$(dirname "$0")" "$@"
 EOF
@@ -260,24 +268,18 @@ EOF
 }
 
 # ---------------------------------------------------------------------------------------------
-# The folder without models/ (the device tool's copy of the checkout has them) in one archive:
-# the checkout and what a call carries must fit the tool's 64 MiB together.
+# The folder without models/ in one archive, for a GPU machine that has a foundry checkout of the
+# same commit (run ARCHIVE takes models/ from it): about 6 MB to copy instead of the whole folder.
 cmd_pack() {
-  local out archive problems size tree
+  local out archive problems size
   out=$(cd "$1" && pwd)
   archive=${2:-$out.tar.xz}
   problems=$(verify_bundle "$out") || die "$out is not a complete folder:"$'\n'"$problems"
   XZ_OPT=-9 tar -C "$out" --exclude=./models -cJf "$archive.part" . || die "tar -cJf $archive.part failed"
   mv -f "$archive.part" "$archive"
   size=$(stat -c %s "$archive")
-  echo "gpu-check: $archive: $size bytes ($(mib "$size") MiB): $out without models/"
-  # What the device tool would send: this checkout's tracked and untracked files, and the archive.
-  tree=$(git -C "$here" ls-files -z -co --exclude-standard 2>/dev/null |
-         (cd "$here" || exit 0; du -cb --files0-from=- 2>/dev/null || true) | awk '$2 == "total" {t = $1} END {print t + 0}') || tree=0
-  if [ "$tree" -gt 0 ]; then
-    echo "gpu-check: with this checkout's files ($(mib "$tree") MiB), a device call carries $(mib $((tree + size))) MiB of its 64"
-    [ $((tree + size)) -le "$MAX_BYTES" ] || echo "gpu-check: warning: that is over the device tool's 64 MiB" >&2
-  fi
+  echo "gpu-check: $archive: $size bytes ($(mib "$size") MiB): $out without models/ (run it from a" \
+    "checkout of $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo 'the same commit'))"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -455,7 +457,7 @@ EOF
         grep -q '^## ldd ' "$r/preflight.txt" && grep -q '^preflight: [0-9]* s$' "$r/preflight.txt" &&
         grep -qE '([0-9]+) listed by --gtest_list_tests, \1 in the suites' "$r/summary.md" &&
         [ "$(grep -c '^| Cuda' "$r/summary.md")" = "$suites" ] &&
-        [ "$(grep -c '^logs/Cuda[A-Za-z]*\.xml$' "$fake/r13.files")" = "$suites" ] &&
+        [ "$(grep -c '^logs/Cuda[A-Za-z0-9]*\.xml$' "$fake/r13.files")" = "$suites" ] &&
         [ "$(grep -c '^#### .*: failed; alone with CUDA_LAUNCH_BLOCKING=1 FOUNDRY_CUDA_SYNC=1: failed' "$r/summary.md")" = 2 ] &&
         [ "$(grep -c '^logs/rerun\..*\.xml$' "$fake/r13.files")" = 2 ] &&
         [ "$(grep -c '^| none |' "$r/summary.md")" = 2 ] && grep -q '^Result: exit 1' "$r/summary.md"
@@ -528,8 +530,8 @@ else:
 '
 # Prints "ok PATH" for the first libnccl.so.2 in a folder on sys.path, else "missing: " and where
 # it looked. PyTorch's nvidia wheels keep it in nvidia/nccl/lib, for CUDA 13 too (whose other
-# libraries moved to nvidia/cu13/lib: NVIDIA/cuml PR 7304); then nvidia/cu13/lib, nvidia/cu12/lib,
-# torch/lib. foundry loads NCCL at run time (runtime/nccl_communicator.h): FOUNDRY_NCCL_LIBRARY.
+# libraries moved to nvidia/cu13/lib); then nvidia/cu13/lib, nvidia/cu12/lib, torch/lib. foundry
+# loads NCCL at run time (runtime/nccl_communicator.h): FOUNDRY_NCCL_LIBRARY.
 FIND_NCCL_PY='
 import os, sys
 dirs = []
@@ -655,8 +657,8 @@ exit_text() {  # exit_text RC TIMEOUT_S
 }
 file_name() { local s=${1//[^A-Za-z0-9._-]/_}; echo "$s"; }
 
-# After any end of a run: the logs packed into one file, so that the folder comes back whole
-# (the device tool returns at most 8 files).
+# After any end of a run: the logs packed into one file, so that the results folder is three
+# files, easy to copy back whole.
 on_run_exit() { local s=$?; finish_run || true; exit $s; }
 finish_run() {
   [ -z "${run_unpacked:-}" ] || rm -rf "$run_unpacked"
