@@ -171,7 +171,7 @@ StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& p
 // flops_recomputed / step_flops · 100 (0 for an empty step).
 double RecomputePercent(const CheckpointReport& checkpoint);
 
-// The --report-json document (schema in README.md), pretty-printed, ending in a newline.
+// The --report-json document (schema in docs/memory-report.md), pretty-printed, ending in a newline.
 std::string MemoryReportJson(const MemoryReport& report);
 
 // The text report foundry-compile prints: the same numbers, then the 10 largest values at the peak
