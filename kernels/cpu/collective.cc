@@ -1,7 +1,7 @@
 // The collective ops of data-parallel training on the CPU (the contract is
 // docs/design.md §10 and the schemas in compiler/ops): they move bytes through ctx.comm
-// (runtime/communicator.h, MPI on the host) and add in rank order themselves, so the sums never
-// depend on the transport. N = ctx.comm->size() (it must equal the node's world_size), r its
+// (kernels/cpu/communicator.h; MPI on the host) and add in rank order themselves, so the sums
+// never depend on the transport. N = ctx.comm->size() (it must equal the node's world_size), r its
 // rank, c = ceil(numel / N) a shard's elements; rank r's shard of a flat tensor x is
 // x[r*c, (r+1)*c), zero-padded past numel.
 //
@@ -31,9 +31,9 @@
 #include <string>
 
 #include "compiler/memory_plan.h"
+#include "kernels/cpu/communicator.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/parallel.h"
-#include "runtime/communicator.h"
 
 namespace foundry {
 

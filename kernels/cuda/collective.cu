@@ -17,8 +17,8 @@
 //    recv [N*c*4, 2*N*c*4), gathered [2*N*c*4, 3*N*c*4).
 #include <string>
 
+#include "kernels/cpu/communicator.h"
 #include "kernels/cuda/common.cuh"
-#include "runtime/communicator.h"
 
 namespace foundry {
 namespace {
