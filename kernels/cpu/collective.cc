@@ -31,6 +31,7 @@
 #include <string>
 
 #include "compiler/memory_plan.h"
+#include "compiler/sharding.h"
 #include "kernels/cpu/communicator.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/parallel.h"
@@ -38,8 +39,6 @@
 namespace foundry {
 
 namespace {
-
-int64_t ShardElements(int64_t numel, int64_t world) { return (numel + world - 1) / world; }
 
 // Bytes of one workspace region of `floats` f32 values.
 int64_t Region(int64_t floats) {

@@ -9,6 +9,7 @@
 //   ReduceScatterGradient:  [send N*c floats][receive N*c floats]
 //   AllReduceGradient:      [send N*c][receive N*c][gathered N*c]
 #include "compiler/memory_plan.h"
+#include "compiler/sharding.h"
 #include "kernels/cpu/kernel.h"
 
 namespace foundry {
@@ -40,7 +41,7 @@ int64_t CollectiveWorkspaceBytes(const Node& node, std::span<const OperandType> 
     for (const OperandType& out : outputs) {
       const int64_t numel = Numel(out);
       if (numel < 0) return 0;
-      const int64_t c = (numel + n - 1) / n;
+      const int64_t c = ShardElements(numel, n);
       if (numel != n * c) bytes += Rounded(n * c * 4);
     }
     return bytes;
@@ -48,7 +49,7 @@ int64_t CollectiveWorkspaceBytes(const Node& node, std::span<const OperandType> 
   if (inputs.empty()) return 0;
   const int64_t numel = Numel(inputs[0]);
   if (numel < 0) return 0;
-  const int64_t c = (numel + n - 1) / n;
+  const int64_t c = ShardElements(numel, n);
   const int64_t region = Rounded(n * c * 4);
   if (node.op_type == "ReduceScatterGradient") return 2 * region;
   if (node.op_type == "AllReduceGradient") return 3 * region;

@@ -17,13 +17,12 @@
 //    recv [N*c*4, 2*N*c*4), gathered [2*N*c*4, 3*N*c*4).
 #include <string>
 
+#include "compiler/sharding.h"
 #include "kernels/cpu/communicator.h"
 #include "kernels/cuda/common.cuh"
 
 namespace foundry {
 namespace {
-
-int64_t ShardElements(int64_t numel, int64_t world) { return (numel + world - 1) / world; }
 
 int64_t NumelOf(const Shape& shape) {
   int64_t n = 1;
