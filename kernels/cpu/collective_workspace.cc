@@ -8,8 +8,9 @@
 //                           evenly (gathered straight into it).
 //   ReduceScatterGradient:  [send N*c floats][receive N*c floats]
 //   AllReduceGradient:      [send N*c][receive N*c][gathered N*c]
-#include "compiler/memory_plan.h"
+#include "compiler/memory_liveness.h"
 #include "compiler/sharding.h"
+#include "kernels/cpu/collective.h"
 #include "kernels/cpu/kernel.h"
 
 namespace foundry {
@@ -26,11 +27,9 @@ int64_t Numel(const OperandType& t) {
   return n;
 }
 
-int64_t Rounded(int64_t bytes) {
-  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-}
-
 }  // namespace
+
+int64_t CollectiveRegionBytes(int64_t floats) { return RoundUpToArenaAlignment(floats * 4); }
 
 int64_t CollectiveWorkspaceBytes(const Node& node, std::span<const OperandType> inputs,
                                  std::span<const OperandType> outputs) {
@@ -42,7 +41,7 @@ int64_t CollectiveWorkspaceBytes(const Node& node, std::span<const OperandType> 
       const int64_t numel = Numel(out);
       if (numel < 0) return 0;
       const int64_t c = ShardElements(numel, n);
-      if (numel != n * c) bytes += Rounded(n * c * 4);
+      if (numel != n * c) bytes += CollectiveRegionBytes(n * c);
     }
     return bytes;
   }
@@ -50,7 +49,7 @@ int64_t CollectiveWorkspaceBytes(const Node& node, std::span<const OperandType> 
   const int64_t numel = Numel(inputs[0]);
   if (numel < 0) return 0;
   const int64_t c = ShardElements(numel, n);
-  const int64_t region = Rounded(n * c * 4);
+  const int64_t region = CollectiveRegionBytes(n * c);
   if (node.op_type == "ReduceScatterGradient") return 2 * region;
   if (node.op_type == "AllReduceGradient") return 3 * region;
   return 0;
