@@ -16,6 +16,7 @@
 
 #include "base/file_util.h"
 #include "compiler/onnx_export.h"
+#include "compiler/sharding.h"
 
 namespace foundry {
 
@@ -209,10 +210,8 @@ Status ReadShardingSection(const nlohmann::json& j, Plan& p) {
   ShardingPlan s;
   ASSIGN_OR_RETURN(s.world_size, ReadInt(j.at("world_size"), "world_size", 2));
   s.strategy = j.at("strategy").get<std::string>();
-  if (s.strategy != "NO_SHARD" && s.strategy != "SHARD_GRAD_OP" && s.strategy != "FULL_SHARD" &&
-      s.strategy != "HYBRID_SHARD")
-    return Error("strategy '" + s.strategy +
-                 "' is not one of NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, HYBRID_SHARD");
+  const std::optional<ShardingStrategy> strategy = ParseSharding(s.strategy);
+  if (!strategy) return Error("strategy '" + s.strategy + "' is not one of " + ShardingNames(", "));
   ASSIGN_OR_RETURN(s.shard_group, ReadInt(j.at("shard_group"), "shard_group", 2));
   if (s.shard_group > s.world_size || s.world_size % s.shard_group != 0)
     return Error("shard_group " + std::to_string(s.shard_group) + " does not divide world_size " +
@@ -232,15 +231,16 @@ Status ReadShardingSection(const nlohmann::json& j, Plan& p) {
       sp.shape.push_back(v);
     }
     ASSIGN_OR_RETURN(sp.shard, ReadInt(pj.at("shard"), "the shard of '" + name + "'", 1));
-    if (sp.shard != (numel + s.shard_group - 1) / s.shard_group)
+    if (sp.shard != ShardElements(numel, s.shard_group))
       return Error("the shard of '" + name + "' is " + std::to_string(sp.shard) + " elements; " +
-                   std::to_string(numel) + " over " + std::to_string(s.shard_group) +
-                   " ranks is " + std::to_string((numel + s.shard_group - 1) / s.shard_group));
+                   std::to_string(numel) + " over " + std::to_string(s.shard_group) + " ranks is " +
+                   std::to_string(ShardElements(numel, s.shard_group)));
     s.parameters[name] = std::move(sp);
   }
-  if (s.strategy == "NO_SHARD" ? !s.parameters.empty() : s.parameters.size() != p.parameters.size())
-    return Error(s.strategy == "NO_SHARD" ? "NO_SHARD shards no parameter"
-                                          : "every parameter is sharded under " + s.strategy);
+  const bool no_shard = *strategy == ShardingStrategy::kNoShard;
+  if (no_shard ? !s.parameters.empty() : s.parameters.size() != p.parameters.size())
+    return Error(no_shard ? "NO_SHARD shards no parameter"
+                          : "every parameter is sharded under " + s.strategy);
   p.sharding = std::move(s);
   return Status::Ok();
 }

@@ -29,7 +29,7 @@ struct ShardedParameter {
 // What a plan compiled with foundry-compile --world-size N --sharding S says about its ranks.
 struct ShardingPlan {
   int64_t world_size = 1;
-  std::string strategy;  // NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, HYBRID_SHARD (FSDP's names)
+  std::string strategy;     // ShardingName of the strategy (compiler/sharding.h)
   int64_t shard_group = 0;  // ranks a parameter is sharded over (HYBRID_SHARD: a node's)
   // SHARD_GRAD_OP / FULL_SHARD / HYBRID_SHARD: every trainable parameter, sharded; the graph
   // holds each as the rank's f32 [shard] without data. Empty for NO_SHARD.

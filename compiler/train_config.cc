@@ -15,6 +15,7 @@
 #include "base/quote.h"
 #include "compiler/ir.h"
 #include "compiler/module_tree.h"
+#include "compiler/sharding.h"
 #include "compiler/yaml_words.h"
 
 namespace foundry {
@@ -377,12 +378,14 @@ Status ReadFsdp(const Reader& r, TrainConfig& c) {
       c.ignored.push_back(key);
   }
   if (c.fsdp.count("sharding_strategy")) {
-    static const std::set<std::string> kStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD",
-                                                      "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"};
-    if (!kStrategies.count(c.fsdp.at("sharding_strategy")))
-      return r.Fail("fsdp_config.sharding_strategy",
-                    "is '" + Shown(c.fsdp.at("sharding_strategy")) +
-                        "'; expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD");
+    // FSDP's names, and torch's _HYBRID_SHARD_ZERO2, which foundry-compile then refuses.
+    const std::string& strategy = c.fsdp.at("sharding_strategy");
+    if (!ParseSharding(strategy) && strategy != "_HYBRID_SHARD_ZERO2")
+      return r.Fail(
+          "fsdp_config.sharding_strategy",
+          "is '" + Shown(strategy) + "'; expected " +
+              ShardingNames(" or ", {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
+                                     ShardingStrategy::kNoShard, ShardingStrategy::kHybridShard}));
   }
   return Status::Ok();
 }

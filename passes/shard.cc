@@ -9,27 +9,6 @@
 
 namespace foundry {
 
-std::string_view ShardingName(ShardingStrategy s) {
-  switch (s) {
-    case ShardingStrategy::kNoShard:
-      return "NO_SHARD";
-    case ShardingStrategy::kShardGradOp:
-      return "SHARD_GRAD_OP";
-    case ShardingStrategy::kFullShard:
-      return "FULL_SHARD";
-    case ShardingStrategy::kHybridShard:
-      return "HYBRID_SHARD";
-  }
-  return "?";
-}
-
-std::optional<ShardingStrategy> ParseSharding(std::string_view name) {
-  for (ShardingStrategy s : {ShardingStrategy::kNoShard, ShardingStrategy::kShardGradOp,
-                             ShardingStrategy::kFullShard, ShardingStrategy::kHybridShard})
-    if (name == ShardingName(s)) return s;
-  return std::nullopt;
-}
-
 std::string ShardStats::ToString() const {
   if (world_size <= 1) return "1 rank, nothing sharded";
   char buf[256];

@@ -37,26 +37,15 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/tensor.h"
+#include "compiler/sharding.h"
 #include "passes/pass.h"
 
 namespace foundry {
-
-enum class ShardingStrategy { kNoShard, kShardGradOp, kFullShard, kHybridShard };
-
-// FSDP's names: "NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD", "HYBRID_SHARD".
-std::string_view ShardingName(ShardingStrategy s);
-std::optional<ShardingStrategy> ParseSharding(std::string_view name);
-
-// Elements of one rank's shard of a `numel`-element tensor over `world_size` ranks.
-inline int64_t ShardElements(int64_t numel, int64_t world_size) {
-  return (numel + world_size - 1) / world_size;
-}
 
 // One FSDP unit: a block (or the root) and the parameters it gathers.
 struct ShardUnit {

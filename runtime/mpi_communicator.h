@@ -1,6 +1,6 @@
-// The MPI communicator (runtime/communicator.h) over MPI_COMM_WORLD, on host memory: what the CPU
-// backend's collective kernels (kernels/cpu/collective.cc) exchange through when foundry-run is
-// started by mpirun.
+// The MPI communicator (kernels/cpu/communicator.h) over MPI_COMM_WORLD, on host memory: what
+// the CPU backend's collective kernels (kernels/cpu/collective.cc) exchange through when
+// foundry-run is started by mpirun.
 //
 //  - MPI is initialised once per process, on the first MpiWorld() (MPI_Init_thread, funneled:
 //    only the thread that called it calls MPI), and finalized at exit; nothing initialises it in a
@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "base/status.h"
-#include "runtime/communicator.h"
+#include "kernels/cpu/communicator.h"
 
 namespace foundry {
 

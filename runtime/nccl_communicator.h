@@ -1,4 +1,4 @@
-// NCCL as a Communicator (runtime/communicator.h) on the CUDA backend's device memory.
+// NCCL as a Communicator (kernels/cpu/communicator.h) on the CUDA backend's device memory.
 //
 // NCCL is loaded at run time: dlopen of FOUNDRY_NCCL_LIBRARY (a path) when it is set, else of
 // "libnccl.so.2" through the loader's search path (the GPU machine's PyTorch ships it in its
@@ -28,7 +28,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "runtime/communicator.h"
+#include "kernels/cpu/communicator.h"
 
 namespace foundry {
 

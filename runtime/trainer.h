@@ -85,8 +85,8 @@
 #include "base/status.h"
 #include "base/tensor.h"
 #include "compiler/memory_plan.h"
+#include "kernels/cpu/communicator.h"
 #include "runtime/backend.h"
-#include "runtime/communicator.h"
 #include "runtime/data.h"
 #include "runtime/executor.h"
 #include "runtime/loaded_plan.h"
@@ -139,7 +139,7 @@ struct TrainerOptions {
   // How labels are formed from token windows (--labels); kAuto: the plan's rule (step 1 above).
   LabelRule labels = LabelRule::kAuto;
   // Data-parallel training (a plan compiled with --world-size N; see "Data parallel" above): the
-  // N ranks this process is one of (runtime/communicator.h; foundry-run under mpirun: MPI).
+  // N ranks this process is one of (kernels/cpu/communicator.h; foundry-run under mpirun: MPI).
   // Required, of size N, for such a plan; a plan for one process refuses one of size > 1.
   Communicator* comm = nullptr;
   // The same ranks over host memory, for the trainer's own exchanges (token counts, loss terms,

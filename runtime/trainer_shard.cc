@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "compiler/sharding.h"
 #include "kernels/cpu/grad_norm.h"
 #include "runtime/messages.h"
 #include "runtime/mpi_communicator.h"
@@ -43,11 +44,15 @@ Status Trainer::ResolveWorld() {
                  std::to_string(running) + " --sharding FULL_SHARD (or run it without mpirun)");
   if (planned > 1) {
     const std::string& s = sharding->strategy;
-    if (s == "HYBRID_SHARD")
-      return Error("'" + plan_.plan_path +
-                   "' is sharded HYBRID_SHARD, which foundry plans but does not run yet; compile "
-                   "it with --sharding FULL_SHARD, SHARD_GRAD_OP or NO_SHARD");
-    if (s != "NO_SHARD" && s != "SHARD_GRAD_OP" && s != "FULL_SHARD")
+    const std::optional<ShardingStrategy> strategy = ParseSharding(s);
+    if (strategy == ShardingStrategy::kHybridShard)
+      return Error(
+          "'" + plan_.plan_path +
+          "' is sharded HYBRID_SHARD, which foundry plans but does not run yet; compile "
+          "it with --sharding " +
+          ShardingNames(" or ", {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
+                                 ShardingStrategy::kNoShard}));
+    if (!strategy)
       return Error("'" + plan_.plan_path + "' has an unknown sharding strategy '" + s +
                    "'; recompile it with foundry-compile");
     if (!comm_ && !BuiltWithMpi())
@@ -75,7 +80,7 @@ Status Trainer::ResolveWorld() {
                    std::string(backend_->name()) +
                    " backend's is the device's; run it with "
                    "--device cpu");
-    sharded_ = s != "NO_SHARD";
+    sharded_ = *strategy != ShardingStrategy::kNoShard;
     for (const auto& name : plan_.plan.parameters)
       if (sharded_ && !sharding->parameters.count(name))
         return Error("'" + plan_.plan_path + "' is a damaged foundry plan (" + s +
@@ -105,7 +110,7 @@ const ShardedParameter* Trainer::ShardOf(const std::string& name) const {
 // same seed on every rank (exactly the tensor an unsharded run starts from).
 StatusOr<Tensor> Trainer::FullInitialValue(const std::string& name, const ShardedParameter& sp) {
   const int64_t numel = NumelOf(sp.shape);
-  if (sp.shard != (numel + world_ - 1) / world_)
+  if (sp.shard != ShardElements(numel, world_))
     return Error("'" + plan_.plan_path + "' is a damaged foundry plan (parameter '" + name +
                  "' of " + std::to_string(numel) + " elements has shards of " +
                  std::to_string(sp.shard) + " on " + std::to_string(world_) +

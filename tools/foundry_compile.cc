@@ -417,8 +417,7 @@ std::optional<int> ParseRequest(Options& o, const std::optional<TrainConfig>& co
     if (strategy.empty()) strategy = "FULL_SHARD";
     auto parsed = ParseSharding(strategy);
     if (!parsed)
-      return Fail("--sharding " + strategy +
-                      ": give NO_SHARD, SHARD_GRAD_OP, FULL_SHARD or HYBRID_SHARD (FSDP's names)",
+      return Fail("--sharding " + strategy + ": give " + ShardingNames() + " (FSDP's names)",
                   cli::kExitUsage);
     if (!o.sharding.empty() && *world == 1)
       return Fail("--sharding " + o.sharding + " shards over ranks; give --world-size N (N >= 2)",

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "compiler/op_schema.h"
+#include "compiler/sharding.h"
 
 namespace foundry {
 
@@ -75,7 +76,7 @@ StatusOr<std::vector<TypeInfo>> InferAllGather(const InferContext& ctx) {
       numel *= d;
     }
     const Value& shard = ctx.input(i);
-    const int64_t c = (numel + n - 1) / n;
+    const int64_t c = ShardElements(numel, n);
     if (shard.ShapeKnown() && (shard.shape.size() != 1 || shard.shape[0] != c))
       return ctx.Fail("shard " + std::to_string(i) + " is " + shard.TypeString() + " but a " +
                       std::to_string(numel) + "-element tensor over " + std::to_string(n) +
@@ -96,7 +97,7 @@ StatusOr<std::vector<TypeInfo>> InferReduceScatter(const InferContext& ctx) {
   }
   int64_t numel = 1;
   for (int64_t d : p.shape) numel *= d;
-  t.shape = {(numel + n - 1) / n};
+  t.shape = {ShardElements(numel, n)};
   return std::vector<TypeInfo>{t};
 }
 

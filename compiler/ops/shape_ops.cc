@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 
@@ -27,27 +28,54 @@ std::string IntsToString(const std::vector<int64_t>& v) { return ShapeToString(v
 
 StatusOr<Tensor> ConstantAttrTensor(const Node& node) {
   auto it = node.attrs.find("value");
+  if (it != node.attrs.end() && it->second.kind == Attribute::Kind::kTensor && it->second.t)
+    return *it->second.t;
+  ASSIGN_OR_RETURN(const ConstantValue v, ConstantAttrValue(node));
+  Tensor t(v.dtype, v.shape);
+  if (t.nbytes()) std::memcpy(t.raw(), v.data(), t.nbytes());
+  return t;
+}
+
+StatusOr<ConstantValue> ConstantAttrValue(const Node& node) {
+  ConstantValue v;
+  auto it = node.attrs.find("value");
   if (it != node.attrs.end()) {
     if (it->second.kind != Attribute::Kind::kTensor || !it->second.t)
       return Error("attribute 'value' must be a tensor");
-    return *it->second.t;
+    const Tensor& t = *it->second.t;
+    v.dtype = t.dtype();
+    v.shape = t.shape();
+    v.bytes = t.raw();
+  } else if ((it = node.attrs.find("value_float")) != node.attrs.end()) {
+    v.dtype = DType::kFloat32;
+    v.in_scalar = true;
+    v.scalar =
+        it->second.kind == Attribute::Kind::kInt ? static_cast<float>(it->second.i) : it->second.f;
+  } else if ((it = node.attrs.find("value_floats")) != node.attrs.end()) {
+    v.dtype = DType::kFloat32;
+    v.shape = {static_cast<int64_t>(it->second.floats.size())};
+    v.bytes = it->second.floats.data();
+  } else if ((it = node.attrs.find("value_int")) != node.attrs.end()) {
+    v.dtype = DType::kInt64;
+    v.bytes = &it->second.i;
+  } else if ((it = node.attrs.find("value_ints")) != node.attrs.end()) {
+    v.dtype = DType::kInt64;
+    v.shape = {static_cast<int64_t>(it->second.ints.size())};
+    v.bytes = it->second.ints.data();
+  } else {
+    return Error(
+        "needs one of the attributes value, value_float, value_floats, value_int, value_ints "
+        "(sparse_value and string constants are not supported)");
   }
-  if ((it = node.attrs.find("value_float")) != node.attrs.end())
-    return Tensor::Scalar(
-        it->second.kind == Attribute::Kind::kInt ? static_cast<float>(it->second.i) : it->second.f);
-  if ((it = node.attrs.find("value_floats")) != node.attrs.end()) {
-    const auto& f = it->second.floats;
-    return Tensor::FromVector<float>(DType::kFloat32, {static_cast<int64_t>(f.size())}, f);
-  }
-  if ((it = node.attrs.find("value_int")) != node.attrs.end())
-    return Tensor::ScalarInt64(it->second.i);
-  if ((it = node.attrs.find("value_ints")) != node.attrs.end()) {
-    const auto& v = it->second.ints;
-    return Tensor::FromVector<int64_t>(DType::kInt64, {static_cast<int64_t>(v.size())}, v);
-  }
-  return Error(
-      "needs one of the attributes value, value_float, value_floats, value_int, value_ints "
-      "(sparse_value and string constants are not supported)");
+  return v;
+}
+
+DimRange ShapeOpRange(const Node& node, int64_t rank) {
+  auto clamp = [rank](int64_t a) { return std::clamp<int64_t>(a < 0 ? a + rank : a, 0, rank); };
+  DimRange r;
+  r.start = clamp(node.GetInt("start", 0));
+  r.end = std::max(node.HasAttr("end") ? clamp(node.GetInt("end", rank)) : rank, r.start);
+  return r;
 }
 
 StatusOr<Shape> ReshapeOutputShape(const Shape& in, const std::vector<int64_t>& requested,
@@ -385,11 +413,9 @@ StatusOr<Types> InferConstant(const InferContext& ctx) {
 StatusOr<Types> InferShape(const InferContext& ctx) {
   const Value& x = ctx.input(0);
   if (!x.rank_known) return Types{TypeInfo{DType::kInt64, {-1}, true}};
-  const int64_t r = static_cast<int64_t>(x.shape.size());
-  auto clamp = [r](int64_t a) { return std::clamp<int64_t>(a < 0 ? a + r : a, 0, r); };
-  int64_t start = clamp(ctx.node.GetInt("start", 0));
-  int64_t end = ctx.node.HasAttr("end") ? clamp(ctx.node.GetInt("end", r)) : r;
-  return Types{TypeInfo{DType::kInt64, {std::max<int64_t>(end - start, 0)}, true}};
+  const shape_ops::DimRange dims =
+      shape_ops::ShapeOpRange(ctx.node, static_cast<int64_t>(x.shape.size()));
+  return Types{TypeInfo{DType::kInt64, {dims.end - dims.start}, true}};
 }
 
 StatusOr<Types> InferSize(const InferContext& ctx) {

@@ -1,7 +1,7 @@
 // Shape arithmetic of the shape-op family (Reshape, Slice, Split, Transpose, Pad, Range,
-// Constant, GatherND), shared by the schemas (compiler/ops/shape_ops.cc), the CPU kernels
-// (kernels/cpu/shape_ops.cc) and the gradient rules (passes/grad/shape_ops.cc) so that inference
-// and execution cannot disagree. Errors carry no node prefix: callers add Node::Describe().
+// Constant, Shape, GatherND), shared by the schemas (compiler/ops/shape_ops.cc), the CPU and CUDA
+// kernels (kernels/cpu/shape_ops.cc, kernels/cuda/shape_index.cuh) and the gradient rules
+// (passes/grad/shape_ops.cc) so that inference and execution cannot disagree. Errors carry no node prefix: callers add Node::Describe().
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,26 @@ namespace foundry::shape_ops {
 // The tensor a Constant node produces, from whichever of value / value_float / value_floats /
 // value_int / value_ints it carries.
 StatusOr<Tensor> ConstantAttrTensor(const Node& node);
+// The same value without a copy, for the kernels that write it straight into their output: its
+// type and its bytes, which are the node's attribute storage (as long-lived as the graph), except
+// value_float's one float, held here (the attribute may spell it as an int).
+struct ConstantValue {
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  const void* bytes = nullptr;
+  bool in_scalar = false;  // the bytes are `scalar`
+  float scalar = 0;
+  const void* data() const { return in_scalar ? &scalar : bytes; }
+};
+StatusOr<ConstantValue> ConstantAttrValue(const Node& node);
+
+// The dimensions [start, end) of an input of rank `rank` that Shape (opset 15) returns: its start
+// and end attributes, negative ones counted from the back, clamped to [0, rank]; end >= start.
+struct DimRange {
+  int64_t start = 0;
+  int64_t end = 0;
+};
+DimRange ShapeOpRange(const Node& node, int64_t rank);
 
 // Reshape's output shape: a 0 in `requested` copies the input's dimension (unless allowzero), one
 // -1 is inferred from the element count. `in` may hold -1 (unknown) dimensions: the result then

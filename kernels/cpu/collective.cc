@@ -1,7 +1,7 @@
 // The collective ops of data-parallel training on the CPU (the contract is
 // docs/design.md §10 and the schemas in compiler/ops): they move bytes through ctx.comm
-// (runtime/communicator.h, MPI on the host) and add in rank order themselves, so the sums never
-// depend on the transport. N = ctx.comm->size() (it must equal the node's world_size), r its
+// (kernels/cpu/communicator.h; MPI on the host) and add in rank order themselves, so the sums
+// never depend on the transport. N = ctx.comm->size() (it must equal the node's world_size), r its
 // rank, c = ceil(numel / N) a shard's elements; rank r's shard of a flat tensor x is
 // x[r*c, (r+1)*c), zero-padded past numel.
 //
@@ -30,21 +30,59 @@
 #include <cstring>
 #include <string>
 
-#include "compiler/memory_plan.h"
+#include "compiler/sharding.h"
+#include "kernels/cpu/collective.h"
+#include "kernels/cpu/communicator.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/parallel.h"
-#include "runtime/communicator.h"
 
 namespace foundry {
 
-namespace {
-
-int64_t ShardElements(int64_t numel, int64_t world) { return (numel + world - 1) / world; }
-
-// Bytes of one workspace region of `floats` f32 values.
-int64_t Region(int64_t floats) {
-  return (floats * 4 + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+StatusOr<int64_t> CheckWorldSize(const Node& node, const Communicator& comm) {
+  const int64_t world = node.GetInt("world_size", 0);
+  if (world != comm.size())
+    return Error(node.Describe() + ": compiled for world_size " + std::to_string(world) +
+                 " but the run has " + std::to_string(comm.size()) + " ranks");
+  return world;
 }
+
+Status CheckAllGather(const Node& node, std::span<const Tensor* const> inputs,
+                      std::span<Tensor* const> outputs, int64_t world) {
+  if (inputs.size() != outputs.size())
+    return Error(node.Describe() + ": one output per input shard, not " +
+                 std::to_string(outputs.size()) + " for " + std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& shard = *inputs[i];
+    const Tensor& full = *outputs[i];
+    const int64_t numel = full.numel(), c = shard.numel();
+    if (shard.dtype() != DType::kFloat32 || full.dtype() != DType::kFloat32 ||
+        c != ShardElements(numel, world))
+      return Error(node.Describe() + ": input " + std::to_string(i) + " is " + std::to_string(c) +
+                   " elements for an output of " + std::to_string(numel) +
+                   "; an f32 shard holds ceil(numel / " + std::to_string(world) + ")");
+  }
+  return Status::Ok();
+}
+
+Status CheckReduceScatter(const Node& node, const Tensor& partial, const Tensor& grad,
+                          int64_t world) {
+  const int64_t c = grad.numel();
+  if (partial.dtype() != DType::kFloat32 || grad.dtype() != DType::kFloat32 ||
+      c != ShardElements(partial.numel(), world))
+    return Error(node.Describe() + ": reduces an f32 partial of " +
+                 std::to_string(partial.numel()) + " elements into an f32 shard of ceil(numel / " +
+                 std::to_string(world) + "), not " + std::to_string(c));
+  return Status::Ok();
+}
+
+Status CheckAllReduce(const Node& node, const Tensor& partial, const Tensor& grad) {
+  if (partial.dtype() != DType::kFloat32 || grad.dtype() != DType::kFloat32 ||
+      partial.numel() != grad.numel())
+    return Error(node.Describe() + ": reduces an f32 partial into an f32 gradient of its size");
+  return Status::Ok();
+}
+
+namespace {
 
 // The node's world_size against the communicator the run gives it.
 StatusOr<int64_t> WorldOf(const Node& node, const KernelContext& ctx) {
@@ -52,36 +90,25 @@ StatusOr<int64_t> WorldOf(const Node& node, const KernelContext& ctx) {
     return Error(node.Describe() +
                  ": a collective op needs the run's communicator (a plan compiled with "
                  "--world-size runs under mpirun with foundry-run)");
-  const int64_t world = node.GetInt("world_size", 0);
-  if (world != ctx.comm->size())
-    return Error(node.Describe() + ": compiled for world_size " + std::to_string(world) +
-                 " but the run has " + std::to_string(ctx.comm->size()) + " ranks");
-  return world;
+  return CheckWorldSize(node, *ctx.comm);
 }
 
 Status AllGatherKernel(const Node& node, std::span<const Tensor* const> inputs,
                        std::span<Tensor* const> outputs, const KernelContext& ctx) {
   ASSIGN_OR_RETURN(const int64_t world, WorldOf(node, ctx));
-  if (inputs.size() != outputs.size())
-    return Error(node.Describe() + ": one output per input shard, not " +
-                 std::to_string(outputs.size()) + " for " + std::to_string(inputs.size()));
+  RETURN_IF_ERROR(CheckAllGather(node, inputs, outputs, world));
   int64_t offset = 0;  // the next uneven output's region
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& shard = *inputs[i];
     Tensor& full = *outputs[i];
     const int64_t numel = full.numel(), c = shard.numel();
-    if (shard.dtype() != DType::kFloat32 || full.dtype() != DType::kFloat32 ||
-        c != ShardElements(numel, world))
-      return Error(node.Describe() + ": input " + std::to_string(i) + " is " + std::to_string(c) +
-                   " elements for an output of " + std::to_string(numel) +
-                   "; an f32 shard holds ceil(numel / " + std::to_string(world) + ")");
     if (numel == world * c) {
       RETURN_IF_ERROR(
           ctx.comm->AllGather(shard.raw(), full.raw(), c * 4).Prepend(node.Describe() + ": "));
       continue;
     }
     float* gathered = WorkspaceArray<float>(ctx, offset);
-    offset += Region(world * c);
+    offset += CollectiveRegionBytes(world * c);
     RETURN_IF_ERROR(
         ctx.comm->AllGather(shard.raw(), gathered, c * 4).Prepend(node.Describe() + ": "));
     std::memcpy(full.raw(), gathered, static_cast<size_t>(numel) * 4);
@@ -107,7 +134,7 @@ Status ReduceShard(const Node& node, const Tensor& partial, int64_t world, int64
     return Status::Ok();
   }
   float* send = WorkspaceArray<float>(ctx);
-  float* recv = WorkspaceArray<float>(ctx, Region(world * c));
+  float* recv = WorkspaceArray<float>(ctx, CollectiveRegionBytes(world * c));
   ParallelFor(world * c, kElementGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) send[i] = s * (i < numel ? p[i] : 0.0f);
   });
@@ -127,14 +154,9 @@ Status ReduceScatterGradientKernel(const Node& node, std::span<const Tensor* con
   ASSIGN_OR_RETURN(const int64_t world, WorldOf(node, ctx));
   const Tensor& partial = *inputs[0];
   Tensor& grad = *outputs[0];
-  const int64_t c = grad.numel();
-  if (partial.dtype() != DType::kFloat32 || grad.dtype() != DType::kFloat32 ||
-      c != ShardElements(partial.numel(), world))
-    return Error(node.Describe() + ": reduces an f32 partial of " +
-                 std::to_string(partial.numel()) + " elements into an f32 shard of ceil(numel / " +
-                 std::to_string(world) + "), not " + std::to_string(c));
+  RETURN_IF_ERROR(CheckReduceScatter(node, partial, grad, world));
   float* g = grad.data<float>();
-  return ReduceShard(node, partial, world, c, ctx, g, g);
+  return ReduceShard(node, partial, world, grad.numel(), ctx, g, g);
 }
 
 Status AllReduceGradientKernel(const Node& node, std::span<const Tensor* const> inputs,
@@ -142,10 +164,8 @@ Status AllReduceGradientKernel(const Node& node, std::span<const Tensor* const> 
   ASSIGN_OR_RETURN(const int64_t world, WorldOf(node, ctx));
   const Tensor& partial = *inputs[0];
   Tensor& grad = *outputs[0];
+  RETURN_IF_ERROR(CheckAllReduce(node, partial, grad));
   const int64_t numel = grad.numel();
-  if (partial.dtype() != DType::kFloat32 || grad.dtype() != DType::kFloat32 ||
-      partial.numel() != numel)
-    return Error(node.Describe() + ": reduces an f32 partial into an f32 gradient of its size");
   const int64_t c = ShardElements(numel, world);
   if (world == 1) {  // one rank: grad itself is the only shard
     float* g = grad.data<float>();
@@ -155,13 +175,13 @@ Status AllReduceGradientKernel(const Node& node, std::span<const Tensor* const> 
   // This rank's shard of the old gradient, zero-padded past numel (read only when accumulating).
   float* summed = WorkspaceArray<float>(ctx);  // the send buffer's front, free after the exchange
   float* old =
-      WorkspaceArray<float>(ctx, 2 * Region(world * c));  // gathered, free until the gather
+      WorkspaceArray<float>(ctx, 2 * CollectiveRegionBytes(world * c));  // gathered, free until the gather
   if (ctx.grad_accumulate) {
     const float* g = grad.data<float>();
     for (int64_t i = 0; i < c; ++i) old[i] = begin + i < numel ? g[begin + i] : 0.0f;
   }
   RETURN_IF_ERROR(ReduceShard(node, partial, world, c, ctx, old, summed));
-  float* gathered = WorkspaceArray<float>(ctx, 2 * Region(world * c));
+  float* gathered = WorkspaceArray<float>(ctx, 2 * CollectiveRegionBytes(world * c));
   RETURN_IF_ERROR(ctx.comm->AllGather(summed, gathered, c * 4).Prepend(node.Describe() + ": "));
   std::memcpy(grad.raw(), gathered, static_cast<size_t>(numel) * 4);
   return Status::Ok();

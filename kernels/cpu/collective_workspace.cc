@@ -8,7 +8,9 @@
 //                           evenly (gathered straight into it).
 //   ReduceScatterGradient:  [send N*c floats][receive N*c floats]
 //   AllReduceGradient:      [send N*c][receive N*c][gathered N*c]
-#include "compiler/memory_plan.h"
+#include "compiler/memory_liveness.h"
+#include "compiler/sharding.h"
+#include "kernels/cpu/collective.h"
 #include "kernels/cpu/kernel.h"
 
 namespace foundry {
@@ -25,11 +27,9 @@ int64_t Numel(const OperandType& t) {
   return n;
 }
 
-int64_t Rounded(int64_t bytes) {
-  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-}
-
 }  // namespace
+
+int64_t CollectiveRegionBytes(int64_t floats) { return RoundUpToArenaAlignment(floats * 4); }
 
 int64_t CollectiveWorkspaceBytes(const Node& node, std::span<const OperandType> inputs,
                                  std::span<const OperandType> outputs) {
@@ -40,16 +40,16 @@ int64_t CollectiveWorkspaceBytes(const Node& node, std::span<const OperandType> 
     for (const OperandType& out : outputs) {
       const int64_t numel = Numel(out);
       if (numel < 0) return 0;
-      const int64_t c = (numel + n - 1) / n;
-      if (numel != n * c) bytes += Rounded(n * c * 4);
+      const int64_t c = ShardElements(numel, n);
+      if (numel != n * c) bytes += CollectiveRegionBytes(n * c);
     }
     return bytes;
   }
   if (inputs.empty()) return 0;
   const int64_t numel = Numel(inputs[0]);
   if (numel < 0) return 0;
-  const int64_t c = (numel + n - 1) / n;
-  const int64_t region = Rounded(n * c * 4);
+  const int64_t c = ShardElements(numel, n);
+  const int64_t region = CollectiveRegionBytes(n * c);
   if (node.op_type == "ReduceScatterGradient") return 2 * region;
   if (node.op_type == "AllReduceGradient") return 3 * region;
   return 0;

@@ -1,9 +1,9 @@
 // CPU reference kernels of the elementwise family (schemas in compiler/ops/elementwise.cc).
 //
-// Broadcasting is implemented once: PlanBroadcast drops size-1 output dimensions and merges
-// neighbours along which every operand is either contiguous or broadcast, so a same-shape op
-// becomes one contiguous run, a bias add [N, C] + [C] becomes N runs of C, and a scalar operand is
-// a run with stride 0. Each run's inner loop is specialized for strides 0 and 1, which keeps the
+// Broadcasting is implemented once: ew::CollapseBroadcast drops size-1 output dimensions and
+// merges neighbours along which every operand is either contiguous or broadcast, so a same-shape
+// op becomes one contiguous run, a bias add [N, C] + [C] becomes N runs of C, and a scalar operand
+// is a run with stride 0. Each run's inner loop is specialized for strides 0 and 1, which keeps the
 // hot cases as plain vectorizable loops.
 //
 // Every kernel writes its output with `=`; variadic ops (Sum, Min, Max, Mean) combine their
@@ -11,10 +11,14 @@
 // Dropout draws from Philox (kernels/cpu/philox.h) keyed by (ctx.seed, ctx.node_key, element),
 // so a recompute of the node reproduces its mask exactly.
 //
+// The per-element math is kernels/cpu/elementwise_ops.h's functors, which the CUDA kernels run
+// too; the ops on exp, erf and tanh are computed here instead, in blocks (below).
+//
 // Float exp, erf and tanh come from vmath (kernels/cpu/vmath.h), never from libm, in every kernel
 // that computes them: a fused activation and its decomposition (canonicalize) must keep agreeing
 // bit for bit, and vmath gives an element the same bits at any position in any array. Kernels
-// that need them work on blocks of kElementBlock elements through a stack buffer. Double stays on libm.
+// that need them work on blocks of kElementBlock elements through a stack buffer. Double stays on
+// libm.
 //
 // Threads (kernels/cpu/parallel.h): every kernel cuts its output into index ranges fixed by the
 // shape (kElementGrain elements, or whole rows) and each range writes only its own elements, so
@@ -23,65 +27,23 @@
 #include <array>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <type_traits>
 #include <vector>
 
-#include "base/bfloat16.h"
+#include "kernels/cpu/element_types.h"
+#include "kernels/cpu/elementwise_ops.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/parallel.h"
-#include "kernels/cpu/philox.h"
 #include "kernels/cpu/vmath.h"
 
 namespace foundry {
 namespace {
-
-static_assert(sizeof(bool) == 1, "bool tensors are stored one byte per element");
 
 using Inputs = std::span<const Tensor* const>;
 using Outputs = std::span<Tensor* const>;
 
 // ---------------------------------------------------------------------------------------------
 // Broadcasting
-
-template <int N>
-struct BroadcastPlan {
-  std::vector<int64_t> dims;                    // collapsed output dimensions, outermost first
-  std::array<std::vector<int64_t>, N> strides;  // per operand, element stride per dimension
-};
-
-template <int N>
-BroadcastPlan<N> PlanBroadcast(const Shape& out, const std::array<const Shape*, N>& in) {
-  const int64_t rank = static_cast<int64_t>(out.size());
-  std::array<std::vector<int64_t>, N> full;
-  for (int k = 0; k < N; ++k) {
-    const Shape& s = *in[k];
-    full[k].assign(rank, 0);
-    int64_t stride = 1;
-    for (int64_t d = rank - 1, j = static_cast<int64_t>(s.size()) - 1; d >= 0 && j >= 0; --d, --j) {
-      if (s[j] != 1) full[k][d] = stride;
-      stride *= s[j];
-    }
-  }
-  BroadcastPlan<N> plan;
-  for (int64_t d = 0; d < rank; ++d) {
-    if (out[d] == 1) continue;
-    bool merge = !plan.dims.empty();
-    for (int k = 0; k < N && merge; ++k) merge = plan.strides[k].back() == full[k][d] * out[d];
-    if (merge) {
-      plan.dims.back() *= out[d];
-      for (int k = 0; k < N; ++k) plan.strides[k].back() = full[k][d];
-      continue;
-    }
-    plan.dims.push_back(out[d]);
-    for (int k = 0; k < N; ++k) plan.strides[k].push_back(full[k][d]);
-  }
-  if (plan.dims.empty()) {  // one element
-    plan.dims.push_back(1);
-    for (int k = 0; k < N; ++k) plan.strides[k].push_back(0);
-  }
-  return plan;
-}
 
 // Calls fn(out_offset, operand_offsets, operand_inner_strides, count) for each piece of a run of
 // the innermost collapsed dimension: the output is cut into chunks of kElementGrain elements that
@@ -90,9 +52,13 @@ template <int N, class Fn>
 void ForEachRun(const Shape& out_shape, const std::array<const Shape*, N>& in, Fn&& fn) {
   const int64_t numel = NumElements(out_shape);
   if (numel == 0) return;
-  const BroadcastPlan<N> plan = PlanBroadcast<N>(out_shape, in);
-  const int64_t rank = static_cast<int64_t>(plan.dims.size());
-  const int64_t inner = plan.dims.back();
+  ew::CollapsedBroadcast plan = ew::CollapseBroadcast(out_shape, {in.begin(), in.end()});
+  if (plan.out.empty()) {  // one element
+    plan.out.push_back(1);
+    for (int k = 0; k < N; ++k) plan.strides[k].push_back(0);
+  }
+  const int64_t rank = static_cast<int64_t>(plan.out.size());
+  const int64_t inner = plan.out.back();
   std::array<int64_t, N> inner_stride;
   for (int k = 0; k < N; ++k) inner_stride[k] = plan.strides[k].back();
   ParallelFor(numel, kElementGrain, [&](int64_t begin, int64_t end) {
@@ -100,8 +66,8 @@ void ForEachRun(const Shape& out_shape, const std::array<const Shape*, N>& in, F
     std::vector<int64_t> index(rank, 0);
     std::array<int64_t, N> offset{};
     for (int64_t d = rank - 2, q = begin / inner; d >= 0; --d) {
-      index[d] = q % plan.dims[d];
-      q /= plan.dims[d];
+      index[d] = q % plan.out[d];
+      q /= plan.out[d];
       for (int k = 0; k < N; ++k) offset[k] += index[d] * plan.strides[k][d];
     }
     int64_t p = begin % inner;
@@ -114,8 +80,8 @@ void ForEachRun(const Shape& out_shape, const std::array<const Shape*, N>& in, F
       p = 0;
       for (int64_t d = rank - 2; d >= 0; --d) {
         for (int k = 0; k < N; ++k) offset[k] += plan.strides[k][d];
-        if (++index[d] < plan.dims[d]) break;
-        for (int k = 0; k < N; ++k) offset[k] -= plan.strides[k][d] * plan.dims[d];
+        if (++index[d] < plan.out[d]) break;
+        for (int k = 0; k < N; ++k) offset[k] -= plan.strides[k][d] * plan.out[d];
         index[d] = 0;
       }
     }
@@ -181,284 +147,37 @@ void SigmoidArray(const T* x, T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = T(1) / (T(1) + t[i]);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Element type dispatch: fn(Tag<T>{}) for the tensor's C++ element type.
-
-template <class T>
-struct Tag {
-  using type = T;
-};
-
-Status Unsupported(const Node& node, DType t) {
-  return Error(node.Describe() + ": the cpu kernel does not support element type " +
-               std::string(DTypeName(t)));
-}
-
-template <class Fn>
-Status VisitFloat(const Node& node, DType t, Fn&& fn) {
-  switch (t) {
-    case DType::kFloat32:
-      return fn(Tag<float>{});
-    case DType::kFloat64:
-      return fn(Tag<double>{});
-    default:
-      return Unsupported(node, t);
-  }
-}
-
-template <class Fn>
-Status VisitNumeric(const Node& node, DType t, Fn&& fn) {
-  switch (t) {
-    case DType::kFloat32:
-      return fn(Tag<float>{});
-    case DType::kFloat64:
-      return fn(Tag<double>{});
-    case DType::kInt32:
-      return fn(Tag<int32_t>{});
-    case DType::kInt64:
-      return fn(Tag<int64_t>{});
-    default:
-      return Unsupported(node, t);
-  }
-}
-
-template <class Fn>
-Status VisitCastable(const Node& node, DType t, Fn&& fn) {
-  switch (t) {
-    case DType::kFloat32:
-      return fn(Tag<float>{});
-    case DType::kFloat64:
-      return fn(Tag<double>{});
-    case DType::kInt32:
-      return fn(Tag<int32_t>{});
-    case DType::kInt64:
-      return fn(Tag<int64_t>{});
-    case DType::kBool:
-      return fn(Tag<bool>{});
-    case DType::kUint8:
-      return fn(Tag<uint8_t>{});
-    case DType::kInt8:
-      return fn(Tag<int8_t>{});
-    default:
-      return Unsupported(node, t);
-  }
-}
-
-// Ops that only move elements dispatch on the element size.
-template <class Fn>
-Status VisitBySize(const Node& node, DType t, Fn&& fn) {
-  switch (DTypeSize(t)) {
-    case 1:
-      return fn(Tag<uint8_t>{});
-    case 2:
-      return fn(Tag<uint16_t>{});
-    case 4:
-      return fn(Tag<uint32_t>{});
-    case 8:
-      return fn(Tag<uint64_t>{});
-    default:
-      return Unsupported(node, t);
-  }
-}
+constexpr ElementTypes kTypes{"cpu"};
 
 // ---------------------------------------------------------------------------------------------
-// Scalar operations. Integer arithmetic wraps (two's complement) instead of being undefined.
+// The ops on exp, erf and tanh, in blocks through vmath. Their functors in elementwise_ops.h are
+// the device's (libdevice, one element a thread); here vmath's array functions give every element
+// the same bits at any position, which canonicalize's fusions need (file comment), and run eight
+// lanes at a time. Both compute the same operations in the same order.
 
-template <class T>
-using Unsigned = std::make_unsigned_t<T>;
-
-struct AddOp {
-  template <class T>
-  T operator()(T a, T b) const {
-    if constexpr (std::is_integral_v<T>)
-      return static_cast<T>(Unsigned<T>(a) + Unsigned<T>(b));
-    else
-      return a + b;
-  }
-};
-struct SubOp {
-  template <class T>
-  T operator()(T a, T b) const {
-    if constexpr (std::is_integral_v<T>)
-      return static_cast<T>(Unsigned<T>(a) - Unsigned<T>(b));
-    else
-      return a - b;
-  }
-};
-struct MulOp {
-  template <class T>
-  T operator()(T a, T b) const {
-    if constexpr (std::is_integral_v<T>)
-      return static_cast<T>(Unsigned<T>(a) * Unsigned<T>(b));
-    else
-      return a * b;
-  }
-};
-template <class T>
-T WrapNeg(T a) {
-  if constexpr (std::is_integral_v<T>)
-    return static_cast<T>(Unsigned<T>(0) - Unsigned<T>(a));
-  else
-    return -a;
-}
-// NaN propagates (as numpy.maximum/minimum and torch.max/min); ties keep the first operand.
-struct MaxOp {
-  template <class T>
-  T operator()(T a, T b) const {
-    return (b > a || b != b) ? b : a;
-  }
-};
-struct MinOp {
-  template <class T>
-  T operator()(T a, T b) const {
-    return (b < a || b != b) ? b : a;
-  }
-};
-
-struct EqualOp {
-  template <class T>
-  bool operator()(T a, T b) const {
-    return a == b;
-  }
-};
-struct LessOp {
-  template <class T>
-  bool operator()(T a, T b) const {
-    return a < b;
-  }
-};
-struct GreaterOp {
-  template <class T>
-  bool operator()(T a, T b) const {
-    return a > b;
-  }
-};
-struct LessOrEqualOp {
-  template <class T>
-  bool operator()(T a, T b) const {
-    return a <= b;
-  }
-};
-struct GreaterOrEqualOp {
-  template <class T>
-  bool operator()(T a, T b) const {
-    return a >= b;
-  }
-};
-struct AndOp {
-  bool operator()(bool a, bool b) const { return a && b; }
-};
-struct OrOp {
-  bool operator()(bool a, bool b) const { return a || b; }
-};
-struct XorOp {
-  bool operator()(bool a, bool b) const { return a != b; }
-};
-
-struct NegOp {
-  template <class T>
-  T operator()(T x) const {
-    return WrapNeg(x);
-  }
-};
-struct AbsOp {
-  template <class T>
-  T operator()(T x) const {
-    if constexpr (std::is_integral_v<T>)
-      return x < 0 ? WrapNeg(x) : x;
-    else
-      return std::fabs(x);
-  }
-};
-struct SignOp {
-  template <class T>
-  T operator()(T x) const {
-    return x > T(0) ? T(1) : x < T(0) ? T(-1) : x == T(0) ? T(0) : x;
-  }
-};
-struct ReluOp {  // NaN propagates
-  template <class T>
-  T operator()(T x) const {
-    return x < T(0) ? T(0) : x;
-  }
-};
-struct SqrtOp {
-  template <class T>
-  T operator()(T x) const {
-    return std::sqrt(x);
-  }
-};
-struct ReciprocalOp {
-  template <class T>
-  T operator()(T x) const {
-    return T(1) / x;
-  }
-};
-// Ops with a Block member run through BlockMap (FloatUnaryKernel): the transcendental ones.
-struct ExpOp {
+// Ops with a Block member run through BlockMap (FloatUnaryKernel).
+struct ExpBlock {
   template <class T>
   static void Block(const T* x, T* y, int64_t n) {
     vmath::Exp(x, y, n);
   }
 };
-struct LogOp {
-  template <class T>
-  T operator()(T x) const {
-    return std::log(x);
-  }
-};
-struct ErfOp {
+struct ErfBlock {
   template <class T>
   static void Block(const T* x, T* y, int64_t n) {
     vmath::Erf(x, y, n);
   }
 };
-struct TanhOp {
+struct TanhBlock {
   template <class T>
   static void Block(const T* x, T* y, int64_t n) {
     vmath::Tanh(x, y, n);
   }
 };
-struct SigmoidOp {
+struct SigmoidBlock {
   template <class T>
   static void Block(const T* x, T* y, int64_t n) {
     SigmoidArray(x, y, n);
-  }
-};
-struct SinOp {
-  template <class T>
-  T operator()(T x) const {
-    return std::sin(x);
-  }
-};
-struct CosOp {
-  template <class T>
-  T operator()(T x) const {
-    return std::cos(x);
-  }
-};
-struct FloorOp {
-  template <class T>
-  T operator()(T x) const {
-    return std::floor(x);
-  }
-};
-struct CeilOp {
-  template <class T>
-  T operator()(T x) const {
-    return std::ceil(x);
-  }
-};
-struct RoundOp {  // half to even, as ONNX Round (the default rounding mode)
-  template <class T>
-  T operator()(T x) const {
-    return std::nearbyint(x);
-  }
-};
-struct SoftplusOp {  // log(1 + e^x) without overflow for large x
-  template <class T>
-  T operator()(T x) const {
-    return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
   }
 };
 
@@ -466,7 +185,7 @@ struct SoftplusOp {  // log(1 + e^x) without overflow for large x
 //   Mul(Mul(x, Add(Erf(Div(x, 1.4142135381698608)), 1.0)), 0.5)
 // so that fusing that pattern into Gelu changes no bits (docs/design.md §4). No step is a multiply
 // followed by an add, so FMA contraction cannot reassociate it either.
-struct GeluOp {
+struct GeluBlock {
   template <class T>
   static void Block(const T* x, T* y, int64_t n) {
     const T sqrt2 = static_cast<T>(1.4142135623730951);  // f32: 1.4142135381698608
@@ -515,7 +234,7 @@ void FastGeluBlock(const T* x, T* y, int64_t n, FastGeluForm form) {
   }
 }
 
-// com.microsoft QuickGelu, x·sigmoid(alpha·x), in the very operations of SigmoidOp and then MulOp,
+// com.microsoft QuickGelu, x·sigmoid(alpha·x), in the very operations of Sigmoid and then Mul,
 // so that canonicalize's fusion of SiLU, Mul(x, Sigmoid(x)) into QuickGelu {alpha = 1}, changes
 // no bits: 1·x is x exactly, and the product's operand order is immaterial (IEEE multiplication
 // commutes exactly).
@@ -527,57 +246,12 @@ void QuickGeluBlock(const T* x, T* y, int64_t n, T alpha) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s[i];
 }
 
-// Float -> integer truncates toward zero (numpy astype); NaN becomes 0 and values beyond int64
-// saturate, where numpy leaves the result unspecified. Narrower integers then wrap.
-template <class S, class D>
-D Convert(S s) {
-  if constexpr (std::is_same_v<D, bool>) {
-    return s != S(0);
-  } else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
-    if (s != s) return D(0);
-    const double d = static_cast<double>(s);
-    constexpr double kTwo63 = 9223372036854775808.0;
-    int64_t v = d <= -kTwo63  ? std::numeric_limits<int64_t>::min()
-                : d >= kTwo63 ? std::numeric_limits<int64_t>::max()
-                              : static_cast<int64_t>(d);
-    return static_cast<D>(v);
-  } else {
-    return static_cast<D>(s);
-  }
-}
-
-// Integer power by squaring (wrapping); negative exponents truncate 1/a^-e toward zero.
-template <class T>
-T IntPow(T a, int64_t e) {
-  if (e < 0) return a == T(1) ? T(1) : a == T(-1) ? (e % 2 ? T(-1) : T(1)) : T(0);
-  Unsigned<T> result = 1, base = static_cast<Unsigned<T>>(a);
-  while (e > 0) {
-    if (e & 1) result *= base;
-    base *= base;
-    e >>= 1;
-  }
-  return static_cast<T>(result);
-}
-
-template <class B, class E>
-B PowScalar(B a, E e) {
-  if constexpr (std::is_floating_point_v<B>) {
-    const B be = static_cast<B>(e);
-    if (be == B(2)) return a * a;  // the x^2 of every norm: exact and cheap
-    return std::pow(a, be);
-  } else if constexpr (std::is_integral_v<E>) {
-    return IntPow(a, static_cast<int64_t>(e));
-  } else {
-    return Convert<double, B>(std::pow(static_cast<double>(a), static_cast<double>(e)));
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Kernels
 
 template <class Op>
 Status NumericBinaryKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return VisitNumeric(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Numeric(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     BinaryBroadcast<T, T, T>(*in[0], *in[1], *out[0], Op{});
     return Status::Ok();
@@ -585,18 +259,15 @@ Status NumericBinaryKernel(const Node& node, Inputs in, Outputs out, const Kerne
 }
 
 Status DivKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return VisitNumeric(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Numeric(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_floating_point_v<T>) {
-      BinaryBroadcast<T, T, T>(*in[0], *in[1], *out[0], [](T a, T b) { return a / b; });
+      BinaryBroadcast<T, T, T>(*in[0], *in[1], *out[0], ew::DivOp{});
     } else {
       bool by_zero = false;
-      BinaryBroadcast<T, T, T>(*in[0], *in[1], *out[0], [&](T a, T b) -> T {
-        if (b == 0) {
-          by_zero = true;
-          return 0;
-        }
-        return b == T(-1) ? WrapNeg(a) : a / b;  // truncates toward zero, as C and ORT do
+      BinaryBroadcast<T, T, T>(*in[0], *in[1], *out[0], [&](T a, T b) {
+        if (b == 0) by_zero = true;
+        return ew::DivOp{}(a, b);
       });
       if (by_zero) return Error(node.Describe() + ": integer division by zero");
     }
@@ -605,25 +276,19 @@ Status DivKernel(const Node& node, Inputs in, Outputs out, const KernelContext&)
 }
 
 // fmod=0 (integers only): the remainder takes the divisor's sign (Python %);
-// fmod=1: the dividend's sign (C fmod).
+// fmod=1: the dividend's sign (C fmod). ew::ModOp says how.
 Status ModKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const bool fmod = node.GetInt("fmod", 0) == 1;
-  return VisitNumeric(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Numeric(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_floating_point_v<T>) {
       if (!fmod) return Error(node.Describe() + ": floating-point Mod needs attribute fmod=1");
-      BinaryBroadcast<T, T, T>(*in[0], *in[1], *out[0], [](T a, T b) { return std::fmod(a, b); });
+      BinaryBroadcast<T, T, T>(*in[0], *in[1], *out[0], ew::ModOp{fmod});
     } else {
       bool by_zero = false;
-      BinaryBroadcast<T, T, T>(*in[0], *in[1], *out[0], [&](T a, T b) -> T {
-        if (b == 0) {
-          by_zero = true;
-          return 0;
-        }
-        if (b == T(-1)) return 0;
-        T r = a % b;
-        if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
-        return r;
+      BinaryBroadcast<T, T, T>(*in[0], *in[1], *out[0], [&](T a, T b) {
+        if (b == 0) by_zero = true;
+        return ew::ModOp{fmod}(a, b);
       });
       if (by_zero) return Error(node.Describe() + ": integer modulo by zero");
     }
@@ -632,11 +297,11 @@ Status ModKernel(const Node& node, Inputs in, Outputs out, const KernelContext&)
 }
 
 Status PowKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return VisitNumeric(node, in[0]->dtype(), [&](auto base_tag) {
+  return kTypes.Numeric(node, in[0]->dtype(), [&](auto base_tag) {
     using B = typename decltype(base_tag)::type;
-    return VisitNumeric(node, in[1]->dtype(), [&](auto exp_tag) {
+    return kTypes.Numeric(node, in[1]->dtype(), [&](auto exp_tag) {
       using E = typename decltype(exp_tag)::type;
-      BinaryBroadcast<B, E, B>(*in[0], *in[1], *out[0], [](B a, E e) { return PowScalar(a, e); });
+      BinaryBroadcast<B, E, B>(*in[0], *in[1], *out[0], ew::PowOp{});
       return Status::Ok();
     });
   });
@@ -677,15 +342,8 @@ void VariadicCombine(Inputs in, Tensor& out, Op op) {
   // Broadcasting: per input, its element stride along each output axis (0 where it broadcasts);
   // rank-sized tables, walked one innermost row at a time.
   const int64_t rank = static_cast<int64_t>(os.size());
-  std::vector<std::vector<int64_t>> stride(n_in, std::vector<int64_t>(rank, 0));
-  for (size_t k = 0; k < n_in; ++k) {
-    const Shape& s = in[k]->shape();
-    int64_t st = 1;
-    for (int64_t d = rank - 1, j = static_cast<int64_t>(s.size()) - 1; d >= 0 && j >= 0; --d, --j) {
-      if (s[j] != 1) stride[k][d] = st;
-      st *= s[j];
-    }
-  }
+  std::vector<std::vector<int64_t>> stride(n_in);
+  for (size_t k = 0; k < n_in; ++k) stride[k] = ew::ElementStrides(os, in[k]->shape());
   // rank >= 1 here: with rank 0 every input is a scalar of the output's shape. Chunks of whole
   // innermost rows; each starts from its first row's index.
   const int64_t inner = os[rank - 1];
@@ -716,7 +374,7 @@ void VariadicCombine(Inputs in, Tensor& out, Op op) {
 
 template <class Op>
 Status VariadicKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return VisitNumeric(node, out[0]->dtype(), [&](auto tag) {
+  return kTypes.Numeric(node, out[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     VariadicCombine<T>(in, *out[0], Op{});
     return Status::Ok();
@@ -724,8 +382,8 @@ Status VariadicKernel(const Node& node, Inputs in, Outputs out, const KernelCont
 }
 
 Status MeanKernel(const Node& node, Inputs in, Outputs out, const KernelContext& ctx) {
-  RETURN_IF_ERROR(VariadicKernel<AddOp>(node, in, out, ctx));
-  return VisitFloat(node, out[0]->dtype(), [&](auto tag) {
+  RETURN_IF_ERROR(VariadicKernel<ew::AddOp>(node, in, out, ctx));
+  return kTypes.Float(node, out[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T n = static_cast<T>(in.size());
     UnaryMap<T, T>(*out[0], *out[0], [n](T x) { return x / n; });
@@ -741,19 +399,19 @@ Status CompareKernel(const Node& node, Inputs in, Outputs out, const KernelConte
     return Status::Ok();
   };
   if (in[0]->dtype() == DType::kBool) return run(Tag<bool>{});
-  return VisitNumeric(node, in[0]->dtype(), run);
+  return kTypes.Numeric(node, in[0]->dtype(), run);
 }
 
 template <class Op>
 Status LogicalKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  if (in[0]->dtype() != DType::kBool) return Unsupported(node, in[0]->dtype());
+  if (in[0]->dtype() != DType::kBool) return kTypes.Unsupported(node, in[0]->dtype());
   BinaryBroadcast<bool, bool, bool>(*in[0], *in[1], *out[0], Op{});
   return Status::Ok();
 }
 
 template <class Op>
 Status FloatUnaryKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (requires(const T* x, T* y) { Op::Block(x, y, int64_t{1}); }) {
       BlockMap(in[0]->data<T>(), out[0]->data<T>(), out[0]->numel(),
@@ -767,7 +425,7 @@ Status FloatUnaryKernel(const Node& node, Inputs in, Outputs out, const KernelCo
 
 template <class Op>
 Status NumericUnaryKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return VisitNumeric(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Numeric(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     UnaryMap<T, T>(*in[0], *out[0], Op{});
     return Status::Ok();
@@ -775,15 +433,15 @@ Status NumericUnaryKernel(const Node& node, Inputs in, Outputs out, const Kernel
 }
 
 Status NotKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  if (in[0]->dtype() != DType::kBool) return Unsupported(node, in[0]->dtype());
-  UnaryMap<bool, bool>(*in[0], *out[0], [](bool x) { return !x; });
+  if (in[0]->dtype() != DType::kBool) return kTypes.Unsupported(node, in[0]->dtype());
+  UnaryMap<bool, bool>(*in[0], *out[0], ew::NotOp{});
   return Status::Ok();
 }
 
 Status IsNaNKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    UnaryMap<T, bool>(*in[0], *out[0], [](T x) { return x != x; });
+    UnaryMap<T, bool>(*in[0], *out[0], ew::IsNaNOp{});
     return Status::Ok();
   });
 }
@@ -791,11 +449,9 @@ Status IsNaNKernel(const Node& node, Inputs in, Outputs out, const KernelContext
 Status IsInfKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const bool negative = node.GetInt("detect_negative", 1) != 0;
   const bool positive = node.GetInt("detect_positive", 1) != 0;
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    constexpr T kInf = std::numeric_limits<T>::infinity();
-    UnaryMap<T, bool>(*in[0], *out[0],
-                      [&](T x) { return (positive && x == kInf) || (negative && x == -kInf); });
+    UnaryMap<T, bool>(*in[0], *out[0], ew::IsInfOp{positive, negative});
     return Status::Ok();
   });
 }
@@ -807,7 +463,7 @@ Status IdentityKernel(const Node&, Inputs in, Outputs out, const KernelContext&)
 }
 
 Status WhereKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return VisitBySize(node, in[1]->dtype(), [&](auto tag) {
+  return kTypes.BySize(node, in[1]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const bool* c = in[0]->data<bool>();
     const T* x = in[1]->data<T>();
@@ -831,10 +487,7 @@ Status WhereKernel(const Node& node, Inputs in, Outputs out, const KernelContext
 }
 
 // Cast and CastLike: the target type is the output's (shape inference read `to` / the
-// target_type input).
-// bfloat16 (stored as uint16_t bit patterns, base/bfloat16.h) widens exactly to float and then
-// converts as float does; a cast to bfloat16 rounds once to nearest even (doubles and integers
-// through DoubleToBf16, so a double is not rounded twice).
+// target_type input). bfloat16 is stored as uint16_t bit patterns (ew::FromBf16Op, ToBf16Op).
 Status CastKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const DType src = in[0]->dtype(), dst = out[0]->dtype();
   if (src == DType::kBFloat16 && dst == DType::kBFloat16) {
@@ -842,36 +495,31 @@ Status CastKernel(const Node& node, Inputs in, Outputs out, const KernelContext&
     return Status::Ok();
   }
   if (src == DType::kBFloat16)
-    return VisitCastable(node, dst, [&](auto dst_tag) {
+    return kTypes.Castable(node, dst, [&](auto dst_tag) {
       using D = typename decltype(dst_tag)::type;
-      UnaryMap<uint16_t, D>(*in[0], *out[0],
-                            [](uint16_t h) { return Convert<float, D>(Bf16ToFloat(h)); });
+      UnaryMap<uint16_t, D>(*in[0], *out[0], ew::FromBf16Op<D>{});
       return Status::Ok();
     });
   if (dst == DType::kBFloat16)
-    return VisitCastable(node, src, [&](auto src_tag) {
+    return kTypes.Castable(node, src, [&](auto src_tag) {
       using S = typename decltype(src_tag)::type;
-      if constexpr (std::is_same_v<S, float>)
-        UnaryMap<float, uint16_t>(*in[0], *out[0], [](float f) { return FloatToBf16(f); });
-      else
-        UnaryMap<S, uint16_t>(*in[0], *out[0],
-                              [](S s) { return DoubleToBf16(static_cast<double>(s)); });
+      UnaryMap<S, uint16_t>(*in[0], *out[0], ew::ToBf16Op<S>{});
       return Status::Ok();
     });
-  return VisitCastable(node, in[0]->dtype(), [&](auto src_tag) {
+  return kTypes.Castable(node, in[0]->dtype(), [&](auto src_tag) {
     using S = typename decltype(src_tag)::type;
-    return VisitCastable(node, out[0]->dtype(), [&](auto dst_tag) {
+    return kTypes.Castable(node, out[0]->dtype(), [&](auto dst_tag) {
       using D = typename decltype(dst_tag)::type;
-      UnaryMap<S, D>(*in[0], *out[0], [](S s) { return Convert<S, D>(s); });
+      UnaryMap<S, D>(*in[0], *out[0], ew::CastOp<S, D>{});
       return Status::Ok();
     });
   });
 }
 
 // Bounds come from inputs 1 and 2 (opset >= 11) or from float attributes min/max (opset 6).
-// A missing bound does not clip. NaN passes through; min > max gives max (as numpy.clip).
+// ew::ClipValue clips.
 Status ClipKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return VisitNumeric(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Numeric(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto bound = [&](size_t i, const char* attr, T* value) {
       if (i < in.size() && in[i]) {
@@ -879,7 +527,7 @@ Status ClipKernel(const Node& node, Inputs in, Outputs out, const KernelContext&
         return true;
       }
       if (node.HasAttr(attr)) {
-        *value = Convert<float, T>(node.GetFloat(attr, 0));
+        *value = ew::Convert<float, T>(node.GetFloat(attr, 0));
         return true;
       }
       return false;
@@ -887,11 +535,7 @@ Status ClipKernel(const Node& node, Inputs in, Outputs out, const KernelContext&
     T lo{}, hi{};
     const bool has_lo = bound(1, "min", &lo);
     const bool has_hi = bound(2, "max", &hi);
-    UnaryMap<T, T>(*in[0], *out[0], [=](T x) {
-      if (has_lo && x < lo) x = lo;
-      if (has_hi && x > hi) x = hi;
-      return x;
-    });
+    UnaryMap<T, T>(*in[0], *out[0], [=](T x) { return ew::ClipValue(x, has_lo, lo, has_hi, hi); });
     return Status::Ok();
   });
 }
@@ -915,22 +559,14 @@ Status DropoutKernel(const Node& node, Inputs in, Outputs out, const KernelConte
     if (m) std::memset(m, 1, n);
     return Status::Ok();
   }
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T scale = T(1) / (T(1) - static_cast<T>(ratio));
     const T* x = in[0]->data<T>();
     T* y = out[0]->data<T>();
     ParallelFor((n + 3) / 4, kElementGrain / 4, [&](int64_t begin, int64_t end) {
-      for (int64_t block = begin; block < end; ++block) {
-        const Philox4 bits = PhiloxBlock(ctx.seed, ctx.node_key, static_cast<uint64_t>(block));
-        for (int lane = 0; lane < 4; ++lane) {
-          const int64_t e = block * 4 + lane;
-          if (e >= n) break;
-          const bool keep = PhiloxBitsToUniform(bits.v[lane]) >= ratio;
-          y[e] = keep ? x[e] * scale : T(0);
-          if (m) m[e] = keep;
-        }
-      }
+      for (int64_t block = begin; block < end; ++block)
+        ew::DropoutQuad(ctx.seed, ctx.node_key, block, n, ratio, scale, x, y, m);
     });
     return Status::Ok();
   });
@@ -947,14 +583,14 @@ Status DropoutGradKernel(const Node& node, Inputs in, Outputs out, const KernelC
   if (in[1]->numel() != in[0]->numel())
     return Error(node.Describe() + ": mask has " + std::to_string(in[1]->numel()) +
                  " elements, dY has " + std::to_string(in[0]->numel()));
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T scale = training ? T(1) / (T(1) - static_cast<T>(ratio)) : T(1);
     const T* dy = in[0]->data<T>();
     const bool* m = in[1]->data<bool>();
     T* dx = out[0]->data<T>();
     ParallelFor(in[0]->numel(), kElementGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) dx[i] = m[i] ? dy[i] * scale : T(0);
+      for (int64_t i = begin; i < end; ++i) dx[i] = ew::DropoutGradValue(dy[i], m[i], scale);
     });
     return Status::Ok();
   });
@@ -966,7 +602,7 @@ Status FastGeluKernel(const Node& node, Inputs in, Outputs out, const KernelCont
     return Error(node.Describe() + ": unknown form '" + form +
                  "' (expected \"torch_tanh\" or \"gelu_new\")");
   const FastGeluForm f = form == "gelu_new" ? FastGeluForm::kGeluNew : FastGeluForm::kTorchTanh;
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     BlockMap(in[0]->data<T>(), out[0]->data<T>(), out[0]->numel(),
              [f](const T* x, T* y, int64_t n) { FastGeluBlock(x, y, n, f); });
@@ -977,7 +613,7 @@ Status FastGeluKernel(const Node& node, Inputs in, Outputs out, const KernelCont
 // alpha defaults to 1.702, as ONNX Runtime's QuickGelu (the CLIP approximation of GELU).
 Status QuickGeluKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const float alpha = node.GetFloat("alpha", 1.702f);
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T a = static_cast<T>(alpha);
     BlockMap(in[0]->data<T>(), out[0]->data<T>(), out[0]->numel(),
@@ -1000,14 +636,14 @@ Status OnnxGeluKernel(const Node& node, Inputs in, Outputs out, const KernelCont
                  ": attribute 'approximate' must be \"none\" or \"tanh\", got \"" + approximate +
                  "\"");
   const bool tanh = approximate == "tanh";
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     BlockMap(in[0]->data<T>(), out[0]->data<T>(), out[0]->numel(),
              [tanh](const T* x, T* y, int64_t n) {
                if (tanh)
                  FastGeluBlock(x, y, n, FastGeluForm::kGeluNew);
                else
-                 GeluOp::Block(x, y, n);
+                 GeluBlock::Block(x, y, n);
              });
     return Status::Ok();
   });
@@ -1020,7 +656,7 @@ Status ActivationGradKernel(const Node& node, Inputs in, Outputs out, Block bloc
   if (in[1]->numel() != in[0]->numel())
     return Error(node.Describe() + ": inputs have " + std::to_string(in[0]->numel()) + " and " +
                  std::to_string(in[1]->numel()) + " elements");
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* dy = in[0]->data<T>();
     const T* v = in[1]->data<T>();
@@ -1103,66 +739,57 @@ Status QuickGeluGradKernel(const Node& node, Inputs in, Outputs out, const Kerne
 // (dY, Y) -> dY where Y > 0, else 0. The gradient rule passes Relu's output; its input gives the
 // same result (Y > 0 exactly where X > 0), so ONNX Runtime graphs that pass X still run.
 Status ReluGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return ActivationGradKernel(node, in, out, PerElement([](auto dy, auto y) {
-                                using T = decltype(y);
-                                return y > T(0) ? dy : T(0);
-                              }));
+  return ActivationGradKernel(node, in, out, PerElement(ew::ReluGradOp{}));
 }
 
 Status SigmoidGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return ActivationGradKernel(node, in, out, PerElement([](auto dy, auto y) {
-                                using T = decltype(y);
-                                return dy * y * (T(1) - y);
-                              }));
+  return ActivationGradKernel(node, in, out, PerElement(ew::SigmoidGradOp{}));
 }
 
 Status TanhGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  return ActivationGradKernel(node, in, out, PerElement([](auto dy, auto y) {
-                                using T = decltype(y);
-                                return dy * (T(1) - y * y);
-                              }));
+  return ActivationGradKernel(node, in, out, PerElement(ew::TanhGradOp{}));
 }
 
 }  // namespace
 
 void RegisterElementwiseKernels(CpuKernelTable& table) {
-  table.Add("", "Add", NumericBinaryKernel<AddOp>);
-  table.Add("", "Sub", NumericBinaryKernel<SubOp>);
-  table.Add("", "Mul", NumericBinaryKernel<MulOp>);
+  table.Add("", "Add", NumericBinaryKernel<ew::AddOp>);
+  table.Add("", "Sub", NumericBinaryKernel<ew::SubOp>);
+  table.Add("", "Mul", NumericBinaryKernel<ew::MulOp>);
   table.Add("", "Div", DivKernel);
   table.Add("", "Mod", ModKernel);
   table.Add("", "Pow", PowKernel);
-  table.Add("", "Sum", VariadicKernel<AddOp>);
-  table.Add("", "Min", VariadicKernel<MinOp>);
-  table.Add("", "Max", VariadicKernel<MaxOp>);
+  table.Add("", "Sum", VariadicKernel<ew::AddOp>);
+  table.Add("", "Min", VariadicKernel<ew::MinOp>);
+  table.Add("", "Max", VariadicKernel<ew::MaxOp>);
   table.Add("", "Mean", MeanKernel);
 
-  table.Add("", "Equal", CompareKernel<EqualOp>);
-  table.Add("", "Less", CompareKernel<LessOp>);
-  table.Add("", "Greater", CompareKernel<GreaterOp>);
-  table.Add("", "LessOrEqual", CompareKernel<LessOrEqualOp>);
-  table.Add("", "GreaterOrEqual", CompareKernel<GreaterOrEqualOp>);
-  table.Add("", "And", LogicalKernel<AndOp>);
-  table.Add("", "Or", LogicalKernel<OrOp>);
-  table.Add("", "Xor", LogicalKernel<XorOp>);
+  table.Add("", "Equal", CompareKernel<ew::EqualOp>);
+  table.Add("", "Less", CompareKernel<ew::LessOp>);
+  table.Add("", "Greater", CompareKernel<ew::GreaterOp>);
+  table.Add("", "LessOrEqual", CompareKernel<ew::LessOrEqualOp>);
+  table.Add("", "GreaterOrEqual", CompareKernel<ew::GreaterOrEqualOp>);
+  table.Add("", "And", LogicalKernel<ew::AndOp>);
+  table.Add("", "Or", LogicalKernel<ew::OrOp>);
+  table.Add("", "Xor", LogicalKernel<ew::XorOp>);
 
-  table.Add("", "Neg", NumericUnaryKernel<NegOp>);
-  table.Add("", "Abs", NumericUnaryKernel<AbsOp>);
-  table.Add("", "Sign", NumericUnaryKernel<SignOp>);
-  table.Add("", "Relu", NumericUnaryKernel<ReluOp>);
-  table.Add("", "Sqrt", FloatUnaryKernel<SqrtOp>);
-  table.Add("", "Reciprocal", FloatUnaryKernel<ReciprocalOp>);
-  table.Add("", "Exp", FloatUnaryKernel<ExpOp>);
-  table.Add("", "Log", FloatUnaryKernel<LogOp>);
-  table.Add("", "Erf", FloatUnaryKernel<ErfOp>);
-  table.Add("", "Tanh", FloatUnaryKernel<TanhOp>);
-  table.Add("", "Sigmoid", FloatUnaryKernel<SigmoidOp>);
-  table.Add("", "Sin", FloatUnaryKernel<SinOp>);
-  table.Add("", "Cos", FloatUnaryKernel<CosOp>);
-  table.Add("", "Floor", FloatUnaryKernel<FloorOp>);
-  table.Add("", "Ceil", FloatUnaryKernel<CeilOp>);
-  table.Add("", "Round", FloatUnaryKernel<RoundOp>);
-  table.Add("", "Softplus", FloatUnaryKernel<SoftplusOp>);
+  table.Add("", "Neg", NumericUnaryKernel<ew::NegOp>);
+  table.Add("", "Abs", NumericUnaryKernel<ew::AbsOp>);
+  table.Add("", "Sign", NumericUnaryKernel<ew::SignOp>);
+  table.Add("", "Relu", NumericUnaryKernel<ew::ReluOp>);
+  table.Add("", "Sqrt", FloatUnaryKernel<ew::SqrtOp>);
+  table.Add("", "Reciprocal", FloatUnaryKernel<ew::ReciprocalOp>);
+  table.Add("", "Exp", FloatUnaryKernel<ExpBlock>);
+  table.Add("", "Log", FloatUnaryKernel<ew::LogOp>);
+  table.Add("", "Erf", FloatUnaryKernel<ErfBlock>);
+  table.Add("", "Tanh", FloatUnaryKernel<TanhBlock>);
+  table.Add("", "Sigmoid", FloatUnaryKernel<SigmoidBlock>);
+  table.Add("", "Sin", FloatUnaryKernel<ew::SinOp>);
+  table.Add("", "Cos", FloatUnaryKernel<ew::CosOp>);
+  table.Add("", "Floor", FloatUnaryKernel<ew::FloorOp>);
+  table.Add("", "Ceil", FloatUnaryKernel<ew::CeilOp>);
+  table.Add("", "Round", FloatUnaryKernel<ew::RoundOp>);
+  table.Add("", "Softplus", FloatUnaryKernel<ew::SoftplusOp>);
   table.Add("", "Not", NotKernel);
   table.Add("", "IsNaN", IsNaNKernel);
   table.Add("", "IsInf", IsInfKernel);
@@ -1175,7 +802,7 @@ void RegisterElementwiseKernels(CpuKernelTable& table) {
   table.Add("", "Dropout", DropoutKernel);
   table.Add("", "Gelu", OnnxGeluKernel);
 
-  table.Add("com.microsoft", "Gelu", FloatUnaryKernel<GeluOp>);
+  table.Add("com.microsoft", "Gelu", FloatUnaryKernel<GeluBlock>);
   table.Add("com.microsoft", "GeluGrad", GeluGradKernel);
   table.Add("com.microsoft", "FastGelu", FastGeluKernel);
   table.Add("com.microsoft", "FastGeluGrad", FastGeluGradKernel);

@@ -29,7 +29,7 @@
 
 namespace foundry {
 
-class Communicator;  // runtime/communicator.h
+class Communicator;  // kernels/cpu/communicator.h
 
 struct KernelContext {
   uint64_t seed = 0;      // run seed for random ops (Dropout)

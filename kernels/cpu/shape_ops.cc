@@ -19,6 +19,7 @@
 #include "compiler/op_schema.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/shape_checks.h"
 
 namespace foundry {
 namespace {
@@ -27,32 +28,10 @@ using shape_ops::SliceDim;
 using Inputs = std::span<const Tensor* const>;
 using Outputs = std::span<Tensor* const>;
 
-Status ShapeFail(const Node& node, const std::string& what) {
-  return Error(node.Describe() + ": " + what);
-}
-
-template <class T>
-StatusOr<T> Named(const Node& node, StatusOr<T> r) {
-  if (!r.ok()) return ShapeFail(node, r.status().message());
-  return r;
-}
-
 std::vector<int64_t> Strides(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
   for (int64_t i = static_cast<int64_t>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
   return st;
-}
-
-std::string TypeString(DType t, const Shape& s) {
-  return std::string(DTypeName(t)) + ShapeToString(s);
-}
-
-// The caller allocated outputs from shape inference; a kernel that computes a different type from
-// the actual input values must not write past them.
-Status CheckOutput(const Node& node, const Tensor& out, DType dtype, const Shape& shape) {
-  if (out.dtype() == dtype && out.shape() == shape) return Status::Ok();
-  return ShapeFail(node, "output was allocated as " + TypeString(out.dtype(), out.shape()) +
-                        " but the inputs give " + TypeString(dtype, shape));
 }
 
 // One side of a strided copy, in elements.
@@ -126,60 +105,27 @@ void StridedCopy(Tensor& dst, const View& dv, const Tensor& src, const View& sv,
   }
 }
 
-Status CheckSameDType(const Node& node, const Tensor& a, const Tensor& b) {
-  if (a.dtype() == b.dtype() && DTypeSize(a.dtype()) != 0) return Status::Ok();
-  return ShapeFail(node, "element types " + std::string(DTypeName(a.dtype())) + " and " +
-                        std::string(DTypeName(b.dtype())) + " do not match");
-}
-
 // --- creation and inspection ---
 
+// The value goes straight into the output (no temporary tensor).
 Status ConstantKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  auto v = node.attrs.find("value");
-  if (v != node.attrs.end() && v->second.kind == Attribute::Kind::kTensor && v->second.t) {
-    const Tensor& t = *v->second.t;
-    RETURN_IF_ERROR(CheckOutput(node, *out[0], t.dtype(), t.shape()));
-    if (t.nbytes()) std::memcpy(out[0]->raw(), t.raw(), t.nbytes());
-    return Status::Ok();
-  }
-  // The value_* attributes go straight into the output (no temporary tensor).
-  auto write = [&](DType dtype, Shape shape, const void* bytes) -> Status {
-    RETURN_IF_ERROR(CheckOutput(node, *out[0], dtype, shape));
-    if (out[0]->nbytes()) std::memcpy(out[0]->raw(), bytes, out[0]->nbytes());
-    return Status::Ok();
-  };
-  if (v != node.attrs.end()) return Named(node, shape_ops::ConstantAttrTensor(node)).status();
-  if (auto a = node.attrs.find("value_float"); a != node.attrs.end()) {
-    const float f =
-        a->second.kind == Attribute::Kind::kInt ? static_cast<float>(a->second.i) : a->second.f;
-    return write(DType::kFloat32, {}, &f);
-  }
-  if (auto a = node.attrs.find("value_floats"); a != node.attrs.end())
-    return write(DType::kFloat32, {static_cast<int64_t>(a->second.floats.size())},
-                 a->second.floats.data());
-  if (auto a = node.attrs.find("value_int"); a != node.attrs.end())
-    return write(DType::kInt64, {}, &a->second.i);
-  if (auto a = node.attrs.find("value_ints"); a != node.attrs.end())
-    return write(DType::kInt64, {static_cast<int64_t>(a->second.ints.size())},
-                 a->second.ints.data());
-  // No usable attribute: the shared reader says which are accepted.
-  return Named(node, shape_ops::ConstantAttrTensor(node)).status();
+  ASSIGN_OR_RETURN(const shape_ops::ConstantValue v,
+                   NamedStatus(node, shape_ops::ConstantAttrValue(node)));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], v.dtype, v.shape));
+  if (out[0]->nbytes()) std::memcpy(out[0]->raw(), v.data(), out[0]->nbytes());
+  return Status::Ok();
 }
 
 Status ShapeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const Shape& s = in[0]->shape();
-  const int64_t r = static_cast<int64_t>(s.size());
-  auto clamp = [r](int64_t a) { return std::clamp<int64_t>(a < 0 ? a + r : a, 0, r); };
-  int64_t start = clamp(node.GetInt("start", 0));
-  int64_t end = node.HasAttr("end") ? clamp(node.GetInt("end", r)) : r;
-  end = std::max(end, start);
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], DType::kInt64, {end - start}));
+  const auto [start, end] = shape_ops::ShapeOpRange(node, static_cast<int64_t>(s.size()));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], DType::kInt64, {end - start}));
   for (int64_t i = start; i < end; ++i) out[0]->data<int64_t>()[i - start] = s[i];
   return Status::Ok();
 }
 
 Status SizeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], DType::kInt64, {}));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], DType::kInt64, {}));
   // From the shape, not numel(): constant folding passes a shape-only placeholder.
   *out[0]->data<int64_t>() = NumElements(in[0]->shape());
   return Status::Ok();
@@ -192,12 +138,12 @@ Status ConstantOfShapeKernel(const Node& node, Inputs in, Outputs out, const Ker
   if (node.HasAttr("value")) {
     const Attribute& a = node.attrs.at("value");
     if (a.kind != Attribute::Kind::kTensor || !a.t || a.t->numel() != 1)
-      return ShapeFail(node, "attribute 'value' must be a one-element tensor");
+      return ShapeOpError(node, "attribute 'value' must be a one-element tensor");
     dtype = a.t->dtype();
     v = static_cast<const uint8_t*>(a.t->raw());
   }
   Shape shape = in[0]->ToInt64Vector();
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], dtype, shape));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], dtype, shape));
   const size_t elem = DTypeSize(dtype);
   bool zero = std::all_of(v, v + elem, [](uint8_t b) { return b == 0; });
   auto* dst = static_cast<uint8_t*>(out[0]->raw());
@@ -221,8 +167,8 @@ void FillRange(T start, T delta, Tensor& out) {
 }
 
 Status RangeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
-  ASSIGN_OR_RETURN(int64_t n, Named(node, shape_ops::RangeLength(*in[0], *in[1], *in[2])));
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], in[0]->dtype(), {n}));
+  ASSIGN_OR_RETURN(int64_t n, NamedStatus(node, shape_ops::RangeLength(*in[0], *in[1], *in[2])));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], in[0]->dtype(), {n}));
   switch (in[0]->dtype()) {
     case DType::kFloat32:
       FillRange(*in[0]->data<float>(), *in[2]->data<float>(), *out[0]);
@@ -240,7 +186,7 @@ Status RangeKernel(const Node& node, Inputs in, Outputs out, const KernelContext
       FillRange(*in[0]->data<int64_t>(), *in[2]->data<int64_t>(), *out[0]);
       break;
     default:
-      return ShapeFail(node, "unsupported element type");
+      return ShapeOpError(node, "unsupported element type");
   }
   return Status::Ok();
 }
@@ -248,9 +194,9 @@ Status RangeKernel(const Node& node, Inputs in, Outputs out, const KernelContext
 // --- reshaping: the bytes stay as they are ---
 
 Status CopyBytes(const Node& node, const Tensor& in, Tensor& out) {
-  RETURN_IF_ERROR(CheckSameDType(node, in, out));
+  RETURN_IF_ERROR(CheckSameElementType(node, in, out));
   if (in.numel() != out.numel())
-    return ShapeFail(node, "output was allocated as " + ShapeToString(out.shape()) + " (" +
+    return ShapeOpError(node, "output was allocated as " + ShapeToString(out.shape()) + " (" +
                           std::to_string(out.numel()) + " elements) for an input of shape " +
                           ShapeToString(in.shape()) + " (" + std::to_string(in.numel()) +
                           " elements)");
@@ -261,9 +207,9 @@ Status CopyBytes(const Node& node, const Tensor& in, Tensor& out) {
 
 Status ReshapeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   ASSIGN_OR_RETURN(Shape shape,
-                   Named(node, shape_ops::ReshapeOutputShape(in[0]->shape(), in[1]->ToInt64Vector(),
+                   NamedStatus(node, shape_ops::ReshapeOutputShape(in[0]->shape(), in[1]->ToInt64Vector(),
                                                              node.GetInt("allowzero", 0) != 0)));
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], in[0]->dtype(), shape));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], in[0]->dtype(), shape));
   return CopyBytes(node, *in[0], *out[0]);
 }
 
@@ -277,7 +223,7 @@ Status SameBytesKernel(const Node& node, Inputs in, Outputs out, const KernelCon
 Status TransposeKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const Tensor& x = *in[0];
   ASSIGN_OR_RETURN(std::vector<int64_t> perm,
-                   Named(node, shape_ops::TransposePerm(node, x.rank())));
+                   NamedStatus(node, shape_ops::TransposePerm(node, x.rank())));
   Shape shape;
   View src{0, {}};
   std::vector<int64_t> st = Strides(x.shape());
@@ -285,7 +231,7 @@ Status TransposeKernel(const Node& node, Inputs in, Outputs out, const KernelCon
     shape.push_back(x.shape()[p]);
     src.strides.push_back(st[p]);
   }
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), shape));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], x.dtype(), shape));
   StridedCopy(*out[0], Dense(shape), x, src, shape);
   return Status::Ok();
 }
@@ -304,9 +250,9 @@ Status ExpandKernel(const Node& node, Inputs in, Outputs out, const KernelContex
   Shape target = in[1]->ToInt64Vector();
   auto shape = BroadcastShapes(x.shape(), target);
   if (!shape.ok())
-    return ShapeFail(node, "cannot expand input of shape " + ShapeToString(x.shape()) + " to " +
+    return ShapeOpError(node, "cannot expand input of shape " + ShapeToString(x.shape()) + " to " +
                           ShapeToString(target) + ": " + shape.status().message());
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), *shape));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], x.dtype(), *shape));
   // A view (the planner gave the output the input's buffer, which it does only when the element
   // count is kept: the same bytes in the same order): nothing moves.
   if (out[0]->raw() == x.raw()) return Status::Ok();
@@ -318,7 +264,7 @@ Status TileKernel(const Node& node, Inputs in, Outputs out, const KernelContext&
   const Tensor& x = *in[0];
   std::vector<int64_t> reps = in[1]->ToInt64Vector();
   if (static_cast<int64_t>(reps.size()) != x.rank())
-    return ShapeFail(node, "repeats has " + std::to_string(reps.size()) +
+    return ShapeOpError(node, "repeats has " + std::to_string(reps.size()) +
                           " values for an input of rank " + std::to_string(x.rank()));
   // The output [r0*d0, r1*d1, ...] is, in row-major order, the array [r0, d0, r1, d1, ...] whose
   // repeat axes read the input with stride 0.
@@ -326,37 +272,37 @@ Status TileKernel(const Node& node, Inputs in, Outputs out, const KernelContext&
   View src{0, {}};
   std::vector<int64_t> st = Strides(x.shape());
   for (int64_t k = 0; k < x.rank(); ++k) {
-    if (reps[k] < 0) return ShapeFail(node, "repeats " + ShapeToString(reps) + " has a negative value");
+    if (reps[k] < 0) return ShapeOpError(node, "repeats " + ShapeToString(reps) + " has a negative value");
     shape.push_back(x.shape()[k] * reps[k]);
     inter.push_back(reps[k]);
     inter.push_back(x.shape()[k]);
     src.strides.push_back(0);
     src.strides.push_back(st[k]);
   }
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), shape));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], x.dtype(), shape));
   StridedCopy(*out[0], Dense(inter), x, src, inter);
   return Status::Ok();
 }
 
 Status ConcatKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   Tensor& y = *out[0];
-  ASSIGN_OR_RETURN(int64_t axis, Named(node, NormalizeAxis(node.GetInt("axis", 0), y.rank())));
+  ASSIGN_OR_RETURN(int64_t axis, NamedStatus(node, NormalizeAxis(node.GetInt("axis", 0), y.rank())));
   std::vector<int64_t> st = Strides(y.shape());
   int64_t offset = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     const Tensor& x = *in[i];
-    RETURN_IF_ERROR(CheckSameDType(node, x, y));
+    RETURN_IF_ERROR(CheckSameElementType(node, x, y));
     Shape expect = y.shape();
     expect[axis] = x.rank() == y.rank() ? x.shape()[axis] : -1;
     if (x.shape() != expect || offset + x.shape()[axis] > y.shape()[axis])
-      return ShapeFail(node, "input " + std::to_string(i) + " of shape " + ShapeToString(x.shape()) +
+      return ShapeOpError(node, "input " + std::to_string(i) + " of shape " + ShapeToString(x.shape()) +
                             " does not fit the output " + ShapeToString(y.shape()) +
                             " along axis " + std::to_string(axis));
     StridedCopy(y, View{offset * st[axis], st}, x, Dense(x.shape()), x.shape());
     offset += x.shape()[axis];
   }
   if (offset != y.shape()[axis])
-    return ShapeFail(node, "inputs fill " + std::to_string(offset) + " of the " +
+    return ShapeOpError(node, "inputs fill " + std::to_string(offset) + " of the " +
                           std::to_string(y.shape()[axis]) + " positions along axis " +
                           std::to_string(axis));
   return Status::Ok();
@@ -364,33 +310,33 @@ Status ConcatKernel(const Node& node, Inputs in, Outputs out, const KernelContex
 
 Status SplitKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const Tensor& x = *in[0];
-  ASSIGN_OR_RETURN(int64_t axis, Named(node, NormalizeAxis(node.GetInt("axis", 0), x.rank())));
+  ASSIGN_OR_RETURN(int64_t axis, NamedStatus(node, NormalizeAxis(node.GetInt("axis", 0), x.rank())));
   std::vector<int64_t> sizes;
   if (in.size() > 1 && in[1]) {
     sizes = in[1]->ToInt64Vector();
   } else if (node.HasAttr("split")) {
     sizes = node.GetInts("split");
   } else {
-    ASSIGN_OR_RETURN(sizes, Named(node, shape_ops::EqualSplitSizes(
+    ASSIGN_OR_RETURN(sizes, NamedStatus(node, shape_ops::EqualSplitSizes(
                                             x.shape()[axis], static_cast<int64_t>(out.size()))));
   }
   if (sizes.size() != out.size())
-    return ShapeFail(node, "split " + ShapeToString(sizes) + " has " + std::to_string(sizes.size()) +
+    return ShapeOpError(node, "split " + ShapeToString(sizes) + " has " + std::to_string(sizes.size()) +
                           " values for " + std::to_string(out.size()) + " outputs");
   std::vector<int64_t> st = Strides(x.shape());
   int64_t offset = 0;
   for (size_t i = 0; i < out.size(); ++i) {
     if (sizes[i] < 0 || offset + sizes[i] > x.shape()[axis])
-      return ShapeFail(node, "split " + ShapeToString(sizes) + " does not fit axis " +
+      return ShapeOpError(node, "split " + ShapeToString(sizes) + " does not fit axis " +
                             std::to_string(axis) + " of size " + std::to_string(x.shape()[axis]));
     Shape shape = x.shape();
     shape[axis] = sizes[i];
-    RETURN_IF_ERROR(CheckOutput(node, *out[i], x.dtype(), shape));
+    RETURN_IF_ERROR(CheckOutputType(node, *out[i], x.dtype(), shape));
     StridedCopy(*out[i], Dense(shape), x, View{offset * st[axis], st}, shape);
     offset += sizes[i];
   }
   if (offset != x.shape()[axis])
-    return ShapeFail(node, "split " + ShapeToString(sizes) + " sums to " + std::to_string(offset) +
+    return ShapeOpError(node, "split " + ShapeToString(sizes) + " sums to " + std::to_string(offset) +
                           " but axis " + std::to_string(axis) + " has size " +
                           std::to_string(x.shape()[axis]));
   return Status::Ok();
@@ -407,7 +353,7 @@ StatusOr<std::pair<View, Shape>> SliceView(const Node& node, const Shape& shape,
                                            const std::vector<int64_t>& axes,
                                            const std::vector<int64_t>& steps) {
   ASSIGN_OR_RETURN(std::vector<SliceDim> dims,
-                   Named(node, shape_ops::ResolveSlice(shape, starts, ends, axes, steps)));
+                   NamedStatus(node, shape_ops::ResolveSlice(shape, starts, ends, axes, steps)));
   std::vector<int64_t> st = Strides(shape);
   View v{0, {}};
   Shape out;
@@ -430,7 +376,7 @@ Status SliceKernel(const Node& node, Inputs in, Outputs out, const KernelContext
                      SliceView(node, x.shape(), in[1]->ToInt64Vector(), in[2]->ToInt64Vector(),
                                OptionalInts(in, 3), OptionalInts(in, 4)));
   }
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), view.second));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], x.dtype(), view.second));
   StridedCopy(*out[0], Dense(view.second), x, view.first, view.second);
   return Status::Ok();
 }
@@ -439,11 +385,11 @@ Status SliceKernel(const Node& node, Inputs in, Outputs out, const KernelContext
 Status SliceGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const Tensor& dy = *in[0];
   Shape shape = in[1]->ToInt64Vector();
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], dy.dtype(), shape));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], dy.dtype(), shape));
   ASSIGN_OR_RETURN(auto view, SliceView(node, shape, in[2]->ToInt64Vector(), in[3]->ToInt64Vector(),
                                         OptionalInts(in, 4), OptionalInts(in, 5)));
   if (view.second != dy.shape())
-    return ShapeFail(node, "dY has shape " + ShapeToString(dy.shape()) + " but slicing " +
+    return ShapeOpError(node, "dY has shape " + ShapeToString(dy.shape()) + " but slicing " +
                           ShapeToString(shape) + " gives " + ShapeToString(view.second));
   // Slice positions are distinct (steps are nonzero), so a plain copy after zeroing suffices.
   ParallelZero(out[0]->raw(), out[0]->nbytes());
@@ -456,7 +402,7 @@ StatusOr<int64_t> IndexAt(const Node& node, const Tensor& idx, int64_t i, int64_
                           int64_t dim) {
   int64_t v = idx.GetAsInt64(i);
   if (v < -dim || v >= dim)
-    return ShapeFail(node, "indices[" + std::to_string(i) + "] = " + std::to_string(v) +
+    return ShapeOpError(node, "indices[" + std::to_string(i) + "] = " + std::to_string(v) +
                           " is out of range for axis " + std::to_string(axis) + " of size " +
                           std::to_string(dim));
   return v < 0 ? v + dim : v;
@@ -464,7 +410,7 @@ StatusOr<int64_t> IndexAt(const Node& node, const Tensor& idx, int64_t i, int64_
 
 Status CheckIndexType(const Node& node, const Tensor& idx) {
   if (idx.dtype() == DType::kInt64 || idx.dtype() == DType::kInt32) return Status::Ok();
-  return ShapeFail(node, "indices must be int64 or int32, got " + std::string(DTypeName(idx.dtype())));
+  return ShapeOpError(node, "indices must be int64 or int32, got " + std::string(DTypeName(idx.dtype())));
 }
 
 // Gather viewed as [outer, axis_dim, inner] -> [outer, n, inner].
@@ -474,7 +420,7 @@ struct GatherDims {
 
 StatusOr<GatherDims> GetGatherDims(const Node& node, const Shape& data) {
   GatherDims g;
-  ASSIGN_OR_RETURN(g.axis, Named(node, NormalizeAxis(node.GetInt("axis", 0),
+  ASSIGN_OR_RETURN(g.axis, NamedStatus(node, NormalizeAxis(node.GetInt("axis", 0),
                                                      static_cast<int64_t>(data.size()))));
   for (int64_t k = 0; k < g.axis; ++k) g.outer *= data[k];
   g.dim = data[g.axis];
@@ -507,7 +453,7 @@ Status GatherKernel(const Node& node, Inputs in, Outputs out, const KernelContex
   RETURN_IF_ERROR(CheckIndexType(node, idx));
   ASSIGN_OR_RETURN(GatherDims g, GetGatherDims(node, x.shape()));
   RETURN_IF_ERROR(
-      CheckOutput(node, *out[0], x.dtype(), GatherShape(x.shape(), idx.shape(), g.axis)));
+      CheckOutputType(node, *out[0], x.dtype(), GatherShape(x.shape(), idx.shape(), g.axis)));
   const int64_t n = idx.numel();
   RETURN_IF_ERROR(CheckIndices(node, idx, g));
   const size_t row_bytes = g.inner * DTypeSize(x.dtype());
@@ -544,12 +490,12 @@ Status GatherGradKernel(const Node& node, Inputs in, Outputs out, const KernelCo
   const Tensor& idx = *in[1];
   const Tensor& dy = *in[2];
   RETURN_IF_ERROR(CheckIndexType(node, idx));
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], dy.dtype(), shape));
-  if (shape.empty()) return ShapeFail(node, "shape must have rank >= 1");
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], dy.dtype(), shape));
+  if (shape.empty()) return ShapeOpError(node, "shape must have rank >= 1");
   ASSIGN_OR_RETURN(GatherDims g, GetGatherDims(node, shape));
   Shape expect = GatherShape(shape, idx.shape(), g.axis);
   if (dy.shape() != expect)
-    return ShapeFail(
+    return ShapeOpError(
         node, "dY has shape " + ShapeToString(dy.shape()) + ", expected " + ShapeToString(expect));
   RETURN_IF_ERROR(CheckIndices(node, idx, g));
   switch (dy.dtype()) {
@@ -560,7 +506,7 @@ Status GatherGradKernel(const Node& node, Inputs in, Outputs out, const KernelCo
       GatherGradT(g, idx, dy.data<double>(), out[0]->data<double>());
       break;
     default:
-      return ShapeFail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
+      return ShapeOpError(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
   }
   return Status::Ok();
 }
@@ -572,12 +518,12 @@ Status ForEachElementOffset(const Node& node, const Shape& data, const Tensor& i
   RETURN_IF_ERROR(CheckIndexType(node, idx));
   const int64_t r = static_cast<int64_t>(data.size());
   if (idx.rank() != r)
-    return ShapeFail(node, "indices " + ShapeToString(idx.shape()) + " and data " + ShapeToString(data) +
+    return ShapeOpError(node, "indices " + ShapeToString(idx.shape()) + " and data " + ShapeToString(data) +
                           " must have the same rank");
-  ASSIGN_OR_RETURN(int64_t axis, Named(node, NormalizeAxis(node.GetInt("axis", 0), r)));
+  ASSIGN_OR_RETURN(int64_t axis, NamedStatus(node, NormalizeAxis(node.GetInt("axis", 0), r)));
   for (int64_t k = 0; k < r; ++k)
     if (k != axis && idx.shape()[k] > data[k])
-      return ShapeFail(node, "indices " + ShapeToString(idx.shape()) + " exceed data " +
+      return ShapeOpError(node, "indices " + ShapeToString(idx.shape()) + " exceed data " +
                             ShapeToString(data) + " on axis " + std::to_string(k));
   for (int64_t e = 0; e < idx.numel(); ++e)
     RETURN_IF_ERROR(IndexAt(node, idx, e, axis, data[axis]).status());
@@ -599,7 +545,7 @@ Status ForEachElementOffset(const Node& node, const Shape& data, const Tensor& i
 
 Status GatherElementsKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const Tensor& x = *in[0];
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), in[1]->shape()));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], x.dtype(), in[1]->shape()));
   const size_t elem = DTypeSize(x.dtype());
   const auto* src = static_cast<const uint8_t*>(x.raw());
   auto* dst = static_cast<uint8_t*>(out[0]->raw());
@@ -618,9 +564,9 @@ Status ScatterAddT(const Node& node, const Shape& shape, const Tensor& idx, cons
 Status GatherElementsGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const Tensor& dy = *in[0];
   Shape shape = in[1]->ToInt64Vector();
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], dy.dtype(), shape));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], dy.dtype(), shape));
   if (dy.shape() != in[2]->shape())
-    return ShapeFail(node, "dY " + ShapeToString(dy.shape()) + " and indices " +
+    return ShapeOpError(node, "dY " + ShapeToString(dy.shape()) + " and indices " +
                           ShapeToString(in[2]->shape()) + " must have the same shape");
   switch (dy.dtype()) {
     case DType::kFloat32:
@@ -628,7 +574,7 @@ Status GatherElementsGradKernel(const Node& node, Inputs in, Outputs out, const 
     case DType::kFloat64:
       return ScatterAddT(node, shape, *in[2], dy.data<double>(), out[0]->data<double>());
     default:
-      return ShapeFail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
+      return ShapeOpError(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
   }
 }
 
@@ -647,7 +593,7 @@ StatusOr<NDDims> GetNDDims(const Node& node, const Shape& data, const Tensor& id
   RETURN_IF_ERROR(CheckIndexType(node, idx));
   NDDims d;
   d.b = node.GetInt("batch_dims", 0);
-  ASSIGN_OR_RETURN(d.out, Named(node, shape_ops::GatherNDShape(data, idx.shape(), d.b)));
+  ASSIGN_OR_RETURN(d.out, NamedStatus(node, shape_ops::GatherNDShape(data, idx.shape(), d.b)));
   d.k = idx.shape().back();
   for (int64_t i = 0; i < d.b; ++i) d.batch *= data[i];
   d.dims.assign(data.begin() + d.b, data.begin() + d.b + d.k);
@@ -678,7 +624,7 @@ Status GatherNDKernel(const Node& node, Inputs in, Outputs out, const KernelCont
   const Tensor& x = *in[0];
   const Tensor& idx = *in[1];
   ASSIGN_OR_RETURN(NDDims d, GetNDDims(node, x.shape(), idx));
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), d.out));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], x.dtype(), d.out));
   const size_t slice_bytes = d.slice * DTypeSize(x.dtype());
   const auto* src = static_cast<const uint8_t*>(x.raw());
   auto* dst = static_cast<uint8_t*>(out[0]->raw());
@@ -702,10 +648,10 @@ Status GatherNDGradKernel(const Node& node, Inputs in, Outputs out, const Kernel
   Shape shape = in[0]->ToInt64Vector();
   const Tensor& idx = *in[1];
   const Tensor& dy = *in[2];
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], dy.dtype(), shape));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], dy.dtype(), shape));
   ASSIGN_OR_RETURN(NDDims d, GetNDDims(node, shape, idx));
   if (dy.shape() != d.out)
-    return ShapeFail(node,
+    return ShapeOpError(node,
                 "dY has shape " + ShapeToString(dy.shape()) + ", expected " + ShapeToString(d.out));
   switch (dy.dtype()) {
     case DType::kFloat32:
@@ -715,17 +661,17 @@ Status GatherNDGradKernel(const Node& node, Inputs in, Outputs out, const Kernel
       GatherNDGradT(d, idx, dy.data<double>(), out[0]->data<double>());
       return Status::Ok();
     default:
-      return ShapeFail(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
+      return ShapeOpError(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
   }
 }
 
 Status TriluKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const Tensor& x = *in[0];
-  if (x.rank() < 2) return ShapeFail(node, "input must have rank >= 2, got " + ShapeToString(x.shape()));
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), x.shape()));
+  if (x.rank() < 2) return ShapeOpError(node, "input must have rank >= 2, got " + ShapeToString(x.shape()));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], x.dtype(), x.shape()));
   int64_t k = 0;
   if (in.size() > 1 && in[1]) {
-    if (in[1]->numel() != 1) return ShapeFail(node, "k must be a scalar");
+    if (in[1]->numel() != 1) return ShapeOpError(node, "k must be a scalar");
     k = in[1]->GetAsInt64(0);
   }
   const bool upper = node.GetInt("upper", 1) != 0;
@@ -756,29 +702,29 @@ Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext& 
       in.size() > 1 && in[1] ? in[1]->ToInt64Vector() : node.GetInts("pads");
   std::vector<int64_t> axes = OptionalInts(in, 3);
   ASSIGN_OR_RETURN(
-      pads, Named(node, shape_ops::FullPads(r, pads, in.size() > 3 && in[3] ? &axes : nullptr)));
+      pads, NamedStatus(node, shape_ops::FullPads(r, pads, in.size() > 3 && in[3] ? &axes : nullptr)));
   const std::string mode = node.GetString("mode", "constant");
   Shape shape(r);
   for (int64_t k = 0; k < r; ++k)
     if (__builtin_add_overflow(x.shape()[k], pads[k], &shape[k]) ||
         __builtin_add_overflow(shape[k], pads[k + r], &shape[k]))
-      return ShapeFail(node, "pads " + ShapeToString(pads) + " on axis " + std::to_string(k) + " of " +
+      return ShapeOpError(node, "pads " + ShapeToString(pads) + " on axis " + std::to_string(k) + " of " +
                             ShapeToString(x.shape()) + " overflow int64");
   for (int64_t k = 0; k < r; ++k)
     if (shape[k] < 0)
-      return ShapeFail(node, "pads " + ShapeToString(pads) + " remove more than axis " +
+      return ShapeOpError(node, "pads " + ShapeToString(pads) + " remove more than axis " +
                             std::to_string(k) + " of " + ShapeToString(x.shape()) + " holds");
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), shape));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], x.dtype(), shape));
   // An empty output may still have a huge axis ([0, 2^30]): the per-axis tables below would be
   // sized by it.
   if (out[0]->numel() == 0) return Status::Ok();
 
   const size_t elem = DTypeSize(x.dtype());
   uint64_t fill_bytes = 0;  // one element of any type the kernel moves
-  if (elem > sizeof(fill_bytes)) return ShapeFail(node, "unsupported element type");
+  if (elem > sizeof(fill_bytes)) return ShapeOpError(node, "unsupported element type");
   auto* fill = reinterpret_cast<uint8_t*>(&fill_bytes);
   if (in.size() > 2 && in[2]) {
-    RETURN_IF_ERROR(CheckSameDType(node, *in[2], x));
+    RETURN_IF_ERROR(CheckSameElementType(node, *in[2], x));
     std::memcpy(fill, in[2]->raw(), elem);
   } else if (node.HasAttr("value") && x.dtype() == DType::kFloat32) {
     float v = node.GetFloat("value", 0.f);
@@ -797,7 +743,7 @@ Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext& 
       if (mode == "constant") {
         if (i < 0 || i >= d) i = -1;
       } else if (d == 0) {
-        return ShapeFail(node, "mode '" + mode + "' cannot pad the empty axis " + std::to_string(k));
+        return ShapeOpError(node, "mode '" + mode + "' cannot pad the empty axis " + std::to_string(k));
       } else if (mode == "edge") {
         i = std::clamp<int64_t>(i, 0, d - 1);
       } else if (mode == "reflect") {
@@ -808,7 +754,7 @@ Status PadKernel(const Node& node, Inputs in, Outputs out, const KernelContext& 
           if (i >= d) i = period - i;
         }
       } else {
-        return ShapeFail(node, "mode '" + mode + "' is not supported (constant, reflect, edge are)");
+        return ShapeOpError(node, "mode '" + mode + "' is not supported (constant, reflect, edge are)");
       }
       map[k][o] = i;
     }
@@ -844,18 +790,18 @@ int64_t PadWorkspace(const Node&, std::span<const OperandType>, std::span<const 
 Status OneHotKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
   const Tensor& idx = *in[0];
   const Tensor& values = *in[2];
-  if (in[1]->numel() != 1) return ShapeFail(node, "depth must be a scalar");
-  if (values.numel() != 2) return ShapeFail(node, "values must hold two elements [off, on]");
+  if (in[1]->numel() != 1) return ShapeOpError(node, "depth must be a scalar");
+  if (values.numel() != 2) return ShapeOpError(node, "values must hold two elements [off, on]");
   const int64_t depth = static_cast<int64_t>(in[1]->GetAsDouble(0));
   const int64_t r = idx.rank();
   int64_t axis = node.GetInt("axis", -1);
   if (axis < -(r + 1) || axis > r)
-    return ShapeFail(node, "axis " + std::to_string(axis) + " is out of range for output rank " +
+    return ShapeOpError(node, "axis " + std::to_string(axis) + " is out of range for output rank " +
                           std::to_string(r + 1));
   if (axis < 0) axis += r + 1;
   Shape shape = idx.shape();
   shape.insert(shape.begin() + axis, depth);
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], values.dtype(), shape));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], values.dtype(), shape));
   int64_t outer = 1, inner = 1;
   for (int64_t k = 0; k < axis; ++k) outer *= idx.shape()[k];
   for (int64_t k = axis; k < r; ++k) inner *= idx.shape()[k];
@@ -892,18 +838,18 @@ Status ScatterNDKernel(const Node& node, Inputs in, Outputs out, const KernelCon
   const Tensor& idx = *in[1];
   const Tensor& upd = *in[2];
   RETURN_IF_ERROR(CheckIndexType(node, idx));
-  RETURN_IF_ERROR(CheckSameDType(node, x, upd));
-  RETURN_IF_ERROR(CheckOutput(node, *out[0], x.dtype(), x.shape()));
-  if (idx.rank() == 0) return ShapeFail(node, "indices must have rank >= 1");
+  RETURN_IF_ERROR(CheckSameElementType(node, x, upd));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], x.dtype(), x.shape()));
+  if (idx.rank() == 0) return ShapeOpError(node, "indices must have rank >= 1");
   const int64_t k = idx.shape().back();
   if (k > x.rank())
-    return ShapeFail(node, "indices' last dimension " + std::to_string(k) +
+    return ShapeOpError(node, "indices' last dimension " + std::to_string(k) +
                           " exceeds the rank of data " + std::to_string(x.rank()));
   int64_t slice = 1;
   for (int64_t d = k; d < x.rank(); ++d) slice *= x.shape()[d];
   const int64_t tuples = k == 0 ? idx.numel() : idx.numel() / k;
   if (upd.numel() != tuples * slice)
-    return ShapeFail(node, "updates has " + std::to_string(upd.numel()) + " elements, expected " +
+    return ShapeOpError(node, "updates has " + std::to_string(upd.numel()) + " elements, expected " +
                           std::to_string(tuples * slice));
   const std::string red = node.GetString("reduction", "none");
   std::memcpy(out[0]->raw(), x.raw(), x.nbytes());
@@ -939,7 +885,7 @@ Status ScatterNDKernel(const Node& node, Inputs in, Outputs out, const KernelCon
                       red);
         break;
       default:
-        return ShapeFail(node, "reduction '" + red + "' is not supported for " +
+        return ShapeOpError(node, "reduction '" + red + "' is not supported for " +
                               std::string(DTypeName(x.dtype())));
     }
   }

@@ -17,19 +17,13 @@
 //    recv [N*c*4, 2*N*c*4), gathered [2*N*c*4, 3*N*c*4).
 #include <string>
 
+#include "compiler/sharding.h"
+#include "kernels/cpu/collective.h"
+#include "kernels/cpu/communicator.h"
 #include "kernels/cuda/common.cuh"
-#include "runtime/communicator.h"
 
 namespace foundry {
 namespace {
-
-int64_t ShardElements(int64_t numel, int64_t world) { return (numel + world - 1) / world; }
-
-int64_t NumelOf(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
 
 // The node's world_size against the run's communicator, which must serve device memory.
 StatusOr<int64_t> WorldOf(const Node& node, const CudaKernelContext& ctx) {
@@ -41,11 +35,7 @@ StatusOr<int64_t> WorldOf(const Node& node, const CudaKernelContext& ctx) {
   if (comm->name() != "nccl")
     return Error(node.Describe() + ": the cuda kernel exchanges device memory through NCCL, not " +
                  std::string(comm->name()));
-  const int64_t world = node.GetInt("world_size", 0);
-  if (world != comm->size())
-    return Error(node.Describe() + ": compiled for world_size " + std::to_string(world) +
-                 " but the run has " + std::to_string(comm->size()) + " ranks");
-  return world;
+  return CheckWorldSize(node, *comm);
 }
 
 Status Short(const Node& node, int64_t need, const CudaKernelContext& ctx) {
@@ -87,19 +77,12 @@ Status CopyPrefix(const Node& node, void* dst, const void* src, int64_t numel,
 Status AllGatherKernel(const Node& node, std::span<const Tensor* const> inputs,
                        std::span<Tensor* const> outputs, const CudaKernelContext& ctx) {
   ASSIGN_OR_RETURN(const int64_t world, WorldOf(node, ctx));
-  if (inputs.size() != outputs.size())
-    return Error(node.Describe() + ": one output per input shard, not " +
-                 std::to_string(outputs.size()) + " for " + std::to_string(inputs.size()));
+  RETURN_IF_ERROR(CheckAllGather(node, inputs, outputs, world));
   int64_t offset = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& shard = *inputs[i];
     Tensor& full = *outputs[i];
     const int64_t numel = full.numel(), c = shard.numel();
-    if (shard.dtype() != DType::kFloat32 || full.dtype() != DType::kFloat32 ||
-        c != ShardElements(numel, world))
-      return Error(node.Describe() + ": input " + std::to_string(i) + " is " + std::to_string(c) +
-                   " elements for an output of " + std::to_string(numel) +
-                   "; an f32 shard holds ceil(numel / " + std::to_string(world) + ")");
     if (numel == world * c) {
       RETURN_IF_ERROR(
           ctx.base.comm->AllGather(shard.raw(), full.raw(), c * 4).Prepend(node.Describe() + ": "));
@@ -143,12 +126,8 @@ Status ReduceScatterGradientKernel(const Node& node, std::span<const Tensor* con
   ASSIGN_OR_RETURN(const int64_t world, WorldOf(node, ctx));
   const Tensor& partial = *inputs[0];
   Tensor& grad = *outputs[0];
+  RETURN_IF_ERROR(CheckReduceScatter(node, partial, grad, world));
   const int64_t c = grad.numel();
-  if (partial.dtype() != DType::kFloat32 || grad.dtype() != DType::kFloat32 ||
-      c != ShardElements(partial.numel(), world))
-    return Error(node.Describe() + ": reduces an f32 partial of " +
-                 std::to_string(partial.numel()) + " elements into an f32 shard of ceil(numel / " +
-                 std::to_string(world) + "), not " + std::to_string(c));
   float* g = grad.data<float>();
   return ReduceShard(node, partial, world, c, ctx, g, 0, c, g);
 }
@@ -158,10 +137,8 @@ Status AllReduceGradientKernel(const Node& node, std::span<const Tensor* const> 
   ASSIGN_OR_RETURN(const int64_t world, WorldOf(node, ctx));
   const Tensor& partial = *inputs[0];
   Tensor& grad = *outputs[0];
+  RETURN_IF_ERROR(CheckAllReduce(node, partial, grad));
   const int64_t numel = grad.numel();
-  if (partial.dtype() != DType::kFloat32 || grad.dtype() != DType::kFloat32 ||
-      partial.numel() != numel)
-    return Error(node.Describe() + ": reduces an f32 partial into an f32 gradient of its size");
   const int64_t c = ShardElements(numel, world);
   RETURN_IF_ERROR(Short(node, 3 * world * c * 4, ctx));
   // This rank's shard of the old gradient is read from `grad` itself (every rank holds it whole

@@ -1,8 +1,9 @@
 // Elementwise CUDA kernels: the GPU twin of kernels/cpu/elementwise.cc, same ops, attributes,
-// element types and host-side errors. The per-element math is kernels/cuda/elementwise_math.cuh
-// (shared with the host test); this file holds the kernels, which are one grid-stride loop each
-// (one thread per output element; Dropout one thread per Philox block of four elements), and the
-// launchers, which read attributes and constant inputs on the host and never touch device memory.
+// element types and host-side errors. The per-element math is kernels/cpu/elementwise_ops.h (the
+// CPU kernels' and the host test's too); this file holds the kernels, which are one grid-stride
+// loop each (one thread per output element; Dropout one thread per Philox block of four
+// elements), and the launchers, which read attributes and constant inputs on the host and never
+// touch device memory.
 //
 // Broadcasting: an operand whose shape is the output's is indexed directly (the fast path); the
 // others go through common.cuh's Strides / BroadcastOffset, computed on the collapsed shapes
@@ -14,8 +15,9 @@
 #include <string>
 #include <utility>
 
+#include "kernels/cpu/element_types.h"
+#include "kernels/cpu/elementwise_ops.h"
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/elementwise_math.cuh"
 
 namespace foundry {
 namespace {
@@ -24,8 +26,6 @@ using cuda::BroadcastOffset;
 using cuda::Strides;
 using Inputs = std::span<const Tensor* const>;
 using Outputs = std::span<Tensor* const>;
-
-static_assert(sizeof(bool) == 1, "bool tensors are stored one byte per element");
 
 #define FOUNDRY_GRID_STRIDE(i, n)                                                        \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
@@ -181,92 +181,15 @@ Status Unary(const Node& node, const CudaKernelContext& ctx, const Tensor& in, T
                 op);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Element type dispatch: fn(Tag<T>{}) for the tensor's C++ element type (the CPU's sets).
-
-template <class T>
-struct Tag {
-  using type = T;
-};
-
-Status Unsupported(const Node& node, DType t) {
-  return Error(node.Describe() + ": the cuda kernel does not support element type " +
-               std::string(DTypeName(t)));
-}
-
-template <class Fn>
-Status VisitFloat(const Node& node, DType t, Fn&& fn) {
-  switch (t) {
-    case DType::kFloat32:
-      return fn(Tag<float>{});
-    case DType::kFloat64:
-      return fn(Tag<double>{});
-    default:
-      return Unsupported(node, t);
-  }
-}
-
-template <class Fn>
-Status VisitNumeric(const Node& node, DType t, Fn&& fn) {
-  switch (t) {
-    case DType::kFloat32:
-      return fn(Tag<float>{});
-    case DType::kFloat64:
-      return fn(Tag<double>{});
-    case DType::kInt32:
-      return fn(Tag<int32_t>{});
-    case DType::kInt64:
-      return fn(Tag<int64_t>{});
-    default:
-      return Unsupported(node, t);
-  }
-}
-
-template <class Fn>
-Status VisitCastable(const Node& node, DType t, Fn&& fn) {
-  switch (t) {
-    case DType::kFloat32:
-      return fn(Tag<float>{});
-    case DType::kFloat64:
-      return fn(Tag<double>{});
-    case DType::kInt32:
-      return fn(Tag<int32_t>{});
-    case DType::kInt64:
-      return fn(Tag<int64_t>{});
-    case DType::kBool:
-      return fn(Tag<bool>{});
-    case DType::kUint8:
-      return fn(Tag<uint8_t>{});
-    case DType::kInt8:
-      return fn(Tag<int8_t>{});
-    default:
-      return Unsupported(node, t);
-  }
-}
-
-// Ops that only move elements dispatch on the element size.
-template <class Fn>
-Status VisitBySize(const Node& node, DType t, Fn&& fn) {
-  switch (DTypeSize(t)) {
-    case 1:
-      return fn(Tag<uint8_t>{});
-    case 2:
-      return fn(Tag<uint16_t>{});
-    case 4:
-      return fn(Tag<uint32_t>{});
-    case 8:
-      return fn(Tag<uint64_t>{});
-    default:
-      return Unsupported(node, t);
-  }
-}
+// Element type dispatch: the CPU's sets and errors.
+constexpr ElementTypes kTypes{"cuda"};
 
 // ---------------------------------------------------------------------------------------------
 // Kernel functions (the op table's entries)
 
 template <class Op>
 Status NumericBinaryKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
-  return VisitNumeric(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Numeric(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     return Binary<T, T, T>(node, ctx, *in[0], *in[1], *out[0], Op{});
   });
@@ -284,7 +207,7 @@ bool HasZero(const Tensor* divisor, DType dtype) {
 }
 
 Status DivKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
-  return VisitNumeric(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Numeric(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_integral_v<T>) {
       if (out[0]->numel() > 0 && HasZero<T>(ConstantInput(ctx, 1), in[0]->dtype()))
@@ -296,7 +219,7 @@ Status DivKernel(const Node& node, Inputs in, Outputs out, const CudaKernelConte
 
 Status ModKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
   const bool fmod = node.GetInt("fmod", 0) == 1;
-  return VisitNumeric(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Numeric(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_floating_point_v<T>) {
       if (!fmod) return Error(node.Describe() + ": floating-point Mod needs attribute fmod=1");
@@ -309,9 +232,9 @@ Status ModKernel(const Node& node, Inputs in, Outputs out, const CudaKernelConte
 }
 
 Status PowKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
-  return VisitNumeric(node, in[0]->dtype(), [&](auto base_tag) {
+  return kTypes.Numeric(node, in[0]->dtype(), [&](auto base_tag) {
     using B = typename decltype(base_tag)::type;
-    return VisitNumeric(node, in[1]->dtype(), [&](auto exp_tag) {
+    return kTypes.Numeric(node, in[1]->dtype(), [&](auto exp_tag) {
       using E = typename decltype(exp_tag)::type;
       return Binary<B, E, B>(node, ctx, *in[0], *in[1], *out[0], ew::PowOp{});
     });
@@ -358,14 +281,14 @@ Status Variadic(const Node& node, const CudaKernelContext& ctx, Inputs in, Tenso
 
 template <class Op>
 Status VariadicKernelFn(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
-  return VisitNumeric(node, out[0]->dtype(), [&](auto tag) {
+  return kTypes.Numeric(node, out[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     return Variadic<T>(node, ctx, in, *out[0], /*mean=*/false, Op{});
   });
 }
 
 Status MeanKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
-  return VisitFloat(node, out[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, out[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     return Variadic<T>(node, ctx, in, *out[0], /*mean=*/true, ew::AddOp{});
   });
@@ -378,18 +301,18 @@ Status CompareKernel(const Node& node, Inputs in, Outputs out, const CudaKernelC
     return Binary<T, T, bool>(node, ctx, *in[0], *in[1], *out[0], Op{});
   };
   if (in[0]->dtype() == DType::kBool) return run(Tag<bool>{});
-  return VisitNumeric(node, in[0]->dtype(), run);
+  return kTypes.Numeric(node, in[0]->dtype(), run);
 }
 
 template <class Op>
 Status LogicalKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
-  if (in[0]->dtype() != DType::kBool) return Unsupported(node, in[0]->dtype());
+  if (in[0]->dtype() != DType::kBool) return kTypes.Unsupported(node, in[0]->dtype());
   return Binary<bool, bool, bool>(node, ctx, *in[0], *in[1], *out[0], Op{});
 }
 
 template <class Op>
 Status FloatUnaryKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     return Unary<T, T>(node, ctx, *in[0], *out[0], Op{});
   });
@@ -397,19 +320,19 @@ Status FloatUnaryKernel(const Node& node, Inputs in, Outputs out, const CudaKern
 
 template <class Op>
 Status NumericUnaryKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
-  return VisitNumeric(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Numeric(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     return Unary<T, T>(node, ctx, *in[0], *out[0], Op{});
   });
 }
 
 Status NotKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
-  if (in[0]->dtype() != DType::kBool) return Unsupported(node, in[0]->dtype());
+  if (in[0]->dtype() != DType::kBool) return kTypes.Unsupported(node, in[0]->dtype());
   return Unary<bool, bool>(node, ctx, *in[0], *out[0], ew::NotOp{});
 }
 
 Status IsNaNKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     return Unary<T, bool>(node, ctx, *in[0], *out[0], ew::IsNaNOp{});
   });
@@ -419,7 +342,7 @@ Status IsInfKernel(const Node& node, Inputs in, Outputs out, const CudaKernelCon
   ew::IsInfOp op;
   op.negative = node.GetInt("detect_negative", 1) != 0;
   op.positive = node.GetInt("detect_positive", 1) != 0;
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     return Unary<T, bool>(node, ctx, *in[0], *out[0], op);
   });
@@ -431,7 +354,7 @@ Status IdentityKernel(const Node& node, Inputs in, Outputs out, const CudaKernel
 }
 
 Status WhereKernelFn(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
-  return VisitBySize(node, in[1]->dtype(), [&](auto tag) {
+  return kTypes.BySize(node, in[1]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     Tensor& z = *out[0];
     const int64_t n = z.numel();
@@ -455,18 +378,18 @@ Status CastKernel(const Node& node, Inputs in, Outputs out, const CudaKernelCont
   if (src == DType::kBFloat16 && dst == DType::kBFloat16)
     return CopyUnlessSame(node, ctx, *in[0], *out[0]);
   if (src == DType::kBFloat16)
-    return VisitCastable(node, dst, [&](auto dst_tag) {
+    return kTypes.Castable(node, dst, [&](auto dst_tag) {
       using D = typename decltype(dst_tag)::type;
       return Unary<uint16_t, D>(node, ctx, *in[0], *out[0], ew::FromBf16Op<D>{});
     });
   if (dst == DType::kBFloat16)
-    return VisitCastable(node, src, [&](auto src_tag) {
+    return kTypes.Castable(node, src, [&](auto src_tag) {
       using S = typename decltype(src_tag)::type;
       return Unary<S, uint16_t>(node, ctx, *in[0], *out[0], ew::ToBf16Op<S>{});
     });
-  return VisitCastable(node, in[0]->dtype(), [&](auto src_tag) {
+  return kTypes.Castable(node, in[0]->dtype(), [&](auto src_tag) {
     using S = typename decltype(src_tag)::type;
-    return VisitCastable(node, out[0]->dtype(), [&](auto dst_tag) {
+    return kTypes.Castable(node, out[0]->dtype(), [&](auto dst_tag) {
       using D = typename decltype(dst_tag)::type;
       return Unary<S, D>(node, ctx, *in[0], *out[0], ew::CastOp<S, D>{});
     });
@@ -476,7 +399,7 @@ Status CastKernel(const Node& node, Inputs in, Outputs out, const CudaKernelCont
 // Bounds from inputs 1 and 2 (read on the device: they may be computed at run time) or from the
 // float attributes min / max (opset 6).
 Status ClipKernelFn(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
-  return VisitNumeric(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Numeric(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* ptr[2] = {nullptr, nullptr};
     T value[2] = {T(0), T(0)};
@@ -524,7 +447,7 @@ Status DropoutKernelFn(const Node& node, Inputs in, Outputs out, const CudaKerne
       FOUNDRY_CUDA_CHECK(node, cudaMemsetAsync(mask->raw(), 1, n, cuda::StreamOf(ctx)));
     return Status::Ok();
   }
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T scale = T(1) / (T(1) - static_cast<T>(ratio));
     return Launch(node, ctx, "DropoutKernel", (n + 3) / 4, DropoutKernel<T>, out[0]->data<T>(),
@@ -551,7 +474,7 @@ Status DropoutGradKernelFn(const Node& node, Inputs in, Outputs out, const CudaK
   if (in[1]->numel() != in[0]->numel())
     return Error(node.Describe() + ": mask has " + std::to_string(in[1]->numel()) +
                  " elements, dY has " + std::to_string(in[0]->numel()));
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T scale = training ? T(1) / (T(1) - static_cast<T>(ratio)) : T(1);
     const int64_t n = in[0]->numel();
@@ -565,7 +488,7 @@ Status FastGeluKernel(const Node& node, Inputs in, Outputs out, const CudaKernel
   if (form != "torch_tanh" && form != "gelu_new")
     return Error(node.Describe() + ": unknown form '" + form +
                  "' (expected \"torch_tanh\" or \"gelu_new\")");
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     return Unary<T, T>(node, ctx, *in[0], *out[0], ew::FastGeluOp{form == "gelu_new"});
   });
@@ -578,7 +501,7 @@ Status OnnxGeluKernel(const Node& node, Inputs in, Outputs out, const CudaKernel
     return Error(node.Describe() +
                  ": attribute 'approximate' must be \"none\" or \"tanh\", got \"" + approximate +
                  "\"");
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (approximate == "tanh") return Unary<T, T>(node, ctx, *in[0], *out[0], ew::FastGeluOp{true});
     return Unary<T, T>(node, ctx, *in[0], *out[0], ew::GeluOp{});
@@ -592,7 +515,7 @@ Status ActivationGrad(const Node& node, Inputs in, Outputs out, const CudaKernel
   if (in[1]->numel() != in[0]->numel())
     return Error(node.Describe() + ": inputs have " + std::to_string(in[0]->numel()) + " and " +
                  std::to_string(in[1]->numel()) + " elements");
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t n = in[0]->numel();
     return Launch(node, ctx, "BinaryKernel", n, BinaryKernel<T, T, T, Op>, out[0]->data<T>(),
@@ -608,7 +531,7 @@ Status ActivationGradKernel(const Node& node, Inputs in, Outputs out,
 // QuickGelu and its gradient: alpha defaults to 1.702, as on the CPU (ONNX Runtime's default).
 Status QuickGeluKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
   const ew::QuickGeluOp op{node.GetFloat("alpha", 1.702f)};
-  return VisitFloat(node, in[0]->dtype(), [&](auto tag) {
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     return Unary<T, T>(node, ctx, *in[0], *out[0], op);
   });

@@ -14,6 +14,7 @@
 
 #include "base/status.h"
 #include "kernels/cpu/optimizer.h"
+#include "kernels/cpu/rounded.h"
 #include "kernels/cuda/hd.h"
 
 namespace foundry {
@@ -30,43 +31,6 @@ Status CudaSgdUpdate(const OptimizerOptions& o, bool first_step, float* param, c
 
 namespace opt {
 
-// Correctly rounded f32 operations that no compiler contracts: nvcc fuses a * b + c into an fma
-// unless told not to, which the CPU update (compiled with -ffp-contract=off) never does.
-FOUNDRY_HD inline float MulRn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-FOUNDRY_HD inline float AddRn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-FOUNDRY_HD inline float DivRn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-FOUNDRY_HD inline float SqrtRn(float a) {
-#ifdef __CUDA_ARCH__
-  return __fsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
-}
-FOUNDRY_HD inline float FmaRn(float a, float b, float c) {
-#ifdef __CUDA_ARCH__
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
 FOUNDRY_HD inline bool NonFinite(float x) { return !(fabsf(x) <= FLT_MAX); }
 
 // AdamW's (and DecoupledAdamW's) f32 constants for one step, rounded from doubles exactly as
@@ -97,11 +61,11 @@ inline AdamWScalars AdamWScalarsFor(const OptimizerOptions& o, int64_t step) {
 // Returns whether the updated parameter is non-finite.
 FOUNDRY_HD inline bool AdamWElement(const AdamWScalars& s, float& param, float grad, float& m,
                                     float& v) {
-  const float p = MulRn(param, s.decay);
-  m = FmaRn(grad, s.one_minus_beta1, MulRn(m, s.beta1));
-  v = FmaRn(MulRn(s.one_minus_beta2, grad), grad, MulRn(v, s.beta2));
-  const float denom = AddRn(DivRn(SqrtRn(v), s.bias_correction2_sqrt), s.eps);
-  param = AddRn(p, DivRn(MulRn(s.neg_step_size, m), denom));
+  const float p = rn::Mul(param, s.decay);
+  m = rn::Fma(grad, s.one_minus_beta1, rn::Mul(m, s.beta1));
+  v = rn::Fma(rn::Mul(s.one_minus_beta2, grad), grad, rn::Mul(v, s.beta2));
+  const float denom = rn::Add(rn::Div(rn::Sqrt(v), s.bias_correction2_sqrt), s.eps);
+  param = rn::Add(p, rn::Div(rn::Mul(s.neg_step_size, m), denom));
   return NonFinite(param);
 }
 
@@ -119,12 +83,12 @@ inline SgdScalars SgdScalarsFor(const OptimizerOptions& o) {
 FOUNDRY_HD inline bool SgdElement(const SgdScalars& s, bool first_step, float& param, float grad,
                                   float* buf) {
   float d = grad;
-  if (s.decay_on) d = FmaRn(param, s.weight_decay, d);
+  if (s.decay_on) d = rn::Fma(param, s.weight_decay, d);
   if (s.momentum_on) {
-    *buf = first_step ? d : FmaRn(d, 1.0f, MulRn(*buf, s.momentum));
+    *buf = first_step ? d : rn::Fma(d, 1.0f, rn::Mul(*buf, s.momentum));
     d = *buf;
   }
-  param = FmaRn(d, s.neg_lr, param);
+  param = rn::Fma(d, s.neg_lr, param);
   return NonFinite(param);
 }
 

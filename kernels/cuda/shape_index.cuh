@@ -29,6 +29,7 @@
 #include "compiler/ir.h"
 #include "compiler/op_schema.h"
 #include "compiler/ops/shape_ops.h"
+#include "kernels/cpu/shape_checks.h"
 #include "kernels/cuda/hd.h"
 
 namespace foundry::cuda {
@@ -393,17 +394,8 @@ struct BytePattern {
 FOUNDRY_HD inline uint8_t PatternByte(const BytePattern& p, int64_t b) { return p.bytes[b % p.n]; }
 
 // ---------------------------------------------------------------------------------------------
-// Host preparation: the CPU kernels' checks and the parameter structs above.
-
-inline Status ShapeOpError(const Node& node, const std::string& what) {
-  return Error(node.Describe() + ": " + what);
-}
-
-template <class T>
-StatusOr<T> NamedStatus(const Node& node, StatusOr<T> r) {
-  if (!r.ok()) return ShapeOpError(node, r.status().message());
-  return r;
-}
+// Host preparation: the CPU kernels' checks (kernels/cpu/shape_checks.h and these) and the
+// parameter structs above.
 
 // constant_inputs[i], or null where it is missing or run-time.
 inline const Tensor* ConstantAt(std::span<const Tensor* const> constants, size_t i) {
@@ -432,20 +424,6 @@ inline std::vector<int64_t> DenseStrides(const Shape& s) {
 }
 
 // The CPU's CheckOutput: the output's allocated type must be what the inputs give.
-inline Status CheckOutputType(const Node& node, const Tensor& out, DType dtype,
-                              const Shape& shape) {
-  if (out.dtype() == dtype && out.shape() == shape) return Status::Ok();
-  return ShapeOpError(node, "output was allocated as " + std::string(DTypeName(out.dtype())) +
-                                ShapeToString(out.shape()) + " but the inputs give " +
-                                std::string(DTypeName(dtype)) + ShapeToString(shape));
-}
-
-inline Status CheckSameElementType(const Node& node, const Tensor& a, const Tensor& b) {
-  if (a.dtype() == b.dtype() && DTypeSize(a.dtype()) != 0) return Status::Ok();
-  return ShapeOpError(node, "element types " + std::string(DTypeName(a.dtype())) + " and " +
-                                std::string(DTypeName(b.dtype())) + " do not match");
-}
-
 inline Status CheckIndexType(const Node& node, const Tensor& idx) {
   if (idx.dtype() == DType::kInt64 || idx.dtype() == DType::kInt32) return Status::Ok();
   return ShapeOpError(node,
@@ -1096,11 +1074,7 @@ inline Status RangePrep(const Node& node, std::span<const Tensor* const> in,
 inline StatusOr<std::vector<int64_t>> ShapeValues(const Node& node, const Tensor& x,
                                                   const Tensor& out) {
   const Shape& s = x.shape();
-  const int64_t r = static_cast<int64_t>(s.size());
-  auto clamp = [r](int64_t a) { return std::clamp<int64_t>(a < 0 ? a + r : a, 0, r); };
-  const int64_t start = clamp(node.GetInt("start", 0));
-  int64_t end = node.HasAttr("end") ? clamp(node.GetInt("end", r)) : r;
-  end = std::max(end, start);
+  const auto [start, end] = shape_ops::ShapeOpRange(node, static_cast<int64_t>(s.size()));
   RETURN_IF_ERROR(CheckOutputType(node, out, DType::kInt64, {end - start}));
   return std::vector<int64_t>(s.begin() + start, s.begin() + end);
 }
@@ -1128,31 +1102,11 @@ inline ConstantBytes MakeConstantBytes(const void* data, int64_t nbytes) {
 }
 
 inline StatusOr<ConstantBytes> ConstantPrep(const Node& node, const Tensor& out) {
-  auto v = node.attrs.find("value");
-  if (v != node.attrs.end() && v->second.kind == Attribute::Kind::kTensor && v->second.t) {
-    const Tensor& t = *v->second.t;
-    RETURN_IF_ERROR(CheckOutputType(node, out, t.dtype(), t.shape()));
-    return MakeConstantBytes(t.raw(), static_cast<int64_t>(t.nbytes()));
-  }
-  if (v != node.attrs.end()) return NamedStatus(node, shape_ops::ConstantAttrTensor(node)).status();
-  auto write = [&](DType dtype, Shape shape, const void* bytes) -> StatusOr<ConstantBytes> {
-    RETURN_IF_ERROR(CheckOutputType(node, out, dtype, shape));
-    return MakeConstantBytes(bytes, static_cast<int64_t>(out.nbytes()));
-  };
-  if (auto a = node.attrs.find("value_float"); a != node.attrs.end()) {
-    const float f =
-        a->second.kind == Attribute::Kind::kInt ? static_cast<float>(a->second.i) : a->second.f;
-    return write(DType::kFloat32, {}, &f);  // copied into `small` before f goes away
-  }
-  if (auto a = node.attrs.find("value_floats"); a != node.attrs.end())
-    return write(DType::kFloat32, {static_cast<int64_t>(a->second.floats.size())},
-                 a->second.floats.data());
-  if (auto a = node.attrs.find("value_int"); a != node.attrs.end())
-    return write(DType::kInt64, {}, &a->second.i);
-  if (auto a = node.attrs.find("value_ints"); a != node.attrs.end())
-    return write(DType::kInt64, {static_cast<int64_t>(a->second.ints.size())},
-                 a->second.ints.data());
-  return NamedStatus(node, shape_ops::ConstantAttrTensor(node)).status();
+  ASSIGN_OR_RETURN(const shape_ops::ConstantValue v,
+                   NamedStatus(node, shape_ops::ConstantAttrValue(node)));
+  RETURN_IF_ERROR(CheckOutputType(node, out, v.dtype, v.shape));
+  // value_float's float, in `v`, is copied into `small` before v goes away.
+  return MakeConstantBytes(v.data(), static_cast<int64_t>(out.nbytes()));
 }
 
 // ConstantOfShape's element (<= 8 bytes) into `value`; the output's type is checked (its shape

@@ -28,7 +28,6 @@ namespace {
 
 using cuda::BlocksFor;
 using cuda::kThreads;
-using cuda::ShapeOpError;
 using cuda::StreamOf;
 using Inputs = std::span<const Tensor* const>;
 using Outputs = std::span<Tensor* const>;
@@ -294,7 +293,7 @@ Status ShapeKernel(const Node& node, Inputs in, Outputs out, const CudaKernelCon
 }
 
 Status SizeKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
-  RETURN_IF_ERROR(cuda::CheckOutputType(node, *out[0], DType::kInt64, {}));
+  RETURN_IF_ERROR(CheckOutputType(node, *out[0], DType::kInt64, {}));
   const int64_t n = NumElements(in[0]->shape());
   cuda::BytePattern p;
   p.n = sizeof(n);
@@ -446,7 +445,7 @@ Status GatherElementsKernel(const Node& node, Inputs in, Outputs out,
   const Tensor& x = *in[0];
   const Tensor& idx = *in[1];
   Tensor& y = *out[0];
-  RETURN_IF_ERROR(cuda::CheckOutputType(node, y, x.dtype(), idx.shape()));
+  RETURN_IF_ERROR(CheckOutputType(node, y, x.dtype(), idx.shape()));
   ASSIGN_OR_RETURN(cuda::ElementsParams p,
                    cuda::ElementsPrep(node, x.shape(), idx, cuda::ConstantAt(Constants(ctx), 1)));
   const int64_t n = y.numel();
@@ -680,7 +679,7 @@ Status TriluKernelFn(const Node& node, Inputs in, Outputs out, const CudaKernelC
   Tensor& y = *out[0];
   if (x.rank() < 2)
     return ShapeOpError(node, "input must have rank >= 2, got " + ShapeToString(x.shape()));
-  RETURN_IF_ERROR(cuda::CheckOutputType(node, y, x.dtype(), x.shape()));
+  RETURN_IF_ERROR(CheckOutputType(node, y, x.dtype(), x.shape()));
   cuda::TriluParams p;
   p.rows = x.shape()[x.rank() - 2];
   p.cols = x.shape()[x.rank() - 1];

@@ -24,8 +24,8 @@
 
 #include "base/bfloat16.h"
 #include "compiler/op_schema.h"
+#include "kernels/cpu/elementwise_ops.h"
 #include "kernels/cpu/kernel.h"
-#include "kernels/cuda/elementwise_math.cuh"
 #include "tests/support/fixture_plans.h"
 #include "tests/support/grad_check.h"
 #include "tests/support/source_dir.h"

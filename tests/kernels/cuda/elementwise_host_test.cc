@@ -1,4 +1,4 @@
-// The CUDA elementwise kernels' per-element math (kernels/cuda/elementwise_math.cuh), run on the
+// The CUDA elementwise kernels' per-element math (kernels/cpu/elementwise_ops.h), run on the
 // host with g++, against the CPU kernels (kernels/cpu/elementwise.cc via RunSingleNode) on random
 // and edge inputs (0, -0, ±inf, NaN, huge, tiny, denormal, halves for Round). Needs no GPU.
 //
@@ -22,8 +22,8 @@
 #include <random>
 
 #include "compiler/op_schema.h"
+#include "kernels/cpu/elementwise_ops.h"
 #include "kernels/cpu/kernel.h"
-#include "kernels/cuda/elementwise_math.cuh"
 #include "runtime/interpreter.h"
 #include "tests/support/grad_check.h"
 #include "tests/support/test_util.h"

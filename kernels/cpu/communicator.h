@@ -1,7 +1,10 @@
-// The communicator interface: the byte-moving collectives that
-// data-parallel training needs, with one implementation per transport (MPI on host memory:
-// runtime/mpi_communicator.h; NCCL on device memory). Reductions are never done by the transport
-// (its order is its own): callers exchange bytes, then add in rank order themselves.
+// The communicator interface: the byte-moving collectives that data-parallel training needs, which
+// the collective kernels (kernels/cpu/collective.cc, kernels/cuda/collective.cu) call through
+// KernelContext::comm and the trainer calls for its own exchanges. It lives with the kernels, the
+// lowest layer that calls it; the implementations, one per transport, are the runtime's (MPI on
+// host memory: runtime/mpi_communicator.h; NCCL on device memory: runtime/nccl_communicator.h).
+// Reductions are never done by the transport (its order is its own): callers exchange bytes, then
+// add in rank order themselves.
 #pragma once
 
 #include <cstdint>

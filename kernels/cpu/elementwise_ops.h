@@ -1,16 +1,22 @@
-// The per-element math of the CUDA elementwise kernels (kernels/cuda/elementwise.cu), written once
-// for the device and the host: every function here is what a kernel thread computes for one
-// element (or, for Dropout, one Philox block of four), and the host test
-// (tests/kernels/cuda/elementwise_host_test.cc) runs the very same functions with g++ against the
-// CPU kernels (kernels/cpu/elementwise.cc), whose formulas and operation order they copy.
+// The per-element math of the elementwise kernels, written once for the host and the device: the
+// CPU kernels (kernels/cpu/elementwise.cc) and the CUDA kernels (kernels/cuda/elementwise.cu) call
+// these functors, each what one thread computes for one element (for Dropout, one Philox block of
+// four), and the host test (tests/kernels/cuda/elementwise_host_test.cc) runs them with g++.
 //
-// Bits: on the host these functions give the CPU kernels' bits (same operations, same libm). On
-// the device the arithmetic (+ - * /, sqrt, fma, conversions) is IEEE-rounded as on the CPU, but
-// nvcc contracts a * b + c into one fma by default (the CPU build has no FMA instructions), so
-// every product that feeds an addition is spelled Mul / Add (__fmul_rn / __fadd_rn on the device,
-// which nvcc never fuses). The transcendental functions (exp, erf, tanh, sin, log, pow, ...) are
-// CUDA's libdevice, within 1-2 ulp of glibc's but not bit-equal: their kernels match the CPU
-// within a tolerance, not bitwise. The CPU-vs-GPU tests say which.
+// Bits: on the host these are the CPU kernels' operations. On the device the arithmetic
+// (+ - * /, sqrt, fma, conversions) is IEEE-rounded as on the CPU, but nvcc contracts a * b + c
+// into one fma by default (the CPU build has no FMA instructions), so every product that feeds an
+// addition is spelled Mul / Add (kernels/cpu/rounded.h: __fmul_rn / __fadd_rn on the device). The
+// transcendental functions (exp, erf, tanh, sin, log, pow, ...) are glibc's on the host and CUDA's
+// libdevice on the device, within 1-2 ulp of each other but not bit-equal: their kernels match
+// the CPU within a tolerance, not bitwise. The CPU-vs-GPU tests say which.
+//
+// Two backends, two formulas: the f32 ops built on exp, erf or tanh (Exp, Erf, Tanh, Sigmoid,
+// Gelu, FastGelu, QuickGelu and their gradients) run on the CPU through vmath's array functions
+// (kernels/cpu/vmath.h: eight lanes at a time, the same bits at any position, which fusions in
+// canonicalize rely on), in blocks, so the CPU keeps its own block forms of those
+// (kernels/cpu/elementwise.cc); the functors below are the device's, in the same operations and
+// order with libdevice's functions.
 //
 // Plain C++ for g++: no CUDA header; device-only intrinsics sit behind __CUDA_ARCH__. Nothing here
 // calls a constexpr host function (std::numeric_limits, std::max) that device code may not call.
@@ -23,56 +29,16 @@
 #include <vector>
 
 #include "base/bfloat16.h"
+#include "base/hd.h"
 #include "kernels/cpu/philox.h"
-#include "kernels/cuda/hd.h"
+#include "kernels/cpu/rounded.h"
 
 namespace foundry::ew {
 
-// ---------------------------------------------------------------------------------------------
 // Rounded arithmetic that the device compiler may not contract (a * b + c stays two roundings).
-
-FOUNDRY_HD inline float Mul(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-FOUNDRY_HD inline double Mul(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-FOUNDRY_HD inline float Add(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-FOUNDRY_HD inline double Add(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-FOUNDRY_HD inline float Sub(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-FOUNDRY_HD inline double Sub(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
+using rn::Add;
+using rn::Mul;
+using rn::Sub;
 
 // libm by element type: the C names resolve to glibc on the host (what std::exp(float) calls) and
 // to CUDA's device math library on the device.
@@ -101,7 +67,7 @@ FOUNDRY_HD inline float MaxFinite(float) { return FLT_MAX; }
 FOUNDRY_HD inline double MaxFinite(double) { return DBL_MAX; }
 
 // ---------------------------------------------------------------------------------------------
-// Scalar operations, as kernels/cpu/elementwise.cc. Integer arithmetic wraps (two's complement).
+// Scalar operations. Integer arithmetic wraps (two's complement) instead of being undefined.
 
 template <class T>
 using Unsigned = std::make_unsigned_t<T>;
@@ -141,9 +107,9 @@ struct MulOp {
       return a * b;
   }
 };
-// Integer division truncates toward zero; a zero divisor gives 0 (the CPU kernel gives 0 there
-// too and then fails the node; a device kernel cannot fail without a host round trip, so the CUDA
-// launcher checks constant divisors on the host and documents the rest).
+// Integer division truncates toward zero, as C and ONNX Runtime do; a zero divisor gives 0 (the
+// CPU kernel then fails the node; a device kernel cannot fail without a host round trip, so the
+// CUDA launcher checks constant divisors on the host and documents the rest).
 struct DivOp {
   template <class T>
   FOUNDRY_HD T operator()(T a, T b) const {
@@ -215,6 +181,7 @@ struct GreaterOrEqualOp {
     return a >= b;
   }
 };
+static_assert(sizeof(bool) == 1, "bool tensors are stored one byte per element");
 struct AndOp {
   FOUNDRY_HD bool operator()(bool a, bool b) const { return a && b; }
 };
@@ -238,8 +205,9 @@ FOUNDRY_HD T IntPow(T a, int64_t e) {
   return static_cast<T>(result);
 }
 
-// Float -> integer truncates toward zero; NaN becomes 0 and values beyond int64 saturate (the
-// CPU's rule); narrower integers then wrap. To bool: nonzero (NaN included) is true.
+// Float -> integer truncates toward zero (numpy astype); NaN becomes 0 and values beyond int64
+// saturate, where numpy leaves the result unspecified; narrower integers then wrap. To bool:
+// nonzero (NaN included) is true.
 template <class S, class D>
 FOUNDRY_HD D Convert(S s) {
   if constexpr (std::is_same_v<D, bool>) {
@@ -286,7 +254,7 @@ struct AbsOp {
       return Fabs(x);
   }
 };
-// -0 gives +0, NaN itself (the CPU's rule).
+// -0 gives +0, NaN itself.
 struct SignOp {
   template <class T>
   FOUNDRY_HD T operator()(T x) const {
@@ -397,10 +365,9 @@ template <class S, class D>
 struct CastOp {
   FOUNDRY_HD D operator()(S s) const { return Convert<S, D>(s); }
 };
-// Casts from and to bfloat16 (uint16_t bit patterns), the CPU's rules (kernels/cpu/elementwise.cc
-// CastKernel) with base/bfloat16.h's own conversions: bfloat16 widens exactly to float, then
-// converts as float does; f32 rounds once to nearest even; f64, integers and bool go through
-// DoubleToBf16 (one rounding, never two).
+// Casts from and to bfloat16 (uint16_t bit patterns) with base/bfloat16.h's own conversions:
+// bfloat16 widens exactly to float, then converts as float does; f32 rounds once to nearest even;
+// f64, integers and bool go through DoubleToBf16 (one rounding, never two).
 template <class D>
 struct FromBf16Op {
   FOUNDRY_HD D operator()(uint16_t h) const { return Convert<float, D>(Bf16ToFloat(h)); }
@@ -425,7 +392,7 @@ FOUNDRY_HD T ClipValue(T x, bool has_lo, T lo, bool has_hi, T hi) {
 
 // Exact-erf GELU in the operations, and order, of torch's ONNX export
 //   Mul(Mul(x, Add(Erf(Div(x, 1.4142135381698608)), 1.0)), 0.5)
-// (the CPU's GeluOp; no product feeds an addition, so nothing can contract).
+// (the CPU's GeluBlock; no product feeds an addition, so nothing can contract).
 struct GeluOp {
   template <class T>
   FOUNDRY_HD T operator()(T x) const {
@@ -438,7 +405,7 @@ struct GeluOp {
   }
 };
 
-// Tanh GELU in the two forms canonicalize fuses into FastGelu (the CPU's FastGeluValue):
+// Tanh GELU in the two forms canonicalize fuses into FastGelu (the CPU's FastGeluBlock):
 //   gelu_new:   (x * 0.5) * (tanh(k * (x + c * pow(x, 3))) + 1)
 //   torch_tanh: (x * (tanh(k * (x + c * (x * (x * x)))) + 1)) * 0.5
 struct FastGeluOp {
@@ -456,7 +423,7 @@ struct FastGeluOp {
   }
 };
 
-// QuickGelu x·sigmoid(alpha·x): SigmoidOp then the product, as the CPU's QuickGeluValue (the
+// QuickGelu x·sigmoid(alpha·x): SigmoidOp then the product, as the CPU's QuickGeluBlock (the
 // steps of the SiLU, Mul(x, Sigmoid(x)), that canonicalize fuses with alpha = 1).
 struct QuickGeluOp {
   float alpha = 1.702f;
@@ -467,7 +434,8 @@ struct QuickGeluOp {
   }
 };
 
-// Activation gradients (dY, other) -> dX, the CPU's formulas in the CPU's association order.
+// Activation gradients (dY, other) -> dX. GeluGrad, FastGeluGrad and QuickGeluGrad are the CPU
+// kernels' formulas in their association order (the CPU computes them in blocks, on vmath).
 
 // dX = dY * (Phi(x) + x * phi(x)).
 struct GeluGradOp {
@@ -555,49 +523,61 @@ FOUNDRY_HD T DropoutGradValue(T dy, bool keep, T scale) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Broadcast index arithmetic (host side, before a launch): drops the output's size-1 dimensions
-// and merges neighbouring dimensions along which every operand is contiguous or broadcast (the
-// CPU's PlanBroadcast), so a bias add [N, C] + [C] is a rank-2 problem and a same-shape operand a
-// rank-1 one, and the device's per-element offset loop (BroadcastOffset) is short. Returns the
-// collapsed output shape and, per operand, its collapsed shape (same rank; 1 where it broadcasts).
-// Element order is unchanged: flat index i of the output is flat index i of the collapsed one.
+// Broadcast index arithmetic (host side: the CPU kernels' loops, and the CUDA launchers before a
+// launch).
+
+// The element stride of an operand of shape `in` along each dimension of the output shape `out`
+// (numpy broadcasting, shapes aligned at their last dimension): 0 where it broadcasts.
+inline std::vector<int64_t> ElementStrides(const std::vector<int64_t>& out,
+                                           const std::vector<int64_t>& in) {
+  const int64_t rank = static_cast<int64_t>(out.size());
+  std::vector<int64_t> strides(rank, 0);
+  int64_t stride = 1;
+  for (int64_t d = rank - 1, j = static_cast<int64_t>(in.size()) - 1; d >= 0 && j >= 0; --d, --j) {
+    if (in[j] != 1) strides[d] = stride;
+    stride *= in[j];
+  }
+  return strides;
+}
+
+// Drops the output's size-1 dimensions and merges neighbouring dimensions along which every
+// operand is contiguous or broadcast, so a bias add [N, C] + [C] is a rank-2 problem, a same-shape
+// operand a rank-1 one and a scalar a run of stride 0; the CPU walks the collapsed dimensions in
+// runs, the device's per-element offset loop (BroadcastOffset) gets short. Element order is
+// unchanged: flat index i of the output is flat index i of the collapsed one. A one-element output
+// collapses to rank 0.
 struct CollapsedBroadcast {
-  std::vector<int64_t> out;
-  std::vector<std::vector<int64_t>> in;
+  std::vector<int64_t> out;                   // collapsed output dimensions, outermost first
+  std::vector<std::vector<int64_t>> in;       // per operand, its collapsed shape (same rank; 1
+                                              // where it broadcasts)
+  std::vector<std::vector<int64_t>> strides;  // per operand, its element stride per collapsed
+                                              // dimension (0 where it broadcasts)
 };
 
 inline CollapsedBroadcast CollapseBroadcast(const std::vector<int64_t>& out,
                                             const std::vector<const std::vector<int64_t>*>& in) {
   const size_t n_in = in.size();
   const int64_t rank = static_cast<int64_t>(out.size());
-  // Element stride of each operand along each output dimension (0 where it broadcasts).
-  std::vector<std::vector<int64_t>> full(n_in, std::vector<int64_t>(rank, 0));
-  for (size_t k = 0; k < n_in; ++k) {
-    const std::vector<int64_t>& s = *in[k];
-    int64_t stride = 1;
-    for (int64_t d = rank - 1, j = static_cast<int64_t>(s.size()) - 1; d >= 0 && j >= 0; --d, --j) {
-      if (s[j] != 1) full[k][d] = stride;
-      stride *= s[j];
-    }
-  }
+  std::vector<std::vector<int64_t>> full(n_in);
+  for (size_t k = 0; k < n_in; ++k) full[k] = ElementStrides(out, *in[k]);
   CollapsedBroadcast c;
   c.in.resize(n_in);
-  std::vector<std::vector<int64_t>> strides(n_in);  // per kept dimension
+  c.strides.resize(n_in);
   for (int64_t d = 0; d < rank; ++d) {
     if (out[d] == 1) continue;
     bool merge = !c.out.empty();
-    for (size_t k = 0; k < n_in && merge; ++k) merge = strides[k].back() == full[k][d] * out[d];
+    for (size_t k = 0; k < n_in && merge; ++k) merge = c.strides[k].back() == full[k][d] * out[d];
     if (merge) {
       c.out.back() *= out[d];
       for (size_t k = 0; k < n_in; ++k) {
-        strides[k].back() = full[k][d];
+        c.strides[k].back() = full[k][d];
         if (full[k][d] != 0) c.in[k].back() *= out[d];
       }
       continue;
     }
     c.out.push_back(out[d]);
     for (size_t k = 0; k < n_in; ++k) {
-      strides[k].push_back(full[k][d]);
+      c.strides[k].push_back(full[k][d]);
       c.in[k].push_back(full[k][d] != 0 ? out[d] : 1);
     }
   }
