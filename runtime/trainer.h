@@ -36,7 +36,7 @@
 //     (Backend::ClipGradNorm, torch.nn.utils.clip_grad_norm_); --dump-grads writes them after.
 //  5. The optimizer updates every parameter in place, elementwise, in fp32 (Backend::
 //     ApplyOptimizer: kernels/cpu/optimizer.h's AdamWUpdate and SgdUpdate, bit for bit), with the
-//     step's lr from the schedule (runtime/schedule.h).
+//     step's lr from the schedule (runtime/lr_schedule.h).
 //
 // Gradient accumulation (a plan compiled with --grad-accum K, K > 1; passes/grad_accumulate.h):
 // a step is K microbatches, each the compiled batch; microbatch k reads the windows from
@@ -94,7 +94,7 @@
 #include "runtime/param_init.h"
 #include "runtime/parameter_store.h"
 #include "runtime/safetensors.h"
-#include "runtime/schedule.h"
+#include "runtime/lr_schedule.h"
 #include "runtime/train_state.h"
 
 namespace foundry {
@@ -121,7 +121,7 @@ struct TrainerOptions {
   // A safetensors file whose tensors replace every parameter's initial values, matched by their
   // PyTorch names (runtime/safetensors.h: LoadSafetensorsInto); "" = the plan's own.
   std::string init_from;
-  // The lr schedule (runtime/schedule.h): step k updates with ScheduledLr(schedule,
+  // The lr schedule (runtime/lr_schedule.h): step k updates with ScheduledLr(schedule,
   // optimizer.lr, k, total), where total is `total_steps` (Composer's max_duration in steps), or,
   // when it is 0, what SetTotalSteps gave (foundry-run: the last step of the run).
   ScheduleOptions schedule;

@@ -125,7 +125,7 @@ void AddOptimizerOptions(CLI::App& app, Options& o) {
       ->capture_default_str();
 }
 
-// Composer's schedulers and gradient clipping (runtime/schedule.h), in optimizer steps.
+// Composer's schedulers and gradient clipping (runtime/lr_schedule.h), in optimizer steps.
 void AddScheduleOptions(CLI::App& app, Options& o) {
   app.add_option("--scheduler", o.scheduler,
                  "lr schedule as Composer computes it: constant, cosine_with_warmup, "
