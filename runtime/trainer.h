@@ -291,12 +291,28 @@ class Trainer {
   Status PrepareMicrobatches(int64_t step);
   Status BuildMicrobatch(int64_t k);
   StatusOr<int64_t> MicrobatchLossTokens();
+  // The losses of a step's microbatches but the last, as their graph runs left them.
+  struct MicrobatchLosses {
+    float sum = 0;  // sum_k s_k * loss_k, in f32 as Composer adds it
+    bool finite = true;
+    std::vector<float> terms;  // more than one rank: this rank's s_k * loss_k, exchanged
+  };
+  Status RunMicrobatches(int64_t step, InterpretOptions& io, StepReport& r,
+                         MicrobatchLosses& losses);
+  Status ExchangeStepLosses(int64_t step, const StepCheck& last, float last_scale,
+                            MicrobatchLosses& losses);
+  Status NonFiniteStepError(int64_t step, InterpretOptions io);
   Status NonFiniteError(int64_t step, const InterpretOptions& base) const;
   StatusOr<std::vector<Dump>> PrepareDumps() const;
   Status ApplyOptimizer(int64_t step);
   Status WriteDumps(const std::vector<Dump>& dumps) const;
 
   Status WriteSave(const std::string& tmp) const;
+  // WriteSave's and Resume's steps (runtime/trainer_save.cc).
+  Status WriteWeights(const std::string& tmp, const std::map<std::string, Tensor>& params) const;
+  StatusOr<std::string> StateJson() const;
+  Status CheckResumable(const std::string& dir, const TrainState& s) const;
+  StatusOr<std::map<std::string, Tensor>> ReadSavedWeights(const std::string& dir) const;
 
   LoadedPlan plan_;
   TrainerOptions options_;
