@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/quote.h"
+
 namespace foundry {
 
 Status WriteFileAtomic(const std::string& path, const std::function<bool(std::FILE*)>& write) {
@@ -57,6 +59,55 @@ Status WriteFileAtomic(const std::string& path, std::string_view bytes) {
   return WriteFileAtomic(path, [&](std::FILE* f) {
     return std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
   });
+}
+
+std::variant<std::string, ReadFileError> ReadRegularFile(const std::string& path,
+                                                         int64_t max_bytes) {
+  using Kind = ReadFileError::Kind;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ReadFileError{Kind::kCannotStat, errno};
+  if (S_ISDIR(st.st_mode)) return ReadFileError{Kind::kFolder};
+  if (!S_ISREG(st.st_mode)) return ReadFileError{Kind::kNotRegular};
+  if (max_bytes >= 0 && st.st_size > max_bytes)
+    return ReadFileError{Kind::kTooLarge, 0, static_cast<int64_t>(st.st_size)};
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return ReadFileError{Kind::kCannotOpen, errno};
+  std::string bytes;
+  char buf[1 << 16];
+  for (;;) {
+    size_t n = std::fread(buf, 1, sizeof buf, f);
+    bytes.append(buf, n);
+    if (n < sizeof buf) break;
+  }
+  bool failed = std::ferror(f) != 0;
+  int err = errno;
+  std::fclose(f);
+  if (failed) return ReadFileError{Kind::kCannotRead, err};
+  return bytes;
+}
+
+StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes) {
+  auto read = ReadRegularFile(path, max_bytes);
+  const ReadFileError* e = std::get_if<ReadFileError>(&read);
+  if (!e) return std::get<std::string>(std::move(read));
+  using Kind = ReadFileError::Kind;
+  const std::string name = QuoteName(path);
+  switch (e->kind) {
+    case Kind::kCannotStat:
+    case Kind::kCannotOpen:
+      return Error("cannot open " + name + ": " + std::strerror(e->error_number));
+    case Kind::kFolder:
+      return Error("cannot read " + name + ": it is a directory");
+    case Kind::kNotRegular:
+      return Error("cannot read " + name +
+                   ": not a regular file (a device, FIFO or socket); pass a file");
+    case Kind::kTooLarge:
+      return Error(name + " is " + std::to_string(e->size) + " bytes, more than the " +
+                   std::to_string(max_bytes) + " this reader accepts");
+    case Kind::kCannotRead:
+      break;
+  }
+  return Error("cannot read " + name + ": " + std::strerror(e->error_number));
 }
 
 std::optional<FileId> GetFileId(const std::string& path) {

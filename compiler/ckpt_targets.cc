@@ -6,8 +6,8 @@
 // every layer too. Differences: an explicit index outside 0..num_layers-1 is an error (upstream
 // silently checkpoints nothing for it); a spec that selects no layer at all (`0`, `range-2-2`) is
 // an error (upstream silently does nothing); bare indices are accepted in the comma-separated
-// text (`0,2,5`, docs/design.md §3; upstream takes them only in a YAML list); spaces are removed first, as
-// upstream does.
+// text (`0,2,5`, docs/design.md §3; upstream takes them only in a YAML list); spaces are removed
+// first, as upstream does.
 //
 // Names resolve in this order, first hit wins, case-insensitively: (1) an llm-foundry registry key
 // (every one upstream has; module_tree.h); (2) `block`; (3) a class name, bare or qualified, of
@@ -19,7 +19,6 @@
 // counted on its own.
 #include "compiler/ckpt_targets.h"
 
-#include <sys/stat.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -27,12 +26,13 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
+#include <variant>
 
+#include "base/file_util.h"
 #include "base/quote.h"
 #include "compiler/module_tree.h"
 #include "compiler/yaml_words.h"
@@ -724,23 +724,35 @@ StatusOr<CkptConfig> ParseCkptConfigText(const std::string& text, const std::str
   }
 }
 
+StatusOr<std::string> ReadConfigText(const std::string& source, const std::string& path,
+                                     const std::string& folder_advice,
+                                     const std::string& device_advice) {
+  auto read = ReadRegularFile(path, kMaxCkptConfigBytes);
+  const ReadFileError* e = std::get_if<ReadFileError>(&read);
+  if (!e) return std::get<std::string>(std::move(read));
+  using Kind = ReadFileError::Kind;
+  switch (e->kind) {
+    case Kind::kCannotStat:
+      return Error(source + ": cannot read the file: " + std::strerror(e->error_number));
+    case Kind::kFolder:
+      return Error(source + ": it is a folder; " + folder_advice);
+    case Kind::kNotRegular:
+      return Error(source + ": it is not a regular file (a device or a pipe); " + device_advice);
+    case Kind::kTooLarge:
+      return Error(source + ": the file is " + std::to_string(e->size) +
+                   " bytes; a config is read only up to " + std::to_string(kMaxCkptConfigBytes) +
+                   " (an llm-foundry training YAML is a few KiB)");
+    case Kind::kCannotOpen:
+    case Kind::kCannotRead:
+      break;
+  }
+  return Error(source + ": cannot read the file");
+}
+
 StatusOr<CkptConfig> ReadCkptConfig(const std::string& path) {
-  const std::string source = "--ckpt-config " + path;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    return Error(source + ": cannot read the file: " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) return Error(source + ": it is a folder; give the YAML or JSON file");
-  if (!S_ISREG(st.st_mode))
-    return Error(source +
-                 ": it is not a regular file (a device or a pipe); give the YAML or "
-                 "JSON file");
-  if (st.st_size > kMaxCkptConfigBytes)
-    return Error(source + ": the file is " + std::to_string(st.st_size) +
-                 " bytes; a config is read only up to " + std::to_string(kMaxCkptConfigBytes) +
-                 " (an llm-foundry training YAML is a few KiB)");
-  std::ifstream in(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in && !in.eof()) return Error(source + ": cannot read the file");
+  ASSIGN_OR_RETURN(std::string text,
+                   ReadConfigText("--ckpt-config " + path, path, "give the YAML or JSON file",
+                                  "give the YAML or JSON file"));
   return ParseCkptConfigText(text, path);
 }
 

@@ -72,6 +72,12 @@ StatusOr<CkptConfig> ReadCkptConfig(const std::string& path);
 StatusOr<CkptConfig> ParseCkptConfigText(const std::string& text, const std::string& path,
                                          const std::string& option = "--ckpt-config");
 constexpr int64_t kMaxCkptConfigBytes = int64_t{16} << 20;
+// A config file's text (--ckpt-config, --config), read whole up to kMaxCkptConfigBytes
+// (base/file_util.h: ReadRegularFile). Errors are one line "SOURCE: ..." (`source`: "--config
+// PATH"); a folder or a device is answered with what to give instead ("give the training YAML").
+StatusOr<std::string> ReadConfigText(const std::string& source, const std::string& path,
+                                     const std::string& folder_advice,
+                                     const std::string& device_advice);
 
 // What an llm-foundry YAML may not hold and yaml-cpp would accept, found on the parser's events
 // before any node is built: an anchor or alias, a merge key, a key twice in one mapping, a second

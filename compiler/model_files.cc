@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 
+#include "base/file_util.h"
 #include "compiler/onnx_proto_util.h"
 
 namespace foundry {
@@ -42,7 +43,7 @@ struct Collector {
 }  // namespace
 
 StatusOr<ModelFiles> InspectModelFile(const std::string& model_path) {
-  ASSIGN_OR_RETURN(std::string bytes, onnx_util::ReadFile(model_path));
+  ASSIGN_OR_RETURN(std::string bytes, ReadFile(model_path));
   onnx::ModelProto m;
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
       !m.ParseFromString(bytes))

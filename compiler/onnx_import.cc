@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/file_util.h"
 #include "base/quote.h"
 #include "compiler/import_annotation.h"
 #include "compiler/import_checks.h"
@@ -310,7 +311,7 @@ StatusOr<Graph> ImportOnnxFromBytes(std::string_view bytes, const ImportOptions&
 
 StatusOr<Graph> ImportOnnx(const std::string& path, const ImportOptions& options) {
   RETURN_IF_ERROR(import_internal::CheckModelFileSize(path));
-  ASSIGN_OR_RETURN(std::string bytes, onnx_util::ReadFile(path));
+  ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
   return ImportOnnxFromBytes(bytes, options, onnx_util::DirName(path), path);
 }
 

@@ -2,45 +2,9 @@
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/unknown_field_set.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-
-#include "base/quote.h"
 
 namespace foundry {
 namespace onnx_util {
-
-StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes) {
-  // Before opening: open() on a FIFO waits for a writer, and /dev/zero never ends.
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0)
-    return Error("cannot open " + QuoteName(path) + ": " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) return Error("cannot read " + QuoteName(path) + ": it is a directory");
-  if (!S_ISREG(st.st_mode))
-    return Error("cannot read " + QuoteName(path) +
-                 ": not a regular file (a device, FIFO or socket); pass a file");
-  if (max_bytes >= 0 && st.st_size > max_bytes)
-    return Error(QuoteName(path) + " is " + std::to_string(st.st_size) + " bytes, more than the " +
-                 std::to_string(max_bytes) + " this reader accepts");
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return Error("cannot open " + QuoteName(path) + ": " + std::strerror(errno));
-  std::string bytes;
-  char buf[1 << 16];
-  for (;;) {
-    size_t n = std::fread(buf, 1, sizeof buf, f);
-    bytes.append(buf, n);
-    if (n < sizeof buf) break;
-  }
-  bool failed = std::ferror(f) != 0;
-  int err = errno;
-  std::fclose(f);
-  if (failed) return Error("cannot read " + QuoteName(path) + ": " + std::strerror(err));
-  return bytes;
-}
 
 std::optional<int64_t> DecimalDimParam(std::string_view dim_param) {
   if (dim_param.empty() || dim_param.size() > 18) return std::nullopt;  // 18 digits fit int64

@@ -17,11 +17,6 @@
 namespace foundry {
 namespace onnx_util {
 
-// The whole file, or `cannot open 'X': <strerror>`. Only a regular file is read (a directory,
-// device, FIFO or socket is an error, found before opening it), and one larger than `max_bytes`
-// (when >= 0) is an error before anything is read.
-StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes = -1);
-
 // The static size a dim_param spells when it is a decimal integer ("2", "16": torch.export writes
 // the sizes it specialised so), else nullopt (a symbol such as "batch" or "s0").
 std::optional<int64_t> DecimalDimParam(std::string_view dim_param);

@@ -235,7 +235,7 @@ void TensorToProto(const Tensor& tensor, const std::string& name, onnx::TensorPr
 }
 
 StatusOr<Tensor> ReadTensorFile(const std::string& path, std::string* name) {
-  ASSIGN_OR_RETURN(std::string bytes, onnx_util::ReadFile(path));
+  ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
   if (bytes.empty())
     return Error("'" + path + "' is empty; expected a serialized ONNX TensorProto");
   onnx::TensorProto proto;

@@ -1,13 +1,11 @@
 #include "compiler/train_config.h"
 
-#include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <iterator>
 #include <set>
@@ -566,20 +564,9 @@ StatusOr<TrainConfig> ParseTrainConfigText(const std::string& text, const std::s
 }
 
 StatusOr<TrainConfig> ReadTrainConfig(const std::string& path) {
-  const std::string source = "--config " + path;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    return Error(source + ": cannot read the file: " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) return Error(source + ": it is a folder; give the training YAML");
-  if (!S_ISREG(st.st_mode))
-    return Error(source + ": it is not a regular file (a device or a pipe); give the YAML file");
-  if (st.st_size > kMaxCkptConfigBytes)
-    return Error(source + ": the file is " + std::to_string(st.st_size) +
-                 " bytes; a config is read only up to " + std::to_string(kMaxCkptConfigBytes) +
-                 " (an llm-foundry training YAML is a few KiB)");
-  std::ifstream in(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in && !in.eof()) return Error(source + ": cannot read the file");
+  ASSIGN_OR_RETURN(
+      std::string text,
+      ReadConfigText("--config " + path, path, "give the training YAML", "give the YAML file"));
   return ParseTrainConfigText(text, path);
 }
 

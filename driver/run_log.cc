@@ -218,56 +218,58 @@ std::vector<double> LogTicks(double lo, double hi) {
   return {};
 }
 
-}  // namespace
+using Points = std::vector<std::pair<double, double>>;  // (step, loss)
 
-std::string RunLog::LossCurveSvg(const CurveOptions& o) const {
-  // The train points: earlier logged steps, then every step of this run; past one point per
-  // pixel column, each column's mean step and mean loss.
-  std::vector<std::pair<double, double>> train;
-  for (const auto& [step, loss] : earlier_train_)
-    if (train_.empty() || step < train_.front().step) train.push_back({double(step), loss});
-  for (const TrainPoint& p : train_) train.push_back({double(p.step), p.loss});
-  std::vector<std::pair<double, double>> evals;
-  for (const auto& [step, loss] : earlier_evals_) evals.push_back({double(step), loss});
-  for (const EvalPoint& e : evals_) evals.push_back({double(e.step), e.loss});
+// The plot's area in the picture and the ranges its axes span: x in steps, y in the axis's own
+// scale (log10 of the loss on a log-scale axis).
+struct CurveFrame {
+  static constexpr int left = 80, right = 30, top = 70, bottom = 60;
+  int pw = 0, ph = 0;  // the plot's width and height in pixels
+  bool log_scale = false;
+  double x_lo = 0, x_hi = 1, a_lo = 0, a_hi = 1;
 
-  const int left = 80, right = 30, top = 70, bottom = 60;
-  const int pw = o.width - left - right, ph = o.height - top - bottom;
+  double ToAxis(double v) const { return log_scale ? std::log10(v) : v; }
+  double X(double step) const { return left + (step - x_lo) / (x_hi - x_lo) * pw; }
+  double Y(double v) const {
+    if (log_scale && !(v > 0)) return double(top + ph);
+    return top + ph - (ToAxis(v) - a_lo) / (a_hi - a_lo) * ph;
+  }
+};
 
-  double x_lo = 0, x_hi = 1, y_lo = 0, y_hi = 1;
+// The ranges that hold every point (on a log scale, every positive one), y with 5% room above
+// and below.
+CurveFrame FitFrame(const RunLog::CurveOptions& o, const Points& train, const Points& evals) {
+  CurveFrame f;
+  f.pw = o.width - f.left - f.right;
+  f.ph = o.height - f.top - f.bottom;
+  f.log_scale = o.log_scale;
+  double y_lo = 0, y_hi = 1;
   bool any = false;
   auto extend = [&](double x, double y) {
-    if (!any) x_lo = x_hi = x, y_lo = y_hi = y;
+    if (!any) f.x_lo = f.x_hi = x, y_lo = y_hi = y;
     any = true;
-    x_lo = std::min(x_lo, x), x_hi = std::max(x_hi, x);
+    f.x_lo = std::min(f.x_lo, x), f.x_hi = std::max(f.x_hi, x);
     y_lo = std::min(y_lo, y), y_hi = std::max(y_hi, y);
   };
-  for (const auto& [x, y] : train)
-    if (!o.log_scale || y > 0) extend(x, y);
-  for (const auto& [x, y] : evals)
-    if (!o.log_scale || y > 0) extend(x, y);
+  for (const Points* points : {&train, &evals})
+    for (const auto& [x, y] : *points)
+      if (!o.log_scale || y > 0) extend(x, y);
   if (!any) y_lo = o.log_scale ? 1 : 0, y_hi = o.log_scale ? 10 : 1;
-  if (x_hi - x_lo < 1) x_lo -= 1, x_hi += 1;
-  x_lo = std::max(0.0, x_lo);
+  if (f.x_hi - f.x_lo < 1) f.x_lo -= 1, f.x_hi += 1;
+  f.x_lo = std::max(0.0, f.x_lo);
 
-  // y: 5% room above and below, in the axis's own scale.
-  auto to_axis = [&](double v) { return o.log_scale ? std::log10(v) : v; };
-  double a_lo = to_axis(y_lo), a_hi = to_axis(y_hi);
-  if (a_hi - a_lo < 1e-6) {
-    const double pad = o.log_scale ? 0.05 : std::max(0.05, std::fabs(a_hi) * 0.05);
-    a_lo -= pad, a_hi += pad;
+  f.a_lo = f.ToAxis(y_lo), f.a_hi = f.ToAxis(y_hi);
+  if (f.a_hi - f.a_lo < 1e-6) {
+    const double pad = o.log_scale ? 0.05 : std::max(0.05, std::fabs(f.a_hi) * 0.05);
+    f.a_lo -= pad, f.a_hi += pad;
   }
-  const double pad = (a_hi - a_lo) * 0.05;
-  a_lo -= pad, a_hi += pad;
-  if (!o.log_scale && y_lo >= 0) a_lo = std::max(a_lo, 0.0);
+  const double pad = (f.a_hi - f.a_lo) * 0.05;
+  f.a_lo -= pad, f.a_hi += pad;
+  if (!o.log_scale && y_lo >= 0) f.a_lo = std::max(f.a_lo, 0.0);
+  return f;
+}
 
-  auto X = [&](double step) { return left + (step - x_lo) / (x_hi - x_lo) * pw; };
-  auto Y = [&](double v) {
-    if (o.log_scale && !(v > 0)) return double(top + ph);
-    return top + ph - (to_axis(v) - a_lo) / (a_hi - a_lo) * ph;
-  };
-
-  std::ostringstream s;
+void WriteTitles(std::ostream& s, const RunLog::CurveOptions& o) {
   s << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
     << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << o.width << "\" height=\"" << o.height
     << "\" viewBox=\"0 0 " << o.width << " " << o.height
@@ -277,27 +279,30 @@ std::string RunLog::LossCurveSvg(const CurveOptions& o) const {
     << Xml(o.title) << "</text>\n"
     << "<text x=\"" << o.width / 2 << "\" y=\"48\" text-anchor=\"middle\" fill=\"#555\">"
     << Xml(o.subtitle) << "</text>\n";
+}
 
-  // Grid, ticks and labels. The tick labels carry class="ytick"/"xtick" so that a reader (the
-  // tests) can map a point back to its value through the axis, as a person would.
+// Grid, ticks and labels. The tick labels carry class="ytick"/"xtick" so that a reader (the
+// tests) can map a point back to its value through the axis, as a person would.
+void WriteAxes(std::ostream& s, const CurveFrame& f) {
+  const int left = f.left, top = f.top, pw = f.pw, ph = f.ph;
   std::vector<double> y_ticks;
-  if (o.log_scale) {
-    y_ticks = LogTicks(std::pow(10.0, a_lo), std::pow(10.0, a_hi));
+  if (f.log_scale) {
+    y_ticks = LogTicks(std::pow(10.0, f.a_lo), std::pow(10.0, f.a_hi));
   } else {
-    const double step = NiceStep(a_hi - a_lo, 6);
-    for (double v = std::ceil(a_lo / step) * step; v <= a_hi + step * 1e-9; v += step)
+    const double step = NiceStep(f.a_hi - f.a_lo, 6);
+    for (double v = std::ceil(f.a_lo / step) * step; v <= f.a_hi + step * 1e-9; v += step)
       y_ticks.push_back(std::fabs(v) < step * 1e-9 ? 0 : v);
   }
   for (double v : y_ticks) {
-    const double y = Y(v);
+    const double y = f.Y(v);
     s << "<line x1=\"" << left << "\" x2=\"" << left + pw << "\" y1=\"" << Num(y) << "\" y2=\""
       << Num(y) << "\" stroke=\"#ddd\" stroke-width=\"0.5\"/>\n"
       << "<text class=\"ytick\" x=\"" << left - 8 << "\" y=\"" << Num(y + 4)
       << "\" text-anchor=\"end\">" << FormatTick(v) << "</text>\n";
   }
-  const double x_step = std::max(1.0, NiceStep(x_hi - x_lo, 8));
-  for (double v = std::ceil(x_lo / x_step) * x_step; v <= x_hi + 1e-9; v += x_step) {
-    const double x = X(v);
+  const double x_step = std::max(1.0, NiceStep(f.x_hi - f.x_lo, 8));
+  for (double v = std::ceil(f.x_lo / x_step) * x_step; v <= f.x_hi + 1e-9; v += x_step) {
+    const double x = f.X(v);
     s << "<line x1=\"" << Num(x) << "\" x2=\"" << Num(x) << "\" y1=\"" << top << "\" y2=\""
       << top + ph << "\" stroke=\"#eee\" stroke-width=\"0.5\"/>\n"
       << "<line x1=\"" << Num(x) << "\" x2=\"" << Num(x) << "\" y1=\"" << top + ph << "\" y2=\""
@@ -310,50 +315,75 @@ std::string RunLog::LossCurveSvg(const CurveOptions& o) const {
     << "<text x=\"" << left + pw / 2 << "\" y=\"" << top + ph + 42
     << "\" text-anchor=\"middle\">step</text>\n"
     << "<text transform=\"translate(22 " << top + ph / 2
-    << ") rotate(-90)\" text-anchor=\"middle\">loss" << (o.log_scale ? " (log scale)" : "")
+    << ") rotate(-90)\" text-anchor=\"middle\">loss" << (f.log_scale ? " (log scale)" : "")
     << "</text>\n";
+}
 
-  // Train loss: one point per step up to one per pixel column, then column means.
+// Train loss: one point per step up to one per pixel column, then column means. Eval loss: a
+// line through its points, each marked.
+void WriteCurves(std::ostream& s, const CurveFrame& f, const Points& train, const Points& evals) {
   std::ostringstream pts;
-  const bool per_column = train.size() > static_cast<size_t>(pw);
-  auto column = [&](double step) { return static_cast<int64_t>(X(step) - left); };
+  const bool per_column = train.size() > static_cast<size_t>(f.pw);
+  auto column = [&](double step) { return static_cast<int64_t>(f.X(step) - f.left); };
   for (size_t i = 0; i < train.size();) {
     size_t j = i + 1;
     double sx = train[i].first, sy = train[i].second;
     while (per_column && j < train.size() && column(train[j].first) == column(train[i].first))
       sx += train[j].first, sy += train[j].second, ++j;
     const double n = static_cast<double>(j - i);
-    pts << (i ? " " : "") << Num(X(sx / n)) << "," << Num(Y(sy / n));
+    pts << (i ? " " : "") << Num(f.X(sx / n)) << "," << Num(f.Y(sy / n));
     i = j;
   }
   if (!train.empty())
     s << "<polyline class=\"train\" fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" "
          "stroke-linejoin=\"round\" points=\""
       << pts.str() << "\"/>\n";
-  if (!evals.empty()) {
-    std::ostringstream ep;
-    for (size_t i = 0; i < evals.size(); ++i)
-      ep << (i ? " " : "") << Num(X(evals[i].first)) << "," << Num(Y(evals[i].second));
-    s << "<polyline class=\"eval\" fill=\"none\" stroke=\"#d62728\" stroke-width=\"1.5\" "
-         "points=\""
-      << ep.str() << "\"/>\n";
-    for (const auto& [x, y] : evals)
-      s << "<circle cx=\"" << Num(X(x)) << "\" cy=\"" << Num(Y(y))
-        << "\" r=\"3.5\" fill=\"#d62728\"/>\n";
-  }
+  if (evals.empty()) return;
+  std::ostringstream ep;
+  for (size_t i = 0; i < evals.size(); ++i)
+    ep << (i ? " " : "") << Num(f.X(evals[i].first)) << "," << Num(f.Y(evals[i].second));
+  s << "<polyline class=\"eval\" fill=\"none\" stroke=\"#d62728\" stroke-width=\"1.5\" "
+       "points=\""
+    << ep.str() << "\"/>\n";
+  for (const auto& [x, y] : evals)
+    s << "<circle cx=\"" << Num(f.X(x)) << "\" cy=\"" << Num(f.Y(y))
+      << "\" r=\"3.5\" fill=\"#d62728\"/>\n";
+}
 
-  // Legend, top right inside the plot.
-  const int lx = left + pw - 130, ly = top + 20;
+// Legend, top right inside the plot.
+void WriteLegend(std::ostream& s, const CurveFrame& f, bool with_eval) {
+  const int lx = f.left + f.pw - 130, ly = f.top + 20;
   s << "<rect x=\"" << lx - 8 << "\" y=\"" << ly - 14 << "\" width=\"130\" height=\""
-    << (evals.empty() ? 24 : 44) << "\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#ccc\"/>\n"
+    << (with_eval ? 44 : 24) << "\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#ccc\"/>\n"
     << "<line x1=\"" << lx << "\" x2=\"" << lx + 18 << "\" y1=\"" << ly - 4 << "\" y2=\"" << ly - 4
     << "\" stroke=\"#1f77b4\" stroke-width=\"2\"/>\n"
     << "<text x=\"" << lx + 24 << "\" y=\"" << ly << "\">train loss</text>\n";
-  if (!evals.empty())
+  if (with_eval)
     s << "<line x1=\"" << lx << "\" x2=\"" << lx + 18 << "\" y1=\"" << ly + 16 << "\" y2=\""
       << ly + 16 << "\" stroke=\"#d62728\" stroke-width=\"2\"/>\n"
       << "<circle cx=\"" << lx + 9 << "\" cy=\"" << ly + 16 << "\" r=\"3.5\" fill=\"#d62728\"/>\n"
       << "<text x=\"" << lx + 24 << "\" y=\"" << ly + 20 << "\">eval loss</text>\n";
+}
+
+}  // namespace
+
+std::string RunLog::LossCurveSvg(const CurveOptions& o) const {
+  // The train points: earlier logged steps, then every step of this run; past one point per
+  // pixel column, each column's mean step and mean loss.
+  Points train;
+  for (const auto& [step, loss] : earlier_train_)
+    if (train_.empty() || step < train_.front().step) train.push_back({double(step), loss});
+  for (const TrainPoint& p : train_) train.push_back({double(p.step), p.loss});
+  Points evals;
+  for (const auto& [step, loss] : earlier_evals_) evals.push_back({double(step), loss});
+  for (const EvalPoint& e : evals_) evals.push_back({double(e.step), e.loss});
+
+  const CurveFrame frame = FitFrame(o, train, evals);
+  std::ostringstream s;
+  WriteTitles(s, o);
+  WriteAxes(s, frame);
+  WriteCurves(s, frame, train, evals);
+  WriteLegend(s, frame, !evals.empty());
   s << "</svg>\n";
   return s.str();
 }

@@ -8,7 +8,7 @@
 #include "base/status.h"
 #include "runtime/data.h"
 #include "runtime/optimizer.h"
-#include "runtime/schedule.h"
+#include "runtime/lr_schedule.h"
 
 namespace foundry {
 

@@ -38,6 +38,12 @@ std::string PlanBackends(const MemoryPlan& plan) {
   return JoinNames(names);
 }
 
+using StepClock = std::chrono::steady_clock;
+
+double SecondsSince(StepClock::time_point t) {
+  return std::chrono::duration<double>(StepClock::now() - t).count();
+}
+
 // The accessors below return references; a device that fails to copy back is past saving.
 void PullOrThrow(Status st) {
   if (!st.ok()) throw std::runtime_error(st.message());
@@ -325,14 +331,88 @@ const Tensor& Trainer::output(const std::string& name) const {
 
 // ---- Step ----------------------------------------------------------------------------------
 
+// The forward and backward of the step's microbatches (one batch without accumulation or ranks);
+// the loss of each but the last read and checked as it goes (the last's comes with the step's
+// finite check).
+Status Trainer::RunMicrobatches(int64_t step, InterpretOptions& io, StepReport& r,
+                                MicrobatchLosses& losses) {
+  const std::string prefix = "step " + std::to_string(step) + ": ";
+  const auto start = StepClock::now();
+  if (accumulation_ == 1 && world_ == 1) {
+    RETURN_IF_ERROR(BuildBatch());
+    r.batch_seconds = SecondsSince(start);
+    auto t = StepClock::now();
+    RETURN_IF_ERROR(executor_->Run(io.ctx).Prepend(prefix));
+    r.graph_seconds = SecondsSince(t);
+    return Status::Ok();
+  }
+  RETURN_IF_ERROR(PrepareMicrobatches(step));
+  r.batch_seconds = SecondsSince(start);
+  for (int64_t k = 0; k < accumulation_; ++k) {
+    auto t = StepClock::now();
+    RETURN_IF_ERROR(BuildMicrobatch(k));
+    r.batch_seconds += SecondsSince(t);
+    // Rank r's microbatch k is the global microbatch k * N + r (k without ranks).
+    io.ctx.seed = MicrobatchSeed(options_.seed, step, k * world_ + rank_);
+    io.ctx.grad_scale = micro_scales_[static_cast<size_t>(k)];
+    io.ctx.grad_accumulate = k > 0;
+    t = StepClock::now();
+    RETURN_IF_ERROR(executor_->Run(io.ctx).Prepend(prefix));
+    r.graph_seconds += SecondsSince(t);
+    if (k + 1 == accumulation_) break;  // the last microbatch's loss comes with the finite check
+    t = StepClock::now();
+    StatusOr<StepCheck> part = backend_->CheckStep(output(plan_.plan.loss), {}, status_);
+    if (!part.ok()) return part.status().Prepend(prefix);
+    r.check_seconds += SecondsSince(t);
+    losses.finite = losses.finite && part->finite;
+    losses.sum += part->loss * io.ctx.grad_scale;
+    if (world_ > 1) losses.terms.push_back(part->loss * io.ctx.grad_scale);
+  }
+  return Status::Ok();
+}
+
+// More than one rank: every rank's terms in global microbatch order, and whether every rank is
+// finite. The replay that names the node runs no collectives, so a world reports the step
+// without it.
+Status Trainer::ExchangeStepLosses(int64_t step, const StepCheck& last, float last_scale,
+                                   MicrobatchLosses& losses) {
+  const std::string prefix = "step " + std::to_string(step) + ": ";
+  losses.terms.push_back(last.loss * last_scale);
+  bool finite = last.finite && losses.finite;
+  RETURN_IF_ERROR(ExchangeStepTerms(losses.terms, finite).Prepend(prefix));
+  if (!finite) {
+    failed_ = true;
+    return Error(prefix + "a loss or gradient is not finite on some rank (with " +
+                 std::to_string(world_) +
+                 " ranks the step is not replayed to name the node that produced it); lower "
+                 "--lr, or check the inputs and weights");
+  }
+  return Status::Ok();
+}
+
+// A step whose loss or gradients are not finite: with accumulation, each microbatch replayed on
+// its own inputs, the first node that produced the value named.
+Status Trainer::NonFiniteStepError(int64_t step, InterpretOptions io) {
+  const int64_t K = accumulation_;
+  if (K == 1) return NonFiniteError(step, io);
+  const std::string prefix = "step " + std::to_string(step) + ": ";
+  Status last = Status::Ok();
+  for (int64_t k = 0; k < K; ++k) {
+    RETURN_IF_ERROR(BuildMicrobatch(k));
+    io.ctx.seed = MicrobatchSeed(options_.seed, step, k);
+    io.ctx.grad_scale = micro_scales_[static_cast<size_t>(k)];
+    last = NonFiniteError(step, io);
+    if (last.message().find(" first produced by ") != std::string::npos)
+      return Error("step " + std::to_string(step) + ", microbatch " + std::to_string(k + 1) +
+                   " of " + std::to_string(K) + ": " + last.message().substr(prefix.size()));
+  }
+  return last;
+}
+
 StatusOr<StepReport> Trainer::Step() {
   RETURN_IF_ERROR(CheckCanStep());
-  using Clock = std::chrono::steady_clock;
-  const auto since = [](Clock::time_point t) {
-    return std::chrono::duration<double>(Clock::now() - t).count();
-  };
   StepReport r;
-  const auto start = Clock::now();
+  const auto start = StepClock::now();
   const int64_t step = step_ + 1;
   const std::string prefix = "step " + std::to_string(step) + ": ";
   const int64_t K = accumulation_;
@@ -340,96 +420,40 @@ StatusOr<StepReport> Trainer::Step() {
   io.ctx.seed = StepSeed(options_.seed, step);
   io.ctx.training = true;
   io.ctx.comm = comm_;
-  float loss = 0;  // sum_k s_k * loss_k, in f32 as Composer adds it
-  bool losses_finite = true;
-  std::vector<float> terms;  // more than one rank: this rank's s_k * loss_k, exchanged below
-  if (K == 1 && world_ == 1) {
-    RETURN_IF_ERROR(BuildBatch());
-    r.batch_seconds = since(start);
-    auto t = Clock::now();
-    RETURN_IF_ERROR(executor_->Run(io.ctx).Prepend(prefix));
-    r.graph_seconds = since(t);
-  } else {
-    RETURN_IF_ERROR(PrepareMicrobatches(step));
-    r.batch_seconds = since(start);
-    for (int64_t k = 0; k < K; ++k) {
-      auto t = Clock::now();
-      RETURN_IF_ERROR(BuildMicrobatch(k));
-      r.batch_seconds += since(t);
-      // Rank r's microbatch k is the global microbatch k * N + r (k without ranks).
-      io.ctx.seed = MicrobatchSeed(options_.seed, step, k * world_ + rank_);
-      io.ctx.grad_scale = micro_scales_[static_cast<size_t>(k)];
-      io.ctx.grad_accumulate = k > 0;
-      t = Clock::now();
-      RETURN_IF_ERROR(executor_->Run(io.ctx).Prepend(prefix));
-      r.graph_seconds += since(t);
-      if (k + 1 == K) break;  // the last microbatch's loss comes with the finite check
-      t = Clock::now();
-      StatusOr<StepCheck> part = backend_->CheckStep(output(plan_.plan.loss), {}, status_);
-      if (!part.ok()) return part.status().Prepend(prefix);
-      r.check_seconds += since(t);
-      losses_finite = losses_finite && part->finite;
-      loss += part->loss * io.ctx.grad_scale;
-      if (world_ > 1) terms.push_back(part->loss * io.ctx.grad_scale);
-    }
-  }
-  auto t = Clock::now();
+  MicrobatchLosses losses;
+  RETURN_IF_ERROR(RunMicrobatches(step, io, r, losses));
+  auto t = StepClock::now();
   StatusOr<StepCheck> check = backend_->CheckStep(output(plan_.plan.loss), gradients_, status_);
   if (!check.ok()) return check.status().Prepend(prefix);
-  if (world_ > 1) {
-    // Every rank's terms in global microbatch order, and whether every rank is finite: the
-    // replay below runs no collectives, so a world reports the step without it.
-    terms.push_back(check->loss * io.ctx.grad_scale);
-    bool finite = check->finite && losses_finite;
-    RETURN_IF_ERROR(ExchangeStepTerms(terms, finite).Prepend(prefix));
-    if (!finite) {
-      failed_ = true;
-      return Error(prefix + "a loss or gradient is not finite on some rank (with " +
-                   std::to_string(world_) +
-                   " ranks the step is not replayed to name the node that produced it); lower "
-                   "--lr, or check the inputs and weights");
-    }
-  }
-  r.check_seconds += since(t);
-  if (!check->finite || !losses_finite) {
+  if (world_ > 1) RETURN_IF_ERROR(ExchangeStepLosses(step, *check, io.ctx.grad_scale, losses));
+  r.check_seconds += SecondsSince(t);
+  if (!check->finite || !losses.finite) {
     failed_ = true;
-    if (K == 1) return NonFiniteError(step, io);
-    // Each microbatch replayed on its own inputs: the first node that produced the value.
-    Status last = Status::Ok();
-    for (int64_t k = 0; k < K; ++k) {
-      RETURN_IF_ERROR(BuildMicrobatch(k));
-      io.ctx.seed = MicrobatchSeed(options_.seed, step, k);
-      io.ctx.grad_scale = micro_scales_[static_cast<size_t>(k)];
-      last = NonFiniteError(step, io);
-      if (last.message().find(" first produced by ") != std::string::npos)
-        return Error("step " + std::to_string(step) + ", microbatch " + std::to_string(k + 1) +
-                     " of " + std::to_string(K) + ": " + last.message().substr(prefix.size()));
-    }
-    return last;
+    return NonFiniteStepError(step, io);
   }
   // The norm, and clipping: before the dumps, so --dump-grads holds what the optimizer uses.
   if (options_.grad_norm || options_.clip_norm > 0) {
-    t = Clock::now();
+    t = StepClock::now();
     StatusOr<float> norm =
         sharded_ ? ShardedGradNorm()
                  : backend_->ClipGradNorm(clipped_gradients_, options_.clip_norm, norm_scratch_);
     if (!norm.ok()) return norm.status().Prepend(prefix);
     r.grad_norm = *norm;
-    r.norm_seconds = since(t);
+    r.norm_seconds = SecondsSince(t);
   }
-  loss = K == 1 ? check->loss : loss + check->loss * io.ctx.grad_scale;
+  float loss = K == 1 ? check->loss : losses.sum + check->loss * io.ctx.grad_scale;
   if (world_ > 1) {
     loss = 0;  // sum_j s_j * loss_j in j order, as one process with --grad-accum N*K adds them
-    for (float term : terms) loss += term;
+    for (float term : losses.terms) loss += term;
   }
   // Dumps: every target is checked before any is written.
   ASSIGN_OR_RETURN(std::vector<Dump> dumps, PrepareDumps());
   // From here on the parameters are being changed in place: any error ends the trainer.
   failed_ = true;
-  t = Clock::now();
+  t = StepClock::now();
   r.lr = ScheduledLr(options_.schedule, options_.optimizer.lr, step, total_steps_);
   RETURN_IF_ERROR(ApplyOptimizer(step));
-  r.optimizer_seconds = since(t);
+  r.optimizer_seconds = SecondsSince(t);
   // The dumps last, so a failed step writes nothing.
   RETURN_IF_ERROR(WriteDumps(dumps));
   failed_ = false;
@@ -440,7 +464,7 @@ StatusOr<StepReport> Trainer::Step() {
   r.step = step;
   r.loss = loss;
   r.microbatches = K;
-  r.seconds = since(start);
+  r.seconds = SecondsSince(start);
   r.tokens_per_second =
       r.seconds > 0 ? static_cast<double>(K * data_.batch * data_.seq) / r.seconds : 0;
   return r;

@@ -36,7 +36,7 @@
 //     (Backend::ClipGradNorm, torch.nn.utils.clip_grad_norm_); --dump-grads writes them after.
 //  5. The optimizer updates every parameter in place, elementwise, in fp32 (Backend::
 //     ApplyOptimizer: kernels/cpu/optimizer.h's AdamWUpdate and SgdUpdate, bit for bit), with the
-//     step's lr from the schedule (runtime/schedule.h).
+//     step's lr from the schedule (runtime/lr_schedule.h).
 //
 // Gradient accumulation (a plan compiled with --grad-accum K, K > 1; passes/grad_accumulate.h):
 // a step is K microbatches, each the compiled batch; microbatch k reads the windows from
@@ -94,7 +94,7 @@
 #include "runtime/param_init.h"
 #include "runtime/parameter_store.h"
 #include "runtime/safetensors.h"
-#include "runtime/schedule.h"
+#include "runtime/lr_schedule.h"
 #include "runtime/train_state.h"
 
 namespace foundry {
@@ -121,7 +121,7 @@ struct TrainerOptions {
   // A safetensors file whose tensors replace every parameter's initial values, matched by their
   // PyTorch names (runtime/safetensors.h: LoadSafetensorsInto); "" = the plan's own.
   std::string init_from;
-  // The lr schedule (runtime/schedule.h): step k updates with ScheduledLr(schedule,
+  // The lr schedule (runtime/lr_schedule.h): step k updates with ScheduledLr(schedule,
   // optimizer.lr, k, total), where total is `total_steps` (Composer's max_duration in steps), or,
   // when it is 0, what SetTotalSteps gave (foundry-run: the last step of the run).
   ScheduleOptions schedule;
@@ -291,12 +291,28 @@ class Trainer {
   Status PrepareMicrobatches(int64_t step);
   Status BuildMicrobatch(int64_t k);
   StatusOr<int64_t> MicrobatchLossTokens();
+  // The losses of a step's microbatches but the last, as their graph runs left them.
+  struct MicrobatchLosses {
+    float sum = 0;  // sum_k s_k * loss_k, in f32 as Composer adds it
+    bool finite = true;
+    std::vector<float> terms;  // more than one rank: this rank's s_k * loss_k, exchanged
+  };
+  Status RunMicrobatches(int64_t step, InterpretOptions& io, StepReport& r,
+                         MicrobatchLosses& losses);
+  Status ExchangeStepLosses(int64_t step, const StepCheck& last, float last_scale,
+                            MicrobatchLosses& losses);
+  Status NonFiniteStepError(int64_t step, InterpretOptions io);
   Status NonFiniteError(int64_t step, const InterpretOptions& base) const;
   StatusOr<std::vector<Dump>> PrepareDumps() const;
   Status ApplyOptimizer(int64_t step);
   Status WriteDumps(const std::vector<Dump>& dumps) const;
 
   Status WriteSave(const std::string& tmp) const;
+  // WriteSave's and Resume's steps (runtime/trainer_save.cc).
+  Status WriteWeights(const std::string& tmp, const std::map<std::string, Tensor>& params) const;
+  StatusOr<std::string> StateJson() const;
+  Status CheckResumable(const std::string& dir, const TrainState& s) const;
+  StatusOr<std::map<std::string, Tensor>> ReadSavedWeights(const std::string& dir) const;
 
   LoadedPlan plan_;
   TrainerOptions options_;

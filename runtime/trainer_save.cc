@@ -112,21 +112,13 @@ Status Trainer::SaveInto(const std::string& folder) const {
   return WriteSave(folder);
 }
 
-Status Trainer::WriteSave(const std::string& tmp) const {
-  std::error_code ec;
-  RETURN_IF_ERROR(store_->Pull());
-  // Sharded: every rank's shards gathered into full tensors (each rank calls this or JoinSave).
-  std::optional<SavedState> gathered;
-  if (sharded_) {
-    ASSIGN_OR_RETURN(gathered, GatherState());
-  }
-  const std::map<std::string, Tensor>& params = gathered ? gathered->params : store_->host_params();
-  const std::map<std::string, Tensor>& slots_m = gathered ? gathered->m : store_->host_m();
-  const std::map<std::string, Tensor>& slots_v = gathered ? gathered->v : store_->host_v();
-
-  // A sharded training graph holds each parameter as a shard ([c]): it cannot carry the full
-  // weights, so a sharded save has no model.onnx (Resume reads model.safetensors).
-  if (!gathered) {
+// model.onnx (an unsharded run's: a sharded training graph holds each parameter as a shard
+// ([c]), so it cannot carry the full weights; Resume then reads model.safetensors) and
+// model.safetensors: the same parameters under their PyTorch names, for PyTorch users
+// (runtime/safetensors.h; those without one keep their ONNX name and are listed).
+Status Trainer::WriteWeights(const std::string& tmp,
+                             const std::map<std::string, Tensor>& params) const {
+  if (!sharded_) {
     Graph g = plan_.graph;
     // Views of the host parameters, not copies: a periodic checkpoint in the step loop would
     // otherwise hold a second copy of every parameter while it writes (outside the plan).
@@ -137,8 +129,6 @@ Status Trainer::WriteSave(const std::string& tmp) const {
     }
     RETURN_IF_ERROR(ExportOnnx(g, (fs::path(tmp) / "model.onnx").string()));
   }
-  // model.safetensors: the same parameters under their PyTorch names, for PyTorch users
-  // (runtime/safetensors.h; those without one keep their ONNX name and are listed).
   const TorchNames names = MapTorchNames(plan_.graph, plan_.plan.parameters);
   std::vector<std::pair<std::string, const Tensor*>> weights;
   for (const auto& name : plan_.plan.parameters)
@@ -148,18 +138,13 @@ Status Trainer::WriteSave(const std::string& tmp) const {
   if (!names.unmapped.empty())
     meta["foundry.unmapped"] = nlohmann::json(names.unmapped)
                                    .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  RETURN_IF_ERROR(WriteSafetensors((fs::path(tmp) / "model.safetensors").string(), weights, meta));
-  auto write_slots = [&](const std::map<std::string, Tensor>& slots,
-                         const std::string& suffix) -> Status {
-    for (const auto& [name, t] : slots)
-      RETURN_IF_ERROR(WriteTensorFile(
-          (fs::path(tmp) / "optimizer" / (FileNameForValue(name) + suffix)).string(), t,
-          name + suffix.substr(0, 2)));
-    return Status::Ok();
-  };
-  RETURN_IF_ERROR(write_slots(slots_m, ".m.pb"));
-  RETURN_IF_ERROR(write_slots(slots_v, ".v.pb"));
+  return WriteSafetensors((fs::path(tmp) / "model.safetensors").string(), weights, meta);
+}
 
+// state.json (runtime/train_state.h): the step, the options a resumed run continues with, and
+// where the data stands.
+StatusOr<std::string> Trainer::StateJson() const {
+  std::error_code ec;
   const OptimizerOptions& o = options_.optimizer;
   nlohmann::ordered_json j;
   j["format"] = "foundry-train-state";
@@ -206,17 +191,40 @@ Status Trainer::WriteSave(const std::string& tmp) const {
     j["world_size"] = world_;
     j["sharding"] = plan_.plan.sharding->strategy;
   }
-  std::string json;
   try {
-    json = j.dump(2) + "\n";
+    return j.dump(2) + "\n";
   } catch (const nlohmann::json::exception&) {
     return Error("--save: a --feed or --data path is not valid UTF-8; rename the file");
   }
+}
+
+Status Trainer::WriteSave(const std::string& tmp) const {
+  RETURN_IF_ERROR(store_->Pull());
+  // Sharded: every rank's shards gathered into full tensors (each rank calls this or JoinSave).
+  std::optional<SavedState> gathered;
+  if (sharded_) {
+    ASSIGN_OR_RETURN(gathered, GatherState());
+  }
+  const std::map<std::string, Tensor>& params = gathered ? gathered->params : store_->host_params();
+  const std::map<std::string, Tensor>& slots_m = gathered ? gathered->m : store_->host_m();
+  const std::map<std::string, Tensor>& slots_v = gathered ? gathered->v : store_->host_v();
+  RETURN_IF_ERROR(WriteWeights(tmp, params));
+  auto write_slots = [&](const std::map<std::string, Tensor>& slots,
+                         const std::string& suffix) -> Status {
+    for (const auto& [name, t] : slots)
+      RETURN_IF_ERROR(WriteTensorFile(
+          (fs::path(tmp) / "optimizer" / (FileNameForValue(name) + suffix)).string(), t,
+          name + suffix.substr(0, 2)));
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(write_slots(slots_m, ".m.pb"));
+  RETURN_IF_ERROR(write_slots(slots_v, ".v.pb"));
+  ASSIGN_OR_RETURN(std::string json, StateJson());
   return WriteFileAtomic((fs::path(tmp) / "state.json").string(), json);
 }
 
-Status Trainer::Resume(const std::string& dir) {
-  ASSIGN_OR_RETURN(TrainState s, ReadTrainState(dir));
+// The saved run can go on here: the same optimizer, and the same microbatches per step.
+Status Trainer::CheckResumable(const std::string& dir, const TrainState& s) const {
   const OptimizerOptions& o = options_.optimizer;
   if (s.optimizer.kind != o.kind)
     return Error("--resume " + dir + ": the saved run used --optimizer " +
@@ -225,23 +233,25 @@ Status Trainer::Resume(const std::string& dir) {
   // A save is the same for any world size: what must match is the microbatches per step over
   // all ranks (N * K), which fixes the windows each step reads.
   const int64_t saved_world = SavedWorldSize(dir);
-  if (s.accumulation_steps * saved_world != accumulation_ * world_) {
-    if (saved_world == 1 && world_ == 1)
-      return Error("--resume " + dir + ": the saved run accumulated " +
-                   std::to_string(s.accumulation_steps) + " microbatches per step, this one " +
-                   std::to_string(accumulation_) + "; resume it with --grad-accum " +
-                   std::to_string(s.accumulation_steps) + " (and its plan)");
-    return Error("--resume " + dir + ": the saved run's steps were " +
-                 std::to_string(s.accumulation_steps * saved_world) + " microbatches (" +
-                 std::to_string(saved_world) + " ranks x --grad-accum " +
-                 std::to_string(s.accumulation_steps) + "), this one's " +
-                 std::to_string(accumulation_ * world_) + " (" + std::to_string(world_) + " x " +
-                 std::to_string(accumulation_) +
-                 "); resume it with a plan and --grad-accum whose product with the ranks is " +
-                 std::to_string(s.accumulation_steps * saved_world));
-  }
-  // The full parameters: model.onnx's (a save of an unsharded run), else model.safetensors's (a
-  // sharded run's save has no model.onnx).
+  if (s.accumulation_steps * saved_world == accumulation_ * world_) return Status::Ok();
+  if (saved_world == 1 && world_ == 1)
+    return Error("--resume " + dir + ": the saved run accumulated " +
+                 std::to_string(s.accumulation_steps) + " microbatches per step, this one " +
+                 std::to_string(accumulation_) + "; resume it with --grad-accum " +
+                 std::to_string(s.accumulation_steps) + " (and its plan)");
+  return Error("--resume " + dir + ": the saved run's steps were " +
+               std::to_string(s.accumulation_steps * saved_world) + " microbatches (" +
+               std::to_string(saved_world) + " ranks x --grad-accum " +
+               std::to_string(s.accumulation_steps) + "), this one's " +
+               std::to_string(accumulation_ * world_) + " (" + std::to_string(world_) + " x " +
+               std::to_string(accumulation_) +
+               "); resume it with a plan and --grad-accum whose product with the ranks is " +
+               std::to_string(s.accumulation_steps * saved_world));
+}
+
+// The full parameters: model.onnx's (a save of an unsharded run), else model.safetensors's (a
+// sharded run's save has no model.onnx).
+StatusOr<std::map<std::string, Tensor>> Trainer::ReadSavedWeights(const std::string& dir) const {
   std::map<std::string, Tensor> full;
   const std::string model = (fs::path(dir) / "model.onnx").string();
   std::error_code exists_ec;
@@ -257,19 +267,29 @@ Status Trainer::Resume(const std::string& dir) {
                      "'; was it saved from another model?");
       full[name] = *sv->data;
     }
-  } else {
-    const std::string weights = (fs::path(dir) / "model.safetensors").string();
-    auto file = ReadSafetensors(weights);
-    if (!file.ok()) return file.status().Prepend("--resume " + dir + ": ");
-    const TorchNames names = MapTorchNames(plan_.graph, plan_.plan.parameters);
-    for (const auto& name : plan_.plan.parameters) {
-      auto it = file->tensors.find(names.torch_name.at(name));
-      if (it == file->tensors.end())
-        return Error("--resume " + dir + ": '" + weights + "' has no values for parameter '" +
-                     names.torch_name.at(name) + "'; was it saved from another model?");
-      full[name] = std::move(it->second);
-    }
+    return full;
   }
+  const std::string weights = (fs::path(dir) / "model.safetensors").string();
+  auto file = ReadSafetensors(weights);
+  if (!file.ok()) return file.status().Prepend("--resume " + dir + ": ");
+  const TorchNames names = MapTorchNames(plan_.graph, plan_.plan.parameters);
+  for (const auto& name : plan_.plan.parameters) {
+    auto it = file->tensors.find(names.torch_name.at(name));
+    if (it == file->tensors.end())
+      return Error("--resume " + dir + ": '" + weights + "' has no values for parameter '" +
+                   names.torch_name.at(name) + "'; was it saved from another model?");
+    full[name] = std::move(it->second);
+  }
+  return full;
+}
+
+Status Trainer::Resume(const std::string& dir) {
+  ASSIGN_OR_RETURN(TrainState s, ReadTrainState(dir));
+  RETURN_IF_ERROR(CheckResumable(dir, s));
+  auto read = ReadSavedWeights(dir);
+  if (!read.ok()) return read.status();
+  const std::map<std::string, Tensor>& full = *read;
+  const OptimizerOptions& o = options_.optimizer;
   std::map<std::string, Tensor> params, m, v;
   for (const auto& name : plan_.plan.parameters) {
     const Tensor& cur = store_->host_params().at(name);

@@ -364,30 +364,10 @@ std::optional<int> ParseOutputs(Options& o, CompileRequest& request, OutputSet& 
   return std::nullopt;
 }
 
-// Everything known from the command line alone, in the order the checks are made.
-std::optional<int> ParseRequest(Options& o, const std::optional<TrainConfig>& config,
-                                CompileRequest& request, OutputSet& outputs) {
-  auto dims = cli::ParseDims(o.dim_specs);
-  if (!dims.ok()) return Fail(dims.status().message(), cli::kExitUsage);
-  auto fold_limit = cli::ParseInteger<int64_t>("--fold-limit", o.fold_limit_text, 1, INT64_MAX,
-                                               "a positive number of bytes");
-  if (!fold_limit.ok()) return Fail(fold_limit.status().message(), cli::kExitUsage);
-  int threads = AvailableCpus();
-  if (!o.threads_text.empty()) {
-    auto parsed = cli::ParseInteger<int>("--threads", o.threads_text, 1, 1024, "a thread count");
-    if (!parsed.ok()) return Fail(parsed.status().message(), cli::kExitUsage);
-    threads = *parsed;
-  }
-  SetCpuThreads(threads);
-  if (o.output_given && o.dry_run)
-    return Fail("-o PREFIX and --dry-run contradict each other; drop one", cli::kExitUsage);
-  auto precision = ParsePrecision(o.precision);
-  if (!precision.ok()) return Fail("--precision: " + precision.status().message(), cli::kExitUsage);
-  request.precision = *precision;
-  auto grad_accum = cli::ParseInteger<int64_t>("--grad-accum", o.grad_accum_text, 1, 1 << 20,
-                                               "a number of microbatches");
-  if (!grad_accum.ok()) return Fail(grad_accum.status().message(), cli::kExitUsage);
-  request.grad_accumulation = *grad_accum;
+// The ranks of a data-parallel plan: --world-size, --shard-group, --link-gbps and the sharding
+// strategy (--sharding, else the --config file's fsdp_config.sharding_strategy).
+std::optional<int> ParseRanks(Options& o, const std::optional<TrainConfig>& config,
+                              CompileRequest& request) {
   auto world = cli::ParseInteger<int64_t>("--world-size", o.world_size_text, 1, 1 << 16,
                                           "a number of ranks");
   if (!world.ok()) return Fail(world.status().message(), cli::kExitUsage);
@@ -424,10 +404,38 @@ std::optional<int> ParseRequest(Options& o, const std::optional<TrainConfig>& co
                   cli::kExitUsage);
     request.sharding = *parsed;
   }
+  return std::nullopt;
+}
+
+// Everything known from the command line alone, in the order the checks are made.
+std::optional<int> ParseRequest(Options& o, const std::optional<TrainConfig>& config,
+                                CompileRequest& request, OutputSet& outputs) {
+  auto dims = cli::ParseDims(o.dim_specs);
+  if (!dims.ok()) return Fail(dims.status().message(), cli::kExitUsage);
+  auto fold_limit = cli::ParseInteger<int64_t>("--fold-limit", o.fold_limit_text, 1, INT64_MAX,
+                                               "a positive number of bytes");
+  if (!fold_limit.ok()) return Fail(fold_limit.status().message(), cli::kExitUsage);
+  int threads = AvailableCpus();
+  if (!o.threads_text.empty()) {
+    auto parsed = cli::ParseInteger<int>("--threads", o.threads_text, 1, 1024, "a thread count");
+    if (!parsed.ok()) return Fail(parsed.status().message(), cli::kExitUsage);
+    threads = *parsed;
+  }
+  SetCpuThreads(threads);
+  if (o.output_given && o.dry_run)
+    return Fail("-o PREFIX and --dry-run contradict each other; drop one", cli::kExitUsage);
+  auto precision = ParsePrecision(o.precision);
+  if (!precision.ok()) return Fail("--precision: " + precision.status().message(), cli::kExitUsage);
+  request.precision = *precision;
+  auto grad_accum = cli::ParseInteger<int64_t>("--grad-accum", o.grad_accum_text, 1, 1 << 20,
+                                               "a number of microbatches");
+  if (!grad_accum.ok()) return Fail(grad_accum.status().message(), cli::kExitUsage);
+  request.grad_accumulation = *grad_accum;
+  if (auto code = ParseRanks(o, config, request)) return code;
   if (config && config->global_train_batch_size && !o.forward_only) {
     // global_train_batch_size / (N x device_train_microbatch_size) microbatches per optimizer
     // step on each of N ranks; --grad-accum given too wins.
-    auto k = AccumulationSteps(*config, *world);
+    auto k = AccumulationSteps(*config, request.world_size);
     if (!k.ok()) return Fail(k.status().message());
     if (o.grad_accum_given && *k != *grad_accum)
       std::cerr << kTool << ": warning: --grad-accum " << *grad_accum << " overrides " << o.config

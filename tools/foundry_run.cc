@@ -1,8 +1,8 @@
 // foundry-run: trains a compiled plan for N steps, or runs any ONNX model forward (--forward). A
-// thin main: the options are parsed and checked here, the run is one library call
-// (driver/train.h: Train, RunForward), and what it returns is printed here. Every error is one
-// line `foundry-run: error: <message>` on stderr; exit code 2 for a wrong command line, 1 for
-// anything else (tools/cli.h).
+// thin main: the options are parsed and checked here (--config's YAML mapped onto them by
+// driver/run_config.h), the run is one library call (driver/train.h: Train, RunForward), and what
+// it returns is printed here. Every error is one line `foundry-run: error: <message>` on stderr;
+// exit code 2 for a wrong command line, 1 for anything else (tools/cli.h).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -15,19 +15,19 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include "base/file_util.h"
 #include "base/output_set.h"
-#include "compiler/plan.h"
 #include "compiler/tensor_proto.h"
 #include "compiler/train_config.h"
+#include "driver/run_config.h"
 #include "driver/train.h"
 #include "kernels/cpu/parallel.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/nccl_communicator.h"
-#include "runtime/train_state.h"
 #include "tools/cli.h"
 
 namespace fs = std::filesystem;
@@ -125,7 +125,7 @@ void AddOptimizerOptions(CLI::App& app, Options& o) {
       ->capture_default_str();
 }
 
-// Composer's schedulers and gradient clipping (runtime/schedule.h), in optimizer steps.
+// Composer's schedulers and gradient clipping (runtime/lr_schedule.h), in optimizer steps.
 void AddScheduleOptions(CLI::App& app, Options& o) {
   app.add_option("--scheduler", o.scheduler,
                  "lr schedule as Composer computes it: constant, cosine_with_warmup, "
@@ -317,196 +317,78 @@ std::ostream& ConfigNotes() {
   return LauncherWorldSize() > 1 && LauncherRank() != 0 ? none : std::cerr;
 }
 
-// --config TRAIN.yaml (compiler/train_config.h): each key foundry-run reads becomes the option
-// it stands for, unless that option is given (then a warning says the flag wins where they
-// differ). Durations (Composer's ba, tok, sp, ep, dur) become steps with the plan's batch and
-// sequence, the accumulation steps and, for epochs, the --data file's windows. The plan must be
-// the one the YAML compiles to: its microbatch, sequence and accumulation steps are checked.
+// Sets the option the YAML's key stands for (driver/run_config.h), unless the command line gave
+// it: then the flag wins, with a warning where they differ.
+void SetFromConfig(const CLI::App& app, Options& o, const ConfigOption& option) {
+  const std::string& flag = option.flag;
+  if (std::holds_alternative<bool>(option.value)) {  // a switch: --eval-first
+    if (!o.eval_first) {
+      o.eval_first = true;
+      o.from_config.insert(flag);
+    }
+    return;
+  }
+  auto set = [&](auto& into, const auto& value) {
+    if (!Given(app, flag)) {
+      into = value;
+      o.from_config.insert(flag);
+    } else if (into != value) {
+      ConfigNotes() << kTool << ": warning: " << flag << " " << into << " overrides " << o.config
+                    << "'s " << option.key << " (" << value << ")\n";
+    }
+  };
+  if (const double* number = std::get_if<double>(&option.value)) {
+    const std::map<std::string, double*> numbers = {{"--lr", &o.opt.lr},
+                                                    {"--beta1", &o.opt.beta1},
+                                                    {"--beta2", &o.opt.beta2},
+                                                    {"--eps", &o.opt.eps},
+                                                    {"--weight-decay", &o.opt.weight_decay},
+                                                    {"--alpha-i", &o.alpha_i},
+                                                    {"--alpha-f", &o.alpha_f},
+                                                    {"--clip-norm", &o.clip_norm}};
+    return set(*numbers.at(flag), *number);
+  }
+  const std::map<std::string, std::string*> texts = {{"--max-steps", &o.max_steps_text},
+                                                     {"--steps", &o.steps_text},
+                                                     {"--optimizer", &o.optimizer},
+                                                     {"--scheduler", &o.scheduler},
+                                                     {"--warmup-steps", &o.warmup_text},
+                                                     {"--decay-steps", &o.decay_text},
+                                                     {"--seed", &o.seed_text},
+                                                     {"--log-interval", &o.log_interval_text},
+                                                     {"--eval-interval", &o.eval_interval_text},
+                                                     {"--eval-batches", &o.eval_batches_text},
+                                                     {"--save-interval", &o.save_interval_text},
+                                                     {"--save-folder", &o.save_folder},
+                                                     {"--save-keep", &o.save_keep_text}};
+  set(*texts.at(flag), std::get<std::string>(option.value));
+}
+
+// --config TRAIN.yaml (compiler/train_config.h): read, its notes printed, and each key
+// foundry-run reads set as the option it stands for (driver/run_config.h: MapRunConfig).
 std::optional<int> ApplyConfig(const CLI::App& app, Options& o) {
   if (o.config.empty()) return std::nullopt;
   if (o.forward) return Fail("--config is for training runs, not --forward", cli::kExitUsage);
   auto read = ReadTrainConfig(o.config);
   if (!read.ok()) return Fail(read.status().message());
-  const TrainConfig& c = *read;
-  const std::string source = "--config " + o.config + ": ";
-  if (std::string line = IgnoredKeysLine(c); !line.empty())
+  if (std::string line = IgnoredKeysLine(*read); !line.empty())
     ConfigNotes() << kTool << ": note: " << line << "\n";
-  for (const auto& w : c.warnings) ConfigNotes() << kTool << ": warning: " << w << "\n";
+  for (const auto& w : read->warnings) ConfigNotes() << kTool << ": warning: " << w << "\n";
   if (o.target.empty())
     return Fail("no plan given: foundry-run PREFIX --config " + o.config, cli::kExitUsage);
-  const std::string plan_path =
-      o.target.size() > 5 && o.target.compare(o.target.size() - 5, 5, ".plan") == 0
-          ? o.target
-          : o.target + ".plan";
-  auto plan = ReadPlan(plan_path);
-  if (!plan.ok()) return Fail(plan.status().message());
-  // The token input's batch and sequence, as the plan bound them.
-  int64_t batch = 0, seq = 0;
-  for (const auto& [input, axes] : plan->input_dims)
-    if (input == "input_ids" || (batch == 0 && axes.size() == 2)) {
-      if (axes.size() == 2 && plan->dims.count(axes[0]) && plan->dims.count(axes[1])) {
-        batch = plan->dims.at(axes[0]);
-        seq = plan->dims.at(axes[1]);
-      }
-    }
-  const int64_t K = plan->grad_accumulation;
-  auto mismatch = [&](const std::string& key, int64_t want, int64_t have, const std::string& what) {
-    return Fail(source + key + " is " + std::to_string(want) + " but '" + plan_path + "' has " +
-                what + " " + std::to_string(have) + "; compile the plan with foundry-compile " +
-                "--config " + o.config);
+  RunConfigRequest request;
+  request.path = o.config;
+  request.plan = o.target;
+  request.data = o.data;
+  request.data_dtype = o.data_dtype;
+  request.resume_dir = o.resume_dir;
+  request.eval_only = o.eval_only;
+  request.eval_data = !o.eval_data.empty();
+  request.set = [&](const ConfigOption& option) { SetFromConfig(app, o, option); };
+  request.note = [](const std::string& line) {
+    ConfigNotes() << kTool << ": note: " << line << "\n";
   };
-  if (batch > 0 && c.device_train_microbatch_size && *c.device_train_microbatch_size != batch)
-    return mismatch("device_train_microbatch_size", *c.device_train_microbatch_size, batch,
-                    "batch");
-  const std::optional<int64_t> yaml_seq = c.max_seq_len ? c.max_seq_len : c.model.max_seq_len;
-  if (seq > 0 && yaml_seq && *yaml_seq != seq)
-    return mismatch("max_seq_len", *yaml_seq, seq, "sequence");
-  // A plan of several ranks (foundry-compile --world-size N): the global batch is N ranks'.
-  const int64_t world = plan->sharding ? plan->sharding->world_size : 1;
-  auto accumulation = AccumulationSteps(c, world);
-  if (!accumulation.ok()) return Fail(accumulation.status().message());
-  if (c.global_train_batch_size && *accumulation != K)
-    return mismatch("global_train_batch_size / device_train_microbatch_size", *accumulation, K,
-                    "accumulation steps (--grad-accum)");
-  if (world == 1 && c.fsdp.count("sharding_strategy") &&
-      c.fsdp.at("sharding_strategy") != "NO_SHARD")
-    ConfigNotes() << kTool << ": note: " << o.config << ": fsdp_config.sharding_strategy "
-                  << c.fsdp.at("sharding_strategy")
-                  << " is for a multi-process run; this is one process holding every parameter\n";
-
-  StepUnits units;
-  units.samples_per_step = batch * K * world;
-  units.tokens_per_step = batch * K * world * seq;
-  if (!o.data.empty() && batch > 0) {
-    auto dtype = ParseTokenDType(o.data_dtype);
-    auto file = TokenFile::Open(o.data, dtype.ok() ? *dtype : TokenDType::kAuto);
-    if (!file.ok()) return Fail(file.status().message());
-    units.steps_per_epoch = file->num_tokens() / (seq + 1) / (batch * K * world);
-  }
-  // Sets option `flag` (its text) from the file unless the command line gave it.
-  auto set = [&](const char* flag, std::string& text, const std::string& value,
-                 const std::string& key) {
-    if (Given(app, flag)) {
-      if (text != value)
-        ConfigNotes() << kTool << ": warning: " << flag << " " << text << " overrides " << o.config
-                      << "'s " << key << " (" << value << ")\n";
-      return;
-    }
-    text = value;
-    o.from_config.insert(flag);
-  };
-  auto set_double = [&](const char* flag, double& into, double value, const std::string& key) {
-    if (Given(app, flag)) {
-      if (into != value)
-        ConfigNotes() << kTool << ": warning: " << flag << " " << into << " overrides " << o.config
-                      << "'s " << key << " (" << value << ")\n";
-      return;
-    }
-    into = value;
-    o.from_config.insert(flag);
-  };
-  auto steps_of = [&](const ComposerTime& t, const std::string& key) -> StatusOr<int64_t> {
-    auto steps = StepsOf(t, units, key);
-    if (!steps.ok()) return Error(source + steps.status().message());
-    return steps;
-  };
-  if (c.max_duration) {
-    auto total = steps_of(*c.max_duration, "max_duration");
-    if (!total.ok()) return Fail(total.status().message());
-    units.max_steps = *total;
-    set("--max-steps", o.max_steps_text, std::to_string(*total), "max_duration");
-    // The steps to run: to max_duration, from the step a --resume save reached.
-    int64_t done = 0;
-    if (!o.resume_dir.empty()) {
-      auto state = ReadTrainState(ResumeTarget(o.resume_dir));
-      if (!state.ok()) return Fail(state.status().message());
-      done = state->step;
-    }
-    if (!o.eval_only)
-      set("--steps", o.steps_text, std::to_string(std::max<int64_t>(0, *total - done)),
-          "max_duration");
-  }
-  if (c.optimizer) {
-    const TrainConfig::Optimizer& opt = *c.optimizer;
-    set("--optimizer", o.optimizer, opt.name, "optimizer.name");
-    if (opt.lr) set_double("--lr", o.opt.lr, *opt.lr, "optimizer.lr");
-    if (opt.beta1) set_double("--beta1", o.opt.beta1, *opt.beta1, "optimizer.betas[0]");
-    if (opt.beta2) set_double("--beta2", o.opt.beta2, *opt.beta2, "optimizer.betas[1]");
-    if (opt.eps) set_double("--eps", o.opt.eps, *opt.eps, "optimizer.eps");
-    if (opt.weight_decay)
-      set_double("--weight-decay", o.opt.weight_decay, *opt.weight_decay, "optimizer.weight_decay");
-  }
-  if (c.scheduler) {
-    const TrainConfig::Scheduler& sc = *c.scheduler;
-    if (sc.scale_warmup.value_or(false))
-      return Fail(source +
-                  "scheduler.scale_warmup: true is not supported (foundry has no scale_schedule "
-                  "ratio, so it would change nothing in Composer either): remove it");
-    set("--scheduler", o.scheduler, sc.name, "scheduler.name");
-    auto warmup = steps_of(*sc.t_warmup, "scheduler.t_warmup");
-    if (!warmup.ok()) return Fail(warmup.status().message());
-    set("--warmup-steps", o.warmup_text, std::to_string(*warmup), "scheduler.t_warmup");
-    if (sc.t_max) {
-      auto t_max = steps_of(*sc.t_max, "scheduler.t_max");
-      if (!t_max.ok()) return Fail(t_max.status().message());
-      set("--decay-steps", o.decay_text, std::to_string(*t_max), "scheduler.t_max");
-    }
-    if (sc.alpha_i) set_double("--alpha-i", o.alpha_i, *sc.alpha_i, "scheduler.alpha_i");
-    if (sc.alpha_f) set_double("--alpha-f", o.alpha_f, *sc.alpha_f, "scheduler.alpha_f");
-  }
-  if (c.clipping)
-    set_double("--clip-norm", o.clip_norm, c.clipping->threshold,
-               "algorithms.gradient_clipping.clipping_threshold");
-  if (c.seed) set("--seed", o.seed_text, std::to_string(*c.seed), "seed");
-  if (c.console_log_interval) {
-    auto n = steps_of(*c.console_log_interval, "console_log_interval");
-    if (!n.ok()) return Fail(n.status().message());
-    if (*n > 0)
-      set("--log-interval", o.log_interval_text, std::to_string(*n), "console_log_interval");
-  }
-  // Eval: the YAML's eval_loader reads a dataset foundry does not; --eval-data names the file.
-  if (!o.eval_data.empty()) {
-    if (c.eval_interval) {
-      auto n = steps_of(*c.eval_interval, "eval_interval");
-      if (!n.ok()) return Fail(n.status().message());
-      set("--eval-interval", o.eval_interval_text, std::to_string(*n), "eval_interval");
-    }
-    if (c.eval_first.value_or(false) && !o.eval_first) {
-      o.eval_first = true;
-      o.from_config.insert("--eval-first");
-    }
-    if (c.eval_subset_num_batches)
-      set("--eval-batches", o.eval_batches_text, std::to_string(*c.eval_subset_num_batches),
-          "eval_subset_num_batches");
-  } else if (c.eval_interval) {
-    ConfigNotes() << kTool << ": note: " << o.config << ": eval_interval " << c.eval_interval->text
-                  << " is read when --eval-data FILE names the held-out tokens\n";
-  }
-  if (c.save_interval && c.save_folder) {
-    if (c.save_folder->find('{') != std::string::npos)
-      return Fail(source + "save_folder '" + *c.save_folder +
-                  "' has a {placeholder} (Composer fills in {run_name}); foundry does not: write "
-                  "the folder out, or give --save-folder");
-    if (c.save_folder->find("://") != std::string::npos)
-      return Fail(source + "save_folder '" + *c.save_folder +
-                  "' is a remote store; foundry writes local folders: give --save-folder DIR");
-    auto n = steps_of(*c.save_interval, "save_interval");
-    if (!n.ok()) return Fail(n.status().message());
-    set("--save-interval", o.save_interval_text, std::to_string(*n), "save_interval");
-    set("--save-folder", o.save_folder, *c.save_folder, "save_folder");
-    if (c.save_num_checkpoints_to_keep) {
-      const int64_t keep = *c.save_num_checkpoints_to_keep;
-      if (keep == 0)
-        return Fail(source +
-                    "save_num_checkpoints_to_keep is 0 (Composer keeps no local checkpoint, "
-                    "only uploads); foundry saves locally: give -1 (all) or a count");
-      set("--save-keep", o.save_keep_text, std::to_string(keep < 0 ? 0 : keep),
-          "save_num_checkpoints_to_keep");
-    }
-  } else if (c.save_interval) {
-    ConfigNotes() << kTool << ": note: " << o.config
-                  << ": save_interval is read with save_folder (as Composer saves); none is set\n";
-  }
+  if (Status st = MapRunConfig(*read, request); !st.ok()) return Fail(st.message());
   return std::nullopt;
 }
 
@@ -589,21 +471,15 @@ int Forward(const CLI::App& app, const Options& o) {
   return 0;
 }
 
-// The trainer's options: a resumed run continues with its saved settings, and the flags given
-// now override them.
-std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& r) {
-  const bool resumed = !o.resume_dir.empty();
-  if (resumed) {
-    auto saved = ResumedOptions(o.resume_dir, o.target);
-    if (!saved.ok()) return Fail(saved.status().message());
-    r.trainer = *saved;
-  }
-  if (o.target.empty())
-    return Fail("no plan given: foundry-run PREFIX (the -o PREFIX of foundry-compile)",
-                cli::kExitUsage);
-  auto now = [&](const char* option) {
-    return !resumed || Given(app, option) || o.from_config.count(option);
-  };
+// Whether `option` sets the run's value: always in a fresh run; in a resumed one only when given
+// now (on the command line or by --config), else the save's value stands.
+bool SetsValue(const CLI::App& app, const Options& o, const char* option) {
+  return o.resume_dir.empty() || GivenOrConfig(app, o, option);
+}
+
+// The optimizer, the lr schedule and gradient clipping.
+std::optional<int> SetOptimizerOptions(const CLI::App& app, const Options& o, RunRequest& r) {
+  auto now = [&](const char* option) { return SetsValue(app, o, option); };
   OptimizerOptions& opt = r.trainer.optimizer;
   if (now("--optimizer")) opt.kind = *ParseOptimizerName(o.optimizer);
   if (now("--lr")) opt.lr = o.opt.lr;
@@ -631,6 +507,12 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
     return Fail(st.message(), cli::kExitUsage);
   if (Status st = CheckClipNorm(r.trainer.clip_norm); !st.ok())
     return Fail(st.message(), cli::kExitUsage);
+  return std::nullopt;
+}
+
+// The seeds, the data, the accumulation steps and the labels; the device and the dumps.
+std::optional<int> SetDataOptions(const CLI::App& app, const Options& o, RunRequest& r) {
+  auto now = [&](const char* option) { return SetsValue(app, o, option); };
   if (now("--seed")) r.trainer.seed = o.seed;
   if (now("--init-seed")) r.trainer.init_seed = o.init_seed;
   if (now("--feed")) r.trainer.feeds = o.feeds;
@@ -648,35 +530,41 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
   r.trainer.dump_grads_dir = o.dump_grads;
   r.trainer.dump_outputs_dir = o.dump_outputs;
   r.trainer.init_from = o.init_from;  // never from a save: a resumed run has its weights
-  // Values given now; those read from a save were checked by ReadTrainState (exit 1).
-  if (Status st = CheckOptimizerOptions(opt); !st.ok()) return Fail(st.message(), cli::kExitUsage);
-  r.plan = o.target;
-  r.steps = o.steps;
-  if (!o.eval_data.empty() || o.eval_only || Given(app, "--eval-interval") ||
-      Given(app, "--eval-batches") || o.eval_first) {
-    if (o.eval_data.empty())
-      return Fail(
-          "--eval-only, --eval-interval, --eval-batches and --eval-first need "
-          "--eval-data FILE",
-          cli::kExitUsage);
-    auto interval = cli::ParseInteger<int64_t>("--eval-interval", o.eval_interval_text, 0,
-                                               INT64_MAX, "a number of steps");
-    if (!interval.ok()) return Fail(interval.status().message(), cli::kExitUsage);
-    auto batches = cli::ParseInteger<int64_t>("--eval-batches", o.eval_batches_text, -1, INT64_MAX,
-                                              "a number of batches, or -1");
-    if (!batches.ok() || *batches == 0)
-      return Fail(batches.ok() ? "--eval-batches 0: give -1 (every whole batch) or a count"
-                               : batches.status().message(),
-                  cli::kExitUsage);
-    if (o.eval_only && Given(app, "--steps"))
-      return Fail("--eval-only runs no step; drop --steps", cli::kExitUsage);
-    if (o.eval_only) r.steps = 0;
-    r.eval.data_path = o.eval_data;
-    r.eval.data_dtype = r.trainer.data_dtype;
-    r.eval.max_batches = *batches;
-    r.eval_interval = *interval;
-    r.eval_first = o.eval_first;
-  }
+  return std::nullopt;
+}
+
+// --eval-data and the options that go with it.
+std::optional<int> SetEvalOptions(const CLI::App& app, const Options& o, RunRequest& r) {
+  if (o.eval_data.empty() && !o.eval_only && !Given(app, "--eval-interval") &&
+      !Given(app, "--eval-batches") && !o.eval_first)
+    return std::nullopt;
+  if (o.eval_data.empty())
+    return Fail(
+        "--eval-only, --eval-interval, --eval-batches and --eval-first need "
+        "--eval-data FILE",
+        cli::kExitUsage);
+  auto interval = cli::ParseInteger<int64_t>("--eval-interval", o.eval_interval_text, 0, INT64_MAX,
+                                             "a number of steps");
+  if (!interval.ok()) return Fail(interval.status().message(), cli::kExitUsage);
+  auto batches = cli::ParseInteger<int64_t>("--eval-batches", o.eval_batches_text, -1, INT64_MAX,
+                                            "a number of batches, or -1");
+  if (!batches.ok() || *batches == 0)
+    return Fail(batches.ok() ? "--eval-batches 0: give -1 (every whole batch) or a count"
+                             : batches.status().message(),
+                cli::kExitUsage);
+  if (o.eval_only && Given(app, "--steps"))
+    return Fail("--eval-only runs no step; drop --steps", cli::kExitUsage);
+  if (o.eval_only) r.steps = 0;
+  r.eval.data_path = o.eval_data;
+  r.eval.data_dtype = r.trainer.data_dtype;
+  r.eval.max_batches = *batches;
+  r.eval_interval = *interval;
+  r.eval_first = o.eval_first;
+  return std::nullopt;
+}
+
+// The outputs, the logs and the periodic checkpoints, as checked (CheckLogOptions).
+void SetOutputOptions(const Options& o, RunRequest& r) {
   r.resume_dir = o.resume_dir;
   r.save_dir = o.save_dir;
   r.report_json = o.report_json;
@@ -692,6 +580,28 @@ std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& 
   r.save_folder = o.save_folder;
   r.save_keep = o.save_keep;
   r.warn = [](const std::string& w) { ConfigNotes() << kTool << ": warning: " << w << "\n"; };
+}
+
+// The trainer's options: a resumed run continues with its saved settings, and the flags given
+// now override them.
+std::optional<int> BuildRunRequest(const CLI::App& app, Options& o, RunRequest& r) {
+  if (!o.resume_dir.empty()) {
+    auto saved = ResumedOptions(o.resume_dir, o.target);
+    if (!saved.ok()) return Fail(saved.status().message());
+    r.trainer = *saved;
+  }
+  if (o.target.empty())
+    return Fail("no plan given: foundry-run PREFIX (the -o PREFIX of foundry-compile)",
+                cli::kExitUsage);
+  if (auto code = SetOptimizerOptions(app, o, r)) return code;
+  if (auto code = SetDataOptions(app, o, r)) return code;
+  // Values given now; those read from a save were checked by ReadTrainState (exit 1).
+  if (Status st = CheckOptimizerOptions(r.trainer.optimizer); !st.ok())
+    return Fail(st.message(), cli::kExitUsage);
+  r.plan = o.target;
+  r.steps = o.steps;
+  if (auto code = SetEvalOptions(app, o, r)) return code;
+  SetOutputOptions(o, r);
   return std::nullopt;
 }
 
@@ -707,6 +617,84 @@ int PrintSchedule(const TrainerOptions& t, int64_t steps) {
     std::snprintf(line, sizeof line, "%lld %.17g\n", static_cast<long long>(k),
                   ScheduledLr(t.schedule, t.optimizer.lr, k, total));
     std::cout << line;
+  }
+  return 0;
+}
+
+// This process's place in a data-parallel run mpirun started (rank 0 of one without it). Rank 0
+// prints and writes everything; the others print only their errors, "rank R: ".
+struct World {
+  int rank = 0;
+  std::unique_ptr<Communicator> nccl;  // --device cuda: the collectives' device communicator
+  std::string ErrorPrefix() const {
+    return rank != 0 ? "rank " + std::to_string(rank) + ": " : std::string();
+  }
+};
+
+// Started by mpirun with several ranks: the run joins the world as one of them.
+std::optional<int> JoinWorld(const Options& o, RunRequest& request, World& world) {
+  if (LauncherWorldSize() <= 1) return std::nullopt;
+  // One GPU per rank: the rank's local index picks it, unless the launcher chose already.
+  if (o.device == "cuda" && !std::getenv("CUDA_VISIBLE_DEVICES"))
+    if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"))
+      setenv("CUDA_VISIBLE_DEVICES", local, 1);
+  auto mpi = MpiWorld();
+  if (!mpi.ok()) return Fail(mpi.status().message());
+  request.trainer.comm = *mpi;
+  world.rank = (*mpi)->rank();
+  if (o.device == "cuda") {
+    // The graph's collectives move device memory over NCCL (loaded at run time); the
+    // trainer's own exchanges stay on MPI, in host memory.
+    auto cuda = GetCudaBackend();
+    auto made = cuda.ok() ? CreateNcclCommunicator(**cuda, *mpi)
+                          : StatusOr<std::unique_ptr<Communicator>>(cuda.status());
+    if (!made.ok()) {
+      const int code = Fail(world.ErrorPrefix() + made.status().message());
+      MpiAbortWorld(code);
+      return code;
+    }
+    world.nccl = std::move(made).value();
+    request.trainer.host_comm = *mpi;
+    request.trainer.comm = world.nccl.get();
+  }
+  if (world.rank != 0) {
+    request.log = nullptr;
+    request.warn = nullptr;
+    request.report_json.clear();
+    request.metrics.clear();
+    request.loss_curve.clear();
+    request.trainer.dump_grads_dir.clear();
+    request.trainer.dump_outputs_dir.clear();
+  }
+  return std::nullopt;
+}
+
+// A training run (or --print-schedule), once the command line is checked.
+int RunTraining(const CLI::App& app, Options& o) {
+  if (Given(app, "--init-from") && Given(app, "--resume"))
+    return Fail(
+        "--init-from and --resume both give the weights; drop one (a resumed run "
+        "continues from its save's weights)",
+        cli::kExitUsage);
+  if (Given(app, "--dim"))
+    return Fail("--dim is for --forward; a plan's dimensions are fixed by foundry-compile --dim",
+                cli::kExitUsage);
+  RunRequest request;
+  if (o.print_schedule) {
+    if (!o.resume_dir.empty())
+      return Fail("--print-schedule reads no save; drop --resume", cli::kExitUsage);
+    o.target = "(none)";  // no plan is read
+  }
+  if (auto code = BuildRunRequest(app, o, request)) return *code;
+  if (o.print_schedule) return PrintSchedule(request.trainer, request.steps);
+  World world;
+  if (auto code = JoinWorld(o, request, world)) return *code;
+  auto result = Train(request);
+  if (!result.ok()) {
+    const int code = Fail(world.ErrorPrefix() + result.status().message());
+    // The other ranks may wait in a collective this one will never join: end them all.
+    if (request.trainer.comm && request.trainer.comm->size() > 1) MpiAbortWorld(code);
+    return code;
   }
   return 0;
 }
@@ -740,70 +728,7 @@ int Main(int argc, char** argv) {
   if (auto code = CheckLogOptions(app, o)) return *code;
   if (auto code = CheckCommandLine(app, o)) return *code;
   if (o.forward) return Forward(app, o);
-  if (Given(app, "--init-from") && Given(app, "--resume"))
-    return Fail(
-        "--init-from and --resume both give the weights; drop one (a resumed run "
-        "continues from its save's weights)",
-        cli::kExitUsage);
-  if (Given(app, "--dim"))
-    return Fail("--dim is for --forward; a plan's dimensions are fixed by foundry-compile --dim",
-                cli::kExitUsage);
-  RunRequest request;
-  if (o.print_schedule) {
-    if (!o.resume_dir.empty())
-      return Fail("--print-schedule reads no save; drop --resume", cli::kExitUsage);
-    o.target = "(none)";  // no plan is read
-  }
-  if (auto code = BuildRunRequest(app, o, request)) return *code;
-  if (o.print_schedule) return PrintSchedule(request.trainer, request.steps);
-  // Data parallel: started by mpirun with several ranks, the run is one of them.
-  // Rank 0 prints and writes everything; the others print only their errors, "rank R: ".
-  int rank = 0;
-  std::unique_ptr<Communicator> nccl;  // --device cuda: the collectives' device communicator
-  if (LauncherWorldSize() > 1) {
-    // One GPU per rank: the rank's local index picks it, unless the launcher chose already.
-    if (o.device == "cuda" && !std::getenv("CUDA_VISIBLE_DEVICES"))
-      if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"))
-        setenv("CUDA_VISIBLE_DEVICES", local, 1);
-    auto world = MpiWorld();
-    if (!world.ok()) return Fail(world.status().message());
-    request.trainer.comm = *world;
-    rank = (*world)->rank();
-    if (o.device == "cuda") {
-      // The graph's collectives move device memory over NCCL (loaded at run time); the
-      // trainer's own exchanges stay on MPI, in host memory.
-      auto cuda = GetCudaBackend();
-      auto made = cuda.ok() ? CreateNcclCommunicator(**cuda, *world)
-                            : StatusOr<std::unique_ptr<Communicator>>(cuda.status());
-      if (!made.ok()) {
-        const int code = Fail((rank != 0 ? "rank " + std::to_string(rank) + ": " : std::string()) +
-                              made.status().message());
-        MpiAbortWorld(code);
-        return code;
-      }
-      nccl = std::move(made).value();
-      request.trainer.host_comm = *world;
-      request.trainer.comm = nccl.get();
-    }
-    if (rank != 0) {
-      request.log = nullptr;
-      request.warn = nullptr;
-      request.report_json.clear();
-      request.metrics.clear();
-      request.loss_curve.clear();
-      request.trainer.dump_grads_dir.clear();
-      request.trainer.dump_outputs_dir.clear();
-    }
-  }
-  auto result = Train(request);
-  if (!result.ok()) {
-    const int code = Fail((rank != 0 ? "rank " + std::to_string(rank) + ": " : std::string()) +
-                          result.status().message());
-    // The other ranks may wait in a collective this one will never join: end them all.
-    if (request.trainer.comm && request.trainer.comm->size() > 1) MpiAbortWorld(code);
-    return code;
-  }
-  return 0;
+  return RunTraining(app, o);
 }
 
 }  // namespace

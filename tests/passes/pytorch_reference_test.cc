@@ -26,6 +26,7 @@
 #include <set>
 #include <utility>
 
+#include "base/file_util.h"
 #include "base/quote.h"
 #include "compiler/ckpt_targets.h"
 #include "compiler/module_tree.h"
@@ -98,7 +99,7 @@ struct Outcome {
 // the training graph holds one foundry::Attention and one AttentionGrad per layer (the layer count
 // from the fixture's config.json) and no Softmax.
 void ExpectAttentionFused(const Graph& g, const fs::path& fixture_dir) {
-  auto text = onnx_util::ReadFile((fixture_dir / "config.json").string());
+  auto text = ReadFile((fixture_dir / "config.json").string());
   ASSERT_TRUE(text.ok()) << text.status().message();
   const auto config = nlohmann::json::parse(*text);
   int64_t layers = -1;
@@ -392,7 +393,7 @@ TEST(PyTorchReferenceTest, LossAndEveryGradientMatchTorch) {
 std::set<std::string> MarkedBuffers(const fs::path& model) {
   std::set<std::string> out;
   onnx::ModelProto m;
-  auto bytes = onnx_util::ReadFile(model.string());
+  auto bytes = ReadFile(model.string());
   EXPECT_TRUE(bytes.ok() && m.ParseFromString(*bytes)) << model;
   auto scan = [&](const auto& infos) {
     for (const auto& vi : infos)
@@ -451,7 +452,7 @@ TEST(PyTorchReferenceTest, DynamoExportsMatchTorch26) {
     // A tied parameter's other names -> the name torch's gradient file has.
     std::map<std::string, std::string> tied;
     {
-      auto text = onnx_util::ReadFile((dir / "reference" / "tied.json").string());
+      auto text = ReadFile((dir / "reference" / "tied.json").string());
       ASSERT_TRUE(text.ok()) << text.status().message();
       auto table = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
       ASSERT_TRUE(table.is_object()) << *text;

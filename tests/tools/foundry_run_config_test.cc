@@ -13,7 +13,7 @@
 #include <regex>
 #include <sstream>
 
-#include "runtime/schedule.h"
+#include "runtime/lr_schedule.h"
 #include "tests/support/exec.h"
 #include "tests/support/scratch_dir.h"
 #include "tests/support/test_util.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The lr schedules of foundry-run (runtime/schedule.h) against Composer and PyTorch, 1,000 steps.
+"""The lr schedules of foundry-run (runtime/lr_schedule.h) against Composer and PyTorch, 1,000 steps.
 
 `foundry-run --print-schedule` prints the lr of steps 1..N (%.17g) for each configuration; this
 test compares them with

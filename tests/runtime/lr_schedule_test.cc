@@ -1,8 +1,8 @@
-// The lr schedules (runtime/schedule.h): names, checks and their messages, and values worked by
+// The lr schedules (runtime/lr_schedule.h): names, checks and their messages, and values worked by
 // hand. The 1,000-step comparison with Composer's formulas and torch's LambdaLR /
-// CosineAnnealingLR is tests/runtime/schedule_reference_test.py (through foundry-run
+// CosineAnnealingLR is tests/runtime/lr_schedule_reference_test.py (through foundry-run
 // --print-schedule).
-#include "runtime/schedule.h"
+#include "runtime/lr_schedule.h"
 
 #include <gtest/gtest.h>
 

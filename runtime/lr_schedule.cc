@@ -1,4 +1,4 @@
-#include "runtime/schedule.h"
+#include "runtime/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>
