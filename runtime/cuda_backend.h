@@ -1,7 +1,8 @@
 // The CUDA backend: device memory from cudaMalloc (counted per memory class by the backend itself,
 // like the CPU accounting), the kernels of kernels/cuda/ on one stream with one cuBLAS handle, and
-// copies through that stream. The only runtime file that reaches kernels/cuda/: the trainer and
-// the executor see the Backend interface. Built when nvcc is present; without a GPU it cannot be
+// copies through that stream. With runtime/nccl_communicator.cc (which needs the device's
+// stream) the only runtime file that reaches kernels/cuda/: the trainer and the executor see the
+// Backend interface. Built when nvcc is present; without a GPU it cannot be
 // created, and GetCudaBackend says why in one line.
 //
 // Everything runs in order on the one non-blocking work stream: zero-fills of new memory, copies,

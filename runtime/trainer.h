@@ -1,4 +1,4 @@
-// The training loop behind foundry-run (runtime/train.h runs it): take a compiled plan, bind
+// The training loop behind foundry-run (driver/train.h runs it): take a compiled plan, bind
 // weights, feed a batch, run the training graph (forward, loss, backward) on the planned executor
 // (runtime/executor.h: one arena, nothing allocated per step), apply the optimizer, save and
 // resume. Every device operation goes through the Backend interface (runtime/backend.h): the

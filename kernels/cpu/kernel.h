@@ -150,8 +150,9 @@ void SetPoisonKernelOutputs(bool on);
 bool PoisonKernelOutputs();
 void FillPoison(Tensor& t);
 
-// Threads a kernel that splits its work into independent units may use (foundry::Attention
-// today; every other kernel runs on the calling thread). Process-wide, default 1. Such a kernel
+// Threads a kernel that splits its work into independent units may use (the fused attention, and
+// through kernels/cpu/parallel.h the element-wise, matrix-product, shape, accumulate, collective
+// and gradient-norm kernels). Process-wide, default 1. Such a kernel
 // declares workspace for CpuThreads() threads and runs on as many as the workspace it is handed
 // holds, so a plan made for fewer threads still runs (on fewer); its results do not depend on
 // the count (each unit owns its outputs and sums in a fixed order).
