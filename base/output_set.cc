@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include "base/file_util.h"
+#include "base/folder_lock.h"
 #include "base/quote.h"
 
 namespace foundry {
@@ -253,6 +254,12 @@ StatusOr<std::string> OutputSet::StagingFolder(const std::string& target_dir, co
                                 .string();
     if (::mkdir(tmp.c_str(), 0777) == 0) {
       staging_.emplace_back(target_dir, tmp);
+      const int fd = ::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        staging_locks_.push_back(fd);
+      } else if (fd >= 0) {
+        ::close(fd);
+      }
       return tmp;
     }
     if (errno != EEXIST)
@@ -418,6 +425,7 @@ Status OutputSet::Commit() {
   std::error_code ec;
   for (const auto& [dir, tmp] : staging_) fs::remove_all(tmp, ec);
   staging_.clear();
+  ReleaseStagingLocks();
   made_folders_.clear();
   unlock();
   return Status::Ok();
@@ -427,6 +435,7 @@ void OutputSet::Abort() {
   std::error_code ec;
   for (const auto& [dir, tmp] : staging_) fs::remove_all(tmp, ec);
   staging_.clear();
+  ReleaseStagingLocks();
   for (auto it = made_folders_.rbegin(); it != made_folders_.rend(); ++it) fs::remove(*it, ec);
   made_folders_.clear();
   for (Entry& e : outputs_) {
@@ -434,6 +443,40 @@ void OutputSet::Abort() {
     e.staged_direct = false;
     e.bytes.clear();
   }
+}
+
+void OutputSet::ReleaseStagingLocks() {
+  for (int fd : staging_locks_) ::close(fd);
+  staging_locks_.clear();
+}
+
+std::vector<std::string> RemoveStagingDebris(const std::string& folder,
+                                             std::optional<fs::file_time_type> stale_before) {
+  std::vector<std::string> lines;
+  std::error_code ec;
+  const std::string prefix = ".foundry-tmp.";
+  for (const auto& e : fs::directory_iterator(folder, ec)) {
+    const std::string name = e.path().filename().string();
+    std::error_code entry_ec;
+    if (name.rfind(prefix, 0) != 0 || !e.is_directory(entry_ec)) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    const int fd = ::open(e.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) continue;
+    const bool owned = ::flock(fd, LOCK_EX | LOCK_NB) != 0;
+    std::string why;
+    if (!owned && (pid == ::getpid() || !ProcessIsAlive(pid)))
+      why = "pid " + std::to_string(pid) + ", not running";
+    else if (!owned && stale_before && e.last_write_time(entry_ec) < *stale_before && !entry_ec)
+      why = "older than the newest complete save";
+    if (!why.empty()) {
+      fs::remove_all(e.path(), entry_ec);
+      lines.push_back(entry_ec ? "cannot remove " + QuoteName(e.path().string()) + ": " +
+                                     entry_ec.message()
+                               : QuoteName(e.path().string()) + " (" + why + ")");
+    }
+    ::close(fd);
+  }
+  return lines;
 }
 
 }  // namespace foundry

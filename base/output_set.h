@@ -8,8 +8,9 @@
 //      identity where the file exists, by the canonical path where it does not), a file output
 //      inside a folder output or an input folder.
 //   2. Stage / Write: the bytes go to DIR/.foundry-tmp.<pid>.<n>/<name> beside the target (same
-//      file system, so the rename cannot fail for crossing one). Missing folders above a target
-//      are made here and remembered.
+//      file system, so the rename cannot fail for crossing one), a temp folder this set holds a
+//      flock on until it is gone (RemoveStagingDebris tells a live one from a dead run's by it).
+//      Missing folders above a target are made here and remembered.
 //   3. Commit: under an exclusive lock (flock) on every target folder, so two commands writing
 //      the same outputs never interleave their renames: the direct outputs first (a character
 //      device or a FIFO, such as /dev/null, /dev/stdout or a named pipe, is written to, never
@@ -25,6 +26,7 @@
 #include <sys/types.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -97,12 +99,23 @@ class OutputSet {
   Status Check(const std::string& path, const std::string& option, bool folder,
                std::string& canonical) const;
   StatusOr<std::string> StagingFolder(const std::string& target_dir, const Entry& e);
+  void ReleaseStagingLocks();
 
   std::vector<Input> inputs_;
   std::vector<Entry> outputs_;
   std::vector<std::pair<std::string, std::string>> staging_;  // target folder -> temp folder
+  std::vector<int> staging_locks_;  // an open descriptor of each temp folder, flock'ed
   std::vector<std::string> made_folders_;                     // outermost first
 };
+
+// The temp folders (.foundry-tmp.<pid>.<n>) in `folder` that no live command owns, removed: nobody
+// holds their flock, and their pid is not running (or is this process's: an earlier process of
+// the same pid, as in a container), or they were last changed before `stale_before` (a dead
+// run's whose pid another process has taken since). Returns one line per folder removed ("X
+// (pid 123, not running)") or that could not be ("cannot remove X: why").
+std::vector<std::string> RemoveStagingDebris(
+    const std::string& folder,
+    std::optional<std::filesystem::file_time_type> stale_before = std::nullopt);
 
 // The folders of `path` that do not exist, outermost first ("a/b/c" with only "a": a/b, a/b/c).
 std::vector<std::string> MissingFolders(const std::string& path);

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "base/file_util.h"
+#include "base/folder_lock.h"
 #include "base/output_set.h"
 #include "base/quote.h"
 #include "compiler/onnx_import.h"
@@ -19,6 +20,7 @@
 #include "driver/run_log.h"
 #include "kernels/cpu/parallel.h"
 #include "passes/fold.h"
+#include "runtime/checkpoint_manifest.h"
 #include "runtime/interpreter.h"
 #include "runtime/safetensors.h"
 #include "runtime/train_state.h"
@@ -144,7 +146,8 @@ Status CheckBeforeTheSteps(const RunRequest& r, Trainer& t, OutputSet& outputs) 
 }
 
 // Step 3's header.
-void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t) {
+void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t,
+                 const std::vector<std::string>& skipped) {
   const LoadedPlan& lp = t.plan();
   const OptimizerOptions& o = t.options().optimizer;
   const int64_t elements = t.num_parameter_elements();
@@ -189,8 +192,11 @@ void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t) {
       << " kernels, one thread per product piece)\n";
   if (!r.resume_dir.empty()) {
     log << "  resumed    " << t.resume_dir() << " at step " << t.step();
-    if (t.resume_dir() != r.resume_dir) log << " (the latest checkpoint in " << r.resume_dir << ")";
+    if (t.resume_dir() != r.resume_dir)
+      log << (skipped.empty() ? " (the latest checkpoint in " : " (the newest that verifies in ")
+          << r.resume_dir << ")";
     log << "\n";
+    for (const std::string& line : skipped) log << "  skipped    " << line << "\n";
   }
   if (!r.trainer.init_from.empty()) log << "  weights    " << r.trainer.init_from << "\n";
   if (r.save_interval > 0 && !r.save_folder.empty())
@@ -218,20 +224,56 @@ RunLog::CurveOptions CurveOptions(const RunRequest& r, const Trainer& t) {
   return c;
 }
 
+// The save folder's lock for the run (none without periodic checkpoints, and on ranks but 0).
+StatusOr<FolderLock> LockSaveFolder(const RunRequest& r) {
+  if (!WritesFiles(r) || r.save_folder.empty() || r.save_interval <= 0) return FolderLock();
+  ASSIGN_OR_RETURN(FolderLock lock, FolderLock::Take(r.save_folder, "--save-folder"));
+  if (!lock.note().empty() && r.warn) r.warn("--save-folder " + QuoteName(r.save_folder) + ": " + lock.note());
+  return lock;
+}
+
+// What dead runs left in the save folder (their temp folders, also those older than its newest
+// complete checkpoint), removed before a checkpoint is written; one line each on the log.
+void RemoveDebris(const RunRequest& r, RunLog& log) {
+  std::optional<fs::file_time_type> newest;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(r.save_folder, ec)) {
+    if (CheckpointStep(e.path().filename().string()) < 0) continue;
+    std::error_code ignored;
+    const fs::file_time_type t = fs::last_write_time(e.path() / kManifestFile, ignored);
+    if (!ignored && (!newest || t > *newest)) newest = t;
+  }
+  const std::vector<std::string> removed = RemoveStagingDebris(r.save_folder, newest);
+  if (removed.empty() || !r.log) return;
+  log.EndLine();
+  for (const std::string& line : removed)
+    *r.log << "--save-folder: removed what a dead run left: " << line << "\n";
+}
+
+// A checkpoint past --save-keep: renamed to a temp folder first, so a run killed while removing
+// it leaves debris (removed by the next save), never a half checkpoint.
+Status RemoveCheckpoint(const std::string& dir) {
+  const fs::path aside = fs::path(dir).parent_path() /
+                         (".foundry-tmp." + std::to_string(::getpid()) + ".removing-" +
+                          fs::path(dir).filename().string());
+  std::error_code ec;
+  fs::rename(dir, aside, ec);
+  if (!ec) fs::remove_all(aside, ec);
+  if (ec) return Error("--save-keep: cannot remove '" + dir + "': " + ec.message());
+  return Status::Ok();
+}
+
 // After step `step`, when it is one: DIR/step<N> written whole (Trainer::Save), the loss curve
 // refreshed, and the oldest of this run's checkpoints past --save-keep removed.
 Status SaveCheckpoint(const RunRequest& r, Trainer& t, RunLog& log, RunResult& result) {
   if (!WritesFiles(r)) return t.JoinSave();
   const std::string dir = CheckpointPath(r, t.step());
+  RemoveDebris(r, log);
   RETURN_IF_ERROR(t.Save(dir));
   result.checkpoints.push_back(dir);
   std::string removed;
   while (r.save_keep > 0 && static_cast<int64_t>(result.checkpoints.size()) > r.save_keep) {
-    std::error_code ec;
-    fs::remove_all(result.checkpoints.front(), ec);
-    if (ec)
-      return Error("--save-keep: cannot remove '" + result.checkpoints.front() +
-                   "': " + ec.message());
+    RETURN_IF_ERROR(RemoveCheckpoint(result.checkpoints.front()));
     removed += (removed.empty() ? "" : ", ") + result.checkpoints.front();
     result.checkpoints.erase(result.checkpoints.begin());
   }
@@ -419,18 +461,29 @@ Status FinishRun(const RunRequest& r, Trainer& t, const RunResult& result, const
 
 }  // namespace
 
-std::string ResumeTarget(const std::string& dir) {
+ResumeChoice ChooseResume(const std::string& dir) {
   std::error_code ec;
-  if (fs::exists(fs::path(dir) / "state.json", ec)) return dir;
-  int64_t latest = -1;
-  std::string target = dir;
+  if (fs::exists(fs::path(dir) / "state.json", ec)) return {dir, {}};
+  std::vector<std::pair<int64_t, std::string>> saves;  // newest first
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const int64_t n = CheckpointStep(e.path().filename().string());
     std::error_code ignored;
-    if (n > latest && fs::exists(e.path() / "state.json", ignored))
-      latest = n, target = (fs::path(dir) / e.path().filename()).string();
+    if (n >= 0 && fs::exists(e.path() / "state.json", ignored))
+      saves.emplace_back(n, (fs::path(dir) / e.path().filename()).string());
   }
-  return target;
+  std::sort(saves.rbegin(), saves.rend());
+  if (saves.empty()) return {dir, {}};
+  ResumeChoice choice{saves.front().second, {}};
+  for (const auto& [n, save] : saves) {
+    Status st = VerifyCheckpoint(save);
+    if (st.ok()) {
+      choice.target = save;
+      return choice;
+    }
+    choice.skipped.push_back(save + ": " + st.message());
+  }
+  choice.skipped.clear();  // none verifies: the newest, refused by Trainer::Resume
+  return choice;
 }
 
 StatusOr<TrainerOptions> ResumedOptions(const std::string& dir, std::string& plan) {
@@ -461,7 +514,8 @@ StatusOr<RunResult> Train(const RunRequest& r) {
   ASSIGN_OR_RETURN(LoadedPlan plan, LoadPlan(r.plan));
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(std::move(plan), r.trainer));
   Trainer& t = *trainer;
-  if (!r.resume_dir.empty()) RETURN_IF_ERROR(t.Resume(ResumeTarget(r.resume_dir)));
+  const ResumeChoice resume = r.resume_dir.empty() ? ResumeChoice{} : ChooseResume(r.resume_dir);
+  if (!r.resume_dir.empty()) RETURN_IF_ERROR(t.Resume(resume.target));
   // The schedule's total: --max-steps, else the last step of this run.
   if (r.trainer.total_steps == 0 && r.steps > 0 && r.steps <= INT64_MAX - t.step())
     RETURN_IF_ERROR(t.SetTotalSteps(t.step() + r.steps));
@@ -479,9 +533,10 @@ StatusOr<RunResult> Train(const RunRequest& r) {
   RunLog log({r.log, r.log_is_terminal,
               r.log_interval > 0 ? r.log_interval : DefaultLogInterval(r.steps), t.step(),
               t.step() + r.steps, nullptr});
+  ASSIGN_OR_RETURN(FolderLock save_lock, LockSaveFolder(r));
   if (!r.metrics.empty()) RETURN_IF_ERROR(log.OpenMetrics(r.metrics, !r.resume_dir.empty()));
   if (const std::string w = t.data_source().LabelsWarning(); !w.empty() && r.warn) r.warn(w);
-  if (r.log) PrintHeader(*r.log, r, t);
+  if (r.log) PrintHeader(*r.log, r, t, resume.skipped);
   if (r.log && eval)
     *r.log << "  eval       " << eval->Describe() << ", "
            << (r.eval_interval > 0 ? "every " + std::to_string(r.eval_interval) + " steps and "

@@ -69,6 +69,9 @@ struct RunRequest {
   // save_folder/step<N> (Trainer::Save: each written whole, then swapped in); of the checkpoints
   // this run wrote, the newest save_keep are kept (0: all). Unlike --save, they are not part of
   // the run's all-or-nothing outputs: a run that fails later keeps the ones already written.
+  // The run holds save_folder's lock (base/folder_lock.h) from before its first step to its end:
+  // a second run saving there is refused. Before each checkpoint, the temp folders that dead runs
+  // left in save_folder are removed (base/output_set.h RemoveStagingDebris).
   int64_t save_interval = 0;  // 0: none
   std::string save_folder;
   int64_t save_keep = 0;
@@ -136,10 +139,18 @@ struct RunResult {
 // `plan`, when `plan` is empty). The caller overrides the ones its user gave again.
 StatusOr<TrainerOptions> ResumedOptions(const std::string& dir, std::string& plan);
 
-// The save --resume DIR continues: DIR itself when it is a save (it has a state.json), else, when
-// DIR is a --save-folder, its checkpoint step<N> with the highest N (that has a state.json); else
-// DIR (whose reader then says what is missing).
-std::string ResumeTarget(const std::string& dir);
+// The save --resume DIR continues: DIR itself when it is a save (it has a state.json; Trainer::
+// Resume verifies it), else, when DIR is a --save-folder, its checkpoint step<N> with the highest
+// N that verifies against its manifest (runtime/checkpoint_manifest.h), each newer one that does
+// not listed in `skipped` ("DIR/step40: 'DIR/step40/model.onnx' is damaged: ..."; when none
+// verifies: the newest, whose Resume then refuses it); else DIR (whose reader then says what is
+// missing).
+struct ResumeChoice {
+  std::string target;
+  std::vector<std::string> skipped;
+};
+ResumeChoice ChooseResume(const std::string& dir);
+inline std::string ResumeTarget(const std::string& dir) { return ChooseResume(dir).target; }
 
 StatusOr<RunResult> Train(const RunRequest& request);
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "compiler/tensor_proto.h"
+#include "runtime/checkpoint_manifest.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/interpreter.h"
@@ -65,6 +66,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
   t->RecordInputFiles();
   RETURN_IF_ERROR(t->ResolveWorld());
   ASSIGN_OR_RETURN(TensorMap params, t->TakeParameters());
+  if (!options.init_from.empty())
+    RETURN_IF_ERROR(VerifyFileIfInCheckpoint(options.init_from).Prepend("--init-from: "));
   if (!options.init_from.empty())
     RETURN_IF_ERROR(
         LoadSafetensorsInto(options.init_from, t->plan_.graph, t->plan_.plan.parameters, params));

@@ -11,6 +11,7 @@
 #include "compiler/onnx_export.h"
 #include "compiler/onnx_import.h"
 #include "compiler/tensor_proto.h"
+#include "runtime/checkpoint_manifest.h"
 #include "runtime/messages.h"
 #include "runtime/safetensors.h"
 #include "runtime/trainer.h"
@@ -109,7 +110,9 @@ Status Trainer::SaveInto(const std::string& folder) const {
   std::error_code ec;
   if (!fs::create_directories(fs::path(folder) / "optimizer", ec))
     return Error("--save: cannot create '" + folder + "/optimizer': " + ec.message());
-  return WriteSave(folder);
+  RETURN_IF_ERROR(WriteSave(folder));
+  // Last: a save in place always has its manifest (runtime/checkpoint_manifest.h).
+  return WriteCheckpointManifest(folder).Prepend("--save: ");
 }
 
 // model.onnx (an unsharded run's: a sharded training graph holds each parameter as a shard
@@ -284,6 +287,7 @@ StatusOr<std::map<std::string, Tensor>> Trainer::ReadSavedWeights(const std::str
 }
 
 Status Trainer::Resume(const std::string& dir) {
+  RETURN_IF_ERROR(VerifyCheckpoint(dir).Prepend("--resume " + dir + ": "));
   ASSIGN_OR_RETURN(TrainState s, ReadTrainState(dir));
   RETURN_IF_ERROR(CheckResumable(dir, s));
   auto read = ReadSavedWeights(dir);
