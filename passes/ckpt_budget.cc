@@ -1,10 +1,10 @@
 // The --memory-budget search. The contract is in the header; this file says how the
 // search runs and where it may miss the optimum.
 //
-// Evaluation. One real plan = copy the autodiff graph, RematPass, AutocastRecastPass, SchedulePass,
-// PlanMemory for the CPU layout, then read the total, the saved buffers (memory_report.h's
-// SavedBuffers) and the recompute FLOPs (NodeFlops of the clones). No verifier (the pipeline that
-// compiles the chosen plan verifies it) and no full memory report: only what the search reads.
+// Evaluation. One real plan = copy the autodiff graph, RunPostAutodiffPasses (remat, the recast,
+// shard, schedule, each verified as the pipeline verifies it), PlanMemory for the CPU layout,
+// then read the total, the saved buffers (memory_report.h's SavedBuffers) and the recompute
+// FLOPs (NodeFlops of the clones). No full memory report: only what the search reads.
 //
 // Search (ChooseCheckpointing), on L blocks whose eligible children are the same by name. The
 // per-layer units: under CkptSyntax::kFoundry the eligible children, any subset of them per
@@ -80,11 +80,9 @@
 #include "compiler/module_tree.h"
 #include "compiler/phase.h"
 #include "kernels/cpu/kernel.h"
-#include "passes/autocast.h"
 #include "passes/memory_plan.h"
 #include "passes/memory_report.h"
-#include "passes/remat.h"
-#include "passes/schedule.h"
+#include "passes/pipeline.h"
 
 namespace foundry {
 namespace {
@@ -103,25 +101,13 @@ struct PlanDetail {
   BytesByClass classes;  // the plan's bytes per class: the arena and every class outside it
 };
 
-StatusOr<CkptEvaluation> PlanSelection(const Graph& base, const ShardPass::Options& shard,
+StatusOr<CkptEvaluation> PlanSelection(const CkptEvaluator& evaluator,
                                        std::vector<std::string> instances,
                                        const std::vector<std::string>* blocks, PlanDetail* detail) {
   std::sort(instances.begin(), instances.end(), ModulePathLess);
-  Graph g = base;
-  if (!instances.empty()) {
-    RematPass remat({instances});
-    RETURN_IF_ERROR(remat.Run(g).status());
-  }
-  // As the pipeline after remat (BuildPipeline): under amp_bf16 the backward casts its weights
-  // again (a no-op on an fp32 graph, which has no parameter casts).
-  AutocastRecastPass recast;
-  RETURN_IF_ERROR(recast.Run(g).status());
-  if (shard.world_size > 1) {  // one rank's plan (foundry-compile --world-size)
-    ShardPass pass(shard);
-    RETURN_IF_ERROR(pass.Run(g).status());
-  }
-  SchedulePass schedule;
-  RETURN_IF_ERROR(schedule.Run(g).status());
+  Graph g = evaluator.graph();
+  RETURN_IF_ERROR(
+      RunPostAutodiffPasses(g, {{instances}, evaluator.precision(), evaluator.shard()}).status());
   ASSIGN_OR_RETURN(MemoryPlan plan, PlanMemory(g, {{"cpu", CpuWorkspaceBytes}}));
   const BackendLayout& layout = plan.layouts.at(0);
   CkptEvaluation e;
@@ -177,13 +163,17 @@ struct CkptPlanCache {
   std::map<std::string, Entry> entries;  // by KeyFor(instances)
 };
 
-CkptEvaluator::CkptEvaluator(const Graph& autodiff_graph, ShardPass::Options shard)
-    : graph_(autodiff_graph), shard_(shard), cache_(std::make_unique<CkptPlanCache>()) {}
+CkptEvaluator::CkptEvaluator(const Graph& autodiff_graph, Precision precision,
+                             ShardPass::Options shard)
+    : graph_(autodiff_graph),
+      precision_(precision),
+      shard_(shard),
+      cache_(std::make_unique<CkptPlanCache>()) {}
 CkptEvaluator::~CkptEvaluator() = default;
 
 StatusOr<CkptEvaluation> CkptEvaluator::Evaluate(const std::vector<std::string>& instances) const {
   ++evaluations_;
-  return PlanSelection(graph_, shard_, instances, nullptr, nullptr);
+  return PlanSelection(*this, instances, nullptr, nullptr);
 }
 
 namespace {
@@ -377,12 +367,13 @@ constexpr ClassWords kClassWords[] = {
 
 // The error for a budget below `minimum` (the smallest plan): the minimum's total, its
 // selection, its largest memory class and what lowers that class.
-Status BelowMinimumError(const Graph& graph, const ShardPass::Options& shard,
-                         const CkptEvaluation& minimum, const std::vector<std::string>& blocks,
-                         int64_t budget, CkptSyntax syntax) {
+Status BelowMinimumError(const CkptEvaluator& evaluator, const CkptEvaluation& minimum,
+                         const std::vector<std::string>& blocks, int64_t budget,
+                         CkptSyntax syntax) {
+  const Graph& graph = evaluator.graph();
   PlanDetail detail;
   ASSIGN_OR_RETURN(CkptEvaluation again,
-                   PlanSelection(graph, shard, minimum.instances, &blocks, &detail));
+                   PlanSelection(evaluator, minimum.instances, &blocks, &detail));
   std::string what = std::to_string(minimum.instances.size()) + " instances checkpointed";
   if (minimum.instances == blocks)
     what = "every block checkpointed";
@@ -478,8 +469,7 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
       auto c = cached.find(key);
       if (c == cached.end()) {
         PlanDetail fresh;
-        ASSIGN_OR_RETURN(CkptEvaluation made,
-                         PlanSelection(graph, evaluator.shard(), instances, &blocks, &fresh));
+        ASSIGN_OR_RETURN(CkptEvaluation made, PlanSelection(evaluator, instances, &blocks, &fresh));
         ++result.plans;
         c = cached.emplace(key, CkptPlanCache::Entry{std::move(made), std::move(fresh)}).first;
       }
@@ -517,9 +507,8 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
       result.chosen.label = best->second == none ? "none" : kBlockKey;
       return result;
     }
-    return BelowMinimumError(graph, evaluator.shard(),
-                             every->total_bytes <= none->total_bytes ? *every : *none, blocks,
-                             options.budget_bytes, options.syntax);
+    return BelowMinimumError(evaluator, every->total_bytes <= none->total_bytes ? *every : *none,
+                             blocks, options.budget_bytes, options.syntax);
   }
 
   // 1. Measure.
@@ -882,8 +871,7 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
       }
   }
   if (const auto* best = best_fitting()) return choose(*best->second);
-  return BelowMinimumError(graph, evaluator.shard(), *minimum, blocks, options.budget_bytes,
-                           options.syntax);
+  return BelowMinimumError(evaluator, *minimum, blocks, options.budget_bytes, options.syntax);
 }
 
 // Exact decimal arithmetic: the integer part (leading zeros dropped; more than 19 digits is past
