@@ -2,10 +2,10 @@
 
 #include <filesystem>
 
+#include "base/bytes.h"
 #include "base/file_util.h"
 #include "compiler/eval_graph.h"
 #include "compiler/model_files.h"
-#include "compiler/module_tree.h"
 #include "compiler/onnx_import.h"
 #include "kernels/cpu/kernel.h"
 #include "passes/checkpoint_report.h"

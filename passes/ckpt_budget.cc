@@ -76,6 +76,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/bytes.h"
 #include "base/quote.h"
 #include "compiler/module_tree.h"
 #include "compiler/phase.h"

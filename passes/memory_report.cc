@@ -10,7 +10,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "compiler/module_tree.h"
+#include "base/bytes.h"
 #include "compiler/op_schema.h"
 #include "passes/schedule.h"
 
