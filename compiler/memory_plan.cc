@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/bytes.h"
 #include "base/quote.h"
 #include "compiler/memory_liveness.h"
 #include "compiler/op_schema.h"
@@ -318,20 +319,8 @@ Status CheckLayout(const Graph& graph, const MemoryPlan& plan, const BackendLayo
 
 namespace {
 
-// 512 B, 3.25 KiB, 1.50 MiB, 2.00 GiB.
-std::string Bytes(int64_t bytes) {
-  const double b = static_cast<double>(bytes);
-  char buf[48];
-  if (bytes < 1024)
-    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  else if (bytes < (int64_t{1} << 20))
-    std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
-  else if (bytes < (int64_t{1} << 30))
-    std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024.0));
-  else
-    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
-  return buf;
-}
+// The plan's lines give two decimals: 512 B, 3.25 KiB, 1.50 MiB, 2.00 GiB.
+std::string Bytes(int64_t bytes) { return HumanBytes(bytes, 2); }
 
 std::string Ratio(const BackendLayout& l) {
   char buf[32];

@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 #include <map>
 #include <set>
 #include <unordered_map>
+
+#include "base/bytes.h"
 
 namespace foundry {
 
@@ -260,20 +261,6 @@ std::vector<ModuleInfo> ListModules(const Graph& graph) {
     out.push_back(std::move(info));
   }
   return out;
-}
-
-std::string HumanBytes(int64_t bytes) {
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes);
-  int u = -1;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
-  return buf;
 }
 
 std::string FormatModuleTree(const std::vector<ModuleInfo>& modules) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "base/bytes.h"  // HumanBytes: the sizes FormatModuleTree and the CLIs print
 #include "compiler/ir.h"
 
 namespace foundry {
@@ -67,9 +68,6 @@ std::vector<ModuleInfo> ListModules(const Graph& graph);
 
 // The registry keys of a module with these classes (qualified or bare): see ModuleInfo.
 std::vector<std::string> RegistryKeys(const std::vector<std::string>& classes);
-
-// "49.2 KiB".
-std::string HumanBytes(int64_t bytes);
 
 // An aligned table: module path indented by depth, bare class (`?` where the export names none),
 // the --ckpt keys that select the module (its llm-foundry registry keys, `block`, its own class

@@ -125,4 +125,38 @@ StatusOr<int64_t> NormalizeAxis(int64_t axis, int64_t rank) {
 
 TypeInfo SameAs(const Value& v) { return TypeInfo{v.dtype, v.shape, v.rank_known}; }
 
+namespace {
+
+int64_t ElementsOf(const Value* v) {
+  return v && v->ShapeKnown() ? std::max<int64_t>(NumElements(v->shape), 0) : 0;
+}
+
+}  // namespace
+
+const Value* FlopContext::input(size_t i) const {
+  return node.HasInput(i) ? graph.FindValue(node.inputs[i]) : nullptr;
+}
+
+int64_t FlopContext::output_elements() const {
+  return ElementsOf(node.HasOutput(0) ? graph.FindValue(node.outputs[0]) : nullptr);
+}
+
+int64_t FlopContext::input_elements(size_t i) const { return ElementsOf(input(i)); }
+
+int64_t FlopContext::input_dim(size_t i, int64_t axis) const {
+  const Value* v = input(i);
+  if (!v || !v->ShapeKnown()) return 0;
+  const int64_t rank = static_cast<int64_t>(v->shape.size());
+  if (axis < 0) axis += rank;
+  return axis < 0 || axis >= rank ? 0 : v->shape[axis];
+}
+
+FlopsFn FlopsPerOutput(int64_t flops) {
+  return [flops](const FlopContext& c) { return flops * c.output_elements(); };
+}
+
+FlopsFn FlopsPerInput(size_t input, int64_t flops) {
+  return [input, flops](const FlopContext& c) { return flops * c.input_elements(input); };
+}
+
 }  // namespace foundry

@@ -45,6 +45,34 @@ struct InferContext {
 
 using InferFn = std::function<StatusOr<std::vector<TypeInfo>>(const InferContext&)>;
 
+// What a FLOP formula sees: the node and the graph that holds its values' shapes.
+struct FlopContext {
+  const Graph& graph;
+  const Node& node;
+
+  // Input i's value; null when omitted.
+  const Value* input(size_t i) const;
+  // The elements of output 0 / of input i; 0 when omitted or the shape is not known.
+  int64_t output_elements() const;
+  int64_t input_elements(size_t i) const;
+  // Dimension `axis` (negative counts from the back) of input i; 0 when not known.
+  int64_t input_dim(size_t i, int64_t axis) const;
+};
+
+// A node's FLOPs: a model, not a measurement, the one every FLOP figure foundry prints uses. A
+// formula counts the arithmetic operations and elementary-function calls (exp, log, sqrt, erf,
+// tanh, a comparison, a select: one each) of the op's defining formula per element, as in the
+// ONNX / onnxruntime contrib op definitions (per-row work of a normalization, a mean's divide or
+// a sqrt per row, is left out as small against the per-element terms); data movement counts 0.
+// Counts of this model, not of any kernel: a vectorized kernel and a GPU one do the same
+// arithmetic differently. Each op family writes its ops' formulas beside their inference.
+using FlopsFn = std::function<int64_t(const FlopContext&)>;
+// `flops` per element of output 0.
+FlopsFn FlopsPerOutput(int64_t flops);
+// `flops` per element of input `input` (a reduction: the input it reduces; a scatter-add: the
+// values it adds).
+FlopsFn FlopsPerInput(size_t input, int64_t flops);
+
 struct OpSchema {
   std::string domain;  // "" = ai.onnx
   std::string op_type;
@@ -53,6 +81,7 @@ struct OpSchema {
   int min_outputs = 1;  // outputs beyond min_outputs are optional
   int max_outputs = 1;
   InferFn infer;
+  FlopsFn flops;  // the node's FLOPs; every op has one (NodeFlops, passes/memory_report.h)
   // Memory planning (compiler/memory_plan.h). `view`: output 0 holds exactly the bytes of input 0
   // under another shape (Reshape, Flatten, Squeeze, Unsqueeze, Identity; Expand when it keeps the
   // element count) whenever the two have the same byte count; the planner then makes it an alias

@@ -2,10 +2,10 @@
 
 #include <filesystem>
 
+#include "base/bytes.h"
 #include "base/file_util.h"
 #include "compiler/eval_graph.h"
 #include "compiler/model_files.h"
-#include "compiler/module_tree.h"
 #include "compiler/onnx_import.h"
 #include "kernels/cpu/kernel.h"
 #include "passes/checkpoint_report.h"
@@ -69,10 +69,20 @@ ShardPass::Options ShardOptions(const CompileRequest& r) {
   return ShardPass::Options{r.world_size, r.sharding, r.shard_group};
 }
 
-void KeepShardResult(Compilation& c, const ShardPass& pass) {
-  c.result.shard = pass.stats();
-  c.result.shard_init = pass.initial_values();
-  c.shard_shapes = pass.full_shapes();
+// What the shard pass among `passes`, when one ran, says of the sharded parameters.
+void KeepShardResult(Compilation& c, const std::vector<std::unique_ptr<Pass>>& passes) {
+  for (const auto& pass : passes) {
+    if (pass->name() != "shard") continue;
+    const auto& shard = static_cast<const ShardPass&>(*pass);
+    c.result.shard = shard.stats();
+    c.result.shard_init = shard.initial_values();
+    c.shard_shapes = shard.full_shapes();
+  }
+}
+
+// The post-autodiff passes' options as the request gives them, with `instances` checkpointed.
+PostAutodiffOptions PostAutodiff(const CompileRequest& r, std::vector<std::string> instances) {
+  return {{std::move(instances)}, r.precision, ShardOptions(r)};
 }
 
 // Step 4.
@@ -103,8 +113,7 @@ Status RunPipeline(Compilation& c) {
   if (r.log && !r.log_header.empty()) *r.log << r.log_header << "\n";
   const auto passes = BuildPipeline(options);
   RETURN_IF_ERROR(RunPasses(c.result.graph, passes, pipeline));
-  for (const auto& pass : passes)
-    if (pass->name() == "shard") KeepShardResult(c, static_cast<const ShardPass&>(*pass));
+  KeepShardResult(c, passes);
   return Status::Ok();
 }
 
@@ -128,7 +137,7 @@ StatusOr<std::optional<CompileResult::WorldFit>> SmallestWorld(const Compilation
     if (r.sharding == ShardingStrategy::kHybridShard && n < 2 * r.shard_group) {
       shard.strategy = ShardingStrategy::kFullShard;  // one group: FULL_SHARD over the ranks
     }
-    CkptEvaluator evaluator(*c.plain, shard);
+    CkptEvaluator evaluator(*c.plain, r.precision, shard);
     ASSIGN_OR_RETURN(CkptEvaluation e, evaluator.Evaluate(blocks));
     if (e.total_bytes <= *r.memory_budget)
       return std::optional<CompileResult::WorldFit>(CompileResult::WorldFit{n, e.total_bytes});
@@ -141,7 +150,7 @@ StatusOr<std::optional<CompileResult::WorldFit>> SmallestWorld(const Compilation
 
 Status ApplyMemoryBudget(Compilation& c) {
   const CompileRequest& r = c.request;
-  CkptEvaluator evaluator(*c.plain, r.world_size > 1 ? ShardOptions(r) : ShardPass::Options{});
+  CkptEvaluator evaluator(*c.plain, r.precision, ShardOptions(r));
   BudgetOptions search;
   search.budget_bytes = *r.memory_budget;
   search.syntax = r.ckpt_syntax;
@@ -191,19 +200,13 @@ Status ApplyMemoryBudget(Compilation& c) {
     return Status::Ok();
   }
   ASSIGN_OR_RETURN(c.result.selection, SelectCkptTargets(*c.plain, choice.config.targets));
+  // As a --ckpt compile runs it, and as the search planned it.
   Graph checkpointed = *c.plain;
-  std::vector<std::unique_ptr<Pass>> passes;
-  passes.push_back(std::make_unique<RematPass>(RematPass::Options{choice.chosen.instances}));
-  // The rest of BuildPipeline after remat, as a --ckpt compile runs it (the search planned the
-  // same: PlanSelection).
-  if (r.precision != Precision::kFp32) passes.push_back(std::make_unique<AutocastRecastPass>());
-  if (r.world_size > 1) passes.push_back(std::make_unique<ShardPass>(ShardOptions(r)));
-  passes.push_back(std::make_unique<SchedulePass>());
   PipelineOptions tail;
   tail.log = r.log;
-  RETURN_IF_ERROR(RunPasses(checkpointed, passes, tail));
-  for (const auto& pass : passes)
-    if (pass->name() == "shard") KeepShardResult(c, static_cast<const ShardPass&>(*pass));
+  ASSIGN_OR_RETURN(auto passes, RunPostAutodiffPasses(
+                                    checkpointed, PostAutodiff(r, choice.chosen.instances), tail));
+  KeepShardResult(c, passes);
   c.result.graph = std::move(checkpointed);
   return Status::Ok();
 }
@@ -252,12 +255,11 @@ void DescribePlan(Compilation& c, Plan& plan) {
 // cpu layout's), its report's curve for the timeline, and what checkpointing changed against it.
 StatusOr<CheckpointReport> CompareWithPlain(Compilation& c, const MemoryPlan& memory) {
   const CompileRequest& r = c.request;
-  if (r.world_size > 1) {  // the plain plan of the same rank
-    ShardPass shard(ShardOptions(r));
-    RETURN_IF_ERROR(shard.Run(*c.plain).status());
-  }
-  SchedulePass schedule;
-  RETURN_IF_ERROR(schedule.Run(*c.plain).status());
+  // The plain plan of the same rank. Without the recast: the plain plan the checkpoint report
+  // has always compared against.
+  PostAutodiffOptions plain = PostAutodiff(r, {});
+  plain.precision = Precision::kFp32;
+  RETURN_IF_ERROR(RunPostAutodiffPasses(*c.plain, plain).status());
   ASSIGN_OR_RETURN(MemoryPlan plain_memory, PlanMemory(*c.plain, {{"cpu", CpuWorkspaceBytes}}));
   ASSIGN_OR_RETURN(MemoryReport plain_report,
                    BuildMemoryReport(*c.plain, plain_memory, "cpu", r.model, r.dims));

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "base/bytes.h"
 #include "base/file_util.h"
 #include "base/folder_lock.h"
 #include "base/output_set.h"
@@ -34,10 +35,6 @@ std::string FormatNumber(const char* fmt, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, fmt, v);
   return buf;
-}
-
-std::string MiB(int64_t bytes) {
-  return FormatNumber("%.2f MiB", static_cast<double>(bytes) / (1 << 20));
 }
 
 int64_t PeakRssBytes() {
@@ -154,7 +151,7 @@ void PrintHeader(std::ostream& log, const RunRequest& r, const Trainer& t,
   log << "foundry-run " << lp.plan_path << "\n"
       << "  model      " << lp.plan.graph_file << " (from " << lp.plan.source_model << ")\n"
       << "  params     " << lp.plan.parameters.size() << " tensors, " << elements << " elements ("
-      << FormatNumber("%.2f", elements * 4.0 / (1 << 20)) << " MiB)\n";
+      << InMiB(elements * 4) << ")\n";
   if (t.batch() > 0 && t.accumulation_steps() == 1)
     log << "  batch      " << t.batch() << " x " << t.seq() << " (" << t.batch() * t.seq()
         << " tokens/step)\n";
@@ -543,7 +540,7 @@ StatusOr<RunResult> Train(const RunRequest& r) {
                                    : std::string())
            << "after the last step"
            << (eval->extra_arena_bytes() > 0
-                   ? " (its own arena: " + MiB(eval->extra_arena_bytes()) + ")"
+                   ? " (its own arena: " + InMiB(eval->extra_arena_bytes()) + ")"
                    : " (in the training arena)")
            << "\n";
 
@@ -574,7 +571,7 @@ std::string FormatRunMemory(const RunMemory& m, const OptimizerOptions& o) {
   }
   std::snprintf(line, sizeof line, "  %-16s %13lld  %13lld  (%s planned, %s measured)\n", "total",
                 static_cast<long long>(m.total_planned), static_cast<long long>(m.total_measured),
-                MiB(m.total_planned).c_str(), MiB(m.total_measured).c_str());
+                InMiB(m.total_planned).c_str(), InMiB(m.total_measured).c_str());
   out += line;
   if (!IsAdam(o.kind))
     out += "  optimizer state is planned for AdamW (two slots per parameter); this run uses " +
@@ -583,8 +580,8 @@ std::string FormatRunMemory(const RunMemory& m, const OptimizerOptions& o) {
   out += "  outside the plan   " + std::to_string(m.other_before) +
          " before the steps (graph constants in node attributes), " +
          std::to_string(m.other_during) + " more during them\n";
-  out += "  peak RSS " + MiB(m.peak_rss) + ", " + MiB(m.peak_rss - m.rss_baseline) + " over the " +
-         MiB(m.rss_baseline) + " before loading (planned total " + MiB(m.total_planned) + ")\n";
+  out += "  peak RSS " + InMiB(m.peak_rss) + ", " + InMiB(m.peak_rss - m.rss_baseline) + " over the " +
+         InMiB(m.rss_baseline) + " before loading (planned total " + InMiB(m.total_planned) + ")\n";
   return out;
 }
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <tuple>
 
-#include "compiler/module_tree.h"
+#include "base/bytes.h"
 #include "passes/ckpt_budget.h"
 
 namespace foundry {

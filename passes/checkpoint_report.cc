@@ -5,7 +5,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "compiler/module_tree.h"
+#include "base/bytes.h"
 #include "compiler/phase.h"
 #include "passes/memory_report.h"
 #include "passes/remat.h"

@@ -1,17 +1,17 @@
 // The --memory-budget search. The contract is in the header; this file says how the
 // search runs and where it may miss the optimum.
 //
-// Evaluation. One real plan = copy the autodiff graph, RematPass, AutocastRecastPass, SchedulePass,
-// PlanMemory for the CPU layout, then read the total, the saved buffers (memory_report.h's
-// SavedBuffers) and the recompute FLOPs (NodeFlops of the clones). No verifier (the pipeline that
-// compiles the chosen plan verifies it) and no full memory report: only what the search reads.
+// Evaluation. One real plan = copy the autodiff graph, RunPostAutodiffPasses (remat, the recast,
+// shard, schedule, each verified as the pipeline verifies it), PlanMemory for the CPU layout,
+// then read the total, the saved buffers (memory_report.h's SavedBuffers) and the recompute
+// FLOPs (NodeFlops of the clones). No full memory report: only what the search reads.
 //
-// Search (ChooseCheckpointing), on L blocks whose eligible children are the same by name. The
-// per-layer units: under CkptSyntax::kFoundry the eligible children, any subset of them per
-// layer; under kLlmFoundry on MPT the modules each upstream class key selects in a block
-// (UpstreamUnits: the attention, the two norms), at most one per layer (upstream's overlap
-// check); under kLlmFoundry on any other model no units, and the search is just the plain plan
-// and every block (what llm-foundry can be told for a Hugging Face model).
+// Search (ChooseCheckpointing: BudgetSearch, a method per step below), on L blocks whose eligible
+// children are the same by name. The per-layer units: under CkptSyntax::kFoundry the eligible
+// children, any subset of them per layer; under kLlmFoundry on MPT the modules each upstream class
+// key selects in a block (UpstreamUnits: the attention, the two norms), at most one per layer
+// (upstream's overlap check); under kLlmFoundry on any other model no units, and the search is just
+// the plain plan and every block (what llm-foundry can be told for a Hugging Face model).
 //  1. Measure. The plain plan, then for each per-layer option kind k (a unit, a non-empty subset
 //     of the units under kFoundry, or the whole block) one real plan with k on every layer.
 //     Recompute FLOPs and nodes are per instance (each instance's clones are its own), so f[l][k]
@@ -76,15 +76,14 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/bytes.h"
 #include "base/quote.h"
 #include "compiler/module_tree.h"
 #include "compiler/phase.h"
 #include "kernels/cpu/kernel.h"
-#include "passes/autocast.h"
 #include "passes/memory_plan.h"
 #include "passes/memory_report.h"
-#include "passes/remat.h"
-#include "passes/schedule.h"
+#include "passes/pipeline.h"
 
 namespace foundry {
 namespace {
@@ -103,25 +102,13 @@ struct PlanDetail {
   BytesByClass classes;  // the plan's bytes per class: the arena and every class outside it
 };
 
-StatusOr<CkptEvaluation> PlanSelection(const Graph& base, const ShardPass::Options& shard,
+StatusOr<CkptEvaluation> PlanSelection(const CkptEvaluator& evaluator,
                                        std::vector<std::string> instances,
                                        const std::vector<std::string>* blocks, PlanDetail* detail) {
   std::sort(instances.begin(), instances.end(), ModulePathLess);
-  Graph g = base;
-  if (!instances.empty()) {
-    RematPass remat({instances});
-    RETURN_IF_ERROR(remat.Run(g).status());
-  }
-  // As the pipeline after remat (BuildPipeline): under amp_bf16 the backward casts its weights
-  // again (a no-op on an fp32 graph, which has no parameter casts).
-  AutocastRecastPass recast;
-  RETURN_IF_ERROR(recast.Run(g).status());
-  if (shard.world_size > 1) {  // one rank's plan (foundry-compile --world-size)
-    ShardPass pass(shard);
-    RETURN_IF_ERROR(pass.Run(g).status());
-  }
-  SchedulePass schedule;
-  RETURN_IF_ERROR(schedule.Run(g).status());
+  Graph g = evaluator.graph();
+  RETURN_IF_ERROR(
+      RunPostAutodiffPasses(g, {{instances}, evaluator.precision(), evaluator.shard()}).status());
   ASSIGN_OR_RETURN(MemoryPlan plan, PlanMemory(g, {{"cpu", CpuWorkspaceBytes}}));
   const BackendLayout& layout = plan.layouts.at(0);
   CkptEvaluation e;
@@ -177,13 +164,17 @@ struct CkptPlanCache {
   std::map<std::string, Entry> entries;  // by KeyFor(instances)
 };
 
-CkptEvaluator::CkptEvaluator(const Graph& autodiff_graph, ShardPass::Options shard)
-    : graph_(autodiff_graph), shard_(shard), cache_(std::make_unique<CkptPlanCache>()) {}
+CkptEvaluator::CkptEvaluator(const Graph& autodiff_graph, Precision precision,
+                             ShardPass::Options shard)
+    : graph_(autodiff_graph),
+      precision_(precision),
+      shard_(shard),
+      cache_(std::make_unique<CkptPlanCache>()) {}
 CkptEvaluator::~CkptEvaluator() = default;
 
 StatusOr<CkptEvaluation> CkptEvaluator::Evaluate(const std::vector<std::string>& instances) const {
   ++evaluations_;
-  return PlanSelection(graph_, shard_, instances, nullptr, nullptr);
+  return PlanSelection(*this, instances, nullptr, nullptr);
 }
 
 namespace {
@@ -377,12 +368,13 @@ constexpr ClassWords kClassWords[] = {
 
 // The error for a budget below `minimum` (the smallest plan): the minimum's total, its
 // selection, its largest memory class and what lowers that class.
-Status BelowMinimumError(const Graph& graph, const ShardPass::Options& shard,
-                         const CkptEvaluation& minimum, const std::vector<std::string>& blocks,
-                         int64_t budget, CkptSyntax syntax) {
+Status BelowMinimumError(const CkptEvaluator& evaluator, const CkptEvaluation& minimum,
+                         const std::vector<std::string>& blocks, int64_t budget,
+                         CkptSyntax syntax) {
+  const Graph& graph = evaluator.graph();
   PlanDetail detail;
   ASSIGN_OR_RETURN(CkptEvaluation again,
-                   PlanSelection(graph, shard, minimum.instances, &blocks, &detail));
+                   PlanSelection(evaluator, minimum.instances, &blocks, &detail));
   std::string what = std::to_string(minimum.instances.size()) + " instances checkpointed";
   if (minimum.instances == blocks)
     what = "every block checkpointed";
@@ -413,139 +405,272 @@ Status BelowMinimumError(const Graph& graph, const ShardPass::Options& shard,
                "); to lower it: " + largest.lower);
 }
 
-}  // namespace
+// The per-layer units of the search, each a set of children of the block, with the names the
+// configs say them by.
+struct Units {
+  std::vector<std::vector<std::string>> children;
+  std::vector<std::string> names;
+};
 
-StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
-                                           const BudgetOptions& options) {
-  const Graph& graph = evaluator.graph();
-  const std::vector<BlockLayer> layers = CheckpointableLayers(graph);
-  if (layers.empty())
-    return Error(
-        "--memory-budget: the model has no blocks to checkpoint (its export carries no module "
-        "list such as transformer.blocks.N; see foundry-compile --list-modules)");
-  const size_t L = layers.size();
-  std::vector<std::string> blocks;
-  for (const auto& l : layers) blocks.push_back(l.block);
-  const bool upstream = options.syntax == CkptSyntax::kLlmFoundry;
-  // The per-layer units: under kFoundry the children every layer has, in layer 0's order, any
-  // combination of them on a layer; under kLlmFoundry the units upstream names (UpstreamUnits),
-  // one per layer (check_mapping_blocks_overlap), none at all on a model that is not MPT (its
-  // blocks all or none).
-  std::vector<std::vector<std::string>> units;
-  std::vector<std::string> unit_names;
-  const bool all_or_none = upstream && !IsMptModel(graph);
+// Under kFoundry the children every layer has, in layer 0's order, any combination of them on a
+// layer; under kLlmFoundry the units upstream names (UpstreamUnits), one per layer
+// (check_mapping_blocks_overlap), none at all on a model that is not MPT (its blocks all or none).
+Units SearchUnits(const Graph& graph, const std::vector<BlockLayer>& layers, bool upstream) {
+  Units units;
   if (upstream) {
     for (UpstreamUnit& u : UpstreamUnits(graph)) {
-      units.push_back(std::move(u.children));
-      unit_names.push_back(std::move(u.name));
+      units.children.push_back(std::move(u.children));
+      units.names.push_back(std::move(u.name));
     }
   } else {
     for (const auto& c : layers[0].children)
       if (std::all_of(layers.begin(), layers.end(), [&](const BlockLayer& l) {
             return std::find(l.children.begin(), l.children.end(), c) != l.children.end();
           })) {
-        units.push_back({c});
-        unit_names.push_back(c);
+        units.children.push_back({c});
+        units.names.push_back(c);
       }
   }
   // 2^C - 1 subsets; more than 6 children (63 subsets) would make the measurement the cost.
-  if (units.size() > 6) {
-    units.resize(6);
-    unit_names.resize(6);
+  if (units.children.size() > 6) {
+    units.children.resize(6);
+    units.names.resize(6);
   }
+  return units;
+}
+
+// Nothing, every subset of the units (under kLlmFoundry one unit at a time), the block.
+std::vector<Kind> SearchKinds(size_t units, bool upstream) {
   std::vector<Kind> kinds = {{0, false}};
-  for (uint32_t m = 1; m < (1u << units.size()); ++m)
+  for (uint32_t m = 1; m < (1u << units); ++m)
     if (!upstream || (m & (m - 1)) == 0) kinds.push_back({m, false});
   kinds.push_back({0, true});
-  const size_t K = kinds.size();
+  return kinds;
+}
 
-  BudgetResult result;
-  std::map<std::string, CkptEvaluation> planned;  // by instance list
-  std::vector<std::pair<OrderKey, const CkptEvaluation*>> fitting;
-  auto order_key = [&](const CkptEvaluation& e) { return OrderKeyOf(e, blocks); };
-  int64_t min_overhead = std::numeric_limits<int64_t>::max();
-  int64_t outside = 0;
-  // One real plan (cached by selection). `where`: the list it is reported in.
-  auto plan = [&](std::vector<std::string> instances, PlanDetail* detail,
-                  std::vector<CkptEvaluation>* where,
-                  const std::string& label) -> StatusOr<const CkptEvaluation*> {
-    std::sort(instances.begin(), instances.end(), ModulePathLess);
-    const std::string key = KeyFor(instances);
-    auto it = planned.find(key);
-    if (it == planned.end() || detail) {
-      // A real plan, unless an earlier search on this evaluator made it.
-      auto& cached = evaluator.cache().entries;
-      auto c = cached.find(key);
-      if (c == cached.end()) {
-        PlanDetail fresh;
-        ASSIGN_OR_RETURN(CkptEvaluation made,
-                         PlanSelection(graph, evaluator.shard(), instances, &blocks, &fresh));
-        ++result.plans;
-        c = cached.emplace(key, CkptPlanCache::Entry{std::move(made), std::move(fresh)}).first;
-      }
-      CkptEvaluation e = c->second.evaluation;
-      if (detail) *detail = c->second.detail;
-      outside = e.total_bytes - e.arena_bytes;
-      min_overhead = std::min(min_overhead, e.total_bytes - outside - e.saved_bytes);
-      it = planned.insert_or_assign(key, std::move(e)).first;
-      if (it->second.total_bytes <= options.budget_bytes)
-        fitting.emplace_back(order_key(it->second), &it->second);
-      if (where == &result.searched) where->push_back(it->second);
-    }
-    if (where != &result.searched) {
-      CkptEvaluation copy = it->second;
-      copy.label = label;
-      where->push_back(std::move(copy));
-    }
-    return &it->second;
-  };
+// A uniform llm-foundry target: one kind on every layer, said by these names.
+struct UniformTarget {
+  size_t kind;
+  std::vector<std::string> names;
+};
 
-  auto best_fitting = [&]() -> const std::pair<OrderKey, const CkptEvaluation*>* {
-    const std::pair<OrderKey, const CkptEvaluation*>* best = nullptr;
-    for (const auto& fe : fitting)
-      if (!best || fe.first < best->first) best = &fe;
-    return best;
-  };
+// A multiset of kinds (4b): how many layers take each kept kind, with its per-layer-average
+// recompute FLOPs, nodes and saved reduction.
+struct Multiset {
+  int64_t flops = 0, nodes = 0, reduction = 0;
+  std::vector<uint16_t> counts;
+};
 
-  // Not MPT under kLlmFoundry: every block or nothing, as llm-foundry checkpoints such a model.
-  if (all_or_none) {
-    ASSIGN_OR_RETURN(const CkptEvaluation* none, plan({}, nullptr, &result.uniform, "none"));
-    ASSIGN_OR_RETURN(const CkptEvaluation* every,
-                     plan(blocks, nullptr, &result.uniform, kBlockKey));
-    if (const auto* best = best_fitting()) {
-      result.chosen = *best->second;
-      result.chosen.label = best->second == none ? "none" : kBlockKey;
-      return result;
-    }
-    return BelowMinimumError(graph, evaluator.shard(),
-                             every->total_bytes <= none->total_bytes ? *every : *none, blocks,
-                             options.budget_bytes, options.syntax);
+// Keeps the points no other beats on (FLOPs, reduction), in order of FLOPs.
+void KeepPareto(std::vector<Multiset>& points) {
+  std::sort(points.begin(), points.end(), [](const Multiset& a, const Multiset& b) {
+    return std::tie(a.flops, b.reduction, a.nodes) < std::tie(b.flops, a.reduction, b.nodes);
+  });
+  std::vector<Multiset> out;
+  for (auto& p : points)
+    if (out.empty() || p.reduction > out.back().reduction) out.push_back(std::move(p));
+  points = std::move(out);
+}
+
+// One ChooseCheckpointing call: the steps of the file comment as methods, over the plans made so
+// far (each selection planned once, and once per evaluator: CkptPlanCache).
+class BudgetSearch {
+ public:
+  BudgetSearch(const CkptEvaluator& evaluator, const BudgetOptions& options,
+               const std::vector<BlockLayer>& layers);
+  StatusOr<BudgetResult> Run();
+
+ private:
+  using Fitting = std::pair<OrderKey, const CkptEvaluation*>;
+
+  // One real plan (cached by selection), reported in `where` (result_.uniform with `label`, or
+  // result_.searched); `detail`: also what the measurements read.
+  StatusOr<const CkptEvaluation*> Plan(std::vector<std::string> instances, PlanDetail* detail,
+                                       std::vector<CkptEvaluation>* where,
+                                       const std::string& label);
+  StatusOr<const CkptEvaluation*> Plan(std::vector<std::string> instances) {
+    return Plan(std::move(instances), nullptr, &result_.searched, "");
   }
+  // The best fitting plan so far in CkptPreferred's order; null when none fits.
+  const Fitting* BestFitting() const;
+  // The instances of kind k on layer l, and of a kind per layer.
+  std::vector<std::string> LayerInstances(size_t l, size_t k) const {
+    return KindInstances(blocks_[l], units_.children, kinds_[k]);
+  }
+  std::vector<std::string> InstancesOf(const std::vector<size_t>& kind_of_layer) const;
 
-  // 1. Measure.
+  StatusOr<BudgetResult> ChooseAllOrNone();
+  Status Measure();
+  std::vector<UniformTarget> UniformTargets() const;
+  Status PlanUniformTarget(const UniformTarget& target);
+  std::vector<size_t> UndominatedKinds() const;
+  Status PlanEveryAssignment();
+  std::vector<Multiset> MultisetFrontier(const std::vector<size_t>& kept) const;
+  Status WalkMultisets(const std::vector<size_t>& kept);
+  StatusOr<CkptEvaluation> Prune(const CkptEvaluation& best);
+  StatusOr<BudgetResult> Choose(const CkptEvaluation& found);
+  StatusOr<const CkptEvaluation*> SmallestPlan();
+
+  const CkptEvaluator& evaluator_;
+  const BudgetOptions& options_;
+  const Graph& graph_;
+  std::vector<std::string> blocks_;
+  const bool upstream_;
+  Units units_;
+  std::vector<Kind> kinds_;
+
+  BudgetResult result_;
+  std::map<std::string, CkptEvaluation> planned_;  // by KeyFor(instances)
+  std::vector<Fitting> fitting_;
+  // From every plan: the bytes outside the arena (the same for every selection), and the least
+  // overhead (total - outside - saved) any plan showed.
+  int64_t outside_ = 0;
+  int64_t min_overhead_ = std::numeric_limits<int64_t>::max();
+
+  // Measured in 1: the plain plan; kind k on every layer; per layer l and kind k the recompute
+  // FLOPs and nodes of k on l and the saved bytes it frees there (f[l][k], n[l][k], r[l][k] of
+  // the file comment); their sums over the layers ([k]).
+  const CkptEvaluation* plain_ = nullptr;
+  std::vector<const CkptEvaluation*> all_layers_;
+  std::vector<std::vector<int64_t>> flops_, nodes_, reduction_;
+  std::vector<int64_t> total_flops_, total_nodes_, total_reduction_;
+};
+
+BudgetSearch::BudgetSearch(const CkptEvaluator& evaluator, const BudgetOptions& options,
+                           const std::vector<BlockLayer>& layers)
+    : evaluator_(evaluator),
+      options_(options),
+      graph_(evaluator.graph()),
+      upstream_(options.syntax == CkptSyntax::kLlmFoundry) {
+  for (const auto& l : layers) blocks_.push_back(l.block);
+  units_ = SearchUnits(graph_, layers, upstream_);
+  kinds_ = SearchKinds(units_.children.size(), upstream_);
+}
+
+StatusOr<const CkptEvaluation*> BudgetSearch::Plan(std::vector<std::string> instances,
+                                                   PlanDetail* detail,
+                                                   std::vector<CkptEvaluation>* where,
+                                                   const std::string& label) {
+  std::sort(instances.begin(), instances.end(), ModulePathLess);
+  const std::string key = KeyFor(instances);
+  auto it = planned_.find(key);
+  if (it == planned_.end() || detail) {
+    // A real plan, unless an earlier search on this evaluator made it.
+    auto& cached = evaluator_.cache().entries;
+    auto c = cached.find(key);
+    if (c == cached.end()) {
+      PlanDetail fresh;
+      ASSIGN_OR_RETURN(CkptEvaluation made, PlanSelection(evaluator_, instances, &blocks_, &fresh));
+      ++result_.plans;
+      c = cached.emplace(key, CkptPlanCache::Entry{std::move(made), std::move(fresh)}).first;
+    }
+    CkptEvaluation e = c->second.evaluation;
+    if (detail) *detail = c->second.detail;
+    outside_ = e.total_bytes - e.arena_bytes;
+    min_overhead_ = std::min(min_overhead_, e.total_bytes - outside_ - e.saved_bytes);
+    it = planned_.insert_or_assign(key, std::move(e)).first;
+    if (it->second.total_bytes <= options_.budget_bytes)
+      fitting_.emplace_back(OrderKeyOf(it->second, blocks_), &it->second);
+    if (where == &result_.searched) where->push_back(it->second);
+  }
+  if (where != &result_.searched) {
+    CkptEvaluation copy = it->second;
+    copy.label = label;
+    where->push_back(std::move(copy));
+  }
+  return &it->second;
+}
+
+const BudgetSearch::Fitting* BudgetSearch::BestFitting() const {
+  const Fitting* best = nullptr;
+  for (const auto& fe : fitting_)
+    if (!best || fe.first < best->first) best = &fe;
+  return best;
+}
+
+std::vector<std::string> BudgetSearch::InstancesOf(const std::vector<size_t>& kind_of_layer) const {
+  std::vector<std::string> instances;
+  for (size_t l = 0; l < kind_of_layer.size(); ++l)
+    for (auto& i : LayerInstances(l, kind_of_layer[l])) instances.push_back(i);
+  return instances;
+}
+
+StatusOr<BudgetResult> BudgetSearch::Run() {
+  if (upstream_ && !IsMptModel(graph_)) return ChooseAllOrNone();
+  RETURN_IF_ERROR(Measure());
+  for (const UniformTarget& target : UniformTargets()) RETURN_IF_ERROR(PlanUniformTarget(target));
+  const std::vector<size_t> kept = UndominatedKinds();
+  // 4a when every per-layer assignment (K^L) fits in the plans left, else 4b.
+  double space = 1;
+  for (size_t l = 0; l < blocks_.size() && space <= options_.max_plans; ++l)
+    space *= static_cast<double>(kinds_.size());
+  if (space + result_.plans <= options_.max_plans) {
+    RETURN_IF_ERROR(PlanEveryAssignment());
+  } else {
+    RETURN_IF_ERROR(WalkMultisets(kept));
+  }
+  if (const Fitting* best = BestFitting()) return Choose(*best->second);
+  ASSIGN_OR_RETURN(const CkptEvaluation* minimum, SmallestPlan());
+  if (const Fitting* best = BestFitting()) return Choose(*best->second);
+  return BelowMinimumError(evaluator_, *minimum, blocks_, options_.budget_bytes, options_.syntax);
+}
+
+// Not MPT under kLlmFoundry: every block or nothing, as llm-foundry checkpoints such a model.
+StatusOr<BudgetResult> BudgetSearch::ChooseAllOrNone() {
+  ASSIGN_OR_RETURN(const CkptEvaluation* none, Plan({}, nullptr, &result_.uniform, "none"));
+  ASSIGN_OR_RETURN(const CkptEvaluation* every,
+                   Plan(blocks_, nullptr, &result_.uniform, kBlockKey));
+  if (const Fitting* best = BestFitting()) {
+    result_.chosen = *best->second;
+    result_.chosen.label = best->second == none ? "none" : kBlockKey;
+    return result_;
+  }
+  return BelowMinimumError(evaluator_, every->total_bytes <= none->total_bytes ? *every : *none,
+                           blocks_, options_.budget_bytes, options_.syntax);
+}
+
+// 1. The plain plan, and each kind on every layer, read per layer.
+Status BudgetSearch::Measure() {
+  const size_t L = blocks_.size(), K = kinds_.size();
   PlanDetail plain_detail;
-  ASSIGN_OR_RETURN(const CkptEvaluation* plain, plan({}, &plain_detail, &result.uniform, "none"));
-  std::vector<std::vector<int64_t>> f(L, std::vector<int64_t>(K, 0)), n = f, r = f;
+  ASSIGN_OR_RETURN(plain_, Plan({}, &plain_detail, &result_.uniform, "none"));
+  flops_.assign(L, std::vector<int64_t>(K, 0));
+  nodes_ = reduction_ = flops_;
   std::vector<PlanDetail> kind_detail(K);
-  std::vector<const CkptEvaluation*> all_layers(K, plain);
+  all_layers_.assign(K, plain_);
   for (size_t k = 1; k < K; ++k) {
-    std::vector<std::string> instances;
-    for (size_t l = 0; l < L; ++l)
-      for (auto& i : KindInstances(blocks[l], units, kinds[k])) instances.push_back(i);
-    ASSIGN_OR_RETURN(all_layers[k], plan(instances, &kind_detail[k], &result.searched, ""));
+    ASSIGN_OR_RETURN(all_layers_[k], Plan(InstancesOf(std::vector<size_t>(L, k)), &kind_detail[k],
+                                          &result_.searched, ""));
     for (size_t l = 0; l < L; ++l) {
-      for (auto& i : KindInstances(blocks[l], units, kinds[k])) {
+      for (auto& i : LayerInstances(l, k)) {
         auto fn = kind_detail[k].instance_flops_nodes.find(i);
         if (fn == kind_detail[k].instance_flops_nodes.end()) continue;
-        f[l][k] += fn->second.first;
-        n[l][k] += fn->second.second;
+        flops_[l][k] += fn->second.first;
+        nodes_[l][k] += fn->second.second;
       }
-      r[l][k] = plain_detail.saved_by_block[blocks[l]] - kind_detail[k].saved_by_block[blocks[l]];
+      reduction_[l][k] =
+          plain_detail.saved_by_block[blocks_[l]] - kind_detail[k].saved_by_block[blocks_[l]];
     }
   }
+  total_flops_.assign(K, 0);
+  total_nodes_.assign(K, 0);
+  total_reduction_.assign(K, 0);
+  for (size_t k = 0; k < K; ++k)
+    for (size_t l = 0; l < L; ++l) {
+      total_flops_[k] += flops_[l][k];
+      total_nodes_[k] += nodes_[l][k];
+      total_reduction_[k] += reduction_[l][k];
+    }
+  return Status::Ok();
+}
 
-  // 2. Uniform llm-foundry targets on all layers and in first-n forms.
-  const std::vector<ModuleInfo> modules = ListModules(graph);
+// 2. The attention and FFN units with the name llm-foundry's config says them by. The attention
+// is the child whose nodes compute it (AttentionChild), said by its registry key
+// (grouped_query_attention first: upstream's MHA and MQA subclass it), else by the child's own
+// name; under kLlmFoundry by its unit's upstream name. The FFN (kFoundry only: upstream cannot
+// checkpoint one by key) by its registry key, else a child name that reads as one.
+std::vector<UniformTarget> BudgetSearch::UniformTargets() const {
+  const std::vector<ModuleInfo> modules = ListModules(graph_);
   auto info = [&](const std::string& path) -> const ModuleInfo* {
     for (const auto& m : modules)
       if (m.path == path) return &m;
@@ -558,89 +683,84 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
         return k;
     return "";
   };
-  auto name_has = [](const std::string& name, std::initializer_list<const char*> parts) {
-    return std::any_of(parts.begin(), parts.end(),
-                       [&](const char* p) { return name.find(p) != std::string::npos; });
-  };
-  // The attention and FFN units with the name llm-foundry's config says them by. The attention
-  // is the child whose nodes compute it (AttentionChild), said by its registry key
-  // (grouped_query_attention first: upstream's MHA and MQA subclass it), else by the child's own
-  // name; under kLlmFoundry by its unit's upstream name. The FFN (kFoundry only: upstream cannot
-  // checkpoint one by key) by its registry key, else a child name that reads as one.
-  const std::string attention_child = AttentionChild(graph, blocks[0]);
+  const auto& units = units_.children;
+  const std::string attention_child = AttentionChild(graph_, blocks_[0]);
   int attn = -1, ffn = -1;
   std::string attn_name, ffn_name;
   for (size_t c = 0; c < units.size(); ++c) {
-    const ModuleInfo* m = units[c].size() == 1 ? info(blocks[0] + "." + units[c][0]) : nullptr;
+    const ModuleInfo* m = units[c].size() == 1 ? info(blocks_[0] + "." + units[c][0]) : nullptr;
     if (attn < 0 && units[c].size() == 1 && units[c][0] == attention_child) {
       std::string key =
           has_key(m, {"grouped_query_attention", "multihead_attention", "multiquery_attention"});
       attn = static_cast<int>(c);
-      attn_name = upstream ? unit_names[c] : key.empty() ? units[c][0] : key;
+      attn_name = upstream_ ? units_.names[c] : key.empty() ? units[c][0] : key;
       continue;
     }
-    if (upstream || units[c].size() != 1) continue;
+    if (upstream_ || units[c].size() != 1) continue;
     std::string key =
         has_key(m, {"mptmlp", "mptglu", "te_ln_mlp", "torch_dmoe", "mb_moe", "mb_dmoe"});
-    if (ffn < 0 && (!key.empty() || name_has(units[c][0], {"mlp", "ffn", "feed_forward"}))) {
+    const std::string& name = units[c][0];
+    const bool reads_as_ffn = name.find("mlp") != std::string::npos ||
+                              name.find("ffn") != std::string::npos ||
+                              name.find("feed_forward") != std::string::npos;
+    if (ffn < 0 && (!key.empty() || reads_as_ffn)) {
       ffn = static_cast<int>(c);
-      ffn_name = key.empty() ? units[c][0] : key;
+      ffn_name = key.empty() ? name : key;
     }
   }
-  std::string block_name = has_key(info(blocks[0]), {"mptblock"});
+  std::string block_name = has_key(info(blocks_[0]), {"mptblock"});
   if (block_name.empty()) block_name = kBlockKey;
-  struct Uniform {
-    size_t kind;
-    std::vector<std::string> names;
-  };
-  std::vector<Uniform> uniforms;
   auto kind_of_mask = [&](uint32_t mask) {
-    for (size_t k = 0; k < K; ++k)
-      if (!kinds[k].block && kinds[k].mask == mask) return k;
+    for (size_t k = 0; k < kinds_.size(); ++k)
+      if (!kinds_[k].block && kinds_[k].mask == mask) return k;
     return size_t{0};
   };
-  if (attn >= 0) uniforms.push_back({kind_of_mask(1u << attn), {attn_name}});
-  if (ffn >= 0) uniforms.push_back({kind_of_mask(1u << ffn), {ffn_name}});
+  std::vector<UniformTarget> targets;
+  if (attn >= 0) targets.push_back({kind_of_mask(1u << attn), {attn_name}});
+  if (ffn >= 0) targets.push_back({kind_of_mask(1u << ffn), {ffn_name}});
   if (attn >= 0 && ffn >= 0 && kind_of_mask((1u << attn) | (1u << ffn)) != 0)
-    uniforms.push_back({kind_of_mask((1u << attn) | (1u << ffn)), {attn_name, ffn_name}});
-  uniforms.push_back({K - 1, {block_name}});
-  for (const Uniform& u : uniforms) {
-    auto label = [&](size_t first) {
-      std::string out;
-      for (const auto& name : u.names)
-        out += (out.empty() ? "" : ", ") + name +
-               (first == L ? "" : "=first-" + std::to_string(first));
-      return out;
-    };
-    auto first_n = [&](size_t count) {
-      std::vector<std::string> instances;
-      for (size_t l = 0; l < count; ++l)
-        for (auto& i : KindInstances(blocks[l], units, kinds[u.kind])) instances.push_back(i);
-      return instances;
-    };
-    ASSIGN_OR_RETURN(const CkptEvaluation* all,
-                     plan(first_n(L), nullptr, &result.uniform, label(L)));
-    if (all->total_bytes > options.budget_bytes) continue;
-    size_t lo = 1, hi = L;  // first-hi fits
-    while (lo < hi && result.plans < options.max_plans) {
-      const size_t mid = (lo + hi) / 2;
-      ASSIGN_OR_RETURN(const CkptEvaluation* e,
-                       plan(first_n(mid), nullptr, &result.uniform, label(mid)));
-      if (e->total_bytes <= options.budget_bytes)
-        hi = mid;
-      else
-        lo = mid + 1;
-    }
-  }
+    targets.push_back({kind_of_mask((1u << attn) | (1u << ffn)), {attn_name, ffn_name}});
+  targets.push_back({kinds_.size() - 1, {block_name}});
+  return targets;
+}
 
-  // 3. Dominance on (total FLOPs, total saved reduction); "none" always stays.
-  std::vector<int64_t> F(K, 0), N(K, 0), R(K, 0);
-  for (size_t k = 0; k < K; ++k)
-    for (size_t l = 0; l < L; ++l) {
-      F[k] += f[l][k];
-      N[k] += n[l][k];
-      R[k] += r[l][k];
-    }
+// 2. The target on all layers; when it fits, a binary search for the smallest n whose first-n
+// form fits (memory falls with n).
+Status BudgetSearch::PlanUniformTarget(const UniformTarget& target) {
+  const size_t L = blocks_.size();
+  auto label = [&](size_t first) {
+    std::string out;
+    for (const auto& name : target.names)
+      out +=
+          (out.empty() ? "" : ", ") + name + (first == L ? "" : "=first-" + std::to_string(first));
+    return out;
+  };
+  auto first_n = [&](size_t count) {
+    std::vector<size_t> kind_of_layer(L, 0);
+    std::fill_n(kind_of_layer.begin(), count, target.kind);
+    return InstancesOf(kind_of_layer);
+  };
+  ASSIGN_OR_RETURN(const CkptEvaluation* all,
+                   Plan(first_n(L), nullptr, &result_.uniform, label(L)));
+  if (all->total_bytes > options_.budget_bytes) return Status::Ok();
+  size_t lo = 1, hi = L;  // first-hi fits
+  while (lo < hi && result_.plans < options_.max_plans) {
+    const size_t mid = (lo + hi) / 2;
+    ASSIGN_OR_RETURN(const CkptEvaluation* e,
+                     Plan(first_n(mid), nullptr, &result_.uniform, label(mid)));
+    if (e->total_bytes <= options_.budget_bytes)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return Status::Ok();
+}
+
+// 3. Dominance on (total FLOPs, total saved reduction); "none" always stays. The kept kinds,
+// "none" first, then in order of FLOPs.
+std::vector<size_t> BudgetSearch::UndominatedKinds() const {
+  const auto &F = total_flops_, &N = total_nodes_, &R = total_reduction_;
+  const size_t K = kinds_.size();
   std::vector<size_t> kept;
   for (size_t k = 0; k < K; ++k) {
     bool dominated = false;
@@ -652,96 +772,81 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
   }
   std::sort(kept.begin() + 1, kept.end(),
             [&](size_t a, size_t b) { return std::tie(F[a], N[a], a) < std::tie(F[b], N[b], b); });
-  size_t KK = kept.size();
+  return kept;
+}
 
-  // 4a. Small spaces (every per-layer assignment fits in the plans left): every assignment, in
-  // the search's order, planned until the first fits and then every one whose (FLOPs, nodes,
-  // instances) ties it (the planned total decides among those). Exact.
-  double space = 1;
-  for (size_t l = 0; l < L && space <= options.max_plans; ++l) space *= static_cast<double>(K);
-  if (space + result.plans <= options.max_plans) {
-    std::vector<std::pair<OrderKey, std::vector<size_t>>> all;
-    std::vector<size_t> kind_of_layer(L, 0);
-    while (true) {
-      OrderKey key;
-      key.unchecked.assign(L, 1);
-      for (size_t l = 0; l < L; ++l) {
-        key.flops += f[l][kind_of_layer[l]];
-        key.nodes += n[l][kind_of_layer[l]];
-        key.unchecked[l] = kind_of_layer[l] == 0;
-        for (auto& i : KindInstances(blocks[l], units, kinds[kind_of_layer[l]]))
-          key.instances.push_back(i);
-      }
-      key.count = key.instances.size();
-      all.emplace_back(std::move(key), kind_of_layer);
-      size_t l = 0;
-      while (l < L && ++kind_of_layer[l] == K) kind_of_layer[l++] = 0;
-      if (l == L) break;
+// 4a. Small spaces: every assignment, in the search's order, planned until the first fits and
+// then every one whose (FLOPs, nodes, instances) ties it (the planned total decides among
+// those). Exact.
+Status BudgetSearch::PlanEveryAssignment() {
+  const size_t L = blocks_.size(), K = kinds_.size();
+  std::vector<OrderKey> all;
+  std::vector<size_t> kind_of_layer(L, 0);
+  while (true) {
+    OrderKey key;
+    key.unchecked.assign(L, 1);
+    for (size_t l = 0; l < L; ++l) {
+      key.flops += flops_[l][kind_of_layer[l]];
+      key.nodes += nodes_[l][kind_of_layer[l]];
+      key.unchecked[l] = kind_of_layer[l] == 0;
     }
-    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
-      return std::tie(a.first.flops, a.first.nodes, a.first.count, a.first.unchecked) <
-             std::tie(b.first.flops, b.first.nodes, b.first.count, b.first.unchecked);
-    });
-    for (const auto& [key, assignment] : all) {
-      if (const auto* best = best_fitting(); best && best->first.prefix() < key.prefix()) break;
-      RETURN_IF_ERROR(plan(key.instances, nullptr, &result.searched, "").status());
-    }
-    kept.clear();
+    key.instances = InstancesOf(kind_of_layer);
+    key.count = key.instances.size();
+    all.push_back(std::move(key));
+    size_t l = 0;
+    while (l < L && ++kind_of_layer[l] == K) kind_of_layer[l++] = 0;
+    if (l == L) break;
   }
+  std::sort(all.begin(), all.end(), [](const OrderKey& a, const OrderKey& b) {
+    return std::tie(a.flops, a.nodes, a.count, a.unchecked) <
+           std::tie(b.flops, b.nodes, b.count, b.unchecked);
+  });
+  for (const OrderKey& key : all) {
+    if (const Fitting* best = BestFitting(); best && best->first.prefix() < key.prefix()) break;
+    RETURN_IF_ERROR(Plan(key.instances).status());
+  }
+  return Status::Ok();
+}
 
-  // 4b. Multisets: how many layers take each kept kind. Their (FLOPs, saved reduction) Pareto
-  // frontier, by dynamic programming over the kinds on per-layer averages; then, in order of
-  // FLOPs, each multiset whose estimate fits is planned with its heavier kinds on the last layers
-  // (the tie-break's preference) and, when that does not fit, on the first layers (as
-  // llm-foundry's first-n: the recompute then runs after the later layers' saved bytes are
-  // freed, which lowers the peak).
-  struct Multi {
-    int64_t flops = 0, nodes = 0, reduction = 0;
-    std::vector<uint16_t> counts;
-  };
-  auto pareto = [](std::vector<Multi>& points) {
-    std::sort(points.begin(), points.end(), [](const Multi& a, const Multi& b) {
-      return std::tie(a.flops, b.reduction, a.nodes) < std::tie(b.flops, a.reduction, b.nodes);
-    });
-    std::vector<Multi> out;
-    for (auto& p : points)
-      if (out.empty() || p.reduction > out.back().reduction) out.push_back(std::move(p));
-    points = std::move(out);
-  };
+// 4b. The (FLOPs, saved reduction) Pareto frontier of the multisets of the kept kinds over the L
+// layers, by dynamic programming over the kinds on per-layer averages.
+std::vector<Multiset> BudgetSearch::MultisetFrontier(const std::vector<size_t>& kept) const {
+  const size_t L = blocks_.size(), KK = kept.size();
   const int64_t layers_count = static_cast<int64_t>(L);
-  std::vector<std::vector<Multi>> frontier(L + 1);
-  if (!kept.empty()) frontier[0].push_back({0, 0, 0, std::vector<uint16_t>(KK, 0)});
-  KK = kept.size();
+  std::vector<std::vector<Multiset>> frontier(L + 1);
+  frontier[0].push_back({0, 0, 0, std::vector<uint16_t>(KK, 0)});
   for (size_t j = 0; j < KK; ++j) {
     const size_t k = kept[j];
-    std::vector<std::vector<Multi>> next(L + 1);
+    std::vector<std::vector<Multiset>> next(L + 1);
     for (size_t t = 0; t <= L; ++t)
-      for (const Multi& p : frontier[t])
+      for (const Multiset& p : frontier[t])
         for (size_t c = 0; t + c <= L; ++c) {
           if (j + 1 == KK && t + c != L) continue;
-          Multi q = p;
+          Multiset q = p;
           const auto cc = static_cast<int64_t>(c);
-          q.flops += cc * F[k] / layers_count;
-          q.nodes += cc * N[k] / layers_count;
-          q.reduction += cc * R[k] / layers_count;
+          q.flops += cc * total_flops_[k] / layers_count;
+          q.nodes += cc * total_nodes_[k] / layers_count;
+          q.reduction += cc * total_reduction_[k] / layers_count;
           q.counts[j] = static_cast<uint16_t>(c);
           next[t + c].push_back(std::move(q));
         }
-    for (auto& points : next) pareto(points);
+    for (auto& points : next) KeepPareto(points);
     frontier = std::move(next);
   }
-  // The instances of a multiset placed heavier-last (first = false) or heavier-first.
-  auto place = [&](const std::vector<uint16_t>& counts, bool first) {
-    std::vector<size_t> kind_of_layer;
-    for (size_t j = 0; j < KK; ++j) kind_of_layer.insert(kind_of_layer.end(), counts[j], kept[j]);
-    if (first) std::reverse(kind_of_layer.begin(), kind_of_layer.end());
-    return kind_of_layer;
-  };
-  // Learned corrections of the estimate, per (heaviest kind, placement): the least (real total -
-  // estimate) seen; 0 (the bound outside + saved + the smallest overhead) until a plan says more.
+  return frontier[L];
+}
+
+// 4b. In order of FLOPs, each multiset whose estimate fits is planned with its heavier kinds on
+// the last layers (the tie-break's preference) and, when that does not fit, on the first layers
+// (as llm-foundry's first-n: the recompute then runs after the later layers' saved bytes are
+// freed, which lowers the peak). Learned corrections of the estimate, per (heaviest kind,
+// placement): the least (real total - estimate) seen; 0 (the bound outside + saved + the
+// smallest overhead) until a plan says more.
+Status BudgetSearch::WalkMultisets(const std::vector<size_t>& kept) {
+  const size_t L = blocks_.size(), KK = kept.size();
   std::map<std::pair<size_t, bool>, int64_t> correction;
-  for (const Multi& m : frontier[L]) {
-    if (result.plans >= options.max_plans) break;
+  for (const Multiset& m : MultisetFrontier(kept)) {
+    if (result_.plans >= options_.max_plans) break;
     size_t heaviest = 0;
     for (size_t j = 0; j < KK; ++j)
       if (m.counts[j]) heaviest = j;
@@ -749,120 +854,120 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
     for (bool first : {false, true}) {
       if (first && (m.counts[0] == 0 || m.counts[0] == L) &&
           std::count_if(m.counts.begin(), m.counts.end(), [](uint16_t c) { return c > 0; }) <= 1)
-        continue;  // one kind on every layer: the same selection either way
-      const auto kind_of_layer = place(m.counts, first);
+        continue;                         // one kind on every layer: the same selection either way
+      std::vector<size_t> kind_of_layer;  // heavier last, or heavier first
+      for (size_t j = 0; j < KK; ++j)
+        kind_of_layer.insert(kind_of_layer.end(), m.counts[j], kept[j]);
+      if (first) std::reverse(kind_of_layer.begin(), kind_of_layer.end());
       OrderKey key;
-      int64_t saved = plain->saved_bytes;
+      int64_t saved = plain_->saved_bytes;
       for (size_t l = 0; l < L; ++l) {
-        key.flops += f[l][kind_of_layer[l]];
-        key.nodes += n[l][kind_of_layer[l]];
-        key.count += KindInstances(blocks[l], units, kinds[kind_of_layer[l]]).size();
-        saved -= r[l][kind_of_layer[l]];
+        key.flops += flops_[l][kind_of_layer[l]];
+        key.nodes += nodes_[l][kind_of_layer[l]];
+        key.count += LayerInstances(l, kind_of_layer[l]).size();
+        saved -= reduction_[l][kind_of_layer[l]];
       }
-      // A plan ties the best so far on (FLOPs, nodes, instances) is still planned: its total
-      // may be smaller.
-      if (const auto* best = best_fitting(); best && best->first.prefix() < key.prefix()) continue;
+      // A plan that ties the best so far on (FLOPs, nodes, instances) is still planned: its
+      // total may be smaller.
+      if (const Fitting* best = BestFitting(); best && best->first.prefix() < key.prefix())
+        continue;
       auto learned = correction.find({heaviest, first});
       const int64_t estimate =
-          outside + saved + min_overhead + (learned == correction.end() ? 0 : learned->second);
-      if (estimate > options.budget_bytes || result.plans >= options.max_plans) continue;
-      std::vector<std::string> instances;
-      for (size_t l = 0; l < L; ++l)
-        for (auto& i : KindInstances(blocks[l], units, kinds[kind_of_layer[l]]))
-          instances.push_back(i);
-      ASSIGN_OR_RETURN(const CkptEvaluation* e, plan(instances, nullptr, &result.searched, ""));
-      const int64_t err = e->total_bytes - (outside + saved + min_overhead);
+          outside_ + saved + min_overhead_ + (learned == correction.end() ? 0 : learned->second);
+      if (estimate > options_.budget_bytes || result_.plans >= options_.max_plans) continue;
+      ASSIGN_OR_RETURN(const CkptEvaluation* e, Plan(InstancesOf(kind_of_layer)));
+      const int64_t err = e->total_bytes - (outside_ + saved + min_overhead_);
       if (auto [it, added] = correction.try_emplace({heaviest, first}, err); !added)
         it->second = std::min(it->second, err);
       // Both placements are planned when they may fit: at equal recompute the smaller total wins.
-      if (e->total_bytes <= options.budget_bytes) fits = true;
+      if (e->total_bytes <= options_.budget_bytes) fits = true;
     }
     // Later multisets recompute more; one that fits ends the search (its tie-break key is checked
     // against the uniform targets in 5).
     if (fits) break;
   }
+  return Status::Ok();
+}
 
-  // 5. The best fitting selection planned, less every name that frees nothing: each unit (or
-  // the block) it uses is taken off every layer it is on, and when that plans no larger a total
-  // the smaller selection is taken (it fits, and recomputes no more), until none can go.
-  auto prune = [&](const CkptEvaluation& best) -> StatusOr<CkptEvaluation> {
-    CkptEvaluation kept_eval = best;
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t u = 0; u <= units.size() && !changed; ++u) {  // u == units.size(): the block
-        std::vector<std::string> rest;
-        for (const auto& i : kept_eval.instances) {
-          bool drop = false;
-          for (size_t l = 0; l < L && !drop; ++l) {
-            if (!InModule(i, blocks[l])) continue;
-            if (u == units.size()) {
-              drop = i == blocks[l];
-            } else {
-              for (const auto& c : units[u]) drop = drop || i == blocks[l] + "." + c;
-            }
+// 5. The best fitting selection planned, less every name that frees nothing: each unit (or the
+// block) it uses is taken off every layer it is on, and when that plans no larger a total the
+// smaller selection is taken (it fits, and recomputes no more), until none can go.
+StatusOr<CkptEvaluation> BudgetSearch::Prune(const CkptEvaluation& best) {
+  const size_t L = blocks_.size(), U = units_.children.size();
+  CkptEvaluation kept = best;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t u = 0; u <= U && !changed; ++u) {  // u == U: the block
+      std::vector<std::string> rest;
+      for (const auto& i : kept.instances) {
+        bool drop = false;
+        for (size_t l = 0; l < L && !drop; ++l) {
+          if (!InModule(i, blocks_[l])) continue;
+          if (u == U) {
+            drop = i == blocks_[l];
+          } else {
+            for (const auto& c : units_.children[u]) drop = drop || i == blocks_[l] + "." + c;
           }
-          if (!drop) rest.push_back(i);
         }
-        if (rest.size() == kept_eval.instances.size()) continue;
-        ASSIGN_OR_RETURN(const CkptEvaluation* e, plan(rest, nullptr, &result.searched, ""));
-        if (e->total_bytes <= kept_eval.total_bytes) {
-          kept_eval = *e;
-          changed = true;
-        }
+        if (!drop) rest.push_back(i);
+      }
+      if (rest.size() == kept.instances.size()) continue;
+      ASSIGN_OR_RETURN(const CkptEvaluation* e, Plan(rest));
+      if (e->total_bytes <= kept.total_bytes) {
+        kept = *e;
+        changed = true;
       }
     }
-    return kept_eval;
-  };
-  // Its mirror (layer l's option on layer L-1-l: last-k for first-k) recomputes as much where
-  // the layers are alike, and the tie rule wants the smaller total of the two: planned too.
-  auto choose = [&](const CkptEvaluation& found) -> StatusOr<BudgetResult> {
-    std::vector<std::string> mirror;
-    for (const auto& i : found.instances)
-      for (size_t l = 0; l < L; ++l)
-        if (InModule(i, blocks[l])) {
-          mirror.push_back(blocks[L - 1 - l] + i.substr(blocks[l].size()));
-          break;
-        }
-    std::sort(mirror.begin(), mirror.end(), ModulePathLess);
-    if (mirror.size() == found.instances.size() && mirror != found.instances &&
-        result.plans < options.max_plans)
-      RETURN_IF_ERROR(plan(mirror, nullptr, &result.searched, "").status());
-    const CkptEvaluation best = *best_fitting()->second;
-    ASSIGN_OR_RETURN(result.chosen, prune(best));
-    for (const auto& u : result.uniform)
-      if (u.instances == result.chosen.instances) {
-        result.chosen.label = u.label;
+  }
+  return kept;
+}
+
+// 5. The mirror of what was found (layer l's option on layer L-1-l: last-k for first-k)
+// recomputes as much where the layers are alike, and the tie rule wants the smaller total of the
+// two: planned too. Then the best fitting plan, pruned, with its uniform target's label.
+StatusOr<BudgetResult> BudgetSearch::Choose(const CkptEvaluation& found) {
+  const size_t L = blocks_.size();
+  std::vector<std::string> mirror;
+  for (const auto& i : found.instances)
+    for (size_t l = 0; l < L; ++l)
+      if (InModule(i, blocks_[l])) {
+        mirror.push_back(blocks_[L - 1 - l] + i.substr(blocks_[l].size()));
         break;
       }
-    return result;
-  };
-  if (const auto* best = best_fitting()) return choose(*best->second);
+  std::sort(mirror.begin(), mirror.end(), ModulePathLess);
+  if (mirror.size() == found.instances.size() && mirror != found.instances &&
+      result_.plans < options_.max_plans)
+    RETURN_IF_ERROR(Plan(mirror).status());
+  const CkptEvaluation best = *BestFitting()->second;
+  ASSIGN_OR_RETURN(result_.chosen, Prune(best));
+  for (const auto& u : result_.uniform)
+    if (u.instances == result_.chosen.instances) {
+      result_.chosen.label = u.label;
+      break;
+    }
+  return result_;
+}
 
-  // 6. Nothing fits: the smallest plan. The search above only plans what its estimates say may
-  // fit, so its smallest plan depends on the budget and is not the minimum (on mpt_tiny_4layer,
-  // every block, 1612797 B, while a mixed selection plans 1604605 B). The minimum is searched for
-  // on its own, independent of the budget: from the smallest one-kind-on-every-layer plan of 1,
-  // coordinate descent over the per-layer kinds (each layer in turn takes the kind that makes the
-  // smallest total with the other layers fixed; sweeps until one changes nothing, at most
-  // kMinimumPlans selections looked at, cached or not), so the figure the error states is the
-  // same for every budget below it and a budget of that figure compiles (the plans are cached
-  // and fit it; 5 again). Exact on 2-layer models against brute force (the tests); on more layers
-  // a local minimum of the search space.
+// 6. Nothing fits: the smallest plan. The search above only plans what its estimates say may
+// fit, so its smallest plan depends on the budget and is not the minimum (on mpt_tiny_4layer,
+// every block, 1612797 B, while a mixed selection plans 1604605 B). The minimum is searched for
+// on its own, independent of the budget: from the smallest one-kind-on-every-layer plan of 1,
+// coordinate descent over the per-layer kinds (each layer in turn takes the kind that makes the
+// smallest total with the other layers fixed; sweeps until one changes nothing, at most
+// kMinimumPlans selections looked at, cached or not), so the figure the error states is the
+// same for every budget below it and a budget of that figure compiles (the plans are cached
+// and fit it; 5 again). Exact on 2-layer models against brute force (the tests); on more layers
+// a local minimum of the search space.
+StatusOr<const CkptEvaluation*> BudgetSearch::SmallestPlan() {
   constexpr int kMinimumPlans = 400;
+  const size_t L = blocks_.size(), K = kinds_.size();
   std::vector<size_t> assignment(L, 0);
-  const CkptEvaluation* minimum = all_layers[0];
+  const CkptEvaluation* minimum = all_layers_[0];
   for (size_t k = 1; k < K; ++k)
-    if (all_layers[k]->total_bytes < minimum->total_bytes) {
-      minimum = all_layers[k];
+    if (all_layers_[k]->total_bytes < minimum->total_bytes) {
+      minimum = all_layers_[k];
       assignment.assign(L, k);
     }
-  auto instances_of = [&](const std::vector<size_t>& kind_of_layer) {
-    std::vector<std::string> instances;
-    for (size_t l = 0; l < L; ++l)
-      for (auto& i : KindInstances(blocks[l], units, kinds[kind_of_layer[l]]))
-        instances.push_back(i);
-    return instances;
-  };
   int looked_at = 0;
   for (bool changed = true; changed && looked_at < kMinimumPlans;) {
     changed = false;
@@ -872,8 +977,7 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
         std::vector<size_t> trial = assignment;
         trial[l] = k;
         ++looked_at;
-        ASSIGN_OR_RETURN(const CkptEvaluation* e,
-                         plan(instances_of(trial), nullptr, &result.searched, ""));
+        ASSIGN_OR_RETURN(const CkptEvaluation* e, Plan(InstancesOf(trial)));
         if (e->total_bytes < minimum->total_bytes) {
           minimum = e;
           assignment = std::move(trial);
@@ -881,9 +985,19 @@ StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
         }
       }
   }
-  if (const auto* best = best_fitting()) return choose(*best->second);
-  return BelowMinimumError(graph, evaluator.shard(), *minimum, blocks, options.budget_bytes,
-                           options.syntax);
+  return minimum;
+}
+
+}  // namespace
+
+StatusOr<BudgetResult> ChooseCheckpointing(const CkptEvaluator& evaluator,
+                                           const BudgetOptions& options) {
+  const std::vector<BlockLayer> layers = CheckpointableLayers(evaluator.graph());
+  if (layers.empty())
+    return Error(
+        "--memory-budget: the model has no blocks to checkpoint (its export carries no module "
+        "list such as transformer.blocks.N; see foundry-compile --list-modules)");
+  return BudgetSearch(evaluator, options, layers).Run();
 }
 
 // Exact decimal arithmetic: the integer part (leading zeros dropped; more than 19 digits is past

@@ -2,10 +2,10 @@
 // budget, found with the real planner, and said as llm-foundry config.
 //
 // Everything here starts from the training graph autodiff made (before remat and the schedule):
-// one evaluation of a selection = copy that graph, RematPass on the selection, SchedulePass,
-// PlanMemory, and read the planned total (memory_report.h's LayoutSummary::total_bytes: arena +
-// parameters + gradients + optimizer state + feeds + constants + outputs) and the recompute
-// FLOPs/nodes (the clones, NodeFlops).
+// one evaluation of a selection = copy that graph, run the post-autodiff passes on the selection
+// (passes/pipeline.h: remat, recast, shard, schedule), PlanMemory, and read the planned total
+// (memory_report.h's LayoutSummary::total_bytes: arena + parameters + gradients + optimizer state
+// + feeds + constants + outputs) and the recompute FLOPs/nodes (the clones, NodeFlops).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,7 @@
 #include "base/status.h"
 #include "compiler/ckpt_targets.h"
 #include "compiler/ir.h"
+#include "passes/autocast.h"
 #include "passes/shard.h"
 
 namespace foundry {
@@ -41,19 +42,23 @@ struct CkptPlanCache;
 // Plans selections of one model. Holds a copy of the autodiff output; thread-compatible.
 class CkptEvaluator {
  public:
-  // `autodiff_graph`: the pipeline's graph right after the autodiff pass.
-  // `shard`: plan one rank of several (passes/shard.h) after remat and the recast, as the
-  // pipeline does for foundry-compile --world-size; the default plans a single process.
-  explicit CkptEvaluator(const Graph& autodiff_graph, ShardPass::Options shard = {});
+  // `autodiff_graph`: the pipeline's graph right after the autodiff pass (and grad_accumulate).
+  // `precision` and `shard`: the post-autodiff passes' options besides the selection
+  // (passes/pipeline.h), as the compile gives them: amp_bf16 repeats the backward's weight
+  // casts; above 1 rank each plan is one rank's (foundry-compile --world-size).
+  explicit CkptEvaluator(const Graph& autodiff_graph, Precision precision = Precision::kFp32,
+                         ShardPass::Options shard = {});
   ~CkptEvaluator();
   StatusOr<CkptEvaluation> Evaluate(const std::vector<std::string>& instances) const;
   int evaluations() const { return evaluations_; }
   const Graph& graph() const { return graph_; }
+  Precision precision() const { return precision_; }
   const ShardPass::Options& shard() const { return shard_; }
   CkptPlanCache& cache() const { return *cache_; }
 
  private:
   Graph graph_;
+  Precision precision_;
   ShardPass::Options shard_;
   mutable int evaluations_ = 0;
   std::unique_ptr<CkptPlanCache> cache_;

@@ -3,7 +3,7 @@
 #include <map>
 #include <vector>
 
-#include "compiler/module_tree.h"
+#include "base/bytes.h"
 #include "compiler/phase.h"
 
 namespace foundry {

@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "compiler/module_tree.h"
+#include "base/bytes.h"
 #include "passes/ckpt_budget.h"
 #include "passes/svg_util.h"
 

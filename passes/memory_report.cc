@@ -10,7 +10,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "compiler/module_tree.h"
+#include "base/bytes.h"
 #include "compiler/op_schema.h"
 #include "passes/schedule.h"
 
@@ -19,21 +19,6 @@ namespace {
 
 int64_t RoundUp(int64_t bytes) {
   return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-}
-
-int64_t Elements(const Graph& graph, const std::string& value) {
-  const Value* v = value.empty() ? nullptr : graph.FindValue(value);
-  if (!v || !v->ShapeKnown()) return 0;
-  return std::max<int64_t>(NumElements(v->shape), 0);
-}
-
-// Dimension `axis` (negative counts from the back) of a value with a known shape; 0 otherwise.
-int64_t Dim(const Graph& graph, const std::string& value, int64_t axis) {
-  const Value* v = graph.FindValue(value);
-  if (!v || !v->ShapeKnown()) return 0;
-  const int64_t rank = static_cast<int64_t>(v->shape.size());
-  if (axis < 0) axis += rank;
-  return axis < 0 || axis >= rank ? 0 : v->shape[axis];
 }
 
 // "blocks.2" before "blocks.10": runs of digits compare by value, the rest byte by byte.
@@ -82,154 +67,13 @@ LayoutSummary Summarize(const Graph& graph, const MemoryPlan& plan, const Backen
 
 }  // namespace
 
-namespace {
-
-// The per-op table of memory_report.h. Multi-term rows spell their formula's terms.
-const std::map<std::pair<std::string, std::string>, OpFlops>& FlopTable() {
-  static const auto* table = [] {
-    auto* t = new std::map<std::pair<std::string, std::string>, OpFlops>;
-    auto row = [&](const char* domain, std::initializer_list<const char*> ops, int64_t flops,
-                   int input = -1) {
-      for (const char* op : ops) (*t)[{domain, op}] = {flops, input};
-    };
-    const char* ms = "com.microsoft";
-    row("", {"Identity", "Reshape",  "Flatten",        "Squeeze",         "Unsqueeze",
-             "Constant", "Shape",    "Size",           "ConstantOfShape", "Range",
-             "Cast",     "CastLike", "Transpose",      "Concat",          "Split",
-             "Slice",    "Gather",   "GatherElements", "GatherND",        "Expand",
-             "Tile",     "Pad",      "Trilu",          "OneHot",          "ScatterND"},
-        0);
-    row(ms, {"SliceGrad"}, 0);
-    row("", {"Add",   "Sub",   "Mul",     "Div",         "Pow",
-             "Mod",   "Neg",   "Abs",     "Relu",        "Sign",
-             "Floor", "Ceil",  "Round",   "Sqrt",        "Reciprocal",
-             "Exp",   "Log",   "Erf",     "Tanh",        "Sin",
-             "Cos",   "Less",  "Greater", "LessOrEqual", "GreaterOrEqual",
-             "Equal", "And",   "Or",      "Xor",         "Not",
-             "IsNaN", "IsInf", "Where"},
-        1);
-    row(ms, {"ReluGrad"}, 1);                      // dy where y > 0
-    row("", {"CumSum"}, 1);                        // one add per element
-    row("", {"Min", "Max", "Sum", "Mean"}, 1);     // per input beyond the first (NodeFlops)
-    row("", {"Clip"}, 2);                          // max, min
-    row("", {"Dropout"}, 2);                       // compare to the ratio, scale
-    row(ms, {"DropoutGrad"}, 2);                   // dy · mask · scale
-    row("", {"Softplus"}, 3);                      // log(1 + exp x)
-    row(ms, {"SigmoidGrad"}, 3);                   // dy · y · (1 - y)
-    row(ms, {"TanhGrad"}, 3);                      // dy · (1 - y²)
-    row(ms, {"SoftmaxCrossEntropyLossGrad"}, 3);   // exp(log p), minus the label's one, · dloss
-    row("", {"Sigmoid"}, 4);                       // 1 / (1 + exp(-x))
-    row(ms, {"SimplifiedLayerNormalization"}, 4);  // x², Σ, · 1/rms, · scale
-    row(ms, {"SoftmaxGrad_13"}, 4);                // y · (dy - Σ dy·y): ·, Σ, -, ·
-    row(ms, {"LogSoftmaxGrad_13"}, 4);             // dy - exp(y) · Σ dy: Σ, exp, ·, -
-    row("", {"Softmax", "LogSoftmax"}, 5);         // max, -, exp, Σ, / (or - log Σ)
-    row(ms, {"Gelu"}, 5);                          // x/√2, erf, +1, ·x, ·0.5
-    row(ms, {"QuickGelu"}, 5);                     // x·sigmoid(αx): ·(-α), exp, +1, 1/, ·x
-    row("", {"Gelu"}, 5);  // approximate="none" as com.microsoft Gelu; "tanh" 9 (NodeFlops)
-    row("", {"LayerNormalization"}, 7);  // Σ, -mean, square, Σ, ·1/std, ·scale, +bias
-    row(ms, {"FastGelu"}, 9);            // x², x³, ·c, +x, ·√(2/π), tanh, +1, ·x, ·0.5
-    // x̂ = x·r (1); dscale += dy·x̂ (2); g = dy·scale (1); Σ g·x̂ (2); dx = r·(g - x̂·mean) (3).
-    row(ms, {"SimplifiedLayerNormalizationGrad"}, 9);
-    // v = αx (1); s = 1/(1 + exp(-v)) (4); dy·s·(1 + v·(1 - s)) (5).
-    row(ms, {"QuickGeluGrad"}, 10);
-    // dy · (0.5·(1 + erf(x/√2)) + x·exp(-x²/2)/√(2π)): 4 + 5 + 1 + 1.
-    row(ms, {"GeluGrad"}, 11);
-    // x̂ = (x - mean)·r (2); dbias += dy (1); dscale += dy·x̂ (2); g = dy·scale (1); Σ g (1);
-    // Σ g·x̂ (2); dx = r·(g - mean(g) - x̂·mean(g·x̂)) (4).
-    row(ms, {"LayerNormalizationGrad"}, 13);
-    // t = tanh(u), u = k·(x + c·x³) (6); 0.5·(1 + t) (2); 1 - t² (2); du/dx = k·(1 + 3c·x²) (3);
-    // 0.5·x·(1 - t²)·du/dx (3); the sum (1); · dy (1).
-    row(ms, {"FastGeluGrad"}, 18);
-    row("", {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSum"}, 1,
-        0);
-    row("", {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"}, 2, 0);
-    row("", {"SoftmaxCrossEntropyLoss"}, 5, 0);  // the log-softmax over the logits
-    row(ms, {"GatherGrad"}, 1, 2);               // one add per element of dY
-    row(ms, {"GatherElementsGrad"}, 1, 0);
-    row(ms, {"GatherNDGrad"}, 1, 2);
-    return t;
-  }();
-  return *table;
-}
-
-}  // namespace
-
-namespace {
-
-// foundry::Attention / AttentionGrad (compiler/ops/attention.cc), per (query, key) pair the kernel
-// visits (a causal one skips the pairs above the diagonal):
-//   forward   Q·Kᵀ 2D, P·V 2Dv, online softmax 5 (max, -, exp, Σ, rescale), +1 bias, +1 mask
-//   backward  recomputed scores 2D (+ bias, mask) and exp(s - LSE) 2, dV 2Dv, dP 2Dv,
-//             dS = P(dP - D) 3, dQ 2D, dK 2D; plus D = Σ dO·O, 2Dv per query row
-// so the backward is about 2.5x the forward (D = Dv = 64: 645 vs 261 per pair). It is all
-// backward work (the probabilities are never saved), not recompute.
-int64_t AttentionFlops(const Graph& graph, const Node& node) {
-  const bool grad = node.op_type == "AttentionGrad";
-  const size_t q = grad ? 1 : 0;
-  const Value* qv = graph.FindValue(node.HasInput(q) ? node.inputs[q] : "");
-  const Value* kv = graph.FindValue(node.HasInput(q + 1) ? node.inputs[q + 1] : "");
-  const Value* vv = graph.FindValue(node.HasInput(q + 2) ? node.inputs[q + 2] : "");
-  if (!qv || !kv || !vv || !qv->ShapeKnown() || !kv->ShapeKnown() || !vv->ShapeKnown() ||
-      qv->shape.size() != 4 || kv->shape.size() != 4 || vv->shape.size() != 4)
-    return 0;
-  const int64_t b = qv->shape[0], h = qv->shape[1], sq = qv->shape[2], d = qv->shape[3];
-  const int64_t sk = vv->shape[2], dv = vv->shape[3];
-  int64_t pairs = sq * sk;
-  if (node.GetInt("causal", 0) == 1) {
-    pairs = 0;
-    for (int64_t i = 0; i < sq; ++i) pairs += std::min(i + 1, sk);
-  }
-  const int64_t extra = (node.HasInput(q + 3) ? 1 : 0) + (node.HasInput(q + 4) ? 1 : 0);
-  if (!grad) return b * h * pairs * (2 * d + 2 * dv + 5 + extra);
-  return b * h * (pairs * (6 * d + 4 * dv + 5 + extra) + sq * 2 * dv);
-}
-
-}  // namespace
-
-const OpFlops* FindOpFlops(const std::string& domain, const std::string& op_type) {
-  auto it = FlopTable().find({domain, op_type});
-  return it == FlopTable().end() ? nullptr : &it->second;
-}
-
+// An op without a formula (none: a test holds every schema to one) counts one per output-0
+// element.
 int64_t NodeFlops(const Graph& graph, const Node& node) {
   if (!node.HasOutput(0)) return 0;
-  const int64_t out = Elements(graph, node.outputs[0]);
-  const bool microsoft = node.domain == "com.microsoft";
-  if (node.domain.empty() && node.op_type == "MatMul" && node.HasInput(0))
-    return 2 * out * Dim(graph, node.inputs[0], -1);
-  if (microsoft && node.op_type == "FusedMatMul" && node.HasInput(0)) {
-    const bool trans_a = node.GetInt("transA", 0) != 0;
-    const Value* a = graph.FindValue(node.inputs[0]);
-    const bool vector = a && a->rank_known && a->shape.size() == 1;
-    return 2 * out * Dim(graph, node.inputs[0], trans_a && !vector ? -2 : -1);
-  }
-  if (node.domain.empty() && node.op_type == "Gemm" && node.HasInput(0))
-    return 2 * out * Dim(graph, node.inputs[0], node.GetInt("transA", 0) != 0 ? 0 : 1) +
-           (node.HasInput(2) ? out : 0);
-  if (node.domain == "foundry" && (node.op_type == "Attention" || node.op_type == "AttentionGrad"))
-    return AttentionFlops(graph, node);
-  // Collectives of sharded training (compiler/ops/collective.cc): a gather moves bytes only; a
-  // gradient reduction multiplies and adds each of this rank's partial elements once (its scale,
-  // then its sum in rank order), as foundry::AccumulateGradient does.
-  if (node.domain == "foundry" && node.op_type == "AllGather") return 0;
-  if (node.domain == "foundry" &&
-      (node.op_type == "ReduceScatterGradient" || node.op_type == "AllReduceGradient") &&
-      node.HasInput(0))
-    return 2 * Elements(graph, node.inputs[0]);
-  const OpFlops* row = FindOpFlops(node.domain, node.op_type);
-  if (!row) return out;
-  if (node.domain.empty() && node.op_type == "Gelu" &&
-      node.GetString("approximate", "none") == "tanh")
-    return FindOpFlops("com.microsoft", "FastGelu")->per_element * out;
-  if (node.domain.empty() && (node.op_type == "Min" || node.op_type == "Max" ||
-                              node.op_type == "Sum" || node.op_type == "Mean")) {
-    int64_t inputs = 0;
-    for (const auto& in : node.inputs) inputs += !in.empty();
-    return out * (std::max<int64_t>(inputs, 1) - (node.op_type == "Mean" ? 0 : 1));
-  }
-  if (row->input < 0) return row->per_element * out;
-  return node.HasInput(row->input) ? row->per_element * Elements(graph, node.inputs[row->input])
-                                   : 0;
+  const FlopContext context{graph, node};
+  const OpSchema* schema = OpSchemas().Find(node.domain, node.op_type);
+  return schema && schema->flops ? schema->flops(context) : context.output_elements();
 }
 
 FlopCounts CountFlops(const Graph& graph) {

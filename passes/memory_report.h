@@ -14,48 +14,10 @@
 // value with views followed back to their input (a Reshape in another module moves nothing).
 // That is the buffer's owner except after an in-place alias, whose input died before it.
 //
-// FLOPs, a model rather than a measurement, the one every FLOP figure foundry prints uses (this
-// report, the checkpoint report's recompute FLOPs and their share of the step). Matrix products
-// count 2·M·N·K: MatMul and com.microsoft FusedMatMul 2·K per output element (2·m·n·k per matrix,
-// times the broadcast batch), Gemm 2·M·N·K plus one add per output element when it has a bias.
-// Every other op is a row of the table below: flops per element of its output 0, or, marked (in),
-// per element of one input (a reduction: the input it reduces; a scatter-add: the values it adds).
-// A row counts the arithmetic operations and elementary-function calls (exp, log, sqrt, erf,
-// tanh, a comparison, a select: one each) of the op's defining formula per element, as in the
-// ONNX / onnxruntime contrib op definitions; per-row work of a normalization (a mean's divide, a
-// sqrt per row) is left out, as small against the per-element terms. Counts of this model, not of
-// any kernel: a vectorized kernel and a GPU one do the same arithmetic differently.
-//   0 (data movement, views, constants): Identity Reshape Flatten Squeeze Unsqueeze Constant
-//     Shape Size ConstantOfShape Range Cast CastLike Transpose Concat Split Slice Gather
-//     GatherElements GatherND Expand Tile Pad Trilu OneHot ScatterND SliceGrad
-//   1: Add Sub Mul Div Pow Mod Neg Abs Relu Sign Floor Ceil Round Sqrt Reciprocal Exp Log Erf Tanh
-//      Sin Cos Less Greater LessOrEqual GreaterOrEqual Equal And Or Xor Not IsNaN IsInf Where
-//      ReluGrad (a select), CumSum (one add)
-//   Min, Max, Sum: n-1 for n inputs; Mean: n (n-1 adds, one scale)
-//   2: Clip (max, min); Dropout (compare to the ratio, scale); DropoutGrad (mask, scale)
-//   3: Softplus log(1+exp x); SigmoidGrad dy·y·(1-y); TanhGrad dy·(1-y²);
-//      SoftmaxCrossEntropyLossGrad (exp of the log-probability, the label's one, the scale)
-//   4: Sigmoid 1/(1+exp(-x)); SimplifiedLayerNormalization (RMSNorm: square, sum, normalize,
-//      scale); SoftmaxGrad_13 y·(dy-Σdy·y); LogSoftmaxGrad_13 dy-exp(y)·Σdy
-//   5: QuickGelu x·sigmoid(αx) (SiLU at α = 1, as Sigmoid and Mul unfused); Softmax, LogSoftmax
-//      (max, subtract, exp, sum, divide or subtract); Gelu
-//      0.5·x·(1+erf(x/√2)), com.microsoft's and ai.onnx's with approximate="none" (with
-//      approximate="tanh" ai.onnx Gelu counts as FastGelu)
-//   7: LayerNormalization (sum, subtract the mean, square, sum, normalize, scale, bias)
-//   9: FastGelu 0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³)))
-//   9: SimplifiedLayerNormalizationGrad; 10: QuickGeluGrad; 11: GeluGrad;
-//      13: LayerNormalizationGrad;
-//      18: FastGeluGrad (each its formula's terms, written out in memory_report.cc)
-//   per input element (in): ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceLogSum 1,
-//     ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSumExp 2 (input 0); SoftmaxCrossEntropyLoss 5
-//     (its log-softmax over the logits, input 0); GatherGrad 1 (input 2), GatherElementsGrad
-//     1 (input 0) and GatherNDGrad 1 (input 2): one add per element of the gradient they scatter
-//   foundry::Attention, AttentionGrad: per (query, key) pair visited (causal: on or below the
-//     diagonal) 2D + 2Dv + 5 forward and 6D + 4Dv + 5 backward, +1 each for a bias and a mask,
-//     +2Dv per query row backward (memory_report.cc: the backward, ~2.5x the forward, recomputes
-//     the probabilities and counts as backward, not recompute)
-// An op without a row (none today: a test holds the table to the op schemas) counts one per
-// output-0 element. Nodes are summed by phase mark (unmarked = forward); optimizer-phase nodes
+// FLOPs: each op's formula is written with its schema (OpSchema::flops, compiler/op_schema.h
+// says what the model counts; compiler/ops/<family>.cc has the formulas), the one model every
+// FLOP figure foundry prints uses (this report, the checkpoint report's recompute FLOPs and their
+// share of the step). Nodes are summed by phase mark (unmarked = forward); optimizer-phase nodes
 // are left out.
 //
 // Per-step kinds (the timeline): at each step, the rounded bytes (kArenaAlignment) of the live
@@ -85,16 +47,7 @@ struct FlopCounts {
   int64_t recompute = 0;
 };
 
-// One row of the per-op table above: `per_element` flops per element of output 0 (input < 0) or
-// of input `input`; for Min/Max/Sum/Mean the row is per input beyond the first (see above).
-struct OpFlops {
-  int64_t per_element = 1;
-  int input = -1;
-};
-// The row for an op; null for the matrix products (counted exactly) and ops without a row.
-const OpFlops* FindOpFlops(const std::string& domain, const std::string& op_type);
-
-// The flops of one node under the model above; the graph gives the value shapes.
+// The FLOPs of one node (its schema's formula); the graph gives the value shapes.
 int64_t NodeFlops(const Graph& graph, const Node& node);
 FlopCounts CountFlops(const Graph& graph);
 

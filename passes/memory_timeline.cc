@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "compiler/module_tree.h"
+#include "base/bytes.h"
 #include "passes/svg_util.h"
 
 namespace foundry {

@@ -1,5 +1,7 @@
 #include "passes/pipeline.h"
 
+#include <algorithm>
+
 #include "compiler/text.h"
 #include "compiler/verifier.h"
 #include "passes/canonicalize.h"
@@ -9,15 +11,14 @@ namespace foundry {
 Status RunPasses(Graph& graph, const std::vector<std::unique_ptr<Pass>>& passes,
                  const PipelineOptions& options) {
   bool dumped = options.dump_after.empty();
-  bool typed = false;
+  bool typed = std::none_of(passes.begin(), passes.end(),
+                            [](const auto& pass) { return pass->name() == "fold"; });
   for (const auto& pass : passes) {
     ASSIGN_OR_RETURN(bool changed, pass->Run(graph));
     if (options.log) {
       std::string stats = pass->Stats();
       *options.log << "  " << pass->name() << ": " << (stats.empty() ? "done" : stats) << "\n";
     }
-    // The verifier checks types, which exist from fold (type inference) on; the passes before
-    // it (parameters) change no node.
     typed |= pass->name() == "fold";
     if (changed && options.verify && typed) {
       Status st = VerifyGraph(graph);
@@ -52,13 +53,30 @@ std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options) 
     if (options.grad_accumulation > 1)
       passes.push_back(std::make_unique<GradAccumulatePass>(
           GradAccumulatePass::Options{options.grad_accumulation}));
-    if (!options.remat.instances.empty())
-      passes.push_back(std::make_unique<RematPass>(options.remat));
-    if (options.autocast.precision != Precision::kFp32)
-      passes.push_back(std::make_unique<AutocastRecastPass>());
-    if (options.shard.world_size > 1) passes.push_back(std::make_unique<ShardPass>(options.shard));
-    passes.push_back(std::make_unique<SchedulePass>());
+    for (auto& pass :
+         PostAutodiffPasses({options.remat, options.autocast.precision, options.shard}))
+      passes.push_back(std::move(pass));
   }
+  return passes;
+}
+
+std::vector<std::unique_ptr<Pass>> PostAutodiffPasses(const PostAutodiffOptions& options) {
+  std::vector<std::unique_ptr<Pass>> passes;
+  if (!options.remat.instances.empty())
+    passes.push_back(std::make_unique<RematPass>(options.remat));
+  // After remat: the recompute clones' weight reads get their casts too (passes/autocast.h).
+  if (options.precision != Precision::kFp32)
+    passes.push_back(std::make_unique<AutocastRecastPass>());
+  // After every pass that adds readers of the parameters (passes/shard.h).
+  if (options.shard.world_size > 1) passes.push_back(std::make_unique<ShardPass>(options.shard));
+  passes.push_back(std::make_unique<SchedulePass>());
+  return passes;
+}
+
+StatusOr<std::vector<std::unique_ptr<Pass>>> RunPostAutodiffPasses(
+    Graph& graph, const PostAutodiffOptions& options, const PipelineOptions& pipeline) {
+  std::vector<std::unique_ptr<Pass>> passes = PostAutodiffPasses(options);
+  RETURN_IF_ERROR(RunPasses(graph, passes, pipeline));
   return passes;
 }
 

@@ -1,8 +1,13 @@
 // Orders the passes: parameters (the trainable set; training only) -> fold (bind dims, infer,
-// fold) -> canonicalize -> autodiff -> grad_accumulate (with --grad-accum K > 1) -> remat (when
-// instances are selected) -> autocast recast (amp_bf16) -> shard (with --world-size N > 1) ->
-// schedule (training only). The
-// verifier runs after every pass that changed the graph; the IR can be dumped after a named pass.
+// fold) -> canonicalize -> autodiff -> grad_accumulate (with --grad-accum K > 1), then the
+// post-autodiff passes (training only): remat (when instances are selected) -> autocast recast
+// (amp_bf16) -> shard (with --world-size N > 1) -> schedule. The verifier runs after every pass
+// that changed the graph; the IR can be dumped after a named pass.
+//
+// The post-autodiff passes run again from the graph grad_accumulate (or autodiff) left: once per
+// selection the --memory-budget search plans (passes/ckpt_budget.h), once for the selection it
+// chose, and for the plain plan a checkpoint report compares against. PostAutodiffPasses is the
+// one place their order is written, RunPasses the one place they are verified.
 #pragma once
 
 #include <functional>
@@ -35,8 +40,24 @@ struct PipelineOptions {
   std::function<void(std::string_view pass, const Graph& graph)> after_pass;
 };
 
+// Runs `passes` in order; the verifier checks the graph after each one that changed it. Types
+// exist from fold (type inference) on: in a list holding fold the passes before it are not
+// verified; a list without fold starts from a typed graph.
 Status RunPasses(Graph& graph, const std::vector<std::unique_ptr<Pass>>& passes,
                  const PipelineOptions& options);
+
+// What the passes after autodiff (and grad_accumulate) are told.
+struct PostAutodiffOptions {
+  RematPass::Options remat;                // no instances: no remat pass
+  Precision precision = Precision::kFp32;  // amp_bf16: the autocast recast pass
+  ShardPass::Options shard;                // above 1 rank: the shard pass
+};
+// remat -> autocast recast -> shard -> schedule, each when its option asks for it.
+std::vector<std::unique_ptr<Pass>> PostAutodiffPasses(const PostAutodiffOptions& options);
+// RunPasses over PostAutodiffPasses(options); returns the passes run (the shard pass's
+// statistics and full shapes are read from it).
+StatusOr<std::vector<std::unique_ptr<Pass>>> RunPostAutodiffPasses(
+    Graph& graph, const PostAutodiffOptions& options, const PipelineOptions& pipeline = {});
 
 struct CompileOptions {
   ParametersPass::Options parameters;

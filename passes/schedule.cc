@@ -1,10 +1,10 @@
 #include "passes/schedule.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/bytes.h"
 #include "compiler/phase.h"
 
 namespace foundry {
@@ -224,12 +224,6 @@ StatusOr<std::vector<size_t>> GreedyOrder(const Graph& g, const DepGraph& d) {
   return order;
 }
 
-std::string Mib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
-
 }  // namespace
 
 LiveBytes PeakLiveBytes(const Graph& g, const std::vector<size_t>& order) {
@@ -273,8 +267,8 @@ StatusOr<bool> SchedulePass::Run(Graph& g) {
 }
 
 std::string ScheduleStats::ToString() const {
-  return "peak live " + Mib(after.peak) + " at '" + peak_node + "' (autodiff order " +
-         Mib(before.peak) + ")";
+  return "peak live " + InMiB(after.peak) + " at '" + peak_node + "' (autodiff order " +
+         InMiB(before.peak) + ")";
 }
 
 }  // namespace foundry

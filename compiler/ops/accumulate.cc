@@ -31,7 +31,9 @@ StatusOr<std::vector<TypeInfo>> InferAccumulateGradient(const InferContext& ctx)
 }  // namespace
 
 void RegisterAccumulateSchemas(OpSchemaTable& table) {
-  table.Add({"foundry", "AccumulateGradient", 1, 1, 1, 1, InferAccumulateGradient, false, {}});
+  // FLOPs: one per element, the add (the scale by the microbatch's share is left uncounted).
+  table.Add(
+      {"foundry", "AccumulateGradient", 1, 1, 1, 1, InferAccumulateGradient, FlopsPerOutput(1)});
 }
 
 }  // namespace foundry

@@ -31,6 +31,7 @@
 //   dV_j = Σ_i P_ij dO_i;  dS_ij = P_ij (dO_i·V_j - dO_i·O_i);  dQ_i = scale Σ_j dS_ij K_j;
 //   dK_j = scale Σ_i dS_ij Q_i   (dK, dV summed over the query heads sharing a key/value head);
 // with dropout, dV_j reads P ∘ z and dO_i·V_j is multiplied by z (z redrawn from the same key).
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -182,11 +183,39 @@ StatusOr<std::vector<TypeInfo>> InferAttentionGrad(const InferContext& ctx) {
   return std::vector<TypeInfo>{SameAs(ctx.input(1)), SameAs(ctx.input(2)), SameAs(ctx.input(3))};
 }
 
+// FLOPs per (query, key) pair the kernel visits (a causal one skips the pairs above the
+// diagonal):
+//   forward   Q·Kᵀ 2D, P·V 2Dv, online softmax 5 (max, -, exp, Σ, rescale), +1 bias, +1 mask
+//   backward  recomputed scores 2D (+ bias, mask) and exp(s - LSE) 2, dV 2Dv, dP 2Dv,
+//             dS = P(dP - D) 3, dQ 2D, dK 2D; plus D = Σ dO·O, 2Dv per query row
+// so the backward is about 2.5x the forward (D = Dv = 64: 645 vs 261 per pair). It is all
+// backward work (the probabilities are never saved), not recompute.
+int64_t AttentionFlops(const FlopContext& c) {
+  const bool grad = c.node.op_type == "AttentionGrad";
+  const size_t q = grad ? 1 : 0;
+  const Value* qv = c.input(q);
+  const Value* kv = c.input(q + 1);
+  const Value* vv = c.input(q + 2);
+  if (!qv || !kv || !vv || !qv->ShapeKnown() || !kv->ShapeKnown() || !vv->ShapeKnown() ||
+      qv->shape.size() != 4 || kv->shape.size() != 4 || vv->shape.size() != 4)
+    return 0;
+  const int64_t b = qv->shape[0], h = qv->shape[1], sq = qv->shape[2], d = qv->shape[3];
+  const int64_t sk = vv->shape[2], dv = vv->shape[3];
+  int64_t pairs = sq * sk;
+  if (c.node.GetInt("causal", 0) == 1) {
+    pairs = 0;
+    for (int64_t i = 0; i < sq; ++i) pairs += std::min(i + 1, sk);
+  }
+  const int64_t extra = (c.node.HasInput(q + 3) ? 1 : 0) + (c.node.HasInput(q + 4) ? 1 : 0);
+  if (!grad) return b * h * pairs * (2 * d + 2 * dv + 5 + extra);
+  return b * h * (pairs * (6 * d + 4 * dv + 5 + extra) + sq * 2 * dv);
+}
+
 }  // namespace
 
 void RegisterAttentionSchemas(OpSchemaTable& table) {
-  table.Add({kFoundry, "Attention", 3, 5, 2, 2, InferAttention, false, {}});
-  table.Add({kFoundry, "AttentionGrad", 6, 8, 3, 3, InferAttentionGrad, false, {}});
+  table.Add({kFoundry, "Attention", 3, 5, 2, 2, InferAttention, AttentionFlops});
+  table.Add({kFoundry, "AttentionGrad", 6, 8, 3, 3, InferAttentionGrad, AttentionFlops});
 }
 
 }  // namespace foundry

@@ -109,10 +109,15 @@ StatusOr<std::vector<TypeInfo>> InferAllReduce(const InferContext& ctx) {
 
 }  // namespace
 
+// FLOPs: a gather moves bytes only; a gradient reduction multiplies and adds each of this rank's
+// partial elements once (its scale, then its sum in rank order), as foundry::AccumulateGradient
+// does.
 void RegisterCollectiveSchemas(OpSchemaTable& table) {
-  table.Add({"foundry", "AllGather", 1, kAnyCount, 1, kAnyCount, InferAllGather, false, {}});
-  table.Add({"foundry", "ReduceScatterGradient", 1, 1, 1, 1, InferReduceScatter, false, {}});
-  table.Add({"foundry", "AllReduceGradient", 1, 1, 1, 1, InferAllReduce, false, {}});
+  table.Add(
+      {"foundry", "AllGather", 1, kAnyCount, 1, kAnyCount, InferAllGather, FlopsPerOutput(0)});
+  table.Add(
+      {"foundry", "ReduceScatterGradient", 1, 1, 1, 1, InferReduceScatter, FlopsPerInput(0, 2)});
+  table.Add({"foundry", "AllReduceGradient", 1, 1, 1, 1, InferAllReduce, FlopsPerInput(0, 2)});
 }
 
 }  // namespace foundry

@@ -5,6 +5,7 @@
 //
 // Element types are checked here, once, so a model with an op on a type the CPU kernels do not
 // handle fails at compile time with the node's name rather than in the middle of a run.
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <string>
@@ -241,61 +242,106 @@ StatusOr<Types> InferDropoutGrad(const InferContext& ctx) {
   return Types{SameAs(ctx.input(0))};
 }
 
+// Min, Max, Sum: one per element for each input beyond the first; Mean: one more (its scale).
+FlopsFn VariadicFlops(int64_t extra) {
+  return [extra](const FlopContext& c) {
+    int64_t inputs = 0;
+    for (const auto& in : c.node.inputs) inputs += !in.empty();
+    return c.output_elements() * (std::max<int64_t>(inputs, 1) - 1 + extra);
+  };
+}
+
+// Gelu 0.5·x·(1 + erf(x/√2)): x/√2, erf, +1, ·x, ·0.5. FastGelu
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): x², x³, ·c, +x, ·√(2/π), tanh, +1, ·x, ·0.5.
+constexpr int64_t kGeluFlops = 5;
+constexpr int64_t kFastGeluFlops = 9;
+
+// ai.onnx Gelu: approximate="none" counts as com.microsoft Gelu, "tanh" as FastGelu.
+int64_t GeluFlops(const FlopContext& c) {
+  const bool tanh = c.node.GetString("approximate", "none") == "tanh";
+  return (tanh ? kFastGeluFlops : kGeluFlops) * c.output_elements();
+}
+
 // `in_place`: the inputs output 0 may write over (OpSchema::in_place_inputs); each kernel reads
 // every element of those inputs before it writes the same element of the output.
 void Add(OpSchemaTable& table, const std::string& domain, const std::string& op, int min_in,
-         int max_in, InferFn infer, int min_out = 1, int max_out = 1,
+         int max_in, InferFn infer, FlopsFn flops, int min_out = 1, int max_out = 1,
          std::vector<int> in_place = {}) {
   table.Add(OpSchema{domain, op, min_in, max_in, min_out, max_out, std::move(infer),
-                     /*view=*/false, std::move(in_place)});
+                     std::move(flops), /*view=*/false, std::move(in_place)});
 }
 
 }  // namespace
 
+// FLOPs per element of the output unless said otherwise (FlopsFn in compiler/op_schema.h).
 void RegisterElementwiseSchemas(OpSchemaTable& table) {
+  const FlopsFn one = FlopsPerOutput(1);
   for (const char* op : {"Add", "Sub", "Mul", "Div"})
-    Add(table, "", op, 2, 2, BroadcastOp(kNumericTypes), 1, 1, {0, 1});
-  Add(table, "", "Pow", 2, 2, InferPow, 1, 1, {0});
-  Add(table, "", "Mod", 2, 2, InferMod);
+    Add(table, "", op, 2, 2, BroadcastOp(kNumericTypes), one, 1, 1, {0, 1});
+  Add(table, "", "Pow", 2, 2, InferPow, one, 1, 1, {0});
+  Add(table, "", "Mod", 2, 2, InferMod, one);
   for (const char* op : {"Min", "Max"})
-    Add(table, "", op, 1, kVariadic, BroadcastOp(kNumericTypes));
-  Add(table, "", "Sum", 1, kVariadic, BroadcastOp(kNumericTypes), 1, 1, {0, 1, 2, 3, 4, 5, 6, 7});
-  Add(table, "", "Mean", 1, kVariadic, BroadcastOp(kFloatTypes));
+    Add(table, "", op, 1, kVariadic, BroadcastOp(kNumericTypes), VariadicFlops(0));
+  Add(table, "", "Sum", 1, kVariadic, BroadcastOp(kNumericTypes), VariadicFlops(0), 1, 1,
+      {0, 1, 2, 3, 4, 5, 6, 7});
+  Add(table, "", "Mean", 1, kVariadic, BroadcastOp(kFloatTypes), VariadicFlops(1));
 
   for (const char* op : {"Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
-    Add(table, "", op, 2, 2, BroadcastOp(kNumericTypes, DType::kBool));
-  Add(table, "", "Equal", 2, 2, BroadcastOp(kNumericTypes | kBoolType, DType::kBool));
+    Add(table, "", op, 2, 2, BroadcastOp(kNumericTypes, DType::kBool), one);
+  Add(table, "", "Equal", 2, 2, BroadcastOp(kNumericTypes | kBoolType, DType::kBool), one);
   for (const char* op : {"And", "Or", "Xor"})
-    Add(table, "", op, 2, 2, BroadcastOp(kBoolType, DType::kBool));
+    Add(table, "", op, 2, 2, BroadcastOp(kBoolType, DType::kBool), one);
 
-  for (const char* op : {"Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Tanh", "Sigmoid", "Softplus"})
-    Add(table, "", op, 1, 1, UnaryOp(kFloatTypes), 1, 1, {0});
+  for (const char* op : {"Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Tanh"})
+    Add(table, "", op, 1, 1, UnaryOp(kFloatTypes), one, 1, 1, {0});
+  // 1 / (1 + exp(-x)): -, exp, +1, 1/.
+  Add(table, "", "Sigmoid", 1, 1, UnaryOp(kFloatTypes), FlopsPerOutput(4), 1, 1, {0});
+  // log(1 + exp x).
+  Add(table, "", "Softplus", 1, 1, UnaryOp(kFloatTypes), FlopsPerOutput(3), 1, 1, {0});
   for (const char* op : {"Sin", "Cos", "Floor", "Ceil", "Round"})
-    Add(table, "", op, 1, 1, UnaryOp(kFloatTypes));
+    Add(table, "", op, 1, 1, UnaryOp(kFloatTypes), one);
   for (const char* op : {"Neg", "Abs", "Relu"})
-    Add(table, "", op, 1, 1, UnaryOp(kNumericTypes), 1, 1, {0});
-  Add(table, "", "Sign", 1, 1, UnaryOp(kNumericTypes));
-  Add(table, "", "Not", 1, 1, UnaryOp(kBoolType));
-  Add(table, "", "IsNaN", 1, 1, UnaryOp(kFloatTypes, DType::kBool));
-  Add(table, "", "IsInf", 1, 1, UnaryOp(kFloatTypes, DType::kBool));
-  table.Add(OpSchema{"", "Identity", 1, 1, 1, 1, UnaryOp(kAllTypes), /*view=*/true, {}});
+    Add(table, "", op, 1, 1, UnaryOp(kNumericTypes), one, 1, 1, {0});
+  Add(table, "", "Sign", 1, 1, UnaryOp(kNumericTypes), one);
+  Add(table, "", "Not", 1, 1, UnaryOp(kBoolType), one);
+  Add(table, "", "IsNaN", 1, 1, UnaryOp(kFloatTypes, DType::kBool), one);
+  Add(table, "", "IsInf", 1, 1, UnaryOp(kFloatTypes, DType::kBool), one);
+  OpSchema identity{"", "Identity", 1, 1, 1, 1, UnaryOp(kAllTypes), FlopsPerOutput(0)};
+  identity.view = true;
+  table.Add(std::move(identity));
 
-  Add(table, "", "Where", 3, 3, InferWhere, 1, 1, {1, 2});
-  Add(table, "", "Cast", 1, 1, InferCast);
-  Add(table, "", "CastLike", 2, 2, InferCastLike);
-  Add(table, "", "Clip", 1, 3, InferClip, 1, 1, {0});
-  Add(table, "", "Dropout", 1, 3, InferDropout, 1, 2, {0});
-  Add(table, "", "Gelu", 1, 1, InferGelu, 1, 1, {0});
+  Add(table, "", "Where", 3, 3, InferWhere, one, 1, 1, {1, 2});  // a select
+  Add(table, "", "Cast", 1, 1, InferCast, FlopsPerOutput(0));
+  Add(table, "", "CastLike", 2, 2, InferCastLike, FlopsPerOutput(0));
+  Add(table, "", "Clip", 1, 3, InferClip, FlopsPerOutput(2), 1, 1, {0});  // max, min
+  // Compare to the ratio, scale.
+  Add(table, "", "Dropout", 1, 3, InferDropout, FlopsPerOutput(2), 1, 2, {0});
+  Add(table, "", "Gelu", 1, 1, InferGelu, GeluFlops, 1, 1, {0});
 
-  Add(table, "com.microsoft", "Gelu", 1, 1, UnaryOp(kFloatTypes), 1, 1, {0});
-  Add(table, "com.microsoft", "FastGelu", 1, 1, InferFastGelu, 1, 1, {0});
+  Add(table, "com.microsoft", "Gelu", 1, 1, UnaryOp(kFloatTypes), FlopsPerOutput(kGeluFlops), 1, 1,
+      {0});
+  Add(table, "com.microsoft", "FastGelu", 1, 1, InferFastGelu, FlopsPerOutput(kFastGeluFlops), 1, 1,
+      {0});
   // QuickGelu x·sigmoid(alpha·x) {alpha, default 1.702 as ONNX Runtime}, QuickGeluGrad (dY, X)
-  // {alpha}: canonicalize writes alpha = 1 for SiLU, Mul(x, Sigmoid(x)).
-  Add(table, "com.microsoft", "QuickGelu", 1, 1, UnaryOp(kFloatTypes), 1, 1, {0});
-  for (const char* op :
-       {"GeluGrad", "FastGeluGrad", "ReluGrad", "SigmoidGrad", "TanhGrad", "QuickGeluGrad"})
-    Add(table, "com.microsoft", op, 2, 2, InferActivationGrad, 1, 1, {0, 1});
-  Add(table, "com.microsoft", "DropoutGrad", 2, 4, InferDropoutGrad, 1, 1, {0});
+  // {alpha}: canonicalize writes alpha = 1 for SiLU, Mul(x, Sigmoid(x)). QuickGelu: ·(-α), exp,
+  // +1, 1/, ·x (SiLU at α = 1 counts as Sigmoid and Mul unfused).
+  Add(table, "com.microsoft", "QuickGelu", 1, 1, UnaryOp(kFloatTypes), FlopsPerOutput(5), 1, 1,
+      {0});
+  // The gradients, each its formula's terms:
+  //   GeluGrad      dy · (0.5·(1 + erf(x/√2)) + x·exp(-x²/2)/√(2π)): 4 + 5 + 1 + 1
+  //   FastGeluGrad  t = tanh(u), u = k·(x + c·x³) (6); 0.5·(1 + t) (2); 1 - t² (2);
+  //                 du/dx = k·(1 + 3c·x²) (3); 0.5·x·(1 - t²)·du/dx (3); the sum (1); · dy (1)
+  //   ReluGrad      dy where y > 0 (a select)
+  //   SigmoidGrad   dy · y · (1 - y)
+  //   TanhGrad      dy · (1 - y²)
+  //   QuickGeluGrad v = αx (1); s = 1/(1 + exp(-v)) (4); dy·s·(1 + v·(1 - s)) (5)
+  const std::pair<const char*, int64_t> kGrads[] = {{"GeluGrad", 11}, {"FastGeluGrad", 18},
+                                                    {"ReluGrad", 1},  {"SigmoidGrad", 3},
+                                                    {"TanhGrad", 3},  {"QuickGeluGrad", 10}};
+  for (const auto& [op, flops] : kGrads)
+    Add(table, "com.microsoft", op, 2, 2, InferActivationGrad, FlopsPerOutput(flops), 1, 1, {0, 1});
+  // dy · mask · scale.
+  Add(table, "com.microsoft", "DropoutGrad", 2, 4, InferDropoutGrad, FlopsPerOutput(2), 1, 1, {0});
 }
 
 }  // namespace foundry

@@ -369,33 +369,69 @@ StatusOr<std::vector<TypeInfo>> InferSoftmaxCrossEntropyGrad(const InferContext&
   return std::vector<TypeInfo>{SameAs(log_prob)};
 }
 
+// Matrix products count 2·K per output element: 2·m·n·k per matrix, times the broadcast batch.
+int64_t MatMulFlops(const FlopContext& c) { return 2 * c.output_elements() * c.input_dim(0, -1); }
+
+int64_t FusedMatMulFlops(const FlopContext& c) {
+  const bool trans_a = c.node.GetInt("transA", 0) != 0;
+  const Value* a = c.input(0);
+  const bool vector = a && a->rank_known && a->shape.size() == 1;
+  return 2 * c.output_elements() * c.input_dim(0, trans_a && !vector ? -2 : -1);
+}
+
+// 2·M·N·K, and one add per output element with a bias.
+int64_t GemmFlops(const FlopContext& c) {
+  const int64_t out = c.output_elements();
+  return 2 * out * c.input_dim(0, c.node.GetInt("transA", 0) != 0 ? 0 : 1) +
+         (c.node.HasInput(2) ? out : 0);
+}
+
 }  // namespace
 
+// FLOPs per element of the output unless said otherwise (FlopsFn in compiler/op_schema.h).
 void RegisterMathSchemas(OpSchemaTable& table) {
-  table.Add({"", "MatMul", 2, 2, 1, 1, InferMatMul});
-  table.Add({kMs, "FusedMatMul", 2, 2, 1, 1, InferMatMul});
-  table.Add({"", "Gemm", 2, 3, 1, 1, InferGemm});
+  table.Add({"", "MatMul", 2, 2, 1, 1, InferMatMul, MatMulFlops});
+  table.Add({kMs, "FusedMatMul", 2, 2, 1, 1, InferMatMul, FusedMatMulFlops});
+  table.Add({"", "Gemm", 2, 3, 1, 1, InferGemm, GemmFlops});
 
-  table.Add({"", "Softmax", 1, 1, 1, 1, InferSoftmax});
-  table.Add({"", "LogSoftmax", 1, 1, 1, 1, InferSoftmax});
-  table.Add({kMs, "SoftmaxGrad_13", 2, 2, 1, 1, InferSoftmaxGrad});
-  table.Add({kMs, "LogSoftmaxGrad_13", 2, 2, 1, 1, InferSoftmaxGrad});
+  // max, -, exp, Σ, / (or - log Σ).
+  table.Add({"", "Softmax", 1, 1, 1, 1, InferSoftmax, FlopsPerOutput(5)});
+  table.Add({"", "LogSoftmax", 1, 1, 1, 1, InferSoftmax, FlopsPerOutput(5)});
+  // y · (dy - Σ dy·y): ·, Σ, -, ·; dy - exp(y) · Σ dy: Σ, exp, ·, -.
+  table.Add({kMs, "SoftmaxGrad_13", 2, 2, 1, 1, InferSoftmaxGrad, FlopsPerOutput(4)});
+  table.Add({kMs, "LogSoftmaxGrad_13", 2, 2, 1, 1, InferSoftmaxGrad, FlopsPerOutput(4)});
 
+  // Per element of the input reduced.
   for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"})
-    table.Add({"", op, 1, 2, 1, 1, MakeInferReduce(ReduceDTypes::kAny)});
-  for (const char* op :
-       {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
-    table.Add({"", op, 1, 2, 1, 1, MakeInferReduce(ReduceDTypes::kFloatOnly)});
+    table.Add({"", op, 1, 2, 1, 1, MakeInferReduce(ReduceDTypes::kAny), FlopsPerInput(0, 1)});
+  const std::pair<const char*, int64_t> kFloatReductions[] = {{"ReduceL1", 2},
+                                                              {"ReduceL2", 2},
+                                                              {"ReduceSumSquare", 2},
+                                                              {"ReduceLogSum", 1},
+                                                              {"ReduceLogSumExp", 2}};
+  for (const auto& [op, flops] : kFloatReductions)
+    table.Add(
+        {"", op, 1, 2, 1, 1, MakeInferReduce(ReduceDTypes::kFloatOnly), FlopsPerInput(0, flops)});
 
-  table.Add({"", "CumSum", 2, 2, 1, 1, InferCumSum});
+  table.Add({"", "CumSum", 2, 2, 1, 1, InferCumSum, FlopsPerOutput(1)});  // one add
 
-  table.Add({"", "LayerNormalization", 2, 3, 1, 3, InferLayerNorm});
-  table.Add({kMs, "LayerNormalizationGrad", 5, 5, 1, 3, InferLayerNormGrad});
-  table.Add({kMs, "SimplifiedLayerNormalization", 2, 2, 1, 2, InferLayerNorm});
-  table.Add({kMs, "SimplifiedLayerNormalizationGrad", 4, 4, 1, 2, InferLayerNormGrad});
+  // Σ, -mean, square, Σ, ·1/std, ·scale, +bias.
+  table.Add({"", "LayerNormalization", 2, 3, 1, 3, InferLayerNorm, FlopsPerOutput(7)});
+  // x̂ = (x - mean)·r (2); dbias += dy (1); dscale += dy·x̂ (2); g = dy·scale (1); Σ g (1);
+  // Σ g·x̂ (2); dx = r·(g - mean(g) - x̂·mean(g·x̂)) (4).
+  table.Add({kMs, "LayerNormalizationGrad", 5, 5, 1, 3, InferLayerNormGrad, FlopsPerOutput(13)});
+  // RMSNorm: x², Σ, · 1/rms, · scale.
+  table.Add({kMs, "SimplifiedLayerNormalization", 2, 2, 1, 2, InferLayerNorm, FlopsPerOutput(4)});
+  // x̂ = x·r (1); dscale += dy·x̂ (2); g = dy·scale (1); Σ g·x̂ (2); dx = r·(g - x̂·mean) (3).
+  table.Add(
+      {kMs, "SimplifiedLayerNormalizationGrad", 4, 4, 1, 2, InferLayerNormGrad, FlopsPerOutput(9)});
 
-  table.Add({"", "SoftmaxCrossEntropyLoss", 2, 3, 1, 2, InferSoftmaxCrossEntropy});
-  table.Add({kMs, "SoftmaxCrossEntropyLossGrad", 3, 4, 1, 1, InferSoftmaxCrossEntropyGrad});
+  // Its log-softmax over the logits, per logit.
+  table.Add(
+      {"", "SoftmaxCrossEntropyLoss", 2, 3, 1, 2, InferSoftmaxCrossEntropy, FlopsPerInput(0, 5)});
+  // exp(log p), minus the label's one, · dloss.
+  table.Add({kMs, "SoftmaxCrossEntropyLossGrad", 3, 4, 1, 1, InferSoftmaxCrossEntropyGrad,
+             FlopsPerOutput(3)});
 }
 
 }  // namespace foundry

@@ -1048,36 +1048,40 @@ constexpr int kMany = 1 << 20;
 
 }  // namespace
 
+// Data movement counts no FLOPs; the scatter-adds of the gradients one add per element they add
+// (GatherGrad's and GatherNDGrad's dY, input 2; GatherElementsGrad's input 0).
 void RegisterShapeOpSchemas(OpSchemaTable& table) {
-  table.Add({"", "Constant", 0, 0, 1, 1, InferConstant});
-  table.Add({"", "Shape", 1, 1, 1, 1, InferShape});
-  table.Add({"", "Size", 1, 1, 1, 1, InferSize});
-  table.Add({"", "ConstantOfShape", 1, 1, 1, 1, InferConstantOfShape});
-  table.Add({"", "Range", 3, 3, 1, 1, InferRange});
-  table.Add({"", "Reshape", 2, 2, 1, 1, InferReshape, /*view=*/true});
-  table.Add({"", "Flatten", 1, 1, 1, 1, InferFlatten, /*view=*/true});
-  table.Add({"", "Squeeze", 1, 2, 1, 1, InferSqueeze, /*view=*/true});
-  table.Add({"", "Unsqueeze", 1, 2, 1, 1, InferUnsqueeze, /*view=*/true});
-  table.Add({"", "Transpose", 1, 1, 1, 1, InferTranspose});
+  const FlopsFn kMoves = FlopsPerOutput(0);
+  table.Add({"", "Constant", 0, 0, 1, 1, InferConstant, kMoves});
+  table.Add({"", "Shape", 1, 1, 1, 1, InferShape, kMoves});
+  table.Add({"", "Size", 1, 1, 1, 1, InferSize, kMoves});
+  table.Add({"", "ConstantOfShape", 1, 1, 1, 1, InferConstantOfShape, kMoves});
+  table.Add({"", "Range", 3, 3, 1, 1, InferRange, kMoves});
+  table.Add({"", "Reshape", 2, 2, 1, 1, InferReshape, kMoves, /*view=*/true});
+  table.Add({"", "Flatten", 1, 1, 1, 1, InferFlatten, kMoves, /*view=*/true});
+  table.Add({"", "Squeeze", 1, 2, 1, 1, InferSqueeze, kMoves, /*view=*/true});
+  table.Add({"", "Unsqueeze", 1, 2, 1, 1, InferUnsqueeze, kMoves, /*view=*/true});
+  table.Add({"", "Transpose", 1, 1, 1, 1, InferTranspose, kMoves});
   // A view only when it keeps the element count (it adds or keeps size-1 axes: the same bytes in
   // the same order); the planner aliases a view only when the byte counts match, so an Expand
   // that repeats elements still gets a buffer of its own.
-  table.Add({"", "Expand", 2, 2, 1, 1, InferExpand, /*view=*/true});
-  table.Add({"", "Tile", 2, 2, 1, 1, InferTile});
-  table.Add({"", "Concat", 1, kMany, 1, 1, InferConcat});
-  table.Add({"", "Split", 1, 2, 1, kMany, InferSplit});
-  table.Add({"", "Slice", 1, 5, 1, 1, InferSlice});
-  table.Add({"", "Gather", 2, 2, 1, 1, InferGather});
-  table.Add({"", "GatherElements", 2, 2, 1, 1, InferGatherElements});
-  table.Add({"", "GatherND", 2, 2, 1, 1, InferGatherND});
-  table.Add({"", "Trilu", 1, 2, 1, 1, InferTrilu});
-  table.Add({"", "Pad", 1, 4, 1, 1, InferPad});
-  table.Add({"", "OneHot", 3, 3, 1, 1, InferOneHot});
-  table.Add({"", "ScatterND", 3, 3, 1, 1, InferScatterND});
-  table.Add({"com.microsoft", "SliceGrad", 4, 6, 1, 1, InferSliceGrad});
-  table.Add({"com.microsoft", "GatherGrad", 3, 3, 1, 1, InferGatherGrad});
-  table.Add({"com.microsoft", "GatherElementsGrad", 3, 3, 1, 1, InferGatherElementsGrad});
-  table.Add({"com.microsoft", "GatherNDGrad", 3, 3, 1, 1, InferGatherNDGrad});
+  table.Add({"", "Expand", 2, 2, 1, 1, InferExpand, kMoves, /*view=*/true});
+  table.Add({"", "Tile", 2, 2, 1, 1, InferTile, kMoves});
+  table.Add({"", "Concat", 1, kMany, 1, 1, InferConcat, kMoves});
+  table.Add({"", "Split", 1, 2, 1, kMany, InferSplit, kMoves});
+  table.Add({"", "Slice", 1, 5, 1, 1, InferSlice, kMoves});
+  table.Add({"", "Gather", 2, 2, 1, 1, InferGather, kMoves});
+  table.Add({"", "GatherElements", 2, 2, 1, 1, InferGatherElements, kMoves});
+  table.Add({"", "GatherND", 2, 2, 1, 1, InferGatherND, kMoves});
+  table.Add({"", "Trilu", 1, 2, 1, 1, InferTrilu, kMoves});
+  table.Add({"", "Pad", 1, 4, 1, 1, InferPad, kMoves});
+  table.Add({"", "OneHot", 3, 3, 1, 1, InferOneHot, kMoves});
+  table.Add({"", "ScatterND", 3, 3, 1, 1, InferScatterND, kMoves});
+  table.Add({"com.microsoft", "SliceGrad", 4, 6, 1, 1, InferSliceGrad, kMoves});
+  table.Add({"com.microsoft", "GatherGrad", 3, 3, 1, 1, InferGatherGrad, FlopsPerInput(2, 1)});
+  table.Add({"com.microsoft", "GatherElementsGrad", 3, 3, 1, 1, InferGatherElementsGrad,
+             FlopsPerInput(0, 1)});
+  table.Add({"com.microsoft", "GatherNDGrad", 3, 3, 1, 1, InferGatherNDGrad, FlopsPerInput(2, 1)});
 }
 
 }  // namespace foundry

@@ -206,14 +206,6 @@ TEST(ModuleTreeTest, TheWholeLlmFoundryRegistry) {
   EXPECT_FALSE(ModulePathLess("blocks.10", "blocks.2"));
 }
 
-TEST(ModuleTreeTest, HumanBytes) {
-  EXPECT_EQ(HumanBytes(0), "0 B");
-  EXPECT_EQ(HumanBytes(1023), "1023 B");
-  EXPECT_EQ(HumanBytes(50381), "49.2 KiB");
-  EXPECT_EQ(HumanBytes(int64_t{3} << 20), "3.0 MiB");
-  EXPECT_EQ(HumanBytes(int64_t{13} << 30), "13.0 GiB");
-}
-
 TEST(ModuleTreeTest, FormatsATable) {
   Graph g = Parse(R"(graph m opset=17 {
   module "" : toy.Root

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "compiler/module_tree.h"
+#include "base/bytes.h"
 #include "compiler/phase.h"
 #include "compiler/text.h"
 #include "kernels/cpu/kernel.h"

@@ -193,7 +193,7 @@ TEST(MemoryReportTest, FlopsOfMatMulGemmAndFusedMatMulAreExact) {
   EXPECT_EQ(f.recompute, 0);
 }
 
-// The per-op table: rows per output element, per input element, variadic ops, Gemm's bias.
+// The ops' formulas: per output element, per input element, variadic ops, Gemm's bias.
 TEST(MemoryReportTest, FlopsOfOtherOpsFollowTheTable) {
   auto g = ParseGraph(R"(graph g {
   input x : f32[4,8]
@@ -266,15 +266,10 @@ TEST(MemoryReportTest, FlopsOfOtherOpsFollowTheTable) {
   EXPECT_EQ(flops["gb"], 2 * 4 * 6 * 8 + 4 * 6);  // 2·M·N·K and the bias add
 }
 
-// Every op foundry knows has a row (or is a matrix product): no op falls back silently.
-TEST(MemoryReportTest, EveryOpHasAFlopRow) {
-  for (const OpSchema* op : OpSchemas().All()) {
-    // Counted by formula in NodeFlops: the products and fused attention (tested below).
-    const bool matrix = op->op_type == "MatMul" || op->op_type == "FusedMatMul" ||
-                        op->op_type == "Gemm" || op->domain == "foundry";
-    EXPECT_TRUE(matrix || FindOpFlops(op->domain, op->op_type))
-        << op->domain << "::" << op->op_type << " has no row in the FLOP table";
-  }
+// Every op foundry knows has a FLOP formula with its schema: no op falls back silently.
+TEST(MemoryReportTest, EveryOpHasAFlopFormula) {
+  for (const OpSchema* op : OpSchemas().All())
+    EXPECT_TRUE(op->flops) << op->domain << "::" << op->op_type << " has no FLOP formula";
 }
 
 TEST(MemoryReportTest, JsonHasEverySchemaKey) {
