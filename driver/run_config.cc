@@ -7,6 +7,7 @@
 
 #include "compiler/plan.h"
 #include "driver/train.h"
+#include "runtime/checkpoint_manifest.h"
 #include "runtime/data.h"
 #include "runtime/train_state.h"
 
@@ -102,7 +103,7 @@ Status MapDuration(Mapping& m) {
   m.Set("--max-steps", std::to_string(*total), "max_duration");
   int64_t done = 0;
   if (!m.r.resume_dir.empty()) {
-    auto state = ReadTrainState(ResumeTarget(m.r.resume_dir));
+    auto state = ReadVerifiedTrainState(ResumeTarget(m.r.resume_dir));
     if (!state.ok()) return state.status();
     done = state->step;
   }

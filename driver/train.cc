@@ -484,7 +484,7 @@ ResumeChoice ChooseResume(const std::string& dir) {
 }
 
 StatusOr<TrainerOptions> ResumedOptions(const std::string& dir, std::string& plan) {
-  ASSIGN_OR_RETURN(TrainState state, ReadTrainState(ResumeTarget(dir)));
+  ASSIGN_OR_RETURN(TrainState state, ReadVerifiedTrainState(ResumeTarget(dir)));
   if (plan.empty()) plan = state.plan_path;
   TrainerOptions o;
   o.optimizer = state.optimizer;

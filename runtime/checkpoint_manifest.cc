@@ -1,10 +1,16 @@
 #include "runtime/checkpoint_manifest.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
 
 #include "base/crc32c.h"
 #include "base/file_util.h"
@@ -87,6 +93,17 @@ Status CheckFile(const std::string& dir, const std::string& name, const Listed& 
   return Status::Ok();
 }
 
+// The saves this process verified, by their manifest's device, inode, size and modification time.
+using ManifestId = std::tuple<uint64_t, uint64_t, int64_t, int64_t, int64_t>;
+std::mutex verified_mutex;
+std::set<ManifestId> verified;
+
+std::optional<ManifestId> IdOfManifest(const std::string& dir) {
+  struct stat st {};
+  if (::stat((fs::path(dir) / kManifestFile).c_str(), &st) != 0) return std::nullopt;
+  return ManifestId{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec};
+}
+
 }  // namespace
 
 Status WriteCheckpointManifest(const std::string& folder) {
@@ -106,6 +123,11 @@ Status WriteCheckpointManifest(const std::string& folder) {
 }
 
 Status VerifyCheckpoint(const std::string& dir) {
+  const std::optional<ManifestId> id = IdOfManifest(dir);
+  if (id) {
+    std::lock_guard<std::mutex> lock(verified_mutex);
+    if (verified.count(*id)) return Status::Ok();
+  }
   ASSIGN_OR_RETURN(auto listed, ReadManifest(dir));
   ASSIGN_OR_RETURN(std::vector<std::string> files, FilesBelow(dir));
   for (const std::string& name : files)
@@ -113,7 +135,18 @@ Status VerifyCheckpoint(const std::string& dir) {
       return Error(QuoteName((fs::path(dir) / name).string()) + " is not listed in its " +
                    kManifestFile + ": the save was changed after it was written");
   for (const auto& [name, want] : listed) RETURN_IF_ERROR(CheckFile(dir, name, want));
+  if (id && IdOfManifest(dir) == id) {
+    std::lock_guard<std::mutex> lock(verified_mutex);
+    verified.insert(*id);
+  }
   return Status::Ok();
+}
+
+StatusOr<TrainState> ReadVerifiedTrainState(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / kManifestFile, ec) || fs::exists(fs::path(dir) / "state.json", ec))
+    RETURN_IF_ERROR(VerifyCheckpoint(dir).Prepend("--resume " + dir + ": "));
+  return ReadTrainState(dir);
 }
 
 Status VerifyFileIfInCheckpoint(const std::string& file) {

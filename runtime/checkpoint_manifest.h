@@ -13,6 +13,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "runtime/train_state.h"
 
 namespace foundry {
 
@@ -23,8 +24,15 @@ inline constexpr char kManifestFile[] = "manifest.json";
 Status WriteCheckpointManifest(const std::string& folder);
 
 // Every file of the save in `dir` checked against its manifest; an error is one line naming the
-// file (without a prefix: the caller adds "--resume DIR: ").
+// file (without a prefix: the caller adds "--resume DIR: "). A save that verified is remembered
+// for the life of the process (by its manifest's identity, size and time): the readers that
+// follow (the options a resume takes, the step it reached, the weights) do not read it again.
 Status VerifyCheckpoint(const std::string& dir);
+
+// The state.json of the save in `dir`, after VerifyCheckpoint: what every reader of a save's
+// state goes through. A folder with neither a manifest nor a state.json is not a save at all,
+// which ReadTrainState's message says.
+StatusOr<TrainState> ReadVerifiedTrainState(const std::string& dir);
 
 // `file` checked against the manifest of its folder when that folder has one (a save's
 // model.safetensors given to --init-from); a file elsewhere (PyTorch's) is not checked.

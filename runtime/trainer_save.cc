@@ -287,8 +287,7 @@ StatusOr<std::map<std::string, Tensor>> Trainer::ReadSavedWeights(const std::str
 }
 
 Status Trainer::Resume(const std::string& dir) {
-  RETURN_IF_ERROR(VerifyCheckpoint(dir).Prepend("--resume " + dir + ": "));
-  ASSIGN_OR_RETURN(TrainState s, ReadTrainState(dir));
+  ASSIGN_OR_RETURN(TrainState s, ReadVerifiedTrainState(dir));
   RETURN_IF_ERROR(CheckResumable(dir, s));
   auto read = ReadSavedWeights(dir);
   if (!read.ok()) return read.status();

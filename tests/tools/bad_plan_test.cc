@@ -22,10 +22,20 @@
 #include "kernels/cpu/kernel.h"
 #include "passes/memory_plan.h"
 #include "runtime/loaded_plan.h"
+#include "runtime/checkpoint_manifest.h"
 #include "tests/support/exec.h"
 
 namespace foundry {
 namespace FOUNDRY_TEST_NS {
+
+// A save edited by hand, given a manifest that matches the edit: the reader's own checks are
+// under test here (an edit after the save was written is refused by its manifest, as
+// checkpoint_trust_test.cc shows).
+void Reseal(const std::string& dir) {
+  std::filesystem::remove(dir + "/manifest.json");
+  Status st = WriteCheckpointManifest(dir);
+  ASSERT_TRUE(st.ok()) << st.message();
+}
 
 namespace fs = std::filesystem;
 
@@ -315,6 +325,7 @@ TEST_F(BadPlanTest, StateIntegersAreCheckedBeforeConversion) {
     nlohmann::json s = state;
     edit(s);
     std::ofstream(d + "/state.json") << s.dump(2);
+    Reseal(d);
     return d;
   };
   using J = nlohmann::json;

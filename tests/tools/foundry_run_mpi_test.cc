@@ -10,9 +10,13 @@
 //    resumed at N = 2, continue bitwise as the uninterrupted run (losses 11..20 and weights);
 //  - mpt_tiny_dropout at K = 2 per rank against --grad-accum 4 with --clip-norm: within the
 //    issue's bounds (the norm's sums split at shard boundaries);
+//  - periodic checkpoints at N = 2 are whole and verify against their manifests, the save
+//    folder is locked for the run, and --resume of the folder at N = 2 skips a damaged newest
+//    checkpoint and continues bitwise from the one before;
 //  - refusals: the plan without mpirun, a one-process plan under mpirun.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +24,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "base/folder_lock.h"
+#include "runtime/checkpoint_manifest.h"
 #include "runtime/safetensors.h"
 #include "tests/support/exec.h"
 #include "tests/support/scratch_dir.h"
@@ -189,6 +195,51 @@ TEST_F(FoundryRunMpiTest, SavesResumeAcrossWorldSizesBitwise) {
               "--report-json", Path("c.json"), "--save", Path("c_save")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   ExpectSameRun(Losses(Report("c.json")), last10, Weights("c_save"), want, "N=1 save, N=2 resume");
+}
+
+// Sharded periodic checkpoints: rank 0 writes each one whole, gathered, with its manifest; a
+// second writer is refused while the folder is held; a flipped byte in the newest checkpoint's
+// weights makes --resume of the folder (on both ranks) continue from the one before, saying so,
+// and the continuation ends on the straight run's weights, byte for byte.
+TEST_F(FoundryRunMpiTest, ShardedCheckpointsVerifyAndResumeFromTheNewestThatVerifies) {
+  FOUNDRY_SKIP_UNLESS(!kMpiexec.empty(), "foundry was built without MPI (no mpirun)");
+  ExecResult c = Compile({"--world-size", "2", "--sharding", "FULL_SHARD"}, "two");
+  ASSERT_EQ(c.code, 0) << c.err;
+  ExecResult r = Mpirun({Path("two"), "--steps", "4", "--save-interval", "2", "--save-folder",
+                         Path("f"), "--save", Path("straight")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(Path("f"))) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"step2", "step4"}));  // no lock, no temp folder
+  for (const char* save : {"f/step2", "f/step4", "straight"}) {
+    Status st = VerifyCheckpoint(Path(save));
+    EXPECT_TRUE(st.ok()) << save << ": " << st.message();
+  }
+  {
+    auto held = FolderLock::Take(Path("f"), "test");
+    ASSERT_TRUE(held.ok()) << held.status().message();
+    r = Mpirun({Path("two"), "--resume", Path("f"), "--steps", "1", "--save-interval", "1",
+                "--save-folder", Path("f")});
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.err.find("foundry-run: error: --save-folder '" + Path("f") +
+                         "': another process (pid " + std::to_string(getpid()) +
+                         ") is writing into it; wait for it to end or choose another folder\n"),
+              std::string::npos)
+        << r.err;
+  }
+  const std::string weights = Path("f/step4/model.safetensors");
+  std::string bytes = ReadWholeFile(weights);
+  bytes[bytes.size() / 2] ^= 0x10;
+  Write("f/step4/model.safetensors", bytes);
+  r = Mpirun({Path("two"), "--resume", Path("f"), "--steps", "2", "--save", Path("again")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("  resumed    " + Path("f/step2") + " at step 2 (the newest that verifies in " +
+                       Path("f") + ")\n  skipped    " + Path("f/step4") + ": '" + weights +
+                       "' is damaged: its CRC-32C is "),
+            std::string::npos)
+      << r.out;
+  EXPECT_TRUE(DirFiles("again") == DirFiles("straight"));
 }
 
 // Dropout (rank r's microbatch k draws global microbatch k*N+r's masks), K = 2 per rank against
