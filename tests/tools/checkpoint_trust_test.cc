@@ -14,8 +14,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "base/folder_lock.h"
 #include "base/output_set.h"
@@ -192,12 +194,13 @@ TEST_F(CheckpointTrustTest, ResumeOfAFolderFallsBackToTheNewestThatVerifies) {
         << name;
 }
 
-// 20 runs saving every step, each SIGKILLed after a random 50-600 ms (seeded: the same moments
-// each time, as far as the machine's speed allows); every checkpoint left verifies, and after one
-// more run into the folder no temp folder or lock file is left.
+// 20 runs saving every step, each SIGKILLed a random 0-400 ms (seeded) after it took the save
+// folder's lock, that is within its first steps and saves however slow the build (a sanitizer's
+// included); every checkpoint left verifies, and after one more run into the folder no temp
+// folder or lock file is left.
 TEST_F(CheckpointTrustTest, KilledRunsLeaveOnlyVerifiableCheckpoints) {
   std::mt19937 rng(20240601);
-  std::uniform_int_distribution<int> delay_ms(50, 600);
+  std::uniform_int_distribution<int> delay_ms(0, 400);
   const std::vector<std::string> args = {kRun, Path("mpt"), "--steps", "100000", "--save-interval",
                                          "1", "--save-folder", Path("f"), "--save-keep", "3"};
   std::vector<char*> argv;
@@ -208,14 +211,24 @@ TEST_F(CheckpointTrustTest, KilledRunsLeaveOnlyVerifiableCheckpoints) {
   posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&quiet, 2, "/dev/null", O_WRONLY, 0);
   int killed = 0;
+  std::set<std::string> debris;  // the temp folders seen after a kill
   for (int i = 0; i < 20; ++i) {
     pid_t pid = 0;
     ASSERT_EQ(posix_spawn(&pid, kRun.c_str(), &quiet, nullptr, argv.data(), environ), 0);
+    // The lock file holds the run's pid once the run has it (at most a minute).
+    const std::string lock = Path("f/.foundry-lock");
+    for (int waited = 0; waited < 60000; waited += 2) {
+      std::error_code ec;
+      if (fs::exists(lock, ec) && ReadWholeFile(lock).rfind(std::to_string(pid), 0) == 0) break;
+      usleep(2000);
+    }
     usleep(static_cast<useconds_t>(delay_ms(rng)) * 1000);
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
     killed += WIFSIGNALED(status) ? 1 : 0;
+    for (const auto& name : Entries("f"))
+      if (name.rfind(".foundry-tmp.", 0) == 0) debris.insert(name);
   }
   posix_spawn_file_actions_destroy(&quiet);
   EXPECT_EQ(killed, 20);
@@ -226,6 +239,8 @@ TEST_F(CheckpointTrustTest, KilledRunsLeaveOnlyVerifiableCheckpoints) {
     EXPECT_TRUE(VerifyCheckpoint(Path("f/" + name)).ok()) << name;
   }
   EXPECT_GT(checkpoints, 0);
+  std::cout << "20 kills: " << checkpoints << " checkpoints left, " << debris.size()
+            << " temp folders of killed saves seen\n";
   ExecResult r = Run({"--resume", Path("f"), "--steps", "1", "--save-interval", "1",
                       "--save-folder", Path("f"), "--save-keep", "3"});
   ASSERT_EQ(r.code, 0) << r.err;
