@@ -92,6 +92,44 @@ TEST_F(CheckpointTrustTest, ASecondWriterIsRefusedNamingTheHolder) {
   EXPECT_EQ(Entries("f"), (std::vector<std::string>{"step1", "step2"}));
 }
 
+// Two foundry-runs into one folder at once, as a user starts them: the second is refused naming
+// the first's pid, and every checkpoint in the folder is the first run's.
+TEST_F(CheckpointTrustTest, TwoRunsAtOnceTheSecondIsRefused) {
+  const std::vector<std::string> args = {kRun,  Path("mpt"), "--steps", "100000", "--lr", "0.001",
+                                         "--save-interval", "1", "--save-folder", Path("f"),
+                                         "--save-keep", "2"};
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t quiet;
+  posix_spawn_file_actions_init(&quiet);
+  posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&quiet, 2, "/dev/null", O_WRONLY, 0);
+  pid_t first = 0;
+  ASSERT_EQ(posix_spawn(&first, kRun.c_str(), &quiet, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&quiet);
+  const std::string lock = Path("f/.foundry-lock");
+  for (int waited = 0; waited < 60000; waited += 2) {
+    std::error_code ec;
+    if (fs::exists(lock, ec) && ReadWholeFile(lock).rfind(std::to_string(first), 0) == 0) break;
+    usleep(2000);
+  }
+  ExecResult r = Run({"--steps", "40", "--lr", "0.002", "--save-interval", "1", "--save-folder",
+                      Path("f")});
+  kill(first, SIGTERM);
+  int status = 0;
+  waitpid(first, &status, 0);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "foundry-run: error: --save-folder '" + Path("f") + "': another process (pid " +
+                       std::to_string(first) +
+                       ") is writing into it; wait for it to end or choose another folder\n");
+  for (const auto& name : Entries("f")) {
+    if (name.rfind("step", 0) != 0) continue;
+    const auto state = nlohmann::json::parse(ReadWholeFile(Path("f/" + name + "/state.json")));
+    EXPECT_EQ(state.at("optimizer").at("lr").get<double>(), 0.001) << name;
+  }
+}
+
 TEST_F(CheckpointTrustTest, ADeadHoldersLockIsTakenOverWithAWarning) {
   fs::create_directories(Path("f"));
   const pid_t dead = DeadPid();
