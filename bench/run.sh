@@ -13,7 +13,8 @@
 # bench/step_vs_torch26.sh (the training step against PyTorch 2.6, interleaved, with the
 # checkpointing overheads; ~25 min), bench/node_overhead.sh (the empty step and the per-node
 # cost), bench/budget_7b.sh and bench/sharding.sh (per-rank plans of MPT-1B/7B/30B on 8 ranks)
-# follow; see each script for its own variables.
+# and bench/checkpoint_manifest.sh (what a checkpoint's checksums cost) follow; see each script
+# for its own variables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -145,6 +146,8 @@ print(' | '.join([mib('arena_bytes'), mib('lower_bound_bytes'),
   bash bench/budget_7b.sh "$build"
   echo
   bash bench/sharding.sh "$build"
+  echo
+  bash bench/checkpoint_manifest.sh "$build"
   echo
   echo "$marker"
   # Sections written by hand (fuzzing, mutation test) follow the marker and are kept.
