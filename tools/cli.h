@@ -43,7 +43,7 @@ inline std::string OneLine(const std::string& message) {
   return out;
 }
 
-// Prints `<tool>: error: <message>` (the only error line) and returns `code`. The libraries clip
+// Prints `<tool>: error: <message>` (the only error line, in one write) and returns `code`. The libraries clip
 // the names they quote; a message that still runs past 4 KiB keeps its head and its tail (where
 // the advice is).
 inline int Fail(const std::string& tool, const std::string& message, int code = kExitError) {
@@ -51,7 +51,8 @@ inline int Fail(const std::string& tool, const std::string& message, int code = 
   if (line.size() > 4096)
     line = line.substr(0, 3000) + " [... " + std::to_string(line.size() - 3800) +
            " bytes cut ...] " + line.substr(line.size() - 800);
-  std::cerr << tool << ": error: " << line << "\n";
+  // One write: under mpirun the line must not be split by another process's output.
+  std::cerr << (tool + ": error: " + line + "\n") << std::flush;
   return code;
 }
 

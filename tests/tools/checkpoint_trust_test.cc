@@ -63,6 +63,31 @@ class CheckpointTrustTest : public ScratchDirTest {
     f.seekp(at);
     f.put(static_cast<char>(c ^ 0x10));
   }
+  // foundry-run PREFIX `args`, started in the background with its output discarded.
+  pid_t SpawnRun(std::vector<std::string> args) {
+    args.insert(args.begin(), {kRun, Path("mpt")});
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t quiet;
+    posix_spawn_file_actions_init(&quiet);
+    posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&quiet, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, kRun.c_str(), &quiet, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&quiet);
+    EXPECT_EQ(rc, 0);
+    return pid;
+  }
+  // Until `pid` holds DIR's lock (its lock file holds the pid), at most a minute.
+  void WaitForLock(const std::string& dir, pid_t pid) {
+    const std::string lock = Path(dir + "/.foundry-lock");
+    for (int waited = 0; waited < 60000; waited += 2) {
+      std::error_code ec;
+      if (fs::exists(lock, ec) && ReadWholeFile(lock).rfind(std::to_string(pid), 0) == 0) return;
+      usleep(2000);
+    }
+  }
 };
 
 // A pid that is surely not running: a child that has exited and been reaped.
@@ -95,25 +120,10 @@ TEST_F(CheckpointTrustTest, ASecondWriterIsRefusedNamingTheHolder) {
 // Two foundry-runs into one folder at once, as a user starts them: the second is refused naming
 // the first's pid, and every checkpoint in the folder is the first run's.
 TEST_F(CheckpointTrustTest, TwoRunsAtOnceTheSecondIsRefused) {
-  const std::vector<std::string> args = {kRun,  Path("mpt"), "--steps", "100000", "--lr", "0.001",
-                                         "--save-interval", "1", "--save-folder", Path("f"),
-                                         "--save-keep", "2"};
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t quiet;
-  posix_spawn_file_actions_init(&quiet);
-  posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&quiet, 2, "/dev/null", O_WRONLY, 0);
-  pid_t first = 0;
-  ASSERT_EQ(posix_spawn(&first, kRun.c_str(), &quiet, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&quiet);
-  const std::string lock = Path("f/.foundry-lock");
-  for (int waited = 0; waited < 60000; waited += 2) {
-    std::error_code ec;
-    if (fs::exists(lock, ec) && ReadWholeFile(lock).rfind(std::to_string(first), 0) == 0) break;
-    usleep(2000);
-  }
+  const pid_t first = SpawnRun({"--steps", "100000", "--lr", "0.001", "--save-interval", "1",
+                                 "--save-folder", Path("f"), "--save-keep", "2"});
+  ASSERT_GT(first, 0);
+  WaitForLock("f", first);
   ExecResult r = Run({"--steps", "40", "--lr", "0.002", "--save-interval", "1", "--save-folder",
                       Path("f")});
   kill(first, SIGTERM);
@@ -239,27 +249,13 @@ TEST_F(CheckpointTrustTest, ResumeOfAFolderFallsBackToTheNewestThatVerifies) {
 TEST_F(CheckpointTrustTest, KilledRunsLeaveOnlyVerifiableCheckpoints) {
   std::mt19937 rng(20240601);
   std::uniform_int_distribution<int> delay_ms(0, 400);
-  const std::vector<std::string> args = {kRun, Path("mpt"), "--steps", "100000", "--save-interval",
-                                         "1", "--save-folder", Path("f"), "--save-keep", "3"};
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t quiet;
-  posix_spawn_file_actions_init(&quiet);
-  posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&quiet, 2, "/dev/null", O_WRONLY, 0);
   int killed = 0;
   std::set<std::string> debris;  // the temp folders seen after a kill
   for (int i = 0; i < 20; ++i) {
-    pid_t pid = 0;
-    ASSERT_EQ(posix_spawn(&pid, kRun.c_str(), &quiet, nullptr, argv.data(), environ), 0);
-    // The lock file holds the run's pid once the run has it (at most a minute).
-    const std::string lock = Path("f/.foundry-lock");
-    for (int waited = 0; waited < 60000; waited += 2) {
-      std::error_code ec;
-      if (fs::exists(lock, ec) && ReadWholeFile(lock).rfind(std::to_string(pid), 0) == 0) break;
-      usleep(2000);
-    }
+    const pid_t pid = SpawnRun({"--steps", "100000", "--save-interval", "1", "--save-folder",
+                                Path("f"), "--save-keep", "3"});
+    ASSERT_GT(pid, 0);
+    WaitForLock("f", pid);
     usleep(static_cast<useconds_t>(delay_ms(rng)) * 1000);
     kill(pid, SIGKILL);
     int status = 0;
@@ -268,7 +264,6 @@ TEST_F(CheckpointTrustTest, KilledRunsLeaveOnlyVerifiableCheckpoints) {
     for (const auto& name : Entries("f"))
       if (name.rfind(".foundry-tmp.", 0) == 0) debris.insert(name);
   }
-  posix_spawn_file_actions_destroy(&quiet);
   EXPECT_EQ(killed, 20);
   int checkpoints = 0;
   for (const auto& name : Entries("f")) {
