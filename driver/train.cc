@@ -580,8 +580,9 @@ std::string FormatRunMemory(const RunMemory& m, const OptimizerOptions& o) {
   out += "  outside the plan   " + std::to_string(m.other_before) +
          " before the steps (graph constants in node attributes), " +
          std::to_string(m.other_during) + " more during them\n";
-  out += "  peak RSS " + InMiB(m.peak_rss) + ", " + InMiB(m.peak_rss - m.rss_baseline) + " over the " +
-         InMiB(m.rss_baseline) + " before loading (planned total " + InMiB(m.total_planned) + ")\n";
+  out += "  peak RSS " + InMiB(m.peak_rss) + ", " + InMiB(m.peak_rss - m.rss_baseline) +
+         " over the " + InMiB(m.rss_baseline) + " before loading (planned total " +
+         InMiB(m.total_planned) + ")\n";
   return out;
 }
 

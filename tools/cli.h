@@ -43,9 +43,9 @@ inline std::string OneLine(const std::string& message) {
   return out;
 }
 
-// Prints `<tool>: error: <message>` (the only error line, in one write) and returns `code`. The libraries clip
-// the names they quote; a message that still runs past 4 KiB keeps its head and its tail (where
-// the advice is).
+// Prints `<tool>: error: <message>` (the only error line, in one write) and returns `code`. The
+// libraries clip the names they quote; a message that still runs past 4 KiB keeps its head and
+// its tail (where the advice is).
 inline int Fail(const std::string& tool, const std::string& message, int code = kExitError) {
   std::string line = OneLine(message);
   if (line.size() > 4096)

@@ -31,5 +31,5 @@ TEST(BytesTest, InMiB) {
   EXPECT_EQ(InMiB(int64_t{3} << 19, 1), "1.5 MiB");
 }
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry

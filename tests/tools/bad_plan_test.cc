@@ -21,8 +21,8 @@
 #include "compiler/text.h"
 #include "kernels/cpu/kernel.h"
 #include "passes/memory_plan.h"
-#include "runtime/loaded_plan.h"
 #include "runtime/checkpoint_manifest.h"
+#include "runtime/loaded_plan.h"
 #include "tests/support/exec.h"
 
 namespace foundry {

@@ -5,8 +5,8 @@
 // each file, a missing manifest, an unlisted file), --resume of a save folder falling back to the
 // newest checkpoint that verifies, and 20 SIGKILLs at random moments leaving only verifiable
 // checkpoints and, after the next save, no debris.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -40,8 +40,8 @@ class CheckpointTrustTest : public ScratchDirTest {
  protected:
   void SetUp() override {
     ScratchDirTest::SetUp();
-    ExecResult c = Exec(kCompile, {kModel, "--dim", "batch=2", "--dim", "seq=16", "-o", Path("mpt")},
-                        Path(""));
+    ExecResult c = Exec(
+        kCompile, {kModel, "--dim", "batch=2", "--dim", "seq=16", "-o", Path("mpt")}, Path(""));
     ASSERT_EQ(c.code, 0) << c.err;
   }
   ExecResult Run(std::vector<std::string> args) {
@@ -121,11 +121,11 @@ TEST_F(CheckpointTrustTest, ASecondWriterIsRefusedNamingTheHolder) {
 // the first's pid, and every checkpoint in the folder is the first run's.
 TEST_F(CheckpointTrustTest, TwoRunsAtOnceTheSecondIsRefused) {
   const pid_t first = SpawnRun({"--steps", "100000", "--lr", "0.001", "--save-interval", "1",
-                                 "--save-folder", Path("f"), "--save-keep", "2"});
+                                "--save-folder", Path("f"), "--save-keep", "2"});
   ASSERT_GT(first, 0);
   WaitForLock("f", first);
-  ExecResult r = Run({"--steps", "40", "--lr", "0.002", "--save-interval", "1", "--save-folder",
-                      Path("f")});
+  ExecResult r =
+      Run({"--steps", "40", "--lr", "0.002", "--save-interval", "1", "--save-folder", Path("f")});
   kill(first, SIGTERM);
   int status = 0;
   waitpid(first, &status, 0);

@@ -234,9 +234,9 @@ TEST_F(FoundryRunMpiTest, ShardedCheckpointsVerifyAndResumeFromTheNewestThatVeri
   Write("f/step4/model.safetensors", bytes);
   r = Mpirun({Path("two"), "--resume", Path("f"), "--steps", "2", "--save", Path("again")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("  resumed    " + Path("f/step2") + " at step 2 (the newest that verifies in " +
-                       Path("f") + ")\n  skipped    " + Path("f/step4") + ": '" + weights +
-                       "' is damaged: its CRC-32C is "),
+  EXPECT_NE(r.out.find("  resumed    " + Path("f/step2") +
+                       " at step 2 (the newest that verifies in " + Path("f") + ")\n  skipped    " +
+                       Path("f/step4") + ": '" + weights + "' is damaged: its CRC-32C is "),
             std::string::npos)
       << r.out;
   EXPECT_TRUE(DirFiles("again") == DirFiles("straight"));
