@@ -1,6 +1,7 @@
 // End-to-end: what foundry-run's checkpoints hold against (docs/design.md §11): one run per save
 // folder (a second is refused naming the holder's pid, a dead holder's lock taken over with a
-// warning), the temp folders of dead runs removed at the next save (never a live one's), every
+// warning), the temp folders of dead runs removed at the next save (never a live one's; an unheld
+// one whose pid runs again once it is older than the newest checkpoint), every
 // file of a save checked against its manifest by --resume and --init-from (a flipped byte in
 // each file, a missing manifest, an unlisted file), --resume of a save folder falling back to the
 // newest checkpoint that verifies, and 20 SIGKILLs at random moments leaving only verifiable
@@ -12,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -172,6 +174,27 @@ TEST_F(CheckpointTrustTest, DeadRunsTempFoldersAreRemovedAtTheNextSave) {
   EXPECT_EQ(Entries("f"), (std::vector<std::string>{live_tmp, "step1"}));
   live.Abort();
   EXPECT_EQ(Entries("f"), std::vector<std::string>{"step1"});
+}
+
+// A temp folder whose pid runs again (another process took the number) but that nobody holds:
+// removed when it is older than the newest complete checkpoint, kept while it is newer.
+TEST_F(CheckpointTrustTest, UnheldTempFoldersOlderThanTheNewestSaveAreRemoved) {
+  ASSERT_EQ(Run({"--steps", "1", "--save-interval", "1", "--save-folder", Path("f")}).code, 0);
+  const std::string alive = std::to_string(getpid());  // running: this test
+  const std::string old_tmp = ".foundry-tmp." + alive + ".1",
+                    new_tmp = ".foundry-tmp." + alive + ".2";
+  fs::create_directories(Path("f/" + old_tmp + "/step9"));
+  fs::create_directories(Path("f/" + new_tmp + "/step9"));
+  const auto newest = fs::last_write_time(Path("f/step1/manifest.json"));
+  fs::last_write_time(Path("f/" + old_tmp), newest - std::chrono::hours(1));
+  fs::last_write_time(Path("f/" + new_tmp), newest + std::chrono::hours(1));
+  ExecResult r = Run({"--steps", "1", "--save-interval", "1", "--save-folder", Path("f")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\n--save-folder: removed what a dead run left: '" + Path("f/" + old_tmp) +
+                       "' (older than the newest complete save)\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(Entries("f"), (std::vector<std::string>{new_tmp, "step1"}));
 }
 
 // Each file of a save with one byte flipped: --resume refuses it in one line naming the file, and
