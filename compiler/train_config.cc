@@ -367,13 +367,28 @@ Status ReadFsdp(const Reader& r, TrainConfig& c) {
   if (!node) return Status::Ok();
   if (!node->IsMap())
     return r.Fail("fsdp_config", "is " + YamlKindOf(*node) + "; expected a mapping");
+  c.has_fsdp_config = true;
   for (const auto& kv : *node) {
     const std::string key = "fsdp_config." + kv.first.Scalar();
     ASSIGN_OR_RETURN(YAML::Node v, r.Resolve(kv.second, key));
-    if (v.IsScalar())
+    if (v.IsScalar()) {
       c.fsdp[kv.first.Scalar()] = v.Scalar();
-    else if (!v.IsNull())
+    } else if (v.IsMap() && kv.first.Scalar() == "mixed_precision") {
+      std::string spec;  // Composer's dict: param_dtype, reduce_dtype, buffer_dtype
+      for (const auto& e : v) {
+        ASSIGN_OR_RETURN(YAML::Node t, r.Resolve(e.second, key + "." + e.first.Scalar()));
+        if (!t.IsScalar())
+          return r.Fail(key + "." + e.first.Scalar(), "is " + YamlKindOf(t) + "; expected a dtype");
+        spec += (spec.empty() ? "" : ",") + e.first.Scalar() + "=" + t.Scalar();
+      }
+      c.fsdp["mixed_precision"] = spec;
+    } else if (!v.IsNull()) {
       c.ignored.push_back(key);
+    }
+  }
+  if (c.fsdp.count("mixed_precision")) {  // the names and dtypes Composer accepts
+    auto mp = ParseFsdpMixedPrecision(c.fsdp.at("mixed_precision"), DType::kBFloat16);
+    if (!mp.ok()) return r.Fail("fsdp_config.mixed_precision", mp.status().message());
   }
   if (c.fsdp.count("sharding_strategy")) {
     // FSDP's names, and torch's _HYBRID_SHARD_ZERO2, which foundry-compile then refuses.

@@ -99,8 +99,10 @@ struct TrainConfig {
   std::optional<uint64_t> seed;
 
   // fsdp_config's scalar keys as written (sharding_strategy, mixed_precision, ...): read now,
-  // used by multi-process runs.
+  // used by multi-process runs. A mixed_precision mapping is kept as the one-line form
+  // ParseFsdpMixedPrecision reads ("param_dtype=bf16,reduce_dtype=fp32").
   std::map<std::string, std::string> fsdp;
+  bool has_fsdp_config = false;  // the file has an fsdp_config section (llm-foundry runs FSDP)
 
   // Keys present in the file that foundry does not read, dotted ("tokenizer",
   // "model.init_device", "algorithms.low_precision_layernorm"), in file order.

@@ -66,7 +66,8 @@ Status CheckOutputs(Compilation& c) {
 }
 
 ShardPass::Options ShardOptions(const CompileRequest& r) {
-  return ShardPass::Options{r.world_size, r.sharding, r.shard_group};
+  return ShardPass::Options{r.world_size, r.sharding, r.shard_group, r.mixed_precision.reduce,
+                            r.mixed_precision.param};
 }
 
 // What the shard pass among `passes`, when one ran, says of the sharded parameters.
@@ -96,6 +97,8 @@ Status RunPipeline(Compilation& c) {
   options.training = r.training;
   options.canonicalize.fuse_attention = r.fuse_attention;
   options.autocast.precision = r.precision;
+  options.autocast.param_dtype = r.mixed_precision.param;
+  options.autocast.buffer_dtype = r.mixed_precision.buffer;
   options.grad_accumulation = r.grad_accumulation;
   if (r.training) options.shard = ShardOptions(r);
   if (c.result.selection)
@@ -185,9 +188,9 @@ Status ApplyMemoryBudget(Compilation& c) {
         "planned per GPU for one of " + std::to_string(r.world_size) + " ranks with fsdp_config." +
         "sharding_strategy: " + std::string(ShardingName(r.sharding)) +
         " (foundry-compile --world-size " + std::to_string(r.world_size) + " --sharding " +
-        std::string(ShardingName(r.sharding)) +
-        "); parameters are gathered in f32 (FSDP's PURE mixed precision gathers bf16, fewer "
-        "bytes); on fewer ranks or another strategy the answer may not fit");
+        std::string(ShardingName(r.sharding)) + ") and fsdp_config.mixed_precision " +
+        r.mixed_precision.name + " (" + MixedPrecisionDTypes(r.mixed_precision) +
+        "); on fewer ranks, another strategy or another mixed precision the answer may not fit");
   if (r.log) *r.log << FormatBudgetChoice(choice);
   if (r.frontier) {
     ASSIGN_OR_RETURN(c.result.frontier, MemoryFrontier(evaluator, *searched, r.ckpt_syntax));

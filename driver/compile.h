@@ -91,6 +91,9 @@ struct CompileRequest {
   int64_t world_size = 1;
   ShardingStrategy sharding = ShardingStrategy::kFullShard;
   int64_t shard_group = 8;
+  // --fsdp-mixed-precision (or --config's fsdp_config.mixed_precision): FSDP's MixedPrecision
+  // (compiler/sharding.h), resolved by the caller; FULL (all f32) is torch.autocast alone.
+  FsdpMixedPrecision mixed_precision;
   // --ckpt-syntax: what --memory-budget may answer (passes/ckpt_budget.h's CkptSyntax).
   CkptSyntax ckpt_syntax = CkptSyntax::kLlmFoundry;
 };

@@ -29,7 +29,8 @@ StatusOr<Precision> ParsePrecision(std::string_view name) {
 }
 
 std::string AutocastStats::ToString() const {
-  return std::to_string(low) + " nodes in bf16, " + std::to_string(fp32) +
+  return (low_params ? std::to_string(low_params) + " parameters computed in bf16 (FSDP), " : "") +
+         std::to_string(low) + " nodes in bf16, " + std::to_string(fp32) +
          " fp32-list nodes given f32, " + std::to_string(promoted) +
          " promoted; casts: " + std::to_string(parameter_casts) + " parameters, " +
          std::to_string(activation_casts) + " activations, " + std::to_string(constants) +
@@ -40,7 +41,14 @@ namespace {
 
 enum class Policy { kLow, kFp32, kPromote };
 
-Policy PolicyOf(const Node& n) {
+// The normalizations, which FSDP's bf16 parameters run in their input's type.
+bool IsNorm(const Node& n) {
+  return (n.domain.empty() && n.op_type == "LayerNormalization") ||
+         (n.domain == "com.microsoft" && n.op_type == "SimplifiedLayerNormalization");
+}
+
+Policy PolicyOf(const Node& n, bool low_params) {
+  if (low_params && IsNorm(n)) return Policy::kPromote;
   static const std::set<std::pair<std::string, std::string>> kLow = {
       {"", "MatMul"},
       {"", "Gemm"},
@@ -101,14 +109,26 @@ Tensor Converted(const Tensor& t, DType to) {
 
 class Autocast {
  public:
-  Autocast(Graph& g, AutocastStats& stats) : g_(g), stats_(stats) {}
+  Autocast(Graph& g, const AutocastPass::Options& options, AutocastStats& stats)
+      : g_(g), options_(options), stats_(stats) {}
 
   Status Run() {
     std::vector<Node> nodes = std::move(g_.nodes);
     g_.nodes.clear();
     std::set<std::string> low_products;  // outputs of lower-precision products (linear biases)
+    const bool low_params = options_.param_dtype == DType::kBFloat16;
+    std::set<std::string> low_param_names;
     for (Node& n : nodes) {
-      const Policy policy = PolicyOf(n);
+      const Policy policy = PolicyOf(n, low_params);
+      for (size_t i = 0; low_params && i < n.inputs.size(); ++i) {
+        const std::string& in = n.inputs[i];
+        const Value* v = n.HasInput(i) ? g_.FindValue(in) : nullptr;
+        if (!v || !g_.IsParameter(in) || v->dtype != DType::kFloat32) continue;
+        low_param_names.insert(in);
+        n.inputs[i] = CastOf(in, DType::kBFloat16, n);
+      }
+      if (options_.buffer_dtype == DType::kBFloat16 && policy == Policy::kPromote)
+        LowerBuffers(n);
       std::vector<size_t> floats;  // float inputs that may be cast
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         if (!n.HasInput(i) || KeepsItsType(n, i)) continue;
@@ -147,10 +167,22 @@ class Autocast {
     }
     RestoreOutputTypes();
     DropReplacedConstants();
+    stats_.low_params = static_cast<int>(low_param_names.size());
     return Status::Ok();
   }
 
  private:
+  // FSDP's bf16 buffer_dtype: the f32 constants of rank >= 1 this node reads, converted.
+  void LowerBuffers(Node& n) {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (!n.HasInput(i) || KeepsItsType(n, i)) continue;
+      const Value* v = g_.FindValue(n.inputs[i]);
+      if (v && v->data && !g_.IsParameter(n.inputs[i]) && v->dtype == DType::kFloat32 &&
+          v->rank_known && !v->shape.empty())
+        n.inputs[i] = CastOf(n.inputs[i], DType::kBFloat16, n);
+    }
+  }
+
   // The widest type of the node's float inputs: rank >= 1 inputs decide; zero-dimensional ones
   // only when nothing else is floating (torch's promotion of dimensioned over 0-d tensors).
   DType Widest(const Node& n, const std::vector<size_t>& floats) const {
@@ -274,6 +306,7 @@ class Autocast {
   }
 
   Graph& g_;
+  const AutocastPass::Options& options_;
   AutocastStats& stats_;
   std::map<std::pair<std::string, DType>, std::string> casts_;
   std::map<std::string, DType> original_;  // values whose type the pass changed: their old type
@@ -285,7 +318,7 @@ class Autocast {
 StatusOr<bool> AutocastPass::Run(Graph& graph) {
   stats_ = {};
   if (options_.precision == Precision::kFp32) return false;
-  RETURN_IF_ERROR(Autocast(graph, stats_).Run());
+  RETURN_IF_ERROR(Autocast(graph, options_, stats_).Run());
   return true;
 }
 

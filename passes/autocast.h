@@ -50,6 +50,7 @@ struct AutocastStats {
   int parameter_casts = 0;   // Cast nodes of parameters (one per parameter used in bf16)
   int activation_casts = 0;  // Cast nodes of computed values
   int constants = 0;         // constants converted at compile time
+  int low_params = 0;        // parameters read as bf16 everywhere (FSDP param_dtype bf16)
   std::string ToString() const;
 };
 
@@ -57,6 +58,14 @@ class AutocastPass : public Pass {
  public:
   struct Options {
     Precision precision = Precision::kFp32;
+    // FSDP mixed precision (compiler/sharding.h): a bf16 param_dtype makes every forward read of a
+    // trainable parameter a read of its one bf16 Cast (FSDP casts the gathered parameters), so the
+    // forward computes on bf16 weights and its activations follow; the norms then run in their
+    // input's type (llm-foundry's low_precision_layernorm, HF's RMSNorm cast back) with f32
+    // statistics. A bf16 buffer_dtype converts the float constants of rank >= 1 that ops outside
+    // both lists read (FSDP casts the buffers). f32 for both: torch.autocast alone.
+    DType param_dtype = DType::kFloat32;
+    DType buffer_dtype = DType::kFloat32;
   };
   AutocastPass() = default;
   explicit AutocastPass(Options options) : options_(options) {}

@@ -1,11 +1,14 @@
 #include "passes/schedule.h"
 
+#include "passes/shard.h"
+
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "base/bytes.h"
 #include "compiler/phase.h"
+#include "passes/shard.h"
 
 namespace foundry {
 
@@ -81,7 +84,8 @@ struct DepGraph {
 // clones (passes/remat.h) and the parameter gathers of sharded training (passes/shard.h), which read
 // only parameters and so would be ready, and hold their bytes, from the start of their phase.
 bool IsRecompute(const Node& n) {
-  return PhaseOf(n) == Phase::kRecompute || (n.domain == "foundry" && n.op_type == "AllGather");
+  return PhaseOf(n) == Phase::kRecompute || (n.domain == "foundry" && n.op_type == "AllGather") ||
+         n.marks.count(kGatherInputMark) > 0;
 }
 
 // 0: forward (or no phase), 1: backward and optimizer. Recompute nodes have no rank of their own.

@@ -34,7 +34,8 @@ CommVolume CommunicationPerStep(const Graph& graph, int64_t world_size, int64_t 
       int64_t numel = 1;
       if (val)
         for (int64_t d : val->shape) numel *= d;
-      return ShardElements(numel, group) * 4;
+      return ShardElements(numel, group) *
+             static_cast<int64_t>(val ? DTypeSize(val->dtype) : 4);
     };
     if (n.op_type == "AllGather") {
       ++v.gathers;
@@ -73,6 +74,34 @@ int64_t NumelOf(const Value& v) {
   int64_t n = 1;
   for (int64_t d : v.shape) n *= d;
   return n;
+}
+
+bool IsCastTo(const Node& n, DType to) {
+  return n.domain.empty() && n.op_type == "Cast" && n.GetInt("to", 0) == static_cast<int64_t>(to);
+}
+
+// Under a bf16 reduce_dtype: when the collective's partial is written by node `producer`, a Cast
+// of a bf16 gradient to f32 that nothing else reads (`only_reader`), the collective reduces the
+// bf16 gradient as it is (returned) and the Cast goes (added to `dropped`); "" otherwise.
+std::string LowPrecisionPartial(const Graph& graph, int producer, bool only_reader,
+                                std::set<std::string>& dropped) {
+  if (producer < 0 || !only_reader) return "";
+  const Node& cast = graph.nodes[static_cast<size_t>(producer)];
+  if (!IsCastTo(cast, DType::kFloat32)) return "";
+  const Value* in = graph.FindValue(cast.inputs[0]);
+  if (!in || in->dtype != DType::kBFloat16) return "";
+  dropped.insert(cast.name);
+  return cast.inputs[0];
+}
+
+// Every reader of parameter p among `readers` is a Cast of it to bf16 (FSDP's bf16 param_dtype,
+// passes/autocast.h), so the gather may move bf16.
+bool ReadAsBf16(const Graph& graph, const std::string& p, const std::vector<int>& readers) {
+  for (int c : readers) {
+    const Node& n = graph.nodes[static_cast<size_t>(c)];
+    if (!IsCastTo(n, DType::kBFloat16) || n.inputs.size() != 1 || n.inputs[0] != p) return false;
+  }
+  return !readers.empty();
 }
 
 }  // namespace
@@ -134,8 +163,10 @@ StatusOr<bool> ShardPass::Run(Graph& graph) {
   std::sort(unit_order.begin(), unit_order.end(), ModulePathLess);
   for (const auto& path : unit_order) stats_.units.push_back(units[path]);
 
-  // Nodes to insert before / after a node index (-1: at the front).
+  // Nodes to insert before / after a node index (-1: at the front), and nodes that go.
   std::map<int, std::vector<Node>> before, after;
+  std::set<std::string> dropped;
+  const bool low_reduce = options_.reduce_dtype == DType::kBFloat16;
 
   // ---- gradients ----
   const bool sharded = options_.strategy != ShardingStrategy::kNoShard;
@@ -150,6 +181,15 @@ StatusOr<bool> ShardPass::Run(Graph& graph) {
     if (acc && acc->domain == "foundry" && acc->op_type == "AccumulateGradient") {
       acc->op_type = reduce_op;  // the collective accumulates itself
       acc->attrs["world_size"] = Attribute::Int(group);
+      if (low_reduce) {
+        const std::string& in = acc->inputs[0];
+        const std::string low = LowPrecisionPartial(graph, use.Producer(in),
+                                                    use.Consumers(in).size() == 1, dropped);
+        if (!low.empty()) {
+          graph.EraseValue(acc->inputs[0]);
+          acc->inputs[0] = low;
+        }
+      }
     } else {
       const std::string partial = graph.UniqueValueName(grad + "/partial");
       Value renamed = *g;
@@ -168,6 +208,14 @@ StatusOr<bool> ShardPass::Run(Graph& graph) {
       red.domain = "foundry";
       red.op_type = reduce_op;
       red.inputs = {partial};
+      if (low_reduce) {
+        const std::string low =
+            LowPrecisionPartial(graph, producer, use.Consumers(grad).empty(), dropped);
+        if (!low.empty()) {
+          red.inputs[0] = low;
+          graph.EraseValue(partial);
+        }
+      }
       red.outputs = {grad};
       red.attrs["world_size"] = Attribute::Int(group);
       if (producer >= 0) red.scope = graph.nodes[static_cast<size_t>(producer)].scope;
@@ -223,30 +271,63 @@ StatusOr<bool> ShardPass::Run(Graph& graph) {
         n.scope = path;
         n.attrs["world_size"] = Attribute::Int(group);
         std::vector<int64_t> shapes;
+        std::vector<Node> shard_casts;
         int first = static_cast<int>(graph.nodes.size());
         for (size_t k = 0; k < gt.params.size(); ++k) {
           const std::string& p = gt.params[k];
-          const Value& pv = *graph.FindValue(p);
-          const std::string out =
-              graph.UniqueValueName(p + (gt.backward ? "/gathered_backward" : "/gathered"));
+          const Value pv = *graph.FindValue(p);  // a copy: adding values may move the map's nodes
+          const bool low = options_.param_dtype == DType::kBFloat16 &&
+                           ReadAsBf16(graph, p, gt.readers[k]);
+          const std::string suffix = gt.backward ? "_backward" : "";
+          const std::string out = graph.UniqueValueName(p + "/gathered" + suffix);
           Value& ov = graph.GetOrAddValue(out);
           ov.name = out;
-          ov.dtype = DType::kFloat32;
+          ov.dtype = low ? DType::kBFloat16 : DType::kFloat32;
           ov.shape = pv.shape;
           ov.dim_params = pv.dim_params;
           ov.rank_known = true;
           shapes.push_back(static_cast<int64_t>(pv.shape.size()));
           shapes.insert(shapes.end(), pv.shape.begin(), pv.shape.end());
-          n.inputs.push_back(p);
+          std::string input = p;
+          if (low) {  // FSDP's low-precision shard, gathered straight into the casts' copy
+            Node cast;
+            cast.name = graph.UniqueNodeName(p + "/shard_bf16" + suffix);
+            cast.op_type = "Cast";
+            cast.scope = path;
+            cast.attrs["to"] = Attribute::Int(static_cast<int64_t>(DType::kBFloat16));
+            input = graph.UniqueValueName(p + "/shard_bf16" + suffix);
+            Value& sv = graph.GetOrAddValue(input);
+            sv.name = input;
+            sv.dtype = DType::kBFloat16;
+            sv.shape = {ShardElements(NumelOf(pv), group)};
+            sv.rank_known = true;
+            cast.inputs = {p};
+            cast.outputs = {input};
+            cast.marks[kGatherInputMark] = "1";
+            SetPhase(cast, gt.backward ? Phase::kBackward : Phase::kForward);
+            shard_casts.push_back(std::move(cast));
+          }
+          n.inputs.push_back(input);
           n.outputs.push_back(out);
           for (int c : gt.readers[k]) {
             first = std::min(first, c);
-            for (auto& in : graph.nodes[static_cast<size_t>(c)].inputs)
-              if (in == p) in = out;
+            Node& reader = graph.nodes[static_cast<size_t>(c)];
+            if (!low) {
+              for (auto& in : reader.inputs)
+                if (in == p) in = out;
+              continue;
+            }
+            const std::string copy = reader.outputs[0];
+            for (Node& m : graph.nodes)
+              for (auto& in : m.inputs)
+                if (in == copy) in = out;
+            dropped.insert(reader.name);
+            graph.EraseValue(copy);
           }
         }
         n.attrs["shapes"] = Attribute::Ints(std::move(shapes));
         SetPhase(n, gt.backward ? Phase::kBackward : Phase::kForward);
+        for (Node& cast : shard_casts) before[first].push_back(std::move(cast));
         before[first].push_back(std::move(n));
         ++stats_.gathers;
       }
@@ -270,7 +351,7 @@ StatusOr<bool> ShardPass::Run(Graph& graph) {
   emit(after, -1);
   for (size_t k = 0; k < graph.nodes.size(); ++k) {
     emit(before, static_cast<int>(k));
-    nodes.push_back(std::move(graph.nodes[k]));
+    if (!dropped.count(graph.nodes[k].name)) nodes.push_back(std::move(graph.nodes[k]));
     emit(after, static_cast<int>(k));
   }
   emit(before, static_cast<int>(graph.nodes.size()));

@@ -30,8 +30,11 @@
 //
 // Order: after autodiff, grad_accumulate, remat and the autocast recast (the recompute clones,
 // and under amp_bf16 the backward's weight casts, must read the backward gathers), before the
-// schedule. Under amp_bf16 a gather moves f32 and the cast after it makes the bf16 copy (FSDP's
-// PURE mixed precision gathers bf16: half these bytes; not done here).
+// schedule. Under amp_bf16 with f32 parameters (FSDP mixed precision FULL) a gather moves f32 and
+// the cast after it makes the bf16 copy. With bf16 parameters (DEFAULT, PURE: every reader of P is
+// then its bf16 Cast, passes/autocast.h) the shard is cast to bf16 first (a node marked
+// kGatherInputMark, FSDP's low-precision shard) and the gather moves bf16 straight into the copy
+// the casts made, as FSDP does; the casts go.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +49,10 @@
 #include "passes/pass.h"
 
 namespace foundry {
+
+// The mark of a Cast of a parameter shard that only a gather reads: the schedule places it just
+// before the gather, as it places the gather.
+inline constexpr const char* kGatherInputMark = "gather_input";
 
 // One FSDP unit: a block (or the root) and the parameters it gathers.
 struct ShardUnit {
@@ -89,6 +96,11 @@ class ShardPass : public Pass {
     int64_t world_size = 1;  // N; 1 leaves the graph unchanged
     ShardingStrategy strategy = ShardingStrategy::kFullShard;
     int64_t shard_group = 8;  // HYBRID_SHARD only: ranks per shard group (a node's GPUs)
+    // FSDP mixed precision's reduce_dtype (compiler/sharding.h): bf16 reduces a bf16 gradient
+    // (one a Cast to f32 would widen) as it is; f32 reduces the widened f32 copy.
+    DType reduce_dtype = DType::kFloat32;
+    // Its param_dtype: bf16 gathers the bf16 shard that the parameter's bf16 Casts read.
+    DType param_dtype = DType::kFloat32;
   };
   explicit ShardPass(Options options) : options_(options) {}
 

@@ -64,6 +64,7 @@ struct Options {
   std::string link_gbps_text;  // --link-gbps: the interconnect, gigabits per second per rank
   double link_gbps = 0;
   std::string ckpt_syntax;  // --ckpt-syntax; "" = llm-foundry
+  std::string mixed_precision;  // --fsdp-mixed-precision; "" = --config's, or the default
 
   // The files written after the plan, in the order they are written, each with the option
   // that names it in messages.
@@ -189,6 +190,14 @@ void AddGraphOptions(CLI::App& app, Options& o) {
                  "(ZeRO-2), FULL_SHARD (ZeRO-3; the default, or --config's "
                  "fsdp_config.sharding_strategy), HYBRID_SHARD (planned only)")
       ->type_name("S");
+  app.add_option("--fsdp-mixed-precision", o.mixed_precision,
+                 "FSDP's mixed precision as llm-foundry's fsdp_config.mixed_precision sets it "
+                 "under --precision amp_bf16: DEFAULT (parameters gathered and computed in bf16, "
+                 "gradients reduced in f32), PURE (reduced in bf16 too), FULL (everything f32: "
+                 "torch.autocast alone), or param_dtype=T,reduce_dtype=T,buffer_dtype=T; "
+                 "default: --config's, else DEFAULT for an FSDP run (--world-size N >= 2 or a "
+                 "--config with fsdp_config), else FULL")
+      ->type_name("MP");
   app.add_option("--shard-group", o.shard_group_text,
                  "HYBRID_SHARD: ranks per shard group (GPUs per node)")
       ->type_name("G")
@@ -407,6 +416,30 @@ std::optional<int> ParseRanks(Options& o, const std::optional<TrainConfig>& conf
   return std::nullopt;
 }
 
+// FSDP's mixed precision: --fsdp-mixed-precision, else --config's fsdp_config.mixed_precision,
+// else llm-foundry's default (DEFAULT) when the run is an FSDP run (several ranks, or a --config
+// with an fsdp_config), else FULL: torch.autocast alone, as a run without FSDP has it.
+std::optional<int> ParseMixedPrecision(Options& o, const std::optional<TrainConfig>& config,
+                                       CompileRequest& request) {
+  std::string spec = o.mixed_precision, source = "--fsdp-mixed-precision";
+  if (spec.empty() && config && config->fsdp.count("mixed_precision")) {
+    spec = config->fsdp.at("mixed_precision");
+    source = "--config " + o.config + ": fsdp_config.mixed_precision";
+  }
+  const bool fsdp = request.world_size > 1 || (config && config->has_fsdp_config);
+  if (spec.empty()) spec = fsdp ? "DEFAULT" : "FULL";
+  const DType compute =
+      request.precision == Precision::kAmpBf16 ? DType::kBFloat16 : DType::kFloat32;
+  auto mp = ParseFsdpMixedPrecision(spec, compute);
+  if (!mp.ok()) return Fail(source + ": " + mp.status().message(), cli::kExitUsage);
+  if (o.forward_only && !o.mixed_precision.empty())
+    return Fail("--fsdp-mixed-precision is about training; drop it with --forward-only",
+                cli::kExitUsage);
+  request.mixed_precision = *mp;
+  o.mixed_precision = mp->name;
+  return std::nullopt;
+}
+
 // Everything known from the command line alone, in the order the checks are made.
 std::optional<int> ParseRequest(Options& o, const std::optional<TrainConfig>& config,
                                 CompileRequest& request, OutputSet& outputs) {
@@ -458,6 +491,7 @@ std::optional<int> ParseRequest(Options& o, const std::optional<TrainConfig>& co
         cli::kExitUsage);
   if (auto code = ParseCkpt(o, config, request)) return code;
   o.precision = std::string(PrecisionName(request.precision));  // the file's, when it set it
+  if (auto code = ParseMixedPrecision(o, config, request)) return code;
   if (auto code = ParseBudget(o, request)) return code;
   return ParseOutputs(o, request, outputs);
 }
@@ -505,6 +539,7 @@ int PrintModules(const Graph& graph, const std::string& model) {
 // `model:` would replace the file's whole model section): it says so in its second line.
 StatusOr<std::string> EmittedConfig(const Options& o, const CompileResult& result) {
   std::string command = "foundry-compile " + o.model + " --precision " + o.precision;
+  if (o.mixed_precision != "FULL") command += " --fsdp-mixed-precision " + o.mixed_precision;
   if (result.budget)
     command += " --memory-budget " + o.memory_budget_text + ": " + BudgetLine(*result.budget);
   else
