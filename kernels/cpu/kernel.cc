@@ -9,6 +9,7 @@
 
 #include "base/bfloat16.h"
 #include "compiler/op_schema.h"
+#include "kernels/cpu/collective.h"
 #include "kernels/cpu/parallel.h"
 
 namespace foundry {
@@ -136,8 +137,10 @@ int64_t StagedWorkspaceBytes(const CpuWorkspaceTable& rows, const Node& node,
 namespace {
 
 // Ops whose CPU kernels take bfloat16 operands themselves: the matrix products, by tiles widened in
-// their own bounded workspace (kernels/cpu/math.cc), instead of whole widened operands.
+// their own bounded workspace (kernels/cpu/math.cc), instead of whole widened operands; the
+// collectives, whose bfloat16 reduction rounds what it sends (kernels/cpu/collective.cc).
 bool HandlesBf16Itself(const Node& node) {
+  if (IsCollectiveOp(node)) return true;
   if (node.domain.empty()) return node.op_type == "MatMul" || node.op_type == "Gemm";
   return node.domain == "com.microsoft" && node.op_type == "FusedMatMul";
 }

@@ -14,7 +14,9 @@
 // Transpose, Slice, Concat, Gather, ...) and Cast take bfloat16 as it is. The matrix products
 // (MatMul, FusedMatMul, Gemm) take it themselves: they widen bounded tiles of their operands in
 // their own workspace and accumulate in f32 (kernels/cpu/math.cc), so a product's workspace does
-// not grow with its operands. Pointwise ops stage in bounded chunks (kBf16StagingChunk).
+// not grow with its operands. The collectives take it themselves too: a bfloat16 reduction
+// rounds what each rank sends (kernels/cpu/collective.cc). Pointwise ops stage in bounded chunks
+// (kBf16StagingChunk).
 #pragma once
 
 #include <cstdint>
