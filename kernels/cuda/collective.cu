@@ -1,22 +1,29 @@
 // The collective ops of data-parallel training on CUDA (the contract is
-// docs/design.md §10): the GPU twins of kernels/cpu/collective.cc, bit for bit. They move
-// bytes through ctx.base.comm, which must be a device communicator (runtime/nccl_communicator.h:
-// NCCL on this stream), and add in rank order themselves. N = comm->size() (= the node's
-// world_size), r its rank, c = ceil(numel / N); rank r's shard of a flat x is x[r*c, (r+1)*c),
-// zero-padded past numel. Products are rounded with __fmul_rn and sums with __fadd_rn, so nvcc
-// fuses nothing into an FMA (the CPU kernel contracts nothing either); one thread per element,
-// the ranks summed in order inside it; no atomics.
+// docs/design.md §10): the GPU twins of kernels/cpu/collective.cc, bit for bit, in the same
+// buckets. They move bytes through ctx.base.comm, which must be a device communicator
+// (runtime/nccl_communicator.h: NCCL on this stream), and add in rank order themselves. N =
+// comm->size() (= the node's world_size), r its rank, c = ceil(numel / N); rank r's shard of a
+// flat x is x[r*c, (r+1)*c), zero-padded past numel. T is the shard's (partial's) type, f32 or
+// bf16 (base/bfloat16.h's conversions, the CPU's), e its bytes. Products are rounded with
+// __fmul_rn and sums with __fadd_rn, so nvcc fuses nothing into an FMA (the CPU kernel contracts
+// nothing either); one thread per element, the ranks summed in order inside it; no atomics.
 //
-// Workspace (device memory, planned in the arena; the figure is CollectiveWorkspaceBytes, whose
-// regions are rounded up to 256 bytes; these packed slices lie inside it):
-//  - AllGather: output i whose numel_i != N*c_i gets the slice [o_i, o_i + N*c_i*4), o_i the sum
-//    of the slices of the outputs before it; it is gathered there, then its first numel_i copied
-//    out. An output with numel_i == N*c_i is gathered straight into itself (no slice).
-//  - ReduceScatterGradient: send [0, N*c*4), recv [N*c*4, 2*N*c*4).
-//  - AllReduceGradient: send [0, N*c*4) (its first c floats then hold this rank's summed shard),
-//    recv [N*c*4, 2*N*c*4), gathered [2*N*c*4, 3*N*c*4).
+// Each op runs through the shard in chunks [k0, k0 + bk) of b = CollectiveChunkElements(c, N, e)
+// elements (kernels/cpu/collective.h), one exchange of N*bk elements per chunk. Workspace (device
+// memory, planned in the arena: CollectiveWorkspaceBytes), sliced as on the CPU, each region
+// R = CollectiveRegionBytes(c, N, e) bytes (at most kCollectiveBucketBytes):
+//  - AllGather: an output with numel_i == N*c_i is gathered straight into itself; any other
+//    chunk by chunk into the region at 0, rank r's chunk at r*bk, the elements below numel_i
+//    copied to r*c_i + k0.
+//  - ReduceScatterGradient: [send R][recv R]; the shard's sums written onto grad[k0 + i].
+//  - AllReduceGradient: [send R][recv R][gathered R]; this rank's sums of the chunk (f32: g
+//    itself, onto its old value read from grad; bf16: t) in the send region's front, gathered,
+//    then applied at r*c + k0 + i below numel (f32: copied; bf16: g = f32(t) or g + f32(t)).
+#include <algorithm>
 #include <string>
+#include <type_traits>
 
+#include "base/bfloat16.h"
 #include "compiler/sharding.h"
 #include "kernels/cpu/collective.h"
 #include "kernels/cpu/communicator.h"
@@ -38,39 +45,108 @@ StatusOr<int64_t> WorldOf(const Node& node, const CudaKernelContext& ctx) {
   return CheckWorldSize(node, *comm);
 }
 
-Status Short(const Node& node, int64_t need, const CudaKernelContext& ctx) {
-  if (static_cast<int64_t>(ctx.base.workspace.size()) >= need) return Status::Ok();
-  return Error(node.Describe() + ": needs " + std::to_string(need) + " bytes of workspace, has " +
-               std::to_string(ctx.base.workspace.size()));
+__device__ inline float Widen(float x) { return x; }
+__device__ inline float Widen(uint16_t x) { return Bf16ToFloat(x); }
+template <class T>
+__device__ inline T Narrow(float x) {
+  if constexpr (std::is_same_v<T, float>)
+    return x;
+  else
+    return FloatToBf16(x);
 }
 
-// send[i] = s * pad(p)[i], i < n_send (the CPU's `s * (i < numel ? p[i] : 0.0f)`).
-__global__ void ScaleIntoShardsKernel(float* send, const float* p, float s, int64_t numel,
-                                      int64_t n_send) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n_send;
-       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
-    send[i] = __fmul_rn(s, i < numel ? p[i] : 0.0f);
-}
-
-// sum[i] = (old ? old_i + recv_0[i] : recv_0[i]) + recv_1[i] + ... + recv_{N-1}[i], left to
-// right; old_i = old[i] when old_begin + i < old_numel, else 0 (this rank's shard of a full
-// gradient, zero-padded). `sum` may be `old` (the shard gradient accumulates in place).
-__global__ void SumInRankOrderKernel(float* sum, const float* recv, const float* old,
-                                     int64_t old_begin, int64_t old_numel, int64_t world,
-                                     int64_t c) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < c;
-       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
-    float g = recv[i];
-    if (old) g = __fadd_rn(old_begin + i < old_numel ? old[old_begin + i] : 0.0f, g);
-    for (int64_t r = 1; r < world; ++r) g = __fadd_rn(g, recv[r * c + i]);
-    sum[i] = g;
+// dst[r*c + k0 + i] = bucket[r*bk + i] below numel: a gathered chunk into the full tensor. U is
+// an unsigned integer of the element's size (bytes are moved, never converted).
+template <class U>
+__global__ void ScatterChunkKernel(U* dst, const U* bucket, int64_t numel, int64_t world, int64_t c,
+                                   int64_t k0, int64_t bk) {
+  for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < world * bk;
+       x += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    const int64_t at = (x / bk) * c + k0 + x % bk;
+    if (at < numel) dst[at] = bucket[x];
   }
 }
 
-Status CopyPrefix(const Node& node, void* dst, const void* src, int64_t numel,
-                  const CudaKernelContext& ctx) {
-  FOUNDRY_CUDA_CHECK(node, cudaMemcpyAsync(dst, src, static_cast<size_t>(numel) * 4,
-                                           cudaMemcpyDeviceToDevice, cuda::StreamOf(ctx)));
+// send[j*bk + i] = T(s * pad(p)[j*c + k0 + i]) (the CPU's ScaleIntoSend).
+template <class T>
+__global__ void ScaleIntoSendKernel(T* send, const T* p, float s, int64_t numel, int64_t world,
+                                    int64_t c, int64_t k0, int64_t bk) {
+  for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < world * bk;
+       x += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    const int64_t at = (x / bk) * c + k0 + x % bk;
+    send[x] = Narrow<T>(__fmul_rn(s, at < numel ? Widen(p[at]) : 0.0f));
+  }
+}
+
+// Element i of the chunk over the N received blocks, in rank order. f32: onto `old` when
+// accumulating (recv_0 first otherwise). bf16: t = recv_0, t = bf16(t + recv_r).
+__device__ inline float SumInRankOrder(const float* recv, int64_t world, int64_t bk, int64_t i,
+                                       bool accumulate, float old) {
+  float g = accumulate ? __fadd_rn(old, recv[i]) : recv[i];
+  for (int64_t r = 1; r < world; ++r) g = __fadd_rn(g, recv[r * bk + i]);
+  return g;
+}
+__device__ inline uint16_t Bf16SumInRankOrder(const uint16_t* recv, int64_t world, int64_t bk,
+                                              int64_t i) {
+  uint16_t t = recv[i];
+  for (int64_t r = 1; r < world; ++r)
+    t = FloatToBf16(__fadd_rn(Bf16ToFloat(t), Bf16ToFloat(recv[r * bk + i])));
+  return t;
+}
+__device__ inline float AddBf16Sum(uint16_t t, bool accumulate, float old) {
+  return accumulate ? __fadd_rn(old, Bf16ToFloat(t)) : Bf16ToFloat(t);
+}
+
+// ReduceScatterGradient's chunk: g[i] = the sum of element i, onto g[i] when accumulating.
+template <class T>
+__global__ void ReduceIntoShardKernel(float* g, const T* recv, int64_t world, int64_t bk,
+                                      bool accumulate) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < bk;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    if constexpr (std::is_same_v<T, float>)
+      g[i] = SumInRankOrder(recv, world, bk, i, accumulate, g[i]);
+    else
+      g[i] = AddBf16Sum(Bf16SumInRankOrder(recv, world, bk, i), accumulate, g[i]);
+  }
+}
+
+// AllReduceGradient's chunk, before the gather: summed[i] = f32: g onto grad[mine + i] (0 past
+// numel); bf16: t.
+template <class T>
+__global__ void SumShardChunkKernel(T* summed, const T* recv, const float* grad, int64_t mine,
+                                    int64_t numel, int64_t world, int64_t bk, bool accumulate) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < bk;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    if constexpr (std::is_same_v<T, float>)
+      summed[i] =
+          SumInRankOrder(recv, world, bk, i, accumulate, mine + i < numel ? grad[mine + i] : 0.0f);
+    else
+      summed[i] = Bf16SumInRankOrder(recv, world, bk, i);
+  }
+}
+
+// AllReduceGradient's chunk, after the gather: grad[r*c + k0 + i] from gathered[r*bk + i] below
+// numel (f32: the sum itself; bf16: f32(t), onto grad when accumulating).
+template <class T>
+__global__ void ApplyGatheredKernel(float* grad, const T* gathered, int64_t numel, int64_t world,
+                                    int64_t c, int64_t k0, int64_t bk, bool accumulate) {
+  for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < world * bk;
+       x += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    const int64_t at = (x / bk) * c + k0 + x % bk;
+    if (at >= numel) continue;
+    if constexpr (std::is_same_v<T, float>)
+      grad[at] = gathered[x];
+    else
+      grad[at] = AddBf16Sum(gathered[x], accumulate, grad[at]);
+  }
+}
+
+template <class U>
+Status ScatterChunk(const Node& node, void* dst, const std::byte* bucket, int64_t numel,
+                    int64_t world, int64_t c, int64_t k0, int64_t bk, cudaStream_t stream) {
+  ScatterChunkKernel<U><<<cuda::BlocksFor(world * bk), cuda::kThreads, 0, stream>>>(
+      static_cast<U*>(dst), reinterpret_cast<const U*>(bucket), numel, world, c, k0, bk);
+  FOUNDRY_CUDA_LAUNCHED(node, "ScatterChunkKernel");
   return Status::Ok();
 }
 
@@ -78,45 +154,84 @@ Status AllGatherKernel(const Node& node, std::span<const Tensor* const> inputs,
                        std::span<Tensor* const> outputs, const CudaKernelContext& ctx) {
   ASSIGN_OR_RETURN(const int64_t world, WorldOf(node, ctx));
   RETURN_IF_ERROR(CheckAllGather(node, inputs, outputs, world));
-  int64_t offset = 0;
+  std::byte* bucket = ctx.base.workspace.data();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& shard = *inputs[i];
     Tensor& full = *outputs[i];
     const int64_t numel = full.numel(), c = shard.numel();
+    const int64_t e = CollectiveElementBytes(shard.dtype());
     if (numel == world * c) {
       RETURN_IF_ERROR(
-          ctx.base.comm->AllGather(shard.raw(), full.raw(), c * 4).Prepend(node.Describe() + ": "));
+          ctx.base.comm->AllGather(shard.raw(), full.raw(), c * e).Prepend(node.Describe() + ": "));
       continue;
     }
-    RETURN_IF_ERROR(Short(node, offset + world * c * 4, ctx));
-    std::byte* gathered = ctx.base.workspace.data() + offset;
-    offset += world * c * 4;
-    RETURN_IF_ERROR(
-        ctx.base.comm->AllGather(shard.raw(), gathered, c * 4).Prepend(node.Describe() + ": "));
-    RETURN_IF_ERROR(CopyPrefix(node, full.raw(), gathered, numel, ctx));
+    const int64_t b = CollectiveChunkElements(c, world, e);
+    const auto* src = static_cast<const std::byte*>(shard.raw());
+    for (int64_t k0 = 0; k0 < c; k0 += b) {
+      const int64_t bk = std::min(b, c - k0);
+      RETURN_IF_ERROR(
+          ctx.base.comm->AllGather(src + k0 * e, bucket, bk * e).Prepend(node.Describe() + ": "));
+      RETURN_IF_ERROR(e == 2 ? ScatterChunk<uint16_t>(node, full.raw(), bucket, numel, world, c, k0,
+                                                      bk, cuda::StreamOf(ctx))
+                             : ScatterChunk<uint32_t>(node, full.raw(), bucket, numel, world, c, k0,
+                                                      bk, cuda::StreamOf(ctx)));
+    }
   }
   return Status::Ok();
 }
 
-// Both gradient collectives: the scaled partial sent shard by shard (AllToAll), and this rank's
-// shard of the rank-order sum written to `sum` (onto `old`'s shard when ctx.grad_accumulate).
-Status ReduceShard(const Node& node, const Tensor& partial, int64_t world, int64_t c,
-                   const CudaKernelContext& ctx, const float* old, int64_t old_begin,
-                   int64_t old_numel, float* sum) {
-  RETURN_IF_ERROR(Short(node, 2 * world * c * 4, ctx));
-  float* send = reinterpret_cast<float*>(ctx.base.workspace.data());
-  float* recv = reinterpret_cast<float*>(ctx.base.workspace.data() + world * c * 4);
-  const int64_t n_send = world * c;
-  if (n_send > 0) {
-    ScaleIntoShardsKernel<<<cuda::BlocksFor(n_send), cuda::kThreads, 0, cuda::StreamOf(ctx)>>>(
-        send, partial.data<float>(), ctx.base.grad_scale, partial.numel(), n_send);
-    FOUNDRY_CUDA_LAUNCHED(node, "ScaleIntoShardsKernel");
+// This rank's scaled partial for chunk [k0, k0 + bk), exchanged: send at the workspace's start,
+// what every rank sent this one in `recv`.
+template <class T>
+Status ExchangeChunk(const Node& node, const T* p, int64_t numel, int64_t world, int64_t c,
+                     int64_t k0, int64_t bk, const CudaKernelContext& ctx, T* send, T* recv) {
+  ScaleIntoSendKernel<T><<<cuda::BlocksFor(world * bk), cuda::kThreads, 0, cuda::StreamOf(ctx)>>>(
+      send, p, ctx.base.grad_scale, numel, world, c, k0, bk);
+  FOUNDRY_CUDA_LAUNCHED(node, "ScaleIntoSendKernel");
+  return ctx.base.comm->AllToAll(send, recv, bk * static_cast<int64_t>(sizeof(T)))
+      .Prepend(node.Describe() + ": ");
+}
+
+template <class T>
+Status ReduceScatter(const Node& node, const T* p, int64_t numel, int64_t world, int64_t c,
+                     const CudaKernelContext& ctx, float* grad) {
+  const int64_t e = sizeof(T), b = CollectiveChunkElements(c, world, e);
+  T* send = reinterpret_cast<T*>(ctx.base.workspace.data());
+  T* recv = reinterpret_cast<T*>(ctx.base.workspace.data() + CollectiveRegionBytes(c, world, e));
+  for (int64_t k0 = 0; k0 < c; k0 += b) {
+    const int64_t bk = std::min(b, c - k0);
+    RETURN_IF_ERROR(ExchangeChunk(node, p, numel, world, c, k0, bk, ctx, send, recv));
+    ReduceIntoShardKernel<T><<<cuda::BlocksFor(bk), cuda::kThreads, 0, cuda::StreamOf(ctx)>>>(
+        grad + k0, recv, world, bk, ctx.base.grad_accumulate);
+    FOUNDRY_CUDA_LAUNCHED(node, "ReduceIntoShardKernel");
   }
-  RETURN_IF_ERROR(ctx.base.comm->AllToAll(send, recv, c * 4).Prepend(node.Describe() + ": "));
-  if (c > 0) {
-    SumInRankOrderKernel<<<cuda::BlocksFor(c), cuda::kThreads, 0, cuda::StreamOf(ctx)>>>(
-        sum, recv, ctx.base.grad_accumulate ? old : nullptr, old_begin, old_numel, world, c);
-    FOUNDRY_CUDA_LAUNCHED(node, "SumInRankOrderKernel");
+  return Status::Ok();
+}
+
+template <class T>
+Status AllReduce(const Node& node, const T* p, int64_t numel, int64_t world,
+                 const CudaKernelContext& ctx, float* grad) {
+  const int64_t c = ShardElements(numel, world);
+  const int64_t e = sizeof(T), b = CollectiveChunkElements(c, world, e);
+  const int64_t region = CollectiveRegionBytes(c, world, e);
+  T* send = reinterpret_cast<T*>(ctx.base.workspace.data());
+  T* recv = reinterpret_cast<T*>(ctx.base.workspace.data() + region);
+  T* gathered = reinterpret_cast<T*>(ctx.base.workspace.data() + 2 * region);
+  T* summed = send;  // the send region's front, free once exchanged
+  const int64_t mine = ctx.base.comm->rank() * c;
+  const bool accumulate = ctx.base.grad_accumulate;
+  cudaStream_t stream = cuda::StreamOf(ctx);
+  for (int64_t k0 = 0; k0 < c; k0 += b) {
+    const int64_t bk = std::min(b, c - k0);
+    RETURN_IF_ERROR(ExchangeChunk(node, p, numel, world, c, k0, bk, ctx, send, recv));
+    SumShardChunkKernel<T><<<cuda::BlocksFor(bk), cuda::kThreads, 0, stream>>>(
+        summed, recv, grad, mine + k0, numel, world, bk, accumulate);
+    FOUNDRY_CUDA_LAUNCHED(node, "SumShardChunkKernel");
+    RETURN_IF_ERROR(
+        ctx.base.comm->AllGather(summed, gathered, bk * e).Prepend(node.Describe() + ": "));
+    ApplyGatheredKernel<T><<<cuda::BlocksFor(world * bk), cuda::kThreads, 0, stream>>>(
+        grad, gathered, numel, world, c, k0, bk, accumulate);
+    FOUNDRY_CUDA_LAUNCHED(node, "ApplyGatheredKernel");
   }
   return Status::Ok();
 }
@@ -127,9 +242,11 @@ Status ReduceScatterGradientKernel(const Node& node, std::span<const Tensor* con
   const Tensor& partial = *inputs[0];
   Tensor& grad = *outputs[0];
   RETURN_IF_ERROR(CheckReduceScatter(node, partial, grad, world));
-  const int64_t c = grad.numel();
-  float* g = grad.data<float>();
-  return ReduceShard(node, partial, world, c, ctx, g, 0, c, g);
+  if (partial.dtype() == DType::kBFloat16)
+    return ReduceScatter(node, partial.data<uint16_t>(), partial.numel(), world, grad.numel(), ctx,
+                         grad.data<float>());
+  return ReduceScatter(node, partial.data<float>(), partial.numel(), world, grad.numel(), ctx,
+                       grad.data<float>());
 }
 
 Status AllReduceGradientKernel(const Node& node, std::span<const Tensor* const> inputs,
@@ -138,18 +255,10 @@ Status AllReduceGradientKernel(const Node& node, std::span<const Tensor* const> 
   const Tensor& partial = *inputs[0];
   Tensor& grad = *outputs[0];
   RETURN_IF_ERROR(CheckAllReduce(node, partial, grad));
-  const int64_t numel = grad.numel();
-  const int64_t c = ShardElements(numel, world);
-  RETURN_IF_ERROR(Short(node, 3 * world * c * 4, ctx));
-  // This rank's shard of the old gradient is read from `grad` itself (every rank holds it whole
-  // and equal), before the gather below overwrites it.
-  float* summed = reinterpret_cast<float*>(ctx.base.workspace.data());
-  RETURN_IF_ERROR(ReduceShard(node, partial, world, c, ctx, grad.data<float>(),
-                              ctx.base.comm->rank() * c, numel, summed));
-  std::byte* gathered = ctx.base.workspace.data() + 2 * world * c * 4;
-  RETURN_IF_ERROR(
-      ctx.base.comm->AllGather(summed, gathered, c * 4).Prepend(node.Describe() + ": "));
-  return numel > 0 ? CopyPrefix(node, grad.raw(), gathered, numel, ctx) : Status::Ok();
+  if (partial.dtype() == DType::kBFloat16)
+    return AllReduce(node, partial.data<uint16_t>(), partial.numel(), world, ctx,
+                     grad.data<float>());
+  return AllReduce(node, partial.data<float>(), partial.numel(), world, ctx, grad.data<float>());
 }
 
 }  // namespace
@@ -160,8 +269,7 @@ void RegisterCudaCollectiveKernels(CudaKernelTable& table) {
   table.Add("foundry", "AllReduceGradient", AllReduceGradientKernel);
 }
 
-// The CPU's figure (kernels/cpu/collective_workspace.cc): each region rounded up to 256 bytes. The
-// slices above are packed without that rounding, so they lie inside it.
+// The CPU's figure (kernels/cpu/collective_workspace.cc), sliced the same way above.
 void RegisterCudaCollectiveWorkspaces(CudaWorkspaceTable& table) {
   for (const char* op : {"AllGather", "ReduceScatterGradient", "AllReduceGradient"})
     table.Add("foundry", op, CollectiveWorkspaceBytes);

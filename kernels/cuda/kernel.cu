@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "base/bfloat16.h"
+#include "kernels/cpu/collective.h"
 #include "kernels/cuda/common.cuh"
 
 namespace foundry {
@@ -36,7 +37,7 @@ const CudaWorkspaceTable& CudaWorkspaces() {
 
 bool CudaTakesBf16Directly(const Node& node, std::span<const OperandType> in,
                            std::span<const OperandType> out) {
-  if (TakesBf16AsIs(node)) return true;
+  if (TakesBf16AsIs(node) || IsCollectiveOp(node)) return true;
   const bool product =
       (node.domain.empty() && (node.op_type == "MatMul" || node.op_type == "Gemm")) ||
       (node.domain == "com.microsoft" && node.op_type == "FusedMatMul");

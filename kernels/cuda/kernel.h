@@ -56,11 +56,13 @@ int64_t CudaWorkspaceBytesFor(const Node& node, std::span<const Tensor* const> i
 // bfloat16 as it is are the CPU's (TakesBf16AsIs: the element-moving kernels work on element
 // bytes). The matrix products with bfloat16 A and B take them directly: cuBLAS's bf16 GEMM at
 // CUBLAS_COMPUTE_32F (products exact, sums in f32), the output bf16 or f32, rounded once; no
-// staging bytes.
+// staging bytes. The collectives take bfloat16 themselves, as on the CPU
+// (kernels/cuda/collective.cu).
 //
-// Whether `node` with these operand types runs without staging on CUDA: TakesBf16AsIs, or a
-// MatMul / com.microsoft FusedMatMul / Gemm whose A and B are bfloat16, whose output is bfloat16
-// or f32 and whose Gemm C (if any) is the output's type or bfloat16 (widened exactly).
+// Whether `node` with these operand types runs without staging on CUDA: TakesBf16AsIs, a
+// collective (IsCollectiveOp, kernels/cpu/collective.h), or a MatMul / com.microsoft FusedMatMul /
+// Gemm whose A and B are bfloat16, whose output is bfloat16 or f32 and whose Gemm C (if any) is
+// the output's type or bfloat16 (widened exactly).
 bool CudaTakesBf16Directly(const Node& node, std::span<const OperandType> inputs,
                            std::span<const OperandType> outputs);
 

@@ -1,11 +1,16 @@
 // kernels/cuda/collective.cu without a GPU (the tables and the argument checks run on the host):
-// the three collective ops have CUDA kernels, their workspace figures are those of docs/design.md §10, and a
-// kernel run without a communicator says what is missing before it touches any memory.
+// the three collective ops have CUDA kernels, their workspace figures are those of
+// docs/design.md §10 (the CPU's, f32 and bf16, at most one bucket per region), and a kernel run
+// without a communicator says what is missing before it touches any memory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <map>
 #include <vector>
 
+#include "kernels/cpu/collective.h"
+#include "kernels/cpu/kernel.h"
 #include "tests/support/test_util.h"
 #ifdef FOUNDRY_HAVE_CUDA
 #include "kernels/cuda/kernel.h"
@@ -30,10 +35,11 @@ TEST(CudaCollectiveHostTest, EveryCollectiveHasAKernel) {
     EXPECT_NE(CudaKernels().Find("foundry", op), nullptr) << op;
 }
 
-// kernels/cpu/collective_workspace.cc, each region rounded up to 256 bytes (R): AllGather needs
-// R(N*c_i*4) bytes for each output whose numel is not N*c_i (gathered into scratch, then its first
-// numel_i copied out), nothing for one that divides evenly; ReduceScatterGradient 2*R(N*c*4)
-// (send, receive); AllReduceGradient 3*R(N*c*4) (and the gather).
+// kernels/cpu/collective_workspace.cc, each region one exchange of N*b elements of e bytes
+// (b = min(c, floor(8 MiB / (N*e)))) rounded up to 256 bytes (R): AllGather needs the largest
+// R(N*c_i*e_i) among the outputs whose numel is not N*c_i (gathered into scratch, then the first
+// numel_i copied out), nothing when all divide evenly; ReduceScatterGradient 2*R (send, receive);
+// AllReduceGradient 3*R (and the gather); bf16 is not staged (the kernels take it themselves).
 int64_t R(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 TEST(CudaCollectiveHostTest, WorkspaceIsTheContractsFigure) {
@@ -52,7 +58,7 @@ TEST(CudaCollectiveHostTest, WorkspaceIsTheContractsFigure) {
   EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 0);
   g.nodes.push_back(
       MakeNode("AllGather", {"s4", "s3"}, {"f1", "f3"}, {{"world_size", World(3)}}, "foundry"));
-  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), R(3 * 2 * 4) + R(3 * 34 * 4));
+  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), std::max(R(3 * 2 * 4), R(3 * 34 * 4)));
   g.nodes.push_back(
       MakeNode("ReduceScatterGradient", {"f3"}, {"s3"}, {{"world_size", World(3)}}, "foundry"));
   EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 2 * R(3 * 34 * 4));
@@ -62,6 +68,44 @@ TEST(CudaCollectiveHostTest, WorkspaceIsTheContractsFigure) {
   g.nodes.push_back(
       MakeNode("AllReduceGradient", {"f1"}, {"f1"}, {{"world_size", World(1)}}, "foundry"));
   EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 3 * R(5 * 4));
+  // bf16 partials and shards: 2-byte elements, no staging copies.
+  AddF32(g, "h3", {10, 10});
+  g.FindValue("h3")->dtype = DType::kBFloat16;
+  AddF32(g, "hs", {34});
+  g.FindValue("hs")->dtype = DType::kBFloat16;
+  g.nodes.push_back(
+      MakeNode("ReduceScatterGradient", {"h3"}, {"s3"}, {{"world_size", World(3)}}, "foundry"));
+  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 2 * R(3 * 34 * 2));
+  g.nodes.push_back(
+      MakeNode("AllReduceGradient", {"h3"}, {"f3"}, {{"world_size", World(3)}}, "foundry"));
+  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), 3 * R(3 * 34 * 2));
+  g.nodes.push_back(MakeNode("AllGather", {"hs"}, {"h3"}, {{"world_size", World(3)}}, "foundry"));
+  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes.back()), R(3 * 34 * 2));
+  for (const Node& n : g.nodes) EXPECT_EQ(CudaWorkspaceBytes(g, n), CpuWorkspaceBytes(g, n));
+}
+
+// A 50257 x 4096 embedding over 3 ranks: each region is one bucket (b = floor(8 MiB / (3*e))
+// elements per rank, 3*b*e rounded up to exactly 8 MiB), whatever the element type.
+TEST(CudaCollectiveHostTest, WorkspaceOfAHugeTensorIsBoundedByTheBucket) {
+  const int64_t B = kCollectiveBucketBytes, numel = int64_t{50257} * 4096;
+  const int64_t c = (numel + 2) / 3;
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    Graph g;
+    AddF32(g, "p", {50257, 4096});
+    g.FindValue("p")->dtype = t;
+    AddF32(g, "s", {c});
+    g.FindValue("s")->dtype = t;
+    AddF32(g, "g", {c});
+    AddF32(g, "full", {50257, 4096});
+    const std::map<std::string, Attribute> three = {{"world_size", World(3)}};
+    EXPECT_EQ(
+        CudaWorkspaceBytes(g, MakeNode("ReduceScatterGradient", {"p"}, {"g"}, three, "foundry")),
+        2 * B);
+    EXPECT_EQ(
+        CudaWorkspaceBytes(g, MakeNode("AllReduceGradient", {"p"}, {"full"}, three, "foundry")),
+        3 * B);
+    EXPECT_EQ(CudaWorkspaceBytes(g, MakeNode("AllGather", {"s"}, {"p"}, three, "foundry")), B);
+  }
 }
 
 TEST(CudaCollectiveHostTest, WithoutACommunicatorTheKernelSaysSo) {
@@ -91,5 +135,5 @@ TEST(CudaCollectiveHostTest, EveryCollectiveHasAKernel) { GTEST_SKIP() << "built
 
 #endif
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry
