@@ -4,7 +4,7 @@
 
 namespace foundry {
 
-GraphIndex::GraphIndex(const Graph& g) {
+GraphIndex::GraphIndex(const Graph& g, bool in_arena) : gradients_in_arena(in_arena) {
   for (size_t s = 0; s < g.nodes.size(); ++s) {
     const auto step = static_cast<int64_t>(s);
     for (const auto& in : g.nodes[s].inputs)
@@ -42,6 +42,12 @@ MemoryClass GraphIndex::BaseClass(const Graph& g, const std::string& v) const {
   return MemoryClass::kArena;
 }
 
+bool GraphIndex::InArena(const Graph& g, const std::string& v) const {
+  const MemoryClass c = BaseClass(g, v);
+  return c == MemoryClass::kArena ||
+         (gradients_in_arena && c == MemoryClass::kGradient && Producer(v) >= 0);
+}
+
 std::string RootOf(const MemoryPlan& plan, const std::string& v) {
   auto it = plan.alias.find(v);
   return it == plan.alias.end() ? v : it->second.owner;
@@ -76,6 +82,7 @@ BytesByClass CountOutside(const Graph& g, const GraphIndex& ix) {
   for (const auto& in : g.inputs) b[MemoryClass::kInput] += ValueBytes(g, in);
   for (size_t i = 0; i < g.outputs.size(); ++i) {
     if (ix.params.count(g.outputs[i]) || ix.inputs.count(g.outputs[i])) continue;
+    if (ix.gradients_in_arena && ix.InArena(g, g.outputs[i])) continue;
     b[i >= 1 && i <= g.parameters.size() ? MemoryClass::kGradient : MemoryClass::kOutput] +=
         ValueBytes(g, g.outputs[i]);
   }
@@ -107,12 +114,26 @@ std::vector<ArenaBuffer> BuffersOf(const Graph& g, const MemoryPlan& plan, const
       buffers.push_back({o, ValueBytes(g, o), step, std::max(step, ix.LastRead(o))});
     }
   }
+  // Computed gradients in the arena: from the first write into the buffer to the last step.
+  const auto end = static_cast<int64_t>(g.nodes.size()) - 1;
+  if (ix.gradients_in_arena)
+    for (size_t i = 1; i <= g.parameters.size() && i < g.outputs.size(); ++i) {
+      const std::string& o = g.outputs[i];
+      if (index.count(o) || !ix.InArena(g, o) || ix.BaseClass(g, o) != MemoryClass::kGradient ||
+          plan.alias.count(o))
+        continue;
+      index.emplace(o, buffers.size());
+      buffers.push_back({o, ValueBytes(g, o), ix.Producer(o), std::max(end, ix.Producer(o))});
+    }
   for (const auto& [v, a] : plan.alias) {
     auto it = index.find(a.owner);
     if (it == index.end()) continue;
     ArenaBuffer& b = buffers[it->second];
+    b.first = std::min(b.first, std::max<int64_t>(ix.Producer(v), 0));
     b.last = std::max({b.last, ix.Producer(v), ix.LastRead(v)});
   }
+  std::stable_sort(buffers.begin(), buffers.end(),
+                   [](const ArenaBuffer& a, const ArenaBuffer& b) { return a.first < b.first; });
   return buffers;
 }
 

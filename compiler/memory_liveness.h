@@ -32,13 +32,17 @@ struct GraphIndex {
   std::unordered_map<std::string, int64_t> last_read;
   std::unordered_map<std::string, size_t> output_pos;
   std::unordered_set<std::string> params, inputs, initializers;
+  bool gradients_in_arena = false;  // the plan's (compiler/memory_plan.h)
 
-  explicit GraphIndex(const Graph& g);
+  explicit GraphIndex(const Graph& g, bool gradients_in_arena = false);
 
   int64_t Producer(const std::string& v) const;  // -1 when no node makes it
   int64_t LastRead(const std::string& v) const;  // -1 when no node reads it
   // The class of a value as if it were no alias.
   MemoryClass BaseClass(const Graph& g, const std::string& v) const;
+  // Whether a value that is no alias has its buffer in the arena: a transient, or a computed
+  // gradient when gradients_in_arena.
+  bool InArena(const Graph& g, const std::string& v) const;
 };
 
 // The owner of v's buffer under the plan's aliases (v itself when it is no alias).

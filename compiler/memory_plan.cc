@@ -288,12 +288,16 @@ MemoryClass ClassOf(const Graph& graph, const MemoryPlan& plan, const std::strin
 }
 
 std::vector<ArenaBuffer> ArenaBuffers(const Graph& graph, const MemoryPlan& plan) {
-  return BuffersOf(graph, plan, GraphIndex(graph));
+  return BuffersOf(graph, plan, GraphIndex(graph, plan.gradients_in_arena));
+}
+
+bool InArena(const Graph& graph, const MemoryPlan& plan, const std::string& value) {
+  return GraphIndex(graph, plan.gradients_in_arena).InArena(graph, RootOf(plan, value));
 }
 
 Status CheckMemoryPlan(const Graph& graph, const MemoryPlan& plan,
                        const std::vector<BackendSpec>* backends) {
-  const GraphIndex ix(graph);
+  const GraphIndex ix(graph, plan.gradients_in_arena);
   RETURN_IF_ERROR(CheckCommon(graph, plan, ix));
   RETURN_IF_ERROR(CheckOutside(graph, plan, ix));
   const std::vector<ArenaBuffer> buffers = BuffersOf(graph, plan, ix);
@@ -312,7 +316,7 @@ Status CheckMemoryPlan(const Graph& graph, const MemoryPlan& plan,
 
 Status CheckLayout(const Graph& graph, const MemoryPlan& plan, const BackendLayout& layout,
                    const WorkspaceFn* workspace) {
-  const GraphIndex ix(graph);
+  const GraphIndex ix(graph, plan.gradients_in_arena);
   RETURN_IF_ERROR(CheckCommon(graph, plan, ix));
   return CheckLayoutOnly(graph, plan, layout, workspace, BuffersOf(graph, plan, ix));
 }
@@ -370,7 +374,7 @@ std::string DumpMemoryPlan(const Graph& g, const MemoryPlan& plan) {
                     std::to_string(plan.alias.size()) + " aliases, layouts:";
   for (const auto& l : plan.layouts) out += " " + l.backend;
   out += "\n";
-  const GraphIndex ix(g);
+  const GraphIndex ix(g, plan.gradients_in_arena);
   for (size_t s = 0; s < g.nodes.size(); ++s) {
     const Node& n = g.nodes[s];
     const auto phase = PhaseOf(n);
@@ -390,7 +394,7 @@ std::string DumpMemoryPlan(const Graph& g, const MemoryPlan& plan) {
       if (auto a = plan.alias.find(o); a != plan.alias.end())
         out += std::string(a->second.kind == AliasKind::kView ? " view of " : " in place over ") +
                Q(owner);
-      if (c == MemoryClass::kArena)
+      if (ix.InArena(g, owner))
         for (const auto& l : plan.layouts)
           if (auto it = l.offsets.find(owner); it != l.offsets.end())
             out += " @" + l.backend + " " + std::to_string(it->second);

@@ -8,6 +8,11 @@
 // that are not trained, folded constants) each have storage of their own for the whole run,
 // outside the arena.
 // Every other value with bytes is a transient and lives in the arena, one buffer per owner.
+// Except: a plan with `gradients_in_arena` (one graph run per optimizer step: nothing accumulates
+// into a gradient across runs) keeps each computed gradient in the arena too, live from the first
+// write into its buffer (its own producer, or the first transient written in place into it) to
+// the last step, where the optimizer reads it after the run. Its class stays kGradient (the
+// reports count it as a gradient), its bytes are the arena's.
 //
 // Aliases. A value may use another value's buffer instead of its own:
 //  - view: the output of a node whose schema says `view` (Reshape, Flatten, Squeeze, Unsqueeze,
@@ -90,6 +95,10 @@ struct MemoryPlan {
   std::map<std::string, Alias> alias;
   std::vector<BackendLayout> layouts;
 
+  // Computed gradients live in the arena, from their first write to the end of the run (see the
+  // file comment); false: outside it, for the whole run (needed when microbatches accumulate).
+  bool gradients_in_arena = false;
+
   // Outside the arena, exact bytes per class: parameter, gradient, output, input, constant and
   // optimizer_state (kArena and kOther stay 0; the arena is per layout). The optimizer figure
   // assumes AdamW (two f32 slots per trainable element); SGD with momentum needs half of it, plain
@@ -113,12 +122,16 @@ inline constexpr MemoryClass kOutsideClasses[] = {
 // the gradients of graph.parameters in order (kGradient); any further output is kOutput.
 MemoryClass ClassOf(const Graph& graph, const MemoryPlan& plan, const std::string& value);
 
+// Whether `value`'s buffer (its owner's, for an alias) is in the arena under this plan: a transient,
+// or a computed gradient of a plan with gradients_in_arena.
+bool InArena(const Graph& graph, const MemoryPlan& plan, const std::string& value);
+
 // One arena buffer with its live interval on the schedule.
 struct ArenaBuffer {
   std::string owner;
   int64_t bytes = 0;  // exact (unrounded) bytes of the owner
-  int64_t first = 0;  // step of the owner's producer
-  int64_t last = 0;   // last step that reads any value of the buffer
+  int64_t first = 0;  // step of the owner's producer (a gradient's: its buffer's first write)
+  int64_t last = 0;   // last step that reads any value of the buffer (a gradient's: the last)
 };
 // The arena buffers in the order of their owner's producer; liveness as in the file comment.
 std::vector<ArenaBuffer> ArenaBuffers(const Graph& graph, const MemoryPlan& plan);

@@ -27,6 +27,7 @@ namespace {
 nlohmann::ordered_json MemoryToJson(const MemoryPlan& m) {
   nlohmann::ordered_json mem;
   mem["schedule"] = m.schedule;
+  if (m.gradients_in_arena) mem["gradients_in_arena"] = true;
   mem["alias"] = nlohmann::ordered_json::object();
   for (const auto& [value, a] : m.alias)
     mem["alias"][value] = {{"owner", a.owner},
@@ -150,6 +151,11 @@ const std::string* ControlCharacterString(const nlohmann::json& root) {
 Status ReadMemorySection(const nlohmann::json& j, MemoryPlan& m) {
   if (!j.is_object()) return Error("memory is not an object");
   m.schedule = j.at("schedule").get<std::vector<std::string>>();
+  if (j.contains("gradients_in_arena")) {
+    if (!j.at("gradients_in_arena").is_boolean())
+      return Error("gradients_in_arena is not true or false");
+    m.gradients_in_arena = j.at("gradients_in_arena").get<bool>();
+  }
   std::map<std::string, size_t> step;
   for (size_t s = 0; s < m.schedule.size(); ++s)
     if (!step.emplace(m.schedule[s], s).second)

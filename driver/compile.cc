@@ -81,6 +81,11 @@ void KeepShardResult(Compilation& c, const std::vector<std::unique_ptr<Pass>>& p
   }
 }
 
+// One graph run per optimizer step keeps the gradients in the arena (compiler/memory_plan.h).
+PlanMemoryOptions PlanOptions(const CompileRequest& r) {
+  return {r.grad_accumulation == 1};
+}
+
 // The post-autodiff passes' options as the request gives them, with `instances` checkpointed.
 PostAutodiffOptions PostAutodiff(const CompileRequest& r, std::vector<std::string> instances) {
   return {{std::move(instances)}, r.precision, ShardOptions(r)};
@@ -263,7 +268,8 @@ StatusOr<CheckpointReport> CompareWithPlain(Compilation& c, const MemoryPlan& me
   PostAutodiffOptions plain = PostAutodiff(r, {});
   plain.precision = Precision::kFp32;
   RETURN_IF_ERROR(RunPostAutodiffPasses(*c.plain, plain).status());
-  ASSIGN_OR_RETURN(MemoryPlan plain_memory, PlanMemory(*c.plain, {{"cpu", CpuWorkspaceBytes}}));
+  ASSIGN_OR_RETURN(MemoryPlan plain_memory,
+                   PlanMemory(*c.plain, {{"cpu", CpuWorkspaceBytes}}, PlanOptions(r)));
   ASSIGN_OR_RETURN(MemoryReport plain_report,
                    BuildMemoryReport(*c.plain, plain_memory, "cpu", r.model, r.dims));
   c.result.plain_curve = PlainTimelineCurve(plain_report);
@@ -275,7 +281,8 @@ StatusOr<CheckpointReport> CompareWithPlain(Compilation& c, const MemoryPlan& me
 Status PlanAndReport(Compilation& c) {
   const CompileRequest& r = c.request;
   Plan plan;
-  ASSIGN_OR_RETURN(plan.memory, PlanMemory(c.result.graph, CompiledBackendSpecs()));
+  ASSIGN_OR_RETURN(plan.memory,
+                   PlanMemory(c.result.graph, CompiledBackendSpecs(), PlanOptions(r)));
   ASSIGN_OR_RETURN(MemoryReport report,
                    BuildMemoryReport(c.result.graph, plan.memory, "cpu", r.model, r.dims));
   if (c.plain) {

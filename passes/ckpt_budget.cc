@@ -109,7 +109,8 @@ StatusOr<CkptEvaluation> PlanSelection(const CkptEvaluator& evaluator,
   Graph g = evaluator.graph();
   RETURN_IF_ERROR(
       RunPostAutodiffPasses(g, {{instances}, evaluator.precision(), evaluator.shard()}).status());
-  ASSIGN_OR_RETURN(MemoryPlan plan, PlanMemory(g, {{"cpu", CpuWorkspaceBytes}}));
+  ASSIGN_OR_RETURN(MemoryPlan plan, PlanMemory(g, {{"cpu", CpuWorkspaceBytes}},
+                                               {evaluator.gradients_in_arena()}));
   const BackendLayout& layout = plan.layouts.at(0);
   CkptEvaluation e;
   e.instances = std::move(instances);
@@ -169,7 +170,10 @@ CkptEvaluator::CkptEvaluator(const Graph& autodiff_graph, Precision precision,
     : graph_(autodiff_graph),
       precision_(precision),
       shard_(shard),
-      cache_(std::make_unique<CkptPlanCache>()) {}
+      cache_(std::make_unique<CkptPlanCache>()) {
+  for (const Node& n : graph_.nodes)
+    if (n.domain == "foundry" && n.op_type == "AccumulateGradient") gradients_in_arena_ = false;
+}
 CkptEvaluator::~CkptEvaluator() = default;
 
 StatusOr<CkptEvaluation> CkptEvaluator::Evaluate(const std::vector<std::string>& instances) const {

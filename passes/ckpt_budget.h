@@ -55,9 +55,12 @@ class CkptEvaluator {
   Precision precision() const { return precision_; }
   const ShardPass::Options& shard() const { return shard_; }
   CkptPlanCache& cache() const { return *cache_; }
+  // One graph run per step (no foundry::AccumulateGradient): gradients planned in the arena.
+  bool gradients_in_arena() const { return gradients_in_arena_; }
 
  private:
   Graph graph_;
+  bool gradients_in_arena_ = true;
   Precision precision_;
   ShardPass::Options shard_;
   mutable int evaluations_ = 0;

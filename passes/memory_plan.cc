@@ -211,8 +211,9 @@ int64_t PlaceBest(const std::vector<ArenaItem>& items, const LiveBound& bound, s
 
 }  // namespace
 
-StatusOr<MemoryPlan> PlanMemory(const Graph& g, const std::vector<BackendSpec>& backends) {
-  const GraphIndex ix(g);
+StatusOr<MemoryPlan> PlanMemory(const Graph& g, const std::vector<BackendSpec>& backends,
+                                PlanMemoryOptions options) {
+  const GraphIndex ix(g, options.gradients_in_arena);
   auto unknown = [&](const std::string& v, const std::string& role) {
     return Error("memory plan: " + role + Q(v) + " has no known shape (" + TypeOf(g, v) +
                  "); bind every symbolic dimension with --dim NAME=VALUE");
@@ -230,6 +231,7 @@ StatusOr<MemoryPlan> PlanMemory(const Graph& g, const std::vector<BackendSpec>& 
       if (!o.empty() && !known(o)) return unknown(o, "output of " + n.Describe() + ", ");
 
   MemoryPlan plan;
+  plan.gradients_in_arena = options.gradients_in_arena;
   plan.schedule.reserve(g.nodes.size());
   for (const Node& n : g.nodes) plan.schedule.push_back(n.name);
   plan.outside = CountOutside(g, ix);

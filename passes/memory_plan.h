@@ -25,7 +25,15 @@
 
 namespace foundry {
 
+struct PlanMemoryOptions {
+  // One graph run per optimizer step: the computed gradients live in the arena from their first
+  // write to the end of the run (compiler/memory_plan.h). With accumulation over microbatches
+  // they must persist across runs: false.
+  bool gradients_in_arena = false;
+};
+
 // Plans the scheduled training graph for each backend. Every value must have a concrete shape.
-StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<BackendSpec>& backends);
+StatusOr<MemoryPlan> PlanMemory(const Graph& graph, const std::vector<BackendSpec>& backends,
+                                PlanMemoryOptions options = {});
 
 }  // namespace foundry

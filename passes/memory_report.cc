@@ -9,6 +9,7 @@
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "base/bytes.h"
 #include "compiler/op_schema.h"
@@ -187,22 +188,32 @@ StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& p
 
   // Per-step kinds by difference arrays: buffers and steps both run to the hundred thousands.
   const std::vector<ArenaBuffer> buffers = ArenaBuffers(graph, plan);
-  std::vector<int64_t> saved_delta(steps + 1, 0), transient_delta(steps + 1, 0);
+  std::vector<int64_t> saved_delta(steps + 1, 0), transient_delta(steps + 1, 0),
+      gradient_delta(steps + 1, 0);
+  const int64_t peak = layout->peak_step;
+  std::unordered_set<std::string> gradients;
+  r.gradients_in_arena = plan.gradients_in_arena;
   for (const ArenaBuffer& b : buffers) {
-    auto& delta = saved.count(b.owner) ? saved_delta : transient_delta;
+    const bool gradient = ClassOf(graph, plan, b.owner) == MemoryClass::kGradient;
+    if (gradient) {
+      gradients.insert(b.owner);
+      r.arena_gradient_bytes += b.bytes;
+      if (b.first <= peak && peak <= b.last) r.arena_gradient_bytes_at_peak += b.bytes;
+    }
+    auto& delta = gradient ? gradient_delta : saved.count(b.owner) ? saved_delta : transient_delta;
     delta[b.first] += RoundUp(b.bytes);
     delta[b.last + 1] -= RoundUp(b.bytes);
   }
   r.steps.resize(steps);
-  int64_t live_saved = 0, live_transient = 0;
+  int64_t live_saved = 0, live_transient = 0, live_gradient = 0;
   for (size_t s = 0; s < steps; ++s) {
     live_saved += saved_delta[s];
     live_transient += transient_delta[s];
+    live_gradient += gradient_delta[s];
     r.steps[s] = {live_saved, live_transient, RoundUp(layout->workspace_bytes[s]),
-                  PhaseOrForward(graph.nodes[s])};
+                  PhaseOrForward(graph.nodes[s]), live_gradient};
   }
 
-  const int64_t peak = layout->peak_step;
   for (const ArenaBuffer& b : buffers) {
     if (b.first > peak || b.last < peak) continue;
     auto p = producer.find(b.owner);
@@ -210,7 +221,7 @@ StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& p
         p == producer.end() ? "" : std::string(PhaseName(PhaseOrForward(graph.nodes[p->second])));
     const Value* v = graph.FindValue(b.owner);
     r.largest_at_peak.push_back({b.owner, b.bytes, scope_of(b.owner), phase,
-                                 saved.count(b.owner) != 0,
+                                 saved.count(b.owner) != 0, gradients.count(b.owner) != 0,
                                  v ? std::string(DTypeName(v->dtype)) : std::string()});
   }
   std::stable_sort(r.largest_at_peak.begin(), r.largest_at_peak.end(),
@@ -301,6 +312,9 @@ std::string MemoryReportJson(const MemoryReport& r) {
       {"saved_for_backward_by_dtype", r.saved_for_backward_by_dtype},
       {"parameter_bytes", r.outside[MemoryClass::kParameter]},
       {"gradient_bytes", r.outside[MemoryClass::kGradient]},
+      {"gradients_in_arena", r.gradients_in_arena},
+      {"arena_gradient_bytes", r.arena_gradient_bytes},
+      {"arena_gradient_bytes_at_peak", r.arena_gradient_bytes_at_peak},
       {"optimizer_state_bytes", r.outside[MemoryClass::kOptimizerState]},
       {"optimizer", "adamw"},
       {"input_bytes", r.outside[MemoryClass::kInput]},
@@ -323,6 +337,7 @@ std::string MemoryReportJson(const MemoryReport& r) {
                                     {"module", v.module},
                                     {"phase", v.phase},
                                     {"saved", v.saved},
+                                    {"gradient", v.gradient},
                                     {"dtype", v.dtype}});
   j["layouts"] = ordered_json::array();
   for (const auto& s : r.layouts)
@@ -638,7 +653,11 @@ std::string FormatMemoryReport(const MemoryReport& r) {
       << l.peak_node << "'\n"
       << "  saved for backward " << Bytes(r.saved_for_backward_bytes) << SavedByDtype(r) << "\n"
       << "  parameters         " << Bytes(r.outside[MemoryClass::kParameter]) << "\n"
-      << "  gradients          " << Bytes(r.outside[MemoryClass::kGradient]) << "\n"
+      << "  gradients          "
+      << (r.gradients_in_arena ? "in the arena, " + Bytes(r.arena_gradient_bytes_at_peak) +
+                                     " of " + Bytes(r.arena_gradient_bytes) + " live at the peak"
+                               : Bytes(r.outside[MemoryClass::kGradient]))
+      << "\n"
       << "  optimizer state    " << Bytes(r.outside[MemoryClass::kOptimizerState]) << "  (AdamW)\n"
       << "  inputs             " << Bytes(r.outside[MemoryClass::kInput]) << "\n"
       << "  constants          " << Bytes(r.outside[MemoryClass::kConstant]) << "\n"
@@ -654,7 +673,8 @@ std::string FormatMemoryReport(const MemoryReport& r) {
   out << "largest values live at the peak (step " << l.peak_step << "):\n";
   for (const auto& v : r.largest_at_peak)
     out << "  " << std::setw(10) << HumanBytes(v.bytes) << "  " << std::left << std::setw(9)
-        << (v.saved ? "saved" : "transient") << "  " << std::setw(9) << v.phase << "  "
+        << (v.saved ? "saved" : v.gradient ? "gradient" : "transient") << "  " << std::setw(9)
+        << v.phase << "  "
         << std::setw(4) << v.dtype << std::right << "  " << ModuleName(v.module) << "  " << v.value
         << "\n";
   if (l.peak_step >= 0 && l.peak_step < static_cast<int64_t>(r.steps.size()) &&

@@ -22,7 +22,8 @@
 //
 // Per-step kinds (the timeline): at each step, the rounded bytes (kArenaAlignment) of the live
 // arena buffers split into saved activations (the saved buffers above, over their whole
-// interval) and transients (every other arena buffer), plus that step's workspace. Their sum is
+// interval), gradients (a plan with gradients in the arena: from their first write to the end)
+// and transients (every other arena buffer), plus that step's workspace. Their sum is
 // the live rounded bytes the lower bound is the maximum of, so the curve peaks at the bound.
 #pragma once
 
@@ -69,6 +70,7 @@ struct PeakValue {
   std::string module;
   std::string phase;  // of the owner's producer
   bool saved = false;
+  bool gradient = false;  // a gradient the plan keeps in the arena
   std::string dtype;  // the owner's element type (DTypeName: f32, bf16, i64, ...)
 };
 
@@ -77,7 +79,8 @@ struct StepBytes {
   int64_t transient = 0;
   int64_t workspace = 0;
   Phase phase = Phase::kForward;
-  int64_t Total() const { return saved + transient + workspace; }
+  int64_t gradient = 0;  // rounded bytes of live gradients in the arena
+  int64_t Total() const { return saved + transient + workspace + gradient; }
 };
 
 struct LayoutSummary {
@@ -100,6 +103,10 @@ struct MemoryReport {
   // The same bytes by element type ("f32", "bf16", ...): --precision amp_bf16 saves bf16.
   std::map<std::string, int64_t> saved_for_backward_by_dtype;
   BytesByClass outside;  // the plan's bytes outside the arena, per class
+  // A plan with gradients in the arena: all of them (exact), and those live at the peak step.
+  bool gradients_in_arena = false;
+  int64_t arena_gradient_bytes = 0;
+  int64_t arena_gradient_bytes_at_peak = 0;
 
   FlopCounts flops;
   std::vector<ModuleSavedBytes> modules;   // largest first, ties in natural order (2 < 10)

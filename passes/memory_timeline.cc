@@ -153,12 +153,19 @@ std::string MemoryTimelineSvg(const MemoryReport& report, const TimelineOptions&
     const char* name;
     const char* fill;
   };
-  const Kind kinds[] = {
-      {"saved activations", "#3b75af"}, {"transients", "#ef8636"}, {"workspace", "#519e3e"}};
+  const Kind kinds[] = {{"saved activations", "#3b75af"},
+                        {"transients", "#ef8636"},
+                        {"workspace", "#519e3e"},
+                        {"gradients", "#8c564b"}};
   auto level = [&](const StepBytes& s, int k) {
-    return k == 0 ? 0 : k == 1 ? s.saved : k == 2 ? s.saved + s.transient : s.Total();
+    return k == 0   ? 0
+           : k == 1 ? s.saved
+           : k == 2 ? s.saved + s.transient
+           : k == 3 ? s.saved + s.transient + s.workspace
+                    : s.Total();
   };
-  for (int k = 0; k < 3 && !cols.empty(); ++k) {
+  const int shown = report.gradients_in_arena ? 4 : 3;  // gradients only when in the arena
+  for (int k = 0; k < shown && !cols.empty(); ++k) {
     std::ostringstream pts;
     for (const Column& c : cols) {
       const double y = Y(double(level(steps[c.step], k + 1)));
@@ -206,7 +213,7 @@ std::string MemoryTimelineSvg(const MemoryReport& report, const TimelineOptions&
     bool line;
   };
   std::vector<Entry> legend;
-  for (const auto& k : kinds) legend.push_back({k.name, k.fill, false});
+  for (int k = 0; k < shown; ++k) legend.push_back({kinds[k].name, kinds[k].fill, false});
   legend.push_back({"forward", PhaseFill(Phase::kForward), false});
   legend.push_back({"backward", PhaseFill(Phase::kBackward), false});
   for (const auto& s : steps)

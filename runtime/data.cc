@@ -260,8 +260,18 @@ bool GatheredParameter(const Graph& g, const std::string& value) {
   return false;
 }
 
-// The plan input that an embedding Gather (float initializer data, axis 0) takes as indices,
-// and that embedding's row count.
+// A weight as a Gather reads it: an initializer, a gathered shard, or a Cast of either (FSDP's
+// bf16 parameters, docs/design.md §9).
+bool IsWeight(const Graph& g, const std::string& value) {
+  if (g.IsInitializer(value) || GatheredParameter(g, value)) return true;
+  for (const Node& n : g.nodes)
+    if (n.domain.empty() && n.op_type == "Cast" && !n.outputs.empty() && n.outputs[0] == value)
+      return !n.inputs.empty() && n.inputs[0] != value && IsWeight(g, n.inputs[0]);
+  return false;
+}
+
+// The plan input that an embedding Gather (float weight data, axis 0) takes as indices, and that
+// embedding's row count.
 void FindTokenInput(const Graph& g, const std::vector<std::string>& inputs, std::string* input,
                     int64_t* vocab) {
   for (const Node& n : g.nodes) {
@@ -269,7 +279,7 @@ void FindTokenInput(const Graph& g, const std::vector<std::string>& inputs, std:
     if (n.GetInt("axis", 0) != 0) continue;
     if (std::find(inputs.begin(), inputs.end(), n.inputs[1]) == inputs.end()) continue;
     const Value* table = g.FindValue(n.inputs[0]);
-    if (!table || !(g.IsInitializer(n.inputs[0]) || GatheredParameter(g, n.inputs[0])) ||
+    if (!table || !IsWeight(g, n.inputs[0]) ||
         !IsFloat(table->dtype) || table->shape.size() != 2)
       continue;
     *input = n.inputs[1];

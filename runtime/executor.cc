@@ -125,7 +125,8 @@ StatusOr<std::unique_ptr<Executor>> Executor::Create(
   // Graph outputs: storage of their own (a constant output gets its value once, here).
   for (const auto& name : graph.outputs) {
     if (produced.count(name)) {
-      if (!e->views_.count(name))
+      // A gradient the plan keeps in the arena is placed with the transients below.
+      if (!e->views_.count(name) && !InArena(graph, e->plan_, name))
         RETURN_IF_ERROR(region_view(
             name, ClassOf(graph, e->plan_, name),
             ClassOf(graph, e->plan_, name) == MemoryClass::kGradient ? "gradient" : "output"));

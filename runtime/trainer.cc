@@ -122,6 +122,10 @@ Status Trainer::ResolveAccumulation() {
     return Error("gradient accumulation over " + k + " microbatches: '" + plan_.plan_path +
                  "' was compiled with --grad-accum " + std::to_string(planned) + "; run it with " +
                  std::to_string(planned) + " or recompile it with --grad-accum " + k);
+  if (planned > 1 && plan_.plan.memory.gradients_in_arena)
+    return Error("'" + plan_.plan_path + "' is a damaged foundry plan (it records " +
+                 "grad_accumulation " + k + " with its gradients in the arena, where they would " +
+                 "not persist across microbatches); recompile it with foundry-compile");
   const UseDef use = BuildUseDef(plan_.graph);
   for (const auto& name : plan_.plan.parameters) {
     const std::string& grad = plan_.plan.gradients.at(name);

@@ -82,7 +82,10 @@ TEST(ShardPassTest, FullShardShardsEveryParameterAndGathersEachBlockTwice) {
   }
   // The plan holds one rank's parameters, gradients and AdamW slots.
   EXPECT_EQ(c.plan->memory.outside[MemoryClass::kParameter], shard_bytes);
-  EXPECT_EQ(c.plan->memory.outside[MemoryClass::kGradient], shard_bytes);
+  // One graph run per step: the gradient shards live in the arena from their reduce-scatter on.
+  EXPECT_TRUE(c.plan->memory.gradients_in_arena);
+  EXPECT_EQ(c.plan->memory.outside[MemoryClass::kGradient], 0);
+  EXPECT_EQ(c.report->arena_gradient_bytes, shard_bytes);
   EXPECT_EQ(c.plan->memory.outside[MemoryClass::kOptimizerState], 2 * shard_bytes);
   EXPECT_EQ(c.shard->shard_param_bytes, shard_bytes);
   EXPECT_EQ(c.shard->full_param_bytes, plain.plan->memory.outside[MemoryClass::kParameter]);
