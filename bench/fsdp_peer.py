@@ -17,7 +17,9 @@ JSON line per rank, in rank order:
     Activation in the forward and Temp in the backward, not as Parameter;
   peak_bytes_with_collective_buffers: the same peak with gloo's own collective buffers
     counted (see Counting); live_bytes_before: live bytes when the last step starts (parameter
-    shards, AdamW state, inputs); seconds_by_step, loss.
+    shards, AdamW state, inputs, and the previous step's gradient shards: zero_grad drops the
+    parameters' views of them, and FSDP1 with use_orig_params frees its flat gradient only in the
+    next forward); seconds_by_step, loss.
 bench/fsdp_vs_pytorch.sh takes the largest peak over the ranks.
 
 Counting: torch.distributed._tools.mem_tracker.MemTracker (torch 2.6), a TorchDispatchMode that
@@ -37,8 +39,13 @@ those inside collectives left out (they agree within a few bytes: scratch inside
 The model: models/mpt.py's mpt_125m config (the export models/exports/mpt_125m.onnx comes from)
 with families.seeded_model's init (weights do not change memory) and attn_impl "sdpa": foundry
 fuses attention by default, saving its output and logsumexp as PyTorch 2.6's CPU flash SDPA does
-(without ALiBi, is_causal=True); the export itself took attn_impl "torch". Inputs: the config's
-seeded token ids (families.make_inputs), the same on every rank.
+(without ALiBi, is_causal=True); the export itself took attn_impl "torch". Checked at 1 x 256
+without FSDP (bench/pytorch_side.py --steps 0 on this config with attn_impl "sdpa"): the bytes
+autograd saves for the backward agree with foundry-compile's saved_for_backward_bytes within
+2 KiB in fp32 (204.3 MB) and in amp_bf16 (137.9 MB, once the bf16 copies autocast makes of
+the f32 weights are set aside: foundry's report leaves them out; under FSDP DEFAULT and PURE the
+weights are bf16 already and no copies are made).
+Inputs: the config's seeded token ids (families.make_inputs), the same on every rank.
 
 FSDP1 as Composer sets it up for llm-foundry (Composer's FSDPConfig defaults): one unit per
 MPTBlock plus the root (ModuleWrapPolicy, as MPT's fsdp_wrap_fn), use_orig_params=True,
@@ -50,7 +57,12 @@ buffer_dtype): FULL = (f32, f32, f32), DEFAULT = (bf16, f32, bf16), PURE = (bf16
 applied after FSDP wrapping as Composer does (so the checkpoint sits inside each block's FSDP
 unit; models.mpt.apply_activation_checkpointing does what torch's apply_activation_checkpointing
 does). Optimizer: torch.optim.AdamW, f32 state (foundry-run's defaults: lr 1e-3, betas 0.9/0.999,
-eps 1e-8, no weight decay).
+eps 1e-8, no weight decay), stepping one parameter at a time (foreach=False, its default for CPU
+tensors), as Composer's DecoupledAdamW (llm-foundry's decoupled_adamw) always does: each
+parameter's step makes two temporaries of its size (sqrt, then the division). On CUDA tensors
+torch.optim.AdamW defaults to foreach, whose sqrt spans every parameter of the rank at once: one
+temporary of the rank's parameter bytes instead of two of the largest parameter's (the tied
+embedding, 148 MiB in f32 whole, half of that in a FULL_SHARD or SHARD_GRAD_OP shard).
 
 Autocast: forward and loss run under torch.autocast("cpu", dtype=torch.bfloat16), as Composer runs
 them under torch.autocast("cuda", ...). CPU autocast's op lists differ from CUDA's: on both,
@@ -77,7 +89,8 @@ PRECISIONS = ("FULL", "DEFAULT", "PURE")
 
 
 def mixed_precision(name: str):
-    """Composer's fsdp_config.mixed_precision under precision amp_bf16."""
+    """Composer's fsdp_config.mixed_precision under precision amp_bf16. (Composer passes no
+    dtypes at all for FULL; with f32 parameters that is the same as f32 everywhere.)"""
     import torch
     from torch.distributed.fsdp import MixedPrecision
     bf16, f32 = torch.bfloat16, torch.float32
@@ -435,7 +448,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ckpt", choices=("none", "mptblock"), default="none")
     ap.add_argument("--mixed-precision", choices=PRECISIONS, default="DEFAULT")
     ap.add_argument("--world-size", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=2, help="full training steps; the last is reported")
+    ap.add_argument("--steps", type=int, default=2,
+                    help="full training steps; the last one is reported")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     ap.add_argument("--check", action="store_true",
                     help="verify the counting on small cases instead (see the header)")
