@@ -12,9 +12,11 @@
 # bench/attention_step.sh (the training step with attention fused and unfused),
 # bench/step_vs_torch26.sh (the training step against PyTorch 2.6, interleaved, with the
 # checkpointing overheads; ~25 min), bench/node_overhead.sh (the empty step and the per-node
-# cost), bench/budget_7b.sh and bench/sharding.sh (per-rank plans of MPT-1B/7B/30B on 8 ranks)
-# and bench/checkpoint_manifest.sh (what a checkpoint's checksums cost) follow; see each script
-# for its own variables.
+# cost), bench/budget_7b.sh and bench/sharding.sh (per-rank plans of MPT-1B/7B/30B on 8 ranks),
+# bench/fsdp_vs_pytorch.sh (MPT-125M's per-rank plan on 2 ranks against PyTorch FSDP1's own
+# peak, 36 rows; ~1.5 h in PyTorch 2.6's chroot, or BENCH_FSDP_PEER_JSONL with an earlier run's
+# rows) and bench/checkpoint_manifest.sh (what a checkpoint's checksums cost) follow; see each
+# script for its own variables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -146,6 +148,8 @@ print(' | '.join([mib('arena_bytes'), mib('lower_bound_bytes'),
   bash bench/budget_7b.sh "$build"
   echo
   bash bench/sharding.sh "$build"
+  echo
+  bash bench/fsdp_vs_pytorch.sh "$build"
   echo
   bash bench/checkpoint_manifest.sh "$build"
   echo
