@@ -128,6 +128,14 @@ Status RunPipeline(Compilation& c) {
 // Step 5: the search from autodiff's output; a non-empty choice is checkpointed as --ckpt with
 // the chosen targets would be, an empty one drops the plain graph (the pipeline's graph is then
 // the plan).
+// What the plans must fit: the budget less the device reserve.
+int64_t PlanBudget(const CompileRequest& r) { return *r.memory_budget - r.device_reserve; }
+
+// " (less a device reserve of 1.0 GiB)", or "" without a reserve.
+std::string ReserveNote(const CompileRequest& r) {
+  return r.device_reserve > 0 ? " less a device reserve of " + HumanBytes(r.device_reserve) : "";
+}
+
 // The fewest ranks, doubling from 1 up to 4096, at which the request's sharding fits the smallest
 // plan (every block checkpointed) into the budget per rank; nullopt when none does (NO_SHARD keeps
 // everything on every rank, so only N = 1 is tried). The doubling stops once a rank's plan shrinks
@@ -147,7 +155,7 @@ StatusOr<std::optional<CompileResult::WorldFit>> SmallestWorld(const Compilation
     }
     CkptEvaluator evaluator(*c.plain, r.precision, shard);
     ASSIGN_OR_RETURN(CkptEvaluation e, evaluator.Evaluate(blocks));
-    if (e.total_bytes <= *r.memory_budget)
+    if (e.total_bytes <= PlanBudget(r))
       return std::optional<CompileResult::WorldFit>(CompileResult::WorldFit{n, e.total_bytes});
     const bool shrinking = last->world_size == 0 || e.total_bytes < last->total_bytes * 0.99;
     *last = CompileResult::WorldFit{n, e.total_bytes};
@@ -158,9 +166,13 @@ StatusOr<std::optional<CompileResult::WorldFit>> SmallestWorld(const Compilation
 
 Status ApplyMemoryBudget(Compilation& c) {
   const CompileRequest& r = c.request;
+  if (PlanBudget(r) <= 0)
+    return Error("--memory-budget " + r.memory_budget_text + ": the budget is not above the " +
+                 "device reserve, " + HumanBytes(r.device_reserve) +
+                 "; give a larger budget, or a smaller --device-reserve");
   CkptEvaluator evaluator(*c.plain, r.precision, ShardOptions(r));
   BudgetOptions search;
-  search.budget_bytes = *r.memory_budget;
+  search.budget_bytes = PlanBudget(r);
   search.syntax = r.ckpt_syntax;
   auto searched = ChooseCheckpointing(evaluator, search);
   CompileResult::WorldFit last;
@@ -183,11 +195,17 @@ Status ApplyMemoryBudget(Compilation& c) {
              std::string(ShardingName(r.sharding)) + " still plans " +
              HumanBytes(last.total_bytes) +
              " per rank with every block checkpointed (the activations are not sharded)";
-    return Error("--memory-budget " + r.memory_budget_text + ": " + searched.status().message() +
-                 hint);
+    return Error("--memory-budget " + r.memory_budget_text + ReserveNote(r) + ": " +
+                 searched.status().message() + hint);
   }
   ASSIGN_OR_RETURN(BudgetChoice choice,
-                   MakeBudgetChoice(*c.plain, *searched, *r.memory_budget, r.ckpt_syntax));
+                   MakeBudgetChoice(*c.plain, *searched, *r.memory_budget, r.ckpt_syntax,
+                                    r.device_reserve));
+  if (r.device_reserve > 0)
+    choice.config.notes.push_back("planned against the budget less a device reserve of " +
+                                  HumanBytes(r.device_reserve) +
+                                  " (foundry-compile --device-reserve: the CUDA context, cuBLAS "
+                                  "and NCCL buffers, allocator rounding)");
   if (r.world_size > 1)  // the answer holds for these ranks and this sharding only
     choice.config.notes.push_back(
         "planned per GPU for one of " + std::to_string(r.world_size) + " ranks with fsdp_config." +

@@ -69,6 +69,10 @@ struct CompileRequest {
   // `memory_budget_text` is the size as the user wrote it, for messages.
   std::optional<int64_t> memory_budget;
   std::string memory_budget_text;
+  // --device-reserve: bytes per device the plan cannot see (the CUDA context, cuBLAS's and NCCL's
+  // own buffers, the allocator's rounding), taken off memory_budget before the search plans
+  // against it, so that an answer fits the card and not just the plan. Resolved by the caller.
+  int64_t device_reserve = 0;
   bool frontier = false;     // with memory_budget: the --memory-frontier points too
   bool ckpt_config = false;  // with ckpt_targets: the selection as llm-foundry config too
 

@@ -403,6 +403,7 @@ RunMemory MeasureMemory(const Trainer& t, const Evaluator* eval, int64_t other_b
     r.measured[c] = m[c].peak;
   }
   r.total_planned = plan.TotalBytes(layout);
+  r.gradients_in_arena = plan.gradients_in_arena;
   // An eval arena larger than the training one is its own (runtime/evaluator.h).
   if (eval) {
     r.planned[MemoryClass::kArena] += eval->extra_arena_bytes();
@@ -564,6 +565,7 @@ std::string FormatRunMemory(const RunMemory& m, const OptimizerOptions& o) {
     const char* note = "";
     if (c == MemoryClass::kArena)
       note = m.planned[c] == m.measured[c] ? "  (equal)" : "  (DIFFERS)";
+    if (c == MemoryClass::kGradient && m.gradients_in_arena) note = "  (in the arena)";
     std::snprintf(line, sizeof line, "  %-16s %13lld  %13lld%s\n", RowName(c).c_str(),
                   static_cast<long long>(m.planned[c]), static_cast<long long>(m.measured[c]),
                   note);

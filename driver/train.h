@@ -94,6 +94,7 @@ struct RunMemory {
   int64_t other_during = 0;  // more of them allocated during the steps (the plan says none)
   int64_t rss_baseline = 0;  // resident bytes before the plan was loaded
   int64_t peak_rss = 0;
+  bool gradients_in_arena = false;  // the plan's (compiler/memory_plan.h): counted in the arena
 };
 
 // foundry-run --profile: a step's time by phase and, within the graph, by op type

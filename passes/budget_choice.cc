@@ -13,9 +13,11 @@ double RecomputePercent(const CkptEvaluation& e) {
 }
 
 StatusOr<BudgetChoice> MakeBudgetChoice(const Graph& autodiff_graph, const BudgetResult& result,
-                                        int64_t budget_bytes, CkptSyntax syntax) {
+                                        int64_t budget_bytes, CkptSyntax syntax,
+                                        int64_t reserve_bytes) {
   BudgetChoice choice;
   choice.budget_bytes = budget_bytes;
+  choice.reserve_bytes = reserve_bytes;
   choice.chosen = result.chosen;
   choice.plans = result.plans;
   choice.syntax = syntax;
@@ -25,7 +27,8 @@ StatusOr<BudgetChoice> MakeBudgetChoice(const Graph& autodiff_graph, const Budge
   for (const BlockLayer& l : CheckpointableLayers(autodiff_graph)) blocks.push_back(l.block);
   const CkptEvaluation* uniform = nullptr;
   for (const CkptEvaluation& u : result.uniform)
-    if (u.total_bytes <= budget_bytes && (!uniform || CkptPreferred(u, *uniform, blocks)))
+    if (u.total_bytes + reserve_bytes <= budget_bytes &&
+        (!uniform || CkptPreferred(u, *uniform, blocks)))
       uniform = &u;
   if (uniform) choice.uniform = *uniform;
   return choice;
@@ -33,12 +36,15 @@ StatusOr<BudgetChoice> MakeBudgetChoice(const Graph& autodiff_graph, const Budge
 
 std::string BudgetLine(const BudgetChoice& choice) {
   const CkptEvaluation& c = choice.chosen;
-  char line[256];
+  std::string reserve;
+  if (choice.reserve_bytes > 0)
+    reserve = " + device reserve " + HumanBytes(choice.reserve_bytes);
+  char line[384];
   std::snprintf(line, sizeof line,
-                "planned total %s (%lld B) <= budget %s (%lld B), recompute %.2f %% of the step; "
+                "planned total %s (%lld B)%s <= budget %s (%lld B), recompute %.2f %% of the step; "
                 "%d plans evaluated",
                 HumanBytes(c.total_bytes).c_str(), static_cast<long long>(c.total_bytes),
-                HumanBytes(choice.budget_bytes).c_str(),
+                reserve.c_str(), HumanBytes(choice.budget_bytes).c_str(),
                 static_cast<long long>(choice.budget_bytes), RecomputePercent(c), choice.plans);
   return line;
 }

@@ -210,6 +210,7 @@ std::string CkptConfigFile(const std::string& comment, const CkptConfigText& con
 // it (FormatBudgetChoice) and --report-json writes it as its "budget" object.
 struct BudgetChoice {
   int64_t budget_bytes = 0;
+  int64_t reserve_bytes = 0;  // the device reserve the plans were held under (budget less it)
   CkptEvaluation chosen;  // BudgetResult::chosen
   CkptConfigText config;  // chosen.instances as llm-foundry config; yaml "" when none
   // The cheapest llm-foundry uniform target whose plan fits (CkptPreferred's order); none when
@@ -218,10 +219,12 @@ struct BudgetChoice {
   int plans = 0;                                // BudgetResult::plans
   CkptSyntax syntax = CkptSyntax::kLlmFoundry;  // what the search was held to
 };
-// `result` of a search for `budget_bytes` over `autodiff_graph` (the evaluator's graph).
+// `result` of a search for `budget_bytes` less `reserve_bytes` over `autodiff_graph` (the
+// evaluator's graph).
 StatusOr<BudgetChoice> MakeBudgetChoice(const Graph& autodiff_graph, const BudgetResult& result,
                                         int64_t budget_bytes,
-                                        CkptSyntax syntax = CkptSyntax::kLlmFoundry);
+                                        CkptSyntax syntax = CkptSyntax::kLlmFoundry,
+                                        int64_t reserve_bytes = 0);
 
 // flops_recomputed / step_flops · 100 (0 for an empty step).
 double RecomputePercent(const CkptEvaluation& evaluation);

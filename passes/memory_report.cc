@@ -281,6 +281,7 @@ ordered_json BudgetJson(const BudgetChoice& b) {
     uniform.update(EvaluationJson(*b.uniform));
   }
   return {{"budget_bytes", b.budget_bytes},
+          {"device_reserve_bytes", b.reserve_bytes},
           {"chosen", std::move(chosen)},
           {"uniform", std::move(uniform)},
           {"plans_tried", b.plans},

@@ -24,7 +24,7 @@ const std::string kModel =
     (fs::path(FOUNDRY_SOURCE_DIR) / "models/fixtures/mpt_tiny/model.onnx").string();
 
 CompileResult CompileTiny(int64_t world, ShardingStrategy s, int64_t accum = 1,
-                          std::vector<CkptTarget> ckpt = {}) {
+                          std::vector<CkptTarget> ckpt = {}, const std::string& mixed = "") {
   CompileRequest r;
   r.model = kModel;
   r.dims = {{"batch", 2}, {"seq", 16}};
@@ -32,6 +32,12 @@ CompileResult CompileTiny(int64_t world, ShardingStrategy s, int64_t accum = 1,
   r.sharding = s;
   r.grad_accumulation = accum;
   r.ckpt_targets = std::move(ckpt);
+  if (!mixed.empty()) {
+    r.precision = Precision::kAmpBf16;
+    auto mp = ParseFsdpMixedPrecision(mixed, DType::kBFloat16);
+    EXPECT_TRUE(mp.ok()) << mp.status().message();
+    if (mp.ok()) r.mixed_precision = *mp;
+  }
   auto c = Compile(r);
   EXPECT_TRUE(c.ok()) << c.status().message();
   return c.ok() ? std::move(c).value() : CompileResult{};
@@ -201,6 +207,111 @@ TEST(ShardPassTest, CommunicationPerStep) {
   EXPECT_EQ(c.comm->reduce_bytes, reduced);
   EXPECT_EQ(c.comm->PerStep(), 3 * (gathered + reduced));
   EXPECT_DOUBLE_EQ(c.comm->Seconds(8.0), 3.0 * static_cast<double>(gathered + reduced) / 1e9);
+}
+
+// FSDP mixed precision (compiler/sharding.h) as Composer maps llm-foundry's names.
+TEST(ShardPassTest, MixedPrecisionNames) {
+  auto full = ParseFsdpMixedPrecision("FULL", DType::kBFloat16);
+  auto def = ParseFsdpMixedPrecision("default", DType::kBFloat16);
+  auto pure = ParseFsdpMixedPrecision("PURE", DType::kBFloat16);
+  auto fp32 = ParseFsdpMixedPrecision("DEFAULT", DType::kFloat32);
+  auto dict = ParseFsdpMixedPrecision("param_dtype=bf16, reduce_dtype=torch.float32",
+                                      DType::kBFloat16);
+  ASSERT_TRUE(full.ok() && def.ok() && pure.ok() && fp32.ok() && dict.ok());
+  EXPECT_EQ(MixedPrecisionDTypes(*full), "param f32, reduce f32, buffers f32");
+  EXPECT_EQ(MixedPrecisionDTypes(*def), "param bf16, reduce f32, buffers bf16");
+  EXPECT_EQ(MixedPrecisionDTypes(*pure), "param bf16, reduce bf16, buffers bf16");
+  EXPECT_EQ(MixedPrecisionDTypes(*fp32), "param f32, reduce f32, buffers f32");
+  EXPECT_EQ(MixedPrecisionDTypes(*dict), "param bf16, reduce f32, buffers f32");  // None: f32
+  EXPECT_EQ(def->name, "DEFAULT");
+  for (const char* bad : {"HALF", "param_dtype=fp16", "param_dtype=bf16,param_dtype=bf16",
+                          "grad_dtype=bf16", "param_dtype=int8"}) {
+    auto r = ParseFsdpMixedPrecision(bad, DType::kBFloat16);
+    EXPECT_FALSE(r.ok()) << bad;
+  }
+  EXPECT_FALSE(ParseFsdpMixedPrecision("param_dtype=bf16", DType::kFloat32).ok());
+}
+
+// DEFAULT and PURE: every parameter is read through one bf16 copy, which the gathers write
+// straight from a bf16 shard (half FULL's bytes on the link); PURE reduces bf16 gradients, DEFAULT
+// their f32 widening; the verifier accepts every graph, and the per-rank plan shrinks.
+TEST(ShardPassTest, MixedPrecisionGathersBf16AndReducesInItsType) {
+  CompileResult full = CompileTiny(2, ShardingStrategy::kFullShard, 1, {}, "FULL");
+  CompileResult def = CompileTiny(2, ShardingStrategy::kFullShard, 1, {}, "DEFAULT");
+  CompileResult pure = CompileTiny(2, ShardingStrategy::kFullShard, 1, {}, "PURE");
+  for (const CompileResult* c : {&full, &def, &pure}) {
+    ASSERT_TRUE(c->plan);
+    EXPECT_TRUE(VerifyGraph(c->graph).ok());
+  }
+  auto gather_types = [](const Graph& g) {
+    std::set<DType> types;
+    for (const Node* n : NodesOf(g, "AllGather"))
+      for (const auto& o : n->outputs) types.insert(g.FindValue(o)->dtype);
+    return types;
+  };
+  auto reduce_types = [](const Graph& g) {
+    std::set<DType> types;
+    for (const Node* n : NodesOf(g, "ReduceScatterGradient"))
+      types.insert(g.FindValue(n->inputs[0])->dtype);
+    return types;
+  };
+  EXPECT_EQ(gather_types(full.graph), std::set<DType>{DType::kFloat32});
+  EXPECT_EQ(gather_types(def.graph), std::set<DType>{DType::kBFloat16});
+  EXPECT_EQ(gather_types(pure.graph), std::set<DType>{DType::kBFloat16});
+  EXPECT_EQ(reduce_types(def.graph), std::set<DType>{DType::kFloat32});
+  EXPECT_EQ(reduce_types(pure.graph), std::set<DType>{DType::kBFloat16});
+  // Each gather reads the bf16 casts of the shards, placed just before it.
+  for (const Node* n : NodesOf(def.graph, "AllGather"))
+    for (const auto& in : n->inputs) {
+      EXPECT_EQ(def.graph.FindValue(in)->dtype, DType::kBFloat16) << in;
+      EXPECT_NE(in.find("/shard_bf16"), std::string::npos) << in;
+    }
+  // Parameters, gradients and optimizer state stay f32 shards.
+  for (size_t i = 0; i < pure.graph.parameters.size(); ++i) {
+    EXPECT_EQ(pure.graph.FindValue(pure.graph.parameters[i])->dtype, DType::kFloat32);
+    EXPECT_EQ(pure.graph.FindValue(pure.graph.outputs[i + 1])->dtype, DType::kFloat32);
+  }
+  ASSERT_TRUE(full.comm && def.comm && pure.comm);
+  EXPECT_EQ(2 * def.comm->gather_bytes, full.comm->gather_bytes);
+  EXPECT_EQ(def.comm->reduce_bytes, full.comm->reduce_bytes);
+  EXPECT_EQ(2 * pure.comm->reduce_bytes, full.comm->reduce_bytes);
+  EXPECT_LT(def.report->layout.total_bytes, full.report->layout.total_bytes);
+  EXPECT_LE(pure.report->layout.total_bytes, def.report->layout.total_bytes);
+  // The report and the budget answers say which mixed precision they plan.
+  EXPECT_NE(def.shard->ToString().find("FULL_SHARD"), std::string::npos);
+}
+
+// One FSDP rank under DEFAULT (no shard pass): the forward computes on bf16 weights — every
+// parameter read only through its one bf16 Cast — so the residual stream and the norms' outputs
+// are bf16 (statistics f32), the loss f32; parameters and gradients f32. Against FULL (autocast
+// alone, norms in f32) it saves fewer bytes.
+TEST(ShardPassTest, OneFsdpRankComputesOnBf16Weights) {
+  CompileResult def = CompileTiny(1, ShardingStrategy::kFullShard, 1, {}, "DEFAULT");
+  CompileResult full = CompileTiny(1, ShardingStrategy::kFullShard, 1, {}, "FULL");
+  ASSERT_TRUE(def.plan && full.plan);
+  const Graph& g = def.graph;
+  const UseDef use = BuildUseDef(g);
+  for (const std::string& p : g.parameters) {
+    EXPECT_EQ(g.FindValue(p)->dtype, DType::kFloat32) << p;
+    for (int c : use.Consumers(p)) {
+      const Node& n = g.nodes[static_cast<size_t>(c)];
+      EXPECT_TRUE(n.op_type == "Cast" && n.GetInt("to", 0) == int64_t(DType::kBFloat16))
+          << p << " read by " << n.Describe();
+    }
+  }
+  int norms = 0;
+  for (const Node& n : g.nodes) {
+    if (n.op_type != "LayerNormalization" || PhaseOf(n) != Phase::kForward) continue;
+    ++norms;
+    EXPECT_EQ(g.FindValue(n.outputs[0])->dtype, DType::kBFloat16) << n.Describe();
+    if (n.outputs.size() > 1 && !n.outputs[1].empty())
+      EXPECT_EQ(g.FindValue(n.outputs[1])->dtype, DType::kFloat32) << n.Describe();
+  }
+  EXPECT_GT(norms, 0);
+  EXPECT_EQ(g.FindValue(g.outputs[0])->dtype, DType::kFloat32);
+  for (size_t i = 1; i < g.outputs.size(); ++i)
+    EXPECT_EQ(g.FindValue(g.outputs[i])->dtype, DType::kFloat32) << g.outputs[i];
+  EXPECT_LT(def.report->saved_for_backward_bytes, full.report->saved_for_backward_bytes);
 }
 
 TEST(ShardPassTest, PlanFileRoundTripsTheShardingSection) {

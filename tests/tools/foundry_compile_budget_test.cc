@@ -317,3 +317,41 @@ TEST_F(FoundryCompileBudgetTest, LlamaIsEveryBlockByTheFlag) {
 
 }  // namespace
 }  // namespace foundry
+
+namespace foundry {
+namespace FOUNDRY_TEST_NS {
+
+// A per-GPU answer (--world-size) plans against the budget less the device reserve (1 GiB by
+// default, --device-reserve to change it) and says so; one process plans the bytes alone.
+TEST_F(FoundryCompileBudgetTest, PerGpuAnswersKeepTheDeviceReserve) {
+  const int64_t gib = int64_t{1} << 30;
+  ExecResult r = Compile({"--world-size", "2", "--memory-budget", std::to_string(gib + (8 << 20)),
+                          "--dry-run", "--report-json", Path("r.json")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find(" + device reserve 1.0 GiB <= budget "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("note: planned against the budget less a device reserve of 1.0 GiB"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(Json("r.json").at("budget").at("device_reserve_bytes").get<int64_t>(), gib);
+  EXPECT_LE(Json("r.json").at("memory").at("total_bytes").get<int64_t>(), 8 << 20);
+  r = Compile({"--world-size", "2", "--memory-budget", "1GiB", "--dry-run"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err,
+            "foundry-compile: error: --memory-budget 1GiB: the budget is not above the device "
+            "reserve, 1.0 GiB; give a larger budget, or a smaller --device-reserve\n");
+  r = Compile({"--world-size", "2", "--memory-budget", "8MiB", "--device-reserve", "0",
+               "--dry-run"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("device reserve"), std::string::npos) << r.out;
+  r = Compile({"--memory-budget", "8MiB", "--dry-run"});  // one process: no reserve
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("device reserve"), std::string::npos) << r.out;
+  r = Compile({"--device-reserve", "1GiB", "--dry-run"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "foundry-compile: error: --device-reserve is taken off --memory-budget; give "
+            "--memory-budget\n");
+}
+
+}  // namespace FOUNDRY_TEST_NS
+}  // namespace foundry

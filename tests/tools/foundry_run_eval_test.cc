@@ -132,8 +132,8 @@ TEST_F(FoundryRunEvalTest, BadEvalOptions) {
 TEST_F(FoundryRunEvalTest, MergeIntoWritesAYamlThatReadsBackToTheSamePlan) {
   ExecResult r =
       Exec(kCompile,
-           {kTiny, "--config", kTinyConfig, "--memory-budget", "2.4MiB", "--emit-ckpt-config",
-            "merged.yaml", "--merge-into", kTinyConfig, "-o", "budget/p"},
+           {kTiny, "--config", kTinyConfig, "--memory-budget", "2.4MiB", "--device-reserve", "0",
+            "--emit-ckpt-config", "merged.yaml", "--merge-into", kTinyConfig, "-o", "budget/p"},
            dir_);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const std::string merged = ReadWholeFile(Path("merged.yaml"));
