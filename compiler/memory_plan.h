@@ -1,6 +1,6 @@
-// The memory plan's types and contract (docs/design.md §6): where every byte of one training step lives,
-// decided before anything runs. The planner that makes one is a pass (passes/memory_plan.h); the
-// plan file carries one (compiler/plan.h); the runtime runs one (runtime/executor.h). The graph
+// The memory plan's types and contract (docs/design.md §6): where every byte of one training step
+// lives, decided before anything runs. The planner that makes one is a pass (passes/memory_plan.h);
+// the plan file carries one (compiler/plan.h); the runtime runs one (runtime/executor.h). The graph
 // is scheduled: graph.nodes is the order the runtime follows; step s is graph.nodes[s].
 //
 // Memory classes (base/memory_class.h). Parameters, gradients (graph outputs that are a parameter's
@@ -122,8 +122,8 @@ inline constexpr MemoryClass kOutsideClasses[] = {
 // the gradients of graph.parameters in order (kGradient); any further output is kOutput.
 MemoryClass ClassOf(const Graph& graph, const MemoryPlan& plan, const std::string& value);
 
-// Whether `value`'s buffer (its owner's, for an alias) is in the arena under this plan: a transient,
-// or a computed gradient of a plan with gradients_in_arena.
+// Whether `value`'s buffer (its owner's, for an alias) is in the arena under this plan: a
+// transient, or a computed gradient of a plan with gradients_in_arena.
 bool InArena(const Graph& graph, const MemoryPlan& plan, const std::string& value);
 
 // One arena buffer with its live interval on the schedule.

@@ -90,8 +90,8 @@ StatusOr<FsdpMixedPrecision> ParseFsdpMixedPrecision(std::string_view spec, DTyp
     if (item.empty()) continue;
     const size_t eq = item.find('=');
     const std::string key = Trim(item.substr(0, eq));
-    if (eq == std::string::npos || (key != "param_dtype" && key != "reduce_dtype" &&
-                                    key != "buffer_dtype"))
+    if (eq == std::string::npos ||
+        (key != "param_dtype" && key != "reduce_dtype" && key != "buffer_dtype"))
       return Error("mixed precision '" + std::string(spec) + "': '" + item +
                    "' is not param_dtype=T, reduce_dtype=T or buffer_dtype=T");
     if (std::find(seen.begin(), seen.end(), key) != seen.end())

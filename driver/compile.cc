@@ -82,9 +82,7 @@ void KeepShardResult(Compilation& c, const std::vector<std::unique_ptr<Pass>>& p
 }
 
 // One graph run per optimizer step keeps the gradients in the arena (compiler/memory_plan.h).
-PlanMemoryOptions PlanOptions(const CompileRequest& r) {
-  return {r.grad_accumulation == 1};
-}
+PlanMemoryOptions PlanOptions(const CompileRequest& r) { return {r.grad_accumulation == 1}; }
 
 // The post-autodiff passes' options as the request gives them, with `instances` checkpointed.
 PostAutodiffOptions PostAutodiff(const CompileRequest& r, std::vector<std::string> instances) {
@@ -198,9 +196,8 @@ Status ApplyMemoryBudget(Compilation& c) {
     return Error("--memory-budget " + r.memory_budget_text + ReserveNote(r) + ": " +
                  searched.status().message() + hint);
   }
-  ASSIGN_OR_RETURN(BudgetChoice choice,
-                   MakeBudgetChoice(*c.plain, *searched, *r.memory_budget, r.ckpt_syntax,
-                                    r.device_reserve));
+  ASSIGN_OR_RETURN(BudgetChoice choice, MakeBudgetChoice(*c.plain, *searched, *r.memory_budget,
+                                                         r.ckpt_syntax, r.device_reserve));
   if (r.device_reserve > 0)
     choice.config.notes.push_back("planned against the budget less a device reserve of " +
                                   HumanBytes(r.device_reserve) +
@@ -299,8 +296,7 @@ StatusOr<CheckpointReport> CompareWithPlain(Compilation& c, const MemoryPlan& me
 Status PlanAndReport(Compilation& c) {
   const CompileRequest& r = c.request;
   Plan plan;
-  ASSIGN_OR_RETURN(plan.memory,
-                   PlanMemory(c.result.graph, CompiledBackendSpecs(), PlanOptions(r)));
+  ASSIGN_OR_RETURN(plan.memory, PlanMemory(c.result.graph, CompiledBackendSpecs(), PlanOptions(r)));
   ASSIGN_OR_RETURN(MemoryReport report,
                    BuildMemoryReport(c.result.graph, plan.memory, "cpu", r.model, r.dims));
   if (c.plain) {

@@ -225,7 +225,8 @@ RunLog::CurveOptions CurveOptions(const RunRequest& r, const Trainer& t) {
 StatusOr<FolderLock> LockSaveFolder(const RunRequest& r) {
   if (!WritesFiles(r) || r.save_folder.empty() || r.save_interval <= 0) return FolderLock();
   ASSIGN_OR_RETURN(FolderLock lock, FolderLock::Take(r.save_folder, "--save-folder"));
-  if (!lock.note().empty() && r.warn) r.warn("--save-folder " + QuoteName(r.save_folder) + ": " + lock.note());
+  if (!lock.note().empty() && r.warn)
+    r.warn("--save-folder " + QuoteName(r.save_folder) + ": " + lock.note());
   return lock;
 }
 
@@ -250,9 +251,9 @@ void RemoveDebris(const RunRequest& r, RunLog& log) {
 // A checkpoint past --save-keep: renamed to a temp folder first, so a run killed while removing
 // it leaves debris (removed by the next save), never a half checkpoint.
 Status RemoveCheckpoint(const std::string& dir) {
-  const fs::path aside = fs::path(dir).parent_path() /
-                         (".foundry-tmp." + std::to_string(::getpid()) + ".removing-" +
-                          fs::path(dir).filename().string());
+  const fs::path aside =
+      fs::path(dir).parent_path() / (".foundry-tmp." + std::to_string(::getpid()) + ".removing-" +
+                                     fs::path(dir).filename().string());
   std::error_code ec;
   fs::rename(dir, aside, ec);
   if (!ec) fs::remove_all(aside, ec);
@@ -386,8 +387,9 @@ Status RunSteps(const RunRequest& r, Trainer& t, RunLog& log, RunResult& result,
   if (r.log)
     *r.log << "done: " << r.steps << " steps (" << result.first_step + 1 << ".." << result.last_step
            << "), loss " << FormatNumber("%.4f", result.loss_first) << " -> "
-           << FormatNumber("%.4f", result.loss_last) << ", " << FormatNumber("%.1f", result.ms_per_step)
-           << " ms/step, " << FormatNumber("%.0f", result.tokens_per_s) << " tok/s\n";
+           << FormatNumber("%.4f", result.loss_last) << ", "
+           << FormatNumber("%.1f", result.ms_per_step) << " ms/step, "
+           << FormatNumber("%.0f", result.tokens_per_s) << " tok/s\n";
   if (r.log && result.profile) *r.log << FormatProfile(*result.profile);
   return Status::Ok();
 }
@@ -592,12 +594,14 @@ std::string FormatProfile(const RunProfile& p) {
   const double total = p.batch_ms + p.graph_ms + p.check_ms + p.norm_ms + p.optimizer_ms;
   std::string out = "profile: mean of " + std::to_string(p.steps) + " step" +
                     (p.steps == 1 ? "" : "s") + ", " + FormatNumber("%.1f", total) + " ms/step\n";
-  out += "  batch " + FormatNumber("%.1f", p.batch_ms) + " ms, graph " + FormatNumber("%.1f", p.graph_ms) +
-         " ms, finite check " + FormatNumber("%.1f", p.check_ms) + " ms, gradient norm " +
-         FormatNumber("%.2f", p.norm_ms) + " ms, optimizer " + FormatNumber("%.1f", p.optimizer_ms) + " ms\n";
+  out += "  batch " + FormatNumber("%.1f", p.batch_ms) + " ms, graph " +
+         FormatNumber("%.1f", p.graph_ms) + " ms, finite check " +
+         FormatNumber("%.1f", p.check_ms) + " ms, gradient norm " +
+         FormatNumber("%.2f", p.norm_ms) + " ms, optimizer " +
+         FormatNumber("%.1f", p.optimizer_ms) + " ms\n";
   out += "  graph by phase: forward " + FormatNumber("%.1f", p.forward_ms) + " ms, backward " +
-         FormatNumber("%.1f", p.backward_ms) + " ms, recompute " + FormatNumber("%.1f", p.recompute_ms) +
-         " ms\n";
+         FormatNumber("%.1f", p.backward_ms) + " ms, recompute " +
+         FormatNumber("%.1f", p.recompute_ms) + " ms\n";
   out += "   ms/step   share  nodes  op (graph)\n";
   constexpr size_t kShown = 20;
   double rest_ms = 0;
@@ -609,11 +613,13 @@ std::string FormatProfile(const RunProfile& p) {
       ++rest;
       continue;
     }
-    out += FormatNumber("%10.1f", op.ms) + FormatNumber("%7.1f%%", total > 0 ? 100 * op.ms / total : 0) +
+    out += FormatNumber("%10.1f", op.ms) +
+           FormatNumber("%7.1f%%", total > 0 ? 100 * op.ms / total : 0) +
            FormatNumber("%7.0f", static_cast<double>(op.nodes)) + "  " + op.op + "\n";
   }
   if (rest)
-    out += FormatNumber("%10.1f", rest_ms) + "          (" + std::to_string(rest) + " more op types)\n";
+    out += FormatNumber("%10.1f", rest_ms) + "          (" + std::to_string(rest) +
+           " more op types)\n";
   return out;
 }
 

@@ -127,7 +127,7 @@ struct RunResult {
   std::optional<RunProfile> profile;
   OptimizerOptions optimizer;  // as the run used it (a resume's, unless overridden)
   RunMemory memory;
-  std::vector<EvalReport> evals;  // each eval, in order
+  std::vector<EvalReport> evals;         // each eval, in order
   std::vector<float> losses;             // each step's loss: steps first_step + 1 .. last_step
   std::vector<std::string> checkpoints;  // the periodic checkpoints kept, oldest first
   // Each step's lr (the schedule's) and gradient norm before clipping (StepReport; empty when

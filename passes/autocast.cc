@@ -127,8 +127,7 @@ class Autocast {
         low_param_names.insert(in);
         n.inputs[i] = CastOf(in, DType::kBFloat16, n);
       }
-      if (options_.buffer_dtype == DType::kBFloat16 && policy == Policy::kPromote)
-        LowerBuffers(n);
+      if (options_.buffer_dtype == DType::kBFloat16 && policy == Policy::kPromote) LowerBuffers(n);
       std::vector<size_t> floats;  // float inputs that may be cast
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         if (!n.HasInput(i) || KeepsItsType(n, i)) continue;

@@ -37,8 +37,7 @@ StatusOr<BudgetChoice> MakeBudgetChoice(const Graph& autodiff_graph, const Budge
 std::string BudgetLine(const BudgetChoice& choice) {
   const CkptEvaluation& c = choice.chosen;
   std::string reserve;
-  if (choice.reserve_bytes > 0)
-    reserve = " + device reserve " + HumanBytes(choice.reserve_bytes);
+  if (choice.reserve_bytes > 0) reserve = " + device reserve " + HumanBytes(choice.reserve_bytes);
   char line[384];
   std::snprintf(line, sizeof line,
                 "planned total %s (%lld B)%s <= budget %s (%lld B), recompute %.2f %% of the step; "

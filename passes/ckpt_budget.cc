@@ -109,8 +109,8 @@ StatusOr<CkptEvaluation> PlanSelection(const CkptEvaluator& evaluator,
   Graph g = evaluator.graph();
   RETURN_IF_ERROR(
       RunPostAutodiffPasses(g, {{instances}, evaluator.precision(), evaluator.shard()}).status());
-  ASSIGN_OR_RETURN(MemoryPlan plan, PlanMemory(g, {{"cpu", CpuWorkspaceBytes}},
-                                               {evaluator.gradients_in_arena()}));
+  ASSIGN_OR_RETURN(MemoryPlan plan,
+                   PlanMemory(g, {{"cpu", CpuWorkspaceBytes}}, {evaluator.gradients_in_arena()}));
   const BackendLayout& layout = plan.layouts.at(0);
   CkptEvaluation e;
   e.instances = std::move(instances);

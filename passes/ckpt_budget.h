@@ -211,8 +211,8 @@ std::string CkptConfigFile(const std::string& comment, const CkptConfigText& con
 struct BudgetChoice {
   int64_t budget_bytes = 0;
   int64_t reserve_bytes = 0;  // the device reserve the plans were held under (budget less it)
-  CkptEvaluation chosen;  // BudgetResult::chosen
-  CkptConfigText config;  // chosen.instances as llm-foundry config; yaml "" when none
+  CkptEvaluation chosen;      // BudgetResult::chosen
+  CkptConfigText config;      // chosen.instances as llm-foundry config; yaml "" when none
   // The cheapest llm-foundry uniform target whose plan fits (CkptPreferred's order); none when
   // none fits.
   std::optional<CkptEvaluation> uniform;

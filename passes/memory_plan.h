@@ -1,5 +1,6 @@
-// The memory planner (docs/design.md §6): the pass that decides where every byte of one scheduled training
-// step lives. The plan it makes, and the rules every plan obeys, are compiler/memory_plan.h's.
+// The memory planner (docs/design.md §6): the pass that decides where every byte of one scheduled
+// training step lives. The plan it makes, and the rules every plan obeys, are
+// compiler/memory_plan.h's.
 //
 // Algorithm, in stages:
 //  1. Bytes outside the arena per class (parameters, gradients, outputs, inputs, constants, AdamW

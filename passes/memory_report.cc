@@ -655,8 +655,8 @@ std::string FormatMemoryReport(const MemoryReport& r) {
       << "  saved for backward " << Bytes(r.saved_for_backward_bytes) << SavedByDtype(r) << "\n"
       << "  parameters         " << Bytes(r.outside[MemoryClass::kParameter]) << "\n"
       << "  gradients          "
-      << (r.gradients_in_arena ? "in the arena, " + Bytes(r.arena_gradient_bytes_at_peak) +
-                                     " of " + Bytes(r.arena_gradient_bytes) + " live at the peak"
+      << (r.gradients_in_arena ? "in the arena, " + Bytes(r.arena_gradient_bytes_at_peak) + " of " +
+                                     Bytes(r.arena_gradient_bytes) + " live at the peak"
                                : Bytes(r.outside[MemoryClass::kGradient]))
       << "\n"
       << "  optimizer state    " << Bytes(r.outside[MemoryClass::kOptimizerState]) << "  (AdamW)\n"
@@ -674,10 +674,11 @@ std::string FormatMemoryReport(const MemoryReport& r) {
   out << "largest values live at the peak (step " << l.peak_step << "):\n";
   for (const auto& v : r.largest_at_peak)
     out << "  " << std::setw(10) << HumanBytes(v.bytes) << "  " << std::left << std::setw(9)
-        << (v.saved ? "saved" : v.gradient ? "gradient" : "transient") << "  " << std::setw(9)
-        << v.phase << "  "
-        << std::setw(4) << v.dtype << std::right << "  " << ModuleName(v.module) << "  " << v.value
-        << "\n";
+        << (v.saved      ? "saved"
+            : v.gradient ? "gradient"
+                         : "transient")
+        << "  " << std::setw(9) << v.phase << "  " << std::setw(4) << v.dtype << std::right << "  "
+        << ModuleName(v.module) << "  " << v.value << "\n";
   if (l.peak_step >= 0 && l.peak_step < static_cast<int64_t>(r.steps.size()) &&
       r.steps[l.peak_step].workspace > 0)
     out << "  " << std::setw(10) << HumanBytes(r.steps[l.peak_step].workspace) << "  workspace of '"

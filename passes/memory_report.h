@@ -71,7 +71,7 @@ struct PeakValue {
   std::string phase;  // of the owner's producer
   bool saved = false;
   bool gradient = false;  // a gradient the plan keeps in the arena
-  std::string dtype;  // the owner's element type (DTypeName: f32, bf16, i64, ...)
+  std::string dtype;      // the owner's element type (DTypeName: f32, bf16, i64, ...)
 };
 
 struct StepBytes {
@@ -131,7 +131,8 @@ StatusOr<MemoryReport> BuildMemoryReport(const Graph& graph, const MemoryPlan& p
 // flops_recomputed / step_flops · 100 (0 for an empty step).
 double RecomputePercent(const CheckpointReport& checkpoint);
 
-// The --report-json document (schema in docs/memory-report.md), pretty-printed, ending in a newline.
+// The --report-json document (schema in docs/memory-report.md), pretty-printed, ending in a
+// newline.
 std::string MemoryReportJson(const MemoryReport& report);
 
 // The text report foundry-compile prints: the same numbers, then the 10 largest values at the peak

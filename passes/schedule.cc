@@ -1,7 +1,5 @@
 #include "passes/schedule.h"
 
-#include "passes/shard.h"
-
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
@@ -81,8 +79,8 @@ struct DepGraph {
 };
 
 // Nodes that are never chosen on their own but placed just before their first reader: recompute
-// clones (passes/remat.h) and the parameter gathers of sharded training (passes/shard.h), which read
-// only parameters and so would be ready, and hold their bytes, from the start of their phase.
+// clones (passes/remat.h) and the parameter gathers of sharded training (passes/shard.h), which
+// read only parameters and so would be ready, and hold their bytes, from the start of their phase.
 bool IsRecompute(const Node& n) {
   return PhaseOf(n) == Phase::kRecompute || (n.domain == "foundry" && n.op_type == "AllGather") ||
          n.marks.count(kGatherInputMark) > 0;

@@ -34,8 +34,7 @@ CommVolume CommunicationPerStep(const Graph& graph, int64_t world_size, int64_t 
       int64_t numel = 1;
       if (val)
         for (int64_t d : val->shape) numel *= d;
-      return ShardElements(numel, group) *
-             static_cast<int64_t>(val ? DTypeSize(val->dtype) : 4);
+      return ShardElements(numel, group) * static_cast<int64_t>(val ? DTypeSize(val->dtype) : 4);
     };
     if (n.op_type == "AllGather") {
       ++v.gathers;
@@ -183,8 +182,8 @@ StatusOr<bool> ShardPass::Run(Graph& graph) {
       acc->attrs["world_size"] = Attribute::Int(group);
       if (low_reduce) {
         const std::string& in = acc->inputs[0];
-        const std::string low = LowPrecisionPartial(graph, use.Producer(in),
-                                                    use.Consumers(in).size() == 1, dropped);
+        const std::string low =
+            LowPrecisionPartial(graph, use.Producer(in), use.Consumers(in).size() == 1, dropped);
         if (!low.empty()) {
           graph.EraseValue(acc->inputs[0]);
           acc->inputs[0] = low;
@@ -276,8 +275,8 @@ StatusOr<bool> ShardPass::Run(Graph& graph) {
         for (size_t k = 0; k < gt.params.size(); ++k) {
           const std::string& p = gt.params[k];
           const Value pv = *graph.FindValue(p);  // a copy: adding values may move the map's nodes
-          const bool low = options_.param_dtype == DType::kBFloat16 &&
-                           ReadAsBf16(graph, p, gt.readers[k]);
+          const bool low =
+              options_.param_dtype == DType::kBFloat16 && ReadAsBf16(graph, p, gt.readers[k]);
           const std::string suffix = gt.backward ? "_backward" : "";
           const std::string out = graph.UniqueValueName(p + "/gathered" + suffix);
           Value& ov = graph.GetOrAddValue(out);

@@ -279,8 +279,7 @@ void FindTokenInput(const Graph& g, const std::vector<std::string>& inputs, std:
     if (n.GetInt("axis", 0) != 0) continue;
     if (std::find(inputs.begin(), inputs.end(), n.inputs[1]) == inputs.end()) continue;
     const Value* table = g.FindValue(n.inputs[0]);
-    if (!table || !IsWeight(g, n.inputs[0]) ||
-        !IsFloat(table->dtype) || table->shape.size() != 2)
+    if (!table || !IsWeight(g, n.inputs[0]) || !IsFloat(table->dtype) || table->shape.size() != 2)
       continue;
     *input = n.inputs[1];
     *vocab = table->shape[0];

@@ -63,7 +63,7 @@ struct Options {
   std::string shard_group_text = "8";
   std::string link_gbps_text;  // --link-gbps: the interconnect, gigabits per second per rank
   double link_gbps = 0;
-  std::string ckpt_syntax;  // --ckpt-syntax; "" = llm-foundry
+  std::string ckpt_syntax;      // --ckpt-syntax; "" = llm-foundry
   std::string mixed_precision;  // --fsdp-mixed-precision; "" = --config's, or the default
   std::string device_reserve;   // --device-reserve; "" = the default (see ParseBudget)
 

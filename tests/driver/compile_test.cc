@@ -130,5 +130,5 @@ TEST(CompileTest, ForwardOnlyHasNoPlan) {
             training->graph.outputs.size() + 1);
 }
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry

@@ -62,8 +62,7 @@ std::optional<Graph> FixtureGraph(const std::string& fixture, const std::string&
       const Value* v = g->FindValue(feed->name);
       if (!v) continue;
       for (size_t d = 0; d < v->dim_params.size() && d < feed->tensor.shape().size(); ++d)
-        if (!v->dim_params[d].empty())
-          dims[v->dim_params[d]] = feed->tensor.shape()[d] * scale;
+        if (!v->dim_params[d].empty()) dims[v->dim_params[d]] = feed->tensor.shape()[d] * scale;
     }
   }
   EXPECT_FALSE(dims.empty()) << fixture;
@@ -368,7 +367,7 @@ TEST(ParseByteSizeTest, UnitsAndDecimals) {
   }
 }
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry
 
 namespace foundry {
@@ -427,7 +426,7 @@ TEST(ChooseCheckpointingTest, ChosenPlansAreBitwiseThePlainNumbers) {
   }
 }
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry
 
 namespace foundry {
@@ -649,7 +648,7 @@ TEST(ParseCkptSyntaxTest, Names) {
             "llm-foundry accepts) or foundry (any selection foundry reads)");
 }
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry
 
 namespace foundry {
@@ -697,5 +696,5 @@ TEST(ChooseCheckpointingTest, NoNameInAnAnswerFreesNothing) {
   EXPECT_GT(checked, 4);
 }
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry

@@ -215,8 +215,8 @@ TEST(ShardPassTest, MixedPrecisionNames) {
   auto def = ParseFsdpMixedPrecision("default", DType::kBFloat16);
   auto pure = ParseFsdpMixedPrecision("PURE", DType::kBFloat16);
   auto fp32 = ParseFsdpMixedPrecision("DEFAULT", DType::kFloat32);
-  auto dict = ParseFsdpMixedPrecision("param_dtype=bf16, reduce_dtype=torch.float32",
-                                      DType::kBFloat16);
+  auto dict =
+      ParseFsdpMixedPrecision("param_dtype=bf16, reduce_dtype=torch.float32", DType::kBFloat16);
   ASSERT_TRUE(full.ok() && def.ok() && pure.ok() && fp32.ok() && dict.ok());
   EXPECT_EQ(MixedPrecisionDTypes(*full), "param f32, reduce f32, buffers f32");
   EXPECT_EQ(MixedPrecisionDTypes(*def), "param bf16, reduce f32, buffers bf16");
@@ -406,5 +406,5 @@ TEST(ShardPassTest, HybridShardPlansFullShardInsideTheGroup) {
   EXPECT_GT(c->comm->reduce_bytes, full.comm->reduce_bytes);
 }
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry

@@ -548,5 +548,5 @@ TEST_F(AccumulationMemoryTest, OneMicrobatchPlansAreUnchanged) {
   EXPECT_EQ(read->grad_accumulation, 4);
 }
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry

@@ -102,8 +102,7 @@ TEST_F(FoundryCompileBudgetTest, FitsPrintsTheConfigAndReadsBackToTheSamePlan) {
   ASSERT_EQ(Compile({"-o", Path("p/m")}).code, 0);
   for (const char* prefix : {"a/m", "p/m"}) {
     ExecResult run = Exec(
-        kRun,
-        {Path(prefix), "--steps", "1", "--dump-grads", Path(std::string(prefix) + ".grads")},
+        kRun, {Path(prefix), "--steps", "1", "--dump-grads", Path(std::string(prefix) + ".grads")},
         dir_);
     ASSERT_EQ(run.code, 0) << run.out << run.err;
   }
@@ -182,9 +181,10 @@ TEST_F(FoundryCompileBudgetTest, Errors) {
   // At 2 x 16, half the every-block plan is below anything checkpointing can reach (the
   // optimizer state, gradients and parameters alone are more; the optimizer state is the
   // largest class).
-  ASSERT_EQ(Compile({"--dry-run", "--ckpt", "block", "--report-json", Path("small.json")}, "2", "16")
-                .code,
-            0);
+  ASSERT_EQ(
+      Compile({"--dry-run", "--ckpt", "block", "--report-json", Path("small.json")}, "2", "16")
+          .code,
+      0);
   const std::string small =
       std::to_string(Json("small.json").at("memory").at("total_bytes").get<int64_t>() / 2);
   ExecResult r = Compile({"--memory-budget", small, "--dry-run"}, "2", "16");
@@ -315,7 +315,7 @@ TEST_F(FoundryCompileBudgetTest, LlamaIsEveryBlockByTheFlag) {
                        "for the fragment\n");
 }
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry
 
 namespace foundry {
@@ -339,8 +339,8 @@ TEST_F(FoundryCompileBudgetTest, PerGpuAnswersKeepTheDeviceReserve) {
   EXPECT_EQ(r.err,
             "foundry-compile: error: --memory-budget 1GiB: the budget is not above the device "
             "reserve, 1.0 GiB; give a larger budget, or a smaller --device-reserve\n");
-  r = Compile({"--world-size", "2", "--memory-budget", "8MiB", "--device-reserve", "0",
-               "--dry-run"});
+  r = Compile(
+      {"--world-size", "2", "--memory-budget", "8MiB", "--device-reserve", "0", "--dry-run"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.find("device reserve"), std::string::npos) << r.out;
   r = Compile({"--memory-budget", "8MiB", "--dry-run"});  // one process: no reserve

@@ -324,10 +324,10 @@ TEST_F(FoundryCompileTest, ListModulesWithoutAnnotationsSaysHowToExport) {
 
 TEST_F(FoundryCompileTest, RefusesToWriteOverTheInput) {
   fs::copy_file(kTiny, Path("m.train.onnx"));
-  ExpectCleanError(
-      {Path("m.train.onnx"), "--dim", "batch=2", "--dim", "seq=16", "-o", Path("m")},
-      "-o '" + Path("m.train.onnx") + "': writing it would change '" + Path("m.train.onnx") +
-          "', the model, an input of this command; choose another file");
+  ExpectCleanError({Path("m.train.onnx"), "--dim", "batch=2", "--dim", "seq=16", "-o", Path("m")},
+                   "-o '" + Path("m.train.onnx") + "': writing it would change '" +
+                       Path("m.train.onnx") +
+                       "', the model, an input of this command; choose another file");
 }
 
 // Files are compared by identity, not by name: a hard link or a symlink to the model is the
@@ -336,16 +336,15 @@ TEST_F(FoundryCompileTest, RefusesToWriteOverTheInputUnderAnotherName) {
   std::string model = MatMulModel("mm.onnx");
   fs::create_directory(Path("out"));
   fs::create_hard_link(model, Path("out/m.plan"));
-  ExpectCleanError(
-      {model, "--dim", "batch=2", "-o", Path("out/m")},
-      "-o '" + Path("out/m.plan") + "': writing it would change '" + model +
-          "', the model, an input of this command; choose another file");
+  ExpectCleanError({model, "--dim", "batch=2", "-o", Path("out/m")},
+                   "-o '" + Path("out/m.plan") + "': writing it would change '" + model +
+                       "', the model, an input of this command; choose another file");
   fs::remove(Path("out/m.plan"));
   fs::create_symlink("../mm.onnx", Path("out/m.train.onnx"));
-  ExpectCleanError(
-      {Path("out/../mm.onnx"), "--dim", "batch=2", "-o", Path("out/m")},
-      "-o '" + Path("out/m.train.onnx") + "': writing it would change '" +
-          Path("out/../mm.onnx") + "', the model, an input of this command; choose another file");
+  ExpectCleanError({Path("out/../mm.onnx"), "--dim", "batch=2", "-o", Path("out/m")},
+                   "-o '" + Path("out/m.train.onnx") + "': writing it would change '" +
+                       Path("out/../mm.onnx") +
+                       "', the model, an input of this command; choose another file");
 }
 
 // The model's external data file is an input too. The model is exported as x.train.onnx (so its
@@ -419,10 +418,9 @@ TEST_F(FoundryCompileTest, DumpPlanNeverWritesOverAnInput) {
                    "--dump-plan '" + model + "': writing it would change '" + model +
                        "', the model, an input of this command; choose another file");
   fs::create_hard_link(model, Path("link.txt"));
-  ExpectCleanError(
-      {model, "--dim", "batch=2", "-o", Path("m"), "--dump-plan", Path("link.txt")},
-      "--dump-plan '" + Path("link.txt") + "': writing it would change '" + model +
-          "', the model, an input of this command; choose another file");
+  ExpectCleanError({model, "--dim", "batch=2", "-o", Path("m"), "--dump-plan", Path("link.txt")},
+                   "--dump-plan '" + Path("link.txt") + "': writing it would change '" + model +
+                       "', the model, an input of this command; choose another file");
   ExpectCleanError({model, "--dim", "batch=2", "-o", Path("m"), "--dump-plan", Path("m.plan")},
                    "--dump-plan '" + Path("m.plan") + "' is also the output of -o '" +
                        Path("m.plan") + "'; give each output its own name");
@@ -463,18 +461,16 @@ TEST_F(FoundryCompileTest, OutputPrefixNeedsAStem) {
 TEST_F(FoundryCompileTest, WritesTheGraphAndPlanAsAPair) {
   std::string model = MatMulModel("mm.onnx");
   fs::create_directories(Path("out/m.plan/keep"));
-  ExpectCleanError(
-      {model, "--dim", "batch=2", "-o", Path("out/m")},
-      "-o '" + Path("out/m.plan") + "': it is a folder; give a file name");
+  ExpectCleanError({model, "--dim", "batch=2", "-o", Path("out/m")},
+                   "-o '" + Path("out/m.plan") + "': it is a folder; give a file name");
 
   // Now with an earlier compile's graph in place (compiled with batch=3): restored byte for byte.
   fs::remove_all(Path("out"));
   ASSERT_EQ(Compile({model, "--dim", "batch=3", "-o", Path("out/m")}).code, 0);
   fs::remove(Path("out/m.plan"));
   fs::create_directories(Path("out/m.plan/keep"));
-  ExpectCleanError(
-      {model, "--dim", "batch=2", "-o", Path("out/m")},
-      "-o '" + Path("out/m.plan") + "': it is a folder; give a file name");
+  ExpectCleanError({model, "--dim", "batch=2", "-o", Path("out/m")},
+                   "-o '" + Path("out/m.plan") + "': it is a folder; give a file name");
 }
 
 TEST_F(FoundryCompileTest, OutputFolderIsAFile) {
@@ -566,5 +562,5 @@ TEST_F(FoundryCompileTest, UsageErrors) {
       << r.out;
 }
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry

@@ -59,9 +59,11 @@ TEST_F(FoundryRunEvalTest, EvalEveryNStepsWithPlannedEqualToMeasured) {
                        "--eval-first", "--steps", "5", "--report-json", "r.json"},
                       dir_);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("  eval       --eval-data val.bin (no header, uint16, 400 tokens): 11 batches of 2 x "
-                       "16, every 2 steps and after the last step (in the training arena)\n"),
-            std::string::npos)
+  EXPECT_NE(
+      r.out.find(
+          "  eval       --eval-data val.bin (no header, uint16, 400 tokens): 11 batches of 2 x "
+          "16, every 2 steps and after the last step (in the training arena)\n"),
+      std::string::npos)
       << r.out;
   auto evals = EvalLines(r.out);
   ASSERT_EQ(evals.size(), 4u) << r.out;  // before step 1, after 2, 4 and the last (5)
@@ -165,5 +167,5 @@ TEST_F(FoundryRunEvalTest, MergeIntoWritesAYamlThatReadsBackToTheSamePlan) {
       "merged file)\n");
 }
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry

@@ -187,8 +187,8 @@ TEST_P(MixedPrecisionTest, PlannedIsMeasuredAndRunsRepeatBitwise) {
     EXPECT_NE(ReadWholeFile(Path("two.train.onnx")).find("/shard_bf16"), std::string::npos);
   ExecResult r = Run({Path("one"), "--steps", "8", "--report-json", Path("one.json")});
   ASSERT_EQ(r.code, 0) << r.err;
-  r = Mpirun({Path("two"), "--steps", "8", "--report-json", Path("two.json"), "--save",
-              Path("two_save")});
+  r = Mpirun(
+      {Path("two"), "--steps", "8", "--report-json", Path("two.json"), "--save", Path("two_save")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const nlohmann::json mem = Report("two.json").at("memory");
   EXPECT_EQ(mem.at("arena_planned_bytes"), mem.at("arena_measured_bytes")) << mem.dump();
@@ -201,8 +201,8 @@ TEST_P(MixedPrecisionTest, PlannedIsMeasuredAndRunsRepeatBitwise) {
   EXPECT_LT(worst, 1e-2) << mp;  // a few bf16 roundings apart
   // DEFAULT reduces the f32 widenings in rank order: AccumulateGradient's order in one process.
   if (mp == std::string("DEFAULT")) EXPECT_EQ(worst, 0) << mp;
-  std::cout << mp << " " << sharding << ": losses at N = 2 vs one process, max relative "
-            << worst << "; rank 0 planned " << mem.at("total_planned_bytes") << " bytes\n";
+  std::cout << mp << " " << sharding << ": losses at N = 2 vs one process, max relative " << worst
+            << "; rank 0 planned " << mem.at("total_planned_bytes") << " bytes\n";
   r = Mpirun({Path("two"), "--steps", "8", "--report-json", Path("again.json"), "--save",
               Path("again_save")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
@@ -361,5 +361,5 @@ TEST_F(FoundryRunMpiTest, RefusesAPlanOnTheWrongWorld) {
       << r.err;
 }
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry

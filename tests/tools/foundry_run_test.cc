@@ -656,7 +656,7 @@ TEST_F(FoundryRunTest, ForwardRunsAnyModel) {
                         "input_ids=FILE.pb"));
 }
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry
 
 namespace foundry {
@@ -773,9 +773,9 @@ TEST_F(FoundryRunTest, AmpBf16PlanRunsWithItsPlannedBytes) {
   // The values live at the peak say their element type (text column and JSON key). At 4 x 32
   // the peak is in the backward's first layers, where saved bf16 activations are live (at 2 x 16
   // it is at its end, where the f32 gradients are).
-  Result c4 = Exec(kCompile, {kFixture + "/model.onnx", "--dim", "batch=4", "--dim", "seq=32",
-                              "--precision", "amp_bf16", "--report-json", Path("amp_peak.json"),
-                              "--dry-run"});
+  Result c4 = Exec(kCompile,
+                   {kFixture + "/model.onnx", "--dim", "batch=4", "--dim", "seq=32", "--precision",
+                    "amp_bf16", "--report-json", Path("amp_peak.json"), "--dry-run"});
   ASSERT_EQ(c4.code, 0) << c4.err;
   const nlohmann::json cp = nlohmann::json::parse(ReadWholeFile(Path("amp_peak.json")));
   int bf16_at_peak = 0;
@@ -818,5 +818,5 @@ TEST_F(FoundryRunTest, ReportJsonNeverOverwritesAnInput) {
                    "--report-json is for training runs, not --forward", 2);
 }
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry

@@ -408,5 +408,5 @@ TEST(CudaBf16HostTest, StagedOpsPlanTheCpusStagingBytes) {
 
 #endif
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry

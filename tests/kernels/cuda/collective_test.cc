@@ -219,7 +219,7 @@ TEST(CudaCollectiveTest, GradientCollectivesOfOneRankAreAccumulateGradientBitwis
 
 #endif
 
-}  // namespace
+}  // namespace FOUNDRY_TEST_NS
 }  // namespace foundry
 
 // A unity build compiles the next test file in this unit (CMakeLists.txt): its macros end here.
