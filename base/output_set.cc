@@ -455,9 +455,18 @@ std::vector<std::string> RemoveStagingDebris(const std::string& folder,
   std::vector<std::string> lines;
   std::error_code ec;
   const std::string prefix = ".foundry-tmp.";
+  const std::string probe = ".foundry-probe.";  // the write test of an output's folder
   for (const auto& e : fs::directory_iterator(folder, ec)) {
     const std::string name = e.path().filename().string();
     std::error_code entry_ec;
+    if (name.rfind(probe, 0) == 0 && e.is_directory(entry_ec)) {
+      // Empty, made and removed at once: left only by a process killed in between.
+      const long pid = std::strtol(name.c_str() + probe.size(), nullptr, 10);
+      if ((pid == ::getpid() || !ProcessIsAlive(pid)) && ::rmdir(e.path().c_str()) == 0)
+        lines.push_back(QuoteName(e.path().string()) + " (pid " + std::to_string(pid) +
+                        ", not running)");
+      continue;
+    }
     if (name.rfind(prefix, 0) != 0 || !e.is_directory(entry_ec)) continue;
     const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
     const int fd = ::open(e.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -112,7 +112,8 @@ class OutputSet {
 // holds their flock, and their pid is not running (or is this process's: an earlier process of
 // the same pid, as in a container), or they were last changed before `stale_before` (a dead
 // run's whose pid another process has taken since). Returns one line per folder removed ("X
-// (pid 123, not running)") or that could not be ("cannot remove X: why").
+// (pid 123, not running)") or that could not be ("cannot remove X: why"). Also the empty folder
+// (.foundry-probe.<pid>) a process killed while testing that it may write here left.
 std::vector<std::string> RemoveStagingDebris(
     const std::string& folder,
     std::optional<std::filesystem::file_time_type> stale_before = std::nullopt);
