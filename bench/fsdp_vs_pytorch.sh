@@ -11,7 +11,7 @@
 #  - foundry: `foundry-compile models/exports/mpt_125m.onnx --dim batch=B --dim seq=S --precision
 #    amp_bf16 --fsdp-mixed-precision MP --world-size 2 --sharding S [--ckpt mptblock] --dry-run
 #    --report-json F`: memory.total_bytes of F, the planned step of one rank.
-# A PyTorch row takes about a minute at 1 x 256 and several at 4 x 1024 (two ranks on the CPU).
+# A PyTorch row takes about a minute at 1 x 256 and 6 to 9 at 4 x 1024 (two ranks on 2 CPU cores).
 # Without the chroot the PyTorch cells read n/a.
 # Prints a markdown section on stdout (bench/run.sh puts it in bench/RESULTS.md).
 # Usage: bench/fsdp_vs_pytorch.sh [BUILD_DIR]
@@ -123,7 +123,7 @@ echo
 echo "Measured by \`bench/fsdp_vs_pytorch.sh\` on $(date -u +%Y-%m-%d), load average $(cut -d' ' -f1-3 /proc/loadavg) at the start. PyTorch: \`bench/fsdp_peer.py\` (PyTorch 2.6 in \`scripts/torch26-env.sh\`'s chroot, CPU, gloo, $world ranks): FSDP1 with one unit per MPTBlock plus the root, Composer's defaults (use_orig_params, limit_all_gathers, BACKWARD_POST), \`MixedPrecision\` as Composer maps \`fsdp_config.mixed_precision\` under \`precision: amp_bf16\` (FULL = f32/f32/f32, DEFAULT = bf16 params, f32 reduce, bf16 buffers, PURE = bf16/bf16/bf16), forward and loss under \`torch.autocast(\"cpu\", bfloat16)\`, attention through SDPA, AdamW; *every block* = torch's non-reentrant checkpoint_wrapper on each MPTBlock inside its FSDP unit. *PyTorch peak*: the most bytes of live tensor storage during the second training step (forward, loss, backward, AdamW step, zero_grad; the AdamW state exists then), counted storage by storage by torch's MemTracker, the larger of the two ranks, without the buffers gloo's collectives allocate for themselves (a gather buffer of the output's size, a clone of the reduce-scatter's whole input), which NCCL does not need; *with gloo's buffers* counts them too. *foundry*: \`foundry-compile $model --dim batch=B --dim seq=S --precision amp_bf16 --fsdp-mixed-precision MP --world-size $world --sharding S [--ckpt mptblock] --dry-run\`, the report's \`memory.total_bytes\` (one rank's planned step: arena, parameters, gradients, AdamW state, inputs, constants). CPU autocast runs LayerNorm in its input's dtype where CUDA's runs it in f32: with DEFAULT and PURE (a bf16 residual stream) a CUDA step saves 2 more bytes per element of each of the 25 LayerNorm inputs than this CPU measurement (9.4 MiB at 1 x 256, 150 MiB at 4 x 1024)."
 if [[ $from_file -gt 0 ]]; then
   echo
-  echo "$from_file of the PyTorch rows were read from \`$jsonl\` (an earlier run of \`bench/fsdp_peer.py\`), not measured by this run; $measured measured now."
+  echo "$from_file of the PyTorch rows were read from \`$(basename "$jsonl")\` (an earlier run of \`bench/fsdp_peer.py\`), not measured by this run; $measured measured now."
 fi
 if [[ $have_torch26 == 0 && $from_file == 0 ]]; then
   echo

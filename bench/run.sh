@@ -14,7 +14,7 @@
 # checkpointing overheads; ~25 min), bench/node_overhead.sh (the empty step and the per-node
 # cost), bench/budget_7b.sh and bench/sharding.sh (per-rank plans of MPT-1B/7B/30B on 8 ranks),
 # bench/fsdp_vs_pytorch.sh (MPT-125M's per-rank plan on 2 ranks against PyTorch FSDP1's own
-# peak, 36 rows; ~1.5 h in PyTorch 2.6's chroot, or BENCH_FSDP_PEER_JSONL with an earlier run's
+# peak, 36 rows; ~2.5 h in PyTorch 2.6's chroot, or BENCH_FSDP_PEER_JSONL with an earlier run's
 # rows) and bench/checkpoint_manifest.sh (what a checkpoint's checksums cost) follow; see each
 # script for its own variables.
 set -euo pipefail
