@@ -129,7 +129,7 @@ Status RunPipeline(Compilation& c) {
 // What the plans must fit: the budget less the device reserve.
 int64_t PlanBudget(const CompileRequest& r) { return *r.memory_budget - r.device_reserve; }
 
-// " (less a device reserve of 1.0 GiB)", or "" without a reserve.
+// " less a device reserve of 1.0 GiB", or "" without a reserve.
 std::string ReserveNote(const CompileRequest& r) {
   return r.device_reserve > 0 ? " less a device reserve of " + HumanBytes(r.device_reserve) : "";
 }
