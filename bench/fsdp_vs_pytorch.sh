@@ -9,7 +9,8 @@
 #    during the second training step (MemTracker), the largest over the 2 ranks; gloo's own
 #    collective buffers left out (NCCL needs none) and, in their own column, kept in.
 #  - foundry: `foundry-compile models/exports/mpt_125m.onnx --dim batch=B --dim seq=S --precision
-#    amp_bf16 --fsdp-mixed-precision MP --world-size 2 --sharding S [--ckpt mptblock] --dry-run
+#    amp_bf16 --fsdp-mixed-precision MP --loss-fn torch_crossentropy --world-size 2 --sharding S
+#    [--ckpt mptblock] --dry-run
 #    --report-json F`: memory.total_bytes of F, the planned step of one rank.
 # A PyTorch row takes about a minute at 1 x 256 and 6 to 9 at 4 x 1024 (two ranks on 2 CPU cores).
 # Without the chroot the PyTorch cells read n/a.
@@ -104,7 +105,8 @@ for shape in "${shapes[@]}"; do
         ckpt_args=()
         [[ $ckpt == none ]] || ckpt_args=(--ckpt "$ckpt")
         if "$compile" "$model" --dim "batch=$b" --dim "seq=$s" --precision amp_bf16 \
-            --fsdp-mixed-precision "$mp" --world-size $world --sharding "$strategy" "${ckpt_args[@]}" \
+            --fsdp-mixed-precision "$mp" --loss-fn torch_crossentropy --world-size $world \
+            --sharding "$strategy" "${ckpt_args[@]}" \
             --dry-run --report-json "$tmp/r.json" > "$tmp/compile.log" 2>&1; then
           planned=$($py -c "import json,sys; print(json.load(open(sys.argv[1]))['memory']['total_bytes'])" "$tmp/r.json")
           cell=$(mib "$planned")
@@ -120,7 +122,7 @@ done > "$body"
 
 echo "## FSDP memory per rank: foundry's plan against PyTorch FSDP1's own peak (MPT-125M, $world ranks)"
 echo
-echo "Measured by \`bench/fsdp_vs_pytorch.sh\` on $(date -u +%Y-%m-%d), load average $(cut -d' ' -f1-3 /proc/loadavg) at the start. PyTorch: \`bench/fsdp_peer.py\` (PyTorch 2.6 in \`scripts/torch26-env.sh\`'s chroot, CPU, gloo, $world ranks): FSDP1 with one unit per MPTBlock plus the root, Composer's defaults (use_orig_params, limit_all_gathers, BACKWARD_POST), \`MixedPrecision\` as Composer maps \`fsdp_config.mixed_precision\` under \`precision: amp_bf16\` (FULL = f32/f32/f32, DEFAULT = bf16 params, f32 reduce, bf16 buffers, PURE = bf16/bf16/bf16), forward and loss under \`torch.autocast(\"cpu\", bfloat16)\`, attention through SDPA, AdamW; *every block* = torch's non-reentrant checkpoint_wrapper on each MPTBlock inside its FSDP unit. *PyTorch peak*: the most bytes of live tensor storage during the second training step (forward, loss, backward, AdamW step, zero_grad; the AdamW state exists then), counted storage by storage by torch's MemTracker, the larger of the two ranks, without the buffers gloo's collectives allocate for themselves (a gather buffer of the output's size, a clone of the reduce-scatter's whole input), which NCCL does not need; *with gloo's buffers* counts them too. *foundry*: \`foundry-compile $model --dim batch=B --dim seq=S --precision amp_bf16 --fsdp-mixed-precision MP --world-size $world --sharding S [--ckpt mptblock] --dry-run\`, the report's \`memory.total_bytes\` (one rank's planned step: arena, parameters, gradients, AdamW state, inputs, constants). CPU autocast runs LayerNorm in its input's dtype where CUDA's runs it in f32: with DEFAULT and PURE (a bf16 residual stream) a CUDA step saves 2 more bytes per element of each of the 25 LayerNorm inputs than this CPU measurement (9.4 MiB at 1 x 256, 150 MiB at 4 x 1024)."
+echo "Measured by \`bench/fsdp_vs_pytorch.sh\` on $(date -u +%Y-%m-%d), load average $(cut -d' ' -f1-3 /proc/loadavg) at the start. PyTorch: \`bench/fsdp_peer.py\` (PyTorch 2.6 in \`scripts/torch26-env.sh\`'s chroot, CPU, gloo, $world ranks): FSDP1 with one unit per MPTBlock plus the root, Composer's defaults (use_orig_params, limit_all_gathers, BACKWARD_POST), \`MixedPrecision\` as Composer maps \`fsdp_config.mixed_precision\` under \`precision: amp_bf16\` (FULL = f32/f32/f32, DEFAULT = bf16 params, f32 reduce, bf16 buffers, PURE = bf16/bf16/bf16), forward and loss under \`torch.autocast(\"cpu\", bfloat16)\`, attention through SDPA, AdamW; *every block* = torch's non-reentrant checkpoint_wrapper on each MPTBlock inside its FSDP unit. *PyTorch peak*: the most bytes of live tensor storage during the second training step (forward, loss, backward, AdamW step, zero_grad; the AdamW state exists then), counted storage by storage by torch's MemTracker, the larger of the two ranks, without the buffers gloo's collectives allocate for themselves (a gather buffer of the output's size, a clone of the reduce-scatter's whole input), which NCCL does not need; *with gloo's buffers* counts them too. *foundry*: \`foundry-compile $model --dim batch=B --dim seq=S --precision amp_bf16 --fsdp-mixed-precision MP --loss-fn torch_crossentropy --world-size $world --sharding S [--ckpt mptblock] --dry-run\`, the report's \`memory.total_bytes\` (one rank's planned step: arena, parameters, gradients, AdamW state, inputs, constants). CPU autocast runs LayerNorm in its input's dtype where CUDA's runs it in f32: with DEFAULT and PURE (a bf16 residual stream) a CUDA step saves 2 more bytes per element of each of the 25 LayerNorm inputs than this CPU measurement (9.4 MiB at 1 x 256, 150 MiB at 4 x 1024)."
 if [[ $from_file -gt 0 ]]; then
   echo
   echo "$from_file of the PyTorch rows were read from \`$(basename "$jsonl")\` (an earlier run of \`bench/fsdp_peer.py\`), not measured by this run; $measured measured now."

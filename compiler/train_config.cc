@@ -47,7 +47,8 @@ const std::set<std::string> kTopKeys = {"variables",
 const std::set<std::string> kModelKeys = {
     "name",       "d_model",         "n_heads",
     "n_layers",   "expansion_ratio", "max_seq_len",
-    "vocab_size", "attn_config",     "activation_checkpointing_target"};
+    "vocab_size", "attn_config",     "activation_checkpointing_target",
+    "loss_fn"};
 const std::set<std::string> kOptimizerKeys = {"name", "lr", "betas", "eps", "weight_decay"};
 const std::set<std::string> kSchedulerKeys = {"name",    "t_warmup", "t_max",       "alpha",
                                               "alpha_i", "alpha_f",  "scale_warmup"};
@@ -243,6 +244,11 @@ Status ReadModel(const Reader& r, TrainConfig& c) {
   ASSIGN_OR_RETURN(c.model.vocab_size, r.Int("model.vocab_size", 1, int64_t{1} << 40, dims));
   ASSIGN_OR_RETURN(c.model.kv_n_heads,
                    r.Int("model.attn_config.kv_n_heads", 1, int64_t{1} << 40, dims));
+  ASSIGN_OR_RETURN(c.model.loss_fn, r.String("model.loss_fn"));
+  if (c.model.loss_fn && *c.model.loss_fn != "fused_crossentropy" &&
+      *c.model.loss_fn != "torch_crossentropy")
+    return r.Fail("model.loss_fn", "is '" + Shown(*c.model.loss_fn) +
+                                       "'; expected fused_crossentropy or torch_crossentropy");
   return Status::Ok();
 }
 

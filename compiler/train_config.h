@@ -62,6 +62,7 @@ struct TrainConfig {
     std::optional<std::string> name;
     std::optional<int64_t> d_model, n_heads, n_layers, expansion_ratio, max_seq_len, vocab_size;
     std::optional<int64_t> kv_n_heads;  // attn_config.kv_n_heads (grouped-query attention)
+    std::optional<std::string> loss_fn;  // fused_crossentropy or torch_crossentropy
   } model;
   std::optional<int64_t> max_seq_len;  // top-level max_seq_len (the data's sequence length)
   CkptConfig ckpt;                     // model.activation_checkpointing_target + fsdp flag

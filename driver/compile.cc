@@ -103,6 +103,7 @@ Status RunPipeline(Compilation& c) {
   options.autocast.param_dtype = r.mixed_precision.param;
   options.autocast.buffer_dtype = r.mixed_precision.buffer;
   options.grad_accumulation = r.grad_accumulation;
+  options.loss.loss_fn = r.loss_fn;
   if (r.training) options.shard = ShardOptions(r);
   if (c.result.selection)
     for (const auto& instance : c.result.selection->instances)
@@ -113,8 +114,9 @@ Status RunPipeline(Compilation& c) {
   pipeline.dump = r.dump;
   if (c.result.selection || r.memory_budget)
     pipeline.after_pass = [&c](std::string_view pass, const Graph& g) {
-      // With --grad-accum the search and the plain plan start after the accumulation nodes.
-      if (pass == "autodiff" || pass == "grad_accumulate") c.plain = g;
+      // The search and the plain plan start from the last of these (after the accumulation
+      // nodes with --grad-accum).
+      if (pass == "autodiff" || pass == "loss_backward" || pass == "grad_accumulate") c.plain = g;
     };
   if (r.log && !r.log_header.empty()) *r.log << r.log_header << "\n";
   const auto passes = BuildPipeline(options);

@@ -41,6 +41,7 @@
 #include "compiler/plan.h"
 #include "passes/autocast.h"
 #include "passes/ckpt_budget.h"
+#include "passes/loss_backward.h"
 #include "passes/memory_report.h"
 #include "passes/memory_timeline.h"
 #include "passes/shard.h"
@@ -98,6 +99,9 @@ struct CompileRequest {
   // --fsdp-mixed-precision (or --config's fsdp_config.mixed_precision): FSDP's MixedPrecision
   // (compiler/sharding.h), resolved by the caller; FULL (all f32) is torch.autocast alone.
   FsdpMixedPrecision mixed_precision;
+  // --loss-fn (or --config's model.loss_fn): the cross-entropy whose backward the plan holds
+  // (passes/loss_backward.h); llm-foundry's default is fused_crossentropy.
+  LossFn loss_fn = LossFn::kFusedCrossEntropy;
   // --ckpt-syntax: what --memory-budget may answer (passes/ckpt_budget.h's CkptSyntax).
   CkptSyntax ckpt_syntax = CkptSyntax::kLlmFoundry;
 };

@@ -50,6 +50,8 @@ std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options) 
     passes.push_back(std::make_unique<AutocastPass>(options.autocast));
   if (options.training) {
     passes.push_back(std::make_unique<AutodiffPass>(options.autodiff));
+    if (options.loss.loss_fn != LossFn::kFusedCrossEntropy)
+      passes.push_back(std::make_unique<LossBackwardPass>(options.loss));
     if (options.grad_accumulation > 1)
       passes.push_back(std::make_unique<GradAccumulatePass>(
           GradAccumulatePass::Options{options.grad_accumulation}));

@@ -1,5 +1,6 @@
 // Orders the passes: parameters (the trainable set; training only) -> fold (bind dims, infer,
-// fold) -> canonicalize -> autodiff -> grad_accumulate (with --grad-accum K > 1), then the
+// fold) -> canonicalize -> autodiff -> loss_backward (with --loss-fn torch_crossentropy) ->
+// grad_accumulate (with --grad-accum K > 1), then the
 // post-autodiff passes (training only): remat (when instances are selected) -> autocast recast
 // (amp_bf16) -> shard (with --world-size N > 1) -> schedule. The verifier runs after every pass
 // that changed the graph; the IR can be dumped after a named pass.
@@ -22,6 +23,7 @@
 #include "passes/canonicalize.h"
 #include "passes/fold.h"
 #include "passes/grad_accumulate.h"
+#include "passes/loss_backward.h"
 #include "passes/parameters.h"
 #include "passes/pass.h"
 #include "passes/remat.h"
@@ -65,6 +67,7 @@ struct CompileOptions {
   CanonicalizePass::Options canonicalize;
   AutocastPass::Options autocast;  // fp32: no autocast pass
   AutodiffPass::Options autodiff;
+  LossBackwardPass::Options loss;  // torch_crossentropy: the loss_backward pass after autodiff
   RematPass::Options remat;  // no instances: no remat pass
   bool training = true;      // false: forward graph only (fold + canonicalize)
   // Microbatches per optimizer step (foundry-compile --grad-accum): above 1, the grad_accumulate

@@ -65,6 +65,7 @@ struct Options {
   double link_gbps = 0;
   std::string ckpt_syntax;      // --ckpt-syntax; "" = llm-foundry
   std::string mixed_precision;  // --fsdp-mixed-precision; "" = --config's, or the default
+  std::string loss_fn;          // --loss-fn; "" = --config's model.loss_fn, or fused_crossentropy
   std::string device_reserve;   // --device-reserve; "" = the default (see ParseBudget)
 
   // The files written after the plan, in the order they are written, each with the option
@@ -205,6 +206,12 @@ void AddGraphOptions(CLI::App& app, Options& o) {
                  "default: --config's, else DEFAULT for an FSDP run (--world-size N >= 2 or a "
                  "--config with fsdp_config), else FULL")
       ->type_name("MP");
+  app.add_option("--loss-fn", o.loss_fn,
+                 "the cross-entropy whose backward the plan holds, as llm-foundry's "
+                 "model.loss_fn names it: fused_crossentropy (foundry's fused loss; the default, "
+                 "or --config's) or torch_crossentropy (PyTorch's nn.CrossEntropyLoss: "
+                 "nll_loss's gradient, then log_softmax's, one more logits-sized f32 buffer)")
+      ->type_name("L");
   app.add_option("--shard-group", o.shard_group_text,
                  "HYBRID_SHARD: ranks per shard group (GPUs per node)")
       ->type_name("G")
@@ -464,6 +471,26 @@ std::optional<int> ParseMixedPrecision(Options& o, const std::optional<TrainConf
   return std::nullopt;
 }
 
+// The loss: --loss-fn, else --config's model.loss_fn, else llm-foundry's default.
+std::optional<int> ParseLossFnOption(Options& o, const std::optional<TrainConfig>& config,
+                                     CompileRequest& request) {
+  std::string name = o.loss_fn, source = "--loss-fn";
+  if (name.empty() && config && config->model.loss_fn) {
+    name = *config->model.loss_fn;
+    source = "--config " + o.config + ": model.loss_fn";
+  }
+  if (name.empty()) name = "fused_crossentropy";
+  const std::optional<LossFn> loss_fn = ParseLossFn(name);
+  if (!loss_fn)
+    return Fail(source + " '" + name + "': give fused_crossentropy or torch_crossentropy",
+                cli::kExitUsage);
+  if (o.forward_only && !o.loss_fn.empty())
+    return Fail("--loss-fn is about training; drop it with --forward-only", cli::kExitUsage);
+  request.loss_fn = *loss_fn;
+  o.loss_fn = name;
+  return std::nullopt;
+}
+
 // Everything known from the command line alone, in the order the checks are made.
 std::optional<int> ParseRequest(Options& o, const std::optional<TrainConfig>& config,
                                 CompileRequest& request, OutputSet& outputs) {
@@ -516,6 +543,7 @@ std::optional<int> ParseRequest(Options& o, const std::optional<TrainConfig>& co
   if (auto code = ParseCkpt(o, config, request)) return code;
   o.precision = std::string(PrecisionName(request.precision));  // the file's, when it set it
   if (auto code = ParseMixedPrecision(o, config, request)) return code;
+  if (auto code = ParseLossFnOption(o, config, request)) return code;
   if (auto code = ParseBudget(o, config, request)) return code;
   return ParseOutputs(o, request, outputs);
 }
@@ -564,6 +592,7 @@ int PrintModules(const Graph& graph, const std::string& model) {
 StatusOr<std::string> EmittedConfig(const Options& o, const CompileResult& result) {
   std::string command = "foundry-compile " + o.model + " --precision " + o.precision;
   if (o.mixed_precision != "FULL") command += " --fsdp-mixed-precision " + o.mixed_precision;
+  if (o.loss_fn != "fused_crossentropy") command += " --loss-fn " + o.loss_fn;
   if (result.budget)
     command += " --memory-budget " + o.memory_budget_text + ": " + BudgetLine(*result.budget);
   else

@@ -349,7 +349,11 @@ StatusOr<std::vector<TypeInfo>> InferSoftmaxCrossEntropy(const InferContext& ctx
   return std::vector<TypeInfo>{loss, SameAs(scores)};
 }
 
-// SoftmaxCrossEntropyLossGrad (dY, log_prob, label[, weight]) -> d_scores.
+// SoftmaxCrossEntropyLossGrad (dY, log_prob, label[, weight]) -> d_scores, and
+// foundry::NegativeLogLikelihoodLossGrad (dY, log_prob, label[, weight]) -> d_log_prob: the
+// gradient of the negative log-likelihood with respect to log_prob (whose shape it takes; its
+// values are not read), the first half of PyTorch's nn.CrossEntropyLoss backward
+// (passes/loss_backward.h).
 StatusOr<std::vector<TypeInfo>> InferSoftmaxCrossEntropyGrad(const InferContext& ctx) {
   RETURN_IF_ERROR(RequireFloat(ctx, 0, "dY"));
   RETURN_IF_ERROR(RequireSameDType(ctx, 0, 1));
@@ -432,6 +436,9 @@ void RegisterMathSchemas(OpSchemaTable& table) {
   // exp(log p), minus the label's one, · dloss.
   table.Add({kMs, "SoftmaxCrossEntropyLossGrad", 3, 4, 1, 1, InferSoftmaxCrossEntropyGrad,
              FlopsPerOutput(3)});
+  // The same inputs; only the label's class is written (· dloss), the rest are zeros.
+  table.Add({"foundry", "NegativeLogLikelihoodLossGrad", 3, 4, 1, 1, InferSoftmaxCrossEntropyGrad,
+             FlopsPerOutput(1)});
 }
 
 }  // namespace foundry

@@ -1342,7 +1342,10 @@ Status SoftmaxCrossEntropyKernel(const Node& node, std::span<const Tensor* const
 // SoftmaxCrossEntropyLossGrad (dY, log_prob, label[, weight]) -> d_scores:
 //   d_scores[n,c,i] = (exp(log_prob[n,c,i]) - [c == label]) * w[label] * g,
 // g = dY ("sum"), dY / sum of non-ignored weights ("mean"; 0 when all are ignored), dY[n,i]
-// ("none"); 0 for ignored targets.
+// ("none"); 0 for ignored targets. kSoftmax false: foundry::NegativeLogLikelihoodLossGrad, the
+// same without the exp(log_prob) term (log_prob's values are not read):
+//   d_log_prob[n,c,i] = -[c == label] * w[label] * g.
+template <bool kSoftmax>
 Status SoftmaxCrossEntropyGradKernel(const Node& node, std::span<const Tensor* const> in,
                                      std::span<Tensor* const> out, const KernelContext&) {
   const Tensor& LP = *in[1];
@@ -1377,11 +1380,14 @@ Status SoftmaxCrossEntropyGradKernel(const Node& node, std::span<const Tensor* c
       if (t >= 0) g = (w ? w[t] : 1.0) * (none ? dy[k] : scale);
       for (int64_t c0 = 0; c0 < l.c; c0 += kExpBlock) {
         const int64_t len = std::min(kExpBlock, l.c - c0);
-        for (int64_t j = 0; j < len; ++j) e[j] = lp[base + (c0 + j) * l.inner];
-        if (g != 0) vmath::Exp(e, e, len);
+        if constexpr (kSoftmax) {
+          for (int64_t j = 0; j < len; ++j) e[j] = lp[base + (c0 + j) * l.inner];
+          if (g != 0) vmath::Exp(e, e, len);
+        }
         for (int64_t j = 0; j < len; ++j) {
           const int64_t c = c0 + j;
-          const double v = g == 0 ? 0.0 : (static_cast<double>(e[j]) - (c == t)) * g;
+          const double ex = kSoftmax ? static_cast<double>(e[j]) : 0.0;
+          const double v = g == 0 ? 0.0 : (ex - (c == t)) * g;
           ds[base + c * l.inner] = static_cast<float>(v);
         }
       }
@@ -1446,7 +1452,8 @@ void RegisterMathKernels(CpuKernelTable& table) {
   table.Add(kMs, "SimplifiedLayerNormalizationGrad", LayerNormGradKernel);
 
   table.Add("", "SoftmaxCrossEntropyLoss", SoftmaxCrossEntropyKernel);
-  table.Add(kMs, "SoftmaxCrossEntropyLossGrad", SoftmaxCrossEntropyGradKernel);
+  table.Add(kMs, "SoftmaxCrossEntropyLossGrad", SoftmaxCrossEntropyGradKernel<true>);
+  table.Add("foundry", "NegativeLogLikelihoodLossGrad", SoftmaxCrossEntropyGradKernel<false>);
 }
 
 }  // namespace foundry

@@ -959,7 +959,7 @@ __global__ void CeWeightSum(double* out, const L* labels, const float* w, int64_
 
 // d_scores[n, c, i] = (exp(log_prob) - [c == t]) * w[t] * g with g = dY ("sum"), dY / weight sum
 // ("mean", 0 when it is 0), dY[n, i] ("none"); 0 for ignored targets, NaN for bad labels.
-template <class L>
+template <class L, bool kSoftmax>
 __global__ void CeGrad(float* ds, const float* dy, const float* lp, const L* labels, const float* w,
                        const double* weight_sum, CeLayout l, CeTargets tg, CeReduction red) {
   const int64_t total = l.n * l.c * l.inner;
@@ -977,11 +977,15 @@ __global__ void CeGrad(float* ds, const float* dy, const float* lp, const L* lab
     } else if (t == mr::kBadLabel) {
       g = NAN;
     }
-    ds[p] = mr::CeGradOut(lp[p], c == t, g);
+    if constexpr (kSoftmax) {
+      ds[p] = mr::CeGradOut(lp[p], c == t, g);
+    } else {
+      ds[p] = static_cast<float>(g == 0 ? 0.0 : (c == t ? -g : 0.0 * g));  // NaN stays NaN
+    }
   }
 }
 
-template <class L>
+template <class L, bool kSoftmax>
 Status CeBackward(const Node& node, std::span<const Tensor* const> in, std::span<Tensor* const> out,
                   const CudaKernelContext& ctx, const CeLayout& l, CeReduction red) {
   const CeTargets tg{node.HasAttr("ignore_index"), node.GetInt("ignore_index", 0)};
@@ -995,14 +999,16 @@ Status CeBackward(const Node& node, std::span<const Tensor* const> in, std::span
   }
   const int64_t total = l.n * l.c * l.inner;
   if (total == 0) return Status::Ok();
-  CeGrad<L><<<BlocksFor(total), cuda::kThreads, 0, StreamOf(ctx)>>>(
+  CeGrad<L, kSoftmax><<<BlocksFor(total), cuda::kThreads, 0, StreamOf(ctx)>>>(
       out[0]->data<float>(), in[0]->data<float>(), in[1]->data<float>(), labels, w, weight_sum, l,
       tg, red);
   FOUNDRY_CUDA_LAUNCHED(node, "CeGrad");
   return Status::Ok();
 }
 
-// SoftmaxCrossEntropyLossGrad (dY, log_prob, label[, weight]) -> d_scores.
+// SoftmaxCrossEntropyLossGrad (dY, log_prob, label[, weight]) -> d_scores; kSoftmax false:
+// foundry::NegativeLogLikelihoodLossGrad, -[c == t] * w[t] * g (log_prob gives only the shape).
+template <bool kSoftmax>
 Status SoftmaxCrossEntropyGradKernel(const Node& node, std::span<const Tensor* const> in,
                                      std::span<Tensor* const> out, const CudaKernelContext& ctx) {
   const Tensor& LP = *in[1];
@@ -1011,9 +1017,9 @@ Status SoftmaxCrossEntropyGradKernel(const Node& node, std::span<const Tensor* c
   ASSIGN_OR_RETURN(CeReduction red, CeReductionOf(node));
   switch (in[2]->dtype()) {
     case DType::kInt64:
-      return CeBackward<int64_t>(node, in, out, ctx, l, red);
+      return CeBackward<int64_t, kSoftmax>(node, in, out, ctx, l, red);
     case DType::kInt32:
-      return CeBackward<int32_t>(node, in, out, ctx, l, red);
+      return CeBackward<int32_t, kSoftmax>(node, in, out, ctx, l, red);
     default:
       return UnsupportedType(node, in[2]->dtype());
   }
@@ -1033,6 +1039,7 @@ void RegisterCudaMathWorkspaces(CudaWorkspaceTable& table) {
   table.Add("", "Gemm", MatMulWorkspace);
   table.Add("", "SoftmaxCrossEntropyLoss", CeWorkspace);
   table.Add(kMs, "SoftmaxCrossEntropyLossGrad", CeGradWorkspace);
+  table.Add("foundry", "NegativeLogLikelihoodLossGrad", CeGradWorkspace);
 }
 
 void RegisterCudaMathKernels(CudaKernelTable& table) {
@@ -1064,7 +1071,8 @@ void RegisterCudaMathKernels(CudaKernelTable& table) {
   table.Add(kMs, "SimplifiedLayerNormalizationGrad", LayerNormGradKernel);
 
   table.Add("", "SoftmaxCrossEntropyLoss", SoftmaxCrossEntropyKernel);
-  table.Add(kMs, "SoftmaxCrossEntropyLossGrad", SoftmaxCrossEntropyGradKernel);
+  table.Add(kMs, "SoftmaxCrossEntropyLossGrad", SoftmaxCrossEntropyGradKernel<true>);
+  table.Add("foundry", "NegativeLogLikelihoodLossGrad", SoftmaxCrossEntropyGradKernel<false>);
 }
 
 }  // namespace foundry
