@@ -841,6 +841,65 @@ TEST(SoftmaxCrossEntropyTest, GradKernelMatchesReference) {
   ExpectClose(d, want, 1e-6, 1e-5);
 }
 
+// PyTorch's split of the same backward (passes/loss_backward.h): the negative log-likelihood's
+// gradient with respect to log_prob, -w[t] * g at the label and 0 elsewhere, then log_softmax's.
+// The first is exact; the two together match the fused gradient.
+TEST(SoftmaxCrossEntropyTest, NllGradThenLogSoftmaxGradIsTheFusedGradient) {
+  struct Case {
+    Shape scores;
+    std::vector<int64_t> labels;
+    std::string reduction;
+    bool weights;
+  };
+  for (const Case& c : std::vector<Case>{{{4, 5}, {2, -100, 0, 4}, "mean", true},
+                                         {{4, 5}, {2, 1, 0, 4}, "sum", false},
+                                         {{4, 5}, {2, -100, 0, 4}, "none", false},
+                                         {{2, 5, 3}, {0, 1, -100, 4, 3, 2}, "mean", false},
+                                         {{3, 4}, {-100, -100, -100}, "mean", false}}) {
+    Shape lshape = c.scores;
+    lshape.erase(lshape.begin() + 1);
+    const int64_t n = c.scores[0], classes = c.scores[1], inner = NumElements(lshape) / n;
+    Tensor scores = RandomTensor(c.scores, 76, -3.f, 3.f), labels = I64(lshape, c.labels);
+    Tensor w = RandomTensor({classes}, 77, 0.5f, 1.5f);
+    Tensor dy = c.reduction == "none" ? RandomTensor(lshape, 78) : Tensor::Scalar(1.5f);
+    std::vector<std::string> ins = {"scores", "labels"};
+    std::map<std::string, Tensor> feeds = {{"scores", scores}, {"labels", labels}};
+    std::vector<std::string> gins = {"dy", "lp", "labels"};
+    if (c.weights) {
+      ins.push_back("w");
+      gins.push_back("w");
+      feeds["w"] = w;
+    }
+    const std::map<std::string, Attribute> attrs = {{"reduction", Attribute::String(c.reduction)},
+                                                    {"ignore_index", Attribute::Int(-100)}};
+    auto fwd = RunSingleNode(MakeNode("SoftmaxCrossEntropyLoss", ins, {"loss", "lp"}, attrs), feeds);
+    ASSERT_TRUE(fwd.ok()) << fwd.status().message();
+    std::map<std::string, Tensor> gfeeds = {{"dy", dy}, {"lp", (*fwd)[1]}, {"labels", labels}};
+    if (c.weights) gfeeds["w"] = w;
+    const std::string what = c.reduction + " " + ShapeToString(c.scores);
+    Tensor fused = Run1(MakeNode("SoftmaxCrossEntropyLossGrad", gins, {"d"}, attrs, kMs), gfeeds);
+    Tensor nll =
+        Run1(MakeNode("NegativeLogLikelihoodLossGrad", gins, {"d"}, attrs, "foundry"), gfeeds);
+    double wsum = 0;
+    for (int64_t t : c.labels)
+      if (t >= 0) wsum += c.weights ? w.data<float>()[t] : 1.0;
+    Ref want{c.scores, std::vector<double>(static_cast<size_t>(scores.numel()), 0.0)};
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t k = 0; k < inner; ++k) {
+        const int64_t t = c.labels[i * inner + k];
+        if (t < 0) continue;
+        double g = c.reduction == "none" ? dy.data<float>()[i * inner + k] : 1.5;
+        if (c.reduction == "mean") g /= wsum;
+        want.v[(i * classes + t) * inner + k] = -(c.weights ? w.data<float>()[t] : 1.0) * g;
+      }
+    ExpectClose(nll, want, 0, 1e-7, what + " nll");
+    Tensor split = Run1(MakeNode("LogSoftmaxGrad_13", {"dlp", "lp"}, {"d"},
+                                 {{"axis", Attribute::Int(1)}}, kMs),
+                        {{"dlp", nll}, {"lp", (*fwd)[1]}});
+    ExpectClose(split, ToRef(fused), 1e-6, 1e-5, what + " split vs fused");
+  }
+}
+
 TEST(SoftmaxCrossEntropyTest, LabelOutOfRangeNamesTheNode) {
   Node n = MakeNode("SoftmaxCrossEntropyLoss", {"scores", "labels"}, {"loss"},
                     {{"ignore_index", Attribute::Int(-100)}});

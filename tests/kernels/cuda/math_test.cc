@@ -340,6 +340,11 @@ TEST(CudaMathTest, CrossEntropyWithIgnoreIndex) {
         kMs);
     st = CompareCudaWithCpu(g, gfeeds);
     EXPECT_TRUE(st.ok()) << what << " grad: " << st.message();
+    Node nll = g;
+    nll.domain = "foundry";
+    nll.op_type = "NegativeLogLikelihoodLossGrad";
+    st = CompareCudaWithCpu(nll, gfeeds);
+    EXPECT_TRUE(st.ok()) << what << " nll grad: " << st.message();
   }
 }
 
