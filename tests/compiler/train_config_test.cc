@@ -178,6 +178,11 @@ TEST(TrainConfig, ValuesAreChecked) {
   EXPECT_EQ(ErrorOf("fsdp_config:\n  sharding_strategy: SOMETIMES\n"),
             "--config t.yaml: key 'fsdp_config.sharding_strategy' is 'SOMETIMES'; expected "
             "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD");
+  EXPECT_EQ(ErrorOf("model:\n  loss_fn: focal\n"),
+            "--config t.yaml: key 'model.loss_fn' is 'focal'; expected fused_crossentropy or "
+            "torch_crossentropy");
+  EXPECT_EQ(Parsed("model:\n  loss_fn: torch_crossentropy\n").model.loss_fn,
+            "torch_crossentropy");
   EXPECT_EQ(ErrorOf("- a\n- b\n"),
             "--config t.yaml: the file holds a list; an llm-foundry training YAML is a mapping "
             "(model:, optimizer:, ...)");

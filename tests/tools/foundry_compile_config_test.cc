@@ -112,6 +112,28 @@ TEST_F(FoundryCompileConfigTest, ConflictsAndBadFiles) {
   EXPECT_NE(r.err.find("the --config file, an input of this command"), std::string::npos) << r.err;
 }
 
+// model.loss_fn picks the loss's backward (passes/loss_backward.h); --loss-fn wins over it.
+TEST_F(FoundryCompileConfigTest, LossFnFromTheConfigOrTheCommandLine) {
+  std::ofstream(Path("torch.yaml")) << "model:\n  loss_fn: torch_crossentropy\n";
+  ExecResult r = Exec(kCompile, {kTiny, "--config", "torch.yaml", "--dim", "batch=2", "--dim",
+                                 "seq=16", "--dry-run"},
+                      dir_);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("loss_backward: 1 cross-entropy backward as torch_crossentropy"),
+            std::string::npos)
+      << r.out;
+  r = Exec(kCompile, {kTiny, "--config", "torch.yaml", "--loss-fn", "fused_crossentropy", "--dim",
+                      "batch=2", "--dim", "seq=16", "--dry-run"},
+           dir_);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("loss_backward"), std::string::npos) << r.out;
+  r = Exec(kCompile, {kTiny, "--loss-fn", "focal", "--dry-run"}, dir_);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "foundry-compile: error: --loss-fn 'focal': give fused_crossentropy or "
+            "torch_crossentropy\n");
+}
+
 // llm-foundry's own sizes on the shipped exports: MPT-125M (no checkpointing, amp_bf16,
 // microbatch 16 x 2048) and MPT-7B (every block checkpointed, microbatch 8 x 2048).
 TEST_F(FoundryCompileConfigTest, TheUpstreamSizedConfigsCompileTheShippedExports) {
