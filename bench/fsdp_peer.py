@@ -235,6 +235,53 @@ def train_step(model, optimizer, input_ids, labels):
     return float(loss)
 
 
+def measure_memtracker(args):
+    """Per-step peaks counted by MemTracker (the classes at the peak too). Perturbs what it
+    counts in some runs: see the header."""
+    import torch
+    model, wrapped, input_ids, labels = build_fsdp_model(args)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                                  weight_decay=0.0)
+    tracker = step_tracker()
+    tracker.track_external(model, optimizer, input_ids, labels)
+    peaks, with_buffers, seconds, breakdown = [], [], [], {}
+    with tracker:
+        for _ in range(args.steps):
+            # MemTracker refuses a second forward of the root without this (its per-module
+            # statistics are per iteration); the live-storage count is kept.
+            tracker.reset_mod_stats()
+            before = tracker.live_bytes()
+            tracker.restart_peak()
+            t0 = time.perf_counter()
+            loss = train_step(model, optimizer, input_ids, labels)
+            seconds.append(round(time.perf_counter() - t0, 2))
+            peak, breakdown = tracker.peak()
+            peaks.append(peak)
+            with_buffers.append(tracker.peak_with_collective_buffers)
+        after = tracker.live_bytes()
+    return wrapped, peaks, with_buffers, seconds, breakdown, before, after, loss
+
+
+def measure_allocator(args):
+    """Per-step peaks of the CPU allocator's live bytes (torch.profiler's allocation events,
+    profiled from before the model exists), gloo's collective buffers apart."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+    seconds = []
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        model, wrapped, input_ids, labels = build_fsdp_model(args)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                                      weight_decay=0.0)
+        for step in range(args.steps):
+            t0 = time.perf_counter()
+            with record_function(f"fsdp_peer step {step}"):
+                loss = train_step(model, optimizer, input_ids, labels)
+            seconds.append(round(time.perf_counter() - t0, 2))
+    spans = [allocator_span(prof, f"fsdp_peer step {step}") for step in range(args.steps)]
+    return (wrapped, [s["peak"] for s in spans], [s["peak_with_collective_buffers"] for s in spans],
+            seconds, None, spans[-1]["start"], spans[-1]["end"], loss)
+
+
 def rank_main(rank: int, args, port: int, results) -> None:
     import torch
     import torch.distributed as dist
@@ -242,31 +289,14 @@ def rank_main(rank: int, args, port: int, results) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=args.world_size)
     try:
-        model, wrapped, input_ids, labels = build_fsdp_model(args)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
-                                      weight_decay=0.0)
-        tracker = step_tracker()
-        tracker.track_external(model, optimizer, input_ids, labels)
-        peaks, with_buffers, seconds, breakdown = [], [], [], {}
-        with tracker:
-            for _ in range(args.steps):
-                # MemTracker refuses a second forward of the root without this (its per-module
-                # statistics are per iteration); the live-storage count is kept.
-                tracker.reset_mod_stats()
-                before = tracker.live_bytes()
-                tracker.restart_peak()
-                t0 = time.perf_counter()
-                loss = train_step(model, optimizer, input_ids, labels)
-                seconds.append(round(time.perf_counter() - t0, 2))
-                peak, breakdown = tracker.peak()
-                peaks.append(peak)
-                with_buffers.append(tracker.peak_with_collective_buffers)
-            after = tracker.live_bytes()
+        measure = measure_allocator if args.counter == "allocator" else measure_memtracker
+        wrapped, peaks, with_buffers, seconds, breakdown, before, after, loss = measure(args)
         results.put((rank, {
             "rank": rank, "world_size": args.world_size, "batch": args.batch, "seq": args.seq,
             "sharding": args.sharding, "ckpt": args.ckpt, "checkpointed_modules": wrapped,
             "mixed_precision": args.mixed_precision, "config": args.config, "attn_impl": "sdpa",
             "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "counter": args.counter,
             "peak_bytes": peaks[-1], "peak_bytes_by_step": peaks, "peak_breakdown": breakdown,
             "peak_bytes_with_collective_buffers": with_buffers[-1],
             "live_bytes_before": before, "live_bytes_after": after,
@@ -338,12 +368,13 @@ def check_linear() -> list:
             for k, (a, b) in got.items()]
 
 
-def allocator_peak(prof, range_name: str) -> int:
-    """The CPU allocator's peak during the record_function range `range_name`, above its total
-    just before the range, from torch.profiler's allocation events (profile_memory=True: every
-    allocation and free of the CPU allocator, with its size and the op it happened in; events
-    of every thread, placed by time), without the buffers gloo's collectives allocate for
-    themselves (those under a c10d op or a gloo: range)."""
+def allocator_span(prof, range_name: str) -> dict:
+    """The CPU allocator's live bytes during the record_function range `range_name`, from
+    torch.profiler's allocation events (profile_memory=True: every allocation and free of the
+    CPU allocator, with its size and the op it happened in; events of every thread, placed by
+    time), counted from the profile's start: `start` and `end` (at the range's edges) and `peak`
+    without the buffers gloo's collectives allocate for themselves (those under a c10d op or a
+    gloo: range); `peak_with_collective_buffers` with them."""
     from torch._C._profiler import _EventType
     events, span = [], None
     stack = [(node, False) for node in prof.profiler.kineto_results.experimental_event_tree()]
@@ -356,28 +387,37 @@ def allocator_peak(prof, range_name: str) -> int:
             events.append((node.start_time_ns, f.ptr, f.alloc_size, in_collective))
         elif node.name == range_name:
             span = (node.start_time_ns, node.end_time_ns)
-    live = 0
-    collective_blocks = set()
-    start = peak = None
+    live = buffers = 0
+    collective_blocks = {}  # address -> size of a live collective buffer
+    start = peak = peak_all = None
     for t, ptr, size, in_collective in sorted(events, key=lambda e: e[0]):
         if start is None and t >= span[0]:
             start = peak = live
+            peak_all = live + buffers
         if t > span[1]:
             break
         if size > 0:
             # A free on gloo's threads can go unrecorded; an address handed out again was freed.
-            collective_blocks.discard(ptr)
+            buffers -= collective_blocks.pop(ptr, 0)
             if in_collective:
-                collective_blocks.add(ptr)
+                collective_blocks[ptr] = size
+                buffers += size
             else:
                 live += size
         elif ptr in collective_blocks:
-            collective_blocks.discard(ptr)
+            buffers -= collective_blocks.pop(ptr)
         else:
             live += size
         if start is not None:
             peak = max(peak, live)
-    return peak - start
+            peak_all = max(peak_all, live + buffers)
+    return {"start": start, "end": live, "peak": peak, "peak_with_collective_buffers": peak_all}
+
+
+def allocator_peak(prof, range_name: str) -> int:
+    """allocator_span's peak above the range's start."""
+    span = allocator_span(prof, range_name)
+    return span["peak"] - span["start"]
 
 
 def check_rank(rank: int, args, port: int, results) -> None:
@@ -451,6 +491,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=2,
                     help="full training steps; the last one is reported")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    ap.add_argument("--counter", choices=("allocator", "memtracker"), default="allocator",
+                    help="what counts the live bytes (see the header)")
     ap.add_argument("--check", action="store_true",
                     help="verify the counting on small cases instead (see the header)")
     args = ap.parse_args(argv)

@@ -20,7 +20,8 @@
 #   SHARD_GRAD_OP FULL_SHARD"), BENCH_FSDP_CKPT (default "none mptblock"), BENCH_FSDP_MP (default
 #   "FULL DEFAULT PURE"): the rows.
 #   BENCH_FSDP_PEER_JSONL=FILE: PyTorch rows found in FILE (bench/fsdp_peer.py's JSON lines, one
-#   per rank) are read from it instead of measured again; rows measured are appended to it.
+#   per rank, counted by the allocator: rows of the older --counter memtracker are not taken) are
+#   read from it instead of measured again; rows measured are appended to it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -50,14 +51,15 @@ pick_rows() {
   $py - "$@" << 'PY'
 import json, sys
 batch, seq, strategy, ckpt, mp, path, out = sys.argv[1:]
-key = (int(batch), int(seq), strategy, ckpt, mp)
+key = (int(batch), int(seq), strategy, ckpt, mp, "allocator")
 rows = {}
 for line in open(path):
     if not line.startswith("{"):
         continue
     d = json.loads(line)
     if "error" not in d and (d.get("batch"), d.get("seq"), d.get("sharding"), d.get("ckpt"),
-                             d.get("mixed_precision")) == key and d.get("world_size") == 2:
+                             d.get("mixed_precision"), d.get("counter", "memtracker")) == key \
+            and d.get("world_size") == 2:
         rows[d["rank"]] = line  # a later measurement of the same row wins
 if len(rows) != 2:
     sys.exit(1)

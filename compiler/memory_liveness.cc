@@ -9,6 +9,8 @@ GraphIndex::GraphIndex(const Graph& g, bool in_arena) : gradients_in_arena(in_ar
     const auto step = static_cast<int64_t>(s);
     for (const auto& in : g.nodes[s].inputs)
       if (!in.empty()) last_read[in] = step;  // steps grow: the last write is the last read
+    if (auto held = g.nodes[s].marks.find(kHoldsMark); held != g.nodes[s].marks.end())
+      for (const std::string& v : HeldValues(held->second)) last_read[v] = step;
     for (const auto& o : g.nodes[s].outputs)
       if (!o.empty()) producer.emplace(o, step);
   }
@@ -16,6 +18,18 @@ GraphIndex::GraphIndex(const Graph& g, bool in_arena) : gradients_in_arena(in_ar
   params.insert(g.parameters.begin(), g.parameters.end());
   inputs.insert(g.inputs.begin(), g.inputs.end());
   initializers.insert(g.initializers.begin(), g.initializers.end());
+}
+
+std::vector<std::string> HeldValues(const std::string& mark) {
+  std::vector<std::string> values;
+  size_t begin = 0;
+  while (begin <= mark.size()) {
+    size_t end = mark.find('\n', begin);
+    if (end == std::string::npos) end = mark.size();
+    if (end > begin) values.push_back(mark.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return values;
 }
 
 int64_t GraphIndex::Producer(const std::string& v) const {

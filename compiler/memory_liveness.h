@@ -24,6 +24,9 @@ inline int64_t RoundUpToArenaAlignment(int64_t bytes) {
   return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
 }
 
+// The values a node's kHoldsMark names (one per line).
+std::vector<std::string> HeldValues(const std::string& mark);
+
 // What the planner and the checker need to know about the graph, built once: who produces each
 // value (first producer's step), the last step that reads it, and the roles of the values that
 // live outside the arena.

@@ -35,7 +35,11 @@
 // owner's memory class is the alias's class.
 //
 // Liveness. An arena buffer is live from the step of its owner's producer to the last step that
-// reads any value of the buffer (the producer's step when nothing reads it). A node's workspace
+// reads any value of the buffer (the producer's step when nothing reads it). A node marked
+// kHoldsMark reads, for liveness, the values the mark names (one per line) without taking them
+// as inputs: FSDP frees a unit's gathered parameters in its post-backward hook, once the unit's
+// last gradient is made, not after their last reader, and the shard pass (passes/shard.h) marks
+// the node that makes each gradient of a unit with the unit's gathered parameters to say so. A node's workspace
 // (kernel scratch, WorkspaceFn) is live during its own step only. Two arena buffers live at a
 // common step never overlap.
 //
@@ -60,6 +64,9 @@
 #include "compiler/ir.h"
 
 namespace foundry {
+
+// The node mark that holds values live until the node's step (see Liveness above).
+inline constexpr const char* kHoldsMark = "holds";
 
 inline constexpr int64_t kArenaAlignment = 256;
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <set>
 
+#include "compiler/memory_plan.h"
 #include "compiler/module_tree.h"
 #include "compiler/phase.h"
 
@@ -101,6 +102,41 @@ bool ReadAsBf16(const Graph& graph, const std::string& p, const std::vector<int>
     if (!IsCastTo(n, DType::kBFloat16) || n.inputs.size() != 1 || n.inputs[0] != p) return false;
   }
   return !readers.empty();
+}
+
+// Marks the node that makes each gradient of a unit (in the parameters' compute type: through
+// the Casts that widen it for the reduction) with the unit's gathered values (kHoldsMark), so
+// that they stay live until the unit's last gradient exists. FSDP reshards a unit at the start of
+// its post-backward hook, which runs once every gradient of the unit is made, and reduces after.
+void HoldGatheredUntilGradientsAreMade(
+    Graph& graph, const std::map<std::string, std::string>& unit_of,
+    const std::map<std::string, std::vector<std::string>>& held) {
+  std::map<std::string, std::string> param_of_grad;
+  for (size_t i = 0; i < graph.parameters.size(); ++i)
+    param_of_grad[graph.outputs[i + 1]] = graph.parameters[i];
+  std::map<std::string, size_t> producer;
+  for (size_t k = 0; k < graph.nodes.size(); ++k)
+    for (const auto& o : graph.nodes[k].outputs) producer.emplace(o, k);
+  std::map<size_t, std::set<std::string>> holds;
+  for (const Node& n : graph.nodes) {
+    if (n.domain != "foundry" || n.op_type != "ReduceScatterGradient" || n.outputs.empty())
+      continue;
+    auto p = param_of_grad.find(n.outputs[0]);
+    if (p == param_of_grad.end()) continue;
+    auto values = held.find(unit_of.at(p->second));
+    if (values == held.end()) continue;
+    auto made = producer.find(n.inputs[0]);
+    while (made != producer.end() && graph.nodes[made->second].op_type == "Cast" &&
+           graph.nodes[made->second].domain.empty())
+      made = producer.find(graph.nodes[made->second].inputs[0]);
+    if (made == producer.end()) continue;  // a constant gradient
+    holds[made->second].insert(values->second.begin(), values->second.end());
+  }
+  for (const auto& [k, values] : holds) {
+    std::string mark;
+    for (const std::string& v : values) mark += (mark.empty() ? "" : "\n") + v;
+    graph.nodes[k].marks[kHoldsMark] = mark;
+  }
 }
 
 }  // namespace
@@ -230,6 +266,10 @@ StatusOr<bool> ShardPass::Run(Graph& graph) {
   }
 
   // ---- parameters and gathers ----
+  // Per unit, the values of its last gather (the backward's under FULL_SHARD, the only one under
+  // SHARD_GRAD_OP and for the root): FSDP frees them in the unit's post-backward hook
+  // (HoldGatheredUntilGradientsAreMade).
+  std::map<std::string, std::vector<std::string>> held;
   for (const auto& p : graph.parameters) {
     const int64_t numel = NumelOf(*graph.FindValue(p));
     stats_.full_param_bytes += numel * 4;
@@ -326,6 +366,7 @@ StatusOr<bool> ShardPass::Run(Graph& graph) {
         }
         n.attrs["shapes"] = Attribute::Ints(std::move(shapes));
         SetPhase(n, gt.backward ? Phase::kBackward : Phase::kForward);
+        held[path] = n.outputs;  // the last gather of the unit wins
         for (Node& cast : shard_casts) before[first].push_back(std::move(cast));
         before[first].push_back(std::move(n));
         ++stats_.gathers;
@@ -355,6 +396,7 @@ StatusOr<bool> ShardPass::Run(Graph& graph) {
   }
   emit(before, static_cast<int>(graph.nodes.size()));
   graph.nodes = std::move(nodes);
+  HoldGatheredUntilGradientsAreMade(graph, unit_of, held);
   return true;
 }
 

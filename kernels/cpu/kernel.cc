@@ -138,11 +138,13 @@ namespace {
 
 // Ops whose CPU kernels take bfloat16 operands themselves: the matrix products, by tiles widened in
 // their own bounded workspace (kernels/cpu/math.cc), instead of whole widened operands; the
-// collectives, whose bfloat16 reduction rounds what it sends (kernels/cpu/collective.cc).
+// collectives, whose bfloat16 reduction rounds what it sends (kernels/cpu/collective.cc); the
+// embedding gradient, which sums in f32 row by row (kernels/cpu/shape_ops.cc).
 bool HandlesBf16Itself(const Node& node) {
   if (IsCollectiveOp(node)) return true;
   if (node.domain.empty()) return node.op_type == "MatMul" || node.op_type == "Gemm";
-  return node.domain == "com.microsoft" && node.op_type == "FusedMatMul";
+  return node.domain == "com.microsoft" &&
+         (node.op_type == "FusedMatMul" || node.op_type == "GatherGrad");
 }
 
 // Ops whose every output element is a function of the input elements at the same index alone,

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/bfloat16.h"
 #include "compiler/op_schema.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/parallel.h"
@@ -484,8 +485,54 @@ void GatherGradT(const GatherDims& g, const Tensor& idx, const T* dy, T* dx) {
   });
 }
 
+// bfloat16 dY and dX (FSDP's bf16 parameters): each element of dX adds up its elements of dY in
+// f32, in index order, and is rounded to bfloat16 once: the f32 kernel's numbers on staged f32
+// copies, bit for bit, without an f32 copy of dX. The indices are grouped by row first (a counting
+// sort in the workspace, GatherGradWorkspace); threads take ranges of rows.
+void GatherGradBf16(const GatherDims& g, const Tensor& idx, const uint16_t* dy, uint16_t* dx,
+                    const KernelContext& ctx) {
+  const int64_t n = idx.numel();
+  int64_t* start = WorkspaceArray<int64_t>(ctx);  // [dim + 1]: row r's indices are order[start[r]..]
+  int64_t* cursor = start + g.dim + 1;            // [dim]
+  int64_t* order = cursor + g.dim;                // [n]: positions j, by row, in index order
+  std::fill(start, start + g.dim + 1, int64_t{0});
+  for (int64_t j = 0; j < n; ++j) ++start[Row(idx, j, g) + 1];
+  for (int64_t r = 0; r < g.dim; ++r) start[r + 1] += start[r];
+  std::copy(start, start + g.dim, cursor);
+  for (int64_t j = 0; j < n; ++j) order[cursor[Row(idx, j, g)]++] = j;
+  constexpr int64_t kColumns = 256;
+  ParallelFor(g.outer * g.dim, RowGrain(g.inner), [&](int64_t begin, int64_t end) {
+    float acc[kColumns];
+    for (int64_t orow = begin; orow < end; ++orow) {
+      const int64_t o = orow / g.dim, r = orow % g.dim;
+      uint16_t* d = dx + orow * g.inner;
+      for (int64_t c0 = 0; c0 < g.inner; c0 += kColumns) {
+        const int64_t len = std::min(kColumns, g.inner - c0);
+        std::fill(acc, acc + len, 0.0f);
+        for (int64_t k = start[r]; k < start[r + 1]; ++k) {
+          const uint16_t* s = dy + (o * n + order[k]) * g.inner + c0;
+          for (int64_t i = 0; i < len; ++i) acc[i] += Bf16ToFloat(s[i]);
+        }
+        for (int64_t i = 0; i < len; ++i) d[c0 + i] = FloatToBf16(acc[i]);
+      }
+    }
+  });
+}
+
+// GatherGrad's workspace: the counting sort of GatherGradBf16 (none for f32 and f64).
+int64_t GatherGradWorkspace(const Node& node, std::span<const OperandType> in,
+                            std::span<const OperandType> out) {
+  if (in.size() < 2 || out.empty() || out[0].dtype != DType::kBFloat16 || !in[1].shape ||
+      !out[0].shape)
+    return 0;
+  const Shape& dx = *out[0].shape;
+  auto axis = NormalizeAxis(node.GetInt("axis", 0), static_cast<int64_t>(dx.size()));
+  if (!axis.ok()) return 0;
+  return (2 * dx[*axis] + 1 + NumElements(*in[1].shape)) * static_cast<int64_t>(sizeof(int64_t));
+}
+
 // GatherGrad (shape, indices, dY) -> dX: rows of dY added into zeros, indices in order.
-Status GatherGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+Status GatherGradKernel(const Node& node, Inputs in, Outputs out, const KernelContext& ctx) {
   Shape shape = in[0]->ToInt64Vector();
   const Tensor& idx = *in[1];
   const Tensor& dy = *in[2];
@@ -505,8 +552,12 @@ Status GatherGradKernel(const Node& node, Inputs in, Outputs out, const KernelCo
     case DType::kFloat64:
       GatherGradT(g, idx, dy.data<double>(), out[0]->data<double>());
       break;
+    case DType::kBFloat16:
+      GatherGradBf16(g, idx, dy.data<uint16_t>(), out[0]->data<uint16_t>(), ctx);
+      break;
     default:
-      return ShapeOpError(node, "dY must be f32 or f64, got " + std::string(DTypeName(dy.dtype())));
+      return ShapeOpError(node, "dY must be f32, f64 or bf16, got " +
+                                    std::string(DTypeName(dy.dtype())));
   }
   return Status::Ok();
 }
@@ -894,7 +945,10 @@ Status ScatterNDKernel(const Node& node, Inputs in, Outputs out, const KernelCon
 
 }  // namespace
 
-void RegisterShapeOpWorkspaces(CpuWorkspaceTable& table) { table.Add("", "Pad", PadWorkspace); }
+void RegisterShapeOpWorkspaces(CpuWorkspaceTable& table) {
+  table.Add("", "Pad", PadWorkspace);
+  table.Add("com.microsoft", "GatherGrad", GatherGradWorkspace);
+}
 
 void RegisterShapeOpKernels(CpuKernelTable& table) {
   table.Add("", "Constant", ConstantKernel);

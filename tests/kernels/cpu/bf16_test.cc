@@ -131,6 +131,22 @@ std::vector<Case> Cases() {
                 {"k", RandomTensor({1, 2, 9, 16}, 15)},
                 {"v", RandomTensor({1, 2, 9, 16}, 16)}},
                {"q", "k", "v"}});
+  // The embedding gradient sums its rows in f32 itself (no f32 copy of dX): repeated and unused
+  // rows, on axis 0 (an embedding table) and axis 1.
+  c.push_back({"gather_grad_rows",
+               MakeNode("GatherGrad", {"shape", "idx", "dy"}, {"dx"}, {{"axis", Attribute::Int(0)}},
+                        "com.microsoft"),
+               {{"shape", Tensor::FromVector(DType::kInt64, {2}, std::vector<int64_t>{11, 300})},
+                {"idx", Tensor::FromVector(DType::kInt64, {2, 5}, std::vector<int64_t>{3, 0, 3, 7, 3, 10, 0, -1, 3, 2})},
+                {"dy", RandomTensor({2, 5, 300}, 17)}},
+               {"dy"}});
+  c.push_back({"gather_grad_axis1",
+               MakeNode("GatherGrad", {"shape", "idx", "dy"}, {"dx"}, {{"axis", Attribute::Int(1)}},
+                        "com.microsoft"),
+               {{"shape", Tensor::FromVector(DType::kInt64, {3}, std::vector<int64_t>{2, 6, 5})},
+                {"idx", Tensor::FromVector(DType::kInt64, {4}, std::vector<int64_t>{5, 1, 5, 5})},
+                {"dy", RandomTensor({2, 4, 5}, 18)}},
+               {"dy"}});
   // Mixed: only one operand bf16 is not a valid graph (shape inference refuses it); covered by
   // the autocast pass, which never makes one.
   return c;
