@@ -9,32 +9,41 @@ bench/fsdp_vs_pytorch.sh), run inside the PyTorch 2.6 chroot (scripts/torch26-en
 One measurement spawns --world-size ranks (torch.multiprocessing, gloo over 127.0.0.1; this torch
 has no libuv, so the TCP store runs with USE_LIBUV=0, which the script sets itself) and prints one
 JSON line per rank, in rank order:
-  peak_bytes: the most bytes of live tensor storage during the LAST step (forward, loss,
-    backward, optimizer.step, zero_grad(set_to_none=True)); with the default --steps 2 that is
-    the second step, when the AdamW state exists; peak_bytes_by_step: each step's peak;
-  peak_breakdown: MemTracker's classes at that peak (Parameter, Buffer, Gradient, Activation,
-    Temp, Optstate, Other); FSDP's gathered parameters are ops' outputs, so they count as
-    Activation in the forward and Temp in the backward, not as Parameter;
+  peak_bytes: the most bytes live during the LAST step (forward, loss, backward, optimizer.step,
+    zero_grad(set_to_none=True)); with the default --steps 2 that is the second step, when the
+    AdamW state exists; peak_bytes_by_step: each step's peak; counter: what counted them;
+  peak_breakdown: with --counter memtracker, MemTracker's classes at that peak (Parameter,
+    Buffer, Gradient, Activation, Temp, Optstate, Other; FSDP's gathered parameters are ops'
+    outputs, so they count as Activation in the forward and Temp in the backward); null otherwise;
   peak_bytes_with_collective_buffers: the same peak with gloo's own collective buffers
-    counted (see Counting); live_bytes_before: live bytes when the last step starts (parameter
-    shards, AdamW state, inputs, and the previous step's gradient shards: zero_grad drops the
-    parameters' views of them, and FSDP1 with use_orig_params frees its flat gradient only in the
-    next forward); seconds_by_step, loss.
+    counted (see Counting); live_bytes_before / live_bytes_after: live bytes when the last step
+    starts and ends (parameter shards, AdamW state, inputs, and the previous step's gradient
+    shards: zero_grad drops the parameters' views of them, and FSDP1 with use_orig_params frees
+    its flat gradient only in the next forward); seconds_by_step, loss.
 bench/fsdp_vs_pytorch.sh takes the largest peak over the ranks.
 
-Counting: torch.distributed._tools.mem_tracker.MemTracker (torch 2.6), a TorchDispatchMode that
-holds a weak reference to every tensor storage an op returns, counts its exact bytes (no
-allocator rounding on CPU) until the storage is freed, follows UntypedStorage.resize_ (how FSDP1
-allocates and frees the gathered flat parameter) and takes the peak after every op. Left out of
-peak_bytes: the buffers gloo's collectives allocate for themselves (all_gather_into_tensor
+Counting. --counter allocator (the default): the CPU allocator's own allocations and frees, from
+torch.profiler's allocation events (profile_memory=True), profiled from before the model exists,
+so every CPU storage and an op's scratch (freed inside the op) are seen, with exact sizes (no
+allocator rounding on CPU). --counter memtracker: torch.distributed._tools.mem_tracker.MemTracker
+(torch 2.6), a TorchDispatchMode that holds a weak reference to every tensor storage an op
+returns, counts its exact bytes until the storage is freed, follows UntypedStorage.resize_ (how
+FSDP1 allocates and frees the gathered flat parameter) and takes the peak after every op; it does
+not see an op's scratch. MemTracker changes what it measures: with FSDP mixed precision FULL and
+sharding (SHARD_GRAD_OP, FULL_SHARD), autograd sums the tied embedding's two f32 gradient
+contributions into a new tensor while it runs, in place without it (measured at 1 x 256: the
+allocator's peak above the step's start is 383.9 MiB without MemTracker, 525.5 MiB with it, on
+FULL_SHARD; equal with and without it on DEFAULT and on NO_SHARD). Left out of peak_bytes, by
+both counters: the buffers gloo's collectives allocate for themselves (all_gather_into_tensor
 gathers into a flat buffer of the output's size and copies it out; reduce_scatter_tensor clones
 its whole input, a full unit's gradient in reduce_dtype), which NCCL's collectives, writing into
 the caller's tensors, do not need: at 1 x 256 FULL_SHARD the root unit's clone (the tied
-embedding's 161 MB of f32 gradient) would otherwise set the peak. Not seen at all: an op's
-scratch freed inside the op. --check verifies the counting on small cases: exact bytes of a
-Linear step worked by hand, a resize_, and FSDP1 steps of MPT-125M at 1 x 64 on two ranks
-against the CPU allocator's own allocations and frees (torch.profiler, profile_memory=True),
-those inside collectives left out (they agree within a few bytes: scratch inside ops).
+embedding's 161 MB of f32 gradient) would otherwise set the peak. The allocator counter leaves out
+allocations under a c10d op or a gloo: range. --check compares the two counters on small cases:
+exact bytes of a Linear step worked by hand, a resize_, and FSDP1 steps of MPT-125M at 1 x 64 on
+two ranks, both counting in one run (they agree within a few bytes: scratch inside ops); then it
+prints the allocator's peak of MPT-125M at 1 x 256 FULL_SHARD, FULL and DEFAULT, measured alone and
+with MemTracker in the run (the numbers above).
 
 The model: models/mpt.py's mpt_125m config (the export models/exports/mpt_125m.onnx comes from)
 with families.seeded_model's init (weights do not change memory) and attn_impl "sdpa": foundry
@@ -476,6 +485,22 @@ def run_check(args) -> int:
                 row["memtracker_peak_above_start"] - row["allocator_peak_above_start"]) <= 4096
             ok &= row["ok"]
             print(json.dumps(row), flush=True)
+    # Does MemTracker change the run it counts? The allocator's peak above the step's start, with
+    # and without MemTracker in the run (reported; the header quotes these rows).
+    for precision in ("FULL", "DEFAULT"):
+        a = argparse.Namespace(**dict(vars(args), config="mpt_125m", batch=1, seq=256,
+                                      sharding="FULL_SHARD", ckpt="none",
+                                      mixed_precision=precision, steps=2, counter="allocator"))
+        alone = spawn(rank_main, a, a.world_size)
+        tracked = spawn(check_rank, a, a.world_size)
+        for r0, r1 in zip(alone, tracked):
+            print(json.dumps({
+                "rank": r0.get("rank"),
+                "case": f"FSDP1 mpt_125m 1 x 256 FULL_SHARD {precision}, step 2",
+                "allocator_peak_above_start_alone": r0.get("peak_bytes", 0) - r0.get(
+                    "live_bytes_before", 0),
+                "allocator_peak_above_start_with_memtracker": r1.get("allocator_peak_above_start"),
+            }), flush=True)
     return 0 if ok else 1
 
 

@@ -84,9 +84,16 @@ void KeepShardResult(Compilation& c, const std::vector<std::unique_ptr<Pass>>& p
 // One graph run per optimizer step keeps the gradients in the arena (compiler/memory_plan.h).
 PlanMemoryOptions PlanOptions(const CompileRequest& r) { return {r.grad_accumulation == 1}; }
 
+// The backward reads the forward's bf16 weight copies (torch.autocast's cache) when asked and the
+// weights are computed from f32 parameters; with FSDP's bf16 parameters (DEFAULT, PURE) the
+// backward reads the parameters the shard pass gathers again, whatever the option.
+AutocastRecastPass::Options RecastOptions(const CompileRequest& r) {
+  return {r.save_autocast_weight_copies && r.mixed_precision.param == DType::kFloat32};
+}
+
 // The post-autodiff passes' options as the request gives them, with `instances` checkpointed.
 PostAutodiffOptions PostAutodiff(const CompileRequest& r, std::vector<std::string> instances) {
-  return {{std::move(instances)}, r.precision, ShardOptions(r)};
+  return {{std::move(instances)}, r.precision, ShardOptions(r), RecastOptions(r)};
 }
 
 // Step 4.
@@ -104,6 +111,7 @@ Status RunPipeline(Compilation& c) {
   options.autocast.buffer_dtype = r.mixed_precision.buffer;
   options.grad_accumulation = r.grad_accumulation;
   options.loss.loss_fn = r.loss_fn;
+  options.recast = RecastOptions(r);
   if (r.training) options.shard = ShardOptions(r);
   if (c.result.selection)
     for (const auto& instance : c.result.selection->instances)
@@ -153,7 +161,7 @@ StatusOr<std::optional<CompileResult::WorldFit>> SmallestWorld(const Compilation
     if (r.sharding == ShardingStrategy::kHybridShard && n < 2 * r.shard_group) {
       shard.strategy = ShardingStrategy::kFullShard;  // one group: FULL_SHARD over the ranks
     }
-    CkptEvaluator evaluator(*c.plain, r.precision, shard);
+    CkptEvaluator evaluator(*c.plain, r.precision, shard, RecastOptions(r));
     ASSIGN_OR_RETURN(CkptEvaluation e, evaluator.Evaluate(blocks));
     if (e.total_bytes <= PlanBudget(r))
       return std::optional<CompileResult::WorldFit>(CompileResult::WorldFit{n, e.total_bytes});
@@ -170,7 +178,7 @@ Status ApplyMemoryBudget(Compilation& c) {
     return Error("--memory-budget " + r.memory_budget_text + ": the budget is not above the " +
                  "device reserve, " + HumanBytes(r.device_reserve) +
                  "; give a larger budget, or a smaller --device-reserve");
-  CkptEvaluator evaluator(*c.plain, r.precision, ShardOptions(r));
+  CkptEvaluator evaluator(*c.plain, r.precision, ShardOptions(r), RecastOptions(r));
   BudgetOptions search;
   search.budget_bytes = PlanBudget(r);
   search.syntax = r.ckpt_syntax;

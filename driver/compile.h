@@ -99,6 +99,10 @@ struct CompileRequest {
   // --fsdp-mixed-precision (or --config's fsdp_config.mixed_precision): FSDP's MixedPrecision
   // (compiler/sharding.h), resolved by the caller; FULL (all f32) is torch.autocast alone.
   FsdpMixedPrecision mixed_precision;
+  // --autocast-weight-copies saved: under amp_bf16 with f32 parameters the backward reads the
+  // forward's bf16 copy of each weight, as torch.autocast's cache and autograd hold it, instead
+  // of casting again (passes/autocast.h). Resolved by the caller (saved for an FSDP run).
+  bool save_autocast_weight_copies = false;
   // --loss-fn (or --config's model.loss_fn): the cross-entropy whose backward the plan holds
   // (passes/loss_backward.h); llm-foundry's default is fused_crossentropy.
   LossFn loss_fn = LossFn::kFusedCrossEntropy;

@@ -333,6 +333,16 @@ StatusOr<bool> AutocastRecastPass::Run(Graph& graph) {
         !graph.IsParameter(cast.inputs[0]) || PhaseOf(cast) != Phase::kForward)
       continue;
     const std::string copy = cast.outputs[0];
+    // Saving the forward's copy: a weight read inside a checkpointed region (a recompute clone
+    // reads the copy) is cast again by the recompute, as torch.utils.checkpoint runs autocast
+    // again; the backward then reads that cast. Any other weight's backward reads the copy.
+    if (options_.save_forward_copies) {
+      bool recomputed = false;
+      for (const Node& consumer : graph.nodes)
+        for (const std::string& in : consumer.inputs)
+          recomputed |= in == copy && PhaseOf(consumer) == Phase::kRecompute;
+      if (!recomputed) continue;
+    }
     std::string fresh;
     size_t first = n;
     for (size_t c = 0; c < n; ++c) {

@@ -86,16 +86,32 @@ class AutocastPass : public Pass {
 // forward's last use instead of being held through the backward: a Cast per weight (no FLOPs,
 // one read of the f32 weight) instead of keeping every bf16 weight copy for the step (for
 // MPT-125M 250 MB). Same bits: the copy is the same Cast of the same weight.
+//
+// With `save_forward_copies` (foundry-compile --autocast-weight-copies saved) the backward reads
+// the forward's copy instead, as a PyTorch run holds it: torch.autocast casts each f32 weight once
+// per forward (its cache) and autograd saves that copy for the product's backward. Only a weight
+// read inside a checkpointed region (a recompute clone reads its copy) gets its Cast of its own,
+// as above: torch.utils.checkpoint runs autocast again when it recomputes the region.
 class AutocastRecastPass : public Pass {
  public:
+  struct Options {
+    bool save_forward_copies = false;
+  };
+  AutocastRecastPass() = default;
+  explicit AutocastRecastPass(Options options) : options_(options) {}
+
   std::string_view name() const override { return "autocast-recast"; }
   StatusOr<bool> Run(Graph& graph) override;
   std::string Stats() const override {
-    return std::to_string(recast_) + " parameter casts repeated for the backward";
+    return std::to_string(recast_) + " parameter casts repeated for the " +
+           (options_.save_forward_copies
+                ? "recompute (the backward reads the forward's copies, as torch.autocast's cache)"
+                : "backward");
   }
   int recast() const { return recast_; }
 
  private:
+  Options options_;
   int recast_ = 0;
 };
 

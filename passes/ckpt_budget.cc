@@ -108,7 +108,9 @@ StatusOr<CkptEvaluation> PlanSelection(const CkptEvaluator& evaluator,
   std::sort(instances.begin(), instances.end(), ModulePathLess);
   Graph g = evaluator.graph();
   RETURN_IF_ERROR(
-      RunPostAutodiffPasses(g, {{instances}, evaluator.precision(), evaluator.shard()}).status());
+      RunPostAutodiffPasses(
+          g, {{instances}, evaluator.precision(), evaluator.shard(), evaluator.recast()})
+          .status());
   ASSIGN_OR_RETURN(MemoryPlan plan,
                    PlanMemory(g, {{"cpu", CpuWorkspaceBytes}}, {evaluator.gradients_in_arena()}));
   const BackendLayout& layout = plan.layouts.at(0);
@@ -166,10 +168,11 @@ struct CkptPlanCache {
 };
 
 CkptEvaluator::CkptEvaluator(const Graph& autodiff_graph, Precision precision,
-                             ShardPass::Options shard)
+                             ShardPass::Options shard, AutocastRecastPass::Options recast)
     : graph_(autodiff_graph),
       precision_(precision),
       shard_(shard),
+      recast_(recast),
       cache_(std::make_unique<CkptPlanCache>()) {
   for (const Node& n : graph_.nodes)
     if (n.domain == "foundry" && n.op_type == "AccumulateGradient") gradients_in_arena_ = false;

@@ -46,14 +46,16 @@ class CkptEvaluator {
   // `precision` and `shard`: the post-autodiff passes' options besides the selection
   // (passes/pipeline.h), as the compile gives them: amp_bf16 repeats the backward's weight
   // casts; above 1 rank each plan is one rank's (foundry-compile --world-size).
+  // `recast`: how the backward gets its bf16 weight copies under amp_bf16.
   explicit CkptEvaluator(const Graph& autodiff_graph, Precision precision = Precision::kFp32,
-                         ShardPass::Options shard = {});
+                         ShardPass::Options shard = {}, AutocastRecastPass::Options recast = {});
   ~CkptEvaluator();
   StatusOr<CkptEvaluation> Evaluate(const std::vector<std::string>& instances) const;
   int evaluations() const { return evaluations_; }
   const Graph& graph() const { return graph_; }
   Precision precision() const { return precision_; }
   const ShardPass::Options& shard() const { return shard_; }
+  const AutocastRecastPass::Options& recast() const { return recast_; }
   CkptPlanCache& cache() const { return *cache_; }
   // One graph run per step (no foundry::AccumulateGradient): gradients planned in the arena.
   bool gradients_in_arena() const { return gradients_in_arena_; }
@@ -63,6 +65,7 @@ class CkptEvaluator {
   bool gradients_in_arena_ = true;
   Precision precision_;
   ShardPass::Options shard_;
+  AutocastRecastPass::Options recast_;
   mutable int evaluations_ = 0;
   std::unique_ptr<CkptPlanCache> cache_;
 };

@@ -56,7 +56,8 @@ std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options) 
       passes.push_back(std::make_unique<GradAccumulatePass>(
           GradAccumulatePass::Options{options.grad_accumulation}));
     for (auto& pass :
-         PostAutodiffPasses({options.remat, options.autocast.precision, options.shard}))
+         PostAutodiffPasses({options.remat, options.autocast.precision, options.shard,
+                             options.recast}))
       passes.push_back(std::move(pass));
   }
   return passes;
@@ -68,7 +69,7 @@ std::vector<std::unique_ptr<Pass>> PostAutodiffPasses(const PostAutodiffOptions&
     passes.push_back(std::make_unique<RematPass>(options.remat));
   // After remat: the recompute clones' weight reads get their casts too (passes/autocast.h).
   if (options.precision != Precision::kFp32)
-    passes.push_back(std::make_unique<AutocastRecastPass>());
+    passes.push_back(std::make_unique<AutocastRecastPass>(options.recast));
   // After every pass that adds readers of the parameters (passes/shard.h).
   if (options.shard.world_size > 1) passes.push_back(std::make_unique<ShardPass>(options.shard));
   passes.push_back(std::make_unique<SchedulePass>());

@@ -53,6 +53,7 @@ struct PostAutodiffOptions {
   RematPass::Options remat;                // no instances: no remat pass
   Precision precision = Precision::kFp32;  // amp_bf16: the autocast recast pass
   ShardPass::Options shard;                // above 1 rank: the shard pass
+  AutocastRecastPass::Options recast;      // amp_bf16: how the backward gets its weight copies
 };
 // remat -> autocast recast -> shard -> schedule, each when its option asks for it.
 std::vector<std::unique_ptr<Pass>> PostAutodiffPasses(const PostAutodiffOptions& options);
@@ -69,6 +70,7 @@ struct CompileOptions {
   AutodiffPass::Options autodiff;
   LossBackwardPass::Options loss;  // torch_crossentropy: the loss_backward pass after autodiff
   RematPass::Options remat;  // no instances: no remat pass
+  AutocastRecastPass::Options recast;
   bool training = true;      // false: forward graph only (fold + canonicalize)
   // Microbatches per optimizer step (foundry-compile --grad-accum): above 1, the grad_accumulate
   // pass runs right after autodiff.

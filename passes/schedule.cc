@@ -117,6 +117,24 @@ void PullRecompute(const Graph& g, const DepGraph& d, size_t node, std::vector<c
   }
 }
 
+// The bytes the recompute nodes that choosing `node` would pull (PullRecompute) allocate.
+int64_t PulledBytes(const Graph& g, const DepGraph& d, size_t node, const std::vector<char>& done) {
+  int64_t bytes = 0;
+  std::vector<size_t> stack = {node};
+  std::unordered_set<size_t> seen;
+  while (!stack.empty()) {
+    size_t n = stack.back();
+    stack.pop_back();
+    for (int in : d.inputs[n]) {
+      size_t p = d.producer[in];
+      if (done[p] || !IsRecompute(g.nodes[p]) || !seen.insert(p).second) continue;
+      bytes += d.bytes_out[p];
+      stack.push_back(p);
+    }
+  }
+  return bytes;
+}
+
 // The incoming order with recompute nodes moved just before their first reader.
 std::vector<size_t> OriginalOrder(const Graph& g, const DepGraph& d) {
   std::vector<size_t> order;
@@ -176,7 +194,7 @@ StatusOr<std::vector<size_t>> GreedyOrder(const Graph& g, const DepGraph& d) {
       int64_t best_score = 0;
       for (size_t k = 0; k < ready.size(); ++k) {
         size_t c = ready[k];
-        int64_t score = d.accumulated_out[c] - d.bytes_out[c];
+        int64_t score = d.accumulated_out[c] - d.bytes_out[c] - PulledBytes(g, d, c, done);
         for (int in : d.inputs[c])
           if (remaining[in] == 1) score += d.bytes[in];  // 0 for kept values
         if (k == 0 || score > best_score || (score == best_score && c < ready[best_k])) {

@@ -12,8 +12,9 @@
 // Order:
 //  - forward-phase nodes (and nodes without a phase) first, then backward and optimizer nodes,
 //    each phase greedily: among the ready nodes, the one that frees the most bytes net of what it
-//    allocates (so a gradient is consumed as soon as it exists, and a big value's consumers run
-//    early), ties broken by the original order, so the result is deterministic; a partial
+//    allocates, the recompute nodes it would pull included (so a gradient is consumed as soon as
+//    it exists, a big value's consumers run early, and no checkpointed region is recomputed for
+//    a node that can wait), ties broken by the original order, so the result is deterministic; a partial
 //    gradient that only a foundry::AccumulateGradient reads (passes/grad_accumulate.h), or a
 //    gradient collective of sharded training (passes/shard.h), is not counted against its
 //    producer, and the accumulator runs right after it;

@@ -66,6 +66,7 @@ struct Options {
   std::string ckpt_syntax;      // --ckpt-syntax; "" = llm-foundry
   std::string mixed_precision;  // --fsdp-mixed-precision; "" = --config's, or the default
   std::string loss_fn;          // --loss-fn; "" = --config's model.loss_fn, or fused_crossentropy
+  std::string weight_copies;    // --autocast-weight-copies; "" = saved for an FSDP run, else recast
   std::string device_reserve;   // --device-reserve; "" = the default (see ParseBudget)
 
   // The files written after the plan, in the order they are written, each with the option
@@ -206,12 +207,6 @@ void AddGraphOptions(CLI::App& app, Options& o) {
                  "default: --config's, else DEFAULT for an FSDP run (--world-size N >= 2 or a "
                  "--config with fsdp_config), else FULL")
       ->type_name("MP");
-  app.add_option("--loss-fn", o.loss_fn,
-                 "the cross-entropy whose backward the plan holds, as llm-foundry's "
-                 "model.loss_fn names it: fused_crossentropy (foundry's fused loss; the default, "
-                 "or --config's) or torch_crossentropy (PyTorch's nn.CrossEntropyLoss: "
-                 "nll_loss's gradient, then log_softmax's, one more logits-sized f32 buffer)")
-      ->type_name("L");
   app.add_option("--shard-group", o.shard_group_text,
                  "HYBRID_SHARD: ranks per shard group (GPUs per node)")
       ->type_name("G")
@@ -229,6 +224,24 @@ void AddGraphOptions(CLI::App& app, Options& o) {
   app.add_option("--dump-after", o.dump_after,
                  "print the IR (text form) after this pass: fold, canonicalize, autocast, autodiff")
       ->type_name("PASS");
+}
+
+// What a PyTorch run holds that foundry's own would not: its loss's backward, autocast's weight
+// copies.
+void AddPyTorchRunOptions(CLI::App& app, Options& o) {
+  app.add_option("--loss-fn", o.loss_fn,
+                 "the cross-entropy whose backward the plan holds, as llm-foundry's "
+                 "model.loss_fn names it: fused_crossentropy (foundry's fused loss; the default, "
+                 "or --config's) or torch_crossentropy (PyTorch's nn.CrossEntropyLoss: "
+                 "nll_loss's gradient, then log_softmax's, one more logits-sized f32 buffer)")
+      ->type_name("L");
+  app.add_option("--autocast-weight-copies", o.weight_copies,
+                 "under --precision amp_bf16 with f32 parameters (FSDP mixed precision FULL, or "
+                 "no FSDP): saved (the backward reads the forward's bf16 copy of each weight, as "
+                 "torch.autocast's cache and autograd hold it; the default for an FSDP run) or "
+                 "recast (the backward casts each weight again; less memory, the default "
+                 "otherwise)")
+      ->type_name("W");
 }
 
 void AddReportOptions(CLI::App& app, Options& o) {
@@ -471,7 +484,9 @@ std::optional<int> ParseMixedPrecision(Options& o, const std::optional<TrainConf
   return std::nullopt;
 }
 
-// The loss: --loss-fn, else --config's model.loss_fn, else llm-foundry's default.
+// The loss: --loss-fn, else --config's model.loss_fn, else llm-foundry's default. Autocast's
+// weight copies: --autocast-weight-copies, else saved for an FSDP run (as ParseMixedPrecision
+// decides what one is), else recast.
 std::optional<int> ParseLossFnOption(Options& o, const std::optional<TrainConfig>& config,
                                      CompileRequest& request) {
   std::string name = o.loss_fn, source = "--loss-fn";
@@ -488,6 +503,12 @@ std::optional<int> ParseLossFnOption(Options& o, const std::optional<TrainConfig
     return Fail("--loss-fn is about training; drop it with --forward-only", cli::kExitUsage);
   request.loss_fn = *loss_fn;
   o.loss_fn = name;
+  if (!o.weight_copies.empty() && o.weight_copies != "saved" && o.weight_copies != "recast")
+    return Fail("--autocast-weight-copies '" + o.weight_copies + "': give saved or recast",
+                cli::kExitUsage);
+  const bool fsdp = request.world_size > 1 || (config && config->has_fsdp_config);
+  request.save_autocast_weight_copies =
+      o.weight_copies.empty() ? fsdp : o.weight_copies == "saved";
   return std::nullopt;
 }
 
@@ -593,6 +614,7 @@ StatusOr<std::string> EmittedConfig(const Options& o, const CompileResult& resul
   std::string command = "foundry-compile " + o.model + " --precision " + o.precision;
   if (o.mixed_precision != "FULL") command += " --fsdp-mixed-precision " + o.mixed_precision;
   if (o.loss_fn != "fused_crossentropy") command += " --loss-fn " + o.loss_fn;
+  if (!o.weight_copies.empty()) command += " --autocast-weight-copies " + o.weight_copies;
   if (result.budget)
     command += " --memory-budget " + o.memory_budget_text + ": " + BudgetLine(*result.budget);
   else
@@ -780,6 +802,7 @@ int Main(int argc, char** argv) {
   AddModelOptions(app, o);
   AddCkptOptions(app, o);
   AddGraphOptions(app, o);
+  AddPyTorchRunOptions(app, o);
   AddConfigOption(app, o);
   AddReportOptions(app, o);
   // Let the model path be validated by the importer, which words the error itself.
