@@ -117,7 +117,10 @@ void PullRecompute(const Graph& g, const DepGraph& d, size_t node, std::vector<c
   }
 }
 
-// The bytes the recompute nodes that choosing `node` would pull (PullRecompute) allocate.
+// The bytes the recompute nodes that choosing `node` would pull (PullRecompute) allocate, Casts
+// left out: a weight's cast for the backward (passes/autocast.h) is pulled by its reader whenever
+// that runs, whereas pulling a checkpointed region's recompute early keeps its activations live
+// for longer than the reader needs.
 int64_t PulledBytes(const Graph& g, const DepGraph& d, size_t node, const std::vector<char>& done) {
   int64_t bytes = 0;
   std::vector<size_t> stack = {node};
@@ -128,7 +131,7 @@ int64_t PulledBytes(const Graph& g, const DepGraph& d, size_t node, const std::v
     for (int in : d.inputs[n]) {
       size_t p = d.producer[in];
       if (done[p] || !IsRecompute(g.nodes[p]) || !seen.insert(p).second) continue;
-      bytes += d.bytes_out[p];
+      if (g.nodes[p].op_type != "Cast") bytes += d.bytes_out[p];
       stack.push_back(p);
     }
   }

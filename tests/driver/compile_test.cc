@@ -5,9 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <sstream>
 
+#include "compiler/phase.h"
 #include "compiler/plan.h"
 #include "runtime/cuda_backend.h"
 
@@ -84,6 +86,57 @@ TEST(CompileTest, TorchCrossEntropyHoldsOneMoreLogitsBufferAtItsBackward) {
   const int64_t more = Total(*torch) - Total(*fused);
   // Within a MiB: the two peaks' other small buffers and workspaces differ.
   EXPECT_NEAR(static_cast<double>(more), static_cast<double>(logits), 1 << 20);
+}
+
+// --autocast-weight-copies saved: under amp_bf16 with f32 parameters the backward reads the
+// forward's bf16 weight copies (torch.autocast's cache) instead of casting again; a checkpointed
+// block still casts again in its recompute. With PyTorch's loss too, the loss's backward still
+// runs before any block is recomputed (the schedule counts what a recompute pull allocates).
+TEST(CompileTest, SavedAutocastCopiesAndTheTorchLossUnderCheckpointing) {
+  auto Plan = [](bool saved, std::vector<CkptTarget> ckpt) {
+    CompileRequest r = Request();
+    r.precision = Precision::kAmpBf16;
+    r.save_autocast_weight_copies = saved;
+    r.loss_fn = LossFn::kTorchCrossEntropy;
+    r.ckpt_targets = std::move(ckpt);
+    StatusOr<CompileResult> c = Compile(r);
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return c.ok() ? std::move(c).value() : CompileResult{};
+  };
+  // Recompute-phase Casts of a parameter, and where the loss's backward and the first recompute
+  // node run.
+  struct Shape {
+    int weight_recasts = 0;
+    size_t loss_backward = 0, first_recompute = SIZE_MAX;
+  };
+  auto ShapeOf = [](const Graph& g) {
+    Shape s;
+    for (size_t k = 0; k < g.nodes.size(); ++k) {
+      const Node& n = g.nodes[k];
+      const bool recompute = PhaseOf(n) == Phase::kRecompute;
+      if (recompute && n.op_type == "Cast" && g.IsParameter(n.inputs[0])) ++s.weight_recasts;
+      if (recompute) s.first_recompute = std::min(s.first_recompute, k);
+      if (n.op_type == "LogSoftmaxGrad_13") s.loss_backward = k;
+    }
+    return s;
+  };
+  const Shape recast = ShapeOf(Plan(false, {}).graph);
+  const Shape saved = ShapeOf(Plan(true, {}).graph);
+  EXPECT_GT(recast.weight_recasts, 0);
+  EXPECT_EQ(saved.weight_recasts, 0);
+  const CompileResult blocks = Plan(true, {{"block", ""}});
+  const Shape ckpt = ShapeOf(blocks.graph);
+  EXPECT_GT(ckpt.weight_recasts, 0);  // the checkpointed blocks cast their weights again
+  EXPECT_LT(ckpt.loss_backward, ckpt.first_recompute);
+  // Every backward reader of a block weight's bf16 copy reads a recomputed one.
+  const UseDef use = BuildUseDef(blocks.graph);
+  for (const Node& n : blocks.graph.nodes) {
+    if (n.op_type != "Cast" || !blocks.graph.IsParameter(n.inputs[0]) ||
+        PhaseOf(n) != Phase::kForward || n.scope.find("blocks") == std::string::npos)
+      continue;
+    for (int c : use.Consumers(n.outputs[0]))
+      EXPECT_NE(PhaseOf(blocks.graph.nodes[static_cast<size_t>(c)]), Phase::kBackward) << n.name;
+  }
 }
 
 TEST(CompileTest, MemoryBudgetReturnsTheChoiceAndPlansIt) {

@@ -6,6 +6,8 @@
 #include "passes/shard.h"
 
 #include <gtest/gtest.h>
+#include <algorithm>
+#include "compiler/memory_liveness.h"
 
 #include <filesystem>
 #include <set>
@@ -139,6 +141,48 @@ TEST(ShardPassTest, GathersAreFreedAfterTheirPhaseAndRunJustBeforeUse) {
       EXPECT_TRUE(g.nodes[m].op_type == "AllGather" || PhaseOf(g.nodes[m]) == Phase::kRecompute)
           << n.name << " is scheduled at " << k << ", its first reader at " << first << ", with "
           << g.nodes[m].Describe() << " between";
+  }
+}
+
+// FSDP reshards a unit at its post-backward hook: the unit's last gather (the backward's under
+// FULL_SHARD, the only one under SHARD_GRAD_OP and for the root) is live until the last node that
+// makes one of the unit's gradients, which the shard pass marks (kHoldsMark), and the memory plan
+// keeps it that long.
+TEST(ShardPassTest, GatheredParametersLiveUntilTheUnitsLastGradient) {
+  for (ShardingStrategy s : {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp}) {
+    CompileResult c = CompileTiny(2, s);
+    const Graph& g = c.graph;
+    const UseDef use = BuildUseDef(g);
+    const GraphIndex ix(g, c.plan->memory.gradients_in_arena);
+    // Per unit (the gather's scope), its last gather's outputs.
+    std::map<std::string, std::vector<std::string>> last_gather;
+    for (const Node& n : g.nodes)
+      if (n.op_type == "AllGather") last_gather[n.scope] = n.outputs;
+    ASSERT_GE(last_gather.size(), 3u);  // two blocks and the root
+    std::map<std::string, int64_t> last_grad;  // per unit: the last step making a gradient
+    for (size_t k = 0; k < g.nodes.size(); ++k) {
+      const Node& n = g.nodes[k];
+      if (n.op_type != "ReduceScatterGradient") continue;
+      // The gradient's maker: through the Casts that widen it (none in fp32).
+      int maker = use.Producer(n.inputs[0]);
+      ASSERT_GE(maker, 0) << n.name;
+      const Node& m = g.nodes[static_cast<size_t>(maker)];
+      auto mark = m.marks.find(kHoldsMark);
+      ASSERT_NE(mark, m.marks.end()) << m.name << " makes " << n.outputs[0];
+      const std::vector<std::string> held = HeldValues(mark->second);
+      ASSERT_FALSE(held.empty());
+      std::string unit;
+      for (const auto& [scope, outs] : last_gather)
+        if (std::find(outs.begin(), outs.end(), held[0]) != outs.end()) unit = scope;
+      EXPECT_EQ(std::set<std::string>(held.begin(), held.end()),
+                std::set<std::string>(last_gather[unit].begin(), last_gather[unit].end()))
+          << m.name;
+      last_grad[unit] = std::max(last_grad[unit], static_cast<int64_t>(maker));
+    }
+    for (const auto& [unit, outs] : last_gather)
+      for (const std::string& v : outs) {
+        EXPECT_GE(ix.LastRead(v), last_grad.at(unit)) << v << " of unit '" << unit << "'";
+      }
   }
 }
 

@@ -132,6 +132,23 @@ TEST_F(FoundryCompileConfigTest, LossFnFromTheConfigOrTheCommandLine) {
   EXPECT_EQ(r.err,
             "foundry-compile: error: --loss-fn 'focal': give fused_crossentropy or "
             "torch_crossentropy\n");
+  r = Exec(kCompile, {kTiny, "--autocast-weight-copies", "kept", "--dry-run"}, dir_);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "foundry-compile: error: --autocast-weight-copies 'kept': give saved or recast\n");
+  // An FSDP run saves autocast's copies by default; one process casts again.
+  r = Exec(kCompile, {kTiny, "--precision", "amp_bf16", "--fsdp-mixed-precision", "FULL",
+                      "--world-size", "2", "--dim", "batch=2", "--dim", "seq=16", "--dry-run"},
+           dir_);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("autocast-recast: 0 parameter casts repeated for the recompute"),
+            std::string::npos)
+      << r.out;
+  r = Exec(kCompile, {kTiny, "--precision", "amp_bf16", "--dim", "batch=2", "--dim", "seq=16",
+                      "--dry-run"},
+           dir_);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("parameter casts repeated for the backward"), std::string::npos) << r.out;
 }
 
 // llm-foundry's own sizes on the shipped exports: MPT-125M (no checkpointing, amp_bf16,
