@@ -39,9 +39,9 @@
 // kHoldsMark reads, for liveness, the values the mark names (one per line) without taking them
 // as inputs: FSDP frees a unit's gathered parameters in its post-backward hook, once the unit's
 // last gradient is made, not after their last reader, and the shard pass (passes/shard.h) marks
-// the node that makes each gradient of a unit with the unit's gathered parameters to say so. A node's workspace
-// (kernel scratch, WorkspaceFn) is live during its own step only. Two arena buffers live at a
-// common step never overlap.
+// the node that makes each gradient of a unit with the unit's gathered parameters to say so. A
+// node's workspace (kernel scratch, WorkspaceFn) is live during its own step only. Two arena
+// buffers live at a common step never overlap.
 //
 // Layouts. Workspace sizes differ between backends, so offsets do too: the plan holds one
 // BackendLayout per backend it was compiled for. Every arena buffer and workspace is aligned to

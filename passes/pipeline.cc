@@ -55,9 +55,8 @@ std::vector<std::unique_ptr<Pass>> BuildPipeline(const CompileOptions& options) 
     if (options.grad_accumulation > 1)
       passes.push_back(std::make_unique<GradAccumulatePass>(
           GradAccumulatePass::Options{options.grad_accumulation}));
-    for (auto& pass :
-         PostAutodiffPasses({options.remat, options.autocast.precision, options.shard,
-                             options.recast}))
+    for (auto& pass : PostAutodiffPasses(
+             {options.remat, options.autocast.precision, options.shard, options.recast}))
       passes.push_back(std::move(pass));
   }
   return passes;

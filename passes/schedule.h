@@ -1,6 +1,6 @@
 // The schedule: the order in which the training graph's nodes run, chosen to keep the peak of
-// live transient bytes low (docs/design.md §6). The pass reorders Graph::nodes; the exported training
-// graph and the runtime follow that order.
+// live transient bytes low (docs/design.md §6). The pass reorders Graph::nodes; the exported
+// training graph and the runtime follow that order.
 //
 // Liveness model (the one the memory plan builds on): a transient value (a node output that is
 // not a graph output) occupies its bytes from the step of its producer to the step of its last
@@ -14,9 +14,9 @@
 //    each phase greedily: among the ready nodes, the one that frees the most bytes net of what it
 //    allocates, the recompute nodes it would pull included (so a gradient is consumed as soon as
 //    it exists, a big value's consumers run early, and no checkpointed region is recomputed for
-//    a node that can wait), ties broken by the original order, so the result is deterministic; a partial
-//    gradient that only a foundry::AccumulateGradient reads (passes/grad_accumulate.h), or a
-//    gradient collective of sharded training (passes/shard.h), is not counted against its
+//    a node that can wait), ties broken by the original order, so the result is deterministic; a
+//    partial gradient that only a foundry::AccumulateGradient reads (passes/grad_accumulate.h), or
+//    a gradient collective of sharded training (passes/shard.h), is not counted against its
 //    producer, and the accumulator runs right after it;
 //  - recompute-phase nodes, and the parameter gathers of sharded training (foundry::AllGather),
 //    are never chosen on their own: when a node is chosen, the recompute

@@ -507,8 +507,7 @@ std::optional<int> ParseLossFnOption(Options& o, const std::optional<TrainConfig
     return Fail("--autocast-weight-copies '" + o.weight_copies + "': give saved or recast",
                 cli::kExitUsage);
   const bool fsdp = request.world_size > 1 || (config && config->has_fsdp_config);
-  request.save_autocast_weight_copies =
-      o.weight_copies.empty() ? fsdp : o.weight_copies == "saved";
+  request.save_autocast_weight_copies = o.weight_copies.empty() ? fsdp : o.weight_copies == "saved";
   return std::nullopt;
 }
 

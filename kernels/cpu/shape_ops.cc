@@ -492,9 +492,10 @@ void GatherGradT(const GatherDims& g, const Tensor& idx, const T* dy, T* dx) {
 void GatherGradBf16(const GatherDims& g, const Tensor& idx, const uint16_t* dy, uint16_t* dx,
                     const KernelContext& ctx) {
   const int64_t n = idx.numel();
-  int64_t* start = WorkspaceArray<int64_t>(ctx);  // [dim + 1]: row r's indices are order[start[r]..]
+  // Row r's positions are order[start[r] .. start[r + 1]), in index order.
+  int64_t* start = WorkspaceArray<int64_t>(ctx);  // [dim + 1]
   int64_t* cursor = start + g.dim + 1;            // [dim]
-  int64_t* order = cursor + g.dim;                // [n]: positions j, by row, in index order
+  int64_t* order = cursor + g.dim;                // [n]
   std::fill(start, start + g.dim + 1, int64_t{0});
   for (int64_t j = 0; j < n; ++j) ++start[Row(idx, j, g) + 1];
   for (int64_t r = 0; r < g.dim; ++r) start[r + 1] += start[r];
@@ -556,8 +557,8 @@ Status GatherGradKernel(const Node& node, Inputs in, Outputs out, const KernelCo
       GatherGradBf16(g, idx, dy.data<uint16_t>(), out[0]->data<uint16_t>(), ctx);
       break;
     default:
-      return ShapeOpError(node, "dY must be f32, f64 or bf16, got " +
-                                    std::string(DTypeName(dy.dtype())));
+      return ShapeOpError(node,
+                          "dY must be f32, f64 or bf16, got " + std::string(DTypeName(dy.dtype())));
   }
   return Status::Ok();
 }

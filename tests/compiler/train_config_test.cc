@@ -181,8 +181,7 @@ TEST(TrainConfig, ValuesAreChecked) {
   EXPECT_EQ(ErrorOf("model:\n  loss_fn: focal\n"),
             "--config t.yaml: key 'model.loss_fn' is 'focal'; expected fused_crossentropy or "
             "torch_crossentropy");
-  EXPECT_EQ(Parsed("model:\n  loss_fn: torch_crossentropy\n").model.loss_fn,
-            "torch_crossentropy");
+  EXPECT_EQ(Parsed("model:\n  loss_fn: torch_crossentropy\n").model.loss_fn, "torch_crossentropy");
   EXPECT_EQ(ErrorOf("- a\n- b\n"),
             "--config t.yaml: the file holds a list; an llm-foundry training YAML is a mapping "
             "(model:, optimizer:, ...)");

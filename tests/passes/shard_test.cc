@@ -6,12 +6,12 @@
 #include "passes/shard.h"
 
 #include <gtest/gtest.h>
-#include <algorithm>
-#include "compiler/memory_liveness.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
+#include "compiler/memory_liveness.h"
 #include "compiler/phase.h"
 #include "compiler/plan.h"
 #include "compiler/verifier.h"
@@ -158,7 +158,7 @@ TEST(ShardPassTest, GatheredParametersLiveUntilTheUnitsLastGradient) {
     std::map<std::string, std::vector<std::string>> last_gather;
     for (const Node& n : g.nodes)
       if (n.op_type == "AllGather") last_gather[n.scope] = n.outputs;
-    ASSERT_GE(last_gather.size(), 3u);  // two blocks and the root
+    ASSERT_GE(last_gather.size(), 3u);         // two blocks and the root
     std::map<std::string, int64_t> last_grad;  // per unit: the last step making a gradient
     for (size_t k = 0; k < g.nodes.size(); ++k) {
       const Node& n = g.nodes[k];

@@ -115,15 +115,16 @@ TEST_F(FoundryCompileConfigTest, ConflictsAndBadFiles) {
 // model.loss_fn picks the loss's backward (passes/loss_backward.h); --loss-fn wins over it.
 TEST_F(FoundryCompileConfigTest, LossFnFromTheConfigOrTheCommandLine) {
   std::ofstream(Path("torch.yaml")) << "model:\n  loss_fn: torch_crossentropy\n";
-  ExecResult r = Exec(kCompile, {kTiny, "--config", "torch.yaml", "--dim", "batch=2", "--dim",
-                                 "seq=16", "--dry-run"},
-                      dir_);
+  ExecResult r = Exec(
+      kCompile,
+      {kTiny, "--config", "torch.yaml", "--dim", "batch=2", "--dim", "seq=16", "--dry-run"}, dir_);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("loss_backward: 1 cross-entropy backward as torch_crossentropy"),
             std::string::npos)
       << r.out;
-  r = Exec(kCompile, {kTiny, "--config", "torch.yaml", "--loss-fn", "fused_crossentropy", "--dim",
-                      "batch=2", "--dim", "seq=16", "--dry-run"},
+  r = Exec(kCompile,
+           {kTiny, "--config", "torch.yaml", "--loss-fn", "fused_crossentropy", "--dim", "batch=2",
+            "--dim", "seq=16", "--dry-run"},
            dir_);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.find("loss_backward"), std::string::npos) << r.out;
@@ -137,15 +138,16 @@ TEST_F(FoundryCompileConfigTest, LossFnFromTheConfigOrTheCommandLine) {
   EXPECT_EQ(r.err,
             "foundry-compile: error: --autocast-weight-copies 'kept': give saved or recast\n");
   // An FSDP run saves autocast's copies by default; one process casts again.
-  r = Exec(kCompile, {kTiny, "--precision", "amp_bf16", "--fsdp-mixed-precision", "FULL",
-                      "--world-size", "2", "--dim", "batch=2", "--dim", "seq=16", "--dry-run"},
+  r = Exec(kCompile,
+           {kTiny, "--precision", "amp_bf16", "--fsdp-mixed-precision", "FULL", "--world-size", "2",
+            "--dim", "batch=2", "--dim", "seq=16", "--dry-run"},
            dir_);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("autocast-recast: 0 parameter casts repeated for the recompute"),
             std::string::npos)
       << r.out;
-  r = Exec(kCompile, {kTiny, "--precision", "amp_bf16", "--dim", "batch=2", "--dim", "seq=16",
-                      "--dry-run"},
+  r = Exec(kCompile,
+           {kTiny, "--precision", "amp_bf16", "--dim", "batch=2", "--dim", "seq=16", "--dry-run"},
            dir_);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("parameter casts repeated for the backward"), std::string::npos) << r.out;

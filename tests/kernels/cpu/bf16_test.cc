@@ -137,7 +137,8 @@ std::vector<Case> Cases() {
                MakeNode("GatherGrad", {"shape", "idx", "dy"}, {"dx"}, {{"axis", Attribute::Int(0)}},
                         "com.microsoft"),
                {{"shape", Tensor::FromVector(DType::kInt64, {2}, std::vector<int64_t>{11, 300})},
-                {"idx", Tensor::FromVector(DType::kInt64, {2, 5}, std::vector<int64_t>{3, 0, 3, 7, 3, 10, 0, -1, 3, 2})},
+                {"idx", Tensor::FromVector(DType::kInt64, {2, 5},
+                                           std::vector<int64_t>{3, 0, 3, 7, 3, 10, 0, -1, 3, 2})},
                 {"dy", RandomTensor({2, 5, 300}, 17)}},
                {"dy"}});
   c.push_back({"gather_grad_axis1",

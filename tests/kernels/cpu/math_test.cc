@@ -872,7 +872,8 @@ TEST(SoftmaxCrossEntropyTest, NllGradThenLogSoftmaxGradIsTheFusedGradient) {
     }
     const std::map<std::string, Attribute> attrs = {{"reduction", Attribute::String(c.reduction)},
                                                     {"ignore_index", Attribute::Int(-100)}};
-    auto fwd = RunSingleNode(MakeNode("SoftmaxCrossEntropyLoss", ins, {"loss", "lp"}, attrs), feeds);
+    auto fwd =
+        RunSingleNode(MakeNode("SoftmaxCrossEntropyLoss", ins, {"loss", "lp"}, attrs), feeds);
     ASSERT_TRUE(fwd.ok()) << fwd.status().message();
     std::map<std::string, Tensor> gfeeds = {{"dy", dy}, {"lp", (*fwd)[1]}, {"labels", labels}};
     if (c.weights) gfeeds["w"] = w;
@@ -893,9 +894,9 @@ TEST(SoftmaxCrossEntropyTest, NllGradThenLogSoftmaxGradIsTheFusedGradient) {
         want.v[(i * classes + t) * inner + k] = -(c.weights ? w.data<float>()[t] : 1.0) * g;
       }
     ExpectClose(nll, want, 0, 1e-7, what + " nll");
-    Tensor split = Run1(MakeNode("LogSoftmaxGrad_13", {"dlp", "lp"}, {"d"},
-                                 {{"axis", Attribute::Int(1)}}, kMs),
-                        {{"dlp", nll}, {"lp", (*fwd)[1]}});
+    Tensor split = Run1(
+        MakeNode("LogSoftmaxGrad_13", {"dlp", "lp"}, {"d"}, {{"axis", Attribute::Int(1)}}, kMs),
+        {{"dlp", nll}, {"lp", (*fwd)[1]}});
     ExpectClose(split, ToRef(fused), 1e-6, 1e-5, what + " split vs fused");
   }
 }
