@@ -92,10 +92,10 @@ int Rank(const Node& n) {
   return p == Phase::kBackward || p == Phase::kOptimizer ? 1 : 0;
 }
 
-// Emits, in original order, the not-yet-scheduled recompute nodes that `node` reads, directly or
-// through other recompute nodes, then nothing else (the caller emits `node`).
-void PullRecompute(const Graph& g, const DepGraph& d, size_t node, std::vector<char>& done,
-                   std::vector<size_t>& order) {
+// The not-yet-scheduled recompute nodes that `node` reads, directly or through other recompute
+// nodes, in no particular order.
+std::vector<size_t> RecomputeNeeded(const Graph& g, const DepGraph& d, size_t node,
+                                    const std::vector<char>& done) {
   std::vector<size_t> needed;
   std::vector<size_t> stack = {node};
   std::unordered_set<size_t> seen;
@@ -109,6 +109,14 @@ void PullRecompute(const Graph& g, const DepGraph& d, size_t node, std::vector<c
       stack.push_back(p);
     }
   }
+  return needed;
+}
+
+// Emits, in original order, the recompute nodes `node` needs (RecomputeNeeded), then nothing else
+// (the caller emits `node`).
+void PullRecompute(const Graph& g, const DepGraph& d, size_t node, std::vector<char>& done,
+                   std::vector<size_t>& order) {
+  std::vector<size_t> needed = RecomputeNeeded(g, d, node, done);
   // Recompute nodes were appended in a topological order; their original order is one.
   std::sort(needed.begin(), needed.end());
   for (size_t p : needed) {
@@ -117,24 +125,14 @@ void PullRecompute(const Graph& g, const DepGraph& d, size_t node, std::vector<c
   }
 }
 
-// The bytes the recompute nodes that choosing `node` would pull (PullRecompute) allocate, Casts
-// left out: a weight's cast for the backward (passes/autocast.h) is pulled by its reader whenever
-// that runs, whereas pulling a checkpointed region's recompute early keeps its activations live
-// for longer than the reader needs.
+// The bytes the recompute nodes that choosing `node` would pull allocate, Casts left out: a
+// weight's cast for the backward (passes/autocast.h) is pulled by its reader whenever that runs,
+// whereas pulling a checkpointed region's recompute early keeps its activations live for longer
+// than the reader needs.
 int64_t PulledBytes(const Graph& g, const DepGraph& d, size_t node, const std::vector<char>& done) {
   int64_t bytes = 0;
-  std::vector<size_t> stack = {node};
-  std::unordered_set<size_t> seen;
-  while (!stack.empty()) {
-    size_t n = stack.back();
-    stack.pop_back();
-    for (int in : d.inputs[n]) {
-      size_t p = d.producer[in];
-      if (done[p] || !IsRecompute(g.nodes[p]) || !seen.insert(p).second) continue;
-      if (g.nodes[p].op_type != "Cast") bytes += d.bytes_out[p];
-      stack.push_back(p);
-    }
-  }
+  for (size_t p : RecomputeNeeded(g, d, node, done))
+    if (g.nodes[p].op_type != "Cast") bytes += d.bytes_out[p];
   return bytes;
 }
 
