@@ -33,7 +33,7 @@ not see an op's scratch. MemTracker changes what it measures: with FSDP mixed pr
 sharding (SHARD_GRAD_OP, FULL_SHARD), autograd sums the tied embedding's two f32 gradient
 contributions into a new tensor while it runs, in place without it (measured at 1 x 256: the
 allocator's peak above the step's start is 383.9 MiB without MemTracker, 525.5 MiB with it, on
-FULL_SHARD; equal with and without it on DEFAULT and on NO_SHARD). Left out of peak_bytes, by
+FULL_SHARD; 230.4 MiB with and without it on DEFAULT: --check prints both). Left out of peak_bytes, by
 both counters: the buffers gloo's collectives allocate for themselves (all_gather_into_tensor
 gathers into a flat buffer of the output's size and copies it out; reduce_scatter_tensor clones
 its whole input, a full unit's gradient in reduce_dtype), which NCCL's collectives, writing into
