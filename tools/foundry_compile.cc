@@ -314,6 +314,12 @@ std::optional<int> ParseCkpt(const Options& o, const std::optional<TrainConfig>&
   return std::nullopt;
 }
 
+// An FSDP run: several ranks, or a --config with an fsdp_config (llm-foundry runs FSDP). Its
+// defaults are llm-foundry's: mixed precision DEFAULT, a device reserve, autocast's saved copies.
+bool IsFsdpRun(const CompileRequest& request, const std::optional<TrainConfig>& config) {
+  return request.world_size > 1 || (config && config->has_fsdp_config);
+}
+
 // --memory-budget and the files that describe a checkpointing.
 // What a GPU holds that no plan sees, by default, for a per-GPU answer: a CUDA context with
 // cuBLAS loaded is about half a GiB, NCCL's buffers for a ring of 8 a few hundred MiB more, and the
@@ -330,7 +336,7 @@ std::optional<int> ParseBudget(const Options& o, const std::optional<TrainConfig
                   cli::kExitUsage);
     request.device_reserve = *b;
   } else if (!o.memory_budget_text.empty() &&
-             (request.world_size > 1 || (config && config->has_fsdp_config))) {
+             IsFsdpRun(request, config)) {
     request.device_reserve = kDefaultDeviceReserve;
   }
   if (!o.memory_budget_text.empty()) {
@@ -470,7 +476,7 @@ std::optional<int> ParseMixedPrecision(Options& o, const std::optional<TrainConf
     spec = config->fsdp.at("mixed_precision");
     source = "--config " + o.config + ": fsdp_config.mixed_precision";
   }
-  const bool fsdp = request.world_size > 1 || (config && config->has_fsdp_config);
+  const bool fsdp = IsFsdpRun(request, config);
   if (spec.empty()) spec = fsdp ? "DEFAULT" : "FULL";
   const DType compute =
       request.precision == Precision::kAmpBf16 ? DType::kBFloat16 : DType::kFloat32;
@@ -485,9 +491,8 @@ std::optional<int> ParseMixedPrecision(Options& o, const std::optional<TrainConf
 }
 
 // The loss: --loss-fn, else --config's model.loss_fn, else llm-foundry's default. Autocast's
-// weight copies: --autocast-weight-copies, else saved for an FSDP run (as ParseMixedPrecision
-// decides what one is), else recast.
-std::optional<int> ParseLossFnOption(Options& o, const std::optional<TrainConfig>& config,
+// weight copies: --autocast-weight-copies, else saved for an FSDP run, else recast.
+std::optional<int> ParsePyTorchRunOptions(Options& o, const std::optional<TrainConfig>& config,
                                      CompileRequest& request) {
   std::string name = o.loss_fn, source = "--loss-fn";
   if (name.empty() && config && config->model.loss_fn) {
@@ -506,7 +511,7 @@ std::optional<int> ParseLossFnOption(Options& o, const std::optional<TrainConfig
   if (!o.weight_copies.empty() && o.weight_copies != "saved" && o.weight_copies != "recast")
     return Fail("--autocast-weight-copies '" + o.weight_copies + "': give saved or recast",
                 cli::kExitUsage);
-  const bool fsdp = request.world_size > 1 || (config && config->has_fsdp_config);
+  const bool fsdp = IsFsdpRun(request, config);
   request.save_autocast_weight_copies = o.weight_copies.empty() ? fsdp : o.weight_copies == "saved";
   return std::nullopt;
 }
@@ -563,7 +568,7 @@ std::optional<int> ParseRequest(Options& o, const std::optional<TrainConfig>& co
   if (auto code = ParseCkpt(o, config, request)) return code;
   o.precision = std::string(PrecisionName(request.precision));  // the file's, when it set it
   if (auto code = ParseMixedPrecision(o, config, request)) return code;
-  if (auto code = ParseLossFnOption(o, config, request)) return code;
+  if (auto code = ParsePyTorchRunOptions(o, config, request)) return code;
   if (auto code = ParseBudget(o, config, request)) return code;
   return ParseOutputs(o, request, outputs);
 }
