@@ -36,11 +36,16 @@ double Median(std::vector<double> v) {
 }
 
 int Main(int argc, char** argv) {
-  int64_t seq = 1024, heads = 12, dim = 64, threads = 1, reps = 5;
+  int64_t seq = 1024, heads = 12, dim = 64, threads = 1, reps = 5, window = 0;
+  double softcap = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const int64_t value = std::atoll(argv[i + 1]);
     if (flag == "--seq") seq = value;
+    else if (flag == "--window")
+      window = value;
+    else if (flag == "--softcap")
+      softcap = std::atof(argv[i + 1]);
     else if (flag == "--threads") threads = value;
     else if (flag == "--heads") heads = value;
     else if (flag == "--head-dim") dim = value;
@@ -50,8 +55,9 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  if (seq < 1 || heads < 1 || dim < 1 || threads < 1 || reps < 1) {
-    std::cerr << "attention_kernel_bench: error: every value must be >= 1\n";
+  if (seq < 1 || heads < 1 || dim < 1 || threads < 1 || reps < 1 || window < 0 || softcap < 0) {
+    std::cerr << "attention_kernel_bench: error: every value must be >= 1 (--window and "
+                 "--softcap >= 0)\n";
     return 2;
   }
   SetCpuThreads(static_cast<int>(threads));
@@ -75,6 +81,8 @@ int Main(int argc, char** argv) {
   // What the fusion writes for MPT's causal mask (its finfo.min fill becomes -inf: no row can be
   // masked everywhere), so the kernel skips the tiles above the diagonal as in a fused step.
   fwd.attrs["mask_value"] = Attribute::Float(-std::numeric_limits<float>::infinity());
+  if (window > 0) fwd.attrs["window"] = Attribute::Int(window);
+  if (softcap > 0) fwd.attrs["softcap"] = Attribute::Float(static_cast<float>(softcap));
   fwd.inputs = {"q", "k", "v", "bias"};
   fwd.outputs = {"o", "lse"};
   Node bwd = fwd;
@@ -113,8 +121,9 @@ int Main(int argc, char** argv) {
     return Median(ms);
   };
   const double f = time(false), fb = time(true);
-  std::cout << "{\"seq\":" << seq << ",\"threads\":" << threads << ",\"fwd_ms\":" << f
-            << ",\"fwd_bwd_ms\":" << fb << "}\n";
+  std::cout << "{\"seq\":" << seq << ",\"threads\":" << threads << ",\"window\":" << window
+            << ",\"softcap\":" << softcap << ",\"fwd_ms\":" << f << ",\"fwd_bwd_ms\":" << fb
+            << "}\n";
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,12 +14,259 @@ namespace foundry {
 
 namespace {
 
+// A value that varies over the scores' (query, key) grid only, evaluated element by element:
+// the arithmetic exporters write for causal and sliding-window masks (Range, Unsqueeze / Reshape,
+// Expand, Sub, comparisons, And / Or / Not, Where, Trilu, Cast) over constants, folded ones
+// included. Every value in it has only ones before its last two axes (the mask is the same for
+// every batch and head); element `flat` is row-major over those two axes.
+class IndexGrid {
+ public:
+  IndexGrid(const Graph& g, const std::set<std::string>& params, const UseDef& ud)
+      : g_(g), params_(params), ud_(ud) {}
+
+  // False when `root` (or something it reads) is not such a value.
+  bool Compile(const std::string& root) { return Add(root, 0) == 0; }
+
+  bool At(int64_t flat, double* out) const {
+    *out = Eval(0, flat);
+    return !std::isnan(*out);
+  }
+
+ private:
+  enum class Kind { kConstant, kRange, kView, kBroadcast, kUnary, kBinary, kWhere, kTrilu };
+  // The operation of a kUnary / kBinary term (Cast: to bool, an integer, f32 or f64).
+  // clang-format off
+  enum class Op {
+    kNone, kNeg, kAbs, kNot, kCastBool, kCastInt, kCastF32, kCastF64, kAdd, kSub, kMul, kDiv,
+    kIntDiv, kGreater, kLess, kGreaterOrEqual, kLessOrEqual, kEqual, kAnd, kOr, kXor, kMax, kMin
+  };
+  // clang-format on
+  struct Term {
+    Kind kind = Kind::kConstant;
+    Op op = Op::kNone;
+    int in[3] = {-1, -1, -1};
+    int64_t rows = 1, cols = 1;
+    const Tensor* data = nullptr;  // kConstant
+    double start = 0, delta = 0;   // kRange; kTrilu: start = k, delta = 1 for upper
+    DType dtype = DType::kUndefined;
+  };
+  static constexpr int kMaxTerms = 64;
+
+  static bool IsInteger(DType t) {
+    return t == DType::kInt64 || t == DType::kInt32 || t == DType::kInt16 || t == DType::kInt8 ||
+           t == DType::kUint8;
+  }
+
+  // The one number of a one-element constant, or NaN.
+  double Scalar(const std::string& v) const {
+    const Value* val = g_.FindValue(v);
+    if (!val || !val->data || val->data->numel() != 1 || params_.count(v)) return NAN;
+    return val->data->GetAsDouble(0);
+  }
+
+  // Adds the term computing `v`; its index, or -1.
+  int Add(const std::string& v, int depth) {
+    const Value* val = g_.FindValue(v);
+    if (depth > 24 || static_cast<int>(terms_.size()) >= kMaxTerms || !val || !val->ShapeKnown() ||
+        params_.count(v))
+      return -1;
+    Term t;
+    const Shape& s = val->shape;
+    for (size_t k = 0; k + 2 < s.size(); ++k)
+      if (s[k] != 1) return -1;
+    t.rows = s.size() >= 2 ? s[s.size() - 2] : 1;
+    t.cols = s.empty() ? 1 : s.back();
+    t.dtype = val->dtype;
+    const int self = static_cast<int>(terms_.size());
+    terms_.push_back(t);
+    if (val->data) {
+      terms_[self].data = val->data.get();
+      return self;
+    }
+    const int p = ud_.Producer(v);
+    if (p < 0) return -1;
+    const Node& n = g_.nodes[p];
+    if (!n.domain.empty()) return -1;
+    const std::string& op = n.op_type;
+    auto child = [&](size_t i) { return i < n.inputs.size() ? Add(n.inputs[i], depth + 1) : -1; };
+    auto fits = [&](int c) {  // broadcasts to this term's grid
+      if (c < 0) return false;
+      const Term& ct = terms_[c];
+      return (ct.rows == 1 || ct.rows == t.rows) && (ct.cols == 1 || ct.cols == t.cols);
+    };
+    if (op == "Range" && n.inputs.size() == 3) {
+      const double start = Scalar(n.inputs[0]), delta = Scalar(n.inputs[2]);
+      if (std::isnan(start) || std::isnan(delta)) return -1;
+      terms_[self].kind = Kind::kRange;
+      terms_[self].start = start;
+      terms_[self].delta = delta;
+      return self;
+    }
+    if (op == "Unsqueeze" || op == "Squeeze" || op == "Reshape" || op == "Flatten" ||
+        op == "Identity") {
+      const int c = child(0);
+      if (c < 0 || terms_[c].rows * terms_[c].cols != t.rows * t.cols) return -1;
+      terms_[self].kind = Kind::kView;
+      terms_[self].in[0] = c;
+      return self;
+    }
+    if (op == "Expand" || op == "Cast" || op == "Neg" || op == "Not" || op == "Abs") {
+      const int c = child(0);
+      if (!fits(c)) return -1;
+      terms_[self].kind = op == "Expand" ? Kind::kBroadcast : Kind::kUnary;
+      terms_[self].in[0] = c;
+      Op u = op == "Neg" ? Op::kNeg : op == "Abs" ? Op::kAbs : op == "Not" ? Op::kNot : Op::kNone;
+      if (op == "Cast")
+        u = t.dtype == DType::kBool      ? Op::kCastBool
+            : IsInteger(t.dtype)         ? Op::kCastInt
+            : t.dtype == DType::kFloat32 ? Op::kCastF32
+                                         : Op::kCastF64;
+      terms_[self].op = u;
+      return self;
+    }
+    // clang-format off
+    static const std::map<std::string, Op> kBinary = {
+        {"Add", Op::kAdd}, {"Sub", Op::kSub}, {"Mul", Op::kMul}, {"Div", Op::kDiv},
+        {"Greater", Op::kGreater}, {"Less", Op::kLess}, {"GreaterOrEqual", Op::kGreaterOrEqual},
+        {"LessOrEqual", Op::kLessOrEqual}, {"Equal", Op::kEqual}, {"And", Op::kAnd},
+        {"Or", Op::kOr}, {"Xor", Op::kXor}, {"Max", Op::kMax}, {"Min", Op::kMin}};
+    // clang-format on
+    if (auto it = kBinary.find(op); it != kBinary.end() && n.inputs.size() == 2) {
+      const int a = child(0);
+      const int b = child(1);
+      if (!fits(a) || !fits(b)) return -1;
+      terms_[self].kind = Kind::kBinary;
+      terms_[self].in[0] = a;
+      terms_[self].in[1] = b;
+      // Div of integers rounds toward zero.
+      terms_[self].op =
+          it->second == Op::kDiv && IsInteger(terms_[a].dtype) ? Op::kIntDiv : it->second;
+      return self;
+    }
+    if (op == "Where" && n.inputs.size() == 3) {
+      const int c = child(0), a = child(1), b = child(2);
+      if (!fits(c) || !fits(a) || !fits(b)) return -1;
+      terms_[self].kind = Kind::kWhere;
+      terms_[self].in[0] = c;
+      terms_[self].in[1] = a;
+      terms_[self].in[2] = b;
+      return self;
+    }
+    if (op == "Trilu" && s.size() >= 2) {
+      const int c = child(0);
+      if (!fits(c) || terms_[c].rows != t.rows || terms_[c].cols != t.cols) return -1;
+      double k = 0;
+      if (n.HasInput(1)) k = Scalar(n.inputs[1]);
+      if (std::isnan(k)) return -1;
+      terms_[self].kind = Kind::kTrilu;
+      terms_[self].in[0] = c;
+      terms_[self].start = k;
+      terms_[self].delta = n.GetInt("upper", 1);
+      return self;
+    }
+    return -1;
+  }
+
+  // Element `flat` of term c read at element `flat` of term `parent` (broadcast).
+  int64_t ChildFlat(const Term& parent, int c, int64_t flat) const {
+    const Term& ct = terms_[c];
+    const int64_t r = flat / parent.cols, col = flat % parent.cols;
+    return (ct.rows > 1 ? r : 0) * ct.cols + (ct.cols > 1 ? col : 0);
+  }
+
+  double Eval(int i, int64_t flat) const {
+    const Term& t = terms_[i];
+    auto in = [&](int k) { return Eval(t.in[k], ChildFlat(t, t.in[k], flat)); };
+    switch (t.kind) {
+      case Kind::kConstant:
+        return t.data->GetAsDouble(flat);
+      case Kind::kRange:
+        return t.start + static_cast<double>(flat) * t.delta;
+      case Kind::kView:
+        return Eval(t.in[0], flat);
+      case Kind::kBroadcast:
+        return in(0);
+      case Kind::kUnary: {
+        const double x = in(0);
+        switch (t.op) {
+          case Op::kNeg:
+            return -x;
+          case Op::kAbs:
+            return std::fabs(x);
+          case Op::kNot:
+          case Op::kCastBool:
+            return (x == 0) == (t.op == Op::kNot);
+          case Op::kCastInt:
+            return std::trunc(x);
+          case Op::kCastF32:
+            return static_cast<float>(x);
+          default:
+            return x;
+        }
+      }
+      case Kind::kBinary: {
+        const double a = in(0), b = in(1);
+        switch (t.op) {
+          case Op::kAdd:
+            return a + b;
+          case Op::kSub:
+            return a - b;
+          case Op::kMul:
+            return a * b;
+          case Op::kDiv:
+            return b == 0 ? NAN : a / b;
+          case Op::kIntDiv:
+            return b == 0 ? NAN : std::trunc(a / b);
+          case Op::kGreater:
+            return a > b;
+          case Op::kLess:
+            return a < b;
+          case Op::kGreaterOrEqual:
+            return a >= b;
+          case Op::kLessOrEqual:
+            return a <= b;
+          case Op::kEqual:
+            return a == b;
+          case Op::kAnd:
+            return a != 0 && b != 0;
+          case Op::kOr:
+            return a != 0 || b != 0;
+          case Op::kXor:
+            return (a != 0) != (b != 0);
+          case Op::kMax:
+            return std::max(a, b);
+          case Op::kMin:
+            return std::min(a, b);
+          default:
+            return NAN;
+        }
+      }
+      case Kind::kWhere:
+        return in(0) != 0 ? in(1) : in(2);
+      case Kind::kTrilu: {
+        const int64_t r = flat / t.cols, c = flat % t.cols;
+        const double d = static_cast<double>(c - r);
+        const bool keep = t.delta != 0 ? d >= t.start : d <= t.start;
+        return keep ? in(0) : 0.0;
+      }
+    }
+    return NAN;
+  }
+
+  const Graph& g_;
+  const std::set<std::string>& params_;
+  const UseDef& ud_;
+  std::vector<Term> terms_;
+};
+
 // What the walk back from the softmax found.
 struct Match {
   std::string q, k, v, bias, mask;
   bool k_transposed = true;
   double scale = 1;
   bool causal = false;
+  int64_t window = 0;  // with causal: key j <= i - window masked too (sliding window)
+  double softcap = 0;  // softcap·tanh(scores / softcap) before the bias and the mask
   bool mask_keep = false;
   bool has_fill = false;
   double fill = -std::numeric_limits<double>::infinity();
@@ -98,6 +346,8 @@ class Fuser {
       fused.attrs["mask_keep"] = Attribute::Int(m.mask_keep ? 1 : 0);
       fused.attrs["mask_value"] = Attribute::Float(static_cast<float>(m.fill));
       fused.attrs["k_transposed"] = Attribute::Int(m.k_transposed ? 1 : 0);
+      if (m.window > 0) fused.attrs["window"] = Attribute::Int(m.window);
+      if (m.softcap > 0) fused.attrs["softcap"] = Attribute::Float(static_cast<float>(m.softcap));
       if (m.dropout > 0) {
         // The Dropout's key moves to the fused op (NodeKey reads `seed`), so its mask is the one
         // the Dropout drew, and the backward and any recompute clone draw it again.
@@ -132,6 +382,8 @@ class Fuser {
       stats.mask += !m.mask.empty();
       stats.grouped += m.kv_heads > 0;
       stats.dropout += m.dropout > 0;
+      stats.window += m.window > 0;
+      stats.softcap += m.softcap > 0;
     }
     if (!erase.empty() || !before.empty()) {
       std::vector<Node> kept;
@@ -247,73 +499,49 @@ class Fuser {
     return !reaches;
   }
 
-  // Position indices 0..n-1 laid out along one axis of a value whose other dimensions are 1:
-  // axis_from_end 1 = along the last axis (a row of key positions), 2 = the one before (a column
-  // of query positions). Returns false when `v` is no such index.
-  bool Positions(const std::string& v, int& axis_from_end, int64_t& n) const {
-    const Value* val = Val(v);
-    if (!val || !val->ShapeKnown()) return false;
-    int found = 0;
-    n = 1;
-    const int64_t rank = static_cast<int64_t>(val->shape.size());
-    for (int64_t k = 0; k < rank; ++k)
-      if (val->shape[k] != 1) {
-        if (found) return false;
-        found = static_cast<int>(rank - k);
-        n = val->shape[k];
-      }
-    axis_from_end = found == 0 ? 1 : found;
-    if (val->data) {
-      for (int64_t i = 0; i < val->data->numel(); ++i)
-        if (val->data->GetAsDouble(i) != static_cast<double>(i)) return false;
-      return true;
-    }
-    // Range(0, n, 1), possibly unsqueezed or cast.
-    std::string src = v;
-    for (const Node* p = Producer(src); p; p = Producer(src)) {
-      if (IsOp(*p, "Unsqueeze") || IsOp(*p, "Cast") || IsOp(*p, "Reshape")) {
-        src = p->inputs[0];
-        continue;
-      }
-      if (IsOp(*p, "Range") && p->inputs.size() == 3)
-        return Scalar(p->inputs[0]) == 0 && Scalar(p->inputs[2]) == 1;
-      return false;
-    }
-    return false;
+  // The causal band a bool condition over the scores' Sq x Sk grid (square) spells, however it
+  // was built (a folded constant, Range / comparison arithmetic, scatters folded to a constant):
+  // form +1 when cond[i, j] == (key j > query i) || (j <= i - window) (true masks), -1 for the
+  // complement (true keeps), 0 when it is neither; window 0 is the plain causal rule. The
+  // condition is evaluated element by element (IndexGrid) and checked everywhere.
+  struct Band {
+    int form = 0;
+    int64_t window = 0;
+  };
+  Band BandForm(const std::string& cond, int64_t sq, int64_t sk) {
+    if (sq != sk || sq <= 0) return {};
+    const Value* c = Val(cond);
+    if (!c || c->dtype != DType::kBool || !c->ShapeKnown()) return {};
+    const Shape& s = c->shape;
+    if (s.size() < 2 || s[s.size() - 1] != sk || s[s.size() - 2] != sq) return {};
+    const std::string key = cond + "/" + std::to_string(sq);
+    if (auto it = bands_.find(key); it != bands_.end()) return it->second;
+    Band band;
+    IndexGrid grid(g_, params_, ud_);
+    if (grid.Compile(cond)) band = ReadBand(grid, sq);
+    bands_[key] = band;
+    return band;
   }
 
-  // +1 when cond[i, j] == (key j > query i), -1 when cond[i, j] == (j <= i), 0 otherwise, for the
-  // scores' Sq x Sk (which must be square).
-  int CausalForm(const std::string& cond, int64_t sq, int64_t sk) const {
-    if (sq != sk || sq <= 0) return 0;
-    const Value* c = Val(cond);
-    if (!c || c->dtype != DType::kBool) return 0;
-    if (c->data) {
-      const Shape& s = c->shape;
-      if (s.size() < 2 || s[s.size() - 1] != sk || s[s.size() - 2] != sq) return 0;
-      if (c->data->numel() != sq * sk) return 0;
-      const bool* d = c->data->data<bool>();
-      bool upper = true, lower = true;
-      for (int64_t i = 0; i < sq; ++i)
-        for (int64_t j = 0; j < sk; ++j) {
-          upper &= d[i * sk + j] == (j > i);
-          lower &= d[i * sk + j] == (j <= i);
-        }
-      return upper ? 1 : lower ? -1 : 0;
+  // The band of a compiled square condition (see BandForm).
+  static Band ReadBand(IndexGrid& grid, int64_t n) {
+    double v;
+    if (!grid.At(0, &v)) return {};
+    const bool masks = v == 0;  // (0, 0) is never masked: false there means true masks
+    // The last row masks keys 0 .. n - 1 - window: their count gives the window.
+    int64_t masked = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      if (!grid.At((n - 1) * n + j, &v)) return {};
+      masked += (v != 0) == masks;
     }
-    const Node* p = Producer(cond);
-    if (!p || p->inputs.size() != 2 || !p->domain.empty()) return 0;
-    int ax0, ax1;
-    int64_t n0, n1;
-    if (!Positions(p->inputs[0], ax0, n0) || !Positions(p->inputs[1], ax1, n1)) return 0;
-    if (n0 != sq || n1 != sq || ax0 == ax1) return 0;
-    const bool first_is_key = ax0 == 1;  // along the last axis: the key index j
-    const std::string& op = p->op_type;
-    if (op == "Greater") return first_is_key ? 1 : 0;          // j > i
-    if (op == "Less") return first_is_key ? 0 : 1;             // i < j
-    if (op == "LessOrEqual") return first_is_key ? -1 : 0;     // j <= i
-    if (op == "GreaterOrEqual") return first_is_key ? 0 : -1;  // i >= j
-    return 0;
+    Band band{masks ? 1 : -1, masked > 0 ? n - masked : 0};
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        if (!grid.At(i * n + j, &v)) return {};
+        const bool want = j > i || (band.window > 0 && j <= i - band.window);
+        if (((v != 0) == masks) != want) return {};
+      }
+    return band;
   }
 
   // A value that is all zeros: a zero constant, or Expand / ConstantOfShape of a zero.
@@ -340,17 +568,18 @@ class Fuser {
 
   // Splits Where(causal, fill, 0) out of a bias; returns the rest ("" when none is left) or
   // `bias` itself.
-  std::string SplitCausalBias(const std::string& bias, int64_t sq, int64_t sk, Match& m) const {
+  std::string SplitCausalBias(const std::string& bias, int64_t sq, int64_t sk, Match& m) {
     auto causal_zero = [&](const std::string& w) {
       const Node* p = Producer(w);
       if (!p || !IsOp(*p, "Where") || p->inputs.size() != 3) return false;
-      if (CausalForm(p->inputs[0], sq, sk) != 1 || !Zeros(p->inputs[2])) return false;
+      if (BandForm(p->inputs[0], sq, sk).form != 1 || !Zeros(p->inputs[2])) return false;
       const double fill = Scalar(p->inputs[1]);
       if (std::isnan(fill) || (m.has_fill && m.fill != fill)) return false;
       return true;
     };
     auto take = [&](const std::string& w) {
       m.causal = true;
+      m.window = BandForm(Producer(w)->inputs[0], sq, sk).window;
       SetFill(m, Scalar(Producer(w)->inputs[1]));
     };
     if (causal_zero(bias)) {
@@ -381,6 +610,9 @@ class Fuser {
       return false;
     const std::string& op = p->op_type;
     if (op == "MatMul" && p->inputs.size() == 2) return MatchProduct(*p, m);
+    if (op == "Mul" && p->inputs.size() == 2 && stage != Stage::kScale && m.softcap == 0 &&
+        m.scale == 1)
+      if (MatchSoftcap(*p, m)) return true;
     if ((op == "Mul" || op == "Div") && p->inputs.size() == 2) {
       for (int side = 0; side < 2; ++side) {
         if (op == "Div" && side == 1) break;  // c / s is no scale
@@ -431,9 +663,10 @@ class Fuser {
         Match trial = m;
         if (!SetFill(trial, fill)) continue;
         const bool keep = side == 1;  // Where(m, s, fill): true keeps the score
-        const int form = CausalForm(cond, sq, sk);
-        if (!trial.causal && form == (keep ? -1 : 1)) {
+        const Band band = BandForm(cond, sq, sk);
+        if (!trial.causal && band.form == (keep ? -1 : 1)) {
           trial.causal = true;
+          trial.window = band.window;
         } else {
           if (!trial.mask.empty() || !Constant(cond)) continue;
           trial.mask = cond;
@@ -445,6 +678,33 @@ class Fuser {
         }
       }
       return false;
+    }
+    return false;
+  }
+
+  // Soft-capping, c·tanh(x / c) (Gemma-2's attention logits): Mul(Tanh(Div(x, c)), c) in either
+  // operand order, or Mul(x, r) inside with r·c = 1 (to float rounding). Walking back, no scale
+  // may have come yet (one after the cap would scale the capped scores); only the scale may come
+  // before it.
+  bool MatchSoftcap(const Node& mul, Match& m) {
+    for (int side = 0; side < 2; ++side) {
+      const double cap = Scalar(mul.inputs[1 - side]);
+      const Node* tanh = Sole(mul.inputs[side], "Tanh");
+      if (std::isnan(cap) || !(cap > 0) || !tanh) continue;
+      std::string x;
+      if (const Node* div = Sole(tanh->inputs[0], "Div"); div && Scalar(div->inputs[1]) == cap) {
+        x = div->inputs[0];
+      } else if (const Node* inv = Sole(tanh->inputs[0], "Mul")) {
+        for (int k = 0; k < 2 && x.empty(); ++k)
+          if (std::fabs(Scalar(inv->inputs[1 - k]) * cap - 1) < 1e-6) x = inv->inputs[k];
+      }
+      if (x.empty()) continue;
+      Match trial = m;
+      trial.softcap = cap;
+      if (WalkScores(x, Stage::kScale, trial)) {
+        m = trial;
+        return true;
+      }
     }
     return false;
   }
@@ -566,6 +826,7 @@ class Fuser {
   UseDef ud_;
   std::set<std::string> params_, outputs_;
   std::map<std::string, bool> reaches_;
+  std::map<std::string, Band> bands_;  // BandForm's answers by condition and size
   std::string axes_;  // the [1] constant the rank-3 views use
 };
 

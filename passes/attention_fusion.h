@@ -16,7 +16,10 @@
 //                     a float mask); a bias that is Add(b, Where(causal, fill, 0)) or
 //                     Where(causal, fill, 0) is split: the causal part becomes the attribute
 //             mask    Where(m, fill, s) / Where(m, s, fill) with a one-element constant fill;
-//                     a causal m becomes causal=1 (no mask input), any other bool m is an input
+//                     a causal m becomes causal=1 (no mask input), a causal sliding window
+//                     causal=1 with window=W, any other bool m is an input
+//             softcap Mul(Tanh(Div(x, c)), c) (or Mul(x, 1/c) inside): softcap=c, Gemma-2's
+//                     c·tanh(scores / c); nothing but the scale may come before it
 //   clamp   Max(s, lowest f32) (OPT's torch.max(scores + mask, finfo.min)), after the bias: the
 //           identity on finite scores, so it is dropped
 //   product MatMul(Q, Kt) of rank-4 [B, H, Sq, D] x [B, H, D, Sk]; a Kt that is
@@ -26,9 +29,11 @@
 // Rank-3 attention ([batch, seq, dim]: one head, or [batch·heads, seq, dim]) is fused through
 // Unsqueeze views to rank 4 with one head and a Squeeze of the output.
 // An output read only by Transpose(perm=[0,2,1,3]) is written in that layout (o_transposed=1).
-// Causal masks are recognised as a folded constant equal to (key > query) (or its complement for
-// the keep form), or as Greater/Less/GreaterOrEqual/LessOrEqual of position indices (Range
-// 0..n-1, or such a constant, unsqueezed into a row and a column).
+// Causal and sliding-window masks are recognised by what they compute, however they were built:
+// the condition (a folded constant, or arithmetic over Range / constants with Unsqueeze, Expand,
+// Sub, comparisons, And / Or / Not, Where, Trilu, Cast) is evaluated over the square grid and
+// must equal (key > query) || (key <= query - W) everywhere (or its complement, the keep form);
+// W is read off the last row (none: plain causal).
 // Anything else (a Dropout whose mask is read, a bias a parameter reaches, another
 // order of the steps) is left as it is and counted as unfused.
 #pragma once
@@ -44,6 +49,8 @@ struct AttentionFusionStats {
   int mask = 0;      // of the fused: with a bool mask input
   int grouped = 0;   // of the fused: K/V read at fewer heads than Q (GQA/MQA)
   int dropout = 0;   // of the fused: with dropout on the probabilities
+  int window = 0;    // of the fused: causal with a sliding window
+  int softcap = 0;   // of the fused: with soft-capped scores
   int unfused = 0;   // Softmax(axis=-1) nodes feeding a MatMul that were left alone
 };
 

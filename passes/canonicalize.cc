@@ -417,7 +417,8 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
         "fused=" + std::to_string(a.fused) + " unfused=" + std::to_string(a.unfused) +
         " causal=" + std::to_string(a.causal) + " bias=" + std::to_string(a.bias) +
         " mask=" + std::to_string(a.mask) + " grouped=" + std::to_string(a.grouped) +
-        " dropout=" + std::to_string(a.dropout);
+        " dropout=" + std::to_string(a.dropout) + " window=" + std::to_string(a.window) +
+        " softcap=" + std::to_string(a.softcap);
   }
 
   // MatMul(x, Transpose(W)) -> FusedMatMul(x, W, transB=1).

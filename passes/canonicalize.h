@@ -80,7 +80,8 @@ class CanonicalizePass : public Pass {
 };
 
 // Graph::metadata key holding the attention fusion's counts after canonicalize, as
-// "fused=N unfused=M causal=C bias=B mask=K grouped=G dropout=D" (the compile report prints it).
+// "fused=N unfused=M causal=C bias=B mask=K grouped=G dropout=D window=W softcap=S" (the compile
+// report prints it).
 inline constexpr char kAttentionFusionKey[] = "foundry.attention_fusion";
 
 // Removes nodes none of whose outputs is consumed or a graph output. Returns how many.

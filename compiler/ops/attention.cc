@@ -15,12 +15,17 @@
 //   (0/1, default 0: 1 = O, and dO in the gradient, are [B, Sq, Hq, Dv], the layout
 //   out.transpose(1, 2) has, so the reshape to [B, Sq, Hq·Dv] that follows is a view and the
 //   out-projection saves the same buffer the backward reads as O); dropout_ratio
-//   (float in [0, 1), default 0) with seed (int): when training, element (b, h, i, j) of the
+//   (float in [0, 1), default 0) with seed (int); window (int, default 0: none; > 0 needs causal=1:
+//   key j is also masked when j <= i - window, so query i sees keys i - window + 1 .. i, as
+//   sliding-window attention); softcap (float, default 0: none; > 0: the scaled product becomes
+//   softcap · tanh(product / softcap) before the bias and the mask, Gemma-2's logit soft-capping).
+//   When training, element (b, h, i, j) of the
 //   probabilities is kept, times 1 / (1 - ratio), when the Philox draw (kernels/cpu/philox.h,
 //   key = seed) of element ((b·Hq + h)·Sq + i)·Sk + j is >= ratio, as a Dropout of the
 //   [B, Hq, Sq, Sk] probabilities keyed by that seed draws it; LSE is taken before the dropout.
 //   Per batch b, head h, query i, key j:
-//     s_ij = scale · Σ_d Q[i,d] K[j,d] (+ bias_ij); masked => s_ij = mask_value
+//     x_ij = scale · Σ_d Q[i,d] K[j,d];  c_ij = softcap · tanh(x_ij / softcap) (x_ij without one)
+//     s_ij = c_ij (+ bias_ij); masked (mask, causal or window) => s_ij = mask_value
 //     LSE_i = log Σ_j exp(s_ij);  O_i = Σ_j exp(s_ij - LSE_i) V_j
 //   A row whose every score is -inf gives NaN (as Softmax does). O has Q's dtype and [B, Hq, Sq,
 //   Dv]; LSE has Q's dtype (f32 when Q is bf16) and [B, Hq, Sq]: the backward's only statistic
@@ -30,6 +35,7 @@
 // recomputes each score from Q, K, the bias and the mask, P = exp(s - LSE), and
 //   dV_j = Σ_i P_ij dO_i;  dS_ij = P_ij (dO_i·V_j - dO_i·O_i);  dQ_i = scale Σ_j dS_ij K_j;
 //   dK_j = scale Σ_i dS_ij Q_i   (dK, dV summed over the query heads sharing a key/value head);
+// with a softcap, dS_ij is multiplied by 1 - tanh²(x_ij / softcap) first;
 // with dropout, dV_j reads P ∘ z and dO_i·V_j is multiplied by z (z redrawn from the same key).
 #include <algorithm>
 #include <cmath>
@@ -92,6 +98,12 @@ StatusOr<AttentionDims> CheckOperands(const InferContext& ctx, size_t q, size_t 
   RETURN_IF_ERROR(CheckFlag(ctx, "k_transposed", 1));
   RETURN_IF_ERROR(CheckFlag(ctx, "o_transposed", 0));
   if (!ctx.node.attrs.count("scale")) return ctx.Fail("the scale attribute is required");
+  const int64_t window = ctx.node.GetInt("window", 0);
+  if (window < 0 || (window > 0 && ctx.node.GetInt("causal", 0) != 1))
+    return ctx.Fail("window " + std::to_string(window) +
+                    " must be 0 (none) or positive with causal=1");
+  const float softcap = ctx.node.GetFloat("softcap", 0.0f);
+  if (!(softcap >= 0.f)) return ctx.Fail("softcap must be 0 (none) or positive");
   const float ratio = ctx.node.GetFloat("dropout_ratio", 0.0f);
   if (!(ratio >= 0.f && ratio < 1.f))
     return ctx.Fail("dropout_ratio " + std::to_string(ratio) + " is outside [0, 1)");
@@ -184,7 +196,8 @@ StatusOr<std::vector<TypeInfo>> InferAttentionGrad(const InferContext& ctx) {
 }
 
 // FLOPs per (query, key) pair the kernel visits (a causal one skips the pairs above the
-// diagonal):
+// diagonal, a windowed one those before the window; a softcap adds a tanh (counted 4) and two
+// multiplications per pair, and the backward's 1 - tanh² two more):
 //   forward   Q·Kᵀ 2D, P·V 2Dv, online softmax 5 (max, -, exp, Σ, rescale), +1 bias, +1 mask
 //   backward  recomputed scores 2D (+ bias, mask) and exp(s - LSE) 2, dV 2Dv, dP 2Dv,
 //             dS = P(dP - D) 3, dQ 2D, dK 2D; plus D = Σ dO·O, 2Dv per query row
@@ -203,12 +216,17 @@ int64_t AttentionFlops(const FlopContext& c) {
   const int64_t sk = vv->shape[2], dv = vv->shape[3];
   int64_t pairs = sq * sk;
   if (c.node.GetInt("causal", 0) == 1) {
+    const int64_t window = c.node.GetInt("window", 0);
     pairs = 0;
-    for (int64_t i = 0; i < sq; ++i) pairs += std::min(i + 1, sk);
+    for (int64_t i = 0; i < sq; ++i) {
+      const int64_t first = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+      pairs += std::max<int64_t>(0, std::min(i + 1, sk) - first);
+    }
   }
+  const bool cap = c.node.GetFloat("softcap", 0.0f) > 0;
   const int64_t extra = (c.node.HasInput(q + 3) ? 1 : 0) + (c.node.HasInput(q + 4) ? 1 : 0);
-  if (!grad) return b * h * pairs * (2 * d + 2 * dv + 5 + extra);
-  return b * h * (pairs * (6 * d + 4 * dv + 5 + extra) + sq * 2 * dv);
+  if (!grad) return b * h * pairs * (2 * d + 2 * dv + 5 + extra + (cap ? 6 : 0));
+  return b * h * (pairs * (6 * d + 4 * dv + 5 + extra + (cap ? 8 : 0)) + sq * 2 * dv);
 }
 
 }  // namespace

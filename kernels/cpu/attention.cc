@@ -65,6 +65,8 @@ struct Geometry {
   int64_t b = 0, hq = 0, hkv = 0, sq = 0, sk = 0, d = 0, dv = 0;
   bool kt = true;  // K is [B, Hkv, D, Sk]
   bool causal = false;
+  int64_t window = 0;  // > 0: key j is also masked when j <= i - window
+  double softcap = 0;  // > 0: the scaled product becomes softcap·tanh(product / softcap)
   bool mask_keep = false;
   double scale = 1;
   double mask_value = -std::numeric_limits<double>::infinity();
@@ -131,6 +133,12 @@ StatusOr<Geometry> GeometryOf(const Node& node, const Tensor& Q, const Tensor& K
   Geometry g;
   g.kt = node.GetInt("k_transposed", 1) == 1;
   g.causal = node.GetInt("causal", 0) == 1;
+  g.window = node.GetInt("window", 0);
+  g.softcap = node.GetFloat("softcap", 0.0f);
+  if (g.window < 0 || (g.window > 0 && !g.causal))
+    return Fail(node,
+                "window " + std::to_string(g.window) + " must be 0 or positive with causal=1");
+  if (!(g.softcap >= 0)) return Fail(node, "softcap must be 0 (none) or positive");
   g.mask_keep = node.GetInt("mask_keep", 0) == 1;
   g.scale = node.GetFloat("scale", 1.0f);
   g.mask_value = node.GetFloat("mask_value", -std::numeric_limits<float>::infinity());
@@ -188,15 +196,25 @@ Head<T> HeadOf(const Geometry& g, const T* q, const T* k, const T* v, int64_t b,
 }
 
 // s[r, c] (r < br, c < bc, row stride bc) = the scores of queries i0 + r and keys j0 + c: the
-// scaled product, plus the bias, masked scores replaced by mask_value.
+// scaled product (soft-capped: softcap·tanh(product / softcap)), plus the bias, masked scores
+// replaced by mask_value. With a softcap and `tanh_out`, tanh_out[r, c] = the tanh (the
+// backward's derivative 1 - tanh²).
 template <class T>
-void ScoreTile(const Geometry& g, const Head<T>& hd, int64_t i0, int64_t br, int64_t j0,
-               int64_t bc, T* s) {
+void ScoreTile(const Geometry& g, const Head<T>& hd, int64_t i0, int64_t br, int64_t j0, int64_t bc,
+               T* s, T* tanh_out = nullptr) {
   const T scale = static_cast<T>(g.scale);
   if (g.kt) {
     Gemm(false, false, br, bc, g.d, scale, hd.q + i0 * g.d, g.d, hd.k + j0, g.sk, T(0), s, bc);
   } else {
     Gemm(false, true, br, bc, g.d, scale, hd.q + i0 * g.d, g.d, hd.k + j0 * g.d, g.d, T(0), s, bc);
+  }
+  if (g.softcap > 0) {
+    const T cap = static_cast<T>(g.softcap);
+    for (int64_t e = 0; e < br * bc; ++e) {
+      const T t = std::tanh(s[e] / cap);
+      if (tanh_out) tanh_out[e] = t;
+      s[e] = cap * t;
+    }
   }
   const T fill = static_cast<T>(g.mask_value);
   if (g.bias.data) {
@@ -226,6 +244,14 @@ void ScoreTile(const Geometry& g, const Head<T>& hd, int64_t i0, int64_t br, int
     for (int64_t r = 0; r < br; ++r) {
       T* sr = s + r * bc;
       for (int64_t c = std::max<int64_t>(0, i0 + r + 1 - j0); c < bc; ++c) sr[c] = fill;
+    }
+  }
+  // The window: key j <= i - window is masked (query i sees keys i - window + 1 .. i).
+  if (g.window > 0 && j0 <= i0 + br - 1 - g.window) {
+    for (int64_t r = 0; r < br; ++r) {
+      T* sr = s + r * bc;
+      const int64_t end = std::min<int64_t>(bc, i0 + r - g.window - j0 + 1);
+      for (int64_t c = 0; c < end; ++c) sr[c] = fill;
     }
   }
 }
@@ -312,8 +338,9 @@ void ForEachUnit(const KernelContext& ctx, int64_t n, int64_t per_thread, F fn) 
 // score tile and the row statistics; backward three tiles and dO·O per query row of a group.
 int64_t Aligned(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 int64_t ForwardScratchBytes(int64_t elem) { return Aligned(elem * (kRows * kCols + 2 * kRows)); }
-int64_t BackwardScratchBytes(int64_t elem, int64_t rep, int64_t sq) {
-  return Aligned(elem * (3 * kRows * kCols + rep * sq));
+// (A softcap needs a fourth tile: the tanh of each score.)
+int64_t BackwardScratchBytes(int64_t elem, int64_t rep, int64_t sq, bool softcap) {
+  return Aligned(elem * ((softcap ? 4 : 3) * kRows * kCols + rep * sq));
 }
 
 // Causal tiles wholly above the diagonal are skipped only when that is exact: a masked score is
@@ -324,9 +351,23 @@ int64_t BackwardScratchBytes(int64_t elem, int64_t rep, int64_t sq) {
 bool SkipsCausalTiles(const Geometry& g) {
   return g.causal && g.mask_value == -std::numeric_limits<double>::infinity();
 }
-// Keys the query tile [i0, i0 + br) reads: [0, i0 + br) when causal tiles are skipped.
+// Keys the query tile [i0, i0 + br) reads: [0, i0 + br) when causal tiles are skipped, from
+// i0 - window + 1 on with a window (the keys before it are masked for every query of the tile).
 int64_t KeyEnd(const Geometry& g, int64_t i0, int64_t br) {
   return SkipsCausalTiles(g) ? std::min(g.sk, i0 + br) : g.sk;
+}
+int64_t KeyBegin(const Geometry& g, int64_t i0) {
+  if (!SkipsCausalTiles(g) || g.window <= 0) return 0;
+  return std::min(g.sk, std::max<int64_t>(0, i0 - g.window + 1));
+}
+// Queries the key tile [j0, j0 + bc) contributes to: from j0 (causal; rounded down to a query
+// tile) to before j0 + bc - 1 + window with a window.
+int64_t QueryBegin(const Geometry& g, int64_t j0) {
+  return SkipsCausalTiles(g) ? std::min(g.sq, j0) / kRows * kRows : 0;
+}
+int64_t QueryEnd(const Geometry& g, int64_t j0, int64_t bc) {
+  if (!SkipsCausalTiles(g) || g.window <= 0) return g.sq;
+  return std::min(g.sq, j0 + bc - 1 + g.window);
 }
 
 template <class T>
@@ -340,7 +381,7 @@ void ForwardHead(const Geometry& g, const Head<T>& hd, T* o, T* lse, T* s, T* m,
     std::fill(m, m + br, neg_inf);
     std::fill(l, l + br, T(0));
     const int64_t jend = KeyEnd(g, i0, br);
-    for (int64_t j0 = 0; j0 < jend; j0 += kCols) {
+    for (int64_t j0 = KeyBegin(g, i0); j0 < jend; j0 += kCols) {
       const int64_t bc = std::min(kCols, jend - j0);
       ScoreTile(g, hd, i0, br, j0, bc, s);
       for (int64_t r = 0; r < br; ++r) {
@@ -435,13 +476,14 @@ Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
   std::fill(dq, dq + out[0]->numel(), T(0));
   std::fill(dk, dk + out[1]->numel(), T(0));
   std::fill(dv, dv + out[2]->numel(), T(0));
-  const int64_t per_thread = BackwardScratchBytes(sizeof(T), rep, g.sq);
+  const int64_t per_thread = BackwardScratchBytes(sizeof(T), rep, g.sq, g.softcap > 0);
   // One unit, (b, key/value head), owns its dK, dV and its query heads' dQ.
   ForEachUnit(ctx, g.b * g.hkv, per_thread, [&](int64_t unit, std::byte* w) {
       T* s = reinterpret_cast<T*>(w);
       T* dp = s + kRows * kCols;
       T* z = dp + kRows * kCols;    // the dropout's factor per element of the tile
       T* drow = z + kRows * kCols;  // [rep, Sq]: dO_i · O_i per query head of the group
+      T* th = drow + rep * g.sq;    // with a softcap: the tanh of each score of the tile
       const int64_t b = unit / g.hkv, kvh = unit % g.hkv;
       T* dk_h = dk + (b * g.hkv + kvh) * g.sk * g.d;
       T* dv_h = dv + (b * g.hkv + kvh) * g.sk * g.dv;
@@ -466,11 +508,12 @@ Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
           const T* lse_h = lse + bh * g.sq;
           const T* d_h = drow + r * g.sq;
           T* dq_h = dq + bh * g.sq * g.d;
-          // Skipped causal tiles: query i sees key j only when j <= i, none of these when i < j0.
-          const int64_t first = SkipsCausalTiles(g) ? std::min(g.sq, j0) / kRows * kRows : 0;
-          for (int64_t i0 = first; i0 < g.sq; i0 += kRows) {
+          // Skipped causal tiles: query i sees key j only when j <= i, none of these when i < j0
+          // (and with a window, only when i < j + window).
+          const int64_t iend = QueryEnd(g, j0, bc);
+          for (int64_t i0 = QueryBegin(g, j0); i0 < iend; i0 += kRows) {
             const int64_t br = std::min(kRows, g.sq - i0);
-            ScoreTile(g, hd, i0, br, j0, bc, s);
+            ScoreTile(g, hd, i0, br, j0, bc, s, g.softcap > 0 ? th : nullptr);
             for (int64_t rr = 0; rr < br; ++rr) {
               T* sr = s + rr * bc;
               const T lv = lse_h[i0 + rr];
@@ -496,6 +539,8 @@ Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
               T* pr = dp + rr * bc;
               for (int64_t c = 0; c < bc; ++c) pr[c] = scale * (sr[c] * (pr[c] - dd));
             }
+            if (g.softcap > 0)  // through softcap·tanh(x / softcap): times 1 - tanh²
+              for (int64_t e = 0; e < br * bc; ++e) dp[e] *= T(1) - th[e] * th[e];
             if (g.kt) {
               // dQ_i += dS K_j with K_j = Kt[:, j0:]ᵀ; dKt[:, j0:] += Q_iᵀ dS
               Gemm(false, true, br, g.d, bc, T(1), dp, bc, hd.k + j0, g.sk, T(1),
@@ -532,7 +577,7 @@ Status AttentionKernel(const Node& node, std::span<const Tensor* const> in,
 // Forward: one score tile and the row statistics; backward: two tiles and dO·O per query row of
 // one key/value head's group.
 template <bool kGrad>
-int64_t AttentionWorkspace(const Node&, std::span<const OperandType> in,
+int64_t AttentionWorkspace(const Node& node, std::span<const OperandType> in,
                            std::span<const OperandType>) {
   const size_t q = kGrad ? 1 : 0;
   if (in.size() < q + 3 || !in[q].shape || !in[q + 1].shape) return 0;
@@ -540,9 +585,9 @@ int64_t AttentionWorkspace(const Node&, std::span<const OperandType> in,
   const Shape& ks = *in[q + 1].shape;
   if (qs.size() != 4 || ks.size() != 4 || ks[1] <= 0) return 0;
   const int64_t elem = in[q].dtype == DType::kFloat64 ? 8 : 4;
-  const int64_t per_thread =
-      kGrad ? BackwardScratchBytes(elem, std::max<int64_t>(qs[1] / ks[1], 1), qs[2])
-            : ForwardScratchBytes(elem);
+  const int64_t per_thread = kGrad ? BackwardScratchBytes(elem, std::max<int64_t>(qs[1] / ks[1], 1),
+                                                          qs[2], node.GetFloat("softcap", 0.0f) > 0)
+                                   : ForwardScratchBytes(elem);
   return per_thread * CpuThreads();
 }
 

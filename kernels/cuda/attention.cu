@@ -19,8 +19,9 @@
 // warp reductions, whose lanes all get the same bits), and every output element has one owner: no
 // atomics, the same bits on every run.
 //
-// Causal tiles entirely above the diagonal are skipped when mask_value is -inf (exact then; with a
-// finite mask_value the masked scores count and every tile runs). Ragged last tiles: loads pad
+// Causal tiles entirely above the diagonal, and with a window those entirely before it, are
+// skipped when mask_value is -inf (exact then; with a finite mask_value the masked scores count
+// and every tile runs). Ragged last tiles: loads pad
 // with zeros, out-of-range scores are -inf in the forward and 0 in the backward's P and dS.
 #include <algorithm>
 #include <climits>
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     for (int e = 0; e < kE; ++e) acc[i][e] = 0.f;
   }
   const int64_t key_end = at::KeyEnd(g, i0, rows);
-  for (int64_t j0 = 0; j0 < key_end; j0 += kCols) {
+  for (int64_t j0 = at::KeyBegin(g, i0); j0 < key_end; j0 += kCols) {
     const int keys = Clamp(kCols, key_end - j0);
     __syncthreads();  // the previous tile's K, V and P are no longer read
     LoadKeys<kHD>(ks, k, g, b, kvh, j0, keys);
@@ -270,7 +271,7 @@ __device__ void GradTile(float* ps, float* ds, const float* qs, const float* dos
             at::GradProb(at::Score(g, s[i][j], bias, mask, b, h, i0 + r, j0 + c), lse_s[r]);
         const float z = at::DropoutFactor(g, b, h, i0 + r, j0 + c);
         pz = p * z;
-        dsv = at::GradScore(p, dov[i][j], z, d_s[r]);
+        dsv = at::GradScore(p, dov[i][j], z, d_s[r]) * at::SoftcapSlope(g, s[i][j]);
       }
       if (ps) ps[r * kScorePitch + c] = pz;
       ds[r * kScorePitch + c] = dsv;
@@ -321,7 +322,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     for (int e = 0; e < kE; ++e) dka[i][e] = dva[i][e] = 0.f;
   for (int64_t hr = 0; hr < g.rep; ++hr) {
     const int64_t h = kvh * g.rep + hr;
-    for (int64_t i0 = at::FirstQueryTile(g, j0); i0 < g.sq; i0 += kRows) {
+    const int64_t query_end = at::QueryEnd(g, j0, keys);
+    for (int64_t i0 = at::FirstQueryTile(g, j0); i0 < query_end; i0 += kRows) {
       const int rows = Clamp(kRows, g.sq - i0);
       __syncthreads();  // the previous query tile is no longer read
       LoadRows<kHD>(qs, q + at::QOffset(g, b, h, i0), g.d, rows, static_cast<int>(g.d));
@@ -382,7 +384,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
 #pragma unroll
     for (int e = 0; e < kE; ++e) dqa[i][e] = 0.f;
   const int64_t key_end = at::KeyEnd(g, i0, rows);
-  for (int64_t j0 = 0; j0 < key_end; j0 += kCols) {
+  for (int64_t j0 = at::KeyBegin(g, i0); j0 < key_end; j0 += kCols) {
     const int keys = Clamp(kCols, key_end - j0);
     __syncthreads();
     LoadKeys<kHD>(ks, k, g, b, kvh, j0, keys);
@@ -431,6 +433,12 @@ StatusOr<at::Geometry> GeometryOf(const Node& node, std::span<const Tensor* cons
   g.o_transposed = node.GetInt("o_transposed", 0) == 1;
   g.causal = node.GetInt("causal", 0) == 1;
   g.mask_keep = node.GetInt("mask_keep", 0) == 1;
+  g.window = node.GetInt("window", 0);
+  g.softcap = node.GetFloat("softcap", 0.f);
+  if (g.window < 0 || (g.window > 0 && !g.causal))
+    return Fail(node,
+                "window " + std::to_string(g.window) + " must be 0 or positive with causal=1");
+  if (!(g.softcap >= 0.f)) return Fail(node, "softcap must be 0 (none) or positive");
   if (!node.attrs.count("scale")) return Fail(node, "the scale attribute is required");
   g.scale = node.GetFloat("scale", 1.f);
   g.mask_value = node.GetFloat("mask_value", -INFINITY);

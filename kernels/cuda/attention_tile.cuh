@@ -40,6 +40,8 @@ struct Geometry {
   bool kt = true;             // K is [B, Hkv, D, Sk] (else [B, Hkv, Sk, D])
   bool o_transposed = false;  // O and dO are [B, Sq, Hq, Dv] (else [B, Hq, Sq, Dv])
   bool causal = false;
+  int64_t window = 0;   // > 0 (with causal): key j <= i - window is masked too
+  float softcap = 0.f;  // > 0: the scaled product becomes softcap·tanh(product / softcap)
   bool mask_keep = false;
   float scale = 1.f;
   float mask_value = -INFINITY;
@@ -89,28 +91,42 @@ FOUNDRY_HD inline int64_t BroadcastIndex(const int64_t* stride, int64_t b, int64
 FOUNDRY_HD inline bool SkipsCausalTiles(const Geometry& g) {
   return g.causal && g.mask_value == -INFINITY;
 }
-// Keys [0, end) that the query tile [i0, i0 + rows) reads.
+// Keys [begin, end) that the query tile [i0, i0 + rows) reads: end after its last query, begin
+// (a multiple of kCols) at the tile holding key i0 - window + 1, with a window.
 FOUNDRY_HD inline int64_t KeyEnd(const Geometry& g, int64_t i0, int64_t rows) {
   if (!SkipsCausalTiles(g)) return g.sk;
   return i0 + rows < g.sk ? i0 + rows : g.sk;
 }
-// The first query tile (a multiple of kRows) that the key tile starting at j0 contributes to.
+FOUNDRY_HD inline int64_t KeyBegin(const Geometry& g, int64_t i0) {
+  if (!SkipsCausalTiles(g) || g.window <= 0) return 0;
+  const int64_t j = i0 - g.window + 1;
+  return j <= 0 ? 0 : (j < g.sk ? j : g.sk) / kCols * kCols;
+}
+// The first query tile (a multiple of kRows) that the key tile starting at j0 contributes to, and
+// the query after the last one (with a window, query j0 + keys - 1 + window - 1 is the last).
 FOUNDRY_HD inline int64_t FirstQueryTile(const Geometry& g, int64_t j0) {
   if (!SkipsCausalTiles(g)) return 0;
   const int64_t i = j0 < g.sq ? j0 : g.sq;
   return i / kRows * kRows;
 }
+FOUNDRY_HD inline int64_t QueryEnd(const Geometry& g, int64_t j0, int64_t keys) {
+  if (!SkipsCausalTiles(g) || g.window <= 0) return g.sq;
+  const int64_t end = j0 + keys - 1 + g.window;
+  return end < g.sq ? end : g.sq;
+}
 
 // ------------------------------ scores ------------------------------
 
-// s_ij from dot = Σ_e Q[i,e] K[j,e]: scaled, plus the bias, replaced by mask_value when the
-// causal rule or the mask masks it.
+// s_ij from dot = Σ_e Q[i,e] K[j,e]: scaled, soft-capped, plus the bias, replaced by mask_value
+// when the causal rule, the window or the mask masks it.
 template <class T>
 FOUNDRY_HD inline float Score(const Geometry& g, float dot, const T* bias, const uint8_t* mask,
                               int64_t b, int64_t h, int64_t i, int64_t j) {
   float s = g.scale * dot;
+  if (g.softcap > 0.f) s = g.softcap * tanhf(s / g.softcap);
   if (g.has_bias) s += Load(bias + BroadcastIndex(g.bias_stride, b, h, i, j));
   if (g.causal && j > i) return g.mask_value;
+  if (g.window > 0 && j <= i - g.window) return g.mask_value;
   if (g.has_mask && (mask[BroadcastIndex(g.mask_stride, b, h, i, j)] != 0) != g.mask_keep)
     return g.mask_value;
   return s;
@@ -144,6 +160,13 @@ FOUNDRY_HD inline float Output(float acc, float l) { return acc / l; }
 FOUNDRY_HD inline float Lse(float m, float l) { return m + logf(l); }
 
 // ------------------------------ backward ------------------------------
+
+// d s_ij / d (scale·dot): 1 - tanh²(scale·dot / softcap) with a softcap, else 1.
+FOUNDRY_HD inline float SoftcapSlope(const Geometry& g, float dot) {
+  if (g.softcap <= 0.f) return 1.f;
+  const float t = tanhf(g.scale * dot / g.softcap);
+  return 1.f - t * t;
+}
 
 // P_ij = exp(s_ij - LSE_i), literally: a row whose LSE is -inf gives NaN, as in the forward.
 FOUNDRY_HD inline float GradProb(float s, float lse) { return expf(s - lse); }

@@ -73,6 +73,7 @@ KNOWN_OPS = {
     "Pow", "Range", "ReduceMean", "Reshape", "Shape", "Sigmoid", "Sin", "Slice", "Softmax",
     "SoftmaxCrossEntropyLoss", "Sqrt", "Sub", "Transpose", "Unsqueeze", "Where",
     "Gemm", "Split", "Squeeze", "Tanh",  # GPT-2: Conv1D's addmm, c_attn split, shapes, gelu_new
+    "GreaterOrEqual", "Or",  # llama_tiny_window's sliding-window mask (Tanh: its soft-cap)
 }
 
 _models = {}

@@ -55,6 +55,7 @@ TINY = {"batch": 2, "seq": 16}
 MODELS = [
     ("mpt_tiny", "models/fixtures/mpt_tiny/model.onnx", TINY, []),
     ("llama_tiny", "models/fixtures/llama_tiny/model.onnx", TINY, []),
+    ("llama_tiny_window", "models/fixtures/llama_tiny_window/model.onnx", TINY, []),
     ("gpt2_tiny stock", "models/fixtures/gpt2_tiny/model.stock.onnx", TINY, []),
     ("mpt_tiny stock", "models/fixtures/mpt_tiny/model.stock.onnx", TINY, []),
     ("mpt_125m", "models/exports/mpt_125m.onnx", {"batch": 1, "seq": 128}, []),
@@ -73,6 +74,8 @@ MODELS = [
      ["mptblock"]),
     ("llama_tiny LlamaAttention", "models/fixtures/llama_tiny/model.onnx", TINY,
      ["LlamaAttention", "LlamaMLP"]),
+    ("llama_tiny_window LlamaAttention", "models/fixtures/llama_tiny_window/model.onnx",
+     TINY, ["LlamaAttention"]),
     ("gpt2_tiny stock block", "models/fixtures/gpt2_tiny/model.stock.onnx", TINY, ["block"]),
     ("mpt_tiny stock attn", "models/fixtures/mpt_tiny/model.stock.onnx", TINY, ["attn"]),
     ("mpt_125m gqa+mptmlp", "models/exports/mpt_125m.onnx", {"batch": 1, "seq": 128},

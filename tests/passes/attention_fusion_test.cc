@@ -13,9 +13,12 @@
 
 #include "compiler/onnx_import.h"
 #include "compiler/tensor_proto.h"
+#include "compiler/text.h"
 #include "passes/canonicalize.h"
+#include "passes/fold.h"
 #include "passes/pipeline.h"
 #include "runtime/interpreter.h"
+#include "tests/support/grad_check.h"
 #include "tests/support/test_util.h"
 
 namespace fs = std::filesystem;
@@ -117,6 +120,187 @@ TEST(AttentionFusionTest, FusedGraphComputesWhatTheUnfusedOneComputes) {
   EXPECT_GE(with_dropout, 1) << "no fixture has attention dropout (mpt_tiny_dropout should)";
   std::cout << fixtures << " fixtures: worst relative difference fused vs unfused " << worst
             << "\n";
+}
+
+// ---- sliding windows and soft-capping, in hand-written graphs --------------------------------
+
+// One attention over q, k, v [1, 2, 80, 8] whose scores `s` (scaled) go through `body` (which
+// must define `p_in`, the softmax input) with the constants below.
+std::string AttentionGraph(const std::string& body) {
+  std::string ones;
+  for (int i = 0; i < 80 * 80; ++i) ones += i ? ",1" : "1";
+  return R"(graph g {
+  input q : f32[1,2,80,8]
+  input k : f32[1,2,80,8]
+  input v : f32[1,2,80,8]
+  const zero : i64[] = [0]
+  const n : i64[] = [80]
+  const one : i64[] = [1]
+  const ax0 : i64[1] = [0]
+  const ax1 : i64[1] = [1]
+  const w : i64[] = [5]
+  const fill : f32[] = [-3.40282347e38]
+  const scale : f32[] = [0.35]
+  const cap : f32[] = [0.9]
+  const ones : f32[80,80] = [)" +
+         ones + R"(]
+  pos = Range(zero, n, one)
+  row = Unsqueeze(pos, ax0)
+  col = Unsqueeze(pos, ax1)
+  kt = Transpose(k) {perm=[0,1,3,2]}
+  s0 = MatMul(q, kt)
+  s = Mul(s0, scale)
+)" + body +
+         R"(
+  p = Softmax(p_in) {axis=-1}
+  o = MatMul(p, v)
+  output o
+})";
+}
+
+struct Fused {
+  std::string counts;
+  std::vector<Node> attention;  // the foundry::Attention nodes
+  double error = INFINITY;      // max relative difference of the output against the unfused graph
+};
+
+// Folds (results up to `fold_limit` bytes become constants: a large limit folds the mask, a small
+// one leaves its arithmetic), canonicalizes, and runs both graphs.
+Fused FuseAndCompare(const std::string& text, int64_t fold_limit) {
+  Fused f;
+  auto parsed = ParseGraph(text);
+  EXPECT_TRUE(parsed.ok()) << parsed.status().message();
+  if (!parsed.ok()) return f;
+  Graph before = *parsed;
+  FoldPass::Options fo;
+  fo.max_folded_bytes = fold_limit;
+  EXPECT_TRUE(FoldPass(fo).Run(before).ok());
+  Graph after = before;
+  CanonicalizePass pass;
+  auto changed = pass.Run(after);
+  EXPECT_TRUE(changed.ok()) << changed.status().message();
+  f.counts = after.metadata[kAttentionFusionKey];
+  for (const Node& n : after.nodes)
+    if (n.domain == "foundry" && n.op_type == "Attention") f.attention.push_back(n);
+  std::map<std::string, Tensor> feeds;
+  for (const char* x : {"q", "k", "v"})
+    feeds[x] = RandomTensor(before.FindValue(x)->shape, x[0], -2.f, 2.f);
+  auto a = Interpret(before, feeds);
+  auto b = Interpret(after, feeds);
+  EXPECT_TRUE(a.ok() && b.ok());
+  if (a.ok() && b.ok()) f.error = RelativeError(b->at("o"), a->at("o"), 0);
+  return f;
+}
+
+// HF-style sliding window by arithmetic: masked = (j > i) | (i - j >= W), masked_fill'ed.
+constexpr const char* kWindowByArithmetic = R"(
+  causal = Greater(row, col)
+  diff = Sub(col, row)
+  far = GreaterOrEqual(diff, w)
+  masked = Or(causal, far)
+  p_in = Where(masked, fill, s)
+)";
+
+TEST(AttentionFusionTest, SlidingWindowMasksFuseWithTheirWindowFoldedOrNot) {
+  for (int64_t limit : {int64_t{1} << 20, int64_t{16}}) {
+    SCOPED_TRACE(limit);
+    const Fused f = FuseAndCompare(AttentionGraph(kWindowByArithmetic), limit);
+    ASSERT_EQ(f.attention.size(), 1u) << f.counts;
+    const Node& a = f.attention[0];
+    EXPECT_EQ(a.GetInt("causal", 0), 1);
+    EXPECT_EQ(a.GetInt("window", 0), 5);
+    EXPECT_FALSE(a.HasInput(4)) << "the band must not stay a mask input";
+    EXPECT_EQ(Count(f.counts, "window"), 1) << f.counts;
+    EXPECT_LE(f.error, 1e-5);
+  }
+}
+
+// The keep form, written another way: keep = (j <= i) & (j > i - W), Where(keep, s, fill); and
+// litgpt's, two Trilu of a ones matrix (tril, and triu at -(W - 1)) cast to bool.
+TEST(AttentionFusionTest, KeepFormAndTriluBandsFuseToo) {
+  const char* keep_form = R"(
+  const w1 : i64[] = [5]
+  seen = LessOrEqual(row, col)
+  start = Sub(col, w1)
+  near = Greater(row, start)
+  keep = And(seen, near)
+  p_in = Where(keep, s, fill)
+)";
+  const char* trilu = R"(
+  const kneg : i64[] = [-4]
+  lower = Trilu(ones) {upper=0}
+  band = Trilu(lower, kneg) {upper=1}
+  keep = Cast(band) {to=9}
+  p_in = Where(keep, s, fill)
+)";
+  for (const char* body : {keep_form, trilu})
+    for (int64_t limit : {int64_t{1} << 20, int64_t{16}}) {
+      SCOPED_TRACE(std::string(body) + " limit " + std::to_string(limit));
+      const Fused f = FuseAndCompare(AttentionGraph(body), limit);
+      ASSERT_EQ(f.attention.size(), 1u) << f.counts;
+      EXPECT_EQ(f.attention[0].GetInt("window", 0), 5);
+      EXPECT_FALSE(f.attention[0].HasInput(4));
+      EXPECT_LE(f.error, 1e-5);
+    }
+}
+
+// A window that is not the causal band (it masks only the far past: the future stays visible)
+// is no causal window: it stays a mask input, and the result is the same.
+TEST(AttentionFusionTest, AMaskThatIsNoCausalBandStaysAMask) {
+  const Fused f = FuseAndCompare(AttentionGraph(R"(
+  diff = Sub(col, row)
+  far = GreaterOrEqual(diff, w)
+  p_in = Where(far, fill, s)
+)"),
+                                 int64_t{1} << 20);
+  ASSERT_EQ(f.attention.size(), 1u) << f.counts;
+  EXPECT_EQ(f.attention[0].GetInt("causal", 0), 0);
+  EXPECT_EQ(f.attention[0].GetInt("window", 0), 0);
+  EXPECT_TRUE(f.attention[0].HasInput(4));
+  EXPECT_LE(f.error, 1e-5);
+}
+
+// Gemma-2's soft-capping, cap·tanh(s / cap), before the mask: one fused op with softcap, with and
+// without a window (and 1/cap as a Mul); a scale after the cap cannot be one: left unfused.
+TEST(AttentionFusionTest, SoftCappedScoresFuseAndAScaleAfterTheCapDoesNot) {
+  const char* capped = R"(
+  d = Div(s, cap)
+  t = Tanh(d)
+  c = Mul(t, cap)
+  causal = Greater(row, col)
+  p_in = Where(causal, fill, c)
+)";
+  const char* capped_window = R"(
+  const inv : f32[] = [1.11111116]
+  d = Mul(inv, s)
+  t = Tanh(d)
+  c = Mul(cap, t)
+  causal = Greater(row, col)
+  diff = Sub(col, row)
+  far = GreaterOrEqual(diff, w)
+  masked = Or(causal, far)
+  p_in = Where(masked, fill, c)
+)";
+  for (const char* body : {capped, capped_window}) {
+    SCOPED_TRACE(body);
+    const Fused f = FuseAndCompare(AttentionGraph(body), int64_t{16});
+    ASSERT_EQ(f.attention.size(), 1u) << f.counts;
+    EXPECT_FLOAT_EQ(f.attention[0].GetFloat("softcap", 0.f), 0.9f);
+    EXPECT_FLOAT_EQ(f.attention[0].GetFloat("scale", 0.f), 0.35f);
+    EXPECT_EQ(f.attention[0].GetInt("window", 0), body == capped ? 0 : 5);
+    EXPECT_EQ(Count(f.counts, "softcap"), 1) << f.counts;
+    EXPECT_LE(f.error, 1e-5);
+  }
+  const Fused after = FuseAndCompare(AttentionGraph(R"(
+  const half : f32[] = [0.5]
+  d = Div(s, cap)
+  t = Tanh(d)
+  c = Mul(t, cap)
+  p_in = Mul(c, half)
+)"),
+                                     int64_t{16});
+  EXPECT_EQ(after.attention.size(), 0u) << after.counts;
+  EXPECT_EQ(Count(after.counts, "unfused"), 1) << after.counts;
 }
 
 }  // namespace

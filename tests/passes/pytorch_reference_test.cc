@@ -110,6 +110,15 @@ void ExpectAttentionFused(const Graph& g, const fs::path& fixture_dir) {
   ASSERT_NE(it, g.metadata.end()) << "canonicalize left no attention counts";
   EXPECT_EQ(it->second.rfind("fused=" + std::to_string(layers) + " unfused=0 ", 0), 0u)
       << it->second;
+  // Gemma-2-style configs: each sliding layer fused with its window, every layer soft-capped.
+  int64_t sliding = 0;
+  if (config.contains("layer_types"))
+    for (const auto& t : config.at("layer_types")) sliding += t == "sliding_attention";
+  const int64_t capped = config.contains("attn_logit_softcapping") ? layers : 0;
+  EXPECT_NE(
+      it->second.find(" window=" + std::to_string(sliding) + " softcap=" + std::to_string(capped)),
+      std::string::npos)
+      << it->second;
   int64_t fwd = 0, bwd = 0, softmax = 0;
   for (const Node& n : g.nodes) {
     fwd += n.domain == "foundry" && n.op_type == "Attention";

@@ -53,6 +53,8 @@ Operands OperandsOf(const Case& c, const std::map<std::string, Tensor>& in, uint
   op.g.scale = c.Scale();
   op.g.mask_value = c.mask_value;
   op.g.dropout = c.dropout;
+  op.g.window = c.window;
+  op.g.softcap = c.softcap;
   op.g.seed = seed;
   op.g.node_key = key;
   const std::string err =
@@ -109,7 +111,7 @@ void ReplayForward(const Operands& op, std::vector<float>* o, std::vector<float>
         std::vector<float> m(at::kRows, -INFINITY), l(at::kRows, 0.f);
         std::fill(acc.begin(), acc.end(), 0.f);
         const int64_t key_end = at::KeyEnd(g, i0, rows);
-        for (int64_t j0 = 0; j0 < key_end; j0 += at::kCols) {
+        for (int64_t j0 = at::KeyBegin(g, i0); j0 < key_end; j0 += at::kCols) {
           const int64_t keys = std::min<int64_t>(at::kCols, key_end - j0);
           for (int64_t r = 0; r < at::kRows; ++r) {
             float* sr = s.data() + r * at::kCols;
@@ -160,7 +162,7 @@ void GradPair(const Operands& op, const float* o_lse, const float* d_row, int64_
                                o_lse[at::RowIndex(g, b, h, i)]);
   const float z = at::DropoutFactor(g, b, h, i, j);
   *pz = p * z;
-  *ds = at::GradScore(p, dov, z, d_row[at::RowIndex(g, b, h, i)]);
+  *ds = at::GradScore(p, dov, z, d_row[at::RowIndex(g, b, h, i)]) * at::SoftcapSlope(g, dot);
 }
 
 // AttentionRowDot, AttentionGradKv and AttentionGradQ, block by block.
@@ -183,7 +185,8 @@ void ReplayBackward(const Operands& op, const std::vector<float>& o, const std::
         std::vector<float> dka(keys * g.d, 0.f), dva(keys * g.dv, 0.f);
         for (int64_t hr = 0; hr < g.rep; ++hr) {
           const int64_t h = kvh * g.rep + hr;
-          for (int64_t i0 = at::FirstQueryTile(g, j0); i0 < g.sq; i0 += at::kRows) {
+          for (int64_t i0 = at::FirstQueryTile(g, j0); i0 < at::QueryEnd(g, j0, keys);
+               i0 += at::kRows) {
             const int64_t rows = std::min<int64_t>(at::kRows, g.sq - i0);
             for (int64_t c = 0; c < keys; ++c)
               for (int64_t r = 0; r < rows; ++r) {
@@ -212,7 +215,7 @@ void ReplayBackward(const Operands& op, const std::vector<float>& o, const std::
         const int64_t rows = std::min<int64_t>(at::kRows, g.sq - i0), kvh = at::KvHead(g, h);
         std::vector<float> dqa(rows * g.d, 0.f);
         const int64_t key_end = at::KeyEnd(g, i0, rows);
-        for (int64_t j0 = 0; j0 < key_end; j0 += at::kCols) {
+        for (int64_t j0 = at::KeyBegin(g, i0); j0 < key_end; j0 += at::kCols) {
           const int64_t keys = std::min<int64_t>(at::kCols, key_end - j0);
           for (int64_t r = 0; r < rows; ++r)
             for (int64_t c = 0; c < keys; ++c) {
@@ -281,9 +284,18 @@ TEST(AttentionHostTest, CausalTileSkipping) {
   EXPECT_EQ(at::KeyEnd(g, 128, 22), 150);  // the ragged last tile: queries 128..149
   EXPECT_EQ(at::FirstQueryTile(g, 64), 64);
   EXPECT_EQ(at::FirstQueryTile(g, 192), 128);  // keys past every query: the last tile, all masked
-  g.mask_value = -1e9f;                        // masked scores still count: nothing skipped
+  EXPECT_EQ(at::KeyBegin(g, 128), 0);          // no window: from the first key
+  EXPECT_EQ(at::QueryEnd(g, 64, 64), 150);
+  g.window = 40;                           // query i sees keys i - 39 .. i
+  EXPECT_EQ(at::KeyBegin(g, 64), 0);       // key 25's tile
+  EXPECT_EQ(at::KeyBegin(g, 128), 64);     // key 89's tile
+  EXPECT_EQ(at::QueryEnd(g, 0, 64), 103);  // key 63 is seen by queries 63 .. 102
+  EXPECT_EQ(at::QueryEnd(g, 128, 64), 150);
+  g.mask_value = -1e9f;  // masked scores still count: nothing skipped
   EXPECT_EQ(at::KeyEnd(g, 0, 64), 200);
   EXPECT_EQ(at::FirstQueryTile(g, 192), 0);
+  EXPECT_EQ(at::KeyBegin(g, 128), 0);
+  EXPECT_EQ(at::QueryEnd(g, 0, 64), 150);
 }
 
 TEST(AttentionHostTest, BroadcastStrides) {

@@ -34,6 +34,8 @@ struct Case {
   float mask_value = kNegInf;
   float scale = 0.f;        // 0: 1 / sqrt(d)
   float dropout = 0.f;      // applied (the tests run in training mode)
+  int64_t window = 0;       // sliding window (with causal)
+  float softcap = 0.f;      // logit soft-capping
   float mask_rate = 0.3f;   // fraction of mask elements that mask
   int64_t masked_row = -1;  // a query row whose every key the mask masks (mask [.., Sq, Sk])
   uint64_t seed = 1;
@@ -70,6 +72,10 @@ inline std::vector<Case> Cases() {
   c.push_back({.name = "dropout", .b = 1, .hq = 2, .hkv = 1, .sq = 70, .sk = 90, .d = 16, .dv = 16, .dropout = 0.25f, .seed = 14});
   c.push_back({.name = "head_dim_128_96", .b = 1, .hq = 2, .hkv = 1, .sq = 67, .sk = 80, .d = 128, .dv = 96, .seed = 15});
   c.push_back({.name = "masked_row_nan", .b = 1, .hq = 2, .hkv = 1, .sq = 70, .sk = 80, .d = 8, .dv = 8, .mask = {1, 1, 70, 80}, .mask_keep = true, .mask_rate = 0.2f, .masked_row = 3, .seed = 17});
+  c.push_back({.name = "window_3_tiles", .b = 1, .hq = 2, .hkv = 1, .sq = 200, .sk = 200, .d = 16, .dv = 16, .causal = true, .window = 70, .seed = 18});
+  c.push_back({.name = "window_small_softcap_gqa", .b = 2, .hq = 4, .hkv = 2, .sq = 130, .sk = 130, .d = 16, .dv = 8, .kt = false, .causal = true, .window = 5, .softcap = 0.7f, .seed = 19});
+  c.push_back({.name = "softcap_bias_no_causal", .b = 1, .hq = 2, .hkv = 2, .sq = 66, .sk = 70, .d = 32, .dv = 16, .bias = {1, 2, 1, 70}, .softcap = 1.5f, .seed = 20});
+  c.push_back({.name = "window_finite_mask_value", .b = 1, .hq = 1, .hkv = 1, .sq = 140, .sk = 140, .d = 8, .dv = 8, .causal = true, .mask_value = -3.f, .window = 20, .seed = 21});
   c.push_back({.name = "head_dim_1", .b = 1, .hq = 1, .hkv = 1, .sq = 5, .sk = 3, .d = 1, .dv = 1, .scale = 0.5f, .seed = 16});
   // clang-format on
   return c;
@@ -110,7 +116,9 @@ inline std::map<std::string, Attribute> Attrs(const Case& c) {
           {"mask_value", Attribute::Float(c.mask_value)},
           {"k_transposed", Attribute::Int(c.kt)},
           {"o_transposed", Attribute::Int(c.o_transposed)},
-          {"dropout_ratio", Attribute::Float(c.dropout)}};
+          {"dropout_ratio", Attribute::Float(c.dropout)},
+          {"window", Attribute::Int(c.window)},
+          {"softcap", Attribute::Float(c.softcap)}};
 }
 
 inline Node ForwardNode(const Case& c) {
@@ -164,14 +172,25 @@ class Reference {
   }
   int64_t Group(int64_t h) const { return h / (c_.hq / c_.hkv); }
 
-  double Score(int64_t b, int64_t h, int64_t i, int64_t j) const {
+  // scale · Q_i·K_j, before the softcap.
+  double Product(int64_t b, int64_t h, int64_t i, int64_t j) const {
     double s = 0;
     for (int64_t e = 0; e < c_.d; ++e) s += Q(b, h, i, e) * K(b, Group(h), j, e);
-    s *= c_.Scale();
+    return s * c_.Scale();
+  }
+  // d s / d Product: 1 - tanh² with a softcap.
+  double Slope(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    if (c_.softcap == 0.f) return 1;
+    const double t = std::tanh(Product(b, h, i, j) / c_.softcap);
+    return 1 - t * t;
+  }
+  double Score(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    double s = Product(b, h, i, j);
+    if (c_.softcap != 0.f) s = c_.softcap * std::tanh(s / c_.softcap);
     const int64_t idx[4] = {b, h, i, j};
     if (!c_.bias.empty()) s += in_.at("bias").data<float>()[BroadcastAt(c_.bias, idx)];
     const bool masked =
-        (c_.causal && j > i) ||
+        (c_.causal && j > i) || (c_.window > 0 && j <= i - c_.window) ||
         (!c_.mask.empty() &&
          (in_.at("mask").data<uint8_t>()[BroadcastAt(c_.mask, idx)] != 0) != c_.mask_keep);
     return masked ? c_.mask_value : s;
@@ -224,7 +243,7 @@ class Reference {
             const double p = std::exp(Score(b, h, i, j) - l), z = Z(b, h, i, j);
             double dp = 0;
             for (int64_t e = 0; e < c_.dv; ++e) dp += dout[OIndex(b, h, i, e)] * V(b, g, j, e);
-            const double ds = p * (dp * z - d_row);
+            const double ds = p * (dp * z - d_row) * Slope(b, h, i, j);
             for (int64_t e = 0; e < c_.dv; ++e)
               r->dv[((b * c_.hkv + g) * c_.sk + j) * c_.dv + e] += p * z * dout[OIndex(b, h, i, e)];
             for (int64_t e = 0; e < c_.d; ++e) {

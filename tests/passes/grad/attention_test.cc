@@ -13,6 +13,7 @@
 
 #include "compiler/op_schema.h"
 #include "kernels/cpu/kernel.h"
+#include "passes/memory_report.h"
 #include "tests/support/grad_check.h"
 #include "tests/support/test_util.h"
 
@@ -29,6 +30,8 @@ struct Case {
   bool mask_keep = false;
   float mask_value = -std::numeric_limits<float>::infinity();
   bool o_transposed = false;  // O and dO [B, Sq, Hq, Dv]
+  int64_t window = 0;         // sliding window (with causal)
+  float softcap = 0;          // logit soft-capping
 };
 
 std::vector<Case> Cases() {
@@ -38,16 +41,134 @@ std::vector<Case> Cases() {
       {"causal_two_tiles", 2, 2, 2, 130, 130, 4, 4, true, true},
       {"gqa_4_to_2_untransposed", 1, 4, 2, 9, 9, 3, 5, false, true},
       {"mqa_alibi_bias", 2, 4, 1, 11, 11, 4, 4, true, true, {1, 4, 1, 11}},
-      {"padding_bias_finfo_min", 2, 2, 2, 6, 6, 4, 4, true, false, {2, 1, 1, 6}, {}, false,
+      {"padding_bias_finfo_min",
+       2,
+       2,
+       2,
+       6,
+       6,
+       4,
+       4,
+       true,
+       false,
+       {2, 1, 1, 6},
+       {},
+       false,
        -3.40282347e38f},
       {"mask_drop", 1, 2, 2, 7, 7, 4, 4, true, false, {}, {7, 7}},
-      {"mask_keep_per_batch", 2, 2, 1, 5, 5, 4, 4, false, true, {}, {2, 1, 5, 5}, true,
+      {"mask_keep_per_batch",
+       2,
+       2,
+       1,
+       5,
+       5,
+       4,
+       4,
+       false,
+       true,
+       {},
+       {2, 1, 5, 5},
+       true,
        -3.40282347e38f},
       {"full_bias", 1, 2, 2, 66, 66, 4, 4, true, false, {1, 2, 66, 66}},
-      {"o_transposed_gqa_causal", 2, 4, 2, 67, 67, 4, 3, true, true, {1, 4, 1, 67}, {}, false,
-       -3.40282347e38f, true},
-      {"o_transposed_mha", 1, 3, 3, 5, 5, 4, 4, false, false, {}, {5, 5}, true,
-       -std::numeric_limits<float>::infinity(), true},
+      {"o_transposed_gqa_causal",
+       2,
+       4,
+       2,
+       67,
+       67,
+       4,
+       3,
+       true,
+       true,
+       {1, 4, 1, 67},
+       {},
+       false,
+       -3.40282347e38f,
+       true},
+      {"o_transposed_mha",
+       1,
+       3,
+       3,
+       5,
+       5,
+       4,
+       4,
+       false,
+       false,
+       {},
+       {5, 5},
+       true,
+       -std::numeric_limits<float>::infinity(),
+       true},
+      // Sliding windows: across tile edges (skipped tiles on both sides of the band), one key
+      // wide, with GQA and finfo.min; soft-capping alone, with a bias, and with a window.
+      {"window_across_tiles",
+       1,
+       2,
+       1,
+       200,
+       200,
+       4,
+       4,
+       true,
+       true,
+       {},
+       {},
+       false,
+       -std::numeric_limits<float>::infinity(),
+       false,
+       70},
+      {"window_1_gqa_untransposed",
+       1,
+       4,
+       2,
+       9,
+       9,
+       3,
+       5,
+       false,
+       true,
+       {},
+       {},
+       false,
+       -3.40282347e38f,
+       false,
+       1},
+      {"softcap",
+       1,
+       2,
+       2,
+       7,
+       7,
+       4,
+       4,
+       true,
+       false,
+       {},
+       {},
+       false,
+       -std::numeric_limits<float>::infinity(),
+       false,
+       0,
+       0.8f},
+      {"softcap_alibi_window_o_transposed",
+       2,
+       4,
+       2,
+       67,
+       67,
+       4,
+       3,
+       true,
+       true,
+       {1, 4, 1, 67},
+       {},
+       false,
+       -std::numeric_limits<float>::infinity(),
+       true,
+       3,
+       1.3f},
   };
 }
 
@@ -61,7 +182,9 @@ Node AttentionNode(const Case& c) {
                    {"mask_keep", Attribute::Int(c.mask_keep)},
                    {"mask_value", Attribute::Float(c.mask_value)},
                    {"k_transposed", Attribute::Int(c.kt)},
-                   {"o_transposed", Attribute::Int(c.o_transposed)}},
+                   {"o_transposed", Attribute::Int(c.o_transposed)},
+                   {"window", Attribute::Int(c.window)},
+                   {"softcap", Attribute::Float(c.softcap)}},
                   "foundry", "fwd");
 }
 
@@ -129,14 +252,20 @@ Reference Evaluate(const Case& c, const Operands& ops, const Tensor& dout) {
     for (int64_t h = 0; h < c.hq; ++h) {
       const int64_t g = h / rep;
       for (int64_t i = 0; i < c.sq; ++i) {
-        std::vector<double> s(c.sk);
+        std::vector<double> s(c.sk), slope(c.sk);
         for (int64_t j = 0; j < c.sk; ++j) {
           double dot = 0;
           for (int64_t e = 0; e < c.d; ++e)
             dot += q.GetAsDouble(((b * c.hq + h) * c.sq + i) * c.d + e) * kat(b, g, j, e);
           s[j] = static_cast<double>(0.37f) * dot;
+          slope[j] = 1;
+          if (c.softcap > 0) {
+            const double t = std::tanh(s[j] / c.softcap);
+            s[j] = c.softcap * t;
+            slope[j] = 1 - t * t;
+          }
           if (!c.bias.empty()) s[j] += At(ops.constants.at("bias"), b, h, i, j);
-          bool masked = c.causal && j > i;
+          bool masked = (c.causal && j > i) || (c.window > 0 && j <= i - c.window);
           if (!c.mask.empty())
             masked |= (At(ops.constants.at("mask"), b, h, i, j) != 0) != c.mask_keep;
           if (masked) s[j] = c.mask_value;
@@ -163,7 +292,7 @@ Reference Evaluate(const Case& c, const Operands& ops, const Tensor& dout) {
             dp += dout.GetAsDouble(orow + e) * v.GetAsDouble(vi);
             r.dv[vi] += p[j] * dout.GetAsDouble(orow + e);
           }
-          const double ds = static_cast<double>(0.37f) * p[j] * (dp - dd);
+          const double ds = static_cast<double>(0.37f) * p[j] * (dp - dd) * slope[j];
           for (int64_t e = 0; e < c.d; ++e) {
             r.dq[((b * c.hq + h) * c.sq + i) * c.d + e] += ds * kat(b, g, j, e);
             r.dk[kidx(b, g, j, e)] += ds * q.GetAsDouble(((b * c.hq + h) * c.sq + i) * c.d + e);
@@ -310,6 +439,40 @@ TEST(AttentionSchemaTest, RefusesOperandsThatDoNotFit) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("does not broadcast"), std::string::npos)
       << r.status().message();
+  // A window without the causal rule, and a negative softcap.
+  Case w = Cases()[0];
+  w.window = 2;
+  Operands wops = OperandsOf(w, 3);
+  r = RunSingleNode(AttentionNode(w), wops.inputs, wops.constants);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("window 2 must be 0 (none) or positive with causal=1"),
+            std::string::npos)
+      << r.status().message();
+  w.window = 0;
+  w.softcap = -1;
+  r = RunSingleNode(AttentionNode(w), wops.inputs, wops.constants);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("softcap must be 0 (none) or positive"), std::string::npos)
+      << r.status().message();
+}
+
+// A sliding window does less work: its FLOPs count only the pairs inside the band.
+TEST(AttentionSchemaTest, WindowedFlopsCountTheBandOnly) {
+  Case full{"causal", 1, 2, 2, 256, 256, 16, 16, true, true};
+  Case band = full;
+  band.window = 32;
+  Graph g;
+  for (const char* v : {"q", "k", "v"}) {
+    Value& val = g.GetOrAddValue(v);
+    val.dtype = DType::kFloat32;
+    val.shape = std::string(v) == "k" ? Shape{1, 2, 16, 256} : Shape{1, 2, 256, 16};
+    val.rank_known = true;
+  }
+  const int64_t f = NodeFlops(g, AttentionNode(full)), w = NodeFlops(g, AttentionNode(band));
+  // 256·257/2 = 32896 causal pairs; the band: 32·33/2 + 224·32 = 7696.
+  EXPECT_EQ(f / 32896, w / 7696);
+  EXPECT_EQ(f % 32896, 0);
+  EXPECT_EQ(w % 7696, 0);
 }
 
 }  // namespace
