@@ -8,6 +8,13 @@ Hugging Face's loss (logits[:, :-1] against labels[:, 1:]).
 
 As in models/mpt.py the causal mask is built from `arange` comparisons (no Trilu, nothing S x S
 stored) and k/v heads are repeated with Unsqueeze + Concat + Reshape.
+
+Two Gemma-2 attention options, with Hugging Face Gemma2Config's key names, make the
+sliding-window variant (`llama_tiny_window`); a config without them exports exactly as before:
+- `sliding_window` W and `layer_types` (one "sliding_attention" or "full_attention" per layer;
+  default all full): on a sliding layer query i sees keys j with j <= i and i - j < W, the causal
+  mask OR-ed with a second arange comparison;
+- `attn_logit_softcapping` c: scores = c * tanh(scores / c) after the scaling, before the mask.
 """
 
 from typing import Any, Dict
@@ -31,7 +38,13 @@ _DEFAULTS: Dict[str, Any] = {
     "mlp_bias": False,
     "tie_word_embeddings": False,
     "hidden_act": "silu",
+    # Gemma-2's attention options (Gemma2Config's names); None leaves the graph as plain Llama's.
+    "sliding_window": None,
+    "layer_types": None,
+    "attn_logit_softcapping": None,
 }
+
+_LAYER_TYPES = ("sliding_attention", "full_attention")
 
 _IGNORED_KEYS = {"name", "family", "description", "foundry", "model_type"}
 
@@ -49,6 +62,15 @@ class LlamaConfig:
         if self.hidden_act != "silu":
             raise ValueError("only hidden_act=silu is supported")
         self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.layer_types is None:
+            self.layer_types = ["full_attention"] * self.num_hidden_layers
+        if len(self.layer_types) != self.num_hidden_layers or \
+                any(t not in _LAYER_TYPES for t in self.layer_types):
+            raise ValueError(f"layer_types: one of {list(_LAYER_TYPES)} per layer "
+                             f"({self.num_hidden_layers}), got {self.layer_types}")
+        if "sliding_attention" in self.layer_types and not self.sliding_window:
+            raise ValueError("layer_types names sliding_attention layers but sliding_window "
+                             "is not set")
 
 
 class LlamaRMSNorm(nn.Module):
@@ -86,12 +108,15 @@ def repeat_kv(x: torch.Tensor, n_rep: int, out_shape) -> torch.Tensor:
 
 class LlamaAttention(nn.Module):
 
-    def __init__(self, config: LlamaConfig, device=None):
+    def __init__(self, config: LlamaConfig, layer_idx: int = 0, device=None):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.num_key_value_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
         self.scaling = self.head_dim ** -0.5
+        sliding = config.layer_types[layer_idx] == "sliding_attention"
+        self.sliding_window = config.sliding_window if sliding else None
+        self.attn_logit_softcapping = config.attn_logit_softcapping
         d, hd = config.hidden_size, self.head_dim
         b = config.attention_bias
         self.q_proj = nn.Linear(d, self.num_heads * hd, bias=b, device=device)
@@ -110,9 +135,16 @@ class LlamaAttention(nn.Module):
         k = repeat_kv(k, h // kv, (bsz, h, q_len, hd))
         v = repeat_kv(v, h // kv, (bsz, h, q_len, hd))
         scores = torch.matmul(q, k.transpose(2, 3)) * self.scaling
+        if self.attn_logit_softcapping is not None:
+            c = self.attn_logit_softcapping
+            scores = scores / c
+            scores = torch.tanh(scores)
+            scores = scores * c
         pos = torch.arange(q_len, device=hidden_states.device)
-        causal_mask = pos.unsqueeze(0) > pos.unsqueeze(1)
-        scores = scores.masked_fill(causal_mask, torch.finfo(scores.dtype).min)
+        mask = pos.unsqueeze(0) > pos.unsqueeze(1)  # row i is the query, column j the key
+        if self.sliding_window is not None:
+            mask = mask | (pos.unsqueeze(1) - pos.unsqueeze(0) >= self.sliding_window)
+        scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)
         probs = torch.softmax(scores, dim=-1)
         out = torch.matmul(probs, v).transpose(1, 2).reshape(bsz, q_len, h * hd)
         return self.o_proj(out)
@@ -134,9 +166,9 @@ class LlamaMLP(nn.Module):
 
 class LlamaDecoderLayer(nn.Module):
 
-    def __init__(self, config: LlamaConfig, device=None):
+    def __init__(self, config: LlamaConfig, layer_idx: int = 0, device=None):
         super().__init__()
-        self.self_attn = LlamaAttention(config, device=device)
+        self.self_attn = LlamaAttention(config, layer_idx, device=device)
         self.mlp = LlamaMLP(config, device=device)
         self.input_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps, device)
         self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps,
@@ -157,7 +189,7 @@ class LlamaModel(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, device=device)
         self.layers = nn.ModuleList(
-            [LlamaDecoderLayer(config, device) for _ in range(config.num_hidden_layers)])
+            [LlamaDecoderLayer(config, i, device) for i in range(config.num_hidden_layers)])
         self.norm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps, device)
         self.rotary_emb = LlamaRotaryEmbedding(config.head_dim, config.rope_theta)
 

@@ -75,6 +75,7 @@ FIXTURES = [
     "mpt_tiny_4layer",
     "mpt_tiny_qkln",
     "llama_tiny",
+    "llama_tiny_window",
     "gpt2_tiny",
     "pythia_tiny",
     "bert_tiny",

@@ -164,6 +164,10 @@ def _run_op(node, ins: List, attrs: Dict, dropout_as_identity: bool = False):
         return [np.arange(ins[0], ins[1], ins[2], dtype=ins[0].dtype)]
     if op == "Greater":
         return [np.greater(ins[0], ins[1])]
+    if op == "GreaterOrEqual":
+        return [np.greater_equal(ins[0], ins[1])]
+    if op == "Or":
+        return [np.logical_or(ins[0], ins[1])]
     if op == "Equal":
         return [np.equal(ins[0], ins[1])]
     if op == "Where":

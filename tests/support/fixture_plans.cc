@@ -230,6 +230,10 @@ std::vector<CkptCase> CheckpointCases() {
       Each("model.layers", {0, 1}, {"self_attn", "mlp"}));
   add("llama_tiny", "model.onnx", {"block=last-1"}, Each("model.layers", {1}));
   add("llama_tiny", "model.onnx", {"model.layers.*.mlp"}, Each("model.layers", {0, 1}, {"mlp"}));
+  // Its Gemma-2 variant: a sliding-window layer and a full one, both soft-capped.
+  add("llama_tiny_window", "model.onnx", {"LlamaDecoderLayer"}, Each("model.layers", {0, 1}));
+  add("llama_tiny_window", "model.onnx", {"LlamaAttention", "LlamaMLP"},
+      Each("model.layers", {0, 1}, {"self_attn", "mlp"}));
   add("gpt2_tiny", "model.onnx", {"GPT2Block"}, Each("transformer.h", {0, 1}));
   add("gpt2_tiny", "model.onnx", {"GPT2Attention", "GPT2MLP"},
       Each("transformer.h", {0, 1}, {"attn", "mlp"}));
@@ -264,6 +268,7 @@ std::vector<CkptCase> CheckpointCases() {
       {"bert_tiny", "bert.encoder.layer", 2, "attention", "intermediate"},
       {"gpt2_tiny", "transformer.h", 2, "attn", "mlp"},
       {"llama_tiny", "model.layers", 2, "self_attn", "mlp"},
+      {"llama_tiny_window", "model.layers", 2, "self_attn", "mlp"},
       {"mpt_tiny", "transformer.blocks", 2, "attn", "ffn"},
       {"mpt_tiny_4layer", "transformer.blocks", 4, "attn", "ffn"},
       {"mpt_tiny_dropout", "transformer.blocks", 2, "attn", "ffn"},
