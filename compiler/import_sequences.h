@@ -10,11 +10,21 @@
 // output) is an error naming the node.
 #pragma once
 
+#include <vector>
+
 #include "base/status.h"
 #include "compiler/ir.h"
 
 namespace foundry {
 
 Status LowerSplitToSequence(Graph& g);
+
+// The operators the importer accepts without a schema of their own, because it rewrites them
+// into ops that have one, each with how (what `foundry-compile --list-ops` prints beside them).
+struct LoweredOp {
+  const char* op_type;
+  const char* how;
+};
+const std::vector<LoweredOp>& ImportLoweredOps();
 
 }  // namespace foundry

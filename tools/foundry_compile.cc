@@ -13,6 +13,7 @@
 #include "base/file_util.h"
 #include "base/output_set.h"
 #include "base/quote.h"
+#include "compiler/import_sequences.h"
 #include "compiler/ckpt_targets.h"
 #include "compiler/model_files.h"
 #include "compiler/module_tree.h"
@@ -154,7 +155,8 @@ void AddGraphOptions(CLI::App& app, Options& o) {
   app.add_flag("--list-modules", o.list_modules,
                "print the module tree (path, class, --ckpt keys, nodes, parameter bytes) and exit");
   app.add_flag("--list-ops", o.list_ops,
-               "print the operators foundry supports and exit (no model needed)");
+               "print the operators foundry supports and exit (no model needed): one per line, "
+               "those the importer rewrites into others with how in parentheses");
   cli::OneValueEach(
       app.add_option("--dim", o.dim_specs,
                      "bind a symbolic dimension, e.g. --dim batch=8 --dim seq=2048, or an "
@@ -820,6 +822,8 @@ int Main(int argc, char** argv) {
   if (o.list_ops) {
     for (const OpSchema* s : OpSchemas().All())
       std::cout << (s->domain.empty() ? "" : s->domain + "::") << s->op_type << "\n";
+    for (const LoweredOp& op : ImportLoweredOps())
+      std::cout << op.op_type << "  (" << op.how << ")\n";
     return 0;
   }
   if (o.model.empty())
