@@ -951,6 +951,46 @@ StatusOr<Types> InferScatterND(const InferContext& ctx) {
   return Types{SameAs(data)};
 }
 
+// ScatterElements (data, indices, updates) -> data with updates[e] written (or combined) at e's
+// position with the axis coordinate replaced by indices[e]: GatherElements' inverse. The
+// deprecated opset-9 Scatter is the same op without `reduction`.
+StatusOr<Types> InferScatterElements(const InferContext& ctx) {
+  const Value& data = ctx.input(0);
+  const Value& idx = ctx.input(1);
+  const Value& upd = ctx.input(2);
+  RETURN_IF_ERROR(RequireIndexType(ctx, 1, "input 'indices'"));
+  if (ctx.node.op_type == "Scatter" && ctx.node.HasAttr("reduction"))
+    return ctx.Fail("Scatter has no attribute 'reduction' (ScatterElements has, from opset 16)");
+  std::string red = ctx.node.GetString("reduction", "none");
+  if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
+    return ctx.Fail("reduction '" + red + "' is not supported");
+  if (upd.dtype != data.dtype)
+    return ctx.Fail("updates has element type " + std::string(DTypeName(upd.dtype)) +
+                    ", data has " + std::string(DTypeName(data.dtype)));
+  if (idx.rank_known && upd.rank_known) {
+    bool match = idx.shape.size() == upd.shape.size();
+    for (size_t i = 0; match && i < idx.shape.size(); ++i)
+      match = idx.shape[i] < 0 || upd.shape[i] < 0 || idx.shape[i] == upd.shape[i];
+    if (!match)
+      return ctx.Fail("updates " + ShapeToString(upd.shape) + " and indices " +
+                      ShapeToString(idx.shape) + " must have the same shape");
+  }
+  if (data.rank_known) {
+    const int64_t r = static_cast<int64_t>(data.shape.size());
+    ASSIGN_OR_RETURN(int64_t axis, Named(ctx, NormalizeAxis(ctx.node.GetInt("axis", 0), r)));
+    if (idx.rank_known) {
+      if (data.shape.size() != idx.shape.size())
+        return ctx.Fail("data " + ShapeToString(data.shape) + " and indices " +
+                        ShapeToString(idx.shape) + " must have the same rank");
+      for (int64_t k = 0; k < r; ++k)
+        if (k != axis && idx.shape[k] >= 0 && data.shape[k] >= 0 && idx.shape[k] > data.shape[k])
+          return ctx.Fail("indices " + ShapeToString(idx.shape) + " exceed data " +
+                          ShapeToString(data.shape) + " on axis " + std::to_string(k));
+    }
+  }
+  return Types{SameAs(data)};
+}
+
 // --- com.microsoft gradient ops ---
 
 // SliceGrad (dY, shape, starts, ends[, axes, steps]) -> dX: dX has `shape`, zero except where
@@ -1077,6 +1117,8 @@ void RegisterShapeOpSchemas(OpSchemaTable& table) {
   table.Add({"", "Pad", 1, 4, 1, 1, InferPad, kMoves});
   table.Add({"", "OneHot", 3, 3, 1, 1, InferOneHot, kMoves});
   table.Add({"", "ScatterND", 3, 3, 1, 1, InferScatterND, kMoves});
+  table.Add({"", "ScatterElements", 3, 3, 1, 1, InferScatterElements, kMoves});
+  table.Add({"", "Scatter", 3, 3, 1, 1, InferScatterElements, kMoves});
   table.Add({"com.microsoft", "SliceGrad", 4, 6, 1, 1, InferSliceGrad, kMoves});
   table.Add({"com.microsoft", "GatherGrad", 3, 3, 1, 1, InferGatherGrad, FlopsPerInput(2, 1)});
   table.Add({"com.microsoft", "GatherElementsGrad", 3, 3, 1, 1, InferGatherElementsGrad,

@@ -944,6 +944,69 @@ Status ScatterNDKernel(const Node& node, Inputs in, Outputs out, const KernelCon
   return Status::Ok();
 }
 
+// ScatterElements (data, indices, updates) -> y: a copy of data, then each update in index order
+// written to (reduction none) or combined with (add, mul, max, min) the element GatherElements
+// would read for it, as ONNX's reference does; a repeated position sees its updates in that order.
+template <class T, class Combine>
+Status ScatterElementsT(const Node& node, const Tensor& x, const Tensor& idx, const Tensor& upd,
+                        Tensor& y, Combine combine) {
+  const T* u = upd.data<T>();
+  T* d = y.data<T>();
+  return ForEachElementOffset(node, x.shape(), idx,
+                              [&](int64_t e, int64_t off) { d[off] = combine(d[off], u[e]); });
+}
+
+template <class T>
+Status ScatterElementsReduce(const Node& node, const std::string& red, const Tensor& x,
+                             const Tensor& idx, const Tensor& upd, Tensor& y) {
+  if (red == "add")
+    return ScatterElementsT<T>(node, x, idx, upd, y, [](T a, T b) { return a + b; });
+  if (red == "mul")
+    return ScatterElementsT<T>(node, x, idx, upd, y, [](T a, T b) { return a * b; });
+  if (red == "max")
+    return ScatterElementsT<T>(node, x, idx, upd, y, [](T a, T b) { return std::max(a, b); });
+  return ScatterElementsT<T>(node, x, idx, upd, y, [](T a, T b) { return std::min(a, b); });
+}
+
+// ScatterElements, and the deprecated Scatter (the same without reduction).
+Status ScatterElementsKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const Tensor& x = *in[0];
+  const Tensor& idx = *in[1];
+  const Tensor& upd = *in[2];
+  Tensor& y = *out[0];
+  RETURN_IF_ERROR(CheckIndexType(node, idx));
+  RETURN_IF_ERROR(CheckSameElementType(node, x, upd));
+  RETURN_IF_ERROR(CheckOutputType(node, y, x.dtype(), x.shape()));
+  if (upd.shape() != idx.shape())
+    return ShapeOpError(node, "updates " + ShapeToString(upd.shape()) + " and indices " +
+                                  ShapeToString(idx.shape()) + " must have the same shape");
+  const std::string red = node.GetString("reduction", "none");
+  const bool numeric = x.dtype() == DType::kFloat32 || x.dtype() == DType::kFloat64 ||
+                       x.dtype() == DType::kInt32 || x.dtype() == DType::kInt64;
+  if (red != "none" && (!numeric || (red != "add" && red != "mul" && red != "max" && red != "min")))
+    return ShapeOpError(
+        node, "reduction '" + red + "' is not supported for " + std::string(DTypeName(x.dtype())));
+  if (y.raw() != x.raw() && x.nbytes()) std::memcpy(y.raw(), x.raw(), x.nbytes());
+  if (red == "none") {
+    const size_t elem = DTypeSize(x.dtype());
+    auto* dst = static_cast<uint8_t*>(y.raw());
+    const auto* src = static_cast<const uint8_t*>(upd.raw());
+    return ForEachElementOffset(node, x.shape(), idx, [&](int64_t e, int64_t off) {
+      std::memcpy(dst + off * elem, src + e * elem, elem);
+    });
+  }
+  switch (x.dtype()) {
+    case DType::kFloat32:
+      return ScatterElementsReduce<float>(node, red, x, idx, upd, y);
+    case DType::kFloat64:
+      return ScatterElementsReduce<double>(node, red, x, idx, upd, y);
+    case DType::kInt32:
+      return ScatterElementsReduce<int32_t>(node, red, x, idx, upd, y);
+    default:
+      return ScatterElementsReduce<int64_t>(node, red, x, idx, upd, y);
+  }
+}
+
 }  // namespace
 
 void RegisterShapeOpWorkspaces(CpuWorkspaceTable& table) {
@@ -974,6 +1037,8 @@ void RegisterShapeOpKernels(CpuKernelTable& table) {
   table.Add("", "Pad", PadKernel);
   table.Add("", "OneHot", OneHotKernel);
   table.Add("", "ScatterND", ScatterNDKernel);
+  table.Add("", "ScatterElements", ScatterElementsKernel);
+  table.Add("", "Scatter", ScatterElementsKernel);
   table.Add("com.microsoft", "SliceGrad", SliceGradKernel);
   table.Add("com.microsoft", "GatherGrad", GatherGradKernel);
   table.Add("com.microsoft", "GatherElementsGrad", GatherElementsGradKernel);

@@ -10,11 +10,12 @@
 //    and the parameter structs, from the tensors' types and the inputs that are host constants
 //    (CudaKernelContext::base.constant_inputs). Device data is never read here.
 //
-// Scatter-adds (GatherGrad, GatherElementsGrad, GatherNDGrad, ScatterND) never use floating-point
-// atomics: each index gets an integer key (the output row / slot it lands in), the indices are
-// sorted by key with a stable counting sort (integer atomics give counts and a placement whose
-// order within a key varies, then SegmentRank restores index order), and each output element folds
-// its segment in index order: the CPU's order of additions, so the sums are bitwise the CPU's.
+// Scatter-adds (GatherGrad, GatherElementsGrad, GatherNDGrad, ScatterND, ScatterElements) never use
+// floating-point atomics: each index gets an integer key (the output row / slot it lands in), the
+// indices are sorted by key with a stable counting sort (integer atomics give counts and a
+// placement whose order within a key varies, then SegmentRank restores index order), and each
+// output element folds its segment in index order: the CPU's order of additions, so the sums are
+// bitwise the CPU's.
 #pragma once
 
 #include <algorithm>
@@ -280,6 +281,23 @@ FOUNDRY_HD inline T ScatterValue(const ScatterParams& p, int64_t e, const int64_
   T v = x[e];
   for (int64_t q = start[slot]; q < start[slot + 1]; ++q)
     v = ScatterCombine(p.reduction, v, upd[sorted[q] * p.slice + i]);
+  return v;
+}
+
+// ScatterElements: data and output share a shape; index element e targets ElementOffset(e), so
+// the keys are those offsets and every output element is its own slot (ElementsParams over data).
+template <class I>
+FOUNDRY_HD inline int64_t ScatterElementsKey(const ElementsParams& p, int64_t e, const I* idx) {
+  return ElementOffset(p, e, idx[e]);
+}
+
+// Output element e: the data element, then the updates that target it in index order.
+template <class T>
+FOUNDRY_HD inline T ScatterElementsValue(int reduction, int64_t e, const int64_t* sorted,
+                                         const int64_t* start, const T* x, const T* upd) {
+  T v = x[e];
+  for (int64_t q = start[e]; q < start[e + 1]; ++q)
+    v = ScatterCombine(reduction, v, upd[sorted[q]]);
   return v;
 }
 
@@ -862,6 +880,22 @@ inline StatusOr<GatherNDParams> GatherNDGradPrep(const Node& node, const Tensor*
   return p;
 }
 
+// The node's `reduction` (ScatterND, ScatterElements) for data of type `t`: any type moves with
+// none, the reductions take f32, f64, i32 and i64 (the CPU kernels' set).
+inline StatusOr<int> ScatterReductionOf(const Node& node, DType t) {
+  const std::string red = node.GetString("reduction", "none");
+  if (red == "none") return static_cast<int>(kScatterNone);
+  const bool numeric =
+      t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kInt32 || t == DType::kInt64;
+  if (!numeric || (red != "add" && red != "mul" && red != "max" && red != "min"))
+    return ShapeOpError(
+        node, "reduction '" + red + "' is not supported for " + std::string(DTypeName(t)));
+  return static_cast<int>(red == "add"   ? kScatterAdd
+                          : red == "mul" ? kScatterMul
+                          : red == "max" ? kScatterMax
+                                         : kScatterMin);
+}
+
 inline StatusOr<ScatterParams> ScatterPrep(const Node& node, const Tensor& x, const Tensor& idx,
                                            const Tensor* idx_const, const Tensor& upd,
                                            const Tensor& out) {
@@ -880,20 +914,7 @@ inline StatusOr<ScatterParams> ScatterPrep(const Node& node, const Tensor& x, co
   if (upd.numel() != p.tuples * p.slice)
     return ShapeOpError(node, "updates has " + std::to_string(upd.numel()) +
                                   " elements, expected " + std::to_string(p.tuples * p.slice));
-  const std::string red = node.GetString("reduction", "none");
-  if (red == "none") {
-    p.reduction = kScatterNone;
-  } else {
-    const bool numeric = x.dtype() == DType::kFloat32 || x.dtype() == DType::kFloat64 ||
-                         x.dtype() == DType::kInt32 || x.dtype() == DType::kInt64;
-    if (!numeric || (red != "add" && red != "mul" && red != "max" && red != "min"))
-      return ShapeOpError(node, "reduction '" + red + "' is not supported for " +
-                                    std::string(DTypeName(x.dtype())));
-    p.reduction = red == "add"   ? kScatterAdd
-                  : red == "mul" ? kScatterMul
-                  : red == "max" ? kScatterMax
-                                 : kScatterMin;
-  }
+  ASSIGN_OR_RETURN(p.reduction, ScatterReductionOf(node, x.dtype()));
   RETURN_IF_ERROR(CheckConstantIndices(node, idx_const, [&](int64_t e) {
     const int64_t j = k == 0 ? 0 : e % k;
     return std::pair<int64_t, int64_t>(j, x.shape()[j]);
@@ -907,6 +928,22 @@ inline StatusOr<ScatterParams> ScatterPrep(const Node& node, const Tensor& x, co
   }
   p.slots = stride;
   return p;
+}
+
+// ScatterElements (data, indices, updates) -> y: the CPU kernel's checks (constant indices
+// included) and the element walk over data; the reduction goes to *reduction.
+inline StatusOr<ElementsParams> ScatterElementsPrep(const Node& node, const Tensor& x,
+                                                    const Tensor& idx, const Tensor* idx_const,
+                                                    const Tensor& upd, const Tensor& out,
+                                                    int* reduction) {
+  RETURN_IF_ERROR(CheckIndexType(node, idx));
+  RETURN_IF_ERROR(CheckSameElementType(node, x, upd));
+  RETURN_IF_ERROR(CheckOutputType(node, out, x.dtype(), x.shape()));
+  if (upd.shape() != idx.shape())
+    return ShapeOpError(node, "updates " + ShapeToString(upd.shape()) + " and indices " +
+                                  ShapeToString(idx.shape()) + " must have the same shape");
+  ASSIGN_OR_RETURN(*reduction, ScatterReductionOf(node, x.dtype()));
+  return ElementsPrep(node, x.shape(), idx, idx_const);
 }
 
 // Byte offsets of the counting sort's arrays in the workspace (each 256-aligned), for n indices and

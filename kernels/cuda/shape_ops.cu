@@ -12,10 +12,9 @@
 // - Out-of-range indices computed at run time cannot be reported without a round trip: Gather,
 //   GatherElements and GatherND write zeros for them and the scatters drop them (never an
 //   out-of-bounds access); constant indices are checked on the host with the CPU's message.
-// - GatherGrad, GatherElementsGrad, GatherNDGrad and ScatterND sort their indices by target with a
-// stable
-//   counting sort in the workspace (integer atomics only) and fold each target's updates in index
-//   order: deterministic, and bitwise the CPU's sums.
+// - GatherGrad, GatherElementsGrad, GatherNDGrad, ScatterND and ScatterElements sort their indices
+//   by target with a stable counting sort in the workspace (integer atomics only) and fold each
+//   target's updates in index order: deterministic, and bitwise the CPU's sums.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -89,6 +88,12 @@ __global__ void GatherNDGradKeysKernel(int64_t* keys, const I* idx, cuda::Gather
 template <class I>
 __global__ void ScatterKeysKernel(int64_t* keys, const I* idx, cuda::ScatterParams p) {
   FOUNDRY_GRID_STRIDE(t, p.tuples) { keys[t] = cuda::ScatterKey(p, t, idx); }
+}
+
+template <class I>
+__global__ void ScatterElementsKeysKernel(int64_t* keys, const I* idx, cuda::ElementsParams p,
+                                          int64_t n) {
+  FOUNDRY_GRID_STRIDE(e, n) { keys[e] = cuda::ScatterElementsKey(p, e, idx); }
 }
 
 // Integer atomics: the counts are the same whatever the order of the additions.
@@ -167,6 +172,14 @@ template <class T>
 __global__ void ScatterValueKernel(T* dst, const int64_t* sorted, const int64_t* start, const T* x,
                                    const T* upd, cuda::ScatterParams p, int64_t n) {
   FOUNDRY_GRID_STRIDE(e, n) { dst[e] = cuda::ScatterValue(p, e, sorted, start, x, upd); }
+}
+
+template <class T>
+__global__ void ScatterElementsValueKernel(T* dst, const int64_t* sorted, const int64_t* start,
+                                           const T* x, const T* upd, int reduction, int64_t n) {
+  FOUNDRY_GRID_STRIDE(e, n) {
+    dst[e] = cuda::ScatterElementsValue(reduction, e, sorted, start, x, upd);
+  }
 }
 
 // k from device memory when given there (k_dev), else p.k.
@@ -674,6 +687,63 @@ Status ScatterNDKernel(const Node& node, Inputs in, Outputs out, const CudaKerne
   }
 }
 
+template <class T>
+Status LaunchScatterElementsValues(const Node& node, int reduction, const Segments& s,
+                                   const Tensor& x, const Tensor& upd, Tensor& y,
+                                   const CudaKernelContext& ctx) {
+  ScatterElementsValueKernel<T><<<BlocksFor(y.numel()), kThreads, 0, StreamOf(ctx)>>>(
+      Data<T>(y), s.sorted, s.start, Data<T>(x), Data<T>(upd), reduction, y.numel());
+  FOUNDRY_CUDA_LAUNCHED(node, "ScatterElementsValueKernel");
+  return Status::Ok();
+}
+
+// ScatterElements and Scatter (data, indices, updates): one key per index element (the data
+// offset it targets), one slot per data element.
+Status ScatterElementsKernel(const Node& node, Inputs in, Outputs out,
+                             const CudaKernelContext& ctx) {
+  const Tensor& x = *in[0];
+  const Tensor& idx = *in[1];
+  const Tensor& upd = *in[2];
+  Tensor& y = *out[0];
+  int reduction = cuda::kScatterNone;
+  ASSIGN_OR_RETURN(cuda::ElementsParams p,
+                   cuda::ScatterElementsPrep(node, x, idx, cuda::ConstantAt(Constants(ctx), 1), upd,
+                                             y, &reduction));
+  const int64_t n = idx.numel();
+  if (y.numel() == 0) return Status::Ok();
+  if (n == 0) {
+    if (y.raw() != x.raw())
+      FOUNDRY_CUDA_CHECK(node, cudaMemcpyAsync(y.raw(), x.raw(), x.nbytes(),
+                                               cudaMemcpyDeviceToDevice, StreamOf(ctx)));
+    return Status::Ok();
+  }
+  const cuda::SegmentLayout l = cuda::SegmentWorkspace(n, y.numel());
+  RETURN_IF_ERROR(CheckWorkspace(node, l, ctx));
+  const Segments s = SegmentsIn(ctx, l);
+  RETURN_IF_ERROR(ByIndexType(node, idx.dtype(), [&](auto itag) -> Status {
+    using I = decltype(itag);
+    ScatterElementsKeysKernel<I>
+        <<<BlocksFor(n), kThreads, 0, StreamOf(ctx)>>>(s.keys, Data<I>(idx), p, n);
+    FOUNDRY_CUDA_LAUNCHED(node, "ScatterElementsKeysKernel");
+    return Status::Ok();
+  }));
+  RETURN_IF_ERROR(SortKeys(node, s, n, y.numel(), ctx));
+  if (reduction == cuda::kScatterNone)
+    return ByElementSize(node, x.dtype(), [&](auto tag) -> Status {
+      return LaunchScatterElementsValues<decltype(tag)>(node, reduction, s, x, upd, y, ctx);
+    });
+  switch (x.dtype()) {
+    case DType::kFloat32:
+      return LaunchScatterElementsValues<float>(node, reduction, s, x, upd, y, ctx);
+    case DType::kFloat64:
+      return LaunchScatterElementsValues<double>(node, reduction, s, x, upd, y, ctx);
+    case DType::kInt32:
+      return LaunchScatterElementsValues<int32_t>(node, reduction, s, x, upd, y, ctx);
+    default:
+      return LaunchScatterElementsValues<int64_t>(node, reduction, s, x, upd, y, ctx);
+  }
+}
+
 Status TriluKernelFn(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
   const Tensor& x = *in[0];
   Tensor& y = *out[0];
@@ -805,6 +875,13 @@ int64_t ScatterNDWorkspace(const Node&, std::span<const OperandType> in,
   return cuda::SegmentWorkspace(NumOf(in[1]) / k, slots).bytes;
 }
 
+// ScatterElements (data, indices, updates): one key per index element, one slot per data element.
+int64_t ScatterElementsWorkspace(const Node&, std::span<const OperandType> in,
+                                 std::span<const OperandType>) {
+  if (in.size() < 2 || !in[0].shape || !in[1].shape || NumOf(in[0]) == 0) return 0;
+  return cuda::SegmentWorkspace(NumOf(in[1]), NumOf(in[0])).bytes;
+}
+
 }  // namespace
 
 void RegisterCudaShapeOpKernels(CudaKernelTable& table) {
@@ -830,6 +907,8 @@ void RegisterCudaShapeOpKernels(CudaKernelTable& table) {
   table.Add("", "Pad", PadKernelFn);
   table.Add("", "OneHot", OneHotKernelFn);
   table.Add("", "ScatterND", ScatterNDKernel);
+  table.Add("", "ScatterElements", ScatterElementsKernel);
+  table.Add("", "Scatter", ScatterElementsKernel);
   table.Add("com.microsoft", "SliceGrad", SliceGradKernel);
   table.Add("com.microsoft", "GatherGrad", GatherGradKernel);
   table.Add("com.microsoft", "GatherElementsGrad", GatherElementsGradKernel);
@@ -841,6 +920,8 @@ void RegisterCudaShapeOpWorkspaces(CudaWorkspaceTable& table) {
   table.Add("com.microsoft", "GatherElementsGrad", GatherElementsGradWorkspace);
   table.Add("com.microsoft", "GatherNDGrad", GatherNDGradWorkspace);
   table.Add("", "ScatterND", ScatterNDWorkspace);
+  table.Add("", "ScatterElements", ScatterElementsWorkspace);
+  table.Add("", "Scatter", ScatterElementsWorkspace);
 }
 
 }  // namespace foundry

@@ -2,8 +2,8 @@
 // gradient moves dY back: reshapes undo the reshape, Transpose applies the inverse permutation,
 // Concat/Split swap roles, broadcasts (Expand, Tile) sum over the copies, and the indexing ops
 // scatter dY into zeros (com.microsoft SliceGrad, GatherGrad, GatherElementsGrad, GatherNDGrad, as
-// in ONNX Runtime's training graphs). Shape-producing ops (Constant, Shape, Size, ConstantOfShape,
-// Range) are not differentiable and have no rule.
+// in ONNX Runtime's training graphs), and the scatters gather it back. Shape-producing ops
+// (Constant, Shape, Size, ConstantOfShape, Range) are not differentiable and have no rule.
 //
 // Rules read the forward input shapes and turn them into int64 constants, so they need concrete
 // shapes: when a dimension is still symbolic the rule falls back to a Shape node of the forward
@@ -252,6 +252,49 @@ Status GatherNDGrad(GradBuilder& b) {
   return b.SetInputGrad(0, dx);
 }
 
+// ScatterND, ScatterElements (and Scatter, its opset-9 spelling), output Y from data X, indices
+// and updates U. Reduction 'none' overwrites the scattered positions of X: dX is dY with those
+// positions zeroed, the forward op scattering zeros into dY (every other element copied bit for
+// bit), and dU is dY gathered at the indices (GatherND, GatherElements). Reduction 'add' passes X
+// through: dX = dY, dU the same gather. Duplicate indices under 'none' (undefined in ONNX) give
+// each duplicate the position's gradient, as torch's scatter backward does. mul, max and min
+// would need the forward values and tie rules; they are refused.
+Status ScatterGrad(GradBuilder& b, const std::string& scatter_op, const std::string& gather_op,
+                   std::map<std::string, Attribute> attrs) {
+  if (!b.NeedsInputGrad(0) && !b.NeedsInputGrad(2)) return Status::Ok();
+  const std::string red = b.fwd().GetString("reduction", "none");
+  if (red != "none" && red != "add")
+    return Fail(b, "reduction '" + red +
+                       "' has no gradient in foundry; only 'none' and 'add' do (keep the node off "
+                       "the path from the trained parameters to the loss, e.g. --freeze)");
+  const std::string& dy = b.OutputGrad(0);
+  const std::string& indices = b.fwd().inputs[1];
+  if (b.NeedsInputGrad(0)) {
+    if (red == "add") {
+      RETURN_IF_ERROR(b.SetInputGrad(0, dy));
+    } else {
+      ASSIGN_OR_RETURN(std::string shape, InputShape(b, 2));
+      Tensor zero(b.InputValue(0).dtype, {1});
+      ASSIGN_OR_RETURN(std::string zeros, b.Emit1("ConstantOfShape", {shape},
+                                                  {{"value", Attribute::FromTensor(zero)}}));
+      ASSIGN_OR_RETURN(std::string dx, b.Emit1(scatter_op, {dy, indices, zeros}, attrs));
+      RETURN_IF_ERROR(b.SetInputGrad(0, dx));
+    }
+  }
+  if (b.NeedsInputGrad(2)) {
+    ASSIGN_OR_RETURN(std::string du, b.Emit1(gather_op, {dy, indices}, attrs));
+    RETURN_IF_ERROR(b.SetInputGrad(2, du));
+  }
+  return Status::Ok();
+}
+
+Status ScatterNDGrad(GradBuilder& b) { return ScatterGrad(b, "ScatterND", "GatherND", {}); }
+
+Status ScatterElementsGrad(GradBuilder& b) {
+  return ScatterGrad(b, "ScatterElements", "GatherElements",
+                     {{"axis", Attribute::Int(b.fwd().GetInt("axis", 0))}});
+}
+
 // Trilu zeroes a fixed pattern, so dX = Trilu(dY) with the same k and upper.
 Status TriluGrad(GradBuilder& b) {
   if (!b.NeedsInputGrad(0)) return Status::Ok();
@@ -281,6 +324,9 @@ void RegisterShapeOpGradRules(GradRuleTable& table) {
   table.Add("", "GatherElements", GatherElementsGrad);
   table.Add("", "GatherND", GatherNDGrad);
   table.Add("", "Trilu", TriluGrad);
+  table.Add("", "ScatterND", ScatterNDGrad);
+  table.Add("", "ScatterElements", ScatterElementsGrad);
+  table.Add("", "Scatter", ScatterElementsGrad);
 }
 
 }  // namespace foundry

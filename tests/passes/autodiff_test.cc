@@ -165,6 +165,55 @@ TEST(AutodiffTest, OpWithoutGradientRuleOnThePathIsAnError) {
             "it (--freeze GLOB) or file an issue for the op");
 }
 
+// A window written into activations by ScatterElements and ScatterND: the data of an overwrite,
+// the updates of both, and a parameter that is itself the data of an add (its gradient is dY).
+TEST(AutodiffTest, ScatterGradientsMatchFiniteDifferences) {
+  Graph fwd = Parsed(R"(graph g {
+  input x : f32[3,5]
+  param w : f32[3,5]
+  param u : f32[3,2]
+  param v : f32[2,5]
+  param a : f32[3,5]
+  const idx : i64[3,2] = [0, 4, -1, 1, 2, 3]
+  const rows : i64[2,1] = [2, 0]
+  h = Mul(x, w)
+  t = Tanh(h)
+  s = ScatterElements(t, idx, u) {axis=1}
+  n = ScatterND(s, rows, v)
+  m = ScatterElements(a, idx, u) {axis=-1, reduction="add"}
+  p = Mul(n, m)
+  loss = ReduceSum(p) {keepdims=0}
+  output loss
+})");
+  Graph train = fwd;
+  auto changed = AutodiffPass({}).Run(train);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(VerifyGraph(train).ok()) << VerifyGraph(train).message();
+  EXPECT_EQ(train.outputs,
+            (std::vector<std::string>{"loss", "w_grad", "u_grad", "v_grad", "a_grad"}));
+  ExpectGradientsMatchFiniteDifferences(fwd, train, RandomFeeds(fwd));
+}
+
+TEST(AutodiffTest, ScatterMaxOnThePathIsRefusedByName) {
+  Graph g = Parsed(R"(graph g {
+  input x : f32[2,3]
+  param w : f32[2,3]
+  const idx : i64[2,1] = [0, 2]
+  const u : f32[2,1] = [0.5, 0.25]
+  h = Mul(x, w)
+  s = ScatterElements(h, idx, u) {axis=1, reduction="max"} @"transformer.blocks.0.attn" #"window"
+  loss = ReduceSum(s) {keepdims=0}
+  output loss
+})");
+  auto st = AutodiffPass({}).Run(g);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().message(),
+            "autodiff: gradient rule of ScatterElements node 'window' (module "
+            "transformer.blocks.0.attn): reduction 'max' has no gradient in foundry; only 'none' "
+            "and 'add' do (keep the node off the path from the trained parameters to the loss, "
+            "e.g. --freeze)");
+}
+
 // Floor, Ceil, Round, Sign and a comparison cast back to float all read h, but no gradient flows
 // through them: d loss / d w is exactly x (the only path is the sum's h term).
 TEST(AutodiffTest, NonDifferentiableOpsStopTheGradient) {

@@ -130,6 +130,36 @@ TEST(FoldTest, FoldsCumSumOfConstants) {
             (std::vector<int64_t>{0, 1, 2, -1, -1, 0, 1, 2}));
 }
 
+// A sliding-window style mask written into constants with ScatterElements (as torch's dynamo
+// export spells `scatter_`): the CPU kernel evaluates the chain at compile time; a scatter into a
+// run-time input stays.
+TEST(FoldTest, FoldsScatterElementsOfConstants) {
+  auto g = ParseGraph(R"(graph g opset=18 {
+  input x : f32[2,3]
+  const zeros : f32[2,3] = [0, 0, 0, 0, 0, 0]
+  const idx : i64[2,2] = [0, -1, 2, 2]
+  const ones : f32[2,2] = [1, 1, 1, 1]
+  m = ScatterElements(zeros, idx, ones) {axis=1}
+  m2 = ScatterElements(m, idx, ones) {axis=1, reduction="add"}
+  y = Add(x, m2)
+  sx = ScatterElements(x, idx, ones) {axis=1}
+  output y
+  output sx
+})");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  FoldPass pass({});
+  auto changed = pass.Run(*g);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_TRUE(*changed);
+  std::vector<std::string> ops;
+  for (const Node& n : g->nodes) ops.push_back(n.op_type);
+  EXPECT_EQ(ops, (std::vector<std::string>{"Add", "ScatterElements"}));
+  ASSERT_NE(g->FindValue("m2")->data, nullptr);
+  const Tensor& m2 = *g->FindValue("m2")->data;
+  EXPECT_EQ(std::vector<float>(m2.data<float>(), m2.data<float>() + 6),
+            (std::vector<float>{2, 0, 2, 0, 0, 3}));
+}
+
 TEST(FoldTest, UnboundDimensionIsAnError) {
   auto g = ParseGraph(kGraph);
   ASSERT_TRUE(g.ok());

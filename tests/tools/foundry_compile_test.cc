@@ -494,7 +494,7 @@ TEST_F(FoundryCompileTest, ListOps) {
   EXPECT_EQ(r.code, 0);
   for (const char* op :
        {"\nMatMul\n", "\ncom.microsoft::GeluGrad\n", "\nLayerNormalization\n", "\nGelu\n",
-        "\nCumSum\n", "\nGatherND\n", "\ncom.microsoft::GatherNDGrad\n"})
+        "\nCumSum\n", "\nGatherND\n", "\ncom.microsoft::GatherNDGrad\n", "\nScatterElements\n"})
     EXPECT_NE(("\n" + r.out).find(op), std::string::npos) << op;
   // The ops the importer lowers into others are listed too, with how.
   for (const char* op : {"\nSplitToSequence  (lowered at import", "\nSequenceAt  (lowered at import"})

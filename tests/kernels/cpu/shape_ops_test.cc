@@ -724,6 +724,136 @@ TEST(ShapeOpsKernelTest, OneHotAndScatterND) {
   EXPECT_EQ(Vals<float>(y), (std::vector<float>{0, 31, 2, 33}));
 }
 
+// The examples of the ONNX operator documentation (opsets 11, 16, 18) and the deprecated Scatter.
+TEST(ShapeOpsKernelTest, ScatterElementsSpecExamples) {
+  Node n = MakeNode("ScatterElements", {"x", "i", "u"}, {"y"});
+  Tensor y = Exec(n, {{"x", F32({3, 3}, std::vector<float>(9, 0.f))},
+                      {"i", I64({2, 3}, {1, 0, 2, 0, 2, 1})},
+                      {"u", F32({2, 3}, {1.0f, 1.1f, 1.2f, 2.0f, 2.1f, 2.2f})}});
+  EXPECT_EQ(Vals<float>(y), (std::vector<float>{2.0f, 1.1f, 0, 1.0f, 0, 2.2f, 0, 2.1f, 1.2f}));
+  Node s = MakeNode("Scatter", {"x", "i", "u"}, {"y"});
+  EXPECT_TRUE(y.BitwiseEqual(Exec(s, {{"x", F32({3, 3}, std::vector<float>(9, 0.f))},
+                                      {"i", I64({2, 3}, {1, 0, 2, 0, 2, 1})},
+                                      {"u", F32({2, 3}, {1.0f, 1.1f, 1.2f, 2.0f, 2.1f, 2.2f})}})));
+
+  const Tensor x = F32({1, 5}, {1, 2, 3, 4, 5});
+  const Tensor u = F32({1, 2}, {1.1f, 2.1f});
+  auto with = [](std::string red, int64_t axis) {
+    std::map<std::string, Attribute> a = {{"axis", Attribute::Int(axis)}};
+    if (!red.empty()) a["reduction"] = Attribute::String(red);
+    return MakeNode("ScatterElements", {"x", "i", "u"}, {"y"}, a);
+  };
+  y = Exec(with("", 1), {{"x", x}, {"i", I64({1, 2}, {1, 3})}, {"u", u}});
+  EXPECT_EQ(Vals<float>(y), (std::vector<float>{1, 1.1f, 3, 2.1f, 5}));
+  // Negative indices count from the back; int32 indices; axis -1 is axis 1 here.
+  y = Exec(with("none", -1), {{"x", x}, {"i", I32({1, 2}, {1, -3})}, {"u", u}});
+  EXPECT_EQ(Vals<float>(y), (std::vector<float>{1, 1.1f, 2.1f, 4, 5}));
+  // A repeated index combines its updates with the element in index order.
+  const Tensor dup = I64({1, 2}, {1, 1});
+  y = Exec(with("add", 1), {{"x", x}, {"i", dup}, {"u", u}});
+  EXPECT_EQ(Vals<float>(y), (std::vector<float>{1, 2.0f + 1.1f + 2.1f, 3, 4, 5}));
+  y = Exec(with("mul", 1), {{"x", x}, {"i", dup}, {"u", u}});
+  EXPECT_EQ(Vals<float>(y), (std::vector<float>{1, 2.0f * 1.1f * 2.1f, 3, 4, 5}));
+  y = Exec(with("max", 1), {{"x", x}, {"i", dup}, {"u", u}});
+  EXPECT_EQ(Vals<float>(y), (std::vector<float>{1, 2.1f, 3, 4, 5}));
+  y = Exec(with("min", 1), {{"x", x}, {"i", dup}, {"u", u}});
+  EXPECT_EQ(Vals<float>(y), (std::vector<float>{1, 1.1f, 3, 4, 5}));
+  // Without a reduction the last of the repeated updates stays (ONNX leaves it undefined).
+  y = Exec(with("none", 1), {{"x", x}, {"i", dup}, {"u", u}});
+  EXPECT_EQ(Vals<float>(y), (std::vector<float>{1, 2.1f, 3, 4, 5}));
+}
+
+// Every axis of a rank-3 tensor, indices smaller than data on the other axes and longer on the
+// scatter axis (so positions repeat), both index types, against a coordinate-by-coordinate
+// reference that applies the updates in index order.
+TEST(ShapeOpsKernelTest, ScatterElementsMatchesACoordinateReference) {
+  const Shape data = {4, 5, 3};
+  std::mt19937_64 rng(7);
+  for (int64_t axis : {0, 1, 2, -1})
+    for (const char* red : {"none", "add", "mul", "max", "min"})
+      for (DType it : {DType::kInt64, DType::kInt32}) {
+        const int64_t a = axis < 0 ? axis + 3 : axis;
+        Shape ishape = {3, 4, 2};
+        ishape[a] = 7;
+        Tensor idx(it, ishape);
+        for (int64_t e = 0; e < idx.numel(); ++e) {
+          const int64_t v = static_cast<int64_t>(rng() % (2 * data[a])) - data[a];
+          if (it == DType::kInt64)
+            idx.data<int64_t>()[e] = v;
+          else
+            idx.data<int32_t>()[e] = static_cast<int32_t>(v);
+        }
+        Tensor x = RandomTensor(data, rng());
+        Tensor u = RandomTensor(ishape, rng());
+        Tensor want = x;
+        const std::string r = red;
+        for (int64_t e = 0; e < idx.numel(); ++e) {
+          std::vector<int64_t> pos = Unravel(e, ishape);
+          int64_t v = idx.GetAsInt64(e);
+          pos[a] = v < 0 ? v + data[a] : v;
+          int64_t off = 0;
+          for (int64_t k = 0; k < 3; ++k) off += pos[k] * Strides(data)[k];
+          float& d = want.data<float>()[off];
+          const float s = u.data<float>()[e];
+          d = r == "none"  ? s
+              : r == "add" ? d + s
+              : r == "mul" ? d * s
+              : r == "max" ? std::max(d, s)
+                           : std::min(d, s);
+        }
+        Node n = MakeNode("ScatterElements", {"x", "i", "u"}, {"y"},
+                          {{"axis", Attribute::Int(axis)}, {"reduction", Attribute::String(red)}});
+        Tensor y = Exec(n, {{"x", x}, {"i", idx}, {"u", u}});
+        EXPECT_TRUE(y.BitwiseEqual(want)) << "axis " << axis << " " << red << " " << DTypeName(it);
+      }
+}
+
+TEST(ShapeOpsKernelTest, ScatterElementsIntegerDataAndErrors) {
+  // int64 data with mul, int32 data with max; bool moves with no reduction.
+  Node mul = MakeNode("ScatterElements", {"x", "i", "u"}, {"y"},
+                      {{"reduction", Attribute::String("mul")}});
+  Tensor y = Exec(
+      mul, {{"x", I64({3}, {2, 3, 5})}, {"i", I64({3}, {0, 0, -1})}, {"u", I64({3}, {7, 11, 13})}});
+  EXPECT_EQ(Vals<int64_t>(y), (std::vector<int64_t>{154, 3, 65}));
+  Node max = MakeNode("ScatterElements", {"x", "i", "u"}, {"y"},
+                      {{"axis", Attribute::Int(1)}, {"reduction", Attribute::String("max")}});
+  y = Exec(
+      max,
+      {{"x", I32({2, 2}, {5, -5, 0, 9})}, {"i", I32({2, 1}, {1, 0})}, {"u", I32({2, 1}, {-1, 4})}});
+  EXPECT_EQ(Vals<int32_t>(y), (std::vector<int32_t>{5, -1, 4, 9}));
+  Node none = MakeNode("ScatterElements", {"x", "i", "u"}, {"y"});
+  y = Exec(none, {{"x", Bool({3}, {0, 0, 0})}, {"i", I64({1}, {-2})}, {"u", Bool({1}, {1})}});
+  EXPECT_EQ(Vals<uint8_t>(y), (std::vector<uint8_t>{0, 1, 0}));
+
+  // Out-of-range index: the node, the element, the axis and its size.
+  Node n = MakeNode("ScatterElements", {"x", "i", "u"}, {"y"}, {{"axis", Attribute::Int(1)}});
+  EXPECT_EQ(
+      RunError(n, {{"x", Iota({2, 5})}, {"i", I64({2, 2}, {0, 4, -5, 5})}, {"u", Iota({2, 2})}}),
+      "ScatterElements node 'n': indices[3] = 5 is out of range for axis 1 of size 5");
+  EXPECT_EQ(RunError(n, {{"x", Iota({2, 5})}, {"i", I32({1, 1}, {-6})}, {"u", Iota({1, 1})}}),
+            "ScatterElements node 'n': indices[0] = -6 is out of range for axis 1 of size 5");
+  // Shape errors, found by inference.
+  EXPECT_EQ(RunError(n, {{"x", Iota({2, 5})}, {"i", I64({2}, {0, 1})}, {"u", Iota({2})}}),
+            "ScatterElements node 'n': data [2,5] and indices [2] must have the same rank");
+  EXPECT_EQ(RunError(n, {{"x", Iota({2, 5})}, {"i", I64({1, 2}, {0, 1})}, {"u", Iota({2, 1})}}),
+            "ScatterElements node 'n': updates [2,1] and indices [1,2] must have the same shape");
+  EXPECT_EQ(RunError(n, {{"x", Iota({2, 5})}, {"i", I64({3, 1}, {0, 1, 2})}, {"u", Iota({3, 1})}}),
+            "ScatterElements node 'n': indices [3,1] exceed data [2,5] on axis 0");
+  EXPECT_EQ(RunError(MakeNode("ScatterElements", {"x", "i", "u"}, {"y"},
+                              {{"reduction", Attribute::String("mean")}}),
+                     {{"x", Iota({2})}, {"i", I64({1}, {0})}, {"u", Iota({1})}}),
+            "ScatterElements node 'n': reduction 'mean' is not supported");
+  EXPECT_EQ(RunError(MakeNode("ScatterElements", {"x", "i", "u"}, {"y"},
+                              {{"reduction", Attribute::String("add")}}),
+                     {{"x", Bool({2}, {0, 1})}, {"i", I64({1}, {0})}, {"u", Bool({1}, {1})}}),
+            "ScatterElements node 'n': reduction 'add' is not supported for bool");
+  EXPECT_EQ(RunError(MakeNode("Scatter", {"x", "i", "u"}, {"y"},
+                              {{"reduction", Attribute::String("add")}}),
+                     {{"x", Iota({2})}, {"i", I64({1}, {0})}, {"u", Iota({1})}}),
+            "Scatter node 'n': Scatter has no attribute 'reduction' (ScatterElements has, from "
+            "opset 16)");
+}
+
 // --- non-float data passes through unchanged ---
 
 TEST(ShapeOpsKernelTest, Int64AndBoolPassThrough) {
@@ -881,6 +1011,7 @@ TEST(ShapeOpsKernelTest, InferenceToleratesUnknownInputs) {
       {MakeNode("Pad", {"x", "i"}, {"y"}), {x, i}},
       {MakeNode("OneHot", {"i", "j", "x"}, {"y"}), {i, j, x}},
       {MakeNode("ScatterND", {"x", "i", "x"}, {"y"}), {x, i}},
+      {MakeNode("ScatterElements", {"x", "i", "x"}, {"y"}), {x, i}},
       {MakeNode("SliceGrad", {"x", "i", "j", "k"}, {"y"}, {}, "com.microsoft"), {x, i, j, k}},
       {MakeNode("GatherGrad", {"i", "j", "x"}, {"y"}, {}, "com.microsoft"), {x, i, j}},
       {MakeNode("GatherElementsGrad", {"x", "i", "j"}, {"y"}, {}, "com.microsoft"), {x, i, j}},
@@ -909,10 +1040,10 @@ TEST(ShapeOpsKernelTest, InferenceToleratesUnknownInputs) {
 
 TEST(ShapeOpsKernelTest, EveryOpHasSchemaAndKernel) {
   for (const char* op :
-       {"Constant", "Shape",   "Size",      "ConstantOfShape", "Range",          "Reshape",
-        "Flatten",  "Squeeze", "Unsqueeze", "Transpose",       "Expand",         "Tile",
-        "Concat",   "Split",   "Slice",     "Gather",          "GatherElements", "GatherND",
-        "Trilu",    "Pad",     "OneHot",    "ScatterND"}) {
+       {"Constant", "Shape",   "Size",      "ConstantOfShape", "Range",           "Reshape",
+        "Flatten",  "Squeeze", "Unsqueeze", "Transpose",       "Expand",          "Tile",
+        "Concat",   "Split",   "Slice",     "Gather",          "GatherElements",  "GatherND",
+        "Trilu",    "Pad",     "OneHot",    "ScatterND",       "ScatterElements", "Scatter"}) {
     EXPECT_NE(OpSchemas().Find("", op), nullptr) << op;
     EXPECT_NE(CpuKernels().Find("", op), nullptr) << op;
   }

@@ -75,6 +75,30 @@ TEST(CudaKernelTableTest, GatherNDGradPlansItsSortWorkspace) {
   EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes[0]), 0);
 }
 
+// ScatterElements sorts its index elements by the data element each one targets: one key per
+// index, one slot per data element.
+TEST(CudaKernelTableTest, ScatterElementsPlansItsSortWorkspace) {
+  Graph g;
+  for (auto [name, dt, shape] :
+       {std::tuple<const char*, DType, Shape>{"x", DType::kFloat32, {4, 50}},
+        {"i", DType::kInt32, {4, 100}},
+        {"u", DType::kFloat32, {4, 100}},
+        {"y", DType::kFloat32, {4, 50}}}) {
+    Value& v = g.GetOrAddValue(name);
+    v.dtype = dt;
+    v.shape = shape;
+    v.rank_known = true;
+  }
+  g.nodes.push_back(
+      MakeNode("ScatterElements", {"x", "i", "u"}, {"y"}, {{"axis", Attribute::Int(1)}}));
+  // 400 keys (3200 bytes -> 3328), 200 counts (1600 -> 1792), 201 starts (1608 -> 1792), 400
+  // unsorted and 400 sorted (3328 each).
+  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes[0]), 3 * 3328 + 2 * 1792);
+  g.nodes[0].op_type = "Scatter";
+  g.nodes[0].attrs.clear();
+  EXPECT_EQ(CudaWorkspaceBytes(g, g.nodes[0]), 3 * 3328 + 2 * 1792);
+}
+
 #else
 
 TEST(CudaKernelTableTest, EveryCpuOpHasACudaKernel) {

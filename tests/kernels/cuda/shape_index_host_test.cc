@@ -752,6 +752,100 @@ TEST(CudaShapeIndexTest, ScatterNDAppliesUpdatesInTupleOrder) {
   }
 }
 
+TEST(CudaShapeIndexTest, ScatterElementsAppliesUpdatesInIndexOrder) {
+  struct Case {
+    std::string reduction;
+    DType dtype;
+    Shape data, idx;
+    int64_t axis;
+  };
+  // Indices longer than data on the axis (positions repeat) and narrower on the others.
+  const std::vector<Case> cases = {
+      {"none", DType::kFloat32, {6, 5}, {9, 4}, 0},
+      {"add", DType::kFloat32, {6, 5}, {9, 4}, 0},
+      {"add", DType::kFloat32, {3, 4, 5}, {2, 3, 12}, -1},
+      {"mul", DType::kFloat64, {4, 3}, {4, 7}, 1},
+      {"max", DType::kInt32, {5, 2, 3}, {4, 2, 3}, 0},
+      {"min", DType::kInt64, {300}, {700}, 0},
+      {"none", DType::kBool, {4, 2}, {3, 2}, 0},
+  };
+  uint64_t seed = 80;
+  for (const Case& c : cases)
+    for (bool i32 : {false, true}) {
+      const int64_t a = c.axis < 0 ? c.axis + static_cast<int64_t>(c.data.size()) : c.axis;
+      Tensor idx = RandIndices(c.idx, c.data[a], ++seed);
+      if (i32) idx = ToI32(idx);
+      Tensor x = Rand(c.dtype, c.data, ++seed);
+      Tensor u = Rand(c.dtype, c.idx, ++seed);
+      Node n =
+          Op("ScatterElements", {"x", "i", "u"},
+             {{"axis", Attribute::Int(c.axis)}, {"reduction", Attribute::String(c.reduction)}});
+      Bound b = Bind(n, {{"x", x}, {"u", u}}, {{"i", idx}});
+      ASSERT_FALSE(b.cpu.empty()) << c.reduction;
+      for (bool constant : {true, false}) {
+        int reduction = -1;
+        auto p = ScatterElementsPrep(n, x, idx, constant ? &idx : nullptr, u, b.out[0], &reduction);
+        ASSERT_TRUE(p.ok()) << p.status().message();
+        std::vector<int64_t> keys(idx.numel());
+        ByIndex(idx.dtype(), [&](auto itag) {
+          using I = decltype(itag);
+          for (int64_t e = 0; e < idx.numel(); ++e)
+            keys[e] = ScatterElementsKey(*p, e, idx.data<I>());
+        });
+        Sorted s = SortOnHost(keys, x.numel());
+        auto fill = [&](auto tag) {
+          using T = decltype(tag);
+          for (int64_t e = 0; e < b.out[0].numel(); ++e)
+            b.out[0].data<T>()[e] = ScatterElementsValue(reduction, e, s.sorted.data(),
+                                                         s.start.data(), x.data<T>(), u.data<T>());
+        };
+        switch (c.dtype) {
+          case DType::kFloat32:
+            fill(float{});
+            break;
+          case DType::kFloat64:
+            fill(double{});
+            break;
+          case DType::kInt32:
+            fill(int32_t{});
+            break;
+          case DType::kInt64:
+            fill(int64_t{});
+            break;
+          default:
+            fill(uint8_t{});
+        }
+        ExpectSameBits(b, "ScatterElements " + c.reduction + " axis " + std::to_string(c.axis) +
+                              (i32 ? " i32" : " i64"));
+      }
+    }
+  // A constant index out of range: the CPU's message; computed at run time, the update is dropped.
+  Node n = Op("ScatterElements", {"x", "i", "u"}, {{"axis", Attribute::Int(1)}});
+  Tensor x = Rand(DType::kFloat32, {2, 3}, 1);
+  Tensor bad = I64({2, 1}, {-1, 3});
+  Tensor u = F32({2, 1}, {10, 20});
+  Tensor y(DType::kFloat32, {2, 3});
+  auto r = RunSingleNode(n, {{"x", x}, {"i", bad}, {"u", u}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "ScatterElements node 'n': indices[1] = 3 is out of range for axis 1 of size 3");
+  int reduction = -1;
+  EXPECT_EQ(ScatterElementsPrep(n, x, bad, &bad, u, y, &reduction).status().message(),
+            r.status().message());
+  auto p = ScatterElementsPrep(n, x, bad, nullptr, u, y, &reduction);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(ScatterElementsKey(*p, 0, bad.data<int64_t>()), 2);
+  EXPECT_EQ(ScatterElementsKey(*p, 1, bad.data<int64_t>()), -1);
+  // A reduction the element type does not take: the CPU's message.
+  Node add = Op("ScatterElements", {"x", "i", "u"}, {{"reduction", Attribute::String("add")}});
+  Tensor bx(DType::kBool, {3}), bu(DType::kBool, {1}), by(DType::kBool, {3});
+  Tensor i0 = I64({1}, {0});
+  r = RunSingleNode(add, {{"x", bx}, {"i", i0}, {"u", bu}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(ScatterElementsPrep(add, bx, i0, &i0, bu, by, &reduction).status().message(),
+            r.status().message());
+}
+
 // --- masks and padding ---
 
 TEST(CudaShapeIndexTest, TriluMatchesTheCpu) {

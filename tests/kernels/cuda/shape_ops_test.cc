@@ -183,6 +183,28 @@ TEST(CudaShapeOpsTest, IndexingAndScatters) {
                std::string("ScatterND ") + red);
   ExpectSame(Op("ScatterND", {"x", "i", "u"}), {{"x", R({4, 6, 3}, 18)}, {"u", R({5, 3}, 19)}},
              {{"i", I64({5, 2}, {0, 0, 3, 5, -1, -1, 0, 0, 2, 1})}}, "ScatterND k=2");
+  // ScatterElements: 1000 updates into 300 positions of each column (repeats), every reduction,
+  // both index types; an axis -1 case with indices narrower than data; run-time indices; int64
+  // data and the deprecated Scatter.
+  for (DType it : {DType::kInt64, DType::kInt32})
+    for (const char* red : {"none", "add", "mul", "max", "min"})
+      ExpectSame(Op("ScatterElements", {"x", "i", "u"}, {{"reduction", Attribute::String(red)}}),
+                 {{"x", R({300, 5}, 30)}, {"u", R({1000, 5}, 31)}},
+                 {{"i", Idx({1000, 5}, 300, 32, it)}},
+                 std::string("ScatterElements ") + red + " " + std::string(DTypeName(it)));
+  ExpectSame(Op("ScatterElements", {"x", "i", "u"},
+                {{"axis", Attribute::Int(-1)}, {"reduction", Attribute::String("add")}}),
+             {{"x", R({3, 7, 257}, 33)}, {"u", R({2, 5, 513}, 34)}},
+             {{"i", Idx({2, 5, 513}, 257, 35)}}, "ScatterElements axis -1");
+  ExpectSame(Op("ScatterElements", {"x", "i", "u"}, {{"axis", Attribute::Int(1)}}),
+             {{"x", R({4, 300}, 36)}, {"u", R({4, 100}, 37)}, {"i", Idx({4, 100}, 300, 38)}}, {},
+             "ScatterElements run-time indices");
+  ExpectSame(Op("ScatterElements", {"x", "i", "u"}, {{"reduction", Attribute::String("add")}}),
+             {{"x", Counting(DType::kInt64, {50, 3})}, {"u", Counting(DType::kInt64, {400, 3})}},
+             {{"i", Idx({400, 3}, 50, 39)}}, "ScatterElements int64 add");
+  ExpectSame(Op("Scatter", {"x", "i", "u"}, {{"axis", Attribute::Int(1)}}),
+             {{"x", Counting(DType::kBool, {3, 9})}, {"u", Counting(DType::kBool, {3, 4})}},
+             {{"i", Idx({3, 4}, 9, 40)}}, "Scatter bool");
 }
 
 TEST(CudaShapeOpsTest, MasksPaddingOneHot) {

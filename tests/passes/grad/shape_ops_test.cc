@@ -222,6 +222,145 @@ TEST(ShapeOpsGradTest, GatherNDWithRepeatedTuples) {
   }
 }
 
+// Reduction none: the scattered positions of data get no gradient, the updates get dY there.
+// Indices distinct (duplicates are undefined in ONNX), negative ones and both index types.
+TEST(ShapeOpsGradTest, ScatterNDOverwrite) {
+  Node n = FwdNode("ScatterND", {"x", "i", "u"}, {"y"});
+  EXPECT_GRAD_OK(n, {{"x", RandomTensor({5, 3}, 51)}, {"u", RandomTensor({3, 3}, 52)}},
+                 {{"i", Tensor::FromVector<int64_t>(DType::kInt64, {3, 1}, {2, -1, 0})}});
+  EXPECT_GRAD_OK(
+      n, {{"x", RandomTensor({4, 3, 2}, 53)}, {"u", RandomTensor({2, 2, 2}, 54)}},
+      {{"i", Tensor::FromVector<int32_t>(DType::kInt32, {2, 2, 2}, {0, 0, 3, -1, -2, 1, 1, 2})}});
+  // Only the updates, or only the data, trained.
+  GradCheckOptions only_u;
+  only_u.wrt = {"u"};
+  EXPECT_GRAD_OK(n, {{"x", RandomTensor({5, 3}, 55)}, {"u", RandomTensor({2, 3}, 56)}},
+                 {{"i", Tensor::FromVector<int64_t>(DType::kInt64, {2, 1}, {4, 1})}}, only_u);
+  GradCheckOptions only_x;
+  only_x.wrt = {"x"};
+  EXPECT_GRAD_OK(n, {{"x", RandomTensor({5, 3}, 57)}, {"u", RandomTensor({2, 3}, 58)}},
+                 {{"i", Tensor::FromVector<int64_t>(DType::kInt64, {2, 1}, {4, 1})}}, only_x);
+}
+
+// Reduction add with repeated tuples: data passes through, every update gets its position's dY.
+TEST(ShapeOpsGradTest, ScatterNDAddWithRepeatedTuples) {
+  Node n = FwdNode("ScatterND", {"x", "i", "u"}, {"y"}, {{"reduction", Attribute::String("add")}});
+  EXPECT_GRAD_OK(n, {{"x", RandomTensor({4, 3}, 59)}, {"u", RandomTensor({5, 3}, 60)}},
+                 {{"i", Tensor::FromVector<int64_t>(DType::kInt64, {5, 1}, {1, 1, -3, 0, 3})}});
+  EXPECT_GRAD_OK(
+      n, {{"x", RandomTensor({3, 4}, 61)}, {"u", RandomTensor({4}, 62)}},
+      {{"i", Tensor::FromVector<int32_t>(DType::kInt32, {4, 2}, {0, 1, 0, 1, -1, -1, 2, 3})}});
+}
+
+TEST(ShapeOpsGradTest, ScatterElementsOverwriteAndAdd) {
+  // axis 1 and -1 (the same axis), indices narrower than data on axis 0, distinct positions.
+  for (int64_t axis : {1, -1}) {
+    Node n = FwdNode("ScatterElements", {"x", "i", "u"}, {"y"}, {{"axis", Attribute::Int(axis)}});
+    EXPECT_GRAD_OK(
+        n, {{"x", RandomTensor({3, 5}, 63)}, {"u", RandomTensor({2, 3}, 64)}},
+        {{"i", Tensor::FromVector<int64_t>(DType::kInt64, {2, 3}, {0, 4, -3, 1, -1, 3})}});
+  }
+  // Axis 0 with int32 indices; the opset-9 Scatter is the same op.
+  for (const char* op : {"ScatterElements", "Scatter"}) {
+    Node n = FwdNode(op, {"x", "i", "u"}, {"y"});
+    EXPECT_GRAD_OK(
+        n, {{"x", RandomTensor({4, 3}, 65)}, {"u", RandomTensor({2, 3}, 66)}},
+        {{"i", Tensor::FromVector<int32_t>(DType::kInt32, {2, 3}, {3, 0, -1, 1, 2, 0})}});
+  }
+  // Reduction add: repeated positions (column 1 of row 0 three times, -4 = 0 on axis 1).
+  Node add = FwdNode("ScatterElements", {"x", "i", "u"}, {"y"},
+                     {{"axis", Attribute::Int(1)}, {"reduction", Attribute::String("add")}});
+  EXPECT_GRAD_OK(add, {{"x", RandomTensor({2, 4}, 67)}, {"u", RandomTensor({2, 5}, 68)}},
+                 {{"i", Tensor::FromVector<int64_t>(DType::kInt64, {2, 5},
+                                                    {1, 1, -3, 0, -4, 3, 3, 3, 2, -1})}});
+}
+
+// What the rules emit: reduction none scatters zeros (ConstantOfShape of the updates' shape) into
+// dY with the forward op and gathers dY for the updates; add hands dY straight to data.
+TEST(ShapeOpsGradTest, ScatterRulesEmitAScatterOfZerosAndAGather) {
+  for (const char* red : {"none", "add"}) {
+    Graph g;
+    for (auto [name, dt, shape] :
+         {std::tuple<const char*, DType, Shape>{"x", DType::kFloat32, {4, 6}},
+          {"i", DType::kInt64, {4, 2}},
+          {"u", DType::kFloat32, {4, 2}},
+          {"dy", DType::kFloat32, {4, 6}}}) {
+      Value& v = g.GetOrAddValue(name);
+      v.dtype = dt;
+      v.shape = shape;
+      v.rank_known = true;
+    }
+    g.nodes.push_back(
+        FwdNode("ScatterElements", {"x", "i", "u"}, {"y"},
+                {{"axis", Attribute::Int(-1)}, {"reduction", Attribute::String(red)}}));
+    ASSERT_TRUE(InferAndSetTypes(g, g.nodes[0]).ok());
+    std::vector<Node> emitted;
+    GradBuilder b(g, g.nodes[0], {"dy"}, {true, false, true}, emitted);
+    Status st = (*GradRules().Find("", "ScatterElements"))(b);
+    ASSERT_TRUE(st.ok()) << st.message();
+    std::vector<std::string> ops;
+    for (const Node& n : emitted) ops.push_back(n.op_type);
+    EXPECT_TRUE(b.input_grads()[1].empty());  // indices never get a gradient
+    if (std::string(red) == "add") {
+      EXPECT_EQ(ops, (std::vector<std::string>{"GatherElements"}));
+      EXPECT_EQ(b.input_grads()[0], "dy");
+    } else {
+      ASSERT_EQ(ops,
+                (std::vector<std::string>{"ConstantOfShape", "ScatterElements", "GatherElements"}));
+      EXPECT_EQ(g.FindValue(emitted[0].inputs[0])->data->ToInt64Vector(),
+                std::vector<int64_t>({4, 2}));
+      EXPECT_EQ(emitted[1].inputs[0], "dy");
+      EXPECT_EQ(emitted[1].inputs[1], "i");
+      EXPECT_EQ(emitted[1].inputs[2], emitted[0].outputs[0]);
+      EXPECT_EQ(emitted[1].GetInt("axis", 0), -1);
+      EXPECT_EQ(emitted[1].GetString("reduction", "none"), "none");
+      EXPECT_EQ(b.input_grads()[0], emitted[1].outputs[0]);
+      EXPECT_EQ(g.FindValue(b.input_grads()[0])->shape, Shape({4, 6}));
+    }
+    const Node& gather = emitted.back();
+    EXPECT_EQ(gather.inputs, (std::vector<std::string>{"dy", "i"}));
+    EXPECT_EQ(gather.GetInt("axis", 0), -1);
+    EXPECT_EQ(b.input_grads()[2], gather.outputs[0]);
+    EXPECT_EQ(g.FindValue(b.input_grads()[2])->shape, Shape({4, 2}));
+  }
+}
+
+// mul, max and min have no rule; the refusal names the node and the reduction. Nothing is refused
+// when no input of the node needs a gradient.
+TEST(ShapeOpsGradTest, ScatterReductionsWithoutAGradientAreRefused) {
+  for (const char* op : {"ScatterND", "ScatterElements"})
+    for (const char* red : {"mul", "max", "min"}) {
+      // ScatterND's updates are a row of data, ScatterElements' one element.
+      const Shape u = std::string(op) == "ScatterND" ? Shape{1, 2} : Shape{1, 1};
+      Node n = FwdNode(op, {"x", "i", "u"}, {"y"}, {{"reduction", Attribute::String(red)}});
+      Status st = CheckGradients(n, {{"x", RandomTensor({3, 2}, 69)}, {"u", RandomTensor(u, 70)}},
+                                 {{"i", Tensor::FromVector<int64_t>(DType::kInt64, {1, 1}, {1})}});
+      EXPECT_EQ(st.message(),
+                std::string("gradient rule of ") + op + " node 'fwd': reduction '" + red +
+                    "' has no gradient in foundry; only 'none' and 'add' do (keep the "
+                    "node off the path from the trained parameters to the loss, e.g. "
+                    "--freeze)");
+    }
+  Graph g;
+  for (const char* name : {"x", "u", "dy"}) {
+    Value& v = g.GetOrAddValue(name);
+    v.dtype = DType::kFloat32;
+    v.shape = {3};
+    v.rank_known = true;
+  }
+  Value& i = g.GetOrAddValue("i");
+  i.dtype = DType::kInt64;
+  i.shape = {3};
+  i.rank_known = true;
+  g.nodes.push_back(FwdNode("ScatterElements", {"x", "i", "u"}, {"y"},
+                            {{"reduction", Attribute::String("max")}}));
+  ASSERT_TRUE(InferAndSetTypes(g, g.nodes[0]).ok());
+  std::vector<Node> emitted;
+  GradBuilder b(g, g.nodes[0], {"dy"}, {false, false, false}, emitted);
+  EXPECT_TRUE((*GradRules().Find("", "ScatterElements"))(b).ok());
+  EXPECT_TRUE(emitted.empty());
+}
+
 TEST(ShapeOpsGradTest, Trilu) {
   EXPECT_GRAD_OK(FwdNode("Trilu", {"x", "k"}, {"y"}, {{"upper", Attribute::Int(0)}}),
                  {{"x", RandomTensor({2, 3, 5}, 32)}}, {{"k", Tensor::ScalarInt64(1)}});
