@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "base/quote.h"
+#include "compiler/onnx_import.h"
 #include "compiler/onnx_proto_util.h"
 
 namespace foundry {
@@ -222,6 +223,22 @@ Status BindDims(ImportContext& ctx) {
   for (const auto& [name, size] : dims)
     if (size <= 0)
       return ctx.Fail("--dim " + name + "=" + std::to_string(size) + ": sizes must be positive");
+  // Sizes torch specialised (a decimal dim_param) that the bindings change: a warning, and the
+  // note a later shape error carries (kRespecialisedDimsKey).
+  std::string changed;
+  for (const auto& [name, size] : dims) {
+    const auto exported = onnx_util::DecimalDimParam(name);
+    if (!exported || *exported == size) continue;
+    changed += (changed.empty() ? "" : ", ") + QuoteName(name) + " -> " + std::to_string(size);
+  }
+  if (!changed.empty()) {
+    g.metadata[kRespecialisedDimsKey] = changed;
+    std::string& w = g.metadata[kImportWarningKey];
+    w += (w.empty() ? "" : "; ") + std::string("torch specialised dimension ") + changed +
+         " at export (it wrote the traced size as the axis' name); the new size is right only if "
+         "no constant of the graph holds the traced one (where one does, a shape error names its "
+         "node: re-export with a dynamic torch.export.Dim)";
+  }
   if (dims.empty()) return Status::Ok();
   std::vector<std::string> names;
   for (const auto& [name, value] : g.values()) names.push_back(name);

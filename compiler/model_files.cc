@@ -60,9 +60,9 @@ StatusOr<ModelFiles> InspectModelFile(const std::string& model_path) {
   for (const auto& in : m.graph().input()) {
     if (!in.type().has_tensor_type() || !in.type().tensor_type().has_shape()) continue;
     if (initializers.count(in.name())) continue;  // a weight listed as an input (IR < 4 style)
-    std::vector<std::string> axes;
+    std::vector<std::string> axes, specialised;
     std::vector<int64_t>& sizes = out.input_shapes[in.name()];
-    bool any = false;
+    bool any = false, any_specialised = false;
     for (const auto& d : in.type().tensor_type().shape().dim()) {
       const std::optional<int64_t> decimal = onnx_util::DecimalDimParam(d.dim_param());
       sizes.push_back(d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value()
@@ -71,13 +71,22 @@ StatusOr<ModelFiles> InspectModelFile(const std::string& model_path) {
       const bool symbol = d.has_dim_param() && !d.has_dim_value() && !decimal;
       axes.push_back(symbol ? d.dim_param() : "");
       any |= !axes.back().empty();
+      specialised.push_back(decimal && !d.has_dim_value() ? d.dim_param() : "");
+      any_specialised |= !specialised.back().empty();
     }
     if (any) out.input_dims[in.name()] = std::move(axes);
+    if (any_specialised) out.input_specialised[in.name()] = std::move(specialised);
   }
   return out;
 }
 
 namespace {
+
+// The decimal dim_param torch wrote for axis `axis` of `input` (a size it specialised); "" else.
+std::string SpecialisedNameOf(const ModelFiles& files, const std::string& input, size_t axis) {
+  auto it = files.input_specialised.find(input);
+  return it == files.input_specialised.end() ? "" : it->second[axis];
+}
 
 // The name the model gives axis `axis` of `input`; "" for a fixed or unnamed axis.
 std::string AxisNameOf(const ModelFiles& files, const std::string& input, size_t axis) {
@@ -140,6 +149,7 @@ StatusOr<std::map<std::string, int64_t>> ResolveInputDims(
       return Error(option + ": input " + AxesOf(files, input) + " has no axis " +
                    std::to_string(axis));
     std::string name = AxisNameOf(files, input, static_cast<size_t>(axis));
+    if (name.empty()) name = SpecialisedNameOf(files, input, static_cast<size_t>(axis));
     if (name.empty())
       return Error(option + ": axis " + std::to_string(axis) + " of input " + AxesOf(files, input) +
                    " is not symbolic; its size is the model's");
@@ -170,8 +180,11 @@ StatusOr<std::map<std::string, int64_t>> ResolveInputDims(
                    std::to_string(sizes.size()) + " axes, not " + std::to_string(shape.size()));
     for (size_t i = 0; i < shape.size(); ++i) {
       const std::string name = AxisNameOf(files, input, i);
+      const std::string specialised = SpecialisedNameOf(files, input, i);
       if (!name.empty()) {
         RETURN_IF_ERROR(bind(name, shape[i], option));
+      } else if (!specialised.empty()) {
+        if (sizes[i] != shape[i]) RETURN_IF_ERROR(bind(specialised, shape[i], option));
       } else if (sizes[i] >= 0 && sizes[i] != shape[i]) {
         return Error(option + ": axis " + std::to_string(i) + " of input " + AxesOf(files, input) +
                      " is fixed at " + std::to_string(sizes[i]));

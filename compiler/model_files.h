@@ -22,6 +22,10 @@ struct ModelFiles {
   // Graph input -> its size per axis (-1 where the model gives none), for every input with a
   // shape.
   std::map<std::string, std::vector<int64_t>> input_shapes;
+  // Graph input -> the decimal dim_param per axis ("" elsewhere): a size torch specialised while
+  // asked to keep the axis dynamic (it writes the traced size as the name, "2", "16"); inputs
+  // without any left out.
+  std::map<std::string, std::vector<std::string>> input_specialised;
 };
 
 StatusOr<ModelFiles> InspectModelFile(const std::string& model_path);
@@ -32,7 +36,10 @@ StatusOr<ModelFiles> InspectModelFile(const std::string& model_path);
 //  - a key INPUT.AXIS (INPUT a graph input, AXIS a 0-based index) becomes the name of that axis
 //    ("input_ids.1" -> "seq");
 //  - `shapes` (INPUT -> every axis' size, --input-shape input_ids=8x2048) binds the name of each
-//    named axis; a fixed axis must have the size given.
+//    named axis; a fixed axis must have the size given;
+//  - an axis torch specialised (a decimal dim_param) keeps its size unless a binding gives it
+//    another: then the decimal name is bound (the importer makes it symbolic and refuses the
+//    rebinding where a constant of the graph holds the old size).
 // A name bound twice to different sizes, an unknown input, an axis out of range, or one the
 // model fixed (or left unnamed) is an error naming the option and what the input has.
 StatusOr<std::map<std::string, int64_t>> ResolveInputDims(

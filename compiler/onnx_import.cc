@@ -83,10 +83,11 @@ class Importer {
       if (d.has_dim_value() && d.dim_value() >= 0) {
         v.shape.push_back(d.dim_value());
         params.push_back("");
-      } else if (auto size = onnx_util::DecimalDimParam(d.dim_param())) {
+      } else if (auto size = onnx_util::DecimalDimParam(d.dim_param());
+                 size && !opts_.dims.count(d.dim_param())) {
         v.shape.push_back(*size);  // a size the exporter specialised, written as a name
         params.push_back("");
-      } else {
+      } else {  // a symbol (a specialised size the user rebinds is one too: BindDims)
         v.shape.push_back(-1);
         params.push_back(d.has_dim_param() ? d.dim_param() : "");
         any_param |= d.has_dim_param() && !d.dim_param().empty();

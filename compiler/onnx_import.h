@@ -96,6 +96,9 @@ struct ImportOptions {
 // initializer trains (the message counts them and names the ones not called *.weight / *.bias).
 // A key of this name in the file itself is dropped, and ExportOnnx does not write it.
 inline constexpr const char* kImportWarningKey = "foundry.import_warning";
+// Graph::metadata key listing the sizes torch specialised at export that the dimension bindings
+// changed ("'16' -> 12, '2' -> 3"); a shape error after import mentions them.
+inline constexpr const char* kRespecialisedDimsKey = "foundry.respecialised_dims";
 
 StatusOr<Graph> ImportOnnx(const std::string& path, const ImportOptions& options = {});
 

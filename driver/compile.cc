@@ -370,7 +370,14 @@ StatusOr<CompileResult> CompileImported(const CompileRequest& request, Graph mod
     ASSIGN_OR_RETURN(c.result.selection, SelectCkptTargets(c.result.graph, request.ckpt_targets));
   }
   RETURN_IF_ERROR(CheckOutputs(c));
-  RETURN_IF_ERROR(RunPipeline(c));
+  if (Status st = RunPipeline(c); !st.ok()) {
+    auto re = c.result.graph.metadata.find(kRespecialisedDimsKey);
+    if (re == c.result.graph.metadata.end()) return st;
+    return Error(st.message() + " (the bindings change sizes torch specialised at export, " +
+                 re->second +
+                 ": a constant of the graph holds the traced size; re-export with a "
+                 "dynamic torch.export.Dim, or keep the exported size)");
+  }
   if (request.memory_budget) {
     RETURN_IF_ERROR(ApplyMemoryBudget(c));
   } else if (c.result.selection && request.ckpt_config) {

@@ -15,6 +15,7 @@
 
 #include "compiler/onnx_import.h"
 #include "driver/compile.h"
+#include "passes/pipeline.h"
 #include "runtime/interpreter.h"
 #include "tests/support/grad_check.h"
 
@@ -190,6 +191,97 @@ TEST(DynamoOpsTest, CompiledGradientsMatchFiniteDifferencesOfTheForwardLoss) {
     EXPECT_EQ(dt.data<float>()[4 * 4 + d], 0.f);
     EXPECT_NE(dt.data<float>()[5 * 4 + d], 0.f);
   }
+}
+
+// torch's dynamo exporter writes a size it specialised while asked to keep the axis dynamic as a
+// decimal dim_param (the fixtures' input_ids: "2", "16"), yet the graph computes from the actual
+// shape. Rebinding those names trains at another size: the same loss and gradients, at 3 x 12, as
+// the scopes export of the same model (the same weights) compiled for 3 x 12.
+TEST(DynamoOpsTest, ASizeTorchSpecialisedRebindsWhenNothingHoldsIt) {
+  const std::string dir = std::string(FOUNDRY_SOURCE_DIR) + "/models/fixtures/llama_tiny/";
+  Tensor ids(DType::kInt64, {3, 12});
+  for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 37 + 11) % 128;
+  const std::map<std::string, Tensor> feeds = {{"input_ids", ids}, {"labels", ids}};
+  auto run = [&](const std::string& file, const std::map<std::string, int64_t>& dims,
+                 std::string* warning) -> StatusOr<std::map<std::string, Tensor>> {
+    ImportOptions io;
+    io.dims = dims;
+    ASSIGN_OR_RETURN(Graph g, ImportOnnx(dir + file, io));
+    if (auto w = g.metadata.find(kImportWarningKey); w != g.metadata.end()) *warning = w->second;
+    RETURN_IF_ERROR(RunPasses(g, BuildPipeline(CompileOptions{}), {}));
+    return Interpret(g, feeds);
+  };
+  std::string warned, none;
+  auto dyn = run("dynamo/model.onnx", {{"2", 3}, {"16", 12}, {"s2", 3}, {"s3", 12}}, &warned);
+  ASSERT_TRUE(dyn.ok()) << dyn.status().message();
+  auto ref = run("model.onnx", {{"batch", 3}, {"seq", 12}}, &none);
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  EXPECT_NE(warned.find("torch specialised dimension '16' -> 12, '2' -> 3 at export"),
+            std::string::npos)
+      << warned;
+  EXPECT_EQ(none, "");
+  int compared = 0;
+  for (const auto& [name, want] : *ref) {
+    auto it = dyn->find(name);
+    if (it == dyn->end()) {
+      ADD_FAILURE() << name << " is missing from the dynamo export's outputs";
+      continue;
+    }
+    ++compared;
+    ASSERT_EQ(it->second.shape(), want.shape()) << name;
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      diff = std::max(diff, std::fabs(it->second.GetAsDouble(i) - want.GetAsDouble(i)));
+      scale = std::max(scale, std::fabs(want.GetAsDouble(i)));
+    }
+    EXPECT_LE(diff, 1e-5 * scale) << name;
+  }
+  EXPECT_EQ(compared, static_cast<int>(ref->size()));
+  EXPECT_GE(compared, 22);  // the loss and the 21 trainable parameters' gradients
+}
+
+// Where a constant holds the traced size (here a weight of that length), the rebound graph does
+// not fit together: the error names the node and says what the bindings changed.
+TEST(DynamoOpsTest, ASpecialisedSizeAConstantHoldsIsRefusedNamingTheNode) {
+  onnx::ModelProto m;
+  m.set_ir_version(10);
+  m.add_opset_import()->set_version(18);
+  auto* g = m.mutable_graph();
+  g->set_name("specialised");
+  auto* x = g->add_input();
+  x->set_name("x");
+  auto* tt = x->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx::TensorProto::FLOAT);
+  tt->mutable_shape()->add_dim()->set_dim_param("2");
+  tt->mutable_shape()->add_dim()->set_dim_param("16");
+  AddFloats(g, "w", RandomTensor({16}, 4));
+  AddNode(g, "Mul", {"x", "w"}, "y");
+  SetInt(AddNode(g, "ReduceSum", {"y"}, "loss"), "keepdims", 0);
+  auto* out = g->add_output();
+  out->set_name("loss");
+  out->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  CompileRequest request;
+  request.model = "specialised.onnx";
+  request.training = false;  // the shapes are the point: a forward plan
+  ImportOptions io;
+  io.dims = {{"16", 12}};
+  auto imported = ImportOnnxFromBytes(m.SerializeAsString(), io, "", "specialised.onnx");
+  ASSERT_TRUE(imported.ok()) << imported.status().message();
+  EXPECT_EQ(imported->FindValue("x")->TypeString(), "f32[2,12]");
+  auto r = CompileImported(request, std::move(imported).value());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'/y/Mul'"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("the bindings change sizes torch specialised at export, "
+                                      "'16' -> 12: a constant of the graph holds the traced size"),
+            std::string::npos)
+      << r.status().message();
+  // Bound to the size it was traced at, it is the static size it always was.
+  io.dims = {};
+  auto same = ImportOnnxFromBytes(m.SerializeAsString(), io, "", "specialised.onnx");
+  ASSERT_TRUE(same.ok()) << same.status().message();
+  EXPECT_EQ(same->FindValue("x")->TypeString(), "f32[2,16]");
+  auto fits = CompileImported(request, std::move(same).value());
+  EXPECT_TRUE(fits.ok()) << fits.status().message();
 }
 
 }  // namespace

@@ -501,6 +501,27 @@ TEST_F(FoundryCompileTest, ListOps) {
     EXPECT_NE(("\n" + r.out).find(op), std::string::npos) << op;
 }
 
+// --input-shape rebinds a size torch specialised at export (a decimal dim_param), with a
+// warning; --dim INPUT.AXIS=N reaches it too.
+TEST_F(FoundryCompileTest, InputShapeRebindsASizeTorchSpecialised) {
+  const std::string model = kSource + "/models/fixtures/llama_tiny/dynamo/model.onnx";
+  ExecResult r = Compile(
+      {model, "--input-shape", "input_ids=3x12", "--input-shape", "labels=3x12", "-o", Path("re")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("foundry-compile: warning: torch specialised dimension '16' -> 12, '2' -> "
+                       "3 at export"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("16=12 2=3 s2=3 s3=12"), std::string::npos) << r.out;
+  r = Compile({model, "--dim", "input_ids.1=12", "--input-shape", "labels=2x12", "--dry-run"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  // The exported size itself needs no rebinding and warns nothing.
+  r = Compile(
+      {model, "--input-shape", "input_ids=2x16", "--input-shape", "labels=2x16", "--dry-run"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("specialised"), std::string::npos) << r.err;
+}
+
 TEST_F(FoundryCompileTest, ListOpsNeedsNoModel) {
   ExecResult r = Compile({"--list-ops"});
   EXPECT_EQ(r.code, 0) << r.err;
