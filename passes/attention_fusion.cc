@@ -528,20 +528,62 @@ class Fuser {
     double v;
     if (!grid.At(0, &v)) return {};
     const bool masks = v == 0;  // (0, 0) is never masked: false there means true masks
-    // The last row masks keys 0 .. n - 1 - window: their count gives the window.
+    const Band band = ReadMasked(grid, n, [&](double x) { return (x != 0) == masks ? 1 : 0; });
+    return band.form == 0 ? Band{} : Band{masks ? 1 : -1, band.window};
+  }
+
+  // Reads a causal band off a square grid whose elements `classify` calls masked (1), kept (0) or
+  // neither (-1): form 1 and the window (0: none) when the masked elements are exactly
+  // (key > query) || (key <= query - window), form 0 otherwise. The last row's masked keys give
+  // the window; every element is checked.
+  template <class F>
+  static Band ReadMasked(IndexGrid& grid, int64_t n, F classify) {
+    double v;
     int64_t masked = 0;
     for (int64_t j = 0; j < n; ++j) {
       if (!grid.At((n - 1) * n + j, &v)) return {};
-      masked += (v != 0) == masks;
+      const int c = classify(v);
+      if (c < 0) return {};
+      masked += c;
     }
-    Band band{masks ? 1 : -1, masked > 0 ? n - masked : 0};
+    const Band band{1, masked > 0 ? n - masked : 0};
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j) {
         if (!grid.At(i * n + j, &v)) return {};
         const bool want = j > i || (band.window > 0 && j <= i - band.window);
-        if (((v != 0) == masks) != want) return {};
+        if (classify(v) != (want ? 1 : 0)) return {};
       }
     return band;
+  }
+
+  // A float value over the scores' square grid that is 0 inside a causal band and one fill
+  // outside it, the fill -inf or at most -1e30 (torch.finfo.min): an additive mask (litgpt's
+  // sliding-window and causal masks; an SDPA attn_mask made float), folded or computed. Adding it
+  // is what masking with that fill does (a kept diagonal score is finite, exp(fill - it) is 0).
+  // The band (form 1, or 0 for none) and the fill.
+  struct FloatBand {
+    Band band;
+    double fill = 0;
+  };
+  FloatBand FloatBandOf(const std::string& v, int64_t sq, int64_t sk) {
+    if (sq != sk || sq <= 1) return {};
+    const Value* c = Val(v);
+    if (!c || (c->dtype != DType::kFloat32 && c->dtype != DType::kFloat64) || !c->ShapeKnown())
+      return {};
+    const Shape& s = c->shape;
+    if (s.size() < 2 || s[s.size() - 1] != sk || s[s.size() - 2] != sq) return {};
+    const std::string key = v + "/float/" + std::to_string(sq);
+    if (auto it = float_bands_.find(key); it != float_bands_.end()) return it->second;
+    FloatBand out;
+    IndexGrid grid(g_, params_, ud_);
+    double fill;
+    // Element (0, n - 1) is above the diagonal: masked in any causal band.
+    if (grid.Compile(v) && grid.At(sq - 1, &fill) && fill <= -1e30) {
+      out.band = ReadMasked(grid, sq, [&](double x) { return x == fill ? 1 : x == 0 ? 0 : -1; });
+      out.fill = fill;
+    }
+    float_bands_[key] = out;
+    return out;
   }
 
   // A value that is all zeros: a zero constant, or Expand / ConstantOfShape of a zero.
@@ -582,21 +624,41 @@ class Fuser {
       m.window = BandForm(Producer(w)->inputs[0], sq, sk).window;
       SetFill(m, Scalar(Producer(w)->inputs[1]));
     };
+    // An additive band mask: 0 in the band, one very negative fill outside.
+    auto float_band = [&](const std::string& w) {
+      const FloatBand f = FloatBandOf(w, sq, sk);
+      return f.band.form == 1 && (!m.has_fill || m.fill == f.fill);
+    };
+    auto take_float = [&](const std::string& w) {
+      const FloatBand f = FloatBandOf(w, sq, sk);
+      m.causal = true;
+      m.window = f.band.window;
+      SetFill(m, f.fill);
+    };
     if (causal_zero(bias)) {
       take(bias);
       return "";
     }
+    if (float_band(bias)) {
+      take_float(bias);
+      return "";
+    }
     const Node* add = Producer(bias);
     if (add && IsOp(*add, "Add") && add->inputs.size() == 2)
-      for (int side = 0; side < 2; ++side)
-        if (causal_zero(add->inputs[side])) {
-          const Value* rest = Val(add->inputs[1 - side]);
-          const Value* whole = Val(bias);
-          // The rest must broadcast to what the sum did over the scores.
-          if (!rest || !whole || !rest->rank_known) return bias;
+      for (int side = 0; side < 2; ++side) {
+        const bool zero_form = causal_zero(add->inputs[side]);
+        if (!zero_form && !float_band(add->inputs[side])) continue;
+        const Value* rest = Val(add->inputs[1 - side]);
+        const Value* whole = Val(bias);
+        // The rest must broadcast to what the sum did over the scores.
+        if (!rest || !whole || !rest->rank_known) return bias;
+        if (zero_form) {
           take(add->inputs[side]);
-          return add->inputs[1 - side];
+        } else {
+          take_float(add->inputs[side]);
         }
+        return add->inputs[1 - side];
+      }
     return bias;
   }
 
@@ -827,6 +889,7 @@ class Fuser {
   std::set<std::string> params_, outputs_;
   std::map<std::string, bool> reaches_;
   std::map<std::string, Band> bands_;  // BandForm's answers by condition and size
+  std::map<std::string, FloatBand> float_bands_;  // FloatBandOf's
   std::string axes_;  // the [1] constant the rank-3 views use
 };
 

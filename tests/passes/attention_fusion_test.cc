@@ -244,6 +244,49 @@ TEST(AttentionFusionTest, KeepFormAndTriluBandsFuseToo) {
     }
 }
 
+// An additive float mask, 0 in the band and -inf (or torch.finfo.min) outside, as litgpt builds
+// its sliding-window masks: folded to a constant (the default limit) or left as the Where that
+// computes it (a small limit), alone or added to another bias, it becomes the window.
+TEST(AttentionFusionTest, AdditiveBandMasksBecomeTheWindow) {
+  std::string slopes;  // ALiBi-like: -0.05 (h + 1) (79 - j)
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < 80; ++j)
+      slopes += (slopes.empty() ? "" : ",") + std::to_string(-0.05 * (h + 1) * (79 - j));
+  for (const char* fill : {"-inf", "-3.40282347e38"})
+    for (int64_t limit : {int64_t{1} << 20, int64_t{16}}) {
+      SCOPED_TRACE(std::string(fill) + " limit " + std::to_string(limit));
+      const std::string band = std::string(R"(
+  const neg : f32[] = [)") + fill +
+                               R"(]
+  const zf : f32[] = [0.0]
+  causal = Greater(row, col)
+  diff = Sub(col, row)
+  far = GreaterOrEqual(diff, w)
+  masked = Or(causal, far)
+  bias = Where(masked, neg, zf)
+)";
+      Fused f = FuseAndCompare(AttentionGraph(band + "  p_in = Add(s, bias)\n"), limit);
+      ASSERT_EQ(f.attention.size(), 1u) << f.counts;
+      EXPECT_EQ(f.attention[0].GetInt("causal", 0), 1);
+      EXPECT_EQ(f.attention[0].GetInt("window", 0), 5);
+      EXPECT_FALSE(f.attention[0].HasInput(3)) << "the band must not stay a bias";
+      EXPECT_LE(f.error, 1e-5);
+      // Beside an ALiBi-like bias of its own, when the sum is computed at run time: that one
+      // stays the bias input. (Folded, the sum is one constant that is no band: a plain bias.)
+      f = FuseAndCompare(AttentionGraph(band + R"(
+  const alibi : f32[1,2,1,80] = [)" + slopes +
+                                        R"(]
+  both = Add(bias, alibi)
+  p_in = Add(s, both)
+)"),
+                         limit);
+      ASSERT_EQ(f.attention.size(), 1u) << f.counts;
+      EXPECT_EQ(f.attention[0].GetInt("window", 0), limit == 16 ? 5 : 0);
+      EXPECT_TRUE(f.attention[0].HasInput(3));
+      EXPECT_LE(f.error, 1e-5);
+    }
+}
+
 // A window that is not the causal band (it masks only the far past: the future stays visible)
 // is no causal window: it stays a mask input, and the result is the same.
 TEST(AttentionFusionTest, AMaskThatIsNoCausalBandStaysAMask) {
