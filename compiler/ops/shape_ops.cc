@@ -920,17 +920,24 @@ StatusOr<Types> InferOneHot(const InferContext& ctx) {
   return Types{TypeInfo{values.dtype, out, true}};
 }
 
-StatusOr<Types> InferScatterND(const InferContext& ctx) {
-  const Value& data = ctx.input(0);
-  const Value& idx = ctx.input(1);
-  const Value& upd = ctx.input(2);
-  RETURN_IF_ERROR(RequireIndexType(ctx, 1, "input 'indices'"));
-  std::string red = ctx.node.GetString("reduction", "none");
+// The scatters' `reduction` (none, add, mul, max, min) and updates of data's element type.
+Status CheckScatterReductionAndTypes(const InferContext& ctx, const Value& data,
+                                     const Value& upd) {
+  const std::string red = ctx.node.GetString("reduction", "none");
   if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
     return ctx.Fail("reduction '" + red + "' is not supported");
   if (upd.dtype != data.dtype)
     return ctx.Fail("updates has element type " + std::string(DTypeName(upd.dtype)) +
                     ", data has " + std::string(DTypeName(data.dtype)));
+  return Status::Ok();
+}
+
+StatusOr<Types> InferScatterND(const InferContext& ctx) {
+  const Value& data = ctx.input(0);
+  const Value& idx = ctx.input(1);
+  const Value& upd = ctx.input(2);
+  RETURN_IF_ERROR(RequireIndexType(ctx, 1, "input 'indices'"));
+  RETURN_IF_ERROR(CheckScatterReductionAndTypes(ctx, data, upd));
   if (data.rank_known && idx.rank_known && upd.rank_known && !idx.shape.empty()) {
     int64_t k = idx.shape.back();
     const int64_t r = static_cast<int64_t>(data.shape.size());
@@ -961,12 +968,7 @@ StatusOr<Types> InferScatterElements(const InferContext& ctx) {
   RETURN_IF_ERROR(RequireIndexType(ctx, 1, "input 'indices'"));
   if (ctx.node.op_type == "Scatter" && ctx.node.HasAttr("reduction"))
     return ctx.Fail("Scatter has no attribute 'reduction' (ScatterElements has, from opset 16)");
-  std::string red = ctx.node.GetString("reduction", "none");
-  if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
-    return ctx.Fail("reduction '" + red + "' is not supported");
-  if (upd.dtype != data.dtype)
-    return ctx.Fail("updates has element type " + std::string(DTypeName(upd.dtype)) +
-                    ", data has " + std::string(DTypeName(data.dtype)));
+  RETURN_IF_ERROR(CheckScatterReductionAndTypes(ctx, data, upd));
   if (idx.rank_known && upd.rank_known) {
     bool match = idx.shape.size() == upd.shape.size();
     for (size_t i = 0; match && i < idx.shape.size(); ++i)
