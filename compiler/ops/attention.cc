@@ -35,7 +35,9 @@
 // recomputes each score from Q, K, the bias and the mask, P = exp(s - LSE), and
 //   dV_j = Σ_i P_ij dO_i;  dS_ij = P_ij (dO_i·V_j - dO_i·O_i);  dQ_i = scale Σ_j dS_ij K_j;
 //   dK_j = scale Σ_i dS_ij Q_i   (dK, dV summed over the query heads sharing a key/value head);
-// with a softcap, dS_ij is multiplied by 1 - tanh²(x_ij / softcap) first;
+// with a softcap, dS_ij is multiplied by 1 - tanh²(x_ij / softcap) first; a masked score is the
+// constant mask_value, so its dS_ij is 0 (with a finite mask_value its P_ij need not be: a row
+// masked everywhere);
 // with dropout, dV_j reads P ∘ z and dO_i·V_j is multiplied by z (z redrawn from the same key).
 #include <algorithm>
 #include <cmath>

@@ -195,6 +195,38 @@ Head<T> HeadOf(const Geometry& g, const T* q, const T* k, const T* v, int64_t b,
   return {q + (b * g.hq + h) * g.sq * g.d, k + kv * g.sk * g.d, v + kv * g.sk * g.dv, b, h};
 }
 
+// Sets the elements of tile t (rows i0.., keys j0.., row stride bc) that the mask, the causal rule
+// or the window masks to `value`: the scores' mask_value in the forward, 0 for dS in the backward
+// (a masked score is a constant; nothing flows back through it).
+template <class T>
+void MaskTile(const Geometry& g, const Head<T>& hd, int64_t i0, int64_t br, int64_t j0, int64_t bc,
+              T* t, T value) {
+  if (g.mask.data) {
+    const bool* mask = static_cast<const bool*>(g.mask.data);
+    const int64_t* st = g.mask.stride;
+    for (int64_t r = 0; r < br; ++r) {
+      const bool* row = mask + hd.b * st[0] + hd.h * st[1] + (i0 + r) * st[2] + j0 * st[3];
+      T* sr = t + r * bc;
+      for (int64_t c = 0; c < bc; ++c)
+        if (row[c * st[3]] != g.mask_keep) sr[c] = value;
+    }
+  }
+  if (g.causal && j0 + bc - 1 > i0) {
+    for (int64_t r = 0; r < br; ++r) {
+      T* sr = t + r * bc;
+      for (int64_t c = std::max<int64_t>(0, i0 + r + 1 - j0); c < bc; ++c) sr[c] = value;
+    }
+  }
+  // The window: key j <= i - window is masked (query i sees keys i - window + 1 .. i).
+  if (g.window > 0 && j0 <= i0 + br - 1 - g.window) {
+    for (int64_t r = 0; r < br; ++r) {
+      T* sr = t + r * bc;
+      const int64_t end = std::min<int64_t>(bc, i0 + r - g.window - j0 + 1);
+      for (int64_t c = 0; c < end; ++c) sr[c] = value;
+    }
+  }
+}
+
 // s[r, c] (r < br, c < bc, row stride bc) = the scores of queries i0 + r and keys j0 + c: the
 // scaled product (soft-capped: softcap·tanh(product / softcap)), plus the bias, masked scores
 // replaced by mask_value. With a softcap and `tanh_out`, tanh_out[r, c] = the tanh (the
@@ -230,30 +262,7 @@ void ScoreTile(const Geometry& g, const Head<T>& hd, int64_t i0, int64_t br, int
       }
     }
   }
-  if (g.mask.data) {
-    const bool* mask = static_cast<const bool*>(g.mask.data);
-    const int64_t* st = g.mask.stride;
-    for (int64_t r = 0; r < br; ++r) {
-      const bool* row = mask + hd.b * st[0] + hd.h * st[1] + (i0 + r) * st[2] + j0 * st[3];
-      T* sr = s + r * bc;
-      for (int64_t c = 0; c < bc; ++c)
-        if (row[c * st[3]] != g.mask_keep) sr[c] = fill;
-    }
-  }
-  if (g.causal && j0 + bc - 1 > i0) {
-    for (int64_t r = 0; r < br; ++r) {
-      T* sr = s + r * bc;
-      for (int64_t c = std::max<int64_t>(0, i0 + r + 1 - j0); c < bc; ++c) sr[c] = fill;
-    }
-  }
-  // The window: key j <= i - window is masked (query i sees keys i - window + 1 .. i).
-  if (g.window > 0 && j0 <= i0 + br - 1 - g.window) {
-    for (int64_t r = 0; r < br; ++r) {
-      T* sr = s + r * bc;
-      const int64_t end = std::min<int64_t>(bc, i0 + r - g.window - j0 + 1);
-      for (int64_t c = 0; c < end; ++c) sr[c] = fill;
-    }
-  }
+  MaskTile(g, hd, i0, br, j0, bc, s, fill);
 }
 
 // x[c] = exp(x[c] - shift) for c < n, the kernels' hot loop (one exp per score, forward and
@@ -541,6 +550,10 @@ Status AttentionGradTyped(const Node& node, std::span<const Tensor* const> in,
             }
             if (g.softcap > 0)  // through softcap·tanh(x / softcap): times 1 - tanh²
               for (int64_t e = 0; e < br * bc; ++e) dp[e] *= T(1) - th[e] * th[e];
+            // A finite mask_value gives masked scores a probability (large in a row masked
+            // everywhere) but no gradient. (-inf: their P and dS are 0 already, or NaN in a row
+            // masked everywhere, as Softmax gives.)
+            if (std::isfinite(g.mask_value)) MaskTile(g, hd, i0, br, j0, bc, dp, T(0));
             if (g.kt) {
               // dQ_i += dS K_j with K_j = Kt[:, j0:]ᵀ; dKt[:, j0:] += Q_iᵀ dS
               Gemm(false, true, br, g.d, bc, T(1), dp, bc, hd.k + j0, g.sk, T(1),

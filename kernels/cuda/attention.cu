@@ -271,7 +271,9 @@ __device__ void GradTile(float* ps, float* ds, const float* qs, const float* dos
             at::GradProb(at::Score(g, s[i][j], bias, mask, b, h, i0 + r, j0 + c), lse_s[r]);
         const float z = at::DropoutFactor(g, b, h, i0 + r, j0 + c);
         pz = p * z;
-        dsv = at::GradScore(p, dov[i][j], z, d_s[r]) * at::SoftcapSlope(g, s[i][j]);
+        dsv = at::DropsGradient(g, mask, b, h, i0 + r, j0 + c)
+                  ? 0.f
+                  : at::GradScore(p, dov[i][j], z, d_s[r]) * at::SoftcapSlope(g, s[i][j]);
       }
       if (ps) ps[r * kScorePitch + c] = pz;
       ds[r * kScorePitch + c] = dsv;

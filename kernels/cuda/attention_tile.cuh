@@ -117,6 +117,14 @@ FOUNDRY_HD inline int64_t QueryEnd(const Geometry& g, int64_t j0, int64_t keys) 
 
 // ------------------------------ scores ------------------------------
 
+// Whether the causal rule, the window or the mask masks (query i, key j).
+FOUNDRY_HD inline bool Masked(const Geometry& g, const uint8_t* mask, int64_t b, int64_t h,
+                              int64_t i, int64_t j) {
+  if (g.causal && j > i) return true;
+  if (g.window > 0 && j <= i - g.window) return true;
+  return g.has_mask && (mask[BroadcastIndex(g.mask_stride, b, h, i, j)] != 0) != g.mask_keep;
+}
+
 // s_ij from dot = Σ_e Q[i,e] K[j,e]: scaled, soft-capped, plus the bias, replaced by mask_value
 // when the causal rule, the window or the mask masks it.
 template <class T>
@@ -125,11 +133,7 @@ FOUNDRY_HD inline float Score(const Geometry& g, float dot, const T* bias, const
   float s = g.scale * dot;
   if (g.softcap > 0.f) s = g.softcap * tanhf(s / g.softcap);
   if (g.has_bias) s += Load(bias + BroadcastIndex(g.bias_stride, b, h, i, j));
-  if (g.causal && j > i) return g.mask_value;
-  if (g.window > 0 && j <= i - g.window) return g.mask_value;
-  if (g.has_mask && (mask[BroadcastIndex(g.mask_stride, b, h, i, j)] != 0) != g.mask_keep)
-    return g.mask_value;
-  return s;
+  return Masked(g, mask, b, h, i, j) ? g.mask_value : s;
 }
 
 // The dropout's factor z of probability (b, h, i, j): 0 (dropped) or 1 / (1 - ratio), from the
@@ -173,6 +177,13 @@ FOUNDRY_HD inline float GradProb(float s, float lse) { return expf(s - lse); }
 // dS_ij = P_ij (dP_ij - D_i), dP_ij = z_ij (dO_i · V_j) with the dropout's factor z.
 FOUNDRY_HD inline float GradScore(float p, float dov, float z, float d_row) {
   return p * (dov * z - d_row);
+}
+// A masked score is the constant mask_value: no gradient flows back through it. With a finite
+// mask_value its probability need not be 0 (a row masked everywhere); with -inf it is 0 (or NaN
+// in such a row, as Softmax gives), and dS is left as computed.
+FOUNDRY_HD inline bool DropsGradient(const Geometry& g, const uint8_t* mask, int64_t b, int64_t h,
+                                     int64_t i, int64_t j) {
+  return g.mask_value != -INFINITY && Masked(g, mask, b, h, i, j);
 }
 
 // ------------------------------ host: geometry from shapes ------------------------------

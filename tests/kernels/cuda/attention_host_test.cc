@@ -162,7 +162,9 @@ void GradPair(const Operands& op, const float* o_lse, const float* d_row, int64_
                                o_lse[at::RowIndex(g, b, h, i)]);
   const float z = at::DropoutFactor(g, b, h, i, j);
   *pz = p * z;
-  *ds = at::GradScore(p, dov, z, d_row[at::RowIndex(g, b, h, i)]) * at::SoftcapSlope(g, dot);
+  *ds = at::DropsGradient(g, op.mask, b, h, i, j)
+            ? 0.f
+            : at::GradScore(p, dov, z, d_row[at::RowIndex(g, b, h, i)]) * at::SoftcapSlope(g, dot);
 }
 
 // AttentionRowDot, AttentionGradKv and AttentionGradQ, block by block.

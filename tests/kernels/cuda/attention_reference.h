@@ -184,16 +184,18 @@ class Reference {
     const double t = std::tanh(Product(b, h, i, j) / c_.softcap);
     return 1 - t * t;
   }
+  bool Masked(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    const int64_t idx[4] = {b, h, i, j};
+    return (c_.causal && j > i) || (c_.window > 0 && j <= i - c_.window) ||
+           (!c_.mask.empty() &&
+            (in_.at("mask").data<uint8_t>()[BroadcastAt(c_.mask, idx)] != 0) != c_.mask_keep);
+  }
   double Score(int64_t b, int64_t h, int64_t i, int64_t j) const {
     double s = Product(b, h, i, j);
     if (c_.softcap != 0.f) s = c_.softcap * std::tanh(s / c_.softcap);
     const int64_t idx[4] = {b, h, i, j};
     if (!c_.bias.empty()) s += in_.at("bias").data<float>()[BroadcastAt(c_.bias, idx)];
-    const bool masked =
-        (c_.causal && j > i) || (c_.window > 0 && j <= i - c_.window) ||
-        (!c_.mask.empty() &&
-         (in_.at("mask").data<uint8_t>()[BroadcastAt(c_.mask, idx)] != 0) != c_.mask_keep);
-    return masked ? c_.mask_value : s;
+    return Masked(b, h, i, j) ? c_.mask_value : s;
   }
   double Z(int64_t b, int64_t h, int64_t i, int64_t j) const {
     if (c_.dropout == 0.f) return 1;
@@ -243,7 +245,11 @@ class Reference {
             const double p = std::exp(Score(b, h, i, j) - l), z = Z(b, h, i, j);
             double dp = 0;
             for (int64_t e = 0; e < c_.dv; ++e) dp += dout[OIndex(b, h, i, e)] * V(b, g, j, e);
-            const double ds = p * (dp * z - d_row) * Slope(b, h, i, j);
+            // A masked score is the constant mask_value: no gradient through it (with -inf its
+            // p is 0 already, or NaN in a row masked everywhere, which stays).
+            const double ds = std::isfinite(c_.mask_value) && Masked(b, h, i, j)
+                                  ? 0.0
+                                  : p * (dp * z - d_row) * Slope(b, h, i, j);
             for (int64_t e = 0; e < c_.dv; ++e)
               r->dv[((b * c_.hkv + g) * c_.sk + j) * c_.dv + e] += p * z * dout[OIndex(b, h, i, e)];
             for (int64_t e = 0; e < c_.d; ++e) {
