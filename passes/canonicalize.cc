@@ -1,6 +1,7 @@
 #include "passes/canonicalize.h"
 
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "compiler/op_schema.h"
@@ -85,13 +86,6 @@ void Replace(Node& root, Node replacement) {
   replacement.outputs[0] = root.outputs[0];
   replacement.scope = root.scope;
   root = std::move(replacement);
-}
-
-// Mul(a, b) where one side is produced by `op`: returns (the op node, the other operand).
-std::pair<Node*, std::string> OneSide(Matcher& m, const Node& mul, const std::string& op) {
-  for (int side = 0; side < 2; ++side)
-    if (Node* p = m.SoleProducer(mul.inputs[side], op)) return {p, mul.inputs[1 - side]};
-  return {nullptr, ""};
 }
 
 // Dropout's ratio (input 1, default 0.5) and training_mode (input 2, default false) when both
@@ -213,6 +207,213 @@ int FuseSilu(Graph& g) {
 }
 // ---- end SiLU ---------------------------------------------------------------------------------
 
+// ---- GELU, tanh GELU ---------------------------------------------------------------------------
+// The operand of the two-input node `n` that is not a constant equal to `c` (on either side), or
+// "" when neither is. For Mul and Add, whose IEEE results do not depend on operand order.
+std::string OtherThanConstant(const Matcher& m, const Node& n, float c) {
+  if (n.inputs.size() != 2) return "";
+  if (m.IsConstantScalar(n.inputs[1], c)) return n.inputs[0];
+  if (m.IsConstantScalar(n.inputs[0], c)) return n.inputs[1];
+  return "";
+}
+
+// The outside of 0.5·x·A, A = Add(f, 1), as exporters write it, any operand order in each Mul:
+//   half last    Mul(Mul(x, A), 0.5)   torch 1.13 TorchScript
+//   half first   Mul(x, Mul(0.5, A))   torch 2.6 dynamo
+//                Mul(Mul(x, 0.5), A)   Hugging Face (gelu_new); the same bits as the line above:
+//                                      0.5·A and 0.5·x are exact wherever it matters (GeluBlock,
+//                                      kernels/cpu/elementwise.cc)
+// Returns the candidates (x, the f that A adds 1 to, which form); the caller checks that f reads
+// the same x. More than one when a product could be read both ways.
+struct GeluOutside {
+  std::string x;
+  Node* f_add = nullptr;  // A
+  bool half_first = false;
+};
+std::vector<GeluOutside> MatchGeluOutside(Matcher& m, const Node& root) {
+  std::vector<GeluOutside> found;
+  if (root.op_type != "Mul" || !root.domain.empty() || root.inputs.size() != 2) return found;
+  auto add_of = [&](const std::string& v) -> Node* {
+    Node* a = m.SoleProducer(v, "Add");
+    return a && !OtherThanConstant(m, *a, 1.0f).empty() ? a : nullptr;
+  };
+  // Half last: root = Mul(P, 0.5), P = Mul(x, A).
+  if (std::string p = OtherThanConstant(m, root, 0.5f); !p.empty()) {
+    if (Node* pm = m.SoleProducer(p, "Mul"); pm && pm->inputs.size() == 2)
+      for (int side = 0; side < 2; ++side)
+        if (Node* a = add_of(pm->inputs[side])) found.push_back({pm->inputs[1 - side], a, false});
+    return found;
+  }
+  // Half first: root = Mul(x, Q), Q = Mul(0.5, A); or root = Mul(H, A), H = Mul(x, 0.5).
+  for (int side = 0; side < 2; ++side) {
+    Node* h = m.SoleProducer(root.inputs[side], "Mul");
+    std::string halved = h ? OtherThanConstant(m, *h, 0.5f) : "";
+    if (halved.empty()) continue;
+    const std::string& other = root.inputs[1 - side];
+    if (Node* a = add_of(halved)) found.push_back({other, a, true});
+    if (Node* a = add_of(other)) found.push_back({halved, a, true});
+  }
+  return found;
+}
+
+// Erf GELU: A = Add(Erf(Div(x, 1.4142135)), 1) => com.microsoft::Gelu(x), with {form="half_first"}
+// when the 0.5 is applied first (GeluBlock reproduces both rounding sequences). Returns how many.
+int FuseErfGelu(Graph& g) {
+  Matcher m(g);
+  int fused = 0;
+  for (Node& root : g.nodes) {
+    for (const GeluOutside& o : MatchGeluOutside(m, root)) {
+      Node* erf = m.SoleProducer(OtherThanConstant(m, *o.f_add, 1.0f), "Erf");
+      Node* div = erf ? m.SoleProducer(erf->inputs[0], "Div") : nullptr;
+      if (!div || div->inputs[0] != o.x || !m.IsConstantScalar(div->inputs[1], 1.4142135381698608f))
+        continue;
+      Node gelu;
+      gelu.op_type = "Gelu";
+      gelu.domain = "com.microsoft";
+      gelu.name = root.name + "/Gelu";
+      gelu.inputs = {o.x};
+      if (o.half_first) gelu.attrs["form"] = Attribute::String("half_first");
+      Replace(root, std::move(gelu));
+      ++fused;
+      break;
+    }
+  }
+  return fused;
+}
+
+// Tanh GELU: A = Add(Tanh(Mul(Add(x, Mul(cube, c)), k)), 1), c = 0.044715 and k = sqrt(2/pi) as
+// f32 constants, in the two rounding sequences FastGeluBlock (kernels/cpu/elementwise.cc)
+// reproduces:
+//   gelu_new    cube Pow(x, 3), the 0.5 first (Hugging Face's gelu_new, torch 2.6 dynamo's
+//               F.gelu(approximate='tanh'))
+//   torch_tanh  cube Mul(x, Mul(x, x)), the 0.5 last (torch 1.13 TorchScript's)
+// Other mixes are left alone. Returns how many.
+int FuseTanhGelu(Graph& g) {
+  Matcher m(g);
+  const float kC = 0.044715f;
+  const float kK = static_cast<float>(0.7978845608028654);
+  int fused = 0;
+  for (Node& root : g.nodes) {
+    for (const GeluOutside& o : MatchGeluOutside(m, root)) {
+      const std::string& x = o.x;
+      Node* tanh = m.SoleProducer(OtherThanConstant(m, *o.f_add, 1.0f), "Tanh");
+      Node* w = tanh ? m.SoleProducer(tanh->inputs[0], "Mul") : nullptr;            // k·v
+      Node* v = w ? m.SoleProducer(OtherThanConstant(m, *w, kK), "Add") : nullptr;  // x + u
+      Node* u = v ? m.SoleProducer(OtherOperand(*v, x), "Mul") : nullptr;           // c·cube
+      const std::string cube_name = u ? OtherThanConstant(m, *u, kC) : "";
+      if (cube_name.empty()) continue;
+      if (o.half_first) {
+        Node* pow = m.SoleProducer(cube_name, "Pow");
+        if (!pow || pow->inputs[0] != x || m.ScalarConstant(pow->inputs[1]) != 3.0) continue;
+      } else {
+        Node* cube = m.SoleProducer(cube_name, "Mul");
+        Node* sq = cube ? m.SoleProducer(OtherOperand(*cube, x), "Mul") : nullptr;
+        if (!sq || sq->inputs[0] != x || sq->inputs[1] != x) continue;
+      }
+      const Value* xv = g.FindValue(x);
+      if (!xv || xv->dtype != DType::kFloat32) continue;
+      Node fast;
+      fast.op_type = "FastGelu";
+      fast.domain = "com.microsoft";
+      fast.name = root.name + "/FastGelu";
+      fast.inputs = {x};
+      fast.attrs["form"] = Attribute::String(o.half_first ? "gelu_new" : "torch_tanh");
+      Replace(root, std::move(fast));
+      ++fused;
+      break;
+    }
+  }
+  return fused;
+}
+// ---- end GELU ---------------------------------------------------------------------------------
+
+// ---- RMSNorm ----------------------------------------------------------------------------------
+// Mul(Mul(x, R), w) with R = 1/Sqrt(Add(ReduceMean(S, axes=[-1], keepdims=1), eps)), in the
+// spellings of torch 1.13 TorchScript, torch 2.6 dynamo and Hugging Face:
+//   R   Div(1, Sqrt(.)) or Reciprocal(Sqrt(.)): the same IEEE division
+//   S   Pow(x, 2) (f32 or int exponent) or Mul(x, x): the Pow kernel squares as a * a
+//   the ReduceMean's axes an attribute or a constant input, -1 or rank - 1
+//   any operand order in each Mul and in the Add (IEEE addition and multiplication commute)
+//   w   any [D] value: a parameter, or Gemma's Add(weight, 1), which stays and feeds the scale
+//       (its gradient reaches the weight through the Add)
+// The no-op Casts litgpt and Hugging Face wrap around it are gone by then (RemoveIdentities).
+// => com.microsoft::SimplifiedLayerNormalization(x, w) {axis=-1, epsilon=eps}, whose kernel
+// computes these very f32 steps (kernels/cpu/math.cc). Returns how many.
+struct RmsBody {
+  std::string x;
+  float eps = 0;
+};
+std::optional<RmsBody> MatchRmsBody(Matcher& m, const Graph& g, const Node& mul_x) {
+  for (int side = 0; side < 2; ++side) {
+    const std::string& x = mul_x.inputs[1 - side];
+    const std::string& r = mul_x.inputs[side];
+    std::string root_mean_sq;
+    if (Node* div = m.SoleProducer(r, "Div"); div && m.IsConstantScalar(div->inputs[0], 1.0f))
+      root_mean_sq = div->inputs[1];
+    else if (Node* reciprocal = m.SoleProducer(r, "Reciprocal"))
+      root_mean_sq = reciprocal->inputs[0];
+    Node* sqrt = root_mean_sq.empty() ? nullptr : m.SoleProducer(root_mean_sq, "Sqrt");
+    Node* add = sqrt ? m.SoleProducer(sqrt->inputs[0], "Add") : nullptr;
+    if (!add || add->inputs.size() != 2) continue;
+    for (int eps_side = 0; eps_side < 2; ++eps_side) {
+      const Value* eps = g.FindValue(add->inputs[eps_side]);
+      if (!eps || eps->dtype != DType::kFloat32 ||
+          std::isnan(m.ScalarConstant(add->inputs[eps_side])))
+        continue;
+      Node* mean = m.SoleProducer(add->inputs[1 - eps_side], "ReduceMean");
+      if (!mean || mean->GetInt("keepdims", 1) != 1) continue;
+      std::vector<int64_t> axes = mean->GetInts("axes");
+      if (mean->HasInput(1)) {
+        const Value* a = g.FindValue(mean->inputs[1]);
+        if (!a || !a->data) continue;
+        axes = a->data->ToInt64Vector();
+      }
+      const Value* xv = g.FindValue(x);
+      if (!xv || xv->dtype != DType::kFloat32 || xv->shape.empty()) continue;
+      const int64_t rank = static_cast<int64_t>(xv->shape.size());
+      if (axes.size() != 1 || (axes[0] != -1 && axes[0] != rank - 1)) continue;
+      const Node* pow = m.SoleProducer(mean->inputs[0], "Pow");
+      const Node* sq = m.SoleProducer(mean->inputs[0], "Mul");
+      const bool squares_x =
+          (pow && pow->inputs[0] == x && m.IsConstantNumber(pow->inputs[1], 2.0)) ||
+          (sq && sq->inputs.size() == 2 && sq->inputs[0] == x && sq->inputs[1] == x);
+      if (squares_x) return RmsBody{x, eps->data->data<float>()[0]};
+    }
+  }
+  return std::nullopt;
+}
+
+int FuseRmsNorm(Graph& g) {
+  Matcher m(g);
+  int fused = 0;
+  for (Node& root : g.nodes) {
+    if (root.op_type != "Mul" || !root.domain.empty() || root.inputs.size() != 2) continue;
+    for (int side = 0; side < 2; ++side) {
+      Node* mul_x = m.SoleProducer(root.inputs[side], "Mul");
+      std::optional<RmsBody> body = mul_x ? MatchRmsBody(m, g, *mul_x) : std::nullopt;
+      if (!body) continue;
+      const std::string w = root.inputs[1 - side];
+      const Value* wv = g.FindValue(w);
+      const Value* xv = g.FindValue(body->x);
+      if (!wv || wv->dtype != DType::kFloat32 || wv->shape.size() != 1 ||
+          wv->shape[0] != xv->shape.back())
+        continue;
+      Node rms;
+      rms.op_type = "SimplifiedLayerNormalization";
+      rms.domain = "com.microsoft";
+      rms.name = root.name + "/SimplifiedLayerNormalization";
+      rms.inputs = {body->x, w};
+      rms.attrs["axis"] = Attribute::Int(-1);
+      rms.attrs["epsilon"] = Attribute::Float(body->eps);
+      Replace(root, std::move(rms));
+      ++fused;
+      break;
+    }
+  }
+  return fused;
+}
+// ---- end RMSNorm ------------------------------------------------------------------------------
+
 }  // namespace
 
 StatusOr<bool> CanonicalizePass::Run(Graph& g) {
@@ -239,176 +440,9 @@ StatusOr<bool> CanonicalizePass::Run(Graph& g) {
     }
   }
 
-  // GELU: the root is Mul(_, 0.5).
-  {
-    Matcher m(g);
-    for (Node& root : g.nodes) {
-      if (root.op_type != "Mul" || !root.domain.empty() || root.inputs.size() != 2) continue;
-      if (!m.IsConstantScalar(root.inputs[1], 0.5f)) continue;
-      Node* mul_x = m.SoleProducer(root.inputs[0], "Mul");
-      if (!mul_x) continue;
-      // Mul(x, Add(Erf(Div(x, sqrt2)), 1))
-      auto [add, x] = OneSide(m, *mul_x, "Add");
-      if (!add || !m.IsConstantScalar(add->inputs[1], 1.0f)) continue;
-      Node* erf = m.SoleProducer(add->inputs[0], "Erf");
-      if (!erf) continue;
-      int div_idx = m.ud().Producer(erf->inputs[0]);
-      if (div_idx < 0) continue;
-      Node& div = g.nodes[div_idx];
-      if (div.op_type != "Div" || m.ud().Consumers(erf->inputs[0]).size() != 1) continue;
-      if (div.inputs[0] != x || !m.IsConstantScalar(div.inputs[1], 1.4142135381698608f)) continue;
-      if (mul_x->inputs[0] != x) continue;  // the decomposition's operand order, for exactness
-      Node gelu;
-      gelu.op_type = "Gelu";
-      gelu.domain = "com.microsoft";
-      gelu.name = root.name + "/Gelu";
-      gelu.inputs = {x};
-      Replace(root, std::move(gelu));
-      ++stats_.gelu;
-    }
-  }
-
-  // Tanh GELU, in the two decompositions FastGeluValue (kernels/cpu/elementwise.cc) reproduces:
-  //   gelu_new    Mul(Mul(x, 0.5), A),  A = Add(Tanh(Mul(Add(x, Mul(Pow(x, 3), c)), k)), 1)
-  //   torch_tanh  Mul(Mul(x, A), 0.5),  with Mul(x, Mul(x, x)) for the cube
-  // with c = 0.044715 and k = sqrt(2/pi) as f32 constants; any operand order in each Add/Mul.
-  {
-    Matcher m(g);
-    const float kC = 0.044715f;
-    const float kK = static_cast<float>(0.7978845608028654);
-    for (Node& root : g.nodes) {
-      if (root.op_type != "Mul" || !root.domain.empty() || root.inputs.size() != 2) continue;
-      // Outer shape: which form, the x it multiplies, and the Add(Tanh(..), 1) it scales.
-      std::string form, x, a;
-      int half_side = m.IsConstantScalar(root.inputs[0], 0.5f)   ? 0
-                      : m.IsConstantScalar(root.inputs[1], 0.5f) ? 1
-                                                                 : -1;
-      if (half_side >= 0) {
-        Node* p = m.SoleProducer(root.inputs[1 - half_side], "Mul");
-        if (!p) continue;
-        auto [add, other] = OneSide(m, *p, "Add");
-        if (!add) continue;
-        form = "torch_tanh";
-        x = other;
-        a = add->outputs[0];
-      } else {
-        auto [add, h_name] = OneSide(m, root, "Add");
-        if (!add) continue;
-        Node* h = m.SoleProducer(h_name, "Mul");
-        if (!h || h->inputs.size() != 2) continue;
-        if (m.IsConstantScalar(h->inputs[1], 0.5f)) {
-          x = h->inputs[0];
-        } else if (m.IsConstantScalar(h->inputs[0], 0.5f)) {
-          x = h->inputs[1];
-        } else {
-          continue;
-        }
-        form = "gelu_new";
-        a = add->outputs[0];
-      }
-      // A = Add(Tanh(w), 1).
-      Node* add = m.SoleProducer(a, "Add");
-      if (!add || add->inputs.size() != 2) continue;
-      std::string t_name = m.IsConstantScalar(add->inputs[1], 1.0f)   ? add->inputs[0]
-                           : m.IsConstantScalar(add->inputs[0], 1.0f) ? add->inputs[1]
-                                                                      : "";
-      Node* tanh = t_name.empty() ? nullptr : m.SoleProducer(t_name, "Tanh");
-      if (!tanh) continue;
-      // w = Mul(v, k), v = Add(x, u), u = Mul(cube, c).
-      Node* w = m.SoleProducer(tanh->inputs[0], "Mul");
-      if (!w || w->inputs.size() != 2) continue;
-      std::string v_name = m.IsConstantScalar(w->inputs[1], kK)   ? w->inputs[0]
-                           : m.IsConstantScalar(w->inputs[0], kK) ? w->inputs[1]
-                                                                  : "";
-      Node* v = v_name.empty() ? nullptr : m.SoleProducer(v_name, "Add");
-      if (!v) continue;
-      std::string u_name = OtherOperand(*v, x);
-      Node* u = u_name.empty() ? nullptr : m.SoleProducer(u_name, "Mul");
-      if (!u || u->inputs.size() != 2) continue;
-      std::string cube_name = m.IsConstantScalar(u->inputs[1], kC)   ? u->inputs[0]
-                              : m.IsConstantScalar(u->inputs[0], kC) ? u->inputs[1]
-                                                                     : "";
-      if (cube_name.empty()) continue;
-      if (form == "gelu_new") {
-        Node* pow = m.SoleProducer(cube_name, "Pow");
-        if (!pow || pow->inputs[0] != x || m.ScalarConstant(pow->inputs[1]) != 3.0) continue;
-      } else {
-        Node* cube = m.SoleProducer(cube_name, "Mul");
-        if (!cube) continue;
-        std::string sq_name = OtherOperand(*cube, x);
-        Node* sq = sq_name.empty() ? nullptr : m.SoleProducer(sq_name, "Mul");
-        if (!sq || sq->inputs[0] != x || sq->inputs[1] != x) continue;
-      }
-      const Value* xv = g.FindValue(x);
-      if (!xv || xv->dtype != DType::kFloat32) continue;
-      Node fast;
-      fast.op_type = "FastGelu";
-      fast.domain = "com.microsoft";
-      fast.name = root.name + "/FastGelu";
-      fast.inputs = {x};
-      fast.attrs["form"] = Attribute::String(form);
-      Replace(root, std::move(fast));
-      ++stats_.fast_gelu;
-    }
-  }
-
-  // RMSNorm: Mul(Mul(x, Div(1, Sqrt(Add(ReduceMean(Pow(x, 2)), eps)))), w), or Reciprocal for
-  // the Div, either operand order of each Mul (IEEE multiplication commutes exactly).
-  {
-    Matcher m(g);
-    for (Node& root : g.nodes) {
-      if (root.op_type != "Mul" || !root.domain.empty()) continue;
-      auto [mul_x, w] = OneSide(m, root, "Mul");
-      if (!mul_x) continue;
-      const Value* wv = g.FindValue(w);
-      // 1/sqrt as Div(1, .) (TorchScript) or Reciprocal(.) (dynamo): the same IEEE division.
-      auto [div, x] = OneSide(m, *mul_x, "Div");
-      std::string root_sum_sq;
-      if (div && m.IsConstantScalar(div->inputs[0], 1.0f)) {
-        root_sum_sq = div->inputs[1];
-      } else {
-        auto [reciprocal, x_of_reciprocal] = OneSide(m, *mul_x, "Reciprocal");
-        if (!reciprocal) continue;
-        root_sum_sq = reciprocal->inputs[0];
-        x = x_of_reciprocal;
-      }
-      const Value* xv = g.FindValue(x);
-      if (!wv || !xv || wv->shape.size() != 1 || xv->shape.empty() ||
-          wv->shape[0] != xv->shape.back())
-        continue;
-      Node* sqrt = m.SoleProducer(root_sum_sq, "Sqrt");
-      if (!sqrt) continue;
-      Node* add = m.SoleProducer(sqrt->inputs[0], "Add");
-      if (!add) continue;
-      const Value* eps_value = g.FindValue(add->inputs[1]);
-      if (!eps_value || eps_value->dtype != DType::kFloat32 ||
-          std::isnan(m.ScalarConstant(add->inputs[1])))
-        continue;
-      float eps = eps_value->data->data<float>()[0];
-      Node* mean = m.SoleProducer(add->inputs[0], "ReduceMean");
-      if (!mean || mean->GetInt("keepdims", 1) != 1) continue;
-      std::vector<int64_t> axes = mean->GetInts("axes");
-      if (mean->HasInput(1)) {
-        const Value* a = g.FindValue(mean->inputs[1]);
-        if (!a || !a->data) continue;
-        axes = a->data->ToInt64Vector();
-      }
-      int64_t rank = static_cast<int64_t>(xv->shape.size());
-      if (axes.size() != 1 || (axes[0] != -1 && axes[0] != rank - 1)) continue;
-      Node* pow = m.SoleProducer(mean->inputs[0], "Pow");
-      if (!pow || pow->inputs[0] != x || !m.IsConstantNumber(pow->inputs[1], 2.0)) continue;
-      Node rms;
-      rms.op_type = "SimplifiedLayerNormalization";
-      rms.domain = "com.microsoft";
-      rms.name = root.name + "/SimplifiedLayerNormalization";
-      rms.inputs = {x, w};
-      rms.attrs["axis"] = Attribute::Int(-1);
-      rms.attrs["epsilon"] = Attribute::Float(eps);
-      Replace(root, std::move(rms));
-      ++stats_.rmsnorm;
-    }
-  }
-
+  stats_.gelu += FuseErfGelu(g);
+  stats_.fast_gelu += FuseTanhGelu(g);
+  stats_.rmsnorm = FuseRmsNorm(g);
   stats_.silu = FuseSilu(g);
 
   if (options_.fuse_attention) {

@@ -15,17 +15,23 @@
 //             => com.microsoft::FastGelu(x) {form="gelu_new"} (the ai.onnx kernel computes their
 //             element functions, so the rename is exact; ai.onnx Gelu has no gradient rule of its
 //             own: autodiff sees the com.microsoft ops)
-// Fusions (torch 1.13 TorchScript export, opset 17):
-//   GELU      Div(x, 1.4142135) -> Erf -> Add(_, 1) -> Mul(x, _) -> Mul(_, 0.5)
-//             => com.microsoft::Gelu(x)            (one op, fused gradient GeluGrad)
-//   tanh GELU Hugging Face's gelu_new, 0.5*x*(1 + tanh(k*(x + 0.044715*pow(x, 3)))), and
-//             torch.onnx's F.gelu(approximate='tanh') (cube as x*(x*x), the 0.5 applied last)
-//             => com.microsoft::FastGelu(x) {form="gelu_new"|"torch_tanh"} (fused gradient
-//             FastGeluGrad); the form attribute tells the kernel which rounding sequence to
-//             reproduce.
-//   RMSNorm   Pow(x, 2) -> ReduceMean(axes=[-1], keepdims=1) -> Add(_, eps) -> Sqrt -> Div(1, _)
-//             -> Mul(x, _) -> Mul(_, w); Hugging Face Llama's Cast(to=float) pair around it is a
-//             no-op Cast in f32 and is gone by then
+// Fusions, matched by what is computed rather than by one exporter's node order (torch 1.13
+// TorchScript, torch 2.6 dynamo, Hugging Face code): any operand order in each Add and Mul (IEEE
+// addition and multiplication commute exactly), and the spellings listed, each the same bits:
+//   GELU      0.5·x·(1 + erf(x / 1.4142135)) => com.microsoft::Gelu(x) (fused gradient GeluGrad);
+//             TorchScript's Mul(Mul(x, A), 0.5) as the default form, dynamo's Mul(x, Mul(0.5, A))
+//             and Hugging Face's Mul(Mul(x, 0.5), A) as {form="half_first"}: the two round
+//             differently where x·2 overflows, so the kernel reproduces each.
+//   tanh GELU 0.5·x·(1 + tanh(k·(x + 0.044715·x³))) => com.microsoft::FastGelu(x)
+//             {form="gelu_new"|"torch_tanh"} (fused gradient FastGeluGrad): gelu_new takes the
+//             cube as Pow(x, 3) with the 0.5 first (Hugging Face's gelu_new, torch 2.6 dynamo's
+//             F.gelu(approximate='tanh')), torch_tanh as x*(x*x) with the 0.5 last (torch 1.13
+//             TorchScript's); the form tells the kernel which rounding sequence to reproduce.
+//   RMSNorm   Mul(Mul(x, R), w), R = 1/Sqrt(Add(ReduceMean(S, axes=[-1], keepdims=1), eps)),
+//             R as Div(1, .) or Reciprocal, S as Pow(x, 2) or Mul(x, x), the axes an attribute
+//             or a constant input; the Cast(to=float) pair of Hugging Face's and litgpt's
+//             RMSNorm is a no-op Cast in f32 and is gone by then; w any [D] value, so Gemma's
+//             Add(weight, 1) stays and feeds the scale
 //             => com.microsoft::SimplifiedLayerNormalization(x, w) {axis=-1, epsilon=eps}
 //   SiLU      Mul(x, Sigmoid(x)), either operand order (torch's F.silu, Llama/Qwen2's MLP)
 //             => com.microsoft::QuickGelu(x) {alpha=1} (x·sigmoid(alpha·x), ONNX Runtime's op;

@@ -222,6 +222,15 @@ StatusOr<Types> InferGelu(const InferContext& ctx) {
   return Types{SameAs(ctx.input(0))};
 }
 
+// com.microsoft Gelu, form "half_last" (the default) or "half_first" (kernels/cpu/elementwise.cc).
+StatusOr<Types> InferMsGelu(const InferContext& ctx) {
+  const std::string form = ctx.node.GetString("form", "half_last");
+  if (form != "half_last" && form != "half_first")
+    return ctx.Fail("unknown form '" + form + "' (expected \"half_last\" or \"half_first\")");
+  RETURN_IF_ERROR(CheckType(ctx, 0, kFloatTypes));
+  return Types{SameAs(ctx.input(0))};
+}
+
 // com.microsoft FastGelu, form "torch_tanh" (the default) or "gelu_new"
 // (kernels/cpu/elementwise.cc).
 StatusOr<Types> InferFastGelu(const InferContext& ctx) {
@@ -318,8 +327,7 @@ void RegisterElementwiseSchemas(OpSchemaTable& table) {
   Add(table, "", "Dropout", 1, 3, InferDropout, FlopsPerOutput(2), 1, 2, {0});
   Add(table, "", "Gelu", 1, 1, InferGelu, GeluFlops, 1, 1, {0});
 
-  Add(table, "com.microsoft", "Gelu", 1, 1, UnaryOp(kFloatTypes), FlopsPerOutput(kGeluFlops), 1, 1,
-      {0});
+  Add(table, "com.microsoft", "Gelu", 1, 1, InferMsGelu, FlopsPerOutput(kGeluFlops), 1, 1, {0});
   Add(table, "com.microsoft", "FastGelu", 1, 1, InferFastGelu, FlopsPerOutput(kFastGeluFlops), 1, 1,
       {0});
   // QuickGelu x·sigmoid(alpha·x) {alpha, default 1.702 as ONNX Runtime}, QuickGeluGrad (dY, X)

@@ -181,24 +181,28 @@ struct SigmoidBlock {
   }
 };
 
-// Exact-erf GELU in the very operations, and order, of torch's ONNX export
-//   Mul(Mul(x, Add(Erf(Div(x, 1.4142135381698608)), 1.0)), 0.5)
-// so that fusing that pattern into Gelu changes no bits (docs/design.md §4). No step is a multiply
-// followed by an add, so FMA contraction cannot reassociate it either.
-struct GeluBlock {
-  template <class T>
-  static void Block(const T* x, T* y, int64_t n) {
-    const T sqrt2 = static_cast<T>(1.4142135623730951);  // f32: 1.4142135381698608
-    T t[kElementBlock] = {};
-    for (int64_t i = 0; i < n; ++i) t[i] = x[i] / sqrt2;
-    vmath::Erf(t, t, n);
-    for (int64_t i = 0; i < n; ++i) {
-      T v = t[i] + T(1);
-      v = x[i] * v;
-      y[i] = v * T(0.5);
-    }
+// Exact-erf GELU in the very operations, and order, of the decompositions canonicalize fuses
+// into com.microsoft Gelu, so that fusing changes no bits (docs/design.md §4):
+//   form "half_last"   torch 1.13 TorchScript (the default when absent):
+//                      Mul(Mul(x, Add(Erf(Div(x, 1.4142135381698608)), 1.0)), 0.5)
+//   form "half_first"  torch 2.6 dynamo: Mul(x, Mul(0.5, Add(Erf(Div(x, 1.4142135381698608)), 1)))
+// The forms differ only where x·a overflows (a = erf + 1 = 2, x >= 2^127: half_last gives inf,
+// half_first x). Elsewhere both round x·a/2 once: a is 0 or at least 2^-24 (erf + 1 is exact
+// below 0.5; in f32, and likewise in f64 with its own ulp), so 0.5·a is exact; and where a is
+// neither 0 nor 1, |x| > 2^-26, so no product is subnormal (where a is 1 both are x·0.5). By the same argument half_first is also (x·0.5)·a,
+// Hugging Face's order and that of ONNX's Gelu function body. No step is a multiply followed by
+// an add, so FMA contraction cannot reassociate it either.
+template <class T>
+void GeluBlock(const T* x, T* y, int64_t n, bool half_first) {
+  const T sqrt2 = static_cast<T>(1.4142135623730951);  // f32: 1.4142135381698608
+  T t[kElementBlock] = {};
+  for (int64_t i = 0; i < n; ++i) t[i] = x[i] / sqrt2;
+  vmath::Erf(t, t, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const T a = t[i] + T(1);
+    y[i] = half_first ? x[i] * (T(0.5) * a) : (x[i] * a) * T(0.5);
   }
-};
+}
 
 // Tanh GELU, 0.5·x·(1 + tanh(k·(x + c·x³))) with k = sqrt(2/pi) and c = 0.044715, in the very
 // operations and order of the two decompositions canonicalize fuses into com.microsoft FastGelu,
@@ -209,6 +213,9 @@ struct GeluBlock {
 //                        Mul(0.5, Mul(x, Add(1, Tanh(Mul(k, Add(x, Mul(c, Mul(x, Mul(x, x)))))))))
 // The forms differ in the cube (powf vs two products) and in where the 0.5 is applied; operand
 // order inside one Add or Mul is immaterial (IEEE addition and multiplication commute exactly).
+// gelu_new is also torch 2.6 dynamo's F.gelu(approximate='tanh'), Pow for the cube and
+// x·(0.5·a): the same bits as (x·0.5)·a, for the reason given at GeluBlock (tanh + 1, like
+// erf + 1, is 0 or at least 2^-24).
 // As for Gelu, no multiply is followed by an add on the same temporary without a rounding step
 // that the unfused graph also has, and FMA contraction is off for this target.
 enum class FastGeluForm { kTorchTanh, kGeluNew };
@@ -622,6 +629,20 @@ Status QuickGeluKernel(const Node& node, Inputs in, Outputs out, const KernelCon
   });
 }
 
+Status GeluKernel(const Node& node, Inputs in, Outputs out, const KernelContext&) {
+  const std::string form = node.GetString("form", "half_last");
+  if (form != "half_last" && form != "half_first")
+    return Error(node.Describe() + ": unknown form '" + form +
+                 "' (expected \"half_last\" or \"half_first\")");
+  const bool half_first = form == "half_first";
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    BlockMap(in[0]->data<T>(), out[0]->data<T>(), out[0]->numel(),
+             [half_first](const T* x, T* y, int64_t n) { GeluBlock(x, y, n, half_first); });
+    return Status::Ok();
+  });
+}
+
 // ai.onnx Gelu (opset 20) in the very operations of com.microsoft Gelu ("none") and of FastGelu's
 // gelu_new form ("tanh": 0.5·x first, Pow for the cube, as the ONNX function body), so that
 // canonicalize's rewrite into those ops changes no bits. The ONNX function body itself differs in
@@ -643,7 +664,7 @@ Status OnnxGeluKernel(const Node& node, Inputs in, Outputs out, const KernelCont
                if (tanh)
                  FastGeluBlock(x, y, n, FastGeluForm::kGeluNew);
                else
-                 GeluBlock::Block(x, y, n);
+                 GeluBlock(x, y, n, /*half_first=*/false);
              });
     return Status::Ok();
   });
@@ -802,7 +823,7 @@ void RegisterElementwiseKernels(CpuKernelTable& table) {
   table.Add("", "Dropout", DropoutKernel);
   table.Add("", "Gelu", OnnxGeluKernel);
 
-  table.Add("com.microsoft", "Gelu", FloatUnaryKernel<GeluBlock>);
+  table.Add("com.microsoft", "Gelu", GeluKernel);
   table.Add("com.microsoft", "GeluGrad", GeluGradKernel);
   table.Add("com.microsoft", "FastGelu", FastGeluKernel);
   table.Add("com.microsoft", "FastGeluGrad", FastGeluGradKernel);

@@ -390,16 +390,19 @@ FOUNDRY_HD T ClipValue(T x, bool has_lo, T lo, bool has_hi, T hi) {
   return x;
 }
 
-// Exact-erf GELU in the operations, and order, of torch's ONNX export
-//   Mul(Mul(x, Add(Erf(Div(x, 1.4142135381698608)), 1.0)), 0.5)
-// (the CPU's GeluBlock; no product feeds an addition, so nothing can contract).
+// Exact-erf GELU in the two forms canonicalize fuses into Gelu (the CPU's GeluBlock):
+//   half_last:  (x * (erf(x / sqrt2) + 1)) * 0.5
+//   half_first: x * (0.5 * (erf(x / sqrt2) + 1))
+// (no product feeds an addition, so nothing can contract).
 struct GeluOp {
+  bool half_first = false;
   template <class T>
   FOUNDRY_HD T operator()(T x) const {
     const T sqrt2 = static_cast<T>(1.4142135623730951);  // f32: 1.4142135381698608
     T t = x / sqrt2;
     t = Erf(t);
     t = t + T(1);
+    if (half_first) return x * (T(0.5) * t);
     t = x * t;
     return t * T(0.5);
   }

@@ -494,6 +494,17 @@ Status FastGeluKernel(const Node& node, Inputs in, Outputs out, const CudaKernel
   });
 }
 
+Status GeluKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
+  const std::string form = node.GetString("form", "half_last");
+  if (form != "half_last" && form != "half_first")
+    return Error(node.Describe() + ": unknown form '" + form +
+                 "' (expected \"half_last\" or \"half_first\")");
+  return kTypes.Float(node, in[0]->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return Unary<T, T>(node, ctx, *in[0], *out[0], ew::GeluOp{form == "half_first"});
+  });
+}
+
 // ai.onnx Gelu: com.microsoft Gelu's op ("none") or FastGelu's gelu_new ("tanh"), as on the CPU.
 Status OnnxGeluKernel(const Node& node, Inputs in, Outputs out, const CudaKernelContext& ctx) {
   const std::string approximate = node.GetString("approximate", "none");
@@ -592,7 +603,7 @@ void RegisterCudaElementwiseKernels(CudaKernelTable& table) {
   table.Add("", "Dropout", DropoutKernelFn);
   table.Add("", "Gelu", OnnxGeluKernel);
 
-  table.Add("com.microsoft", "Gelu", FloatUnaryKernel<ew::GeluOp>);
+  table.Add("com.microsoft", "Gelu", GeluKernel);
   table.Add("com.microsoft", "GeluGrad", ActivationGradKernel<ew::GeluGradOp>);
   table.Add("com.microsoft", "FastGelu", FastGeluKernel);
   table.Add("com.microsoft", "FastGeluGrad", ActivationGradKernel<ew::FastGeluGradOp>);

@@ -572,9 +572,11 @@ TEST(DropoutKernelTest, DropoutGradScalesByTheForwardMask) {
 
 // ----------------------------------------------------------------------------------- GELU
 
-// Gelu must equal torch's exported decomposition, run through these same kernels, bit for bit:
-// the canonicalization pass fuses one into the other and promises unchanged numbers.
-TEST(GeluKernelTest, BitwiseEqualToTheExportedDecomposition) {
+// Gelu must equal torch's exported decompositions, run through these same kernels, bit for bit:
+// the canonicalization pass fuses them into it and promises unchanged numbers. Form half_last is
+// torch 1.13 TorchScript's order, half_first torch 2.6 dynamo's (and, the same bits, Hugging
+// Face's (x·0.5)·a). x sweeps every binade, subnormals to 2^127, and the infinities.
+TEST(GeluKernelTest, BitwiseEqualToTheExportedDecompositions) {
   auto g = ParseGraph(R"(graph g {
   input x : f32[20011]
   const sqrt2 : f32[] = [1.4142135381698608]
@@ -585,16 +587,85 @@ TEST(GeluKernelTest, BitwiseEqualToTheExportedDecomposition) {
   a = Add(e, one)
   m = Mul(x, a)
   y = Mul(m, half)
+  ha = Mul(half, a)
+  y_dynamo = Mul(x, ha)
+  hx = Mul(x, half)
+  y_hf = Mul(hx, a)
   fused = com.microsoft::Gelu(x)
+  fused_last = com.microsoft::Gelu(x) {form="half_last"}
+  fused_first = com.microsoft::Gelu(x) {form="half_first"}
   output y
+  output y_dynamo
+  output y_hf
   output fused
+  output fused_last
+  output fused_first
 })");
   ASSERT_TRUE(g.ok()) << g.status().message();
   EXPECT_EQ(g->FindValue("sqrt2")->data->data<float>()[0], static_cast<float>(std::sqrt(2.0)));
   for (const Node& n : g->nodes) ASSERT_TRUE(InferAndSetTypes(*g, n).ok()) << n.name;
   Tensor x = RandomTensor({20011}, 31, -8.f, 8.f);
-  const float specials[] = {0.f, -0.f, 1e-30f, -1e-30f, 30.f, -30.f, 3e38f, -3e38f};
-  for (int i = 0; i < 8; ++i) x.data<float>()[i] = specials[i];
+  const float kInf = std::numeric_limits<float>::infinity();
+  const float kMax = std::numeric_limits<float>::max();
+  // clang-format off
+  std::vector<float> specials = {0.f, -0.f, 1e-30f, -1e-30f, 30.f, -30.f, 3e38f, -3e38f,
+                                 kInf, -kInf, 1e-45f, -1e-45f, kMax, -kMax};
+  // clang-format on
+  for (int e = -149; e < 127; ++e)
+    for (float m : {1.f, 1.37f, -1.f, -1.37f, 1.9999999f}) specials.push_back(std::ldexp(m, e));
+  std::copy(specials.begin(), specials.end(), x.data<float>());
+  auto out = Interpret(*g, {{"x", x}});
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_TRUE(out->at("y").BitwiseEqual(out->at("fused")));
+  EXPECT_TRUE(out->at("y").BitwiseEqual(out->at("fused_last")));
+  EXPECT_TRUE(out->at("y_dynamo").BitwiseEqual(out->at("fused_first")));
+  EXPECT_TRUE(out->at("y_hf").BitwiseEqual(out->at("fused_first")));
+  // The forms differ where x·2 overflows: 3e38 and FLT_MAX (half_last gives inf).
+  EXPECT_FALSE(out->at("y").BitwiseEqual(out->at("fused_first")));
+  EXPECT_EQ(out->at("fused_first").data<float>()[6], 3e38f);
+  EXPECT_TRUE(std::isinf(out->at("fused").data<float>()[6]));
+
+  auto bad = RunSingleNode(
+      EwNode("Gelu", {"x"}, {"y"}, {{"form", Attribute::String("tanh")}}, "com.microsoft"),
+      {{"x", x}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "Gelu node 'Gelu_node': unknown form 'tanh' (expected \"half_last\" or "
+            "\"half_first\")");
+}
+
+// FastGelu's gelu_new form, (x·0.5)·A, is also torch 2.6 dynamo's F.gelu(approximate='tanh'),
+// x·(0.5·A), bit for bit: A = tanh + 1 is 0 or at least 2^-24, so 0.5·A is exact, and A is 1
+// wherever x·0.5 is inexact. Over every binade, subnormals to FLT_MAX, and the infinities.
+TEST(FastGeluKernelTest, GeluNewFormIsDynamosTanhGeluBitwise) {
+  auto g = ParseGraph(R"(graph g {
+  input x : f32[4096]
+  const three : f32[] = [3.0]
+  const c : f32[] = [0.044714998453855515]
+  const k : f32[] = [0.7978845834732056]
+  const one : f32[] = [1.0]
+  const half : f32[] = [0.5]
+  p = Pow(x, three)
+  u = Mul(c, p)
+  v = Add(x, u)
+  w = Mul(k, v)
+  t = Tanh(w)
+  a = Add(t, one)
+  h = Mul(half, a)
+  y = Mul(x, h)
+  fused = com.microsoft::FastGelu(x) {form="gelu_new"}
+  output y
+  output fused
+})");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  for (const Node& n : g->nodes) ASSERT_TRUE(InferAndSetTypes(*g, n).ok()) << n.name;
+  Tensor x = RandomTensor({4096}, 39, -8.f, 8.f);
+  const float kInf = std::numeric_limits<float>::infinity();
+  const float kMax = std::numeric_limits<float>::max();
+  std::vector<float> specials = {0.f, -0.f, kInf, -kInf, 1e-45f, -1e-45f, kMax, -kMax};
+  for (int e = -149; e < 128; ++e)
+    for (float m : {1.f, 1.37f, -1.f, -1.37f, 1.9999999f}) specials.push_back(std::ldexp(m, e));
+  std::copy(specials.begin(), specials.end(), x.data<float>());
   auto out = Interpret(*g, {{"x", x}});
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_TRUE(out->at("y").BitwiseEqual(out->at("fused")));

@@ -247,6 +247,8 @@ TEST(CudaElementwiseMathTest, FloatUnaryOpsEqualCpuBitwise) {
     CheckUnary<T, T>("Sign", ew::SignOp{});
     CheckUnary<T, T>("Relu", ew::ReluOp{});
     CheckUnary<T, T>("Gelu", ew::GeluOp{}, "com.microsoft");
+    CheckUnary<T, T>("Gelu", ew::GeluOp{true}, "com.microsoft",
+                     {{"form", Attribute::String("half_first")}});
     CheckUnary<T, T>("FastGelu", ew::FastGeluOp{false}, "com.microsoft");
     CheckUnary<T, T>("FastGelu", ew::FastGeluOp{false}, "com.microsoft",
                      {{"form", Attribute::String("torch_tanh")}});

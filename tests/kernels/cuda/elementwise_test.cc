@@ -145,6 +145,7 @@ TEST(CudaElementwiseTest, UnaryOpsMatchCpu) {
       {"Cos", "", kFloat, 1e-6},
       {"Softplus", "", kFloat, 1e-6},
       {"Gelu", "com.microsoft", kFloat, 1e-5},
+      {"Gelu", "com.microsoft", kFloat, 1e-5, {{"form", Attribute::String("half_first")}}},
       {"FastGelu", "com.microsoft", kFloat, 1e-5},
       {"FastGelu", "com.microsoft", kFloat, 1e-5, {{"form", Attribute::String("gelu_new")}}},
       {"QuickGelu", "com.microsoft", kFloat, 1e-6},
