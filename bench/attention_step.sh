@@ -17,9 +17,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 json() { /usr/bin/python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
-median_step_ms() {  # the ms of every step after the first, median
-  awk '/^step /{split($2, a, "/"); if (a[1] > 1) print $5}' "$1" | sort -g |
-    awk '{v[NR] = $1} END {if (NR == 0) print "n/a"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+median_step_ms() {  # median_step_ms LOG TOKENS: ms/step from the steps after the first (tok/s)
+  awk '/^step /{split($2, a, "/"); if (a[1] > 1) for (i = 2; i <= NF; i++) if ($i == "tok/s") print $(i - 1)}' "$1" |
+    sort -g | awk -v t="$2" '{v[NR] = $1} END {if (NR == 0) print "n/a"; else {m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.0f", 1000 * t / m}}'
 }
 
 rows=()
@@ -32,7 +32,7 @@ for seq in "${seqs[@]}"; do
       -o "$tmp/$form$seq" --report-json "$tmp/$form$seq.json" > /dev/null
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$build/foundry-run" "$tmp/$form$seq" \
       --steps $((steps + 1)) > "$tmp/$form$seq.log"
-    ms[$form]=$(median_step_ms "$tmp/$form$seq.log")
+    ms[$form]=$(median_step_ms "$tmp/$form$seq.log" "$seq")
     saved[$form]=$(json "$tmp/$form$seq.json" "d['memory']['saved_for_backward_bytes']")
     total[$form]=$(json "$tmp/$form$seq.json" "d['memory']['total_bytes']")
   done

@@ -20,9 +20,9 @@ trap 'rm -rf "$tmp"' EXIT
 cmake --build "$build" --target attention_kernel_bench foundry-compile foundry-run >/dev/null
 json() { /usr/bin/python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
-median_step_ms() {  # the ms of every step after the first, median
-  awk '/^step /{split($2, a, "/"); if (a[1] > 1) print $5}' "$1" | sort -g |
-    awk '{v[NR] = $1} END {if (NR == 0) print "n/a"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+median_step_ms() {  # median_step_ms LOG TOKENS: ms/step from the steps after the first (tok/s)
+  awk '/^step /{split($2, a, "/"); if (a[1] > 1) for (i = 2; i <= NF; i++) if ($i == "tok/s") print $(i - 1)}' "$1" |
+    sort -g | awk -v t="$2" '{v[NR] = $1} END {if (NR == 0) print "n/a"; else {m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.0f", 1000 * t / m}}'
 }
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 
@@ -55,7 +55,7 @@ EOF
     "$build/foundry-run" "$tmp/$kind-$form" --steps 3 > "$tmp/$kind-$form.log"
     fusion=$(grep -o 'attention fused [0-9]*, attention unfused [0-9]*' "$tmp/$kind-$form.txt" || echo "not run")
     saved=$(json "$tmp/$kind-$form.json" "d['memory']['saved_for_backward_bytes']")
-    layer_rows+=("| ${kind%_attention} | $form ($fusion) | $saved | $(mib "$saved") | $(median_step_ms "$tmp/$kind-$form.log") |")
+    layer_rows+=("| ${kind%_attention} | $form ($fusion) | $saved | $(mib "$saved") | $(median_step_ms "$tmp/$kind-$form.log" "$seq") |")
   done
 done
 

@@ -10,6 +10,8 @@
 # activation-checkpointing tables) and bench/attention_vs_torch26.sh (fused attention against
 # PyTorch 2.6 + SDPA; its PyTorch cells read n/a without scripts/torch26-env.sh's chroot) and
 # bench/attention_step.sh (the training step with attention fused and unfused),
+# bench/attention_window.sh (sliding-window against full causal attention at seq 4096),
+# bench/fusion_counters.sh (what canonicalize fused per export, and the saved bytes),
 # bench/step_vs_torch26.sh (the training step against PyTorch 2.6, interleaved, with the
 # checkpointing overheads; ~25 min), bench/node_overhead.sh (the empty step and the per-node
 # cost), bench/budget_7b.sh and bench/sharding.sh (per-rank plans of MPT-1B/7B/30B on 8 ranks),
@@ -140,6 +142,10 @@ print(' | '.join([mib('arena_bytes'), mib('lower_bound_bytes'),
   BENCH_ATTN_PRECISION=amp_bf16 BENCH_ATTN_SEQS=1024 bash bench/attention_vs_torch26.sh "$build"
   echo
   bash bench/attention_step.sh "$build"
+  echo
+  bash bench/attention_window.sh "$build"
+  echo
+  bash bench/fusion_counters.sh "$build"
   echo
   bash bench/step_vs_torch26.sh "$build"
   echo

@@ -234,6 +234,10 @@ std::vector<CkptCase> CheckpointCases() {
   add("llama_tiny_window", "model.onnx", {"LlamaDecoderLayer"}, Each("model.layers", {0, 1}));
   add("llama_tiny_window", "model.onnx", {"LlamaAttention", "LlamaMLP"},
       Each("model.layers", {0, 1}, {"self_attn", "mlp"}));
+  add("llama_tiny_window", "model.onnx",
+      {"model.layers.*.input_layernorm", "model.layers.*.post_attention_layernorm"},
+      Each("model.layers", {0, 1}, {"input_layernorm", "post_attention_layernorm"}));
+  add("llama_tiny_window", "model.onnx", {"block=first-1"}, Each("model.layers", {0}));
   add("gpt2_tiny", "model.onnx", {"GPT2Block"}, Each("transformer.h", {0, 1}));
   add("gpt2_tiny", "model.onnx", {"GPT2Attention", "GPT2MLP"},
       Each("transformer.h", {0, 1}, {"attn", "mlp"}));
