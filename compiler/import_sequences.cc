@@ -289,7 +289,8 @@ Status LowerSplitToSequence(Graph& g) { return Lowering(g).Run(); }
 
 const std::vector<LoweredOp>& ImportLoweredOps() {
   static const std::vector<LoweredOp> ops = {
-      {"SplitToSequence", "lowered at import to Split (or Slice per piece) when only SequenceAt reads it"},
+      {"SplitToSequence",
+       "lowered at import to Split (or Slice per piece) when only SequenceAt reads it"},
       {"SequenceAt", "lowered at import with its SplitToSequence, at constant positions"},
   };
   return ops;

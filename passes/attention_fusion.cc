@@ -888,7 +888,7 @@ class Fuser {
   UseDef ud_;
   std::set<std::string> params_, outputs_;
   std::map<std::string, bool> reaches_;
-  std::map<std::string, Band> bands_;  // BandForm's answers by condition and size
+  std::map<std::string, Band> bands_;             // BandForm's answers by condition and size
   std::map<std::string, FloatBand> float_bands_;  // FloatBandOf's
   std::string axes_;  // the [1] constant the rank-3 views use
 };

@@ -921,8 +921,7 @@ StatusOr<Types> InferOneHot(const InferContext& ctx) {
 }
 
 // The scatters' `reduction` (none, add, mul, max, min) and updates of data's element type.
-Status CheckScatterReductionAndTypes(const InferContext& ctx, const Value& data,
-                                     const Value& upd) {
+Status CheckScatterReductionAndTypes(const InferContext& ctx, const Value& data, const Value& upd) {
   const std::string red = ctx.node.GetString("reduction", "none");
   if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
     return ctx.Fail("reduction '" + red + "' is not supported");

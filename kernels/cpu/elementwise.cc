@@ -189,9 +189,9 @@ struct SigmoidBlock {
 // The forms differ only where x·a overflows (a = erf + 1 = 2, x >= 2^127: half_last gives inf,
 // half_first x). Elsewhere both round x·a/2 once: a is 0 or at least 2^-24 (erf + 1 is exact
 // below 0.5; in f32, and likewise in f64 with its own ulp), so 0.5·a is exact; and where a is
-// neither 0 nor 1, |x| > 2^-26, so no product is subnormal (where a is 1 both are x·0.5). By the same argument half_first is also (x·0.5)·a,
-// Hugging Face's order and that of ONNX's Gelu function body. No step is a multiply followed by
-// an add, so FMA contraction cannot reassociate it either.
+// neither 0 nor 1, |x| > 2^-26, so no product is subnormal (where a is 1 both are x·0.5). By the
+// same argument half_first is also (x·0.5)·a, Hugging Face's order and that of ONNX's Gelu function
+// body. No step is a multiply followed by an add, so FMA contraction cannot reassociate it either.
 template <class T>
 void GeluBlock(const T* x, T* y, int64_t n, bool half_first) {
   const T sqrt2 = static_cast<T>(1.4142135623730951);  // f32: 1.4142135381698608

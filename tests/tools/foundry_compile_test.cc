@@ -497,7 +497,8 @@ TEST_F(FoundryCompileTest, ListOps) {
         "\nCumSum\n", "\nGatherND\n", "\ncom.microsoft::GatherNDGrad\n", "\nScatterElements\n"})
     EXPECT_NE(("\n" + r.out).find(op), std::string::npos) << op;
   // The ops the importer lowers into others are listed too, with how.
-  for (const char* op : {"\nSplitToSequence  (lowered at import", "\nSequenceAt  (lowered at import"})
+  for (const char* op :
+       {"\nSplitToSequence  (lowered at import", "\nSequenceAt  (lowered at import"})
     EXPECT_NE(("\n" + r.out).find(op), std::string::npos) << op;
 }
 
