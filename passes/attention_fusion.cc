@@ -32,6 +32,29 @@ class IndexGrid {
     return !std::isnan(*out);
   }
 
+  // What the compiled terms compute, as text: equal for two values computed alike (each layer's
+  // copy of one mask), so a result can be reused instead of evaluated again. Constants enter by
+  // a hash of their bytes.
+  std::string Signature() const {
+    std::string sig;
+    for (const Term& t : terms_) {
+      sig += std::to_string(static_cast<int>(t.kind)) + ":" + std::to_string(static_cast<int>(t.op)) +
+             ":" + std::to_string(t.in[0]) + "," + std::to_string(t.in[1]) + "," +
+             std::to_string(t.in[2]) + ":" + std::to_string(t.rows) + "x" + std::to_string(t.cols) +
+             ":" + std::to_string(static_cast<int>(t.dtype)) + ":" + std::to_string(t.start) + ":" +
+             std::to_string(t.delta);
+      if (t.data) {
+        uint64_t h = 1469598103934665603ull;  // FNV-1a
+        const auto* b = static_cast<const unsigned char*>(t.data->raw());
+        for (size_t k = 0; k < t.data->nbytes(); ++k) h = (h ^ b[k]) * 1099511628211ull;
+        sig += ":" + std::to_string(static_cast<int>(t.data->dtype())) + ":" +
+               std::to_string(h);
+      }
+      sig += ";";
+    }
+    return sig;
+  }
+
  private:
   enum class Kind { kConstant, kRange, kView, kBroadcast, kUnary, kBinary, kWhere, kTrilu };
   // The operation of a kUnary / kBinary term (Cast: to bool, an integer, f32 or f64).
@@ -514,13 +537,12 @@ class Fuser {
     if (!c || c->dtype != DType::kBool || !c->ShapeKnown()) return {};
     const Shape& s = c->shape;
     if (s.size() < 2 || s[s.size() - 1] != sk || s[s.size() - 2] != sq) return {};
-    const std::string key = cond + "/" + std::to_string(sq);
-    if (auto it = bands_.find(key); it != bands_.end()) return it->second;
-    Band band;
     IndexGrid grid(g_, params_, ud_);
-    if (grid.Compile(cond)) band = ReadBand(grid, sq);
-    bands_[key] = band;
-    return band;
+    if (!grid.Compile(cond)) return {};
+    // Every layer computes its own copy of the mask: evaluated once per distinct computation.
+    const std::string key = grid.Signature() + "/" + std::to_string(sq);
+    if (auto it = bands_.find(key); it != bands_.end()) return it->second;
+    return bands_[key] = ReadBand(grid, sq);
   }
 
   // The band of a compiled square condition (see BandForm).
@@ -572,13 +594,14 @@ class Fuser {
       return {};
     const Shape& s = c->shape;
     if (s.size() < 2 || s[s.size() - 1] != sk || s[s.size() - 2] != sq) return {};
-    const std::string key = v + "/float/" + std::to_string(sq);
+    IndexGrid grid(g_, params_, ud_);
+    if (!grid.Compile(v)) return {};
+    const std::string key = grid.Signature() + "/" + std::to_string(sq);
     if (auto it = float_bands_.find(key); it != float_bands_.end()) return it->second;
     FloatBand out;
-    IndexGrid grid(g_, params_, ud_);
     double fill;
     // Element (0, n - 1) is above the diagonal: masked in any causal band.
-    if (grid.Compile(v) && grid.At(sq - 1, &fill) && fill <= -1e30) {
+    if (grid.At(sq - 1, &fill) && fill <= -1e30) {
       out.band = ReadMasked(grid, sq, [&](double x) { return x == fill ? 1 : x == 0 ? 0 : -1; });
       out.fill = fill;
     }
@@ -888,8 +911,9 @@ class Fuser {
   UseDef ud_;
   std::set<std::string> params_, outputs_;
   std::map<std::string, bool> reaches_;
-  std::map<std::string, Band> bands_;             // BandForm's answers by condition and size
-  std::map<std::string, FloatBand> float_bands_;  // FloatBandOf's
+  // BandForm's and FloatBandOf's answers by what was evaluated (IndexGrid::Signature) and size.
+  std::map<std::string, Band> bands_;
+  std::map<std::string, FloatBand> float_bands_;
   std::string axes_;  // the [1] constant the rank-3 views use
 };
 

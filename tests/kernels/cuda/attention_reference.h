@@ -72,8 +72,8 @@ inline std::vector<Case> Cases() {
   c.push_back({.name = "dropout", .b = 1, .hq = 2, .hkv = 1, .sq = 70, .sk = 90, .d = 16, .dv = 16, .dropout = 0.25f, .seed = 14});
   c.push_back({.name = "head_dim_128_96", .b = 1, .hq = 2, .hkv = 1, .sq = 67, .sk = 80, .d = 128, .dv = 96, .seed = 15});
   c.push_back({.name = "masked_row_nan", .b = 1, .hq = 2, .hkv = 1, .sq = 70, .sk = 80, .d = 8, .dv = 8, .mask = {1, 1, 70, 80}, .mask_keep = true, .mask_rate = 0.2f, .masked_row = 3, .seed = 17});
-  c.push_back({.name = "window_3_tiles", .b = 1, .hq = 2, .hkv = 1, .sq = 200, .sk = 200, .d = 16, .dv = 16, .causal = true, .window = 70, .seed = 18});
-  c.push_back({.name = "window_small_softcap_gqa", .b = 2, .hq = 4, .hkv = 2, .sq = 130, .sk = 130, .d = 16, .dv = 8, .kt = false, .causal = true, .window = 5, .softcap = 0.7f, .seed = 19});
+  c.push_back({.name = "window_skips_both_sides", .b = 1, .hq = 2, .hkv = 1, .sq = 140, .sk = 140, .d = 16, .dv = 16, .causal = true, .window = 40, .seed = 18});
+  c.push_back({.name = "window_small_softcap_gqa", .b = 1, .hq = 4, .hkv = 2, .sq = 130, .sk = 130, .d = 16, .dv = 8, .kt = false, .causal = true, .window = 5, .softcap = 0.7f, .seed = 19});
   c.push_back({.name = "softcap_bias_no_causal", .b = 1, .hq = 2, .hkv = 2, .sq = 66, .sk = 70, .d = 32, .dv = 16, .bias = {1, 2, 1, 70}, .softcap = 1.5f, .seed = 20});
   c.push_back({.name = "window_finite_mask_value", .b = 1, .hq = 1, .hkv = 1, .sq = 140, .sk = 140, .d = 8, .dv = 8, .causal = true, .mask_value = -3.f, .window = 20, .seed = 21});
   c.push_back({.name = "head_dim_1", .b = 1, .hq = 1, .hkv = 1, .sq = 5, .sk = 3, .d = 1, .dv = 1, .scale = 0.5f, .seed = 16});

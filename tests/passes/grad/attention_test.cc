@@ -52,7 +52,7 @@ std::vector<Case> Cases() {
       {"o_transposed_mha", 1, 3, 3, 5, 5, 4, 4, false, false, {}, {5, 5}, true, -kInf, true},
       // Sliding windows: across tile edges (skipped tiles on both sides of the band), one key
       // wide, with GQA and finfo.min; soft-capping alone, with a bias, and with a window.
-      {"window_across_tiles", 1, 2, 1, 200, 200, 4, 4, true, true, {}, {}, false, -kInf, false, 70},
+      {"window_across_tiles", 1, 2, 1, 140, 140, 4, 4, true, true, {}, {}, false, -kInf, false, 40},
       {"window_1_gqa_untransposed", 1, 4, 2, 9, 9, 3, 5, false, true, {}, {}, false, kFinfoMin, false, 1},
       {"softcap", 1, 2, 2, 7, 7, 4, 4, true, false, {}, {}, false, -kInf, false, 0, 0.8f},
       {"softcap_alibi_window_o_transposed", 2, 4, 2, 67, 67, 4, 3, true, true, {1, 4, 1, 67}, {}, false, -kInf, true, 3, 1.3f},
