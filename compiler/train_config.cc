@@ -43,7 +43,9 @@ const std::set<std::string> kTopKeys = {"variables",
                                         "save_num_checkpoints_to_keep",
                                         "seed",
                                         "fsdp_config",
-                                        "console_log_interval"};
+                                        "console_log_interval",
+                                        "train_loader",
+                                        "eval_loader"};
 const std::set<std::string> kModelKeys = {
     "name",       "d_model",         "n_heads",
     "n_layers",   "expansion_ratio", "max_seq_len",
@@ -368,6 +370,81 @@ Status ReadAlgorithms(const Reader& r, TrainConfig& c) {
   return Status::Ok();
 }
 
+// The keys of a `text` loader's dataset that foundry reads, and those that change nothing it does
+// (streaming's download, cache and partition settings; the loader's worker settings).
+const std::set<std::string> kDatasetKeys = {"local",   "remote",      "split",
+                                            "max_seq_len", "shuffle", "shuffle_seed",
+                                            "shuffle_block_size", "token_encoding_type"};
+const std::set<std::string> kDatasetNoEffect = {
+    "download_retry", "download_timeout", "validate_hash", "keep_zip",   "predownload",
+    "cache_limit",    "partition_algo",   "num_canonical_nodes",         "sampling_method",
+    "sampling_granularity", "batching_method", "shuffle_algo", "allow_unsafe_types",
+    "stream_name",    "stream_config"};
+const std::set<std::string> kLoaderNoEffect = {"num_workers", "pin_memory", "prefetch_factor",
+                                               "persistent_workers", "timeout"};
+
+// A loader's dataset keys: read, ignored (no effect), or refused (they change the data).
+Status ReadDataset(const Reader& r, const std::string& at, TrainConfig::Loader& l) {
+  ASSIGN_OR_RETURN(auto ds, r.Get(at));
+  if (!ds) return r.Fail(at, "is missing; a text loader names its MDS dataset (local, split)");
+  if (!ds->IsMap()) return r.Fail(at, "is " + YamlKindOf(*ds) + "; expected a mapping");
+  for (const auto& kv : *ds) {
+    const std::string k = kv.first.Scalar();
+    if (kDatasetKeys.count(k)) continue;
+    if (kDatasetNoEffect.count(k)) {
+      l.ignored.push_back(at + "." + k);
+      continue;
+    }
+    ASSIGN_OR_RETURN(auto v, r.Get(at + "." + k));
+    if (!v) continue;  // null: the default
+    return r.Fail(at + "." + k,
+                  k == "streams" ? "mixes several datasets; foundry reads one: give local and "
+                                   "split of one MDS folder"
+                                 : "changes the samples (or how they are batched) in a way "
+                                   "foundry does not reproduce; remove it");
+  }
+  ASSIGN_OR_RETURN(l.local, r.String(at + ".local"));
+  ASSIGN_OR_RETURN(l.remote, r.String(at + ".remote"));
+  ASSIGN_OR_RETURN(l.split, r.String(at + ".split"));
+  ASSIGN_OR_RETURN(l.token_encoding_type, r.String(at + ".token_encoding_type"));
+  ASSIGN_OR_RETURN(l.max_seq_len, r.Int(at + ".max_seq_len", 1, int64_t{1} << 40, "a positive integer"));
+  ASSIGN_OR_RETURN(l.shuffle_block_size,
+                   r.Int(at + ".shuffle_block_size", 1, int64_t{1} << 40, "a positive integer"));
+  ASSIGN_OR_RETURN(l.shuffle, r.Bool(at + ".shuffle"));
+  ASSIGN_OR_RETURN(auto seed, r.Int(at + ".shuffle_seed", 0, INT64_MAX, "an integer >= 0"));
+  if (seed) l.shuffle_seed = static_cast<uint64_t>(*seed);
+  return Status::Ok();
+}
+
+Status ReadLoader(const Reader& r, const std::string& key, std::optional<TrainConfig::Loader>& out) {
+  ASSIGN_OR_RETURN(auto node, r.Get(key));
+  if (!node) return Status::Ok();
+  if (!node->IsMap()) return r.Fail(key, "is " + YamlKindOf(*node) + "; expected a mapping");
+  TrainConfig::Loader l;
+  l.key = key;
+  ASSIGN_OR_RETURN(auto name, r.String(key + ".name"));
+  l.name = name.value_or("");
+  if (l.name != "text")
+    return r.Fail(key + ".name",
+                  "is '" + Shown(l.name) +
+                      "'; foundry reads llm-foundry's `text` loader (pretraining on an MDS "
+                      "dataset of token ids), not finetuning loaders");
+  for (const auto& kv : *node) {
+    const std::string k = kv.first.Scalar();
+    if (k == "name" || k == "dataset" || k == "drop_last") continue;
+    if (kLoaderNoEffect.count(k)) {
+      l.ignored.push_back(key + "." + k);
+      continue;
+    }
+    return r.Fail(key + "." + k, "is not a key of llm-foundry's text loader that foundry reads; "
+                                 "remove it");
+  }
+  ASSIGN_OR_RETURN(l.drop_last, r.Bool(key + ".drop_last"));
+  RETURN_IF_ERROR(ReadDataset(r, key + ".dataset", l));
+  out = std::move(l);
+  return Status::Ok();
+}
+
 Status ReadFsdp(const Reader& r, TrainConfig& c) {
   ASSIGN_OR_RETURN(auto node, r.Get("fsdp_config"));
   if (!node) return Status::Ok();
@@ -463,6 +540,10 @@ StatusOr<TrainConfig> Parse(const std::string& text, const std::string& path) {
   if (c.eval_subset_num_batches && *c.eval_subset_num_batches == 0)
     return r.Fail("eval_subset_num_batches", "is 0; give -1 (the whole eval set) or a count");
   ASSIGN_OR_RETURN(c.save_folder, r.String("save_folder"));
+  RETURN_IF_ERROR(ReadLoader(r, "train_loader", c.train_loader));
+  RETURN_IF_ERROR(ReadLoader(r, "eval_loader", c.eval_loader));
+  for (const auto* loader : {&c.train_loader, &c.eval_loader})
+    if (*loader) c.ignored.insert(c.ignored.end(), (*loader)->ignored.begin(), (*loader)->ignored.end());
   ASSIGN_OR_RETURN(
       c.save_num_checkpoints_to_keep,
       r.Int("save_num_checkpoints_to_keep", -1, int64_t{1} << 40, "a count (-1: keep all)"));

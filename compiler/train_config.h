@@ -97,6 +97,20 @@ struct TrainConfig {
   std::optional<int64_t> eval_subset_num_batches;  // -1: the whole eval set
   std::optional<std::string> save_folder;
   std::optional<int64_t> save_num_checkpoints_to_keep;
+
+  // train_loader / eval_loader: llm-foundry's `text` loader over an MDS dataset (runtime/mds.h),
+  // its dataset keys as written. `ignored` lists the keys of the loader and its dataset that
+  // change nothing foundry does (num_workers, pin_memory, predownload, ...), dotted.
+  struct Loader {
+    std::string key;   // "train_loader"
+    std::string name;  // "text"
+    std::optional<std::string> local, remote, split, token_encoding_type;
+    std::optional<int64_t> max_seq_len, shuffle_block_size;
+    std::optional<bool> shuffle, drop_last;
+    std::optional<uint64_t> shuffle_seed;
+    std::vector<std::string> ignored;
+  };
+  std::optional<Loader> train_loader, eval_loader;
   std::optional<uint64_t> seed;
 
   // fsdp_config's scalar keys as written (sharding_strategy, mixed_precision, ...): read now,

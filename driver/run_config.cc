@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -21,6 +22,7 @@ struct Mapping {
   std::string source;  // "--config PATH: ", before the errors about a key
   StepUnits units;
   int64_t batch = 0, seq = 0, accumulation = 1, world = 1;  // the plan's
+  std::string train_dir, eval_dir;  // the loaders' MDS folders ("" when the YAML names none)
 
   void Set(const std::string& flag, std::string text, const std::string& key) const {
     r.set({flag, key, std::move(text)});
@@ -79,14 +81,82 @@ Status CheckPlan(Mapping& m) {
   return Status::Ok();
 }
 
+// A loader's MDS folder: local/split as llm-foundry names it. A remote that is a local folder
+// is read in place when local does not hold the split (streaming would copy it to local first);
+// a remote store is refused.
+StatusOr<std::string> LoaderFolder(const Mapping& m, const TrainConfig::Loader& l) {
+  namespace fs = std::filesystem;
+  const std::string at = m.source + l.key + ".dataset: ";
+  auto folder = [&](const std::string& root) {
+    return l.split ? (fs::path(root) / *l.split).string() : root;
+  };
+  std::error_code ec;
+  if (l.local && fs::is_regular_file(fs::path(folder(*l.local)) / "index.json", ec))
+    return folder(*l.local);
+  if (l.remote && !l.remote->empty()) {
+    if (l.remote->find("://") != std::string::npos)
+      return Error(at + "remote " + *l.remote +
+                   " is a remote store; foundry reads local folders: download the dataset (with "
+                   "streaming, or your store's copy tool) and set local");
+    if (fs::is_regular_file(fs::path(folder(*l.remote)) / "index.json", ec)) {
+      m.Note(l.key + ".dataset: reading remote " + folder(*l.remote) +
+             " in place (streaming would copy it to local first)");
+      return folder(*l.remote);
+    }
+  }
+  if (!l.local) return Error(at + "names no local folder; give local (and split)");
+  return Error(at + "no MDS split at " + folder(*l.local) + " (no index.json there" +
+               (l.split && !fs::is_directory(*l.local, ec) ? "; " + *l.local + " is not a folder"
+                                                           : std::string("")) +
+               "); write it with llm-foundry's convert_dataset_hf.py, or set local and split");
+}
+
+// train_loader / eval_loader: their MDS folders as --data / --eval-data, and how the training
+// split is read (shuffle, seed, block, drop_last, token encoding).
+Status MapLoaders(Mapping& m) {
+  for (const auto* loader : {&m.c.train_loader, &m.c.eval_loader}) {
+    if (!*loader) continue;
+    const TrainConfig::Loader& l = **loader;
+    if (l.max_seq_len && m.seq > 0 && *l.max_seq_len != m.seq)
+      return Error(m.source + l.key + ".dataset.max_seq_len is " + std::to_string(*l.max_seq_len) +
+                   " but the plan's sequence is " + std::to_string(m.seq) +
+                   " (llm-foundry cuts samples at it); make them one");
+    ASSIGN_OR_RETURN(std::string dir, LoaderFolder(m, l));
+    const bool train = &l == &*m.c.train_loader;
+    (train ? m.train_dir : m.eval_dir) = dir;
+    m.Set(train ? "--data" : "--eval-data", dir, l.key + ".dataset.local");
+    if (l.token_encoding_type)
+      m.Set("--token-encoding-type", *l.token_encoding_type, l.key + ".dataset.token_encoding_type");
+    if (!train) {
+      if (l.shuffle.value_or(false))
+        m.Note("eval_loader.dataset.shuffle: foundry evaluates the eval split in index order "
+               "(the loss over whole batches is the same set of samples)");
+      continue;
+    }
+    if (l.shuffle.value_or(false)) m.r.set({"--shuffle", l.key + ".dataset.shuffle", true});
+    if (l.shuffle_seed)
+      m.Set("--shuffle-seed", std::to_string(*l.shuffle_seed), l.key + ".dataset.shuffle_seed");
+    if (l.shuffle_block_size)
+      m.Set("--shuffle-block-size", std::to_string(*l.shuffle_block_size),
+            l.key + ".dataset.shuffle_block_size");
+    if (l.drop_last.value_or(false)) m.r.set({"--drop-last", l.key + ".drop_last", true});
+  }
+  return Status::Ok();
+}
+
 // What one optimizer step is worth in samples and tokens and, with --data, in epochs.
 Status CountStepUnits(Mapping& m) {
   const int64_t global_batch = m.batch * m.accumulation * m.world;
   m.units.samples_per_step = global_batch;
   m.units.tokens_per_step = global_batch * m.seq;
-  if (!m.r.data.empty() && m.batch > 0) {
+  const std::string data = m.r.data.empty() ? m.train_dir : m.r.data;
+  if (!data.empty() && m.batch > 0 && IsMdsFolder(data)) {
+    auto mds = MdsDataset::Open(data, "--data " + data, "int64");
+    if (!mds.ok()) return mds.status();
+    m.units.steps_per_epoch = (*mds)->num_samples() / global_batch;
+  } else if (!data.empty() && m.batch > 0) {
     auto dtype = ParseTokenDType(m.r.data_dtype);
-    auto file = TokenFile::Open(m.r.data, dtype.ok() ? *dtype : TokenDType::kAuto);
+    auto file = TokenFile::Open(data, dtype.ok() ? *dtype : TokenDType::kAuto);
     if (!file.ok()) return file.status();
     m.units.steps_per_epoch = file->num_tokens() / (m.seq + 1) / global_batch;
   }
@@ -159,10 +229,10 @@ Status MapSeedAndLogInterval(const Mapping& m) {
   return Status::Ok();
 }
 
-// The YAML's eval_loader reads a dataset foundry does not; --eval-data names the file.
+// The eval keys, read when there is eval data (--eval-data, or the YAML's eval_loader).
 Status MapEval(const Mapping& m) {
   const TrainConfig& c = m.c;
-  if (!m.r.eval_data) {
+  if (!m.r.eval_data && m.eval_dir.empty()) {
     if (c.eval_interval)
       m.Note("eval_interval " + c.eval_interval->text +
              " is read when --eval-data FILE names the held-out tokens");
@@ -214,6 +284,7 @@ Status MapSaving(const Mapping& m) {
 Status MapRunConfig(const TrainConfig& config, const RunConfigRequest& request) {
   Mapping m{config, request, "--config " + request.path + ": ", {}};
   RETURN_IF_ERROR(CheckPlan(m));
+  RETURN_IF_ERROR(MapLoaders(m));
   RETURN_IF_ERROR(CountStepUnits(m));
   RETURN_IF_ERROR(MapDuration(m));
   MapOptimizer(m);

@@ -4,10 +4,14 @@
 // MapRunConfig's steps, in the order their options, notes and errors come out:
 //   1. the plan: its token batch and sequence, accumulation steps and ranks must be the ones the
 //      YAML compiles to (device_train_microbatch_size, max_seq_len, global_train_batch_size);
-//   2. the --data file's windows per epoch (for `ep` durations);
+//   2. train_loader / eval_loader: their MDS folders (local/split) as --data / --eval-data, the
+//      training split's shuffle, shuffle_seed, shuffle_block_size, drop_last and
+//      token_encoding_type as the options of those names; then the --data file's windows (or
+//      the MDS folder's samples) per epoch (for `ep` durations);
 //   3. max_duration (--max-steps, and --steps from the step a --resume save reached);
 //   4. the optimizer; 5. the scheduler and gradient clipping; 6. the seed and the log interval;
-//   7. eval (read when --eval-data names the held-out tokens); 8. the periodic checkpoints.
+//   7. eval (read when --eval-data or eval_loader names held-out tokens); 8. the periodic
+//      checkpoints.
 // Durations (Composer's ba, tok, sp, ep, dur) become steps with the plan's batch and sequence,
 // the accumulation steps and, for epochs, the --data file's windows.
 //

@@ -501,6 +501,7 @@ StatusOr<TrainerOptions> ResumedOptions(const std::string& dir, std::string& pla
   o.clip_norm = state.clip_norm;
   o.accumulation_steps = state.accumulation_steps;
   o.labels = state.labels;
+  o.mds = state.mds;
   return o;
 }
 

@@ -312,9 +312,66 @@ Status CheckEveryInputHasData(const DataSource& s, const std::vector<std::string
   return Status::Ok();
 }
 
+// Window k of an MDS source (DataSource::mds): its sample cut to seq tokens, then the pad label.
+Status ReadMdsWindow(const DataSource& s, int64_t k, int64_t* out) {
+  thread_local std::vector<int64_t> ids;
+  const int64_t sample = s.mds_order->Sample(k);
+  RETURN_IF_ERROR(s.mds->Tokens(sample, ids));
+  const std::string where = "--data " + s.mds->dir() + ": sample " + std::to_string(sample);
+  if (static_cast<int64_t>(ids.size()) < s.seq)
+    return Error(where + " has " + std::to_string(ids.size()) +
+                 " tokens, fewer than the plan's sequence of " + std::to_string(s.seq) +
+                 " (llm-foundry pads a short sample with the tokenizer's pad token, and fails "
+                 "when it has none, as GPT-NeoX's; foundry does not pad): write samples of " +
+                 std::to_string(s.seq) + " tokens or more (convert_dataset_hf.py --concat_tokens " +
+                 std::to_string(s.seq) + ")");
+  for (int64_t t = 0; t < s.seq; ++t) {
+    const int64_t id = ids[static_cast<size_t>(t)];
+    if (s.vocab > 0 && (id < 0 || id >= s.vocab))
+      return Error(TokenOutsideVocabulary(where, id, t, "", s.vocab));
+    out[t] = id;
+  }
+  out[s.seq] = s.mds_label_pad;
+  return Status::Ok();
+}
+
+// An MDS folder as the token windows: opened (MdsDataset::Open's checks), read in index order
+// until SetMdsEpoch, and its first samples (up to 1 MiB of ids) read before any step.
+Status ChooseMdsBatches(const Graph& g, const std::string& path, const MdsReadOptions& o,
+                        DataSource& s) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const MdsDataset> d,
+                   MdsDataset::Open(path, "--data " + path, o.token_encoding_type));
+  if (d->fixed_tokens() >= 0 && d->fixed_tokens() < s.seq)
+    return Error("--data " + path + ": every sample holds " + std::to_string(d->fixed_tokens()) +
+                 " tokens (column " + d->token_column() + "), fewer than the plan's sequence of " +
+                 std::to_string(s.seq) + "; compile the plan with seq " +
+                 std::to_string(d->fixed_tokens()) + " or write longer samples");
+  std::optional<int64_t> ignore;
+  for (const Node& n : g.nodes)
+    if (n.domain.empty() && n.HasAttr("ignore_index") &&
+        (n.op_type == "SoftmaxCrossEntropyLoss" || n.op_type == "NegativeLogLikelihoodLoss"))
+      ignore = n.GetInt("ignore_index", -100);
+  if (s.labels_from_windows() && s.shift_labels) {
+    if (!ignore)
+      return Error("--data " + path +
+                   ": with shifted labels the last position of a sample has no label "
+                   "(llm-foundry's labels end with the sample), and the model's loss has no "
+                   "ignore_index to give it; use a token file, or --labels same");
+    s.mds_label_pad = *ignore;
+  }
+  s.mds = std::move(d);
+  s.mds_options = o;
+  RETURN_IF_ERROR(SetMdsEpoch(s, s.batch));
+  const int64_t first = std::min(s.mds_order->epoch_samples(),
+                                 std::max<int64_t>(1, (int64_t{1} << 20) / (s.seq + 1)));
+  std::vector<int64_t> window(static_cast<size_t>(s.seq + 1));
+  for (int64_t k = 0; k < first; ++k) RETURN_IF_ERROR(ReadMdsWindow(s, k, window.data()));
+  return Status::Ok();
+}
+
 // Token batches can fill the token input and the labels; the file, when given, holds a window.
 Status ChooseTokenBatches(const Graph& g, const std::string& data_path, TokenDType data_dtype,
-                          DataSource& s) {
+                          const MdsReadOptions& mds, DataSource& s) {
   if (data_path.empty() && s.vocab <= 0)
     return Error("synthetic tokens need the vocabulary size, and no embedding Gather consumes '" +
                  s.tokens_input + "'; pass --data FILE or --feed " + s.tokens_input + "=FILE.pb");
@@ -334,6 +391,10 @@ Status ChooseTokenBatches(const Graph& g, const std::string& data_path, TokenDTy
                    "--feed");
   }
   if (data_path.empty()) return Status::Ok();
+  if (IsMdsFolder(data_path)) return ChooseMdsBatches(g, data_path, mds, s);
+  if (mds.shuffle || mds.drop_last)
+    return Error("--data " + data_path + ": " + (mds.shuffle ? "--shuffle" : "--drop-last") +
+                 " is for an MDS folder; a token file is read in order, window after window");
   ASSIGN_OR_RETURN(TokenFile f, TokenFile::Open(data_path, data_dtype));
   if (f.num_tokens() < s.seq + 1)
     return Error("--data " + data_path + ": " + std::to_string(f.num_tokens()) +
@@ -352,7 +413,8 @@ Status ChooseTokenBatches(const Graph& g, const std::string& data_path, TokenDTy
 StatusOr<DataSource> ChooseDataSource(const Graph& g, const std::vector<std::string>& inputs,
                                       const std::set<std::string>& fed,
                                       const std::string& data_path, TokenDType data_dtype,
-                                      bool loss_in_model, LabelRule labels) {
+                                      bool loss_in_model, LabelRule labels,
+                                      const MdsReadOptions& mds) {
   DataSource s;
   s.fed = fed;
   s.label_rule = labels;
@@ -370,7 +432,7 @@ StatusOr<DataSource> ChooseDataSource(const Graph& g, const std::vector<std::str
     return Error("--data " + data_path + ": --feed " + s.tokens_input +
                  " already gives the tokens; drop one or the other");
   if (s.token_batches()) {
-    RETURN_IF_ERROR(ChooseTokenBatches(g, data_path, data_dtype, s));
+    RETURN_IF_ERROR(ChooseTokenBatches(g, data_path, data_dtype, mds, s));
     return s;
   }
   // Fully fed: batch x seq for tokens/s from the token input when it is [batch, seq].
@@ -382,10 +444,36 @@ StatusOr<DataSource> ChooseDataSource(const Graph& g, const std::vector<std::str
   return s;
 }
 
+bool IsMdsFolder(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec);
+}
+
+Status SetMdsEpoch(DataSource& s, int64_t global_batch) {
+  if (!s.mds) return Status::Ok();
+  const int64_t n = s.mds->num_samples();
+  const int64_t epoch = s.mds_options.drop_last ? n - n % global_batch : n;
+  if (epoch == 0)
+    return Error("--data " + s.mds->dir() + ": its " + std::to_string(n) +
+                 " samples hold no whole global batch of " + std::to_string(global_batch) +
+                 " (drop_last)");
+  s.mds_order = std::make_shared<const MdsOrder>(s.mds->shard_starts(), epoch,
+                                                 s.mds_options.shuffle, s.mds_options.shuffle_seed,
+                                                 s.mds_options.shuffle_block);
+  return Status::Ok();
+}
+
 std::string DataSource::Describe(uint64_t seed) const {
   if (!token_batches()) return "--feed";
   std::string d = file ? "--data " + file->path() + " (" + file->DescribeFormat() + ")"
                        : "synthetic tokens (seed " + std::to_string(seed) + ")";
+  if (mds)
+    d = "--data " + mds->dir() + " (" + mds->DescribeFormat() + "; " +
+        (mds_options.shuffle ? "shuffled by foundry's own order, seed " +
+                                   std::to_string(mds_options.shuffle_seed) + ", blocks of " +
+                                   std::to_string(mds_options.shuffle_block)
+                             : std::string("in index order")) +
+        (mds_options.drop_last ? "; drop_last" : "") + ")";
   if (!fed.empty()) d += " + --feed";
   return d;
 }
@@ -444,7 +532,9 @@ Status ReadStepWindows(const DataSource& source, uint64_t seed, int64_t position
   for (int64_t b = 0; b < source.batch; ++b) {
     const int64_t k = position + b;
     int64_t* out = &windows[static_cast<size_t>(b * window)];
-    if (source.file)
+    if (source.mds)
+      RETURN_IF_ERROR(ReadMdsWindow(source, k, out));
+    else if (source.file)
       RETURN_IF_ERROR(source.file->ReadWindow(k, window, source.vocab, out));
     else
       SyntheticWindow(seed, k, window, source.vocab, out);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -13,6 +14,7 @@
 #include "base/status.h"
 #include "base/tensor.h"
 #include "compiler/ir.h"
+#include "runtime/mds.h"
 
 namespace foundry {
 
@@ -123,6 +125,17 @@ void WriteTokenBatch(const std::vector<int64_t>& windows, int64_t batch, int64_t
 
 // ---- the data source of a plan -------------------------------------------------------------
 
+// How --data's MDS folder is read (llm-foundry's train_loader keys; foundry-run --shuffle ...).
+struct MdsReadOptions {
+  bool shuffle = false;                  // dataset.shuffle
+  uint64_t shuffle_seed = 9176;          // dataset.shuffle_seed (streaming's default)
+  int64_t shuffle_block = int64_t{1} << 18;  // dataset.shuffle_block_size, in samples
+  bool drop_last = false;  // drop_last: an epoch ends after its last whole global batch
+  std::string token_encoding_type = "int64";  // dataset.token_encoding_type (bytes columns)
+};
+// Whether `path` names an MDS folder (a directory) rather than a token file.
+bool IsMdsFolder(const std::string& path);
+
 // Which input takes what. Token batches (token windows from --data or synthetic) fill the token
 // input and, from the same windows, the labels; every other input is fed.
 struct DataSource {
@@ -132,6 +145,14 @@ struct DataSource {
   std::set<std::string> fed;  // the inputs given by --feed
   // --data's file when token batches come from one; none: synthetic tokens (or no token batches).
   std::optional<TokenFile> file;
+  // --data's MDS folder when token batches come from one, and the order its samples are read in
+  // (SetMdsEpoch). Window k is sample mds_order->Sample(k) cut to seq tokens (as llm-foundry cuts
+  // at max_seq_len), then `mds_label_pad`: llm-foundry's labels end with the sample, so with
+  // shifted labels the last one is the loss's ignore_index (a shorter sample is an error).
+  std::shared_ptr<const MdsDataset> mds;
+  std::shared_ptr<const MdsOrder> mds_order;
+  MdsReadOptions mds_options;
+  int64_t mds_label_pad = -100;
   // The token input's [batch, seq] (0 when it has no such shape); vocab: the rows of the
   // embedding that gathers it (0 when none does).
   int64_t batch = 0, seq = 0, vocab = 0;
@@ -176,7 +197,13 @@ StatusOr<DataSource> ChooseDataSource(const Graph& graph, const std::vector<std:
                                       const std::set<std::string>& fed,
                                       const std::string& data_path, TokenDType data_dtype,
                                       bool loss_in_model = true,
-                                      LabelRule labels = LabelRule::kAuto);
+                                      LabelRule labels = LabelRule::kAuto,
+                                      const MdsReadOptions& mds = {});
+
+// The order of an MDS source's samples for a run whose steps read `global_batch` samples (batch
+// x accumulation x ranks): with drop_last an epoch is its whole global batches. An error when
+// the samples hold no whole global batch; nothing to do for other sources.
+Status SetMdsEpoch(DataSource& source, int64_t global_batch);
 
 // The token windows of one step, row b reading window `position + b` (of seq + 1 tokens) of the
 // file or of the synthetic stream (`seed`), into `windows` (batch * (seq + 1) ids).

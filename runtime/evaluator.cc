@@ -24,7 +24,7 @@ StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const Trainer& trainer,
   // Labels as the training run forms them (--labels, the plan's rule).
   StatusOr<DataSource> data =
       ChooseDataSource(e->graph_, e->graph_.inputs, {}, options.data_path, options.data_dtype,
-                       lp.plan.loss_in_model, trainer.options().labels);
+                       lp.plan.loss_in_model, trainer.options().labels, options.mds);
   if (!data.ok()) {
     // Its messages name --data, the option it usually reads.
     std::string message = data.status().message();
@@ -32,7 +32,7 @@ StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const Trainer& trainer,
     return Error(message);
   }
   e->data_ = std::move(data).value();
-  if (!e->data_.token_batches() || !e->data_.file)
+  if (!e->data_.token_batches() || (!e->data_.file && !e->data_.mds))
     return Error("--eval-data: the plan has no token input to evaluate on");
   for (const std::string& fed : trainer.options().feeds) {
     const std::string name = fed.substr(0, fed.find('='));
@@ -42,8 +42,12 @@ StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const Trainer& trainer,
                      "' is fed (--feed) in training; eval reads token windows into it: train "
                      "from --data instead");
   }
-  const int64_t windows = e->data_.file->num_tokens() / (e->data_.seq + 1);
+  const int64_t windows = e->data_.mds ? e->data_.mds->num_samples()
+                                       : e->data_.file->num_tokens() / (e->data_.seq + 1);
   e->batches_ = windows / e->data_.batch;
+  if (e->batches_ == 0 && e->data_.mds)
+    return Error("--eval-data " + options.data_path + ": its " + std::to_string(windows) +
+                 " samples hold no whole batch of " + std::to_string(e->data_.batch));
   if (e->batches_ == 0)
     return Error("--eval-data " + options.data_path + ": " +
                  std::to_string(e->data_.file->num_tokens()) + " tokens hold no whole batch (" +

@@ -32,6 +32,7 @@ struct EvalOptions {
   std::string data_path;
   TokenDType data_dtype = TokenDType::kUint16;
   int64_t max_batches = -1;  // -1: every whole batch of the file
+  MdsReadOptions mds;        // an MDS folder: how it is read (in index order unless shuffled)
 };
 
 struct EvalReport {

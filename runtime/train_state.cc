@@ -137,6 +137,21 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
       if (!k.ok()) return Error(damaged + k.status().message() + ")");
       s.accumulation_steps = *k;
     }
+    if (d.contains("mds")) {
+      const auto& m = d.at("mds");
+      s.mds.shuffle = m.at("shuffle").get<bool>();
+      StatusOr<uint64_t> mseed = ReadWhole<uint64_t>(m.at("shuffle_seed"), "shuffle_seed", 0, UINT64_MAX);
+      if (!mseed.ok()) return Error(damaged + mseed.status().message() + ")");
+      s.mds.shuffle_seed = *mseed;
+      StatusOr<int64_t> block = ReadWhole<int64_t>(m.at("shuffle_block"), "shuffle_block", 1, INT64_MAX);
+      if (!block.ok()) return Error(damaged + block.status().message() + ")");
+      s.mds.shuffle_block = *block;
+      s.mds.drop_last = m.at("drop_last").get<bool>();
+      s.mds.token_encoding_type = m.at("token_encoding_type").get<std::string>();
+      StatusOr<int64_t> samples = ReadWhole<int64_t>(m.at("samples"), "samples", 1, INT64_MAX);
+      if (!samples.ok()) return Error(damaged + samples.status().message() + ")");
+      s.mds_samples = *samples;
+    }
     if (d.contains("labels")) {
       auto labels = ParseLabelRule(d.at("labels").get<std::string>());
       if (!labels.ok()) return labels.status().Prepend("--resume " + dir + ": ");

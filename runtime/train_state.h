@@ -34,6 +34,10 @@ struct TrainState {
   int64_t accumulation_steps = 1;
   // --labels ("labels" in "data"; absent in saves from before it: kAuto).
   LabelRule labels = LabelRule::kAuto;
+  // How an MDS --data folder was read ("mds" in "data", written when the data is one), and its
+  // samples then (0: not recorded).
+  MdsReadOptions mds;
+  int64_t mds_samples = 0;
 };
 // Reads DIR/state.json and checks its values: the optimizer options (CheckOptimizerOptions),
 // 0 <= step < 2^63 - 1, data_position >= 0, the schedule (CheckScheduleOptions), total_steps >= 0,

@@ -85,7 +85,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
   for (const auto& [name, tensor] : fed) fed_names.insert(name);
   ASSIGN_OR_RETURN(
       t->data_, ChooseDataSource(t->plan_.graph, t->plan_.plan.inputs, fed_names, options.data_path,
-                                 options.data_dtype, t->plan_.plan.loss_in_model, options.labels));
+                                 options.data_dtype, t->plan_.plan.loss_in_model, options.labels,
+                                 options.mds));
   // A fed token input gets --data's token check: Gather would read -1 as the last row. (The
   // last --feed of a name is the one fed.)
   for (auto spec = options.feeds.rbegin(); spec != options.feeds.rend(); ++spec)
@@ -99,6 +100,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(LoadedPlan plan, const Traine
                                                      std::move(params), options.optimizer));
   RETURN_IF_ERROR(t->CreateExecutor(fed));
   RETURN_IF_ERROR(t->ResolveAccumulation());
+  // An MDS epoch is whole global batches with drop_last: every rank reads the same order.
+  RETURN_IF_ERROR(SetMdsEpoch(t->data_, t->data_.batch * t->accumulation_ * t->world_));
   return t;
 }
 

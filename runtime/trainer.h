@@ -109,6 +109,8 @@ struct TrainerOptions {
   std::string data_path;           // token file; "" = synthetic tokens (unless fed)
   // kAuto: an llm.c header if the file has one, else uint16 (runtime/data.h TokenFile).
   TokenDType data_dtype = TokenDType::kAuto;
+  // How --data's MDS folder is read (shuffle, drop_last, token_encoding_type: runtime/data.h).
+  MdsReadOptions mds;
   // After the first Step() of this trainer: every gradient as DIR/<param>_grad.pb, every graph
   // output as DIR/<output>.pb.
   std::string dump_grads_dir;

@@ -165,6 +165,7 @@ StatusOr<std::string> Trainer::StateJson() const {
   j["init_seed"] = options_.init_seed;
   std::string data_path;
   if (data_.file) data_path = fs::absolute(data_.file->path(), ec).lexically_normal().string();
+  if (data_.mds) data_path = fs::absolute(data_.mds->dir(), ec).lexically_normal().string();
   // Feed files by absolute path, so a resume from another directory finds them.
   std::vector<std::string> feeds;
   for (const auto& spec : options_.feeds) {
@@ -177,6 +178,15 @@ StatusOr<std::string> Trainer::StateJson() const {
                {"dtype", std::string(TokenDTypeName(options_.data_dtype))},
                {"position", data_position_},
                {"labels", std::string(LabelRuleName(options_.labels))}};
+  if (data_.mds) {  // how the folder is read: a resume reads it in the same order
+    const MdsReadOptions& m = data_.mds_options;
+    j["data"]["mds"] = {{"shuffle", m.shuffle},
+                        {"shuffle_seed", m.shuffle_seed},
+                        {"shuffle_block", m.shuffle_block},
+                        {"drop_last", m.drop_last},
+                        {"token_encoding_type", m.token_encoding_type},
+                        {"samples", data_.mds->num_samples()}};
+  }
   j["init_from"] = options_.init_from.empty()
                        ? std::string()
                        : fs::absolute(options_.init_from, ec).lexically_normal().string();
@@ -329,6 +339,12 @@ Status Trainer::Resume(const std::string& dir) {
     return Error("--resume " + dir + ": data position " + std::to_string(s.data_position) +
                  " is out of range for batches of " + std::to_string(batch) + " x " +
                  std::to_string(seq + 1) + " tokens");
+  // An MDS folder: the position counts samples of the order it was read in.
+  if (data_.mds && s.mds_samples > 0 && s.mds_samples != data_.mds->num_samples())
+    return Error("--resume " + dir + ": the save read " + std::to_string(s.mds_samples) +
+                 " samples of its MDS data, but --data " + data_.mds->dir() + " has " +
+                 std::to_string(data_.mds->num_samples()) +
+                 "; its position would name other samples: resume with the same data");
   // Into the trainer's own tensors: the executor reads the parameters where they are.
   auto copy_into = [](std::map<std::string, Tensor>& from, std::map<std::string, Tensor>& to) {
     for (auto& [name, t] : from) std::memcpy(to.at(name).raw(), t.raw(), t.nbytes());

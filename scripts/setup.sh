@@ -8,8 +8,9 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   libcli11-dev libgtest-dev libgmock-dev
   libopenblas-dev
+  libzstd-dev libxxhash-dev libssl-dev
   nlohmann-json3-dev libyaml-cpp-dev
-  python3-torch python3-onnx python3-numpy
+  python3-torch python3-onnx python3-numpy python3-zstandard python3-xxhash
   libonnx-testdata
   bc ccache
   openmpi-bin libopenmpi-dev

@@ -61,6 +61,10 @@ struct Options {
   bool loss_curve_log = false;
   int64_t log_interval = 0, save_interval = 0, save_keep = 0;
   std::string labels = "auto";
+  // How an MDS --data folder is read (runtime/data.h MdsReadOptions).
+  bool shuffle = false, drop_last = false;
+  std::string shuffle_seed_text = "9176", shuffle_block_text = "262144",
+              token_encoding_type = "int64";
   // --config TRAIN.yaml: llm-foundry's training YAML; the options it set (ApplyConfig), which
   // count as given (a --resume run takes them over its saved values, as flags).
   std::string config;
@@ -171,8 +175,28 @@ void AddDataOptions(CLI::App& app, Options& o) {
           ->type_name("NAME=FILE.pb"));
   app.add_option("--data", o.data,
                  "token file (llm.c .bin, or raw uint16/int32): windows of seq+1 tokens, batch "
-                 "rows per step")
-      ->type_name("FILE");
+                 "rows per step; or an MDS split folder (index.json and shards, as llm-foundry's "
+                 "convert_dataset_hf.py writes): one sample per row, cut to seq tokens")
+      ->type_name("FILE|DIR");
+  app.add_flag("--shuffle", o.shuffle,
+               "MDS --data: read the samples in foundry's seeded order (shards shuffled, then "
+               "the samples within blocks), not streaming's py1e; default: index order");
+  app.add_option("--shuffle-seed", o.shuffle_seed_text, "MDS --data: the seed of --shuffle")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--shuffle-block-size", o.shuffle_block_text,
+                 "MDS --data: the samples shuffled together by --shuffle")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_flag("--drop-last", o.drop_last,
+               "MDS --data: an epoch ends with its last whole global batch (else the last batch "
+               "takes the next epoch's first samples)");
+  app.add_option("--token-encoding-type", o.token_encoding_type,
+                 "MDS data: the id type of a `bytes` token column (llm-foundry's "
+                 "token_encoding_type)")
+      ->check(CLI::IsMember(
+          {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}))
+      ->capture_default_str();
   app.add_option("--data-dtype", o.data_dtype,
                  "token width in --data; auto: llm.c's header if the file has one, else uint16")
       ->check(CLI::IsMember({"auto", "uint16", "int32"}))
@@ -321,9 +345,12 @@ std::ostream& ConfigNotes() {
 // it: then the flag wins, with a warning where they differ.
 void SetFromConfig(const CLI::App& app, Options& o, const ConfigOption& option) {
   const std::string& flag = option.flag;
-  if (std::holds_alternative<bool>(option.value)) {  // a switch: --eval-first
-    if (!o.eval_first) {
-      o.eval_first = true;
+  if (std::holds_alternative<bool>(option.value)) {  // a switch: --eval-first, --shuffle, ...
+    const std::map<std::string, bool*> switches = {
+        {"--eval-first", &o.eval_first}, {"--shuffle", &o.shuffle}, {"--drop-last", &o.drop_last}};
+    bool& on = *switches.at(flag);
+    if (!on) {
+      on = true;
       o.from_config.insert(flag);
     }
     return;
@@ -358,6 +385,11 @@ void SetFromConfig(const CLI::App& app, Options& o, const ConfigOption& option) 
                                                      {"--log-interval", &o.log_interval_text},
                                                      {"--eval-interval", &o.eval_interval_text},
                                                      {"--eval-batches", &o.eval_batches_text},
+                                                     {"--data", &o.data},
+                                                     {"--eval-data", &o.eval_data},
+                                                     {"--shuffle-seed", &o.shuffle_seed_text},
+                                                     {"--shuffle-block-size", &o.shuffle_block_text},
+                                                     {"--token-encoding-type", &o.token_encoding_type},
                                                      {"--save-interval", &o.save_interval_text},
                                                      {"--save-folder", &o.save_folder},
                                                      {"--save-keep", &o.save_keep_text}};
@@ -518,6 +550,22 @@ std::optional<int> SetDataOptions(const CLI::App& app, const Options& o, RunRequ
   if (now("--feed")) r.trainer.feeds = o.feeds;
   if (now("--data")) r.trainer.data_path = o.data;
   if (now("--data-dtype")) r.trainer.data_dtype = *ParseTokenDType(o.data_dtype);
+  MdsReadOptions& mds = r.trainer.mds;
+  if (now("--shuffle")) mds.shuffle = o.shuffle;
+  if (now("--drop-last")) mds.drop_last = o.drop_last;
+  if (now("--token-encoding-type")) mds.token_encoding_type = o.token_encoding_type;
+  if (now("--shuffle-seed")) {
+    auto seed = cli::ParseInteger<uint64_t>("--shuffle-seed", o.shuffle_seed_text, 0, UINT64_MAX,
+                                            "an integer");
+    if (!seed.ok()) return Fail(seed.status().message(), cli::kExitUsage);
+    mds.shuffle_seed = *seed;
+  }
+  if (now("--shuffle-block-size")) {
+    auto block = cli::ParseInteger<int64_t>("--shuffle-block-size", o.shuffle_block_text, 1,
+                                            INT64_MAX, "a number of samples");
+    if (!block.ok()) return Fail(block.status().message(), cli::kExitUsage);
+    mds.shuffle_block = *block;
+  }
   if (Given(app, "--grad-accum")) {
     auto k = cli::ParseInteger<int64_t>("--grad-accum", o.grad_accum_text, 1, 1 << 20,
                                         "a number of microbatches");
@@ -557,6 +605,7 @@ std::optional<int> SetEvalOptions(const CLI::App& app, const Options& o, RunRequ
   if (o.eval_only) r.steps = 0;
   r.eval.data_path = o.eval_data;
   r.eval.data_dtype = r.trainer.data_dtype;
+  r.eval.mds.token_encoding_type = o.token_encoding_type;
   r.eval.max_batches = *batches;
   r.eval_interval = *interval;
   r.eval_first = o.eval_first;
