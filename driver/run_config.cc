@@ -121,8 +121,13 @@ Status MapLoaders(Mapping& m) {
       return Error(m.source + l.key + ".dataset.max_seq_len is " + std::to_string(*l.max_seq_len) +
                    " but the plan's sequence is " + std::to_string(m.seq) +
                    " (llm-foundry cuts samples at it); make them one");
-    ASSIGN_OR_RETURN(std::string dir, LoaderFolder(m, l));
     const bool train = &l == &*m.c.train_loader;
+    if (train ? !m.r.data.empty() : m.r.eval_data) {
+      m.Note(l.key + " is not read: " + (train ? "--data" : "--eval-data") +
+             " names the data");
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::string dir, LoaderFolder(m, l));
     (train ? m.train_dir : m.eval_dir) = dir;
     m.Set(train ? "--data" : "--eval-data", dir, l.key + ".dataset.local");
     if (l.token_encoding_type)

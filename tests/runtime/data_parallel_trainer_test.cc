@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <set>
 
 #include "compiler/plan.h"
 #include "driver/compile.h"
@@ -167,8 +168,8 @@ LoadedPlan ShardByHand(LoadedPlan lp, int64_t N, const std::string& strategy, Co
   return lp;
 }
 
-std::unique_ptr<Trainer> Make(LoadedPlan lp, Communicator* comm, double clip = 0) {
-  TrainerOptions o;
+std::unique_ptr<Trainer> Make(LoadedPlan lp, Communicator* comm, double clip = 0,
+                              TrainerOptions o = {}) {
   o.comm = comm;
   o.clip_norm = clip;
   StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(std::move(lp), o);
@@ -250,6 +251,40 @@ INSTANTIATE_TEST_SUITE_P(Strategies, DataParallelTest,
                          [](const testing::TestParamInfo<Case>& i) {
                            return i.param.strategy + "_K" + std::to_string(i.param.k);
                          });
+
+// An MDS folder read shuffled: rank r reads the samples of global microbatch r, disjoint from the
+// other ranks', together the one process's batch; the run is bitwise the one-process run.
+TEST(DataParallelMdsTest, RanksReadDisjointSamplesOfTheOneProcessBatch) {
+  NEEDS_WORLD(comm);
+  const int64_t N = comm->size();
+  const std::string dir = SharedDir(comm, "mds");
+  TrainerOptions o;
+  o.data_path = std::string(FOUNDRY_SOURCE_DIR) + "/tests/data/mds/mpt_tiny/train";
+  o.mds.shuffle = true;
+  o.mds.shuffle_block = 8;
+  o.mds.drop_last = true;
+  auto one = Make(CompileInMemory(N, dir), nullptr, 0, o);
+  auto ranks = Make(ShardByHand(CompileInMemory(1, dir), N, "FULL_SHARD", comm), comm, 0, o);
+  ASSERT_TRUE(one && ranks);
+  // Step 1's samples: rank r's rows are positions r * batch + b.
+  const DataSource& mine = ranks->data_source();
+  std::vector<int64_t> samples(static_cast<size_t>(mine.batch)), all(static_cast<size_t>(N * mine.batch));
+  for (int64_t b = 0; b < mine.batch; ++b)
+    samples[static_cast<size_t>(b)] = mine.mds_order->Sample(comm->rank() * mine.batch + b);
+  ASSERT_TRUE(comm->AllGather(samples.data(), all.data(), mine.batch * 8).ok());
+  std::set<int64_t> distinct(all.begin(), all.end()), want;
+  for (int64_t p = 0; p < N * mine.batch; ++p) want.insert(one->data_source().mds_order->Sample(p));
+  EXPECT_EQ(distinct.size(), all.size());
+  EXPECT_EQ(distinct, want);
+  for (int step = 1; step <= 5; ++step) {
+    StatusOr<StepReport> a = one->Step(), b = ranks->Step();
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status().message() << b.status().message();
+    EXPECT_EQ(std::memcmp(&a->loss, &b->loss, 4), 0) << step << ": " << a->loss << " vs " << b->loss;
+  }
+  const auto got = FullParameters(*ranks, comm);
+  for (const auto& [name, t] : one->parameters()) EXPECT_TRUE(Bitwise(got.at(name), t)) << name;
+  if (comm->rank() == 0) fs::remove_all(dir);
+}
 
 // Saves at N (sharded) and in one process, resumed on the other: every continuation bitwise the
 // uninterrupted one-process run.
