@@ -122,8 +122,10 @@ Status MapLoaders(Mapping& m) {
                    " but the plan's sequence is " + std::to_string(m.seq) +
                    " (llm-foundry cuts samples at it); make them one");
     const bool train = &l == &*m.c.train_loader;
-    if (train ? !m.r.data.empty() : m.r.eval_data) {
-      m.Note(l.key + " is not read: " + (train ? "--data" : "--eval-data") +
+    // The command line's data wins: --data for both loaders (the YAML's eval split belongs
+    // with its training split), --eval-data for eval_loader.
+    if (!m.r.data.empty() || (!train && m.r.eval_data)) {
+      m.Note(l.key + " is not read: " + (train || !m.r.eval_data ? "--data" : "--eval-data") +
              " names the data");
       continue;
     }
@@ -240,7 +242,7 @@ Status MapEval(const Mapping& m) {
   if (!m.r.eval_data && m.eval_dir.empty()) {
     if (c.eval_interval)
       m.Note("eval_interval " + c.eval_interval->text +
-             " is read when --eval-data FILE names the held-out tokens");
+             " is read when --eval-data or eval_loader names the held-out tokens");
     return Status::Ok();
   }
   if (c.eval_interval) {

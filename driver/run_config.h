@@ -4,7 +4,8 @@
 // MapRunConfig's steps, in the order their options, notes and errors come out:
 //   1. the plan: its token batch and sequence, accumulation steps and ranks must be the ones the
 //      YAML compiles to (device_train_microbatch_size, max_seq_len, global_train_batch_size);
-//   2. train_loader / eval_loader: their MDS folders (local/split) as --data / --eval-data, the
+//   2. train_loader / eval_loader (neither read when --data is given, eval_loader not when
+//      --eval-data is): their MDS folders (local/split) as --data / --eval-data, the
 //      training split's shuffle, shuffle_seed, shuffle_block_size, drop_last and
 //      token_encoding_type as the options of those names; then the --data file's windows (or
 //      the MDS folder's samples) per epoch (for `ep` durations);

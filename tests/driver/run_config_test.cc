@@ -96,7 +96,8 @@ TEST_F(RunConfigTest, KeysReadOnlyWithAnotherAreNotes) {
   EXPECT_EQ(
       notes_,
       (std::vector<std::string>{
-          "t.yaml: eval_interval 5ba is read when --eval-data FILE names the held-out tokens",
+          "t.yaml: eval_interval 5ba is read when --eval-data or eval_loader names the held-out "
+          "tokens",
           "t.yaml: save_interval is read with save_folder (as Composer saves); none is set"}));
 }
 
@@ -123,6 +124,71 @@ TEST_F(RunConfigTest, AKeyFoundryCannotFollowStopsAfterTheOptionsBeforeIt) {
   EXPECT_NE(st.message().find("--config t.yaml: "), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("an epoch is known only from a --data file"), std::string::npos)
       << st.message();
+}
+
+// train_loader / eval_loader: their MDS splits as --data / --eval-data, the training split's
+// reading keys as options; an epoch is the folder's samples over the global batch.
+TEST_F(RunConfigTest, LoadersNameMdsSplitsAndHowTheyAreRead) {
+  const std::string root = std::string(FOUNDRY_SOURCE_DIR) + "/tests/data/mds/mpt_tiny";
+  const std::string loaders =
+      "train_loader:\n  name: text\n  dataset:\n    local: " + root +
+      "\n    split: train\n    shuffle: true\n    shuffle_seed: 17\n    max_seq_len: 16\n"
+      "    shuffle_block_size: 32\n    predownload: 8\n  drop_last: true\n  num_workers: 8\n"
+      "eval_loader:\n  name: text\n  dataset:\n    local: " + root +
+      "\n    split: val\n    shuffle: false\n  drop_last: false\n"
+      "max_duration: 2ep\neval_interval: 5ba\n";
+  Status st = Map(loaders);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(set_, (std::vector<std::string>{
+                      "--data=" + root + "/train (train_loader.dataset.local)",
+                      "--shuffle=on (train_loader.dataset.shuffle)",
+                      "--shuffle-seed=17 (train_loader.dataset.shuffle_seed)",
+                      "--shuffle-block-size=32 (train_loader.dataset.shuffle_block_size)",
+                      "--drop-last=on (train_loader.drop_last)",
+                      "--eval-data=" + root + "/val (eval_loader.dataset.local)",
+                      "--max-steps=64 (max_duration)",  // 64 samples, 2 a step: 32 an epoch
+                      "--steps=64 (max_duration)",
+                      "--eval-interval=5 (eval_interval)",
+                  }));
+  auto config = ParseTrainConfigText(loaders, "t.yaml");
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(IgnoredKeysLine(*config),
+            "t.yaml: keys foundry does not read (ignored): train_loader.num_workers, "
+            "train_loader.dataset.predownload");
+}
+
+TEST_F(RunConfigTest, LoaderRefusals) {
+  const std::string root = std::string(FOUNDRY_SOURCE_DIR) + "/tests/data/mds/mpt_tiny";
+  auto train = [&](const std::string& dataset, const std::string& name = "text") {
+    return "train_loader:\n  name: " + name + "\n  dataset:\n" + dataset;
+  };
+  EXPECT_EQ(Map(train("    local: " + root + "\n    split: test\n")).message(),
+            "--config t.yaml: train_loader.dataset: no MDS split at " + root +
+                "/test (no index.json there); write it with llm-foundry's convert_dataset_hf.py, "
+                "or set local and split");
+  EXPECT_EQ(Map(train("    local: /nonexistent\n    remote: s3://b/c4\n    split: train\n"))
+                .message(),
+            "--config t.yaml: train_loader.dataset: remote s3://b/c4 is a remote store; foundry "
+            "reads local folders: download the dataset (with streaming, or your store's copy "
+            "tool) and set local");
+  EXPECT_EQ(Map(train("    local: /x\n    remote: " + root + "\n    split: train\n")).message(),
+            "");
+  EXPECT_EQ(notes_, (std::vector<std::string>{"t.yaml: train_loader.dataset: reading remote " +
+                                              root + "/train in place (streaming would copy it "
+                                                     "to local first)"}));
+  EXPECT_EQ(Map(train("    local: " + root + "\n    split: train\n    max_seq_len: 32\n"))
+                .message(),
+            "--config t.yaml: train_loader.dataset.max_seq_len is 32 but the plan's sequence is "
+            "16 (llm-foundry cuts samples at it); make them one");
+  EXPECT_NE(Map(train("    local: x\n", "finetuning")).message().find(
+                "key 'train_loader.name' is 'finetuning'; foundry reads llm-foundry's `text` loader"),
+            std::string::npos);
+  EXPECT_NE(Map(train("    streams:\n      a:\n        local: x\n")).message().find(
+                "key 'train_loader.dataset.streams' mixes several datasets"),
+            std::string::npos);
+  EXPECT_NE(Map(train("    local: x\n    eos_token_id: 0\n")).message().find(
+                "key 'train_loader.dataset.eos_token_id' changes the samples"),
+            std::string::npos);
 }
 
 }  // namespace FOUNDRY_TEST_NS

@@ -29,9 +29,9 @@ TEST_F(FoundryCompileConfigTest, TheTinyConfigGivesDimsPrecisionAndCheckpointing
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_EQ(r.err, "foundry-compile: note: " + kTinyConfig +
                        ": keys foundry does not read (ignored): run_name, tokenizer, "
-                       "train_loader, eval_loader, progress_bar, log_to_console, callbacks, "
-                       "model.init_device, model.attn_config.attn_impl, "
-                       "model.attn_config.alibi\n");
+                       "progress_bar, log_to_console, callbacks, model.init_device, "
+                       "model.attn_config.attn_impl, model.attn_config.alibi, "
+                       "train_loader.num_workers, eval_loader.num_workers\n");
   // activation_checkpointing: true without a target: every block.
   EXPECT_NE(r.out.find("checkpointing: 2 instances of block\n"), std::string::npos) << r.out;
   auto plan = LoadPlan(Path("out/tiny"));

@@ -93,6 +93,33 @@ TEST_F(FoundryRunConfigTest, TheYamlDrivesTheWholeRun) {
   EXPECT_LT(report["evals"][3]["loss"].get<double>(), report["evals"][0]["loss"].get<double>());
 }
 
+// The shipped config names its data: train_loader and eval_loader read the MDS splits under
+// ./out/tiny-data (here the fixture's), shuffled with the YAML's seed, drop_last.
+TEST_F(FoundryRunConfigTest, TheYamlsLoadersReadMdsSplits) {
+  fs::create_directories(Path("out/tiny-data"));
+  for (const char* split : {"train", "val"})
+    fs::copy(kSource + "/tests/data/mds/mpt_tiny/" + split, Path("out/tiny-data/") + split);
+  ExecResult r = Exec(kRun, {"out/tiny", "--config", kTinyConfig, "--max-steps", "20", "--steps",
+                             "20", "--report-json", "r.json"},
+                      dir_);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("  data       --data ./out/tiny-data/train (MDS, 3 shards, 64 samples, "
+                       "column tokens (ndarray:int32), zstd, hashes verified: xxh64; shuffled by "
+                       "foundry's own order, seed 17, blocks of 262144; drop_last)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("  eval       --eval-data ./out/tiny-data/val (MDS, 1 shard, 16 samples"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.err.find("train_loader.num_workers, eval_loader.num_workers"), std::string::npos)
+      << r.err;
+  auto report = nlohmann::json::parse(ReadWholeFile(Path("r.json")));
+  EXPECT_EQ(report["steps"], 20);
+  // The folder is read, never written.
+  EXPECT_EQ(ReadWholeFile(Path("out/tiny-data/train/index.json")),
+            ReadWholeFile(kSource + "/tests/data/mds/mpt_tiny/train/index.json"));
+}
+
 TEST_F(FoundryRunConfigTest, AFlagWinsAndThePlanMustMatch) {
   ExecResult r = Exec(
       kRun,
@@ -200,8 +227,17 @@ TEST_F(FoundryRunConfigTest, DurationsInTokensAndEpochs) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_EQ(r.out.rfind("# cosine_with_warmup, lr 0.003, 2 steps\n", 0), 0u) << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 3) << r.out;
-  // An epoch without a --data file is an error that says so.
+  // The YAML's training split missing is an error that names it; without any data (no
+  // loaders, no --data), an epoch is an error that says so.
   text.replace(text.find("max_duration: 200tok"), 20, "max_duration: 2ep");
+  std::ofstream(Path("e.yaml")) << text;
+  r = Exec(kRun, {"out/tiny", "--config", "e.yaml"}, dir_);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--config e.yaml: train_loader.dataset: no MDS split at "
+                       "./out/tiny-data/train (no index.json there"),
+            std::string::npos)
+      << r.err;
+  text.erase(text.find("train_loader:"), text.find("# Optimization") - text.find("train_loader:"));
   std::ofstream(Path("e.yaml")) << text;
   r = Exec(kRun, {"out/tiny", "--config", "e.yaml"}, dir_);
   EXPECT_EQ(r.code, 1);
