@@ -372,14 +372,19 @@ Status ReadAlgorithms(const Reader& r, TrainConfig& c) {
 
 // The keys of a `text` loader's dataset that foundry reads, and those that change nothing it does
 // (streaming's download, cache and partition settings; the loader's worker settings).
-const std::set<std::string> kDatasetKeys = {"local",   "remote",      "split",
-                                            "max_seq_len", "shuffle", "shuffle_seed",
-                                            "shuffle_block_size", "token_encoding_type"};
+const std::set<std::string> kDatasetKeys = {"local",
+                                            "remote",
+                                            "split",
+                                            "max_seq_len",
+                                            "shuffle",
+                                            "shuffle_seed",
+                                            "shuffle_block_size",
+                                            "token_encoding_type"};
 const std::set<std::string> kDatasetNoEffect = {
-    "download_retry", "download_timeout", "validate_hash", "keep_zip",   "predownload",
-    "cache_limit",    "partition_algo",   "num_canonical_nodes",         "sampling_method",
-    "sampling_granularity", "batching_method", "shuffle_algo", "allow_unsafe_types",
-    "stream_name",    "stream_config"};
+    "download_retry",     "download_timeout",     "validate_hash",   "keep_zip",
+    "predownload",        "cache_limit",          "partition_algo",  "num_canonical_nodes",
+    "sampling_method",    "sampling_granularity", "batching_method", "shuffle_algo",
+    "allow_unsafe_types", "stream_name",          "stream_config"};
 const std::set<std::string> kLoaderNoEffect = {"num_workers", "pin_memory", "prefetch_factor",
                                                "persistent_workers", "timeout"};
 
@@ -397,17 +402,18 @@ Status ReadDataset(const Reader& r, const std::string& at, TrainConfig::Loader& 
     }
     ASSIGN_OR_RETURN(auto v, r.Get(at + "." + k));
     if (!v) continue;  // null: the default
-    return r.Fail(at + "." + k,
-                  k == "streams" ? "mixes several datasets; foundry reads one: give local and "
-                                   "split of one MDS folder"
-                                 : "changes the samples (or how they are batched) in a way "
-                                   "foundry does not reproduce; remove it");
+    return r.Fail(at + "." + k, k == "streams"
+                                    ? "mixes several datasets; foundry reads one: give local and "
+                                      "split of one MDS folder"
+                                    : "changes the samples (or how they are batched) in a way "
+                                      "foundry does not reproduce; remove it");
   }
   ASSIGN_OR_RETURN(l.local, r.String(at + ".local"));
   ASSIGN_OR_RETURN(l.remote, r.String(at + ".remote"));
   ASSIGN_OR_RETURN(l.split, r.String(at + ".split"));
   ASSIGN_OR_RETURN(l.token_encoding_type, r.String(at + ".token_encoding_type"));
-  ASSIGN_OR_RETURN(l.max_seq_len, r.Int(at + ".max_seq_len", 1, int64_t{1} << 40, "a positive integer"));
+  ASSIGN_OR_RETURN(l.max_seq_len,
+                   r.Int(at + ".max_seq_len", 1, int64_t{1} << 40, "a positive integer"));
   ASSIGN_OR_RETURN(l.shuffle_block_size,
                    r.Int(at + ".shuffle_block_size", 1, int64_t{1} << 40, "a positive integer"));
   ASSIGN_OR_RETURN(l.shuffle, r.Bool(at + ".shuffle"));
@@ -416,7 +422,8 @@ Status ReadDataset(const Reader& r, const std::string& at, TrainConfig::Loader& 
   return Status::Ok();
 }
 
-Status ReadLoader(const Reader& r, const std::string& key, std::optional<TrainConfig::Loader>& out) {
+Status ReadLoader(const Reader& r, const std::string& key,
+                  std::optional<TrainConfig::Loader>& out) {
   ASSIGN_OR_RETURN(auto node, r.Get(key));
   if (!node) return Status::Ok();
   if (!node->IsMap()) return r.Fail(key, "is " + YamlKindOf(*node) + "; expected a mapping");
@@ -436,8 +443,9 @@ Status ReadLoader(const Reader& r, const std::string& key, std::optional<TrainCo
       l.ignored.push_back(key + "." + k);
       continue;
     }
-    return r.Fail(key + "." + k, "is not a key of llm-foundry's text loader that foundry reads; "
-                                 "remove it");
+    return r.Fail(key + "." + k,
+                  "is not a key of llm-foundry's text loader that foundry reads; "
+                  "remove it");
   }
   ASSIGN_OR_RETURN(l.drop_last, r.Bool(key + ".drop_last"));
   RETURN_IF_ERROR(ReadDataset(r, key + ".dataset", l));
@@ -543,7 +551,8 @@ StatusOr<TrainConfig> Parse(const std::string& text, const std::string& path) {
   RETURN_IF_ERROR(ReadLoader(r, "train_loader", c.train_loader));
   RETURN_IF_ERROR(ReadLoader(r, "eval_loader", c.eval_loader));
   for (const auto* loader : {&c.train_loader, &c.eval_loader})
-    if (*loader) c.ignored.insert(c.ignored.end(), (*loader)->ignored.begin(), (*loader)->ignored.end());
+    if (*loader)
+      c.ignored.insert(c.ignored.end(), (*loader)->ignored.begin(), (*loader)->ignored.end());
   ASSIGN_OR_RETURN(
       c.save_num_checkpoints_to_keep,
       r.Int("save_num_checkpoints_to_keep", -1, int64_t{1} << 40, "a count (-1: keep all)"));

@@ -133,11 +133,13 @@ Status MapLoaders(Mapping& m) {
     (train ? m.train_dir : m.eval_dir) = dir;
     m.Set(train ? "--data" : "--eval-data", dir, l.key + ".dataset.local");
     if (l.token_encoding_type)
-      m.Set("--token-encoding-type", *l.token_encoding_type, l.key + ".dataset.token_encoding_type");
+      m.Set("--token-encoding-type", *l.token_encoding_type,
+            l.key + ".dataset.token_encoding_type");
     if (!train) {
       if (l.shuffle.value_or(false))
-        m.Note("eval_loader.dataset.shuffle: foundry evaluates the eval split in index order "
-               "(the loss over whole batches is the same set of samples)");
+        m.Note(
+            "eval_loader.dataset.shuffle: foundry evaluates the eval split in index order "
+            "(the loss over whole batches is the same set of samples)");
       continue;
     }
     if (l.shuffle.value_or(false)) m.r.set({"--shuffle", l.key + ".dataset.shuffle", true});

@@ -457,9 +457,9 @@ Status SetMdsEpoch(DataSource& s, int64_t global_batch) {
     return Error("--data " + s.mds->dir() + ": its " + std::to_string(n) +
                  " samples hold no whole global batch of " + std::to_string(global_batch) +
                  " (drop_last)");
-  s.mds_order = std::make_shared<const MdsOrder>(s.mds->shard_starts(), epoch,
-                                                 s.mds_options.shuffle, s.mds_options.shuffle_seed,
-                                                 s.mds_options.shuffle_block);
+  s.mds_order =
+      std::make_shared<const MdsOrder>(s.mds->shard_starts(), epoch, s.mds_options.shuffle,
+                                       s.mds_options.shuffle_seed, s.mds_options.shuffle_block);
   return Status::Ok();
 }
 
@@ -469,10 +469,10 @@ std::string DataSource::Describe(uint64_t seed) const {
                        : "synthetic tokens (seed " + std::to_string(seed) + ")";
   if (mds)
     d = "--data " + mds->dir() + " (" + mds->DescribeFormat() + "; " +
-        (mds_options.shuffle ? "shuffled by foundry's own order, seed " +
-                                   std::to_string(mds_options.shuffle_seed) + ", blocks of " +
-                                   std::to_string(mds_options.shuffle_block)
-                             : std::string("in index order")) +
+        (mds_options.shuffle
+             ? "shuffled by foundry's own order, seed " + std::to_string(mds_options.shuffle_seed) +
+                   ", blocks of " + std::to_string(mds_options.shuffle_block)
+             : std::string("in index order")) +
         (mds_options.drop_last ? "; drop_last" : "") + ")";
   if (!fed.empty()) d += " + --feed";
   return d;

@@ -127,8 +127,8 @@ void WriteTokenBatch(const std::vector<int64_t>& windows, int64_t batch, int64_t
 
 // How --data's MDS folder is read (llm-foundry's train_loader keys; foundry-run --shuffle ...).
 struct MdsReadOptions {
-  bool shuffle = false;                  // dataset.shuffle
-  uint64_t shuffle_seed = 9176;          // dataset.shuffle_seed (streaming's default)
+  bool shuffle = false;                      // dataset.shuffle
+  uint64_t shuffle_seed = 9176;              // dataset.shuffle_seed (streaming's default)
   int64_t shuffle_block = int64_t{1} << 18;  // dataset.shuffle_block_size, in samples
   bool drop_last = false;  // drop_last: an epoch ends after its last whole global batch
   std::string token_encoding_type = "int64";  // dataset.token_encoding_type (bytes columns)

@@ -42,8 +42,8 @@ StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const Trainer& trainer,
                      "' is fed (--feed) in training; eval reads token windows into it: train "
                      "from --data instead");
   }
-  const int64_t windows = e->data_.mds ? e->data_.mds->num_samples()
-                                       : e->data_.file->num_tokens() / (e->data_.seq + 1);
+  const int64_t windows =
+      e->data_.mds ? e->data_.mds->num_samples() : e->data_.file->num_tokens() / (e->data_.seq + 1);
   e->batches_ = windows / e->data_.batch;
   if (e->batches_ == 0 && e->data_.mds)
     return Error("--eval-data " + options.data_path + ": its " + std::to_string(windows) +

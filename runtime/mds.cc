@@ -75,7 +75,8 @@ std::vector<std::string> Split(const std::string& s, char sep) {
   return parts;
 }
 
-// "ndarray:int32:16,8" -> dtype "int32", shape elements 128 (0 when no shape); false when malformed.
+// "ndarray:int32:16,8" -> dtype "int32", shape elements 128 (0 when no shape); false when
+// malformed.
 bool ParseNdarray(const std::string& encoding, std::string& dtype, int64_t& elements) {
   std::vector<std::string> parts = Split(encoding, ':');
   if (parts[0] != "ndarray" || parts.size() > 3) return false;
@@ -134,8 +135,9 @@ Status ParseColumns(const json& e, const std::string& at, MdsShardEntry& s) {
   if (names == e.end() || encodings == e.end() || sizes == e.end() || !names->is_array() ||
       !encodings->is_array() || !sizes->is_array() || names->size() != encodings->size() ||
       names->size() != sizes->size() || names->empty() || names->size() > 4096)
-    return Error(at + "column_names, column_encodings and column_sizes must be lists of one "
-                      "length (1 to 4096)");
+    return Error(at +
+                 "column_names, column_encodings and column_sizes must be lists of one "
+                 "length (1 to 4096)");
   for (size_t c = 0; c < names->size(); ++c) {
     const json &n = (*names)[c], &enc = (*encodings)[c], &sz = (*sizes)[c];
     if (!n.is_string() || !enc.is_string())
@@ -237,7 +239,8 @@ Status CheckMdsShard(std::string_view data, const MdsShardEntry& entry, const st
     return Error(where + ": " + std::to_string(size) + " bytes end inside its offset table of " +
                  std::to_string(n + 1) + " entries (truncated?)");
   offsets.resize(static_cast<size_t>(n + 1));
-  for (int64_t i = 0; i <= n; ++i) offsets[static_cast<size_t>(i)] = LoadU32(data.data() + 4 + 4 * i);
+  for (int64_t i = 0; i <= n; ++i)
+    offsets[static_cast<size_t>(i)] = LoadU32(data.data() + 4 + 4 * i);
   if (offsets[0] < table_end)
     return Error(where + ": its first sample starts at byte " + std::to_string(offsets[0]) +
                  ", inside the header (offset table damaged)");
@@ -263,7 +266,8 @@ StatusOr<std::string_view> MdsColumnBytes(std::string_view sample, const MdsShar
   size_t at = head, var = 0;
   for (size_t c = 0; c < entry.columns.size(); ++c) {
     const int64_t fixed = entry.columns[c].size;
-    const uint64_t size = fixed >= 0 ? static_cast<uint64_t>(fixed) : LoadU32(sample.data() + 4 * var++);
+    const uint64_t size =
+        fixed >= 0 ? static_cast<uint64_t>(fixed) : LoadU32(sample.data() + 4 * var++);
     if (size > sample.size() - at)
       return Error("column '" + entry.columns[c].name + "' of " + std::to_string(size) +
                    " bytes runs past the sample's end (" + std::to_string(sample.size()) +
@@ -304,10 +308,11 @@ StatusOr<MdsTokenCodec> MdsTokenCodecOf(const MdsColumn& column,
     codec.header = elements > 0 ? MdsTokenCodec::Header::kNone : MdsTokenCodec::Header::kShape;
     return codec;
   }
-  return Error(at + " is not a token column: foundry trains on ndarray or bytes columns of "
-                    "integer token ids" +
-               (column.encoding == "str" ? " (a str column is text; foundry does not tokenize)"
-                                         : ""));
+  return Error(
+      at +
+      " is not a token column: foundry trains on ndarray or bytes columns of "
+      "integer token ids" +
+      (column.encoding == "str" ? " (a str column is text; foundry does not tokenize)" : ""));
 }
 
 namespace {
@@ -387,7 +392,8 @@ bool DecodeMdsTokens(const MdsTokenCodec& codec, std::string_view bytes, std::ve
   }
   ids.resize(body / static_cast<size_t>(width));
   const char* p = bytes.data() + at;
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = LoadInt(p + i * static_cast<size_t>(width), width, is_signed);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = LoadInt(p + i * static_cast<size_t>(width), width, is_signed);
   return true;
 }
 
@@ -470,9 +476,9 @@ struct MdsDataset::Bytes {
 
 struct MdsDataset::Shard {
   MdsShardEntry entry;
-  std::string path;             // the file read: raw if present, else the zip
-  bool compressed = false;      // path is the zip
-  std::string hash;             // the algorithm verified ("" none)
+  std::string path;              // the file read: raw if present, else the zip
+  bool compressed = false;       // path is the zip
+  std::string hash;              // the algorithm verified ("" none)
   std::vector<int64_t> offsets;  // once checked
   std::shared_ptr<const Bytes> bytes;
   bool verified = false;
@@ -495,9 +501,10 @@ StatusOr<std::unique_ptr<MdsDataset>> MdsDataset::Open(const std::string& dir,
   const fs::path index = fs::path(dir) / "index.json";
   std::error_code ec;
   if (!fs::is_regular_file(index, ec))
-    return Error(where + ": " + (fs::is_directory(dir, ec) ? "no index.json in " + dir +
-                                                                 " (an MDS split folder has one)"
-                                                           : dir + " is not a folder"));
+    return Error(where + ": " +
+                 (fs::is_directory(dir, ec)
+                      ? "no index.json in " + dir + " (an MDS split folder has one)"
+                      : dir + " is not a folder"));
   if (fs::file_size(index, ec) > (uintmax_t{256} << 20))
     return Error(where + ": index.json is over 256 MiB; is it an MDS index?");
   std::ifstream in(index, std::ios::binary);
@@ -584,7 +591,8 @@ Status MdsDataset::OpenShard(size_t s) {
     return Error(zat + " is compressed with '" + sh.entry.compression +
                  "', which foundry does not read (it reads zstd and uncompressed shards): "
                  "rewrite the dataset with MDSWriter(compression='zstd'), or let streaming "
-                 "decompress it once (it writes " + sh.entry.raw.basename + " beside it)");
+                 "decompress it once (it writes " +
+                 sh.entry.raw.basename + " beside it)");
   const int64_t size = static_cast<int64_t>(fs::file_size(zip, ec));
   if (ec || size != sh.entry.zip->bytes)
     return Error(zat + " has " + std::to_string(size) + " bytes but index.json says " +
@@ -600,7 +608,10 @@ std::string MdsDataset::DescribeFormat() const {
   for (const auto& sh : shards_) (sh->compressed ? zstd : raw) = true;
   return "MDS, " + std::to_string(shards_.size()) + " shard" + (shards_.size() == 1 ? "" : "s") +
          ", " + std::to_string(total_) + " samples, column " + token_column_ + " (" +
-         codec_.describe + "), " + (zstd && raw ? "zstd and raw" : zstd ? "zstd" : "raw") +
+         codec_.describe + "), " +
+         (zstd && raw ? "zstd and raw"
+          : zstd      ? "zstd"
+                      : "raw") +
          ", hashes verified: " + verified_with_;
 }
 
@@ -673,17 +684,16 @@ StatusOr<std::shared_ptr<const MdsDataset::Bytes>> MdsDataset::Load(size_t s) co
   sh.last_use = ++clock_;
   if (!sh.compressed) {
     if (!sh.verified)
-      RETURN_IF_ERROR(Verify(sh.hash, sh.entry.raw, sh.bytes->data,
-                             where_ + ": " + sh.entry.raw.basename));
+      RETURN_IF_ERROR(
+          Verify(sh.hash, sh.entry.raw, sh.bytes->data, where_ + ": " + sh.entry.raw.basename));
     sh.verified = true;
     return sh.bytes;
   }
   if (sh.bytes) return sh.bytes;
   ASSIGN_OR_RETURN(std::shared_ptr<const Bytes> bytes, Decompress(sh));
   std::vector<int64_t> offsets;
-  RETURN_IF_ERROR(CheckMdsShard(bytes->data, sh.entry,
-                                where_ + ": " + sh.entry.zip->basename + " (decompressed)",
-                                offsets));
+  RETURN_IF_ERROR(CheckMdsShard(
+      bytes->data, sh.entry, where_ + ": " + sh.entry.zip->basename + " (decompressed)", offsets));
   // Room for it: the least recently read decompressed shards go first.
   const int64_t size = static_cast<int64_t>(bytes->data.size());
   while (held_bytes_ > 0 && held_bytes_ + size > kMdsCacheBytes) {
@@ -714,9 +724,9 @@ Status MdsDataset::Tokens(int64_t i, std::vector<int64_t>& ids) const {
     std::lock_guard<std::mutex> lock(mu_);
     ASSIGN_OR_RETURN(bytes, Load(s));
     const std::vector<int64_t>& off = shards_[s]->offsets;
-    sample = bytes->data.substr(static_cast<size_t>(off[static_cast<size_t>(j)]),
-                                static_cast<size_t>(off[static_cast<size_t>(j + 1)] -
-                                                    off[static_cast<size_t>(j)]));
+    sample = bytes->data.substr(
+        static_cast<size_t>(off[static_cast<size_t>(j)]),
+        static_cast<size_t>(off[static_cast<size_t>(j + 1)] - off[static_cast<size_t>(j)]));
   }
   const Shard& sh = *shards_[s];
   const std::string at = where_ + ": sample " + std::to_string(i) + " (" + sh.entry.raw.basename +

@@ -108,7 +108,8 @@ class MdsDataset {
   // once, before any sample is read: index.json, a token column in every shard with one codec,
   // each shard's file present with the size index.json gives (the raw file when present, else
   // the compressed one, which must be zstd), and every raw shard's header and offset table.
-  static StatusOr<std::unique_ptr<MdsDataset>> Open(const std::string& dir, const std::string& where,
+  static StatusOr<std::unique_ptr<MdsDataset>> Open(const std::string& dir,
+                                                    const std::string& where,
                                                     const std::string& token_encoding_type);
   ~MdsDataset();
 

@@ -140,10 +140,12 @@ StatusOr<TrainState> ReadTrainState(const std::string& dir) {
     if (d.contains("mds")) {
       const auto& m = d.at("mds");
       s.mds.shuffle = m.at("shuffle").get<bool>();
-      StatusOr<uint64_t> mseed = ReadWhole<uint64_t>(m.at("shuffle_seed"), "shuffle_seed", 0, UINT64_MAX);
+      StatusOr<uint64_t> mseed =
+          ReadWhole<uint64_t>(m.at("shuffle_seed"), "shuffle_seed", 0, UINT64_MAX);
       if (!mseed.ok()) return Error(damaged + mseed.status().message() + ")");
       s.mds.shuffle_seed = *mseed;
-      StatusOr<int64_t> block = ReadWhole<int64_t>(m.at("shuffle_block"), "shuffle_block", 1, INT64_MAX);
+      StatusOr<int64_t> block =
+          ReadWhole<int64_t>(m.at("shuffle_block"), "shuffle_block", 1, INT64_MAX);
       if (!block.ok()) return Error(damaged + block.status().message() + ")");
       s.mds.shuffle_block = *block;
       s.mds.drop_last = m.at("drop_last").get<bool>();

@@ -194,8 +194,8 @@ void AddDataOptions(CLI::App& app, Options& o) {
   app.add_option("--token-encoding-type", o.token_encoding_type,
                  "MDS data: the id type of a `bytes` token column (llm-foundry's "
                  "token_encoding_type)")
-      ->check(CLI::IsMember(
-          {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}))
+      ->check(
+          CLI::IsMember({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}))
       ->capture_default_str();
   app.add_option("--data-dtype", o.data_dtype,
                  "token width in --data; auto: llm.c's header if the file has one, else uint16")
@@ -375,24 +375,25 @@ void SetFromConfig(const CLI::App& app, Options& o, const ConfigOption& option) 
                                                     {"--clip-norm", &o.clip_norm}};
     return set(*numbers.at(flag), *number);
   }
-  const std::map<std::string, std::string*> texts = {{"--max-steps", &o.max_steps_text},
-                                                     {"--steps", &o.steps_text},
-                                                     {"--optimizer", &o.optimizer},
-                                                     {"--scheduler", &o.scheduler},
-                                                     {"--warmup-steps", &o.warmup_text},
-                                                     {"--decay-steps", &o.decay_text},
-                                                     {"--seed", &o.seed_text},
-                                                     {"--log-interval", &o.log_interval_text},
-                                                     {"--eval-interval", &o.eval_interval_text},
-                                                     {"--eval-batches", &o.eval_batches_text},
-                                                     {"--data", &o.data},
-                                                     {"--eval-data", &o.eval_data},
-                                                     {"--shuffle-seed", &o.shuffle_seed_text},
-                                                     {"--shuffle-block-size", &o.shuffle_block_text},
-                                                     {"--token-encoding-type", &o.token_encoding_type},
-                                                     {"--save-interval", &o.save_interval_text},
-                                                     {"--save-folder", &o.save_folder},
-                                                     {"--save-keep", &o.save_keep_text}};
+  const std::map<std::string, std::string*> texts = {
+      {"--max-steps", &o.max_steps_text},
+      {"--steps", &o.steps_text},
+      {"--optimizer", &o.optimizer},
+      {"--scheduler", &o.scheduler},
+      {"--warmup-steps", &o.warmup_text},
+      {"--decay-steps", &o.decay_text},
+      {"--seed", &o.seed_text},
+      {"--log-interval", &o.log_interval_text},
+      {"--eval-interval", &o.eval_interval_text},
+      {"--eval-batches", &o.eval_batches_text},
+      {"--data", &o.data},
+      {"--eval-data", &o.eval_data},
+      {"--shuffle-seed", &o.shuffle_seed_text},
+      {"--shuffle-block-size", &o.shuffle_block_text},
+      {"--token-encoding-type", &o.token_encoding_type},
+      {"--save-interval", &o.save_interval_text},
+      {"--save-folder", &o.save_folder},
+      {"--save-keep", &o.save_keep_text}};
   set(*texts.at(flag), std::get<std::string>(option.value));
 }
 

@@ -73,11 +73,11 @@ TEST(TrainConfig, ReadsEveryKeyOfTheShippedTinyConfig) {
   EXPECT_EQ(c->ckpt.targets[0].name, "block");
   EXPECT_EQ(c->ckpt.targets[0].source, "--config " + Source("configs/mpt-tiny.yaml"));
   // Everything else is listed once, in file order.
-  EXPECT_EQ(c->ignored, (std::vector<std::string>{
-                            "run_name", "tokenizer", "progress_bar",
-                            "log_to_console", "callbacks", "model.init_device",
-                            "model.attn_config.attn_impl", "model.attn_config.alibi",
-                            "train_loader.num_workers", "eval_loader.num_workers"}));
+  EXPECT_EQ(c->ignored,
+            (std::vector<std::string>{"run_name", "tokenizer", "progress_bar", "log_to_console",
+                                      "callbacks", "model.init_device",
+                                      "model.attn_config.attn_impl", "model.attn_config.alibi",
+                                      "train_loader.num_workers", "eval_loader.num_workers"}));
   EXPECT_EQ(IgnoredKeysLine(*c),
             Source("configs/mpt-tiny.yaml") +
                 ": keys foundry does not read (ignored): run_name, tokenizer, progress_bar, "

@@ -134,7 +134,8 @@ TEST_F(RunConfigTest, LoadersNameMdsSplitsAndHowTheyAreRead) {
       "train_loader:\n  name: text\n  dataset:\n    local: " + root +
       "\n    split: train\n    shuffle: true\n    shuffle_seed: 17\n    max_seq_len: 16\n"
       "    shuffle_block_size: 32\n    predownload: 8\n  drop_last: true\n  num_workers: 8\n"
-      "eval_loader:\n  name: text\n  dataset:\n    local: " + root +
+      "eval_loader:\n  name: text\n  dataset:\n    local: " +
+      root +
       "\n    split: val\n    shuffle: false\n  drop_last: false\n"
       "max_duration: 2ep\neval_interval: 5ba\n";
   Status st = Map(loaders);
@@ -166,28 +167,34 @@ TEST_F(RunConfigTest, LoaderRefusals) {
             "--config t.yaml: train_loader.dataset: no MDS split at " + root +
                 "/test (no index.json there); write it with llm-foundry's convert_dataset_hf.py, "
                 "or set local and split");
-  EXPECT_EQ(Map(train("    local: /nonexistent\n    remote: s3://b/c4\n    split: train\n"))
-                .message(),
-            "--config t.yaml: train_loader.dataset: remote s3://b/c4 is a remote store; foundry "
-            "reads local folders: download the dataset (with streaming, or your store's copy "
-            "tool) and set local");
+  EXPECT_EQ(
+      Map(train("    local: /nonexistent\n    remote: s3://b/c4\n    split: train\n")).message(),
+      "--config t.yaml: train_loader.dataset: remote s3://b/c4 is a remote store; foundry "
+      "reads local folders: download the dataset (with streaming, or your store's copy "
+      "tool) and set local");
   EXPECT_EQ(Map(train("    local: /x\n    remote: " + root + "\n    split: train\n")).message(),
             "");
-  EXPECT_EQ(notes_, (std::vector<std::string>{"t.yaml: train_loader.dataset: reading remote " +
-                                              root + "/train in place (streaming would copy it "
-                                                     "to local first)"}));
-  EXPECT_EQ(Map(train("    local: " + root + "\n    split: train\n    max_seq_len: 32\n"))
-                .message(),
-            "--config t.yaml: train_loader.dataset.max_seq_len is 32 but the plan's sequence is "
-            "16 (llm-foundry cuts samples at it); make them one");
-  EXPECT_NE(Map(train("    local: x\n", "finetuning")).message().find(
-                "key 'train_loader.name' is 'finetuning'; foundry reads llm-foundry's `text` loader"),
+  EXPECT_EQ(notes_,
+            (std::vector<std::string>{"t.yaml: train_loader.dataset: reading remote " + root +
+                                      "/train in place (streaming would copy it "
+                                      "to local first)"}));
+  EXPECT_EQ(
+      Map(train("    local: " + root + "\n    split: train\n    max_seq_len: 32\n")).message(),
+      "--config t.yaml: train_loader.dataset.max_seq_len is 32 but the plan's sequence is "
+      "16 (llm-foundry cuts samples at it); make them one");
+  EXPECT_NE(
+      Map(train("    local: x\n", "finetuning"))
+          .message()
+          .find(
+              "key 'train_loader.name' is 'finetuning'; foundry reads llm-foundry's `text` loader"),
+      std::string::npos);
+  EXPECT_NE(Map(train("    streams:\n      a:\n        local: x\n"))
+                .message()
+                .find("key 'train_loader.dataset.streams' mixes several datasets"),
             std::string::npos);
-  EXPECT_NE(Map(train("    streams:\n      a:\n        local: x\n")).message().find(
-                "key 'train_loader.dataset.streams' mixes several datasets"),
-            std::string::npos);
-  EXPECT_NE(Map(train("    local: x\n    eos_token_id: 0\n")).message().find(
-                "key 'train_loader.dataset.eos_token_id' changes the samples"),
+  EXPECT_NE(Map(train("    local: x\n    eos_token_id: 0\n"))
+                .message()
+                .find("key 'train_loader.dataset.eos_token_id' changes the samples"),
             std::string::npos);
 }
 

@@ -268,7 +268,8 @@ TEST(DataParallelMdsTest, RanksReadDisjointSamplesOfTheOneProcessBatch) {
   ASSERT_TRUE(one && ranks);
   // Step 1's samples: rank r's rows are positions r * batch + b.
   const DataSource& mine = ranks->data_source();
-  std::vector<int64_t> samples(static_cast<size_t>(mine.batch)), all(static_cast<size_t>(N * mine.batch));
+  std::vector<int64_t> samples(static_cast<size_t>(mine.batch)),
+      all(static_cast<size_t>(N * mine.batch));
   for (int64_t b = 0; b < mine.batch; ++b)
     samples[static_cast<size_t>(b)] = mine.mds_order->Sample(comm->rank() * mine.batch + b);
   ASSERT_TRUE(comm->AllGather(samples.data(), all.data(), mine.batch * 8).ok());
@@ -279,7 +280,8 @@ TEST(DataParallelMdsTest, RanksReadDisjointSamplesOfTheOneProcessBatch) {
   for (int step = 1; step <= 5; ++step) {
     StatusOr<StepReport> a = one->Step(), b = ranks->Step();
     ASSERT_TRUE(a.ok() && b.ok()) << a.status().message() << b.status().message();
-    EXPECT_EQ(std::memcmp(&a->loss, &b->loss, 4), 0) << step << ": " << a->loss << " vs " << b->loss;
+    EXPECT_EQ(std::memcmp(&a->loss, &b->loss, 4), 0)
+        << step << ": " << a->loss << " vs " << b->loss;
   }
   const auto got = FullParameters(*ranks, comm);
   for (const auto& [name, t] : one->parameters()) EXPECT_TRUE(Bitwise(got.at(name), t)) << name;

@@ -125,8 +125,9 @@ TEST_F(MdsTrainingTest, AShuffledReadResumesMidEpochBitwise) {
   ASSERT_TRUE(other);
   EXPECT_EQ(other->Resume(Path("run")).message(),
             "--resume " + Path("run") + ": the save read 64 samples of its MDS data, but --data " +
-                kMds + "/val has 16; its position would name other samples: resume with the same "
-                       "data");
+                kMds +
+                "/val has 16; its position would name other samples: resume with the same "
+                "data");
 }
 
 TEST_F(MdsTrainingTest, EachEpochVisitsEveryWholeGlobalBatchSampleOnce) {
@@ -147,8 +148,9 @@ TEST_F(MdsTrainingTest, EachEpochVisitsEveryWholeGlobalBatchSampleOnce) {
     EXPECT_TRUE(*seen.begin() >= 0 && *seen.rbegin() < 64);
   }
   EXPECT_NE(s.mds_order->Sample(0), s.mds_order->Sample(60));  // a new order each epoch
-  EXPECT_EQ(SetMdsEpoch(s, 65).message(),
-            "--data " + kMds + "/train: its 64 samples hold no whole global batch of 65 (drop_last)");
+  EXPECT_EQ(
+      SetMdsEpoch(s, 65).message(),
+      "--data " + kMds + "/train: its 64 samples hold no whole global batch of 65 (drop_last)");
 }
 
 // foundry's appended loss does not shift the labels: labels = window[1:seq+1], and the last of a
@@ -156,9 +158,9 @@ TEST_F(MdsTrainingTest, EachEpochVisitsEveryWholeGlobalBatchSampleOnce) {
 TEST_F(MdsTrainingTest, ShiftedLabelsEndWithTheIgnoreIndex) {
   StatusOr<LoadedPlan> lp = LoadPlan(Path("m"));
   ASSERT_TRUE(lp.ok());
-  StatusOr<DataSource> s = ChooseDataSource(lp->graph, lp->plan.inputs, {}, kMds + "/train",
-                                            TokenDType::kAuto, /*loss_in_model=*/true,
-                                            LabelRule::kShifted);
+  StatusOr<DataSource> s =
+      ChooseDataSource(lp->graph, lp->plan.inputs, {}, kMds + "/train", TokenDType::kAuto,
+                       /*loss_in_model=*/true, LabelRule::kShifted);
   ASSERT_TRUE(s.ok()) << s.status().message();
   EXPECT_EQ(s->mds_label_pad, -100);  // the model's SoftmaxCrossEntropyLoss ignore_index
   std::vector<int64_t> windows;
@@ -166,7 +168,8 @@ TEST_F(MdsTrainingTest, ShiftedLabelsEndWithTheIgnoreIndex) {
   TokenBatch b = MakeTokenBatch(windows, 4, 16, /*shift=*/true, DType::kInt64, DType::kInt64);
   for (int64_t row = 0; row < 4; ++row) {
     for (int64_t t = 0; t < 15; ++t)
-      EXPECT_EQ(b.labels.data<int64_t>()[row * 16 + t], b.input_ids.data<int64_t>()[row * 16 + t + 1]);
+      EXPECT_EQ(b.labels.data<int64_t>()[row * 16 + t],
+                b.input_ids.data<int64_t>()[row * 16 + t + 1]);
     EXPECT_EQ(b.labels.data<int64_t>()[row * 16 + 15], -100);
   }
 }
@@ -184,8 +187,8 @@ TEST_F(MdsTrainingTest, IdsBeyondTheVocabularyAreRefusedByPlace) {
   c.dims = {{"batch", 4}, {"seq", 16}};
   StatusOr<CompileResult> r = Compile(c);
   ASSERT_TRUE(r.ok());
-  StatusOr<DataSource> s = ChooseDataSource(r->graph, r->plan->inputs, {}, Path("train"),
-                                            TokenDType::kAuto);
+  StatusOr<DataSource> s =
+      ChooseDataSource(r->graph, r->plan->inputs, {}, Path("train"), TokenDType::kAuto);
   ASSERT_TRUE(s.ok());
   s->vocab = 60;
   std::vector<int64_t> w;

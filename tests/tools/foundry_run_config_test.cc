@@ -99,8 +99,9 @@ TEST_F(FoundryRunConfigTest, TheYamlsLoadersReadMdsSplits) {
   fs::create_directories(Path("out/tiny-data"));
   for (const char* split : {"train", "val"})
     fs::copy(kSource + "/tests/data/mds/mpt_tiny/" + split, Path("out/tiny-data/") + split);
-  ExecResult r = Exec(kRun, {"out/tiny", "--config", kTinyConfig, "--max-steps", "20", "--steps",
-                             "20", "--report-json", "r.json"},
+  ExecResult r = Exec(kRun,
+                      {"out/tiny", "--config", kTinyConfig, "--max-steps", "20", "--steps", "20",
+                       "--report-json", "r.json"},
                       dir_);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("  data       --data ./out/tiny-data/train (MDS, 3 shards, 64 samples, "
