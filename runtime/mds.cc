@@ -314,17 +314,19 @@ namespace {
 
 int64_t LoadInt(const char* p, int width, bool is_signed) {
   switch (width) {
+    // Each arm converted to int64_t on its own: `c ? int32_t : uint32_t` would be uint32_t,
+    // turning a negative int32 id into 2^32 - |id|.
     case 1:
-      return is_signed ? static_cast<int8_t>(*p) : static_cast<uint8_t>(*p);
+      return is_signed ? int64_t{static_cast<int8_t>(*p)} : int64_t{static_cast<uint8_t>(*p)};
     case 2: {
       uint16_t v;
       std::memcpy(&v, p, 2);
-      return is_signed ? static_cast<int16_t>(v) : v;
+      return is_signed ? int64_t{static_cast<int16_t>(v)} : int64_t{v};
     }
     case 4: {
       uint32_t v;
       std::memcpy(&v, p, 4);
-      return is_signed ? static_cast<int32_t>(v) : v;
+      return is_signed ? int64_t{static_cast<int32_t>(v)} : int64_t{v};
     }
     default: {
       uint64_t v;
