@@ -338,8 +338,10 @@ int64_t LoadInt(const char* p, int width, bool is_signed) {
 }
 
 // The ndarray header of one sample: `ndim << 2 | shape width code`, then the shape. Returns the
-// header's length, or 0 (with `error`) when it is malformed.
-size_t ShapeHeader(std::string_view b, size_t at, std::string& error) {
+// header's length, or 0 (with `error`) when it is malformed; `elements` gets the shape's product
+// (UINT64_MAX when it overflows), and `dims` (when not null) the shape as text.
+size_t ShapeHeader(std::string_view b, size_t at, std::string& error, uint64_t& elements,
+                   std::string* dims = nullptr) {
   if (b.size() <= at) {
     error = "its ndarray header is cut off";
     return 0;
@@ -349,6 +351,13 @@ size_t ShapeHeader(std::string_view b, size_t at, std::string& error) {
   if (ndim == 0 || b.size() < at + 1 + ndim * width) {
     error = ndim == 0 ? "its ndarray has no dimensions" : "its ndarray shape is cut off";
     return 0;
+  }
+  elements = 1;
+  for (size_t d = 0; d < ndim; ++d) {
+    uint64_t n = 0;
+    std::memcpy(&n, b.data() + at + 1 + d * width, width);  // little-endian hosts only
+    if (dims) *dims += (d ? ", " : "") + std::to_string(n);
+    elements = n != 0 && elements > UINT64_MAX / n ? UINT64_MAX : elements * n;
   }
   return 1 + ndim * width;
 }
@@ -376,8 +385,10 @@ bool DecodeMdsTokens(const MdsTokenCodec& codec, std::string_view bytes, std::ve
     is_signed = t.is_signed;
     at = 1;
   }
+  uint64_t elements = 0;
+  const size_t shape_at = at;
   if (codec.header != MdsTokenCodec::Header::kNone) {
-    const size_t head = ShapeHeader(bytes, at, error);
+    const size_t head = ShapeHeader(bytes, at, error, elements);
     if (head == 0) return false;
     at += head;
   }
@@ -385,6 +396,17 @@ bool DecodeMdsTokens(const MdsTokenCodec& codec, std::string_view bytes, std::ve
   if (body % static_cast<size_t>(width) != 0) {
     error = std::to_string(body) + " bytes of ids are not whole " + std::to_string(width) +
             "-byte values";
+    return false;
+  }
+  // The shape must hold the values there are: streaming's decode reshapes them to it.
+  const uint64_t values = body / static_cast<size_t>(width);
+  if (codec.header != MdsTokenCodec::Header::kNone && elements != values) {
+    std::string dims;
+    ShapeHeader(bytes, shape_at, error, elements, &dims);
+    error = "its ndarray shape (" + dims + ") holds " +
+            (elements == UINT64_MAX
+                 ? "more values than it has (" + std::to_string(values) + ")"
+                 : std::to_string(elements) + " values but it has " + std::to_string(values));
     return false;
   }
   ids.resize(body / static_cast<size_t>(width));

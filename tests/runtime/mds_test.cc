@@ -846,6 +846,22 @@ TEST(MdsDecodeTest, StaticDtypeWithShape) {
             "3 bytes of ids are not whole 2-byte values");
 }
 
+// The shape must hold the values there are (streaming's decode reshapes to it).
+TEST(MdsDecodeTest, ShapeAgreesWithTheValues) {
+  const MdsTokenCodec codec = Codec("ndarray:int16");
+  EXPECT_EQ(Decode(codec, std::string("\x08\x02\x03", 3) + Le<int16_t>({1, 2, 3, 4, 5, 6})),
+            (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(DecodeError(codec, std::string("\x04\x03", 2) + Le<int16_t>({-5, 300})),
+            "its ndarray shape (3) holds 3 values but it has 2");
+  EXPECT_EQ(DecodeError(codec, std::string("\x08\x02\x03", 3) + Le<int16_t>({1, 2, 3, 4, 5})),
+            "its ndarray shape (2, 3) holds 6 values but it has 5");
+  // Dimensions whose product overflows 64 bits.
+  EXPECT_EQ(DecodeError(codec, std::string("\x0b", 1) + Le<uint64_t>({1ull << 40, 1ull << 40})),
+            "its ndarray shape (1099511627776, 1099511627776) holds more values than it has (0)");
+  EXPECT_EQ(DecodeError(Codec("ndarray"), std::string("\x21\x04\x02", 3) + Le<int32_t>({7})),
+            "its ndarray shape (2) holds 2 values but it has 1");
+}
+
 TEST(MdsDecodeTest, SignedAndUnsigned) {
   const std::string bytes("\xff\x80\x01\x7f", 4);
   EXPECT_EQ(Decode(Codec("ndarray:int8:4"), bytes), (std::vector<int64_t>{-1, -128, 1, 127}));
