@@ -678,6 +678,16 @@ StatusOr<std::shared_ptr<const MdsDataset::Bytes>> MdsDataset::Decompress(const 
   auto zipped = std::make_shared<Bytes>();
   RETURN_IF_ERROR(MapInto(sh.path, sh.entry.zip->bytes, *zipped, at));
   RETURN_IF_ERROR(Verify(sh.hash, *sh.entry.zip, zipped->data, at));
+  // A one-frame file (what MDSWriter writes) names its size: a raw_data.bytes that disagrees is
+  // refused before its buffer is allocated (up to 2^40 bytes, which would throw bad_alloc).
+  const unsigned long long content =
+      ZSTD_getFrameContentSize(zipped->data.data(), zipped->data.size());
+  if (content != ZSTD_CONTENTSIZE_UNKNOWN && content != ZSTD_CONTENTSIZE_ERROR &&
+      ZSTD_findFrameCompressedSize(zipped->data.data(), zipped->data.size()) ==
+          zipped->data.size() &&
+      content != static_cast<unsigned long long>(sh.entry.raw.bytes))
+    return Error(at + " decompresses to " + std::to_string(content) +
+                 " bytes but index.json says " + std::to_string(sh.entry.raw.bytes));
   auto out = std::make_shared<Bytes>();
   out->owned.resize(static_cast<size_t>(sh.entry.raw.bytes));
   const size_t n = ZSTD_decompress(out->owned.data(), out->owned.size(), zipped->data.data(),

@@ -328,7 +328,19 @@ TEST(MdsDamagedTest, ZstdRawSizeWrong) {
   EXPECT_EQ(ReadError(dir),
             "--data d: shard.00000.mds.zstd decompresses to 2246 bytes but index.json says 2250");
   EditIndex(dir, [](json& j) { j["shards"][0]["raw_data"]["bytes"] = 2000; });
-  EXPECT_HAS(ReadError(dir), "zstd cannot decompress it (");
+  EXPECT_EQ(ReadError(dir),
+            "--data d: shard.00000.mds.zstd decompresses to 2246 bytes but index.json says 2000");
+}
+
+// raw_data.bytes far beyond what the frame holds (2^40 - 1): refused from the frame's content
+// size, not by allocating a terabyte to decompress into.
+TEST(MdsDamagedTest, ZstdRawSizeFarTooLarge) {
+  TempDir tmp;
+  const std::string dir = CopySplit(tmp, "int32_zstd");
+  EditIndex(dir, [](json& j) { j["shards"][0]["raw_data"]["bytes"] = (int64_t{1} << 40) - 1; });
+  EXPECT_EQ(ReadError(dir),
+            "--data d: shard.00000.mds.zstd decompresses to 2246 bytes but index.json says "
+            "1099511627775");
 }
 
 TEST(MdsDamagedTest, TruncatedZstdShard) {
