@@ -442,7 +442,8 @@ const EVP_MD* Digest(const std::string& algorithm) {
 }  // namespace
 
 std::string MdsHashToVerify(const std::vector<std::pair<std::string, std::string>>& algorithms) {
-  static const char* kFastest[] = {"xxh3_64", "xxh64", "xxh128", "xxh32", "sha1", "sha256", "md5"};
+  static const char* kFastest[] = {"xxh3_64", "xxh64", "xxh128", "xxh3_128",
+                                   "xxh32",   "sha1",  "sha256", "md5"};
   for (const char* want : kFastest)
     for (const auto& [algo, digest] : algorithms)
       if (algo == want) return algo;
@@ -464,7 +465,7 @@ StatusOr<std::string> MdsHexDigest(const std::string& algorithm, std::string_vie
                                                      : XXH3_64bits(data.data(), data.size()));
     return Hex(c.digest, sizeof c.digest);
   }
-  if (algorithm == "xxh128") {
+  if (algorithm == "xxh128" || algorithm == "xxh3_128") {  // one hash, two names in xxhash
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits(data.data(), data.size()));
     return Hex(c.digest, sizeof c.digest);

@@ -624,6 +624,7 @@ TEST(MdsHashTest, HexDigestsOfAbc) {
       {"xxh64", "44bc2cf5ad770999"},
       {"xxh3_64", "78af5f94892f3950"},
       {"xxh128", "06b05ab6733a618578af5f94892f3950"},
+      {"xxh3_128", "06b05ab6733a618578af5f94892f3950"},  // xxhash's other name of xxh128
   };
   for (const auto& [algo, digest] : known) {
     auto got = MdsHexDigest(algo, "abc");
@@ -641,6 +642,8 @@ TEST(MdsHashTest, VerifyTheFastestKnown) {
   EXPECT_EQ(MdsHashToVerify(Hashes{{"sha1", ""}, {"xxh64", ""}}), "xxh64");
   EXPECT_EQ(MdsHashToVerify(Hashes{{"md5", ""}, {"sha256", ""}, {"xxh3_64", ""}}), "xxh3_64");
   EXPECT_EQ(MdsHashToVerify(Hashes{{"xxh32", ""}, {"xxh128", ""}}), "xxh128");
+  EXPECT_EQ(MdsHashToVerify(Hashes{{"sha1", ""}, {"xxh3_128", ""}}), "xxh3_128");
+  EXPECT_EQ(MdsHashToVerify(Hashes{{"xxh3_128", ""}}), "xxh3_128");
   EXPECT_EQ(MdsHashToVerify(Hashes{{"xxh32", ""}, {"md5", ""}}), "xxh32");
   EXPECT_EQ(MdsHashToVerify(Hashes{{"md5", ""}, {"sha256", ""}, {"sha1", ""}}), "sha1");
   EXPECT_EQ(MdsHashToVerify(Hashes{{"md5", ""}, {"sha256", ""}}), "sha256");
