@@ -118,7 +118,7 @@ class MdsDataset {
   const std::string& token_column() const { return token_column_; }
   // Each sample's token count when the column has a fixed size, else -1.
   int64_t fixed_tokens() const { return fixed_tokens_; }
-  // "MDS: 4 shards, 48 samples, column tokens (ndarray:int32), zstd, sha1 verified per shard"
+  // "MDS, 4 shards, 48 samples, column tokens (ndarray:int32), zstd, hashes verified: xxh64"
   std::string DescribeFormat() const;
   // Sample `i`'s token ids (all of them), in [0, num_samples()).
   Status Tokens(int64_t i, std::vector<int64_t>& ids) const;
