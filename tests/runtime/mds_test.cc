@@ -797,7 +797,7 @@ std::string Le(std::initializer_list<T> values) {
   return out;
 }
 
-// The ids of `bytes`, or "error: ..." as one string for EXPECT_EQ.
+// The ids of `bytes` (none when it fails; `error` gets the message, "" on success).
 std::vector<int64_t> Decode(const MdsTokenCodec& codec, const std::string& bytes,
                             std::string* error = nullptr) {
   std::vector<int64_t> ids;
