@@ -319,17 +319,19 @@ namespace {
 
 int64_t LoadInt(const char* p, int width, bool is_signed) {
   switch (width) {
+    // Each arm converted to int64_t on its own: `c ? int32_t : uint32_t` would be uint32_t,
+    // turning a negative int32 id into 2^32 - |id|.
     case 1:
-      return is_signed ? static_cast<int8_t>(*p) : static_cast<uint8_t>(*p);
+      return is_signed ? int64_t{static_cast<int8_t>(*p)} : int64_t{static_cast<uint8_t>(*p)};
     case 2: {
       uint16_t v;
       std::memcpy(&v, p, 2);
-      return is_signed ? static_cast<int16_t>(v) : v;
+      return is_signed ? int64_t{static_cast<int16_t>(v)} : int64_t{v};
     }
     case 4: {
       uint32_t v;
       std::memcpy(&v, p, 4);
-      return is_signed ? static_cast<int32_t>(v) : v;
+      return is_signed ? int64_t{static_cast<int32_t>(v)} : int64_t{v};
     }
     default: {
       uint64_t v;
@@ -341,8 +343,10 @@ int64_t LoadInt(const char* p, int width, bool is_signed) {
 }
 
 // The ndarray header of one sample: `ndim << 2 | shape width code`, then the shape. Returns the
-// header's length, or 0 (with `error`) when it is malformed.
-size_t ShapeHeader(std::string_view b, size_t at, std::string& error) {
+// header's length, or 0 (with `error`) when it is malformed; `elements` gets the shape's product
+// (UINT64_MAX when it overflows), and `dims` (when not null) the shape as text.
+size_t ShapeHeader(std::string_view b, size_t at, std::string& error, uint64_t& elements,
+                   std::string* dims = nullptr) {
   if (b.size() <= at) {
     error = "its ndarray header is cut off";
     return 0;
@@ -352,6 +356,13 @@ size_t ShapeHeader(std::string_view b, size_t at, std::string& error) {
   if (ndim == 0 || b.size() < at + 1 + ndim * width) {
     error = ndim == 0 ? "its ndarray has no dimensions" : "its ndarray shape is cut off";
     return 0;
+  }
+  elements = 1;
+  for (size_t d = 0; d < ndim; ++d) {
+    uint64_t n = 0;
+    std::memcpy(&n, b.data() + at + 1 + d * width, width);  // little-endian hosts only
+    if (dims) *dims += (d ? ", " : "") + std::to_string(n);
+    elements = n != 0 && elements > UINT64_MAX / n ? UINT64_MAX : elements * n;
   }
   return 1 + ndim * width;
 }
@@ -379,8 +390,10 @@ bool DecodeMdsTokens(const MdsTokenCodec& codec, std::string_view bytes, std::ve
     is_signed = t.is_signed;
     at = 1;
   }
+  uint64_t elements = 0;
+  const size_t shape_at = at;
   if (codec.header != MdsTokenCodec::Header::kNone) {
-    const size_t head = ShapeHeader(bytes, at, error);
+    const size_t head = ShapeHeader(bytes, at, error, elements);
     if (head == 0) return false;
     at += head;
   }
@@ -388,6 +401,17 @@ bool DecodeMdsTokens(const MdsTokenCodec& codec, std::string_view bytes, std::ve
   if (body % static_cast<size_t>(width) != 0) {
     error = std::to_string(body) + " bytes of ids are not whole " + std::to_string(width) +
             "-byte values";
+    return false;
+  }
+  // The shape must hold the values there are: streaming's decode reshapes them to it.
+  const uint64_t values = body / static_cast<size_t>(width);
+  if (codec.header != MdsTokenCodec::Header::kNone && elements != values) {
+    std::string dims;
+    ShapeHeader(bytes, shape_at, error, elements, &dims);
+    error = "its ndarray shape (" + dims + ") holds " +
+            (elements == UINT64_MAX
+                 ? "more values than it has (" + std::to_string(values) + ")"
+                 : std::to_string(elements) + " values but it has " + std::to_string(values));
     return false;
   }
   ids.resize(body / static_cast<size_t>(width));
@@ -424,7 +448,8 @@ const EVP_MD* Digest(const std::string& algorithm) {
 }  // namespace
 
 std::string MdsHashToVerify(const std::vector<std::pair<std::string, std::string>>& algorithms) {
-  static const char* kFastest[] = {"xxh3_64", "xxh64", "xxh128", "xxh32", "sha1", "sha256", "md5"};
+  static const char* kFastest[] = {"xxh3_64", "xxh64", "xxh128", "xxh3_128",
+                                   "xxh32",   "sha1",  "sha256", "md5"};
   for (const char* want : kFastest)
     for (const auto& [algo, digest] : algorithms)
       if (algo == want) return algo;
@@ -446,7 +471,7 @@ StatusOr<std::string> MdsHexDigest(const std::string& algorithm, std::string_vie
                                                      : XXH3_64bits(data.data(), data.size()));
     return Hex(c.digest, sizeof c.digest);
   }
-  if (algorithm == "xxh128") {
+  if (algorithm == "xxh128" || algorithm == "xxh3_128") {  // one hash, two names in xxhash
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits(data.data(), data.size()));
     return Hex(c.digest, sizeof c.digest);
@@ -665,6 +690,16 @@ StatusOr<std::shared_ptr<const MdsDataset::Bytes>> MdsDataset::Decompress(const 
   auto zipped = std::make_shared<Bytes>();
   RETURN_IF_ERROR(MapInto(sh.path, sh.entry.zip->bytes, *zipped, at));
   RETURN_IF_ERROR(Verify(sh.hash, *sh.entry.zip, zipped->data, at));
+  // A one-frame file (what MDSWriter writes) names its size: a raw_data.bytes that disagrees is
+  // refused before its buffer is allocated (up to 2^40 bytes, which would throw bad_alloc).
+  const unsigned long long content =
+      ZSTD_getFrameContentSize(zipped->data.data(), zipped->data.size());
+  if (content != ZSTD_CONTENTSIZE_UNKNOWN && content != ZSTD_CONTENTSIZE_ERROR &&
+      ZSTD_findFrameCompressedSize(zipped->data.data(), zipped->data.size()) ==
+          zipped->data.size() &&
+      content != static_cast<unsigned long long>(sh.entry.raw.bytes))
+    return Error(at + " decompresses to " + std::to_string(content) +
+                 " bytes but index.json says " + std::to_string(sh.entry.raw.bytes));
   auto out = std::make_shared<Bytes>();
   out->owned.resize(static_cast<size_t>(sh.entry.raw.bytes));
   const size_t n = ZSTD_decompress(out->owned.data(), out->owned.size(), zipped->data.data(),

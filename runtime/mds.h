@@ -89,8 +89,8 @@ StatusOr<MdsTokenCodec> MdsTokenCodecOf(const MdsColumn& column,
 bool DecodeMdsTokens(const MdsTokenCodec& codec, std::string_view bytes, std::vector<int64_t>& ids,
                      std::string& error);
 
-// The hash algorithms foundry verifies, fastest first: xxh3_64, xxh64, xxh128, xxh32, sha1,
-// sha256, md5 (and the other hashlib names OpenSSL knows). "" when it knows none of `algorithms`.
+// The hash algorithms foundry verifies, fastest first: xxh3_64, xxh64, xxh128 (or its other name
+// xxh3_128), xxh32, sha1, sha256, md5 (and the other hashlib names OpenSSL knows). "" when it knows none of `algorithms`.
 std::string MdsHashToVerify(const std::vector<std::pair<std::string, std::string>>& algorithms);
 // The hex digest of `data` by `algorithm` (as Python's hashlib / xxhash hexdigest() writes it).
 StatusOr<std::string> MdsHexDigest(const std::string& algorithm, std::string_view data);
@@ -119,7 +119,7 @@ class MdsDataset {
   const std::string& token_column() const { return token_column_; }
   // Each sample's token count when the column has a fixed size, else -1.
   int64_t fixed_tokens() const { return fixed_tokens_; }
-  // "MDS: 4 shards, 48 samples, column tokens (ndarray:int32), zstd, sha1 verified per shard"
+  // "MDS, 4 shards, 48 samples, column tokens (ndarray:int32), zstd, hashes verified: xxh64"
   std::string DescribeFormat() const;
   // Sample `i`'s token ids (all of them), in [0, num_samples()).
   Status Tokens(int64_t i, std::vector<int64_t>& ids) const;
