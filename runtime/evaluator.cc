@@ -107,8 +107,13 @@ StatusOr<EvalReport> Evaluator::Run() {
 std::string Evaluator::Describe() const {
   std::string data = data_.Describe(0);
   if (data.rfind("--data ", 0) == 0) data = "--eval-data " + data.substr(7);
+  std::string left;  // an MDS split's samples after its last whole batch (a plan's batch is fixed)
+  if (data_.mds && batches_ * data_.batch < data_.mds->num_samples() &&
+      batches_ == data_.mds->num_samples() / data_.batch)
+    left = " (its last " + std::to_string(data_.mds->num_samples() - batches_ * data_.batch) +
+           " samples, less than a batch, not evaluated)";
   return data + ": " + std::to_string(batches_) + " batches of " + std::to_string(data_.batch) +
-         " x " + std::to_string(data_.seq);
+         " x " + std::to_string(data_.seq) + left;
 }
 
 }  // namespace foundry

@@ -525,11 +525,19 @@ StatusOr<std::unique_ptr<MdsDataset>> MdsDataset::Open(const std::string& dir,
                                                        const std::string& token_encoding_type) {
   const fs::path index = fs::path(dir) / "index.json";
   std::error_code ec;
-  if (!fs::is_regular_file(index, ec))
-    return Error(where + ": " +
-                 (fs::is_directory(dir, ec)
-                      ? "no index.json in " + dir + " (an MDS split folder has one)"
-                      : dir + " is not a folder"));
+  if (!fs::is_regular_file(index, ec)) {
+    if (!fs::is_directory(dir, ec)) return Error(where + ": " + dir + " is not a folder");
+    // A dataset's root: name its splits.
+    std::vector<std::string> splits;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (fs::is_regular_file(e.path() / "index.json", ec))
+        splits.push_back(e.path().filename().string());
+    std::sort(splits.begin(), splits.end());
+    std::string hint;
+    for (const std::string& s : splits) hint += (hint.empty() ? "; it holds the splits " : ", ") + s;
+    if (!hint.empty()) hint += ": give one (" + (fs::path(dir) / splits[0]).string() + ")";
+    return Error(where + ": no index.json in " + dir + " (an MDS split folder has one)" + hint);
+  }
   if (fs::file_size(index, ec) > (uintmax_t{256} << 20))
     return Error(where + ": index.json is over 256 MiB; is it an MDS index?");
   std::ifstream in(index, std::ios::binary);
