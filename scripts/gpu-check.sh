@@ -16,7 +16,8 @@
 # OUT: bin/ (foundry-compile, foundry-run, foundry_gpu_tests: every GPU test in one binary;
 # stripped; gtest linked in), lib/ (our libraries, stripped, cudart linked into the CUDA kernels';
 # yaml-cpp; OpenBLAS's static library linked once into libfoundry_openblas.so; ONNX, which Debian
-# ships only as a shared library, and the protobuf and zlib it links; found through the binaries'
+# ships only as a shared library, and the protobuf and zlib it links; zstd and OpenSSL's libcrypto,
+# which the MDS reader links; found through the binaries'
 # RPATH $ORIGIN/../lib; the C and C++ runtimes are the machine's, of the versions BUILD_INFO
 # names), models/ (the fixtures the GPU tests train, the benchmark's exports, configs
 # and models/mpt.py), plans/ (the benchmark's plans, compiled here, graphs gzipped), bench/,
@@ -50,7 +51,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 MAX_BYTES=$((64 * 1024 * 1024))
 # What the binaries may load from OUT/lib (copied from this machine) and from the GPU machine.
 FOUNDRY_LIBS="libfoundry_base.so libfoundry_compiler.so libfoundry_cpu_kernels.so libfoundry_cuda_kernels.so libfoundry_passes.so libfoundry_runtime.so libfoundry_driver.so"
-BUNDLED_LIBS="$FOUNDRY_LIBS libfoundry_openblas.so libyaml-cpp.so.0.7 libonnx.so.1 libonnx_proto.so.1 libprotobuf.so.32 libz.so.1"
+BUNDLED_LIBS="$FOUNDRY_LIBS libfoundry_openblas.so libyaml-cpp.so.0.7 libonnx.so.1 libonnx_proto.so.1 libprotobuf.so.32 libz.so.1 libzstd.so.1 libcrypto.so.3"
 # libstdc++ and libgcc_s: the machine's (CMakeLists.txt, FOUNDRY_BUNDLE, says why).
 SYSTEM_LIBS="linux-vdso.so.1 libc.so.6 libm.so.6 libdl.so.2 librt.so.1 libpthread.so.0 ld-linux-x86-64.so.2 libstdc++.so.6 libgcc_s.so.1"
 EXTERNAL_LIBS="libcuda.so.1 libcublas.so.13 libcublasLt.so.13"
