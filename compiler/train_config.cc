@@ -548,8 +548,15 @@ StatusOr<TrainConfig> Parse(const std::string& text, const std::string& path) {
   if (c.eval_subset_num_batches && *c.eval_subset_num_batches == 0)
     return r.Fail("eval_subset_num_batches", "is 0; give -1 (the whole eval set) or a count");
   ASSIGN_OR_RETURN(c.save_folder, r.String("save_folder"));
-  RETURN_IF_ERROR(ReadLoader(r, "train_loader", c.train_loader));
-  RETURN_IF_ERROR(ReadLoader(r, "eval_loader", c.eval_loader));
+  // A loader foundry cannot follow is foundry-run's error, when it reads that loader (not with
+  // --data; never foundry-compile's, which reads no data).
+  for (auto [key, loader] : {std::pair{"train_loader", &c.train_loader},
+                             std::pair{"eval_loader", &c.eval_loader}})
+    if (Status st = ReadLoader(r, key, *loader); !st.ok()) {
+      loader->emplace();
+      (*loader)->key = key;
+      (*loader)->problem = st.message();
+    }
   for (const auto* loader : {&c.train_loader, &c.eval_loader})
     if (*loader)
       c.ignored.insert(c.ignored.end(), (*loader)->ignored.begin(), (*loader)->ignored.end());

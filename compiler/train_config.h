@@ -109,6 +109,7 @@ struct TrainConfig {
     std::optional<bool> shuffle, drop_last;
     std::optional<uint64_t> shuffle_seed;
     std::vector<std::string> ignored;
+    std::string problem;  // why foundry cannot read it ("" when it can): foundry-run's error
   };
   std::optional<Loader> train_loader, eval_loader;
   std::optional<uint64_t> seed;

@@ -129,6 +129,7 @@ Status MapLoaders(Mapping& m) {
              " names the data");
       continue;
     }
+    if (!l.problem.empty()) return Error(l.problem);
     ASSIGN_OR_RETURN(std::string dir, LoaderFolder(m, l));
     (train ? m.train_dir : m.eval_dir) = dir;
     m.Set(train ? "--data" : "--eval-data", dir, l.key + ".dataset.local");
