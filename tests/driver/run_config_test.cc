@@ -182,6 +182,12 @@ TEST_F(RunConfigTest, LoaderRefusals) {
       Map(train("    local: " + root + "\n    split: train\n    max_seq_len: 32\n")).message(),
       "--config t.yaml: train_loader.dataset.max_seq_len is 32 but the plan's sequence is "
       "16 (llm-foundry cuts samples at it); make them one");
+  // foundry-compile reads no data: the file parses, and the loader's problem waits for
+  // foundry-run (which does not read the loaders when --data names the data).
+  auto finetuning = ParseTrainConfigText(train("    local: x\n", "finetuning"), "t.yaml");
+  ASSERT_TRUE(finetuning.ok()) << finetuning.status().message();
+  EXPECT_NE(finetuning->train_loader->problem.find("foundry reads llm-foundry's `text` loader"),
+            std::string::npos);
   EXPECT_NE(
       Map(train("    local: x\n", "finetuning"))
           .message()
