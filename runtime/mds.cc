@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/hash.h"
+#include "base/quote.h"
 #include "kernels/cpu/philox.h"
 
 namespace foundry {
@@ -25,6 +26,18 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+// Text from index.json in a message: names and strings escaped (a newline in a column name must
+// not split the one-line error) and clipped; a JSON value shown without recursing into it (a
+// 40,000-deep array must not overflow the stack, a long one must not make a 20 KB message).
+std::string MdsText(std::string_view s) { return EscapeName(Clip(s, 120)); }
+std::string MdsQuoted(std::string_view s) { return QuoteName(Clip(s, 120)); }
+std::string MdsShown(const json& v) {
+  const std::string n = std::to_string(v.size());
+  if (v.is_array()) return "an array of " + n + (v.size() == 1 ? " value" : " values");
+  if (v.is_object()) return "an object of " + n + (v.size() == 1 ? " key" : " keys");
+  return Clip(v.dump(-1, ' ', /*ensure_ascii=*/true, json::error_handler_t::replace), 80);
+}
 
 uint32_t LoadU32(const char* p) {
   uint32_t v;
@@ -122,7 +135,8 @@ Status ParseFile(const json& j, const std::string& where, const char* key, MdsFi
   if (hashes != j.end() && !hashes->is_null()) {
     if (!hashes->is_object()) return Error(at + "hashes is not an object of hex digests");
     for (const auto& [algo, digest] : hashes->items()) {
-      if (!digest.is_string()) return Error(at + "hashes." + algo + " is not a hex digest");
+      if (!digest.is_string())
+        return Error(at + "hashes." + MdsText(algo) + " is not a hex digest");
       f.hashes.emplace_back(algo, digest.get<std::string>());
     }
   }
@@ -144,13 +158,14 @@ Status ParseColumns(const json& e, const std::string& at, MdsShardEntry& s) {
       return Error(at + "column " + std::to_string(c) + "'s name or encoding is not a string");
     MdsColumn col{n.get<std::string>(), enc.get<std::string>(), -1};
     StatusOr<int64_t> size = MdsEncodedSize(col.encoding);
-    if (!size.ok()) return Error(at + "column '" + col.name + "': " + size.status().message());
+    if (!size.ok())
+      return Error(at + "column " + MdsQuoted(col.name) + ": " + size.status().message());
     if (!sz.is_null() && (!sz.is_number_integer() || sz.get<int64_t>() != *size))
-      return Error(at + "column '" + col.name + "' (" + col.encoding + ") has column_size " +
-                   sz.dump() + " but its encoding's size is " +
+      return Error(at + "column " + MdsQuoted(col.name) + " (" + MdsText(col.encoding) +
+                   ") has column_size " + MdsShown(sz) + " but its encoding's size is " +
                    (*size < 0 ? "variable (null)" : std::to_string(*size)));
     if (sz.is_null() && *size >= 0)
-      return Error(at + "column '" + col.name + "' (" + col.encoding +
+      return Error(at + "column " + MdsQuoted(col.name) + " (" + MdsText(col.encoding) +
                    ") has column_size null but its encoding's size is " + std::to_string(*size));
     col.size = *size;
     s.columns.push_back(std::move(col));
@@ -162,11 +177,11 @@ Status ParseEntry(const json& e, const std::string& at, MdsShardEntry& s) {
   if (!e.is_object()) return Error(at + "is not an object");
   auto format = e.find("format");
   if (format == e.end() || !format->is_string() || format->get<std::string>() != "mds")
-    return Error(at + "format is " + (format == e.end() ? "missing" : format->dump()) +
+    return Error(at + "format is " + (format == e.end() ? "missing" : MdsShown(*format)) +
                  "; foundry reads MDS shards (format \"mds\")");
   auto version = e.find("version");
   if (version != e.end() && (!version->is_number_integer() || version->get<int64_t>() != 2))
-    return Error(at + "version " + version->dump() + " is not MDS version 2");
+    return Error(at + "version " + MdsShown(*version) + " is not MDS version 2");
   RETURN_IF_ERROR(ParseColumns(e, at, s));
   auto compression = e.find("compression");
   if (compression != e.end() && !compression->is_null()) {
@@ -177,6 +192,9 @@ Status ParseEntry(const json& e, const std::string& at, MdsShardEntry& s) {
   auto raw = e.find("raw_data");
   if (raw == e.end()) return Error(at + "raw_data is missing");
   RETURN_IF_ERROR(ParseFile(*raw, at, "raw_data", s.raw));
+  if (s.raw.bytes > int64_t{UINT32_MAX})
+    return Error(at + "raw_data: bytes " + std::to_string(s.raw.bytes) +
+                 " is past what a shard's uint32 offsets address (4 GiB)");
   auto zip = e.find("zip_data");
   if (zip != e.end() && !zip->is_null()) {
     s.zip.emplace();
@@ -198,8 +216,8 @@ StatusOr<int64_t> MdsEncodedSize(const std::string& encoding) {
   int64_t elements = 0;
   if (encoding.rfind("ndarray", 0) == 0 && ParseNdarray(encoding, dtype, elements))
     return elements > 0 ? elements * NdarrayTypes().at(dtype).width : -1;
-  return Error("encoding '" + encoding.substr(0, 64) +
-               "' is not an MDS encoding (bytes, str, json, int, uint8...int64, float16...64, "
+  return Error("encoding " + QuoteName(Clip(encoding, 64)) +
+               " is not an MDS encoding (bytes, str, json, int, uint8...int64, float16...64, "
                "ndarray[:DTYPE[:SHAPE]], or streaming's image and pickle encodings)");
 }
 
@@ -211,7 +229,7 @@ StatusOr<std::vector<MdsShardEntry>> ParseMdsIndex(std::string_view text,
   auto version = j.find("version");
   if (version == j.end() || !version->is_number_integer() || version->get<int64_t>() != 2)
     return Error(where + ": index.json version is " +
-                 (version == j.end() ? std::string("missing") : version->dump()) +
+                 (version == j.end() ? std::string("missing") : MdsShown(*version)) +
                  "; foundry reads MDS index version 2 (streaming 0.4 and later)");
   auto shards = j.find("shards");
   if (shards == j.end() || !shards->is_array() || shards->empty())
@@ -269,7 +287,7 @@ StatusOr<std::string_view> MdsColumnBytes(std::string_view sample, const MdsShar
     const uint64_t size =
         fixed >= 0 ? static_cast<uint64_t>(fixed) : LoadU32(sample.data() + 4 * var++);
     if (size > sample.size() - at)
-      return Error("column '" + entry.columns[c].name + "' of " + std::to_string(size) +
+      return Error("column " + MdsQuoted(entry.columns[c].name) + " of " + std::to_string(size) +
                    " bytes runs past the sample's end (" + std::to_string(sample.size()) +
                    " bytes)");
     if (c == column) return sample.substr(at, size);
@@ -281,14 +299,14 @@ StatusOr<std::string_view> MdsColumnBytes(std::string_view sample, const MdsShar
 StatusOr<MdsTokenCodec> MdsTokenCodecOf(const MdsColumn& column,
                                         const std::string& token_encoding_type) {
   MdsTokenCodec codec;
-  const std::string at = "column '" + column.name + "' (" + column.encoding + ")";
+  const std::string at = "column " + MdsQuoted(column.name) + " (" + MdsText(column.encoding) + ")";
   std::string dtype;
   int64_t elements = 0;
   if (column.encoding == "bytes") {
     auto t = NdarrayTypes().find(token_encoding_type);
     if (t == NdarrayTypes().end() || !t->second.integer)
-      return Error(at + ": token_encoding_type '" + token_encoding_type +
-                   "' is not one of int8, int16, int32, int64, uint8, uint16, uint32, uint64");
+      return Error(at + ": token_encoding_type " + MdsQuoted(token_encoding_type) +
+                   " is not one of int8, int16, int32, int64, uint8, uint16, uint32, uint64");
     codec.width = t->second.width;
     codec.is_signed = t->second.is_signed;
     codec.describe = "bytes of " + token_encoding_type;
@@ -534,7 +552,8 @@ StatusOr<std::unique_ptr<MdsDataset>> MdsDataset::Open(const std::string& dir,
         splits.push_back(e.path().filename().string());
     std::sort(splits.begin(), splits.end());
     std::string hint;
-    for (const std::string& s : splits) hint += (hint.empty() ? "; it holds the splits " : ", ") + s;
+    for (const std::string& s : splits)
+      hint += (hint.empty() ? "; it holds the splits " : ", ") + s;
     if (!hint.empty()) hint += ": give one (" + (fs::path(dir) / splits[0]).string() + ")";
     return Error(where + ": no index.json in " + dir + " (an MDS split folder has one)" + hint);
   }
@@ -576,9 +595,10 @@ Status MdsDataset::ChooseTokenColumn(const MdsShardEntry& first,
     for (const MdsColumn& c : first.columns)
       if (!token && c.name == want) token = &c;
   for (const MdsColumn& c : first.columns)
-    columns += (columns.empty() ? "" : ", ") + c.name + " (" + c.encoding + ")";
+    columns += (columns.empty() ? "" : ", ") + MdsText(c.name) + " (" + MdsText(c.encoding) + ")";
   if (!token)
-    return Error(where_ + ": no token column (tokens or input_ids) among its columns " + columns +
+    return Error(where_ + ": no token column (tokens or input_ids) among its columns " +
+                 Clip(columns, 600) +
                  "; foundry trains on token ids and does not tokenize text: write tokens with "
                  "llm-foundry's convert_dataset_hf.py / convert_dataset_json.py --concat_tokens N");
   token_column_ = token->name;
@@ -593,7 +613,7 @@ Status MdsDataset::ChooseTokenColumn(const MdsShardEntry& first,
 Status MdsDataset::OpenShard(size_t s) {
   Shard& sh = *shards_[s];
   const MdsShardEntry& first = shards_[0]->entry;
-  const std::string at = where_ + ": " + sh.entry.raw.basename;
+  const std::string at = where_ + ": " + MdsText(sh.entry.raw.basename);
   bool same = sh.entry.columns.size() == first.columns.size();
   for (size_t c = 0; same && c < first.columns.size(); ++c)
     same = sh.entry.columns[c].name == first.columns[c].name &&
@@ -616,16 +636,16 @@ Status MdsDataset::OpenShard(size_t s) {
   if (!sh.entry.zip)
     return Error(at + " is missing from " + dir_ + " (index.json lists it, uncompressed)");
   const fs::path zip = fs::path(dir_) / sh.entry.zip->basename;
-  const std::string zat = where_ + ": " + sh.entry.zip->basename;
+  const std::string zat = where_ + ": " + MdsText(sh.entry.zip->basename);
   if (!fs::exists(zip, ec))
-    return Error(zat + " is missing from " + dir_ + " (nor is " + sh.entry.raw.basename +
+    return Error(zat + " is missing from " + dir_ + " (nor is " + MdsText(sh.entry.raw.basename) +
                  " there)");
   if (sh.entry.compression != "zstd")
-    return Error(zat + " is compressed with '" + sh.entry.compression +
-                 "', which foundry does not read (it reads zstd and uncompressed shards): "
+    return Error(zat + " is compressed with " + MdsQuoted(sh.entry.compression) +
+                 ", which foundry does not read (it reads zstd and uncompressed shards): "
                  "rewrite the dataset with MDSWriter(compression='zstd'), or let streaming "
                  "decompress it once (it writes " +
-                 sh.entry.raw.basename + " beside it)");
+                 MdsText(sh.entry.raw.basename) + " beside it)");
   const int64_t size = static_cast<int64_t>(fs::file_size(zip, ec));
   if (ec || size != sh.entry.zip->bytes)
     return Error(zat + " has " + std::to_string(size) + " bytes but index.json says " +
@@ -685,39 +705,65 @@ Status Verify(const std::string& algorithm, const MdsFile& file, std::string_vie
     if (algo == algorithm) want = digest;
   ASSIGN_OR_RETURN(std::string got, MdsHexDigest(algorithm, data));
   if (got != want)
-    return Error(at + ": its " + algorithm + " is " + got + " but index.json says " + want +
-                 " (the file is damaged or was replaced)");
+    return Error(at + ": its " + algorithm + " is " + got + " but index.json says " +
+                 MdsText(want) + " (the file is damaged or was replaced)");
   return Status::Ok();
 }
 
 }  // namespace
 
-// A compressed shard read whole and decompressed, its hash checked first.
+// A compressed shard read whole and decompressed, its hash checked first. The output is allocated
+// whole (zstd then decodes straight into it) when raw_data.bytes is at most 1024 times the
+// compressed bytes, else grown as zstd writes it: a 1 KB file whose index entry and frame header
+// claim 4 GiB fails after 1 MiB, not after allocating 4 GiB. (A frame it cannot decode in one
+// pass needs a window within zstd's default limit, 128 MiB: a shard over 128 MiB compressed more
+// than 1024 times is refused.)
 StatusOr<std::shared_ptr<const MdsDataset::Bytes>> MdsDataset::Decompress(const Shard& sh) const {
-  const std::string at = where_ + ": " + sh.entry.zip->basename;
+  const std::string at = where_ + ": " + MdsText(sh.entry.zip->basename);
   auto zipped = std::make_shared<Bytes>();
   RETURN_IF_ERROR(MapInto(sh.path, sh.entry.zip->bytes, *zipped, at));
   RETURN_IF_ERROR(Verify(sh.hash, *sh.entry.zip, zipped->data, at));
-  // A one-frame file (what MDSWriter writes) names its size: a raw_data.bytes that disagrees is
-  // refused before its buffer is allocated (up to 2^40 bytes, which would throw bad_alloc).
-  const unsigned long long content =
+  const size_t want = static_cast<size_t>(sh.entry.raw.bytes);
+  const unsigned long long declared =
       ZSTD_getFrameContentSize(zipped->data.data(), zipped->data.size());
-  if (content != ZSTD_CONTENTSIZE_UNKNOWN && content != ZSTD_CONTENTSIZE_ERROR &&
-      ZSTD_findFrameCompressedSize(zipped->data.data(), zipped->data.size()) ==
-          zipped->data.size() &&
-      content != static_cast<unsigned long long>(sh.entry.raw.bytes))
-    return Error(at + " decompresses to " + std::to_string(content) +
-                 " bytes but index.json says " + std::to_string(sh.entry.raw.bytes));
+  if (declared == ZSTD_CONTENTSIZE_ERROR)
+    return Error(at + " is not zstd data (its first frame's header is damaged or cut off)");
+  // One frame (streaming's) declaring another size: refused before decompressing.
+  if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != want &&
+      ZSTD_findFrameCompressedSize(zipped->data.data(), zipped->data.size()) == zipped->data.size())
+    return Error(at + " decompresses to " + std::to_string(declared) +
+                 " bytes (its zstd header) but index.json says " + std::to_string(want));
   auto out = std::make_shared<Bytes>();
-  out->owned.resize(static_cast<size_t>(sh.entry.raw.bytes));
-  const size_t n = ZSTD_decompress(out->owned.data(), out->owned.size(), zipped->data.data(),
-                                   zipped->data.size());
-  if (ZSTD_isError(n))
-    return Error(at + ": zstd cannot decompress it (" + ZSTD_getErrorName(n) +
-                 "; damaged, or raw_data.bytes is wrong)");
-  if (n != out->owned.size())
-    return Error(at + " decompresses to " + std::to_string(n) + " bytes but index.json says " +
-                 std::to_string(out->owned.size()));
+  std::string& o = out->owned;
+  o.resize(std::min(want, zipped->data.size() * 1024 + (size_t{1} << 16)));
+  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  if (!dctx) return Error(at + ": zstd cannot allocate a decompression context");
+  ZSTD_inBuffer in{zipped->data.data(), zipped->data.size(), 0};
+  size_t done = 0;
+  char extra = 0;  // room for one byte past `want`: whether there is more
+  for (;;) {
+    if (done == o.size() && o.size() < want) o.resize(std::min(want, 2 * o.size()));
+    ZSTD_outBuffer ob =
+        done < o.size() ? ZSTD_outBuffer{o.data(), o.size(), done} : ZSTD_outBuffer{&extra, 1, 0};
+    const size_t r = ZSTD_decompressStream(dctx.get(), &ob, &in);
+    if (ZSTD_isError(r))
+      return Error(at + ": zstd cannot decompress it (" + ZSTD_getErrorName(r) +
+                   "; damaged, or raw_data.bytes is wrong)");
+    if (ob.dst == &extra) {
+      if (ob.pos > 0)
+        return Error(at + " decompresses to more than the " + std::to_string(want) +
+                     " bytes index.json says");
+    } else {
+      done = ob.pos;
+    }
+    if (r == 0 && in.pos == in.size) break;  // every frame whole, nothing left over
+    if (in.pos == in.size && ob.pos < ob.size)
+      return Error(at + ": its zstd data ends inside a frame (truncated?)");
+  }
+  if (done != want)
+    return Error(at + " decompresses to " + std::to_string(done) + " bytes but index.json says " +
+                 std::to_string(want));
+  o.resize(done);
   out->data = out->owned;
   return std::shared_ptr<const Bytes>(std::move(out));
 }
@@ -727,16 +773,17 @@ StatusOr<std::shared_ptr<const MdsDataset::Bytes>> MdsDataset::Load(size_t s) co
   sh.last_use = ++clock_;
   if (!sh.compressed) {
     if (!sh.verified)
-      RETURN_IF_ERROR(
-          Verify(sh.hash, sh.entry.raw, sh.bytes->data, where_ + ": " + sh.entry.raw.basename));
+      RETURN_IF_ERROR(Verify(sh.hash, sh.entry.raw, sh.bytes->data,
+                             where_ + ": " + MdsText(sh.entry.raw.basename)));
     sh.verified = true;
     return sh.bytes;
   }
   if (sh.bytes) return sh.bytes;
   ASSIGN_OR_RETURN(std::shared_ptr<const Bytes> bytes, Decompress(sh));
   std::vector<int64_t> offsets;
-  RETURN_IF_ERROR(CheckMdsShard(
-      bytes->data, sh.entry, where_ + ": " + sh.entry.zip->basename + " (decompressed)", offsets));
+  RETURN_IF_ERROR(CheckMdsShard(bytes->data, sh.entry,
+                                where_ + ": " + MdsText(sh.entry.zip->basename) + " (decompressed)",
+                                offsets));
   // Room for it: the least recently read decompressed shards go first.
   const int64_t size = static_cast<int64_t>(bytes->data.size());
   while (held_bytes_ > 0 && held_bytes_ + size > kMdsCacheBytes) {
@@ -772,8 +819,8 @@ Status MdsDataset::Tokens(int64_t i, std::vector<int64_t>& ids) const {
         static_cast<size_t>(off[static_cast<size_t>(j + 1)] - off[static_cast<size_t>(j)]));
   }
   const Shard& sh = *shards_[s];
-  const std::string at = where_ + ": sample " + std::to_string(i) + " (" + sh.entry.raw.basename +
-                         " sample " + std::to_string(j) + "): ";
+  const std::string at = where_ + ": sample " + std::to_string(i) + " (" +
+                         MdsText(sh.entry.raw.basename) + " sample " + std::to_string(j) + "): ";
   StatusOr<std::string_view> column = MdsColumnBytes(sample, sh.entry, sh.token_column);
   if (!column.ok()) return Error(at + column.status().message());
   std::string error;

@@ -1078,7 +1078,10 @@ Status LayerNormKernel(const Node& node, std::span<const Tensor* const> in,
   const Tensor& X = *in[0];
   if (X.dtype() != DType::kFloat32) return UnsupportedType(node, X.dtype());
   ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), X.rank()));
-  auto [rows, cols] = SplitAt(X.shape(), axis);
+  // Plain variables, not a structured binding: the kernels' lambdas capture them, which clang
+  // 14 (tests/fuzz/build.sh) refuses for a binding.
+  const std::pair<int64_t, int64_t> split = SplitAt(X.shape(), axis);
+  const int64_t rows = split.first, cols = split.second;
   const Tensor* bias_t = in.size() > 2 ? in[2] : nullptr;
   RETURN_IF_ERROR(CheckParam(node, in[1], "scale", cols));
   RETURN_IF_ERROR(CheckParam(node, bias_t, "bias", cols));
@@ -1130,7 +1133,8 @@ Status LayerNormGradKernel(const Node& node, std::span<const Tensor* const> in,
   const Tensor& X = *in[1];
   if (X.dtype() != DType::kFloat32) return UnsupportedType(node, X.dtype());
   ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), X.rank()));
-  auto [rows, cols] = SplitAt(X.shape(), axis);
+  const std::pair<int64_t, int64_t> split = SplitAt(X.shape(), axis);
+  const int64_t rows = split.first, cols = split.second;
   RETURN_IF_ERROR(CheckParam(node, in[2], "scale", cols));
   bool simplified = node.op_type == "SimplifiedLayerNormalizationGrad";
   const Tensor* mean_t = simplified ? nullptr : in[3];
@@ -1214,7 +1218,8 @@ Status SimplifiedLayerNormKernel(const Node& node, std::span<const Tensor* const
   const Tensor& X = *in[0];
   if (X.dtype() != DType::kFloat32) return UnsupportedType(node, X.dtype());
   ASSIGN_OR_RETURN(int64_t axis, Axis(node, node.GetInt("axis", -1), X.rank()));
-  auto [rows, cols] = SplitAt(X.shape(), axis);
+  const std::pair<int64_t, int64_t> split = SplitAt(X.shape(), axis);
+  const int64_t rows = split.first, cols = split.second;
   RETURN_IF_ERROR(CheckParam(node, in[1], "scale", cols));
   RETURN_IF_ERROR(RequireLike(node, *out[0], "Y", X, "X"));
   float eps = node.GetFloat("epsilon", 1e-5f);

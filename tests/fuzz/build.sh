@@ -3,6 +3,8 @@
 # libclang-rt-14-dev, outside the CMake build (whose compiler is gcc):
 #   bash tests/fuzz/build.sh [OUT_DIR] [TARGET ...]   # default build-fuzz/, every target
 #   build-fuzz/import_compile_fuzz -max_len=8192 -runs=1000000 CORPUS_COPY tests/fuzz/corpus
+# Needs the libraries the CMake build links (onnx, protobuf, openblas, yaml-cpp, zstd, OpenSSL's
+# libcrypto for the MDS reader's shard hashes).
 # Give a target a scratch copy of its corpus as the first directory: libFuzzer adds what it finds
 # there. The targets share the objects of the libraries; each links its own *_fuzz.cc.
 set -euo pipefail
@@ -37,6 +39,6 @@ done
 for p in "${pids[@]}"; do wait "$p"; done
 for t in "${targets[@]}"; do
   clang++ -fsanitize=fuzzer,address,undefined "${objs[@]}" "$out/obj/tests_fuzz_$t.cc.o" \
-    -o "$out/$t" -lonnx -lonnx_proto -lprotobuf -lopenblas -lyaml-cpp -lpthread
+    -o "$out/$t" -lonnx -lonnx_proto -lprotobuf -lopenblas -lyaml-cpp -lzstd -lcrypto -lpthread
   echo "built $out/$t"
 done

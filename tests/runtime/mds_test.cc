@@ -318,7 +318,9 @@ TEST(MdsDamagedTest, ZstdShardFlippedByteWithoutHashes) {
   });
   EXPECT_EQ(ReadError(dir), "");
   EditFile(dir, "shard.00001.mds.zstd", [](std::string& b) { b[0] ^= 0x01; });
-  EXPECT_HAS(ReadError(dir), "--data d: shard.00001.mds.zstd: zstd cannot decompress it (");
+  EXPECT_EQ(ReadError(dir),
+            "--data d: shard.00001.mds.zstd is not zstd data (its first frame's header is "
+            "damaged or cut off)");
 }
 
 TEST(MdsDamagedTest, ZstdRawSizeWrong) {
@@ -326,21 +328,28 @@ TEST(MdsDamagedTest, ZstdRawSizeWrong) {
   const std::string dir = CopySplit(tmp, "int32_zstd");
   EditIndex(dir, [](json& j) { j["shards"][0]["raw_data"]["bytes"] = 2250; });
   EXPECT_EQ(ReadError(dir),
-            "--data d: shard.00000.mds.zstd decompresses to 2246 bytes but index.json says 2250");
+            "--data d: shard.00000.mds.zstd decompresses to 2246 bytes (its zstd header) but "
+            "index.json says 2250");
   EditIndex(dir, [](json& j) { j["shards"][0]["raw_data"]["bytes"] = 2000; });
   EXPECT_EQ(ReadError(dir),
-            "--data d: shard.00000.mds.zstd decompresses to 2246 bytes but index.json says 2000");
+            "--data d: shard.00000.mds.zstd decompresses to 2246 bytes (its zstd header) but "
+            "index.json says 2000");
 }
 
-// raw_data.bytes far beyond what the frame holds (2^40 - 1): refused from the frame's content
-// size, not by allocating a terabyte to decompress into.
+// raw_data.bytes far beyond what a shard can be (2^40 - 1): refused from index.json, never by
+// allocating a terabyte to decompress into; within 4 GiB but far beyond the frame's: refused
+// from the frame's content size.
 TEST(MdsDamagedTest, ZstdRawSizeFarTooLarge) {
   TempDir tmp;
   const std::string dir = CopySplit(tmp, "int32_zstd");
   EditIndex(dir, [](json& j) { j["shards"][0]["raw_data"]["bytes"] = (int64_t{1} << 40) - 1; });
   EXPECT_EQ(ReadError(dir),
-            "--data d: shard.00000.mds.zstd decompresses to 2246 bytes but index.json says "
-            "1099511627775");
+            "Open failed: --data d: index.json shard 0: raw_data: bytes 1099511627775 is past "
+            "what a shard's uint32 offsets address (4 GiB)");
+  EditIndex(dir, [](json& j) { j["shards"][0]["raw_data"]["bytes"] = (int64_t{1} << 32) - 1; });
+  EXPECT_EQ(ReadError(dir),
+            "--data d: shard.00000.mds.zstd decompresses to 2246 bytes (its zstd header) but "
+            "index.json says 4294967295");
 }
 
 TEST(MdsDamagedTest, TruncatedZstdShard) {
