@@ -138,3 +138,10 @@ if (( large > 0 )); then
   echo "| reader, $large samples, shuffled, cold | $(millions "$large_shuf") | $(ratio "$large_shuf" "$step_tps")x | $(share "$large_shuf" "$step_tps") % |"
   echo "| its longest step read ($large_worst ms) | | | $(of_step "$large_worst") % of that step |"
 fi
+echo
+echo -n "Reads are synchronous: \`Trainer::BuildBatch\` calls \`ReadStepWindows\` before the step's kernels run, with no read-ahead, so every step waits for its own batch's read, a shard's first read included ($worst_ms ms here)."
+if (( large > 0 )); then
+  echo " A step faster than the reader's rate would wait on it most of the time: $(millions "$large_shuf") tokens/s for the shuffled read of a block larger than the reader's cache."
+else
+  echo
+fi
