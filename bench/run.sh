@@ -17,7 +17,8 @@
 # cost), bench/budget_7b.sh and bench/sharding.sh (per-rank plans of MPT-1B/7B/30B on 8 ranks),
 # bench/fsdp_vs_pytorch.sh (MPT-125M's per-rank plan on 2 ranks against PyTorch FSDP1's own
 # peak, 36 rows; ~2.5 h in PyTorch 2.6's chroot, or BENCH_FSDP_PEER_JSONL with an earlier run's
-# rows) and bench/checkpoint_manifest.sh (what a checkpoint's checksums cost) follow; see each
+# rows), bench/checkpoint_manifest.sh (what a checkpoint's checksums cost) and bench/mds_reader.sh
+# (the MDS reader against MPT-125M's step; ~5 min, 1.4 GB of scratch disk) follow; see each
 # script for its own variables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -158,6 +159,8 @@ print(' | '.join([mib('arena_bytes'), mib('lower_bound_bytes'),
   bash bench/fsdp_vs_pytorch.sh "$build"
   echo
   bash bench/checkpoint_manifest.sh "$build"
+  echo
+  bash bench/mds_reader.sh "$build"
   echo
   echo "$marker"
   # Sections written by hand (fuzzing, mutation test) follow the marker and are kept.
