@@ -7,10 +7,11 @@
 // (MdsTokenCodecOf, DecodeMdsTokens) as each token_encoding_type would read it. Then the pair is
 // written as a split folder (index.json, and the shard under each of the first entries' basenames:
 // the zip_data one when the bytes are a zstd frame and the entry has one, else the raw_data one)
-// in a folder of this process under /tmp, which MdsDataset::Open opens and Tokens reads sample by
-// sample, in index order and in a shuffled MdsOrder (which must be a permutation). Any input must
-// end in samples or clean errors; a crash, a sanitizer report, a leak, a hang or an empty,
-// multi-line or over-4-KiB message is a finding. Build and run with tests/fuzz/build.sh.
+// in a folder of this process in the temp folder ($TMPDIR, else /tmp), which MdsDataset::Open opens
+// and Tokens reads sample by sample, in index order and in a shuffled MdsOrder (which must be a
+// permutation). Any input must end in samples or clean errors; a crash, a sanitizer report, a leak,
+// a hang or an empty, multi-line or over-4-KiB message is a finding. Build and run with
+// tests/fuzz/build.sh.
 #include <unistd.h>
 
 #include <cstdint>
@@ -102,7 +103,7 @@ bool WriteFile(const fs::path& path, std::string_view bytes) {
 void ReadFolder(const std::vector<foundry::MdsShardEntry>& entries, std::string_view index,
                 std::string_view shard) {
   using namespace foundry;
-  static const fs::path dir = "/tmp/mds_fuzz." + std::to_string(getpid());
+  static const fs::path dir = fs::temp_directory_path() / ("mds_fuzz." + std::to_string(getpid()));
   std::error_code ec;
   fs::remove_all(dir, ec);
   if (!fs::create_directory(dir, ec)) return;
