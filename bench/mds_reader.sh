@@ -11,8 +11,9 @@
 #     the median and longest read of one step's batch.
 #     Then the same on a split of BENCH_MDS_LARGE_SAMPLES (262144 = 2^18, one shuffle block; 0
 #     skips it) samples: 33 shards, 2 GiB decompressed, more than the reader holds
-#     (MdsDataset::kMdsCacheBytes, 1 GiB), so a shuffled block comes back to shards it dropped.
-#     Its first BENCH_MDS_LARGE_WINDOWS (1000) windows only; ~1.3 GB of scratch disk, ~2 min.
+#     (MdsDataset::kMdsCacheBytes, 1 GiB): the shuffled order groups the shards into runs of at
+#     most half of that, so each shard is decompressed once an epoch. Its first
+#     BENCH_MDS_LARGE_WINDOWS (the whole epoch) windows; ~1.3 GB of scratch disk, ~2 min.
 #  3. The step: MPT-125M (models/exports/mpt_125m.onnx, no weights: foundry initialises them)
 #     compiled at batch 1 x seq BENCH_MDS_SEQ, foundry-run --data SPLIT --shuffle for
 #     BENCH_MDS_STEPS (3) steps on BENCH_MDS_THREADS (1) thread(s); tokens/s the median of the
@@ -28,7 +29,7 @@ seq=${BENCH_MDS_SEQ:-2048}
 steps=${BENCH_MDS_STEPS:-3}
 threads=${BENCH_MDS_THREADS:-1}
 large=${BENCH_MDS_LARGE_SAMPLES:-262144}
-large_windows=${BENCH_MDS_LARGE_WINDOWS:-1000}
+large_windows=${BENCH_MDS_LARGE_WINDOWS:-$large}
 vocab=50368
 model=models/exports/mpt_125m.onnx
 (( samples >= 1 && seq >= 1 && steps >= 2 && threads >= 1 && large >= 0 && large_windows >= 1 )) ||
@@ -96,11 +97,11 @@ if (( large > 0 )); then
   large_cmd=("$build/mds_reader_bench" --data "$tmp/large" --seq "$seq" --batch 1 --vocab "$vocab" --windows "$large_windows")
   out=$("${large_cmd[@]}")
   large_shards=$(awk '$1 == "dataset" {print $5}' <<< "$out")
-  rows+=("$(row order_cold "$large samples ($large_shards shards, $(raw_mib "$tmp/large") MiB raw): index order, cold, first windows")"
-         "$(row shuffled_cold "$large samples: shuffled, cold, first windows")")
+  rows+=("$(row order_cold "$large samples ($large_shards shards, $(raw_mib "$tmp/large") MiB raw): index order, cold")"
+         "$(row shuffled_cold "$large samples: shuffled, cold")")
   large_shuf=$(field shuffled_cold_tokens_per_s)
   large_worst=$(field shuffled_cold_tokens_per_s step_read_max_ms)
-  large_note=" The second split (written in ${large_write_s} s) is one shuffle block of $large samples in $large_shards shards, twice what the reader holds decompressed (1 GiB, \`MdsDataset::kMdsCacheBytes\`), so the shuffled order keeps coming back to shards it has dropped; its first $large_windows windows: \`$(scratch "${large_cmd[*]}")\`."
+  large_note=" The second split (written in ${large_write_s} s) is one shuffle block of $large samples in $large_shards shards, twice what the reader holds decompressed (1 GiB, \`MdsDataset::kMdsCacheBytes\`); the shuffled order permutes its block within groups of shards of at most half of that, so each shard is decompressed once; its first $large_windows windows: \`$(scratch "${large_cmd[*]}")\`."
 fi
 
 # 3. The step.
@@ -141,7 +142,7 @@ fi
 echo
 echo -n "Reads are synchronous: \`Trainer::BuildBatch\` calls \`ReadStepWindows\` before the step's kernels run, with no read-ahead, so every step waits for its own batch's read, a shard's first read included ($worst_ms ms here)."
 if (( large > 0 )); then
-  echo " A step faster than the reader's rate would wait on it most of the time: $(millions "$large_shuf") tokens/s for the shuffled read of a block larger than the reader's cache."
+  echo " Over a whole epoch of a block larger than the reader's cache, the shuffled read gives $(millions "$large_shuf") tokens/s; its longest step read is a group's first read of a shard ($large_worst ms)."
 else
   echo
 fi

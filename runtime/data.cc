@@ -460,9 +460,11 @@ Status SetMdsEpoch(DataSource& s, int64_t global_batch) {
     return Error("--data " + s.mds->dir() + ": its " + std::to_string(n) +
                  " samples hold no whole global batch of " + std::to_string(global_batch) +
                  " (drop_last)");
-  s.mds_order =
-      std::make_shared<const MdsOrder>(s.mds->shard_starts(), epoch, s.mds_options.shuffle,
-                                       s.mds_options.shuffle_seed, s.mds_options.shuffle_block);
+  // A shuffled block's shards: at most half of what the reader holds decompressed, so the next
+  // group's first shards load beside the last ones of this.
+  s.mds_order = std::make_shared<const MdsOrder>(
+      s.mds->shard_starts(), epoch, s.mds_options.shuffle, s.mds_options.shuffle_seed,
+      s.mds_options.shuffle_block, s.mds->shard_raw_bytes(), MdsDataset::kMdsCacheBytes / 2);
   return Status::Ok();
 }
 

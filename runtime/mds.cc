@@ -656,6 +656,12 @@ Status MdsDataset::OpenShard(size_t s) {
   return Status::Ok();
 }
 
+std::vector<int64_t> MdsDataset::shard_raw_bytes() const {
+  std::vector<int64_t> bytes;
+  for (const auto& sh : shards_) bytes.push_back(sh->entry.raw.bytes);
+  return bytes;
+}
+
 std::string MdsDataset::DescribeFormat() const {
   bool zstd = false, raw = false;
   for (const auto& sh : shards_) (sh->compressed ? zstd : raw) = true;
@@ -839,11 +845,14 @@ uint64_t PhiloxBelow(uint64_t seed, uint64_t key, uint64_t counter, uint64_t n) 
 }
 
 MdsOrder::MdsOrder(std::vector<int64_t> shard_starts, int64_t epoch_samples, bool shuffle,
-                   uint64_t seed, int64_t block)
+                   uint64_t seed, int64_t block, std::vector<int64_t> shard_bytes,
+                   int64_t group_bytes)
     : starts_(std::move(shard_starts)),
+      shard_bytes_(std::move(shard_bytes)),
       total_(starts_.back()),
       epoch_samples_(epoch_samples),
       block_(std::max<int64_t>(block, 1)),
+      group_bytes_(shard_bytes_.size() + 1 == starts_.size() ? group_bytes : 0),
       shuffle_(shuffle),
       seed_(seed) {}
 
@@ -858,24 +867,37 @@ void MdsOrder::SetEpoch(int64_t epoch) const {
     std::swap(order_shards_[s - 1], order_shards_[PhiloxBelow(seed_, key, counter, s)]);
   }
   order_starts_.assign(1, 0);
-  for (int64_t s : order_shards_)
-    order_starts_.push_back(order_starts_.back() + starts_[static_cast<size_t>(s) + 1] -
-                            starts_[static_cast<size_t>(s)]);
+  group_starts_.assign(1, 0);
+  int64_t group = 0;  // the raw bytes of the group being filled
+  for (int64_t s : order_shards_) {
+    const size_t i = static_cast<size_t>(s);
+    if (group_bytes_ > 0 && group > 0 && group + shard_bytes_[i] > group_bytes_) {
+      group_starts_.push_back(order_starts_.back());
+      group = 0;
+    }
+    group += group_bytes_ > 0 ? shard_bytes_[i] : 0;
+    order_starts_.push_back(order_starts_.back() + starts_[i + 1] - starts_[i]);
+  }
+  group_starts_.push_back(total_);
   epoch_ = epoch;
-  block_index_ = -1;
+  group_index_ = block_index_ = -1;
 }
 
-// The current block's permutation of its offsets 0 .. size - 1.
-void MdsOrder::SetBlock(int64_t block) const {
+// The permutation of block `block` of group `group` (its offsets 0 .. size - 1).
+void MdsOrder::SetBlock(int64_t group, int64_t block) const {
   static const uint64_t key = Fnv1a("mds block order");
-  const int64_t begin = block * block_, size = std::min(block_, total_ - begin);
+  const int64_t begin = group_starts_[static_cast<size_t>(group)] + block * block_;
+  const int64_t size = std::min(block_, group_starts_[static_cast<size_t>(group) + 1] - begin);
   permutation_.resize(static_cast<size_t>(size));
   for (int64_t i = 0; i < size; ++i) permutation_[static_cast<size_t>(i)] = i;
-  const uint64_t stream = Fnv1a(std::to_string(epoch_) + ":" + std::to_string(block));
+  // One group (no byte bound): the stream of the order before groups, "epoch:block".
+  const uint64_t stream = Fnv1a(std::to_string(epoch_) + ":" + std::to_string(block) +
+                                (group > 0 ? ":" + std::to_string(group) : ""));
   for (int64_t i = size; i > 1; --i)
     std::swap(permutation_[static_cast<size_t>(i - 1)],
               permutation_[PhiloxBelow(seed_, key ^ stream, static_cast<uint64_t>(i),
                                        static_cast<uint64_t>(i))]);
+  group_index_ = group;
   block_index_ = block;
 }
 
@@ -884,9 +906,14 @@ int64_t MdsOrder::Sample(int64_t position) const {
   if (!shuffle_) return q;
   std::lock_guard<std::mutex> lock(mu_);
   if (epoch != epoch_) SetEpoch(epoch);
-  if (q / block_ != block_index_) SetBlock(q / block_);
+  const int64_t group = std::upper_bound(group_starts_.begin(), group_starts_.end(), q) -
+                        group_starts_.begin() - 1;
+  const int64_t in_group = q - group_starts_[static_cast<size_t>(group)];
+  if (group != group_index_ || in_group / block_ != block_index_)
+    SetBlock(group, in_group / block_);
   // Offset r of the shuffled sequence: in the shard whose range holds it.
-  const int64_t r = block_index_ * block_ + permutation_[static_cast<size_t>(q % block_)];
+  const int64_t r = group_starts_[static_cast<size_t>(group)] + block_index_ * block_ +
+                    permutation_[static_cast<size_t>(in_group % block_)];
   const size_t k = static_cast<size_t>(
       std::upper_bound(order_starts_.begin(), order_starts_.end(), r) - order_starts_.begin() - 1);
   return starts_[static_cast<size_t>(order_shards_[k])] + (r - order_starts_[k]);

@@ -123,6 +123,8 @@ class MdsDataset {
   std::string DescribeFormat() const;
   // Sample `i`'s token ids (all of them), in [0, num_samples()).
   Status Tokens(int64_t i, std::vector<int64_t>& ids) const;
+  // Each shard's raw bytes (index.json's raw_data.bytes).
+  std::vector<int64_t> shard_raw_bytes() const;
   // The index of each shard's first sample, then num_samples() (size num_shards() + 1).
   const std::vector<int64_t>& shard_starts() const { return starts_; }
 
@@ -149,16 +151,20 @@ class MdsDataset {
 // The order samples are read in: foundry's own, not streaming's (its py1e shuffle and its
 // partition over nodes and workers are not reproduced). Position p of the stream is sample
 // Sample(p): epoch e = p / epoch_samples; unshuffled, its samples in index order; shuffled, the
-// shards in an order drawn for the epoch, the samples they hold in that order cut into blocks of
-// `block` samples, and each block's samples permuted (Fisher-Yates with Philox(seed, e, block)).
-// A block spans a few shards, so a shuffled read decompresses each shard about once an epoch.
+// shards in an order drawn for the epoch, grouped in that order into runs of at most
+// `group_bytes` raw bytes (one shard at least; 0: one group), the samples of each group cut into
+// blocks of `block` samples, and each block's samples permuted (Fisher-Yates with Philox(seed, e,
+// group, block)). A block's shards fit in what the reader holds decompressed, so a shuffled read
+// decompresses each shard once an epoch however large `block` is.
 class MdsOrder {
  public:
   MdsOrder() = default;
   // `shard_starts`: MdsDataset::shard_starts(). `epoch_samples` <= the total: with drop_last the
   // whole global batches of an epoch; the rest of its samples are not read that epoch.
+  // `shard_bytes`: each shard's raw bytes (index.json's raw_data.bytes, so the order does not
+  // depend on which files are compressed), for `group_bytes`.
   MdsOrder(std::vector<int64_t> shard_starts, int64_t epoch_samples, bool shuffle, uint64_t seed,
-           int64_t block);
+           int64_t block, std::vector<int64_t> shard_bytes = {}, int64_t group_bytes = 0);
   int64_t Sample(int64_t position) const;
   int64_t epoch_samples() const { return epoch_samples_; }
   bool shuffled() const { return shuffle_; }
@@ -167,16 +173,17 @@ class MdsOrder {
 
  private:
   void SetEpoch(int64_t epoch) const;
-  void SetBlock(int64_t block) const;
+  void SetBlock(int64_t group, int64_t block) const;
 
-  std::vector<int64_t> starts_;
-  int64_t total_ = 0, epoch_samples_ = 0, block_ = 1;
+  std::vector<int64_t> starts_, shard_bytes_;
+  int64_t total_ = 0, epoch_samples_ = 0, block_ = 1, group_bytes_ = 0;
   bool shuffle_ = false;
   uint64_t seed_ = 0;
-  // The epoch's shard order (as sample ranges) and the current block's permutation.
+  // The epoch's shard order (as sample ranges), its groups (the offset each starts at in the
+  // shuffled sequence) and the current block (its group and index in it) and permutation.
   mutable std::mutex mu_;
-  mutable int64_t epoch_ = -1, block_index_ = -1;
-  mutable std::vector<int64_t> order_starts_, order_shards_, permutation_;
+  mutable int64_t epoch_ = -1, group_index_ = -1, block_index_ = -1;
+  mutable std::vector<int64_t> order_starts_, order_shards_, group_starts_, permutation_;
 };
 
 // Uniform in [0, n) from Philox(seed, key, counter): the 64-bit product's high half (Lemire).

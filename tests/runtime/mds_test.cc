@@ -15,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 #include <string>
 #include <thread>
 #include <vector>
@@ -776,6 +777,35 @@ TEST(MdsOrderTest, PositionsWrapIntoTheNextEpoch) {
   for (int64_t p : {0, 36, 34, 35, 104, 1, 70, 69, 8, 77, 14, 41})
     EXPECT_EQ(order.Sample(p), epochs[static_cast<size_t>(p / 35)][static_cast<size_t>(p % 35)])
         << p;
+}
+
+// Shards grouped by raw bytes (what the reader can hold decompressed): a block never spans
+// shards of two groups, however many samples it may hold; without a bound, the order is the one
+// of blocks alone.
+TEST(MdsOrderTest, GroupsBoundTheShardsABlockSpans) {
+  const std::vector<int64_t> starts = {0, 10, 20, 30, 40, 50}, bytes = {100, 100, 100, 100, 100};
+  auto shard = [&](int64_t sample) {
+    return std::upper_bound(starts.begin(), starts.end(), sample) - starts.begin() - 1;
+  };
+  for (int64_t epoch = 0; epoch < 4; ++epoch) {
+    const std::vector<int64_t> e =
+        Epoch(MdsOrder(starts, 50, true, 7, 1000, bytes, /*group_bytes=*/250), epoch);
+    EXPECT_EQ(std::set<int64_t>(e.begin(), e.end()).size(), 50u);
+    // Groups of two shards (200 bytes), two shards and one: 20, 20 and 10 positions.
+    for (auto [begin, end, shards] : {std::tuple{0, 20, 2}, std::tuple{20, 40, 2},
+                                      std::tuple{40, 50, 1}}) {
+      std::set<int64_t> seen;
+      for (int64_t p = begin; p < end; ++p) seen.insert(shard(e[static_cast<size_t>(p)]));
+      EXPECT_EQ(seen.size(), static_cast<size_t>(shards)) << epoch << " " << begin;
+    }
+  }
+  EXPECT_EQ(Epoch(MdsOrder(starts, 50, true, 7, 13, bytes, 0), 1),
+            Epoch(MdsOrder(starts, 50, true, 7, 13), 1));
+  // A shard larger than the bound is a group of its own.
+  const std::vector<int64_t> big = Epoch(MdsOrder(starts, 50, true, 7, 1000, bytes, 50), 0);
+  for (int64_t p = 0; p < 50; p += 10)
+    for (int64_t i = 1; i < 10; ++i)
+      EXPECT_EQ(shard(big[static_cast<size_t>(p + i)]), shard(big[static_cast<size_t>(p)]));
 }
 
 TEST(MdsOrderTest, PhiloxBelowStaysBelow) {
