@@ -550,8 +550,8 @@ StatusOr<TrainConfig> Parse(const std::string& text, const std::string& path) {
   ASSIGN_OR_RETURN(c.save_folder, r.String("save_folder"));
   // A loader foundry cannot follow is foundry-run's error, when it reads that loader (not with
   // --data; never foundry-compile's, which reads no data).
-  for (auto [key, loader] : {std::pair{"train_loader", &c.train_loader},
-                             std::pair{"eval_loader", &c.eval_loader}})
+  for (auto [key, loader] :
+       {std::pair{"train_loader", &c.train_loader}, std::pair{"eval_loader", &c.eval_loader}})
     if (Status st = ReadLoader(r, key, *loader); !st.ok()) {
       loader->emplace();
       (*loader)->key = key;

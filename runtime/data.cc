@@ -392,7 +392,8 @@ Status ChooseTokenBatches(const Graph& g, const std::string& data_path, TokenDTy
   }
   if (data_path.empty()) return Status::Ok();
   if (IsMdsFolder(data_path) && data_dtype != TokenDType::kAuto)
-    return Error("--data " + data_path + ": --data-dtype is for token files; an MDS folder's "
+    return Error("--data " + data_path +
+                 ": --data-dtype is for token files; an MDS folder's "
                  "index.json says how its ids are stored");
   if (IsMdsFolder(data_path)) return ChooseMdsBatches(g, data_path, mds, s);
   if (mds.shuffle || mds.drop_last)

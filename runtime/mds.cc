@@ -906,8 +906,8 @@ int64_t MdsOrder::Sample(int64_t position) const {
   if (!shuffle_) return q;
   std::lock_guard<std::mutex> lock(mu_);
   if (epoch != epoch_) SetEpoch(epoch);
-  const int64_t group = std::upper_bound(group_starts_.begin(), group_starts_.end(), q) -
-                        group_starts_.begin() - 1;
+  const int64_t group =
+      std::upper_bound(group_starts_.begin(), group_starts_.end(), q) - group_starts_.begin() - 1;
   const int64_t in_group = q - group_starts_[static_cast<size_t>(group)];
   if (group != group_index_ || in_group / block_ != block_index_)
     SetBlock(group, in_group / block_);

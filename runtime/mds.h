@@ -90,7 +90,8 @@ bool DecodeMdsTokens(const MdsTokenCodec& codec, std::string_view bytes, std::ve
                      std::string& error);
 
 // The hash algorithms foundry verifies, fastest first: xxh3_64, xxh64, xxh128 (or its other name
-// xxh3_128), xxh32, sha1, sha256, md5 (and the other hashlib names OpenSSL knows). "" when it knows none of `algorithms`.
+// xxh3_128), xxh32, sha1, sha256, md5 (and the other hashlib names OpenSSL knows). "" when it knows
+// none of `algorithms`.
 std::string MdsHashToVerify(const std::vector<std::pair<std::string, std::string>>& algorithms);
 // The hex digest of `data` by `algorithm` (as Python's hashlib / xxhash hexdigest() writes it).
 StatusOr<std::string> MdsHexDigest(const std::string& algorithm, std::string_view data);

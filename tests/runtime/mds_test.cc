@@ -15,9 +15,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <tuple>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "tests/support/source_dir.h"
@@ -792,8 +792,8 @@ TEST(MdsOrderTest, GroupsBoundTheShardsABlockSpans) {
         Epoch(MdsOrder(starts, 50, true, 7, 1000, bytes, /*group_bytes=*/250), epoch);
     EXPECT_EQ(std::set<int64_t>(e.begin(), e.end()).size(), 50u);
     // Groups of two shards (200 bytes), two shards and one: 20, 20 and 10 positions.
-    for (auto [begin, end, shards] : {std::tuple{0, 20, 2}, std::tuple{20, 40, 2},
-                                      std::tuple{40, 50, 1}}) {
+    for (auto [begin, end, shards] :
+         {std::tuple{0, 20, 2}, std::tuple{20, 40, 2}, std::tuple{40, 50, 1}}) {
       std::set<int64_t> seen;
       for (int64_t p = begin; p < end; ++p) seen.insert(shard(e[static_cast<size_t>(p)]));
       EXPECT_EQ(seen.size(), static_cast<size_t>(shards)) << epoch << " " << begin;

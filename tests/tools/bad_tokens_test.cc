@@ -106,32 +106,40 @@ TEST_F(BadTokensTest, FedTokenIdsOutsideTheVocabularyAreTheDataError) {
 TEST_F(BadTokensTest, BadMdsDataIsRefusedBeforeAnyStep) {
   const std::string mds = FOUNDRY_SOURCE_DIR "/tests/data/mds";
   ExpectCleanError({"--data", mds + "/short_samples/train"},
-                   "--data " + mds + "/short_samples/train: sample 5 has 12 tokens, fewer than "
-                   "the plan's sequence of 16 (llm-foundry pads a short sample with the "
-                   "tokenizer's pad token, and fails when it has none, as GPT-NeoX's; foundry "
-                   "does not pad): write samples of 16 tokens or more (convert_dataset_hf.py "
-                   "--concat_tokens 16)");
+                   "--data " + mds +
+                       "/short_samples/train: sample 5 has 12 tokens, fewer than "
+                       "the plan's sequence of 16 (llm-foundry pads a short sample with the "
+                       "tokenizer's pad token, and fails when it has none, as GPT-NeoX's; foundry "
+                       "does not pad): write samples of 16 tokens or more (convert_dataset_hf.py "
+                       "--concat_tokens 16)");
   ExpectCleanError({"--data", mds + "/mpt_tiny"},
                    "--data " + mds + "/mpt_tiny: no index.json in " + mds +
                        "/mpt_tiny (an MDS split folder has one); it holds the splits train, val: "
-                       "give one (" + mds + "/mpt_tiny/train)");
+                       "give one (" +
+                       mds + "/mpt_tiny/train)");
   ExpectCleanError({"--data", mds + "/mpt_tiny/train", "--data-dtype", "uint16"},
-                   "--data " + mds + "/mpt_tiny/train: --data-dtype is for token files; an MDS "
-                   "folder's index.json says how its ids are stored");
+                   "--data " + mds +
+                       "/mpt_tiny/train: --data-dtype is for token files; an MDS "
+                       "folder's index.json says how its ids are stored");
   ExpectCleanError({"--data", mds + "/float_tokens/train"},
-                   "--data " + mds + "/float_tokens/train: column 'tokens' (ndarray:float32) "
-                   "holds float32 values; token ids are integers (int32, uint16, ...)");
+                   "--data " + mds +
+                       "/float_tokens/train: column 'tokens' (ndarray:float32) "
+                       "holds float32 values; token ids are integers (int32, uint16, ...)");
   // A truncated shard: its size is not index.json's.
   fs::copy(mds + "/uint16_none/train", Path("cut"));
   fs::resize_file(Path("cut/shard.00001.mds"), 100);
   ExpectCleanError({"--data", Path("cut")},
-                   "--data " + Path("cut") + ": shard.00001.mds has 100 bytes but index.json "
-                   "says " + std::to_string(fs::file_size(mds + "/uint16_none/train/shard.00001.mds")) +
-                   " (truncated or replaced?)");
+                   "--data " + Path("cut") +
+                       ": shard.00001.mds has 100 bytes but index.json "
+                       "says " +
+                       std::to_string(fs::file_size(mds + "/uint16_none/train/shard.00001.mds")) +
+                       " (truncated or replaced?)");
   ExpectCleanError({"--data", Path("cut"), "--shuffle"},
-                   "--data " + Path("cut") + ": shard.00001.mds has 100 bytes but index.json "
-                   "says " + std::to_string(fs::file_size(mds + "/uint16_none/train/shard.00001.mds")) +
-                   " (truncated or replaced?)");
+                   "--data " + Path("cut") +
+                       ": shard.00001.mds has 100 bytes but index.json "
+                       "says " +
+                       std::to_string(fs::file_size(mds + "/uint16_none/train/shard.00001.mds")) +
+                       " (truncated or replaced?)");
   ExpectCleanError({"--data", Path("nothing")},
                    "--data " + Path("nothing") + ": cannot open it: No such file or directory");
 }
