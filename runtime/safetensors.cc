@@ -53,6 +53,14 @@ struct Entry {
 
 // A JSON value shown in a message: short, one line, ASCII.
 std::string Shown(const nlohmann::json& v) {
+  // A container of containers is described, not dumped: dump() recurses, and a value nested
+  // 10,000 deep would overflow the stack.
+  if (v.is_structured())
+    for (const auto& e : v)
+      if (e.is_structured())
+        return std::string(v.is_array() ? "an array" : "an object") + " of " +
+               std::to_string(v.size()) + (v.is_array() ? " values" : " keys") +
+               " holding arrays or objects";
   std::string s = v.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;
 }
