@@ -204,8 +204,9 @@ TEST(SafetensorsTest, EveryMalformedFileIsOneLineNamingTheProblem) {
   // A valid header whose shape is nested 10,000 deep: described, never dumped (dump() recurses).
   EXPECT_EQ(HeaderMessage(R"({"a":{"dtype":"F32","shape":)" + std::string(10000, '[') +
                           std::string(10000, ']') + R"(,"data_offsets":[0,4]}})"),
-            kBad + "tensor 'a' has shape an array of 1 values holding arrays or objects: an array "
-                   "of 1 values holding arrays or objects is not a dimension (a whole number >= 0)");
+            kBad +
+                "tensor 'a' has shape an array of 1 values holding arrays or objects: an array "
+                "of 1 values holding arrays or objects is not a dimension (a whole number >= 0)");
   // Valid: empty, zero-size tensors anywhere, two at the same offset, padding spaces.
   EXPECT_EQ(HeaderMessage("{}"), "(ok)");
   EXPECT_EQ(HeaderMessage(R"({"e":{"dtype":"BOOL","shape":[0,3],"data_offsets":[4,4]},"a":)" + f4 +
